@@ -1,0 +1,286 @@
+"""ONNX -> jitort IR.
+
+Loads a model (path, bytes or ModelProto, external data included), inlines model-local
+functions, runs onnx shape inference for dtypes and (symbolic) shapes, resolves each node's
+opset (``since_version``) and turns initializers and ``Constant`` nodes into constant values.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from .errors import InvalidModel
+from .ir import Graph, Node, Value, const_value
+
+
+def load_model(model: Any, base_dir: str | os.PathLike | None = None) -> onnx.ModelProto:
+    """Return a ModelProto with external data loaded. Raises :class:`InvalidModel`."""
+    if isinstance(model, onnx.ModelProto):
+        proto = model
+        if base_dir is not None:
+            _load_external(proto, Path(base_dir))
+        return proto
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        try:
+            proto = onnx.load_from_string(bytes(model))
+        except Exception as e:  # protobuf raises DecodeError and friends
+            raise InvalidModel(f"cannot parse model bytes: {e}") from None
+        if base_dir is not None:
+            _load_external(proto, Path(base_dir))
+        return proto
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        if not path.is_file():
+            raise InvalidModel(f"model file not found: {path}")
+        try:
+            proto = onnx.load(str(path), load_external_data=False)
+        except Exception as e:
+            raise InvalidModel(f"cannot parse model file {path}: {e}") from None
+        _load_external(proto, Path(base_dir) if base_dir is not None else path.parent)
+        return proto
+    raise InvalidModel(f"cannot load a model from {type(model).__name__}; "
+                       "pass a path, bytes or onnx.ModelProto")
+
+
+def _load_external(proto: onnx.ModelProto, base: Path) -> None:
+    """Load external tensors, refusing locations that escape the model's folder."""
+    base = base.resolve()
+    tensors = list(_all_tensors(proto.graph))
+    for t in tensors:
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        loc = next((e.value for e in t.external_data if e.key == "location"), None)
+        if loc is None:
+            raise InvalidModel(f"tensor {t.name!r} has external data without a location")
+        target = (base / loc).resolve()
+        if base not in target.parents and target != base:
+            raise InvalidModel(f"external data of tensor {t.name!r} escapes the model folder: {loc!r}")
+        if not target.is_file():
+            raise InvalidModel(f"external data file of tensor {t.name!r} not found: {target}")
+    try:
+        onnx.external_data_helper.load_external_data_for_model(proto, str(base))
+    except Exception as e:
+        raise InvalidModel(f"cannot load external data: {e}") from None
+
+
+def _all_tensors(g: onnx.GraphProto):
+    yield from g.initializer
+    for n in g.node:
+        for a in n.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("g"):
+                yield from _all_tensors(a.g)
+            for sg in a.graphs:
+                yield from _all_tensors(sg)
+
+
+def import_model(model: Any, base_dir: str | os.PathLike | None = None) -> Graph:
+    """Load ``model`` and build a verified :class:`Graph`."""
+    proto = load_model(model, base_dir)
+    if proto.functions:
+        try:
+            proto = onnx.inliner.inline_local_functions(proto)
+        except Exception as e:
+            raise InvalidModel(f"cannot inline model-local functions: {e}") from None
+    opsets = {(o.domain if o.domain != "ai.onnx" else ""): o.version for o in proto.opset_import}
+    if "" not in opsets:
+        if proto.opset_import:
+            opsets[""] = 1
+        else:
+            raise InvalidModel("model declares no opset_import")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+    except Exception:
+        inferred = proto  # shape inference is a hint; our own propagation takes over
+    return GraphBuilder(opsets).build(inferred.graph, proto.graph)
+
+
+class GraphBuilder:
+    def __init__(self, opsets: dict[str, int]):
+        self.opsets = opsets
+        self.values: dict[str, Value] = {}
+        self.types: dict[str, onnx.TypeProto] = {}
+
+    def build(self, g: onnx.GraphProto, original: onnx.GraphProto) -> Graph:
+        for vi in list(g.value_info) + list(g.input) + list(g.output):
+            self.types[vi.name] = vi.type
+        for t in original.initializer:
+            self.values[t.name] = const_value(t.name, _to_array(t))
+        for st in original.sparse_initializer:
+            self.values[st.values.name] = const_value(st.values.name, _densify(st))
+        inputs = []
+        for vi in original.input:
+            if vi.name in self.values:  # an initializer with a default value (IR < 4 style)
+                continue
+            v = self._new_value(vi.name)
+            if v.dtype is None:
+                raise InvalidModel(f"graph input {vi.name!r} has no tensor type")
+            inputs.append(v)
+        nodes = []
+        for i, np_ in enumerate(original.node):
+            node = self._node(np_, i)
+            if node is not None:
+                nodes.append(node)
+        outputs = []
+        for vi in original.output:
+            if vi.name not in self.values:
+                raise InvalidModel(f"graph output {vi.name!r} is never produced")
+            outputs.append(self.values[vi.name])
+        graph = Graph(nodes, inputs, outputs, self.opsets, original.name or "graph")
+        graph.toposort()
+        graph.verify()
+        return graph
+
+    def _new_value(self, name: str) -> Value:
+        if name in self.values:
+            raise InvalidModel(f"value {name!r} is defined twice")
+        dtype, shape = _type_info(self.types.get(name))
+        v = Value(name, dtype, shape)
+        self.values[name] = v
+        return v
+
+    def _get(self, name: str, node_label: str) -> Value | None:
+        if name == "":
+            return None
+        v = self.values.get(name)
+        if v is None:
+            raise InvalidModel(f"node {node_label} reads undefined value {name!r} "
+                               "(missing initializer or graph input?)")
+        return v
+
+    def _node(self, p: onnx.NodeProto, index: int) -> Node | None:
+        label = f"{p.op_type}({p.name or '#' + str(index)})"
+        domain = p.domain if p.domain != "ai.onnx" else ""
+        if p.op_type == "Constant" and domain == "":
+            if len(p.output) != 1:
+                raise InvalidModel(f"node {label}: Constant must have one output")
+            self.values[p.output[0]] = const_value(p.output[0], _constant_value(p, label))
+            return None
+        inputs = [self._get(n, label) for n in p.input]
+        attrs = {a.name: _attr_value(a) for a in p.attribute}
+        implicit = []
+        for a in p.attribute:
+            for sg in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                for name in sorted(_free_names(sg)):
+                    v = self.values.get(name)
+                    if v is not None and v not in implicit:
+                        implicit.append(v)
+        outputs = []
+        for name in p.output:
+            if name == "":
+                name = f"__unused_{index}_{len(outputs)}"
+            outputs.append(self._new_value(name))
+        return Node(p.op_type, inputs, outputs, attrs, domain, p.name, self._since(p, domain),
+                    implicit, proto=p)
+
+    def _since(self, p: onnx.NodeProto, domain: str) -> int:
+        version = self.opsets.get(domain)
+        if version is None:
+            return 0
+        try:
+            return onnx.defs.get_schema(p.op_type, version, domain).since_version
+        except Exception:
+            return 0
+
+
+def _to_array(t: onnx.TensorProto) -> np.ndarray:
+    try:
+        return numpy_helper.to_array(t)
+    except Exception as e:
+        raise InvalidModel(f"cannot read initializer {t.name!r}: {e}") from None
+
+
+def _densify(st: onnx.SparseTensorProto) -> np.ndarray:
+    values = numpy_helper.to_array(st.values)
+    idx = numpy_helper.to_array(st.indices)
+    dense = np.zeros(tuple(st.dims), values.dtype)
+    if idx.ndim == 1:
+        dense.reshape(-1)[idx] = values
+    else:
+        dense[tuple(idx.T)] = values
+    return dense
+
+
+def _constant_value(p: onnx.NodeProto, label: str) -> np.ndarray:
+    if len(p.attribute) != 1:
+        raise InvalidModel(f"node {label}: Constant needs exactly one value attribute")
+    a = p.attribute[0]
+    if a.name == "value":
+        return _to_array(a.t)
+    if a.name == "sparse_value":
+        return _densify(a.sparse_tensor)
+    if a.name == "value_float":
+        return np.array(a.f, np.float32)
+    if a.name == "value_floats":
+        return np.array(list(a.floats), np.float32)
+    if a.name == "value_int":
+        return np.array(a.i, np.int64)
+    if a.name == "value_ints":
+        return np.array(list(a.ints), np.int64)
+    if a.name == "value_string":
+        return np.array(a.s.decode(), dtype=object)
+    if a.name == "value_strings":
+        return np.array([s.decode() for s in a.strings], dtype=object)
+    raise InvalidModel(f"node {label}: unknown Constant attribute {a.name!r}")
+
+
+def _attr_value(a: onnx.AttributeProto) -> Any:
+    v = onnx.helper.get_attribute_value(a)
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, onnx.TensorProto):
+        return _to_array(v)
+    if isinstance(v, list) and v and isinstance(v[0], bytes):
+        return [s.decode("utf-8", "replace") for s in v]
+    if isinstance(v, list) and v and isinstance(v[0], onnx.TensorProto):
+        return [_to_array(t) for t in v]
+    return v
+
+
+def _type_info(tp: onnx.TypeProto | None):
+    if tp is None or not tp.HasField("tensor_type"):
+        return None, None
+    tt = tp.tensor_type
+    if tt.elem_type == 0:
+        return None, None
+    try:
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+    except Exception:
+        dtype = None
+    if not tt.HasField("shape"):
+        return dtype, None
+    dims = []
+    for d in tt.shape.dim:
+        if d.HasField("dim_value"):
+            dims.append(int(d.dim_value))
+        elif d.HasField("dim_param") and d.dim_param:
+            dims.append(d.dim_param)
+        else:
+            dims.append(None)
+    return dtype, tuple(dims)
+
+
+def _free_names(g: onnx.GraphProto) -> set[str]:
+    """Names a subgraph reads from its enclosing scopes."""
+    defined = {i.name for i in g.input} | {t.name for t in g.initializer}
+    defined |= {t.values.name for t in g.sparse_initializer}
+    free = set()
+    for n in g.node:
+        for name in n.input:
+            if name and name not in defined:
+                free.add(name)
+        for a in n.attribute:
+            for sg in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                free |= {x for x in _free_names(sg) if x not in defined}
+        defined.update(n.output)
+    for o in g.output:
+        if o.name not in defined:
+            free.add(o.name)
+    return free

@@ -1,0 +1,145 @@
+"""Graph clean-up passes: identities, constant folding, CSE, dead code."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import JitortError
+from ..ir import Graph, Node, Value, const_value
+
+#: Ops whose result is not a function of their inputs: never fold or merge them.
+NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                    "Multinomial", "Bernoulli"}
+#: Largest constant (elements) constant folding may create.
+FOLD_LIMIT = 1 << 22
+
+
+def _is_pure(n: Node) -> bool:
+    return (n.op_type not in NONDETERMINISTIC and not n.implicit
+            and not any(hasattr(a, "node") or (isinstance(a, list) and a and hasattr(a[0], "node"))
+                        for a in n.attrs.values()))
+
+
+def eliminate_identities(g: Graph) -> int:
+    """Drop Identity, inference-mode Dropout and no-op Casts by rewiring their readers."""
+    out_ids = g.output_ids()
+    consumers = g.consumers()
+    removed = 0
+    keep = []
+    for n in g.nodes:
+        src = _identity_source(n, consumers)
+        if src is None:
+            keep.append(n)
+            continue
+        dst = n.outputs[0]
+        if id(dst) in out_ids and (id(src) in out_ids or src in g.inputs):
+            keep.append(n)  # an output that must stay a distinct tensor
+            continue
+        g.replace_uses(dst, src)
+        removed += 1
+    g.nodes = keep
+    return removed
+
+
+def _identity_source(n: Node, consumers) -> Value | None:
+    if n.domain != "" or not n.inputs or n.inputs[0] is None:
+        return None
+    x = n.inputs[0]
+    if n.op_type == "Identity" and x.dtype is not None:
+        return x
+    if n.op_type == "Dropout":
+        mask_used = len(n.outputs) > 1 and consumers.get(id(n.outputs[1]))
+        training = n.input(2)
+        if mask_used or (training is not None and not (training.is_const and not training.const.any())):
+            return None
+        if n.attrs.get("is_test", 1) == 0 and n.since_version < 7:
+            return None
+        return x
+    if n.op_type == "Cast" and x.dtype is not None and n.outputs[0].dtype == x.dtype:
+        return x
+    return None
+
+
+def fold_constants(g: Graph) -> int:
+    """Evaluate nodes whose inputs are all constants (via the interpreter) into constants."""
+    from ..interpreter import make_runner  # the interpreter is the reference for folding
+
+    folded = 0
+    keep = []
+    for n in g.nodes:
+        ins = [v for v in n.inputs if v is not None]
+        if not (_is_pure(n) and all(v.is_const for v in ins)
+                and all(v.const.size <= FOLD_LIMIT for v in ins)):
+            keep.append(n)
+            continue
+        try:
+            results = make_runner(n, g.opsets)([None if v is None else v.const for v in n.inputs])
+        except JitortError:
+            keep.append(n)
+            continue
+        if not all(isinstance(r, np.ndarray) and r.dtype != object and r.size <= FOLD_LIMIT
+                   for r in results):
+            keep.append(n)
+            continue
+        for out, r in zip(n.outputs, results):
+            g.replace_uses(out, const_value(out.name, r))
+        folded += 1
+    g.nodes = keep
+    return folded
+
+
+def eliminate_common_subexpressions(g: Graph) -> int:
+    """Merge equal small constants, then nodes with the same op, inputs and attributes."""
+    merged = 0
+    by_bytes: dict[tuple, Value] = {}
+    for n in g.nodes:
+        for i, v in enumerate(n.inputs):
+            if v is None or not v.is_const or v.const.size > 1024 or v.const.dtype == object:
+                continue
+            key = (v.const.dtype.str, v.const.shape, v.const.tobytes())
+            first = by_bytes.setdefault(key, v)
+            if first is not v:
+                n.inputs[i] = first
+                merged += 1
+    seen: dict[tuple, Node] = {}
+    keep = []
+    for n in g.nodes:
+        if not _is_pure(n):
+            keep.append(n)
+            continue
+        key = (n.op_type, n.domain, n.since_version, tuple(id(v) for v in n.inputs),
+               _attrs_key(n.attrs), len(n.outputs))
+        other = seen.get(key)
+        if other is None:
+            seen[key] = n
+            keep.append(n)
+            continue
+        for mine, theirs in zip(n.outputs, other.outputs):
+            g.replace_uses(mine, theirs)
+        merged += 1
+    g.nodes = keep
+    return merged
+
+
+def _attrs_key(attrs: dict) -> tuple:
+    items = []
+    for k, v in sorted(attrs.items()):
+        if isinstance(v, np.ndarray):
+            v = (v.dtype.str, v.shape, v.tobytes())
+        elif isinstance(v, list):
+            v = tuple((x.dtype.str, x.shape, x.tobytes()) if isinstance(x, np.ndarray) else x
+                      for x in v)
+        items.append((k, v))
+    return tuple(items)
+
+
+def eliminate_dead_code(g: Graph) -> int:
+    """Remove nodes none of whose outputs reach a graph output."""
+    live = g.output_ids()
+    keep = []
+    for n in reversed(g.nodes):
+        if any(id(o) in live for o in n.outputs):
+            keep.append(n)
+            live.update(id(v) for v in n.all_inputs())
+    removed = len(g.nodes) - len(keep)
+    g.nodes = keep[::-1]
+    return removed

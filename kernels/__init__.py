@@ -1,0 +1,5 @@
+"""Hand-written Numba kernel library (CPU and CUDA).
+
+Shipped as ``jitort.kernels``. It never imports ``jitort``: the compiler calls into it, not the
+other way round, so kernels can be tested and benchmarked on their own.
+"""

@@ -1,0 +1,1 @@
+"""CPU kernels (Numba njit)."""

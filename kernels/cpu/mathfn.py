@@ -1,0 +1,292 @@
+"""Vectorizable scalar math helpers for generated elementwise loops.
+
+The ``*32`` functions take and return a float32 scalar. They use range reduction plus
+polynomials fitted for this module (least squares on Chebyshev nodes), no libm calls, and
+branch-free selects so LLVM can vectorize a loop that calls them. Max error is about 1e-6
+relative (exp/sigmoid/tanh/log) over the whole float32 range; ``erf32`` is 1e-6 relative
+or better for |x| > 1e-30, with exact signed zeros.
+
+Special values: NaN in gives NaN out; ``exp32(-inf) == 0``, ``exp32(inf) == inf`` and it
+overflows to inf above ~88.72 and underflows smoothly through denormals below ~-87.3;
+``sigmoid32`` saturates to 0/1; ``tanh32``/``erf32`` to +-1; ``log32(0) == -inf``,
+``log32(x<0)`` is NaN, ``log32(inf) == inf``.
+
+Pass float32 values: a float64 argument makes Numba compute in float64 with these float32
+polynomials (less accurate than libm). For dtype-generic code use ``fexp``, ``fsigmoid``,
+``ftanh``, ``ferf`` and ``flog``: float32 -> the polynomial version, float64 -> libm.
+
+The helpers are ``inline='always'`` so they inherit the caller's fastmath flags; they are
+written to stay correct under ``{'reassoc', 'contract', 'arcp'}`` (no ``nnan``/``ninf``).
+"""
+import math
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic, overload
+
+_F = np.float32
+
+# --- constants (float32 so float32 code stays float32) --------------------------------
+_ONE = _F(1.0)
+_TWO = _F(2.0)
+_HALF = _F(0.5)
+_ZERO = _F(0.0)
+_INF = _F(np.inf)
+_NINF = _F(-np.inf)
+_NAN = _F(np.nan)
+
+_EXP_HI = _F(89.0)          # above: result overflows to inf anyway
+_EXP_LO = _F(-104.0)        # below: result is 0 even as a denormal
+_LOG2E = _F(1.4426950408889634)
+_LN2_HI = _F(0.693359375)   # exactly representable, few mantissa bits
+_LN2_LO = _F(-2.12194440e-4)
+
+# exp(r) = 1 + r + r^2 * P(r) on [-ln2/2, ln2/2]
+_EP0 = _F(0.5000000013)
+_EP1 = _F(0.1666666672)
+_EP2 = _F(0.04166646498)
+_EP3 = _F(0.00833329848)
+_EP4 = _F(0.001393364352)
+_EP5 = _F(0.0001989927622)
+
+# tanh(x) = x + x^3 * P(x^2) on [0, 0.625]
+_TANH_SMALL = _F(0.625)
+_TP0 = _F(-0.3333333141)
+_TP1 = _F(0.1333289069)
+_TP2 = _F(-0.05386392106)
+_TP3 = _F(0.02104569995)
+_TP4 = _F(-0.006155212812)
+
+# erf(x) = x * P(x^2) on [0, 1]
+_FP0 = _F(1.128379167)
+_FP1 = _F(-0.3761262988)
+_FP2 = _F(0.1128362573)
+_FP3 = _F(-0.02685539945)
+_FP4 = _F(0.005191218374)
+_FP5 = _F(-0.0008034846624)
+_FP6 = _F(7.933493809e-05)
+# erfc(x) * exp(x^2) = R(1/x) on [1, 4]
+_ERF_CLAMP = _F(4.0)
+_FR0 = _F(0.0003539744573)
+_FR1 = _F(0.5576755452)
+_FR2 = _F(0.05141485685)
+_FR3 = _F(-0.5072547916)
+_FR4 = _F(0.5782349)
+_FR5 = _F(-0.3567149962)
+_FR6 = _F(0.1220097755)
+_FR7 = _F(-0.01813566915)
+
+# log(1+f) = f - f^2/2 + f^3 * P(f) on [sqrt(.5)-1, sqrt(2)-1]
+_SQRT_HALF = _F(0.70710678118654752)
+_FLT_MIN = _F(1.17549435e-38)
+_TWO23 = _F(8388608.0)
+_TWENTYTHREE = _F(23.0)
+_LP0 = _F(0.3333332856)
+_LP1 = _F(-0.2500029652)
+_LP2 = _F(0.2000147135)
+_LP3 = _F(-0.1664225085)
+_LP4 = _F(0.142021143)
+_LP5 = _F(-0.1297214522)
+_LP6 = _F(0.1271267889)
+_LP7 = _F(-0.08102270427)
+
+
+# --- bit-level intrinsics (plain LLVM bitcasts, vectorize fine) ------------------------
+@intrinsic
+def _ldexp32(typingctx, y, n):
+    """y * 2**n for float32 y and float32 n integral in [-252, 254] (two-step scaling,
+    so results may be denormal or overflow to inf correctly)."""
+    if not (y == types.float32 and n == types.float32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        yv, nv = args
+        i32 = ir.IntType(32)
+        f32 = ir.FloatType()
+        ni = builder.fptosi(nv, i32)
+        h = builder.ashr(ni, ir.Constant(i32, 1))
+        lo = builder.sub(ni, h)
+        bias = ir.Constant(i32, 127)
+        sh = ir.Constant(i32, 23)
+        s1 = builder.bitcast(builder.shl(builder.add(h, bias), sh), f32)
+        s2 = builder.bitcast(builder.shl(builder.add(lo, bias), sh), f32)
+        return builder.fmul(builder.fmul(yv, s1), s2)
+
+    return types.float32(types.float32, types.float32), codegen
+
+
+@intrinsic
+def _exponent32(typingctx, x):
+    """Unbiased exponent e (as float32) such that x = m * 2**e with m in [0.5, 1)
+    for normal positive x."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        bits = builder.bitcast(args[0], i32)
+        e = builder.and_(builder.lshr(bits, ir.Constant(i32, 23)), ir.Constant(i32, 0xFF))
+        e = builder.sub(e, ir.Constant(i32, 126))
+        return builder.sitofp(e, ir.FloatType())
+
+    return types.float32(types.float32), codegen
+
+
+@intrinsic
+def _mantissa32(typingctx, x):
+    """Mantissa m in [0.5, 1) of a normal positive float32 x (x = m * 2**e)."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        bits = builder.bitcast(args[0], i32)
+        bits = builder.and_(bits, ir.Constant(i32, 0x007FFFFF))
+        bits = builder.or_(bits, ir.Constant(i32, 0x3F000000))
+        return builder.bitcast(bits, ir.FloatType())
+
+    return types.float32(types.float32), codegen
+
+
+# --- float32 functions -----------------------------------------------------------------
+@njit(inline='always', error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def exp32(x):
+    """exp(x) for a float32 scalar, ~1e-7 relative error; see module docstring."""
+    xc = x if x < _EXP_HI else _EXP_HI          # NaN -> 89, fixed up at the end
+    xc = xc if xc > _EXP_LO else _EXP_LO
+    n = np.floor(xc * _LOG2E + _HALF)
+    r = xc - n * _LN2_HI
+    r = r - n * _LN2_LO
+    p = _EP5 * r + _EP4
+    p = p * r + _EP3
+    p = p * r + _EP2
+    p = p * r + _EP1
+    p = p * r + _EP0
+    y = _ONE + r + r * r * p
+    res = _ldexp32(y, n)
+    return res if x == x else x
+
+
+@njit(inline='always', error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def sigmoid32(x):
+    """1 / (1 + exp(-x)) for a float32 scalar; saturates to exactly 0 and 1."""
+    return _ONE / (_ONE + exp32(-x))
+
+
+@njit(inline='always', error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def tanh32(x):
+    """tanh(x) for a float32 scalar; polynomial near 0, 1 - 2/(exp(2|x|)+1) elsewhere."""
+    ax = abs(x)
+    z = x * x
+    p = _TP4 * z + _TP3
+    p = p * z + _TP2
+    p = p * z + _TP1
+    p = p * z + _TP0
+    small = x + x * z * p
+    e = exp32(ax + ax)
+    big = _ONE - _TWO / (e + _ONE)
+    big = big if x > _ZERO else -big
+    return small if ax < _TANH_SMALL else big
+
+
+@njit(inline='always', error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def erf32(x):
+    """erf(x) for a float32 scalar; x*P(x^2) for |x|<1, 1 - exp(-x^2)*R(1/|x|) above."""
+    ax = abs(x)
+    a = ax if ax < _ERF_CLAMP else _ERF_CLAMP     # NaN -> 4, fixed up at the end
+    z = a * a
+    p = _FP6 * z + _FP5
+    p = p * z + _FP4
+    p = p * z + _FP3
+    p = p * z + _FP2
+    p = p * z + _FP1
+    p = p * z + _FP0
+    small = x * p
+    ad = a if a > _ONE else _ONE
+    u = _ONE / ad
+    q = _FR7 * u + _FR6
+    q = q * u + _FR5
+    q = q * u + _FR4
+    q = q * u + _FR3
+    q = q * u + _FR2
+    q = q * u + _FR1
+    q = q * u + _FR0
+    big = _ONE - exp32(-z) * q
+    big = big if x > _ZERO else -big
+    r = small if a < _ONE else big
+    return r if x == x else x
+
+
+@njit(inline='always', error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def log32(x):
+    """Natural log of a float32 scalar (denormals handled); see module docstring."""
+    tiny = x < _FLT_MIN
+    xs = x * _TWO23 if tiny else x
+    e = _exponent32(xs)
+    e = e - _TWENTYTHREE if tiny else e
+    m = _mantissa32(xs)
+    lowm = m < _SQRT_HALF
+    f = (m + m if lowm else m) - _ONE
+    e = e - _ONE if lowm else e
+    z = f * f
+    p = _LP7 * f + _LP6
+    p = p * f + _LP5
+    p = p * f + _LP4
+    p = p * f + _LP3
+    p = p * f + _LP2
+    p = p * f + _LP1
+    p = p * f + _LP0
+    r = f * z * p - _HALF * z
+    r = r + e * _LN2_LO
+    r = r + f
+    r = r + e * _LN2_HI
+    r = r if x > _ZERO else (_NINF if x == _ZERO else _NAN)
+    return r if x < _INF else x
+
+
+# --- dtype-generic wrappers (float32 -> polynomial, float64 -> libm) --------------------
+def fexp(x):
+    """exp for a float32 or float64 scalar (njit only)."""
+    raise NotImplementedError
+
+
+def fsigmoid(x):
+    """Logistic sigmoid for a float32 or float64 scalar (njit only)."""
+    raise NotImplementedError
+
+
+def ftanh(x):
+    """tanh for a float32 or float64 scalar (njit only)."""
+    raise NotImplementedError
+
+
+def ferf(x):
+    """erf for a float32 or float64 scalar (njit only)."""
+    raise NotImplementedError
+
+
+def flog(x):
+    """Natural log for a float32 or float64 scalar (njit only)."""
+    raise NotImplementedError
+
+
+def _sigmoid64(x):
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def _generic(stub, impl32, impl64):
+    @overload(stub, inline='always')
+    def _ov(x):
+        if x == types.float32:
+            return lambda x: impl32(x)
+        if isinstance(x, types.Float):
+            return lambda x: impl64(x)
+        return None
+
+
+_generic(fexp, exp32, math.exp)
+_generic(fsigmoid, sigmoid32, njit(inline='always')(_sigmoid64))
+_generic(ftanh, tanh32, math.tanh)
+_generic(ferf, erf32, math.erf)
+_generic(flog, log32, math.log)
