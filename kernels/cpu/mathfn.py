@@ -19,11 +19,18 @@ The helpers are ``inline='always'`` so they inherit the caller's fastmath flags;
 written to stay correct under ``{'reassoc', 'contract', 'arcp'}`` (no ``nnan``/``ninf``).
 """
 import math
+import warnings
 
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core.errors import NumbaIRAssumptionWarning
 from numba.extending import intrinsic, overload
+
+# Typed (overload) inlining of the helpers below makes Numba's SSA pass emit a benign
+# "variable '<fn>_vNN__vphi..' is not in scope" pedantic warning; silence only that one.
+warnings.filterwarnings('ignore', category=NumbaIRAssumptionWarning,
+                        message=r"variable '(exp32|sigmoid32|tanh32|erf32|log32)_v")
 
 _F = np.float32
 
@@ -187,7 +194,8 @@ def tanh32(x):
     e = exp32(ax + ax)
     big = _ONE - _TWO / (e + _ONE)
     big = big if x > _ZERO else -big
-    return small if ax < _TANH_SMALL else big
+    r = small if ax < _TANH_SMALL else big
+    return r if x != _ZERO else x       # keep the sign of -0.0
 
 
 @njit(inline='always', error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
@@ -241,7 +249,8 @@ def log32(x):
     r = r + e * _LN2_LO
     r = r + f
     r = r + e * _LN2_HI
-    r = r if x > _ZERO else (_NINF if x == _ZERO else _NAN)
+    r = r if x > _ZERO else _NAN
+    r = _NINF if x == _ZERO else r
     return r if x < _INF else x
 
 
@@ -275,18 +284,37 @@ def _sigmoid64(x):
     return 1.0 / (1.0 + math.exp(-x))
 
 
+def _exp64(x):
+    return math.exp(x)
+
+
+def _tanh64(x):
+    return math.tanh(x)
+
+
+def _erf64(x):
+    return math.erf(x)
+
+
+def _log64(x):
+    return math.log(x)
+
+
 def _generic(stub, impl32, impl64):
+    """Register ``stub`` for njit code: float32 -> impl32, other floats -> impl64 (both
+    plain Python functions, inlined at the call site; a non-inlined erf32 stayed a
+    scalar call and ran 10x slower)."""
     @overload(stub, inline='always')
     def _ov(x):
         if x == types.float32:
-            return lambda x: impl32(x)
+            return impl32
         if isinstance(x, types.Float):
-            return lambda x: impl64(x)
+            return impl64
         return None
 
 
-_generic(fexp, exp32, math.exp)
-_generic(fsigmoid, sigmoid32, njit(inline='always')(_sigmoid64))
-_generic(ftanh, tanh32, math.tanh)
-_generic(ferf, erf32, math.erf)
-_generic(flog, log32, math.log)
+_generic(fexp, exp32.py_func, _exp64)
+_generic(fsigmoid, sigmoid32.py_func, _sigmoid64)
+_generic(ftanh, tanh32.py_func, _tanh64)
+_generic(ferf, erf32.py_func, _erf64)
+_generic(flog, log32.py_func, _log64)

@@ -1,0 +1,550 @@
+"""The CPU backend: lowers a segment into a generated driver module calling Numba kernels.
+
+Lowering happens per input-shape signature (``SegmentCompiler.plan``), but the generated text
+does not depend on the concrete sizes: every size that can vary is read from the ``d`` array at
+run time and every buffer offset from the ``o`` array, so a new shape that keeps the same
+structure produces byte-identical source, hits the module cache and compiles nothing.
+
+Driver signature (one Python->native transition per call)::
+
+    call(ws, cb, pb, d, o, x0, x1, ..., y0, y1, ...)
+
+``ws`` the workspace (uint8), ``cb`` the constants arena, ``pb`` the plan's host values (both
+uint8), ``d`` int64 sizes, ``o`` int64 ``[start, end)`` byte ranges, ``x*`` the segment's
+inputs and ``y*`` its outputs (fresh arrays the caller owns).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ..ir import Node, Value
+from ..planner import ALIGN, Buffer, MemoryPlan, align, plan_memory
+from . import module as modmgr
+from .elementwise import (EXPR, FLOATS, Operand, collapse, kernel_source, supports_elementwise,
+                          tname)
+
+#: Elementwise work below this many elements runs serially (a prange launch costs ~3 us).
+PARALLEL_MIN = 1 << 16
+#: Most ops in one fused kernel (compile time grows linearly with statements).
+MAX_GROUP = 64
+
+
+class Unlowerable(Exception):
+    """A lowering cannot handle this node for these shapes; the node falls back."""
+
+    def __init__(self, node: Node, why: str):
+        super().__init__(f"{node.label}: {why}")
+        self.node = node
+
+
+Lowering = Callable[["Emitter", Node], None]
+LOWER: dict[tuple[str, str], Lowering] = {}
+SUPPORT: dict[tuple[str, str], Callable[[Node], bool]] = {}
+
+
+def lowering(*ops: str, domain: str = "", supports: Callable[[Node], bool] | None = None):
+    """Register a lowering for ``ops`` with a static support predicate (dtypes, attributes)."""
+    def deco(fn: Lowering) -> Lowering:
+        for op in ops:
+            LOWER[(domain, op)] = fn
+            SUPPORT[(domain, op)] = supports or (lambda n: True)
+        return fn
+    return deco
+
+
+class CpuBackend:
+    """Claims the nodes the CPU code generator can lower."""
+
+    name = "cpu"
+
+    def supports(self, node: Node) -> bool:
+        if supports_elementwise(node):
+            return True
+        pred = SUPPORT.get((node.domain, node.op_type))
+        return bool(pred and pred(node))
+
+
+# --- the emitter -----------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    """One row of the ``o`` array: a buffer in the workspace (``ws``) or plan buffer (``pb``)."""
+
+    kind: str
+    nbytes: int
+    begin: int = 0
+    end: int = 0
+    host: np.ndarray | None = None
+
+
+class Emitter:
+    """Builds one driver's body for one signature. Deterministic: same structure, same text."""
+
+    def __init__(self, seg, shapes, hostvals, consts: "ConstArena", memo: dict):
+        self.seg, self.shapes, self.hostvals, self.consts, self.memo = seg, shapes, hostvals, consts, memo
+        self.lines: list[str] = []
+        self.dims: list[int] = []
+        self.rows: list[Row] = []
+        self.names: dict[int, str] = {}
+        self.root: dict[int, int] = {}  # id(value) -> row backing it (through aliases)
+        self.kernels: dict[str, str] = {}  # module name -> source
+        self.step = 0
+        self.in_index = {id(v): i for i, v in enumerate(seg.inputs)}
+        self.out_index = {id(v): i for i, v in enumerate(seg.outputs)}
+        self._count = 0
+
+    # sizes ---------------------------------------------------------------------------------
+    def dim(self, n: int, static=None) -> str:
+        """A size in generated code: a literal when statically known, else a ``d`` slot."""
+        if isinstance(static, int) and static == n:
+            return str(int(n))
+        self.dims.append(int(n))
+        return f"d[{len(self.dims) - 1}]"
+
+    def shape_expr(self, v: Value, shape=None) -> str:
+        shape = self.shape(v) if shape is None else shape
+        static = v.shape if (v.shape is not None and len(v.shape) == len(shape)) else (None,) * len(shape)
+        parts = [self.dim(n, s) for n, s in zip(shape, static)]
+        return "(" + "".join(p + ", " for p in parts) + ")"
+
+    def tuple_expr(self, sizes, static=False) -> str:
+        parts = [str(int(n)) if static else self.dim(n) for n in sizes]
+        return "(" + "".join(p + ", " for p in parts) + ")"
+
+    def shape(self, v: Value) -> tuple[int, ...]:
+        if v.is_const:
+            return v.const.shape
+        return self.shapes[id(v)]
+
+    # arrays ----------------------------------------------------------------------------------
+    def _fresh(self, prefix: str) -> str:
+        self._count += 1
+        return f"{prefix}{self._count}"
+
+    def arr(self, v: Value) -> str:
+        """Expression of ``v``'s array, declaring a view on first use; records the read."""
+        name = self.names.get(id(v))
+        if name is None:
+            if id(v) in self.in_index:
+                name = f"x{self.in_index[id(v)]}"
+            elif id(v) in self.out_index:
+                name = f"y{self.out_index[id(v)]}"
+            elif v.is_const:
+                name = self._fresh("c")
+                start, end = self.consts.place(v.const)
+                self.lines.append(f"{name} = cb[{start}:{end}].view({tname(v.const.dtype)})"
+                                  f".reshape({self.tuple_expr(v.const.shape, static=True)})")
+            elif id(v) in self.hostvals:
+                host = np.ascontiguousarray(self.hostvals[id(v)])
+                r = self._row("pb", host.nbytes, host)
+                name = self._fresh("p")
+                self.lines.append(f"{name} = pb[o[{r}, 0]:o[{r}, 1]].view({tname(host.dtype)})"
+                                  f".reshape({self.shape_expr(v, host.shape)})")
+            else:
+                raise KeyError(f"value {v.name!r} read before it is produced")
+            self.names[id(v)] = name
+        r = self.root.get(id(v))
+        if r is not None:
+            self.rows[r].end = self.step
+        return name
+
+    def out(self, v: Value) -> str:
+        """Declare the array ``v`` is written into at this step."""
+        if id(v) in self.out_index:
+            name = f"y{self.out_index[id(v)]}"
+        else:
+            dt = np.dtype(v.dtype)
+            shape = self.shape(v)
+            r = self._row("ws", int(np.prod(shape, dtype=np.int64)) * dt.itemsize)
+            name = self._fresh("v")
+            self.lines.append(f"{name} = ws[o[{r}, 0]:o[{r}, 1]].view({tname(dt)})"
+                              f".reshape({self.shape_expr(v)})")
+            self.root[id(v)] = r
+        self.names[id(v)] = name
+        return name
+
+    def alias(self, dst: Value, src: Value) -> None:
+        """``dst`` is ``src`` reshaped (a view, no copy) -- or a copy if ``dst`` is an output."""
+        s = self.arr(src)
+        if id(dst) in self.out_index:
+            y = self.out(dst)
+            self.call(f"_data.copy_flat({s}.reshape(-1), {y}.reshape(-1))")
+            return
+        name = self._fresh("v")
+        self.lines.append(f"{name} = {s}.reshape({self.shape_expr(dst)})")
+        self.names[id(dst)] = name
+        if id(src) in self.root:
+            self.root[id(dst)] = self.root[id(src)]
+
+    def scratch(self, nelems: int, dtype) -> str:
+        dt = np.dtype(dtype)
+        r = self._row("ws", int(nelems) * dt.itemsize)
+        name = self._fresh("s")
+        self.lines.append(f"{name} = ws[o[{r}, 0]:o[{r}, 1]].view({tname(dt)})")
+        return name
+
+    def _row(self, kind: str, nbytes: int, host=None) -> int:
+        self.rows.append(Row(kind, nbytes, self.step, self.step, host))
+        return len(self.rows) - 1
+
+    def call(self, line: str) -> None:
+        self.lines.append(line)
+
+    def kernel(self, prefix: str, source: str) -> str:
+        """Register a generated kernel (deduplicated by text); returns its function name."""
+        name = modmgr.module_name(prefix, source.replace("__KNAME__", prefix))
+        self.kernels[name] = source.replace("__KNAME__", name)
+        return name
+
+    def next_step(self) -> None:
+        self.step += 1
+
+
+class ConstArena:
+    """All constants a segment's kernels read, packed once into one aligned uint8 buffer."""
+
+    def __init__(self):
+        self.parts: list[tuple[int, np.ndarray]] = []
+        self.index: dict[int, tuple[int, int]] = {}
+        self.size = 0
+        self.buffer = np.zeros(0, np.uint8)
+
+    def place(self, arr: np.ndarray) -> tuple[int, int]:
+        got = self.index.get(id(arr))
+        if got is None:
+            a = np.ascontiguousarray(arr)
+            start = align(self.size)
+            got = (start, start + a.nbytes)
+            self.size = got[1]
+            self.parts.append((start, a))
+            self.index[id(arr)] = got
+        return got
+
+    def materialize(self) -> np.ndarray:
+        if self.buffer.size < self.size:
+            buf = aligned_empty(self.size)
+            for start, a in self.parts:
+                buf[start:start + a.nbytes] = a.reshape(-1).view(np.uint8)
+            self.buffer = buf
+        return self.buffer
+
+
+def aligned_empty(nbytes: int) -> np.ndarray:
+    raw = np.empty(nbytes + ALIGN, np.uint8)
+    off = (-raw.ctypes.data) % ALIGN
+    return raw[off:off + nbytes]
+
+
+# --- fusion of elementwise chains ------------------------------------------------------------
+
+@dataclass
+class Group:
+    nodes: list[Node] = field(default_factory=list)
+    shape: tuple = ()
+
+
+def group_nodes(nodes: list[Node], shapes: dict, is_elementwise) -> list[Group | Node]:
+    """Greedy fusion of elementwise nodes into groups that share one iteration space.
+
+    A node joins the group of one of its producers when its output has the group's shape, the
+    group has room, and no other input depends on the group (which would make a cycle).
+    """
+    group_of: dict[int, int] = {}  # id(value) -> index of the group that produced it
+    anc: dict[int, int] = {}  # id(value) -> bitset of groups it depends on
+    items: list[Group | Node] = []
+    for n in nodes:
+        dep = 0
+        for v in n.all_inputs():
+            dep |= anc.get(id(v), 0)
+        if not is_elementwise(n):
+            items.append(n)
+            for o in n.outputs:
+                anc[id(o)] = dep
+            continue
+        out_shape = shapes[id(n.outputs[0])]
+        target = None
+        for v in n.inputs:
+            g = group_of.get(id(v)) if v is not None else None
+            if g is None or g == target:
+                continue
+            grp = items[g]
+            if grp.shape != out_shape or len(grp.nodes) >= MAX_GROUP:
+                continue
+            # any input not from g that depends on g would close a cycle
+            if any(group_of.get(id(x)) != g and anc.get(id(x), 0) >> g & 1
+                   for x in n.all_inputs()):
+                continue
+            target = g
+            break
+        if target is None:
+            items.append(Group([n], out_shape))
+            target = len(items) - 1
+        else:
+            items[target].nodes.append(n)
+        group_of[id(n.outputs[0])] = target
+        anc[id(n.outputs[0])] = dep | (1 << target)
+    return _toposort_items(items)
+
+
+def _toposort_items(items: list[Group | Node]) -> list[Group | Node]:
+    """Order fused groups and single nodes so every item follows the producers of its inputs.
+
+    A group is a unit: it runs once all its external inputs exist, which may be later than the
+    position of its first member in the original order.
+    """
+    owner: dict[int, int] = {}
+    for i, it in enumerate(items):
+        for n in (it.nodes if isinstance(it, Group) else [it]):
+            for o in n.outputs:
+                owner[id(o)] = i
+    deps: list[set[int]] = []
+    for i, it in enumerate(items):
+        d = set()
+        for n in (it.nodes if isinstance(it, Group) else [it]):
+            for v in n.all_inputs():
+                j = owner.get(id(v))
+                if j is not None and j != i:
+                    d.add(j)
+        deps.append(d)
+    import heapq
+    users: list[list[int]] = [[] for _ in items]
+    for i, d in enumerate(deps):
+        for j in d:
+            users[j].append(i)
+    pending = [len(d) for d in deps]
+    ready = [i for i, p in enumerate(pending) if p == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(items[i])
+        for u in users[i]:
+            pending[u] -= 1
+            if pending[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(items):
+        raise RuntimeError("fusion produced a cycle")  # the cycle check in group_nodes prevents it
+    return order
+
+
+def lower_group(em: Emitter, grp: Group, consumers_outside) -> None:
+    """Emit one fused elementwise kernel for ``grp`` and its call."""
+    produced = {id(n.outputs[0]): i for i, n in enumerate(grp.nodes)}
+    operands: list[Value] = []
+    op_index: dict[int, int] = {}
+    ops = []
+    temp_dtypes = []
+    for i, n in enumerate(grp.nodes):
+        refs = []
+        for v in (n.inputs[:1] if n.op_type == "Expand" else n.inputs):
+            if v is None:
+                refs.append(None)
+            elif id(v) in produced:
+                refs.append(produced[id(v)])
+            else:
+                if id(v) not in op_index:
+                    op_index[id(v)] = len(operands)
+                    operands.append(v)
+                refs.append(-1 - op_index[id(v)])
+        ops.append((n, refs, i))
+        temp_dtypes.append(np.dtype(n.outputs[0].dtype))
+    outs = [i for i, n in enumerate(grp.nodes) if consumers_outside(n.outputs[0])]
+    if not outs:
+        outs = [len(grp.nodes) - 1]
+    out_shape = grp.shape
+    rank = len(out_shape)
+    hints = []
+    for v in operands:
+        s = em.shape(v)
+        st = v.shape if (v.shape is not None and len(v.shape) == len(s)) else (None,) * len(s)
+        st = (None,) * (rank - len(st)) + tuple(st)
+        ost = grp.nodes[-1].outputs[0].shape
+        ost = ost if (ost is not None and len(ost) == rank) else (None,) * rank
+        hints.append(tuple(st[k] == 1 and ost[k] != 1 for k in range(rank)))
+    try:
+        extents, flags = collapse(out_shape, [em.shape(v) for v in operands], hints)
+    except ValueError as e:
+        raise Unlowerable(grp.nodes[0], str(e)) from None
+    size = int(np.prod(out_shape, dtype=np.int64))
+    key = ("par", id(grp.nodes[0]))
+    parallel = em.memo.setdefault(key, size >= PARALLEL_MIN and extents[0] > 1)
+    opnds = [Operand(np.dtype(v.dtype), f) for v, f in zip(operands, flags)]
+    prefix = "k_" + "_".join(dict.fromkeys(n.op_type.lower() for n in grp.nodes[:4]))
+    src = kernel_source("__KNAME__", ops, opnds, len(grp.nodes), outs, len(extents), parallel,
+                        temp_dtypes)
+    kname = em.kernel(prefix, src)
+    all_static = all(isinstance(s, int) for s in (grp.nodes[-1].outputs[0].shape or (None,)))
+    ext = em.tuple_expr(extents, static=all_static and grp.nodes[-1].outputs[0].shape is not None
+                        and len(grp.nodes[-1].outputs[0].shape) == rank)
+    ext_vals = ext[1:-1].split(", ")[:-1] if ext != "()" else []
+    args = []
+    for i in outs:
+        args.append(f"{em.out(grp.nodes[i].outputs[0])}.reshape({ext})")
+    for v, f in zip(operands, flags):
+        shp = "(" + "".join(("1" if b else e) + ", " for b, e in zip(f, ext_vals)) + ")"
+        args.append(f"{em.arr(v)}.reshape({shp})")
+    em.call(f"{kname}({', '.join(args)})")
+
+
+# --- segment compilation ---------------------------------------------------------------------
+
+@dataclass
+class Plan:
+    """Everything a call needs for one input-shape signature of one segment."""
+
+    driver: Callable
+    d: np.ndarray
+    o: np.ndarray
+    pb: np.ndarray
+    ws_bytes: int
+    memory: MemoryPlan
+    out_shapes: list[tuple]
+    exports: dict[int, np.ndarray]  # host values needed after the segment
+    kernel_names: list[str]
+    source_path: str
+    new_modules: int
+
+
+class SegmentCompiler:
+    """Plans one segment per signature; keeps the decisions that make generated text stable."""
+
+    def __init__(self, seg, placement: dict[int, str], host_runner, infer_shapes):
+        self.seg = seg
+        self.placement = placement
+        self.host_runner = host_runner
+        self.infer = infer_shapes
+        self.consts = ConstArena()
+        self.memo: dict = {}
+
+    def plan(self, env: dict[int, np.ndarray]) -> Plan:
+        from ..partition import HOST
+        seg = self.seg
+        shapes: dict[int, tuple] = {}
+        hostvals: dict[int, np.ndarray] = {}
+        for v in seg.inputs:
+            shapes[id(v)] = env[id(v)].shape
+        for v in seg.value_inputs:
+            hostvals[id(v)] = env[id(v)]
+
+        def shape_of(v):
+            return v.const.shape if v.is_const else shapes[id(v)]
+
+        def value_of(v):
+            return v.const if v.is_const else hostvals.get(id(v))
+
+        compiled = []
+        for n in seg.nodes:
+            if self.placement[id(n)] == HOST:
+                outs = self.host_runner(n, shape_of, value_of)
+                for o, r in zip(n.outputs, outs):
+                    hostvals[id(o)] = r
+                    shapes[id(o)] = r.shape
+                continue
+            in_shapes = [None if v is None else shape_of(v) for v in n.inputs]
+            in_vals = [None if v is None else value_of(v) for v in n.inputs]
+            for o, s in zip(n.outputs, self.infer(n, in_shapes, in_vals)):
+                shapes[id(o)] = tuple(int(x) for x in s)
+            compiled.append(n)
+
+        em = Emitter(seg, shapes, hostvals, self.consts, self.memo)
+        readers: dict[int, list[Node]] = {}
+        for n in compiled:
+            for v in n.all_inputs():
+                readers.setdefault(id(v), []).append(n)
+        out_ids = {id(v) for v in seg.outputs}
+        items = group_nodes(compiled, shapes, supports_elementwise)
+        for item in items:
+            if isinstance(item, Group):
+                members = {id(n) for n in item.nodes}
+
+                def outside(v, members=members):
+                    return id(v) in out_ids or any(id(r) not in members for r in readers.get(id(v), []))
+                lower_group(em, item, outside)
+            else:
+                fn = LOWER.get((item.domain, item.op_type))
+                if fn is None:
+                    raise Unlowerable(item, "no lowering")
+                fn(em, item)
+            em.next_step()
+        # segment outputs that are host values travel to the environment directly
+        exports = {id(v): hostvals[id(v)] for v in seg.outputs if id(v) in hostvals}
+        outs_needed = [v for v in seg.outputs if id(v) not in hostvals]
+        for v in outs_needed:  # an output nobody wrote (e.g. produced by a host node) is a bug
+            if id(v) not in em.names:
+                raise Unlowerable(seg.nodes[-1], f"segment output {v.name} not produced")
+        return self._finish(em, shapes, exports)
+
+    def _finish(self, em: Emitter, shapes, exports) -> Plan:
+        seg = self.seg
+        body = "\n".join("    " + line for line in em.lines) or "    pass"
+        imports = sorted(em.kernels)
+        n_in, n_out = len(seg.inputs), len(seg.outputs)
+        params = ["ws", "cb", "pb", "d", "o"] + [f"x{i}" for i in range(n_in)] + \
+                 [f"y{i}" for i in range(n_out)]
+        src = "\n".join([
+            modmgr.header().rstrip(),
+            "import math",
+            "import numpy as np",
+            "from numba import njit",
+            "from jitort.kernels.cpu import data as _data, gemm as _gemm, conv as _conv, "
+            "pool as _pool, softmax as _softmax, norm as _norm, reduce as _reduce",
+            *[f"from {modmgr.PACKAGE}.{k} import {k}" for k in imports],
+            "",
+            "",
+            "@njit(cache=True, error_model='numpy')",
+            f"def call({', '.join(params)}):",
+            body,
+            "    return 0",
+            "",
+        ])
+        new = 0
+        for name, ksrc in em.kernels.items():
+            if name not in modmgr._loaded:
+                new += 1
+            modmgr.load(name, _kernel_module(ksrc))
+        dname = modmgr.module_name("driver", src)
+        if dname not in modmgr._loaded:
+            new += 1
+        mod = modmgr.load(dname, src)
+        # memory: ws rows by liveness, pb rows packed
+        ws_rows = [(i, r) for i, r in enumerate(em.rows) if r.kind == "ws"]
+        bufs = [Buffer(i, r.nbytes, r.begin, max(r.begin, r.end)) for i, r in ws_rows]
+        mem = plan_memory(bufs)
+        o = np.zeros((max(len(em.rows), 1), 2), np.int64)
+        for b in bufs:
+            o[b.key] = (b.offset, b.offset + b.size)
+        pb_size = 0
+        pb_parts = []
+        for i, r in enumerate(em.rows):
+            if r.kind == "pb":
+                start = align(pb_size)
+                o[i] = (start, start + r.nbytes)
+                pb_size = start + r.nbytes
+                pb_parts.append((start, r.host))
+        pb = aligned_empty(max(pb_size, 0))
+        for start, host in pb_parts:
+            pb[start:start + host.nbytes] = host.reshape(-1).view(np.uint8)
+        out_shapes = [shapes[id(v)] for v in seg.outputs]
+        return Plan(mod.call, np.array(em.dims or [0], np.int64), o, pb, mem.workspace_bytes, mem,
+                    out_shapes, exports, imports, mod.__file__, new)
+
+
+_KERNEL_PRELUDE = """import math
+import numpy as np
+from numba import njit, prange
+from jitort.kernels.cpu import mathfn as _m
+
+
+"""
+
+
+def _kernel_module(src: str) -> str:
+    return modmgr.header() + _KERNEL_PRELUDE + src
+
+
+# lowerings register themselves on import
+from . import lowerings  # noqa: E402,F401

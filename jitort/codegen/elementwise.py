@@ -1,0 +1,382 @@
+"""Elementwise ops as expression strings, and the fused loop-nest emitter.
+
+``EXPR[op](node, args, dtypes, out_dtype) -> str`` renders one node given the names of its
+(already loaded) operands. A fused group of such nodes becomes one kernel: a loop nest over the
+collapsed iteration space, loads hoisted to the loop level where their index is complete, one
+SSA temporary per node, stores of the group's outputs. The CUDA renderer reuses the table and
+the group analysis and swaps the loop prologue and decorator.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..ir import Node
+
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+INTS = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64,
+                                   np.uint8, np.uint16, np.uint32, np.uint64))
+BOOL = np.dtype(np.bool_)
+NUMERIC = FLOATS + INTS
+
+
+def tname(dt) -> str:
+    """The numpy constructor name of a dtype inside generated code."""
+    dt = np.dtype(dt)
+    return "np.bool_" if dt == BOOL else f"np.{dt.name}"
+
+
+def lit(value, dt) -> str:
+    """A typed literal (``np.float32(0.5)``): untyped Python floats would promote to float64."""
+    dt = np.dtype(dt)
+    if dt == BOOL:
+        return "True" if value else "False"
+    if dt.kind == "f":
+        v = float(value)
+        if math.isnan(v):
+            return f"{tname(dt)}(np.nan)"
+        if math.isinf(v):
+            return f"{tname(dt)}({'-' if v < 0 else ''}np.inf)"
+        return f"{tname(dt)}({v!r})"
+    return f"{tname(dt)}({int(value)})"
+
+
+ExprFn = Callable[[Node, list, list, np.dtype], str]
+EXPR: dict[str, ExprFn] = {}
+#: dtypes each op is compiled for (others go to the interpreter)
+DTYPES: dict[str, tuple] = {}
+
+
+def expr(*ops: str, dtypes=FLOATS):
+    def deco(fn):
+        for op in ops:
+            EXPR[op] = fn
+            DTYPES[op] = dtypes
+        return fn
+    return deco
+
+
+def _binary(sym):
+    return lambda n, a, d, o: f"({a[0]} {sym} {a[1]})"
+
+
+for _op, _sym in (("Add", "+"), ("Sub", "-"), ("Mul", "*")):
+    expr(_op, dtypes=NUMERIC)(_binary(_sym))
+expr("Div")(_binary("/"))
+for _op, _sym in (("Equal", "=="), ("Less", "<"), ("Greater", ">"), ("LessOrEqual", "<="),
+                  ("GreaterOrEqual", ">=")):
+    expr(_op, dtypes=NUMERIC + (BOOL,))(_binary(_sym))
+expr("And", dtypes=(BOOL,))(_binary("&"))
+expr("Or", dtypes=(BOOL,))(_binary("|"))
+expr("Xor", dtypes=(BOOL,))(_binary("^"))
+expr("Not", dtypes=(BOOL,))(lambda n, a, d, o: f"(not {a[0]})")
+expr("Neg", dtypes=FLOATS + INTS)(lambda n, a, d, o: f"(-{a[0]})")
+expr("Abs", dtypes=FLOATS + INTS)(lambda n, a, d, o: f"abs({a[0]})")
+expr("Identity", "Expand", dtypes=NUMERIC + (BOOL,))(lambda n, a, d, o: a[0])
+expr("Reciprocal")(lambda n, a, d, o: f"({lit(1, o)} / {a[0]})")
+expr("Sqrt")(lambda n, a, d, o: f"np.sqrt({a[0]})")
+expr("Floor")(lambda n, a, d, o: f"np.floor({a[0]})")
+expr("Ceil")(lambda n, a, d, o: f"np.ceil({a[0]})")
+expr("Round")(lambda n, a, d, o: f"np.rint({a[0]})")
+expr("Sign")(lambda n, a, d, o: f"np.sign({a[0]})")
+_NP_UNARY = {"Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "arcsin", "Acos": "arccos",
+             "Atan": "arctan", "Sinh": "sinh", "Cosh": "cosh", "Asinh": "arcsinh",
+             "Acosh": "arccosh", "Atanh": "arctanh"}
+for _op, _fn in _NP_UNARY.items():
+    expr(_op)(lambda n, a, d, o, _fn=_fn: f"np.{_fn}({a[0]})")
+expr("Log")(lambda n, a, d, o: f"np.log({a[0]})")
+expr("IsNaN", dtypes=FLOATS)(lambda n, a, d, o: f"({a[0]} != {a[0]})")
+
+
+def _f32(o) -> bool:
+    return np.dtype(o) == np.float32
+
+
+@expr("Exp")
+def _exp(n, a, d, o):
+    return f"_m.exp32({a[0]})" if _f32(o) else f"np.exp({a[0]})"
+
+
+@expr("Sigmoid")
+def _sigmoid(n, a, d, o):
+    return f"_m.sigmoid32({a[0]})" if _f32(o) else f"({lit(1, o)} / ({lit(1, o)} + np.exp(-{a[0]})))"
+
+
+@expr("Tanh")
+def _tanh(n, a, d, o):
+    return f"_m.tanh32({a[0]})" if _f32(o) else f"np.tanh({a[0]})"
+
+
+@expr("Erf")
+def _erf(n, a, d, o):
+    return f"_m.erf32({a[0]})" if _f32(o) else f"math.erf({a[0]})"
+
+
+def _max(x, y):  # NaN-propagating select, like np.maximum
+    return f"({x} if ({x} >= {y} or {x} != {x}) else {y})"
+
+
+def _min(x, y):
+    return f"({x} if ({x} <= {y} or {x} != {x}) else {y})"
+
+
+@expr("Relu", dtypes=FLOATS + INTS)
+def _relu(n, a, d, o):
+    return f"({a[0]} if not ({a[0]} < {lit(0, o)}) else {lit(0, o)})"
+
+
+@expr("Max", dtypes=NUMERIC)
+def _vmax(n, a, d, o):
+    out = a[0]
+    for x in a[1:]:
+        out = _max(out, x)
+    return out
+
+
+@expr("Min", dtypes=NUMERIC)
+def _vmin(n, a, d, o):
+    out = a[0]
+    for x in a[1:]:
+        out = _min(out, x)
+    return out
+
+
+@expr("Sum", dtypes=NUMERIC)
+def _sum(n, a, d, o):
+    return "(" + " + ".join(a) + ")"
+
+
+@expr("Mean")
+def _mean(n, a, d, o):
+    return f"(({' + '.join(a)}) / {lit(len(a), o)})"
+
+
+@expr("Pow")
+def _pow(n, a, d, o):
+    e = n.inputs[1]
+    if e.is_const and e.const.size == 1:
+        v = float(e.const.reshape(-1)[0])
+        if v == 2.0:
+            return f"({a[0]} * {a[0]})"
+        if v == 1.0:
+            return a[0]
+        if v == 0.5:
+            return f"np.sqrt({a[0]})"
+        if v == 3.0:
+            return f"({a[0]} * {a[0]} * {a[0]})"
+    return f"({a[0]} ** {tname(o)}({a[1]}))"
+
+
+@expr("Clip", dtypes=FLOATS + INTS)
+def _clip(n, a, d, o):
+    x = a[0]
+    if n.since_version < 11:
+        lo, hi = n.attrs.get("min"), n.attrs.get("max")
+        if lo is not None:
+            x = _max(x, lit(lo, o))
+        if hi is not None:
+            x = _min(x, lit(hi, o))
+        return x
+    if len(a) > 1 and a[1] is not None:
+        x = _max(x, a[1])
+    if len(a) > 2 and a[2] is not None:
+        x = _min(x, a[2])
+    return x
+
+
+@expr("LeakyRelu")
+def _leaky(n, a, d, o):
+    return f"({a[0]} if {a[0]} >= {lit(0, o)} else {lit(n.attrs.get('alpha', 0.01), o)} * {a[0]})"
+
+
+@expr("PRelu")
+def _prelu(n, a, d, o):
+    return f"({a[0]} if {a[0]} >= {lit(0, o)} else {a[1]} * {a[0]})"
+
+
+@expr("Elu")
+def _elu(n, a, d, o):
+    al = lit(n.attrs.get("alpha", 1.0), o)
+    return f"({a[0]} if {a[0]} >= {lit(0, o)} else {al} * (np.exp({a[0]}) - {lit(1, o)}))"
+
+
+@expr("Selu")
+def _selu(n, a, d, o):
+    al, g = lit(n.attrs.get("alpha", 1.67326319217681884765625), o), lit(
+        n.attrs.get("gamma", 1.05070102214813232421875), o)
+    return f"({g} * ({a[0]} if {a[0]} > {lit(0, o)} else {al} * (np.exp({a[0]}) - {lit(1, o)})))"
+
+
+@expr("HardSigmoid")
+def _hsig(n, a, d, o):
+    inner = f"({lit(n.attrs.get('alpha', 0.2), o)} * {a[0]} + {lit(n.attrs.get('beta', 0.5), o)})"
+    return _min(_max(inner, lit(0, o)), lit(1, o))
+
+
+@expr("HardSwish")
+def _hswish(n, a, d, o):
+    inner = f"({lit(1 / 6, o)} * {a[0]} + {lit(0.5, o)})"
+    return f"({a[0]} * {_min(_max(inner, lit(0, o)), lit(1, o))})"
+
+
+@expr("Softplus")
+def _softplus(n, a, d, o):
+    x = a[0]
+    return (f"({x} + np.log1p(np.exp(-{x})) if {x} > {lit(0, o)} "
+            f"else np.log1p(np.exp({x})))")
+
+
+@expr("Softsign")
+def _softsign(n, a, d, o):
+    return f"({a[0]} / ({lit(1, o)} + abs({a[0]})))"
+
+
+@expr("ThresholdedRelu")
+def _trelu(n, a, d, o):
+    return f"({a[0]} if {a[0]} > {lit(n.attrs.get('alpha', 1.0), o)} else {lit(0, o)})"
+
+
+@expr("Gelu")
+def _gelu(n, a, d, o):
+    x = a[0]
+    if n.attrs.get("approximate", "none") == "tanh":
+        t = _tanh(n, [f"({lit(math.sqrt(2 / math.pi), o)} * ({x} + {lit(0.044715, o)} * {x} * {x} * {x}))"], d, o)
+        return f"({lit(0.5, o)} * {x} * ({lit(1, o)} + {t}))"
+    e = _erf(n, [f"({x} * {lit(1 / math.sqrt(2), o)})"], d, o)
+    return f"({lit(0.5, o)} * {x} * ({lit(1, o)} + {e}))"
+
+
+@expr("Where", dtypes=NUMERIC + (BOOL,))
+def _where(n, a, d, o):
+    return f"({a[1]} if {a[0]} else {a[2]})"
+
+
+@expr("Cast", dtypes=NUMERIC + (BOOL,))
+def _cast(n, a, d, o):
+    if np.dtype(o) == BOOL:
+        return f"({a[0]} != 0)"
+    return f"{tname(o)}({a[0]})"
+
+
+def supports_elementwise(n: Node) -> bool:
+    """True when ``n`` renders through the table for its dtypes."""
+    if n.domain != "" or n.op_type not in EXPR or len(n.outputs) != 1:
+        return False
+    if n.op_type in ("Cast",):
+        dts = [n.inputs[0].dtype, n.outputs[0].dtype]
+        return all(np.dtype(t) in NUMERIC + (BOOL,) for t in dts)
+    allowed = DTYPES[n.op_type]
+    if n.op_type == "Where":
+        ins = [v for v in n.inputs[1:] if v is not None]
+    elif n.op_type in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"):
+        ins = [v for v in n.inputs if v is not None]
+    else:
+        ins = [v for v in n.inputs if v is not None] + list(n.outputs)
+    if n.op_type in ("Expand",):
+        ins = [n.inputs[0]]
+    if n.op_type == "Clip" and n.since_version >= 11 and any(
+            v is not None and v.dtype != n.inputs[0].dtype for v in n.inputs[1:]):
+        return False
+    if n.op_type == "Pow" and n.inputs[1].dtype != n.inputs[0].dtype:
+        return False
+    return all(np.dtype(v.dtype) in allowed for v in ins)
+
+
+# --- fused kernel source ---------------------------------------------------------------------
+
+@dataclass
+class Operand:
+    """One input of a fused kernel: its dtype and, per collapsed dim, broadcast (True) or not."""
+
+    dtype: np.dtype
+    bcast: tuple[bool, ...]
+
+
+def collapse(out_shape, in_shapes, hints) -> tuple[list[int], list[tuple[bool, ...]]]:
+    """Collapse the iteration space: merge neighbouring dims with equal broadcast patterns.
+
+    ``in_shapes`` are right-aligned to ``out_shape``; ``hints[j][k]`` is True when input j is known
+    to be broadcast in dim k even if its size equals the output's (both 1): it keeps the pattern
+    stable across input shapes so the kernel text (and its compiled code) is reused.
+    Returns the collapsed extents and, per input, the collapsed broadcast flags.
+    """
+    rank = len(out_shape)
+    flags = []
+    for j, s in enumerate(in_shapes):
+        s = (1,) * (rank - len(s)) + tuple(s)
+        f = []
+        for k in range(rank):
+            if s[k] == out_shape[k]:
+                f.append(bool(hints[j][k]) and s[k] == 1)
+            elif s[k] == 1:
+                f.append(True)
+            else:
+                raise ValueError(f"cannot broadcast {in_shapes[j]} to {out_shape}")
+        flags.append(f)
+    extents: list[int] = []
+    cflags: list[list[bool]] = [[] for _ in in_shapes]
+    prev = None
+    for k in range(rank):
+        col = tuple(f[k] for f in flags)
+        if prev is not None and col == prev:
+            extents[-1] *= out_shape[k]
+        else:
+            extents.append(out_shape[k])
+            for j in range(len(in_shapes)):
+                cflags[j].append(col[j])
+        prev = col
+    if not extents:
+        extents = [1]
+        cflags = [[False] for _ in in_shapes]
+    return extents, [tuple(f) for f in cflags]
+
+
+def kernel_source(name: str, ops: list[tuple[Node, list[int], int]], operands: list[Operand],
+                  n_temps: int, out_temps: list[int], rank: int, parallel: bool, temp_dtypes: list[np.dtype]) -> str:
+    """Render a fused elementwise kernel.
+
+    ``ops``: (node, operand refs, result temp) in order; a ref ``r >= 0`` is temp ``r``, ``-1-j``
+    is kernel input ``j``. ``out_temps[i]`` is stored to output ``y{i}``.
+    """
+    ins = [f"x{j}" for j in range(len(operands))]
+    outs = [f"y{i}" for i in range(len(out_temps))]
+    flags = "cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'}"
+    if parallel:
+        flags += ", parallel=True"
+    lines = [f"@njit({flags})", f"def {name}({', '.join(outs + ins)}):"]
+    idx = [f"i{k}" for k in range(rank)]
+    lines.append(f"    {', '.join(f'n{k}' for k in range(rank))}{',' if rank == 1 else ''} = y0.shape")
+    # the loop level at which each input's index is complete (-1: before all loops)
+    level = []
+    for op in operands:
+        full = [k for k in range(rank) if not op.bcast[k]]
+        level.append(max(full) if full else -1)
+
+    def load(j):
+        ix = ", ".join("0" if operands[j].bcast[k] else idx[k] for k in range(rank))
+        return f"a{j} = {ins[j]}[{ix}]"
+
+    body: list[str] = []
+    ind = "    "
+    for j in range(len(operands)):
+        if level[j] == -1:
+            body.append(ind + load(j))
+    for k in range(rank):
+        rng = "prange" if (parallel and k == 0) else "range"
+        body.append(f"{ind}for {idx[k]} in {rng}(n{k}):")
+        ind += "    "
+        for j in range(len(operands)):
+            if level[j] == k:
+                body.append(ind + load(j))
+    for node, refs, t in ops:
+        args = [None if r is None else (f"t{r}" if r >= 0 else f"a{-1 - r}") for r in refs]
+        dts = [None if r is None else (temp_dtypes[r] if r >= 0 else operands[-1 - r].dtype)
+               for r in refs]
+        body.append(f"{ind}t{t} = {EXPR[node.op_type](node, args, dts, temp_dtypes[t])}")
+    ix = ", ".join(idx)
+    for i, t in enumerate(out_temps):
+        body.append(f"{ind}{outs[i]}[{ix}] = t{t}")
+    return "\n".join(lines + body) + "\n"

@@ -1,0 +1,138 @@
+"""Partitioning, as ONNX Runtime's execution providers do it.
+
+Every node gets one placement:
+
+* ``HOST``: a shape computation (``Shape``/``Size``, or any node whose inputs are all constants or
+  host values). Evaluated once per input-shape signature while planning, never per call.
+* a backend name (``"cpu"``...): the first backend in preference order whose ``supports(node)``
+  says yes. A node whose *value* inputs (a Reshape's target shape, a Slice's starts...) are
+  computed by compiled kernels cannot be planned ahead and is left to the interpreter.
+* ``INTERP``: everything else, run by the fallback interpreter.
+
+Consecutive host and compiled nodes form a :class:`Segment` (one generated driver); interpreter
+nodes sit between segments.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .ir import Graph, Node, Value
+from .shapes import value_inputs
+
+HOST = "host"
+INTERP = "interp"
+
+#: Host nodes producing more elements than this stay on the data path (planned per shape anyway).
+SHAPE_OPS = {"Shape", "Size"}
+
+
+class Backend(Protocol):
+    name: str
+
+    def supports(self, node: Node) -> bool: ...
+
+
+@dataclass
+class Segment:
+    """A run of host and compiled nodes lowered into one driver."""
+
+    nodes: list[Node]
+    inputs: list[Value] = field(default_factory=list)  # non-constant values read from outside
+    outputs: list[Value] = field(default_factory=list)  # values needed after the segment
+    value_inputs: list[Value] = field(default_factory=list)  # inputs whose values key the plan
+
+
+@dataclass
+class InterpStep:
+    node: Node
+
+
+def assign(graph: Graph, backends: list[Backend]) -> dict[int, str]:
+    """Return ``id(node) -> placement``."""
+    placement: dict[int, str] = {}
+    host_values: set[int] = set()
+    for n in graph.nodes:
+        ins = [v for v in n.inputs if v is not None]
+        if not n.implicit and not _has_subgraph(n) and (
+                n.op_type in SHAPE_OPS and n.domain == ""
+                or (ins and all(v.is_const or id(v) in host_values for v in ins)
+                    and _host_safe(n))):
+            placement[id(n)] = HOST
+            host_values.update(id(o) for o in n.outputs)
+            continue
+        placement[id(n)] = INTERP
+        if _typed(n):
+            for b in backends:
+                if b.supports(n):
+                    placement[id(n)] = b.name
+                    break
+    # a compiled node whose value inputs come from compiled kernels cannot be planned ahead
+    producer = {id(o): n for n in graph.nodes for o in n.outputs}
+    for n in graph.nodes:
+        p = placement[id(n)]
+        if p in (HOST, INTERP):
+            continue
+        for i in value_inputs(n):
+            v = n.input(i)
+            if v is None or v.is_const:
+                continue
+            src = producer.get(id(v))
+            if src is not None and placement[id(src)] not in (HOST, INTERP):
+                placement[id(n)] = INTERP
+                break
+    return placement
+
+
+def _has_subgraph(n: Node) -> bool:
+    return any(hasattr(a, "node") or (isinstance(a, list) and a and hasattr(a[0], "node"))
+               for a in n.attrs.values())
+
+
+def _host_safe(n: Node) -> bool:
+    return n.op_type not in {"RandomNormal", "RandomUniform", "RandomNormalLike",
+                             "RandomUniformLike", "Multinomial", "Bernoulli"}
+
+
+def _typed(n: Node) -> bool:
+    return all(v.dtype is not None for v in n.all_inputs()) and all(
+        o.dtype is not None for o in n.outputs)
+
+
+def schedule(graph: Graph, placement: dict[int, str]) -> list[Segment | InterpStep]:
+    """Split the topological order into segments and interpreter steps."""
+    steps: list[Segment | InterpStep] = []
+    for n in graph.nodes:
+        if placement[id(n)] == INTERP:
+            steps.append(InterpStep(n))
+        elif steps and isinstance(steps[-1], Segment):
+            steps[-1].nodes.append(n)
+        else:
+            steps.append(Segment([n]))
+    # inputs/outputs of each segment
+    later_reads: list[set[int]] = [set() for _ in steps]
+    acc = {id(v) for v in graph.outputs}
+    for i in range(len(steps) - 1, -1, -1):
+        later_reads[i] = set(acc)
+        step = steps[i]
+        nodes = step.nodes if isinstance(step, Segment) else [step.node]
+        for n in nodes:
+            acc.update(id(v) for v in n.all_inputs())
+    for i, step in enumerate(steps):
+        if not isinstance(step, Segment):
+            continue
+        produced = {id(o) for n in step.nodes for o in n.outputs}
+        seen = set()
+        for n in step.nodes:
+            vin = set(value_inputs(n)) if placement[id(n)] != HOST else set()
+            for j, v in enumerate(n.inputs):
+                if v is None or v.is_const or id(v) in produced:
+                    continue
+                if id(v) not in seen:
+                    seen.add(id(v))
+                    step.inputs.append(v)
+                if (j in vin or placement[id(n)] == HOST and n.op_type not in SHAPE_OPS) \
+                        and v not in step.value_inputs:
+                    step.value_inputs.append(v)
+        step.outputs = [o for n in step.nodes for o in n.outputs if id(o) in later_reads[i]]
+    return steps

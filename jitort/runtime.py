@@ -1,0 +1,321 @@
+"""CompiledModel: validate feeds, pick (or compute once) the plan for these shapes, run.
+
+The program is a list of steps in topological order: compiled segments (one generated driver
+each, planned per input-shape signature and cached) and interpreter steps between them.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import shapes as shape_fns
+from .codegen import module as modmgr
+from .codegen.cpu import CpuBackend, Plan, SegmentCompiler, Unlowerable, aligned_empty
+from .errors import ExecutionError, InvalidInput, JitortError, UnsupportedOp
+from .importer import import_model
+from .interpreter import make_runner
+from .ir import Graph, Node, Value
+from .partition import HOST, INTERP, InterpStep, Segment, assign, schedule
+from .passes import PassReport, run_pipeline
+
+log = logging.getLogger("jitort")
+
+#: Plans kept per segment (least recently used evicted first).
+PLAN_CACHE_SIZE = 64
+
+
+@dataclass
+class InputInfo:
+    """What a graph input expects: name, dtype and shape (ints, symbol names or None)."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple
+
+    def __repr__(self) -> str:
+        return f"InputInfo({self.name!r}, {np.dtype(self.dtype).name}, {list(self.shape)})"
+
+
+class CompiledModel:
+    """A model compiled by :func:`jitort.compile`. Callable; thread-safe.
+
+    Call it with positional or keyword numpy arrays to get the outputs as a list in graph
+    output order, or use :meth:`run` with onnxruntime's calling convention.
+    """
+
+    def __init__(self, model: Any, *, threads: int | None = None, base_dir=None,
+                 optimize: bool = True, backends: Sequence[str] = ("cpu",)):
+        if threads is not None:
+            _set_threads(threads)
+        self.graph: Graph = import_model(model, base_dir)
+        self.input_names = [v.name for v in self.graph.inputs]
+        self.output_names = [v.name for v in self.graph.outputs]
+        self.inputs = [InputInfo(v.name, v.dtype, v.shape if v.shape is not None else ())
+                       for v in self.graph.inputs]
+        self._input_ranks = [None if v.shape is None else len(v.shape) for v in self.graph.inputs]
+        self.original_node_count = len(self.graph.nodes)
+        self.pass_report: PassReport = run_pipeline(self.graph) if optimize else PassReport()
+        self._backends = [CpuBackend()] if "cpu" in backends else []
+        self.placement = assign(self.graph, self._backends)
+        self._lock = threading.RLock()
+        self._tls = threading.local()
+        self.fallback_reasons: dict[str, str] = {}
+        self._build_program()
+
+    # --- program ---------------------------------------------------------------------------
+    def _build_program(self) -> None:
+        self.steps = schedule(self.graph, self.placement)
+        self._runners: dict[int, Any] = {}
+        self._host_runners: dict[int, Any] = {}
+        self._compilers: dict[int, SegmentCompiler] = {}
+        self._plans: dict[int, OrderedDict] = {}
+        for step in self.steps:
+            if isinstance(step, InterpStep):
+                self._runners[id(step.node)] = make_runner(step.node, self.graph.opsets)
+            else:
+                self._compilers[id(step)] = SegmentCompiler(step, self.placement, self._run_host,
+                                                            infer_shapes)
+                self._plans[id(step)] = OrderedDict()
+
+    def _run_host(self, n: Node, shape_of, value_of) -> list[np.ndarray]:
+        if n.op_type == "Shape":
+            s = np.array(shape_of(n.inputs[0]), np.int64)
+            start, end = n.attrs.get("start", 0), n.attrs.get("end", None)
+            return [s[start:end]]
+        if n.op_type == "Size":
+            return [np.array(int(np.prod(shape_of(n.inputs[0]), dtype=np.int64)), np.int64)]
+        runner = self._host_runners.get(id(n))
+        if runner is None:
+            runner = self._host_runners[id(n)] = make_runner(n, self.graph.opsets)
+        return runner([None if v is None else value_of(v) for v in n.inputs])
+
+    def _fall_back(self, node: Node, why: str) -> None:
+        log.info("node %s falls back to the interpreter: %s", node.label, why)
+        self.placement[id(node)] = INTERP
+        self.fallback_reasons[node.label] = why
+        self._build_program()
+
+    # --- calling ---------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs) -> list[np.ndarray]:
+        if len(args) > len(self.input_names):
+            raise InvalidInput(f"model takes {len(self.input_names)} inputs, got {len(args)} "
+                               "positional arrays")
+        feeds = dict(zip(self.input_names, args))
+        for k, v in kwargs.items():
+            if k in feeds:
+                raise InvalidInput(f"input {k!r} given both positionally and by name")
+            feeds[k] = v
+        return self._execute(feeds, None)
+
+    def run(self, output_names: Sequence[str] | None, feeds: dict[str, Any], run_options=None) -> list:
+        """onnxruntime's convention: ``run(None, {"x": array})`` returns all outputs."""
+        if not isinstance(feeds, dict):
+            raise InvalidInput("feeds must be a dict mapping input names to arrays")
+        return self._execute(feeds, output_names)
+
+    def _execute(self, feeds: dict, output_names) -> list[np.ndarray]:
+        arrays = self._validate(feeds)
+        env: dict[int, Any] = {id(v): a for v, a in zip(self.graph.inputs, arrays)}
+        while True:
+            try:
+                self._run_steps(env)
+                break
+            except Unlowerable as e:
+                with self._lock:
+                    self._fall_back(e.node, str(e))
+        outs = self._collect(env, output_names)
+        return outs
+
+    def _run_steps(self, env: dict) -> None:
+        for step in self.steps:
+            if isinstance(step, InterpStep):
+                self._interp(step.node, env)
+            else:
+                self._segment(step, env)
+
+    def _interp(self, n: Node, env: dict) -> None:
+        ins = [None if v is None else (v.const if v.is_const else env[id(v)]) for v in n.inputs]
+        ins += [v.const if v.is_const else env[id(v)] for v in n.implicit]
+        try:
+            outs = self._runners[id(n)](ins)
+        except JitortError:
+            raise
+        except Exception as e:
+            raise ExecutionError(f"node {n.label} failed: {type(e).__name__}: {e}") from e
+        for o, r in zip(n.outputs, outs):
+            env[id(o)] = r
+
+    def _segment(self, seg: Segment, env: dict) -> None:
+        key = tuple(env[id(v)].shape for v in seg.inputs) + tuple(
+            _value_key(env[id(v)]) for v in seg.value_inputs)
+        plans = self._plans[id(seg)]
+        plan: Plan | None = plans.get(key)
+        if plan is None:
+            with self._lock:
+                plan = self._compilers[id(seg)].plan(env)
+                plans[key] = plan
+                if len(plans) > PLAN_CACHE_SIZE:
+                    plans.popitem(last=False)
+        else:
+            plans.move_to_end(key)
+        outs = [np.empty(s, v.dtype) for s, v in zip(plan.out_shapes, seg.outputs)]
+        ws = self._workspace(plan.ws_bytes)
+        cb = self._compilers[id(seg)].consts.materialize()
+        try:
+            plan.driver(ws, cb, plan.pb, plan.d, plan.o, *[env[id(v)] for v in seg.inputs], *outs)
+        except IndexError as e:
+            raise InvalidInput(f"{e} (an index input is out of range)") from None
+        except JitortError:
+            raise
+        except Exception as e:
+            raise ExecutionError(f"compiled segment failed: {type(e).__name__}: {e}") from e
+        for v, a in zip(seg.outputs, outs):
+            env[id(v)] = a
+        env.update(plan.exports)
+
+    def _workspace(self, nbytes: int) -> np.ndarray:
+        ws = getattr(self._tls, "ws", None)
+        if ws is None or ws.size < nbytes:
+            ws = self._tls.ws = aligned_empty(max(nbytes, 64))
+        return ws
+
+    def release(self) -> None:
+        """Give back the calling thread's workspace and drop cached plans."""
+        self._tls.ws = None
+        for plans in self._plans.values():
+            plans.clear()
+
+    def _collect(self, env: dict, output_names) -> list[np.ndarray]:
+        if output_names is None:
+            wanted = list(range(len(self.graph.outputs)))
+        else:
+            index = {n: i for i, n in enumerate(self.output_names)}
+            missing = [n for n in output_names if n not in index]
+            if missing:
+                raise InvalidInput(f"unknown output name(s) {missing}; outputs are {self.output_names}")
+            wanted = [index[n] for n in output_names]
+        result, seen = [], set()
+        input_ids = {id(v) for v in self.graph.inputs}
+        for i in wanted:
+            v = self.graph.outputs[i]
+            a = v.const if v.is_const else env[id(v)]
+            if isinstance(a, np.ndarray) and (v.is_const or id(v) in input_ids or id(a) in seen
+                                              or not a.flags.owndata):
+                a = np.array(a, copy=True)  # the caller owns what we return
+            if isinstance(a, np.ndarray):
+                seen.add(id(a))
+            result.append(a)
+        return result
+
+    # --- validation ------------------------------------------------------------------------
+    def _validate(self, feeds: dict) -> list[np.ndarray]:
+        unknown = [k for k in feeds if k not in self.input_names]
+        if unknown:
+            raise InvalidInput(f"unknown input name(s) {unknown}; the model's inputs are "
+                               f"{self.input_names}")
+        arrays = []
+        symbols: dict[str, tuple[int, str]] = {}
+        for v in self.graph.inputs:
+            if v.name not in feeds:
+                raise InvalidInput(f"missing input {v.name!r} ({np.dtype(v.dtype).name}"
+                                   f"{list(v.shape) if v.shape is not None else ''})")
+            a = feeds[v.name]
+            if not isinstance(a, np.ndarray):
+                if hasattr(a, "__array__") or isinstance(a, (list, tuple, int, float, bool)):
+                    a = np.asarray(a)
+                else:
+                    raise InvalidInput(f"input {v.name!r} must be a numpy array, got {type(a).__name__}")
+            if a.dtype != v.dtype:
+                raise InvalidInput(f"input {v.name!r} has dtype {a.dtype}, expected "
+                                   f"{np.dtype(v.dtype).name}")
+            if v.shape is not None:
+                if a.ndim != len(v.shape):
+                    raise InvalidInput(f"input {v.name!r} has rank {a.ndim} (shape {a.shape}), "
+                                       f"expected rank {len(v.shape)} {list(v.shape)}")
+                for k, (got, want) in enumerate(zip(a.shape, v.shape)):
+                    if isinstance(want, int) and got != want:
+                        raise InvalidInput(f"input {v.name!r} has shape {a.shape}: dim {k} must be "
+                                           f"{want}")
+                    if isinstance(want, str):
+                        prev = symbols.setdefault(want, (got, v.name))
+                        if prev[0] != got:
+                            raise InvalidInput(f"input {v.name!r} dim {k} ({want}) is {got} but "
+                                               f"input {prev[1]!r} has {want}={prev[0]}")
+            if not a.flags.c_contiguous:
+                a = np.ascontiguousarray(a)
+            arrays.append(a)
+        return arrays
+
+    # --- reporting -------------------------------------------------------------------------
+    def placement_counts(self) -> Counter:
+        """Nodes per placement: ``cpu`` (compiled), ``host`` (plan time), ``interp``."""
+        return Counter(self.placement[id(n)] for n in self.graph.nodes)
+
+    @property
+    def compiled_share(self) -> float:
+        """Share of the optimized graph's nodes not run by the interpreter per call."""
+        c = self.placement_counts()
+        total = sum(c.values())
+        return 1.0 if total == 0 else 1.0 - c.get(INTERP, 0) / total
+
+    def fallback_nodes(self) -> list[str]:
+        return [n.label for n in self.graph.nodes if self.placement[id(n)] == INTERP]
+
+    def plans(self):
+        """All cached plans (for reports and tests)."""
+        for plans in self._plans.values():
+            yield from plans.values()
+
+    @property
+    def workspace_bytes(self) -> int:
+        return max((p.ws_bytes for p in self.plans()), default=0)
+
+    @property
+    def workspace_lower_bound(self) -> int:
+        return max((p.memory.lower_bound for p in self.plans()), default=0)
+
+    def generated_sources(self) -> list[str]:
+        return sorted({p.source_path for p in self.plans()})
+
+    def summary(self) -> str:
+        c = self.placement_counts()
+        return (f"{self.original_node_count} nodes imported, {len(self.graph.nodes)} after passes "
+                f"({self.pass_report}); compiled {c.get('cpu', 0)}, host {c.get(HOST, 0)}, "
+                f"interpreted {c.get(INTERP, 0)}; compiled share {self.compiled_share:.1%}")
+
+
+def infer_shapes(node: Node, in_shapes: list, in_values: list) -> list[tuple]:
+    """Output shapes of a compiled node: jitort's own ops here, ONNX ops in :mod:`.shapes`."""
+    if node.domain == "jitort" and node.op_type == "MatMulBias":
+        return shape_fns.infer(Node("MatMul", node.inputs[:2], node.outputs[:1], {}, "", node.name, 13),
+                               in_shapes[:2], in_values[:2])
+    return shape_fns.infer(node, in_shapes, in_values)
+
+
+def _value_key(a) -> tuple:
+    a = np.asarray(a)
+    return (a.dtype.str, a.shape, a.tobytes())
+
+
+def _set_threads(n: int) -> None:
+    import numba
+    if n < 1:
+        raise ValueError("threads must be >= 1")
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+
+
+def compile(model: Any, *, threads: int | None = None, base_dir=None, optimize: bool = True,
+            **kwargs) -> CompiledModel:
+    """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) into a callable."""
+    return CompiledModel(model, threads=threads, base_dir=base_dir, optimize=optimize, **kwargs)
+
+
+def compile_count() -> int:
+    """Numba compilations in this process so far (cache loads excluded)."""
+    return modmgr.compile_count

@@ -1,0 +1,73 @@
+"""Data-movement kernels on fixed-rank views: gather, concat/split copies.
+
+The compiler collapses an N-D tensor around the axis of interest into ``(outer, axis, inner)``
+so one rank-3 kernel serves every rank.
+"""
+import numpy as np
+from numba import njit, prange
+
+
+@njit(cache=True, error_model='numpy')
+def gather3(data, idx, out):
+    """out[o, k, i] = data[o, idx[k], i]; negative indices wrap once; out-of-range raises.
+
+    data (O, A, I), idx (K,) integer, out (O, K, I).
+    """
+    n_outer, axis_len, inner = data.shape
+    for k in range(idx.shape[0]):
+        j = idx[k]
+        if j < -axis_len or j >= axis_len:
+            raise IndexError("Gather: index out of range")
+    for o in range(n_outer):
+        for k in range(idx.shape[0]):
+            j = idx[k]
+            if j < 0:
+                j += axis_len
+            for i in range(inner):
+                out[o, k, i] = data[o, j, i]
+
+
+@njit(cache=True, error_model='numpy', parallel=True)
+def gather3_par(data, idx, out):
+    """Parallel :func:`gather3` for big lookups (embedding tables)."""
+    n_outer, axis_len, inner = data.shape
+    for k in range(idx.shape[0]):
+        j = idx[k]
+        if j < -axis_len or j >= axis_len:
+            raise IndexError("Gather: index out of range")
+    n = idx.shape[0]
+    for ok in prange(n_outer * n):
+        o = ok // n
+        k = ok - o * n
+        j = idx[k]
+        if j < 0:
+            j += axis_len
+        for i in range(inner):
+            out[o, k, i] = data[o, j, i]
+
+
+@njit(cache=True, error_model='numpy')
+def copy3_into(x, out, offset):
+    """out[o, offset + a, i] = x[o, a, i]   (one input of a Concat). x (O, A, I), out (O, B, I)."""
+    n_outer, a_len, inner = x.shape
+    for o in range(n_outer):
+        for a in range(a_len):
+            for i in range(inner):
+                out[o, offset + a, i] = x[o, a, i]
+
+
+@njit(cache=True, error_model='numpy')
+def copy3_from(x, out, offset):
+    """out[o, a, i] = x[o, offset + a, i]   (one output of a Split). x (O, B, I), out (O, A, I)."""
+    n_outer, a_len, inner = out.shape
+    for o in range(n_outer):
+        for a in range(a_len):
+            for i in range(inner):
+                out[o, a, i] = x[o, offset + a, i]
+
+
+@njit(cache=True, error_model='numpy')
+def copy_flat(x, out):
+    """out[:] = x for two contiguous 1-D arrays of the same size."""
+    for i in range(x.shape[0]):
+        out[i] = x[i]

@@ -1,0 +1,97 @@
+"""Fused epilogues (bias add, residual add, activation) applied in place to 2-D blocks.
+
+Activation codes (shared by gemm and conv kernels):
+    ACT_NONE = 0, ACT_RELU = 1, ACT_GELU = 2 (erf form), ACT_SIGMOID = 3, ACT_TANH = 4,
+    ACT_LEAKY_RELU = 5 (slope ``alpha``), ACT_CLIP = 6 (``alpha`` = min, ``beta`` = max).
+NaN inputs stay NaN for every activation (as in ONNX Relu/Clip/...).
+Arrays are C-contiguous float32 or float64; scalars ``alpha``/``beta`` are converted to the
+array dtype.
+"""
+import numpy as np
+from numba import njit
+
+from .mathfn import ferf, fsigmoid, ftanh
+
+ACT_NONE = 0
+ACT_RELU = 1
+ACT_GELU = 2
+ACT_SIGMOID = 3
+ACT_TANH = 4
+ACT_LEAKY_RELU = 5
+ACT_CLIP = 6
+NUM_ACTS = 7
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def act_row(row, act, alpha, beta):
+    """Apply activation ``act`` in place to the 1-D contiguous array ``row``."""
+    n = row.shape[0]
+    t = row.dtype.type
+    zero = t(0.0)
+    if act == ACT_RELU:
+        for j in range(n):
+            v = row[j]
+            row[j] = zero if v < zero else v
+    elif act == ACT_GELU:
+        half = t(0.5)
+        one = t(1.0)
+        rs2 = t(0.7071067811865476)
+        for j in range(n):
+            v = row[j]
+            row[j] = half * v * (one + ferf(v * rs2))
+    elif act == ACT_SIGMOID:
+        for j in range(n):
+            row[j] = fsigmoid(row[j])
+    elif act == ACT_TANH:
+        for j in range(n):
+            row[j] = ftanh(row[j])
+    elif act == ACT_LEAKY_RELU:
+        a = t(alpha)
+        for j in range(n):
+            v = row[j]
+            row[j] = v * a if v < zero else v
+    elif act == ACT_CLIP:
+        lo = t(alpha)
+        hi = t(beta)
+        for j in range(n):
+            v = row[j]
+            v = lo if v < lo else v
+            row[j] = hi if v > hi else v
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def bias_act_2d(out2, bias, act, alpha, beta):
+    """out2 (R, N) in place: out2[r, j] = act(out2[r, j] + bias[j]).
+
+    ``bias`` is 1-D of length N, or length 0 for no bias.
+    """
+    rows, n = out2.shape
+    has_bias = bias.shape[0] > 0
+    for r in range(rows):
+        row = out2[r]
+        if has_bias:
+            for j in range(n):
+                row[j] += bias[j]
+        if act != ACT_NONE:
+            act_row(row, act, alpha, beta)
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def chan_bias_res_act_2d(out2, bias, has_bias, res2, has_res, act, alpha, beta):
+    """out2 (R, S) in place: out2[r, s] = act(out2[r, s] + bias[r] + res2[r, s]).
+
+    ``bias`` (R,) is used only when ``has_bias``; ``res2`` (R, S) only when ``has_res``.
+    """
+    rows, n = out2.shape
+    for r in range(rows):
+        row = out2[r]
+        if has_bias:
+            b = bias[r]
+            for j in range(n):
+                row[j] += b
+        if has_res:
+            rr = res2[r]
+            for j in range(n):
+                row[j] += rr[j]
+        if act != ACT_NONE:
+            act_row(row, act, alpha, beta)

@@ -1,0 +1,105 @@
+import numpy as np
+import pytest
+
+from jitort.kernels.cpu import pool as P
+
+DTYPES = [np.float32, np.float64]
+
+
+def _out(h, k, s, pb, pe, d, ceil):
+    num = h + pb + pe - d * (k - 1) - 1
+    o = (-(-num // s) if ceil else num // s) + 1
+    if ceil and (o - 1) * s >= h + pb:   # last window must start inside input + begin pad
+        o -= 1
+    return o
+
+
+POOL_CASES = [
+    # h, w, kh, kw, sh, sw, pads(hb, wb, he, we), dil, ceil
+    (7, 6, 3, 3, 1, 1, (1, 1, 1, 1), (1, 1), 0),
+    (8, 9, 3, 2, 2, 2, (1, 0, 1, 1), (1, 1), 0),
+    (9, 9, 3, 3, 2, 2, (1, 1, 1, 1), (1, 1), 1),
+    (10, 7, 2, 3, 3, 2, (0, 1, 0, 1), (1, 1), 1),
+    (5, 5, 2, 2, 2, 2, (0, 0, 0, 0), (1, 1), 1),
+    (1, 1, 1, 1, 1, 1, (0, 0, 0, 0), (1, 1), 0),
+    (9, 8, 3, 2, 1, 2, (2, 1, 2, 1), (2, 3), 0),     # dilation (maxpool only)
+]
+
+
+def _case(dtype, case, n=2, c=3, seed=0):
+    h, w, kh, kw, sh, sw, pads, dil, ceil = case
+    x = np.random.default_rng(seed).standard_normal((n, c, h, w)).astype(dtype)
+    oh = _out(h, kh, sh, pads[0], pads[2], dil[0], ceil)
+    ow = _out(w, kw, sw, pads[1], pads[3], dil[1], ceil)
+    return x, np.full((n, c, oh, ow), np.nan, dtype)
+
+
+def _ort32(ort_node, op, x, **attrs):
+    """ORT has no double pools for all ops; run float32 and compare loosely for float64."""
+    return ort_node(op, [x.astype(np.float32)], **attrs).astype(x.dtype)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('case', POOL_CASES)
+def test_maxpool2d(dtype, case, ort_node):
+    h, w, kh, kw, sh, sw, pads, dil, ceil = case
+    x, out = _case(dtype, case)
+    P.maxpool2d(x, out, kh, kw, sh, sw, pads[0], pads[1], dil[0], dil[1])
+    ref = _ort32(ort_node, 'MaxPool', x, kernel_shape=[kh, kw], strides=[sh, sw],
+                 pads=list(pads), dilations=list(dil), ceil_mode=ceil)
+    np.testing.assert_allclose(out, ref, rtol=1e-6)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('case', [c for c in POOL_CASES if c[7] == (1, 1)])
+@pytest.mark.parametrize('cip', [0, 1])
+def test_avgpool2d(dtype, case, cip, ort_node):
+    h, w, kh, kw, sh, sw, pads, dil, ceil = case
+    x, out = _case(dtype, case)
+    P.avgpool2d(x, out, kh, kw, sh, sw, pads[0], pads[1], cip, pads[2], pads[3])
+    ref = _ort32(ort_node, 'AveragePool', x, kernel_shape=[kh, kw], strides=[sh, sw],
+                 pads=list(pads), ceil_mode=ceil, count_include_pad=cip)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_pool_big_parallel(ort_node):
+    x = np.random.default_rng(1).standard_normal((1, 16, 64, 64)).astype(np.float32)
+    out = np.empty((1, 16, 32, 32), np.float32)
+    P.maxpool2d(x, out, 3, 3, 2, 2, 1, 1, 1, 1)
+    ref = ort_node('MaxPool', [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 0, 0])
+    np.testing.assert_array_equal(out, ref)
+    P.avgpool2d(x, out, 3, 3, 2, 2, 1, 1, 0, 0, 0)
+    ref = ort_node('AveragePool', [x], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 0, 0])
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shape', [(2, 3, 5), (1, 1, 1), (2, 2, 0), (0, 3, 4), (4, 16, 2048)])
+def test_global_pools(dtype, shape):
+    x = np.random.default_rng(2).standard_normal(shape).astype(dtype)
+    out = np.empty(shape[:2], dtype)
+    P.global_avgpool(x, out)
+    with np.errstate(invalid='ignore'):
+        ref = x.sum(axis=2) / shape[2]
+    np.testing.assert_allclose(out, ref, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6)
+    P.global_maxpool(x, out)
+    ref = np.max(x, axis=2, initial=-np.inf)
+    np.testing.assert_array_equal(out, ref)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('size', [1, 2, 3, 5])
+def test_lrn(dtype, size, ort_node):
+    x = np.random.default_rng(3).standard_normal((2, 6, 3, 4)).astype(dtype)
+    out = np.empty_like(x)
+    alpha, beta, bias = float(np.float32(1e-3)), 0.75, 1.5
+    P.lrn(x.reshape(2, 6, 12), out.reshape(2, 6, 12), size, alpha, beta, bias)
+    if size % 2:
+        ref = _ort32(ort_node, 'LRN', x, size=size, alpha=alpha, beta=beta, bias=bias)
+    else:   # ORT only supports odd sizes: numpy version of the ONNX formula
+        sq = np.zeros_like(x, dtype=np.float64)
+        for c in range(6):
+            lo, hi = max(0, c - (size - 1) // 2), min(5, c + size // 2)
+            sq[:, c] = (x[:, lo:hi + 1].astype(np.float64) ** 2).sum(axis=1)
+        ref = x / (bias + alpha / size * sq) ** beta
+    np.testing.assert_allclose(out, ref, rtol=2e-5, atol=1e-6)

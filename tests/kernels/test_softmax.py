@@ -1,0 +1,52 @@
+import numpy as np
+import pytest
+
+from jitort.kernels.cpu import softmax as S
+
+DTYPES = [np.float32, np.float64]
+SHAPES = [(3, 7, 1), (2, 5, 4), (1, 1, 1), (0, 3, 1), (2, 0, 3), (2, 3, 0), (64, 1000, 1),
+          (8, 50, 100)]
+
+
+def _ref(x, log):
+    x = x.astype(np.float64)
+    with np.errstate(invalid='ignore', divide='ignore'):
+        m = np.max(x, axis=1, keepdims=True, initial=-np.inf)
+        e = np.exp(x - m)
+        s = e.sum(axis=1, keepdims=True)
+        return x - m - np.log(s) if log else e / s
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shape', SHAPES)
+@pytest.mark.parametrize('log', [False, True])
+def test_softmax(dtype, shape, log):
+    x = (np.random.default_rng(0).standard_normal(shape) * 5).astype(dtype)
+    out = np.full(shape, np.nan, dtype)
+    (S.logsoftmax3d if log else S.softmax3d)(x, out)
+    rt = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(out, _ref(x, log), rtol=rt, atol=rt)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('log', [False, True])
+def test_softmax_special(dtype, log):
+    x = np.array([[-np.inf, -np.inf, -np.inf], [0, -np.inf, 1], [1000, 1000, -1000],
+                  [np.nan, 0, 1]], dtype).reshape(4, 3, 1)
+    out = np.empty_like(x)
+    (S.logsoftmax3d if log else S.softmax3d)(x, out)
+    np.testing.assert_allclose(out, _ref(x, log), rtol=1e-6)
+    xt = np.ascontiguousarray(x.transpose(2, 1, 0))        # same rows with I = 4
+    out = np.empty_like(xt)
+    (S.logsoftmax3d if log else S.softmax3d)(xt, out)
+    np.testing.assert_allclose(out, _ref(xt, log), rtol=1e-6)
+
+
+def test_softmax_vs_ort(ort_node):
+    x = np.random.default_rng(1).standard_normal((4, 6, 5)).astype(np.float32)
+    out = np.empty_like(x)
+    S.softmax3d(x, out)
+    np.testing.assert_allclose(out, ort_node('Softmax', [x], axis=1, opset=13), rtol=1e-5)
+    S.logsoftmax3d(x, out)
+    np.testing.assert_allclose(out, ort_node('LogSoftmax', [x], axis=1, opset=13), rtol=1e-5,
+                               atol=1e-6)
