@@ -51,6 +51,7 @@ class CompiledModel:
 
     def __init__(self, model: Any, *, threads: int | None = None, base_dir=None,
                  optimize: bool = True, backends: Sequence[str] = ("cpu",)):
+        _configure_blas()
         if threads is not None:
             _set_threads(threads)
         self.graph: Graph = import_model(model, base_dir)
@@ -301,6 +302,30 @@ def infer_shapes(node: Node, in_shapes: list, in_values: list) -> list[tuple]:
 def _value_key(a) -> tuple:
     a = np.asarray(a)
     return (a.dtype.str, a.shape, a.tobytes())
+
+
+_blas_configured = False
+
+
+def _configure_blas() -> None:
+    """Pin the BLAS that Numba's ``np.dot`` calls (scipy's OpenBLAS) to one thread.
+
+    jitort parallelizes GEMMs itself (row/batch blocks under ``prange``). Two thread pools on
+    the same cores spin against each other: bert went from 8 ms to 95 ms per call with both.
+    numpy's own OpenBLAS (the user's) is left alone.
+    """
+    global _blas_configured
+    if _blas_configured:
+        return
+    _blas_configured = True
+    try:
+        import scipy.linalg.cython_blas  # noqa: F401  (loads the library Numba binds to)
+        from threadpoolctl import ThreadpoolController
+        for lib in ThreadpoolController().lib_controllers:
+            if lib.user_api == "blas" and "numpy" not in lib.filepath:
+                lib.set_num_threads(1)
+    except Exception as e:  # pragma: no cover - best effort, never fatal
+        log.warning("could not pin BLAS threads: %s", e)
 
 
 def _set_threads(n: int) -> None:

@@ -15,7 +15,7 @@ inputs and ``y*`` its outputs (fresh arrays the caller owns).
 """
 from __future__ import annotations
 
-import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -72,21 +72,30 @@ class CpuBackend:
 
 @dataclass
 class Row:
-    """One row of the ``o`` array: a buffer in the workspace (``ws``) or plan buffer (``pb``)."""
+    """One row of the ``o`` array: a buffer in the workspace (``ws``), the plan's host values
+    (``pb``) or the constants arena (``cb``, ``fixed`` offsets)."""
 
     kind: str
     nbytes: int
     begin: int = 0
     end: int = 0
     host: np.ndarray | None = None
+    fixed: tuple[int, int] | None = None
 
 
 class Emitter:
-    """Builds one driver's body for one signature. Deterministic: same structure, same text."""
+    """Builds one driver's body for one signature. Deterministic: same structure, same text.
+
+    Array names are *declared* (``self.decls``: name -> expression) rather than emitted, so a
+    chunk of the driver can re-declare exactly the views it uses. Every size and offset goes
+    through the ``d`` and ``o`` arrays: literal ints passed to an njit function would make Numba
+    compile one specialization per literal value.
+    """
 
     def __init__(self, seg, shapes, hostvals, consts: "ConstArena", memo: dict):
         self.seg, self.shapes, self.hostvals, self.consts, self.memo = seg, shapes, hostvals, consts, memo
-        self.lines: list[str] = []
+        self.calls: list[tuple[int, str]] = []  # (step, line)
+        self.decls: dict[str, str] = {}
         self.dims: list[int] = []
         self.rows: list[Row] = []
         self.names: dict[int, str] = {}
@@ -99,21 +108,16 @@ class Emitter:
 
     # sizes ---------------------------------------------------------------------------------
     def dim(self, n: int, static=None) -> str:
-        """A size in generated code: a literal when statically known, else a ``d`` slot."""
-        if isinstance(static, int) and static == n:
-            return str(int(n))
+        """A size (or integer parameter) in generated code: a slot of the ``d`` array."""
         self.dims.append(int(n))
         return f"d[{len(self.dims) - 1}]"
 
     def shape_expr(self, v: Value, shape=None) -> str:
         shape = self.shape(v) if shape is None else shape
-        static = v.shape if (v.shape is not None and len(v.shape) == len(shape)) else (None,) * len(shape)
-        parts = [self.dim(n, s) for n, s in zip(shape, static)]
-        return "(" + "".join(p + ", " for p in parts) + ")"
+        return self.tuple_expr(shape)
 
     def tuple_expr(self, sizes, static=False) -> str:
-        parts = [str(int(n)) if static else self.dim(n) for n in sizes]
-        return "(" + "".join(p + ", " for p in parts) + ")"
+        return "(" + "".join(self.dim(n) + ", " for n in sizes) + ")"
 
     def shape(self, v: Value) -> tuple[int, ...]:
         if v.is_const:
@@ -124,6 +128,12 @@ class Emitter:
     def _fresh(self, prefix: str) -> str:
         self._count += 1
         return f"{prefix}{self._count}"
+
+    def _view(self, buf: str, row: int, dtype, shape) -> str:
+        helper = self.helper(_view_helper_source(np.dtype(dtype), len(shape)),
+                             f"view_{np.dtype(dtype).name}_{len(shape)}")
+        dims = "".join(", " + self.dim(n) for n in shape)
+        return f"{helper}({buf}, o[{row}, 0], o[{row}, 1]{dims})"
 
     def arr(self, v: Value) -> str:
         """Expression of ``v``'s array, declaring a view on first use; records the read."""
@@ -136,14 +146,14 @@ class Emitter:
             elif v.is_const:
                 name = self._fresh("c")
                 start, end = self.consts.place(v.const)
-                self.lines.append(f"{name} = cb[{start}:{end}].view({tname(v.const.dtype)})"
-                                  f".reshape({self.tuple_expr(v.const.shape, static=True)})")
+                r = self._row("cb", end - start)
+                self.rows[r].fixed = (start, end)
+                self.decls[name] = self._view("cb", r, v.const.dtype, v.const.shape)
             elif id(v) in self.hostvals:
                 host = np.ascontiguousarray(self.hostvals[id(v)])
                 r = self._row("pb", host.nbytes, host)
                 name = self._fresh("p")
-                self.lines.append(f"{name} = pb[o[{r}, 0]:o[{r}, 1]].view({tname(host.dtype)})"
-                                  f".reshape({self.shape_expr(v, host.shape)})")
+                self.decls[name] = self._view("pb", r, host.dtype, host.shape)
             else:
                 raise KeyError(f"value {v.name!r} read before it is produced")
             self.names[id(v)] = name
@@ -161,8 +171,7 @@ class Emitter:
             shape = self.shape(v)
             r = self._row("ws", int(np.prod(shape, dtype=np.int64)) * dt.itemsize)
             name = self._fresh("v")
-            self.lines.append(f"{name} = ws[o[{r}, 0]:o[{r}, 1]].view({tname(dt)})"
-                              f".reshape({self.shape_expr(v)})")
+            self.decls[name] = self._view("ws", r, dt, shape)
             self.root[id(v)] = r
         self.names[id(v)] = name
         return name
@@ -175,7 +184,7 @@ class Emitter:
             self.call(f"_data.copy_flat({s}.reshape(-1), {y}.reshape(-1))")
             return
         name = self._fresh("v")
-        self.lines.append(f"{name} = {s}.reshape({self.shape_expr(dst)})")
+        self.decls[name] = f"{s}.reshape({self.shape_expr(dst)})"
         self.names[id(dst)] = name
         if id(src) in self.root:
             self.root[id(dst)] = self.root[id(src)]
@@ -184,7 +193,7 @@ class Emitter:
         dt = np.dtype(dtype)
         r = self._row("ws", int(nelems) * dt.itemsize)
         name = self._fresh("s")
-        self.lines.append(f"{name} = ws[o[{r}, 0]:o[{r}, 1]].view({tname(dt)})")
+        self.decls[name] = self._view("ws", r, dt, (int(nelems),))
         return name
 
     def _row(self, kind: str, nbytes: int, host=None) -> int:
@@ -192,7 +201,7 @@ class Emitter:
         return len(self.rows) - 1
 
     def call(self, line: str) -> None:
-        self.lines.append(line)
+        self.calls.append((self.step, line))
 
     def kernel(self, prefix: str, source: str) -> str:
         """Register a generated kernel (deduplicated by text); returns its function name."""
@@ -200,8 +209,32 @@ class Emitter:
         self.kernels[name] = source.replace("__KNAME__", name)
         return name
 
+    def helper(self, source: str, prefix: str) -> str:
+        return self.kernel(prefix, source)
+
     def next_step(self) -> None:
         self.step += 1
+
+
+def _view_helper_source(dt: np.dtype, rank: int) -> str:
+    dims = [f"n{k}" for k in range(rank)]
+    shape = "(" + "".join(f"{d}, " for d in dims) + ")"
+    return (f"@njit(cache=True, error_model='numpy')\n"
+            f"def __KNAME__(buf, start, end{''.join(', ' + d for d in dims)}):\n"
+            f"    return buf[start:end].view({tname(dt)}).reshape({shape})\n")
+
+
+def _reshape_helper_source(rank: int) -> str:
+    dims = [f"n{k}" for k in range(rank)]
+    shape = "(" + "".join(f"{d}, " for d in dims) + ")"
+    return (f"@njit(cache=True, error_model='numpy')\n"
+            f"def __KNAME__(a{''.join(', ' + d for d in dims)}):\n"
+            f"    return a.reshape({shape})\n")
+
+
+_FLAT_SOURCE = ("@njit(cache=True, error_model='numpy')\n"
+                "def __KNAME__(a):\n"
+                "    return a.reshape(a.size)\n")
 
 
 class ConstArena:
@@ -361,7 +394,7 @@ def lower_group(em: Emitter, grp: Group, consumers_outside) -> None:
     for v in operands:
         s = em.shape(v)
         st = v.shape if (v.shape is not None and len(v.shape) == len(s)) else (None,) * len(s)
-        st = (None,) * (rank - len(st)) + tuple(st)
+        st = (1,) * (rank - len(st)) + tuple(st)  # prepended dims are broadcast by rank alone
         ost = grp.nodes[-1].outputs[0].shape
         ost = ost if (ost is not None and len(ost) == rank) else (None,) * rank
         hints.append(tuple(st[k] == 1 and ost[k] != 1 for k in range(rank)))
@@ -480,11 +513,24 @@ class SegmentCompiler:
 
     def _finish(self, em: Emitter, shapes, exports) -> Plan:
         seg = self.seg
-        body = "\n".join("    " + line for line in em.lines) or "    pass"
+        _rewrite_reshapes(em)
+        params = ", ".join(["ws", "cb", "pb", "d", "o"] + [f"x{i}" for i in range(len(seg.inputs))]
+                           + [f"y{i}" for i in range(len(seg.outputs))])
+        chunks = _chunks(em.calls)
+        parts = []
+        for i, lines in enumerate(chunks):
+            used = _declared_closure(em.decls, lines)
+            body = [f"    {n} = {em.decls[n]}" for n in em.decls if n in used]
+            body += [f"    {line}" for line in lines]
+            parts += ["", "", f"@njit({DRIVER_FLAGS})", f"def part{i}({params}):", *body,
+                      "    return 0"]
+        if len(chunks) == 1:
+            parts += ["", "", "call = part0"]
+        else:  # a few Python->native transitions, much cheaper to compile than one huge function
+            parts += ["", "", f"def call({params}):"]
+            parts += [f"    part{i}({params})" for i in range(len(chunks))]
+            parts += ["    return 0"]
         imports = sorted(em.kernels)
-        n_in, n_out = len(seg.inputs), len(seg.outputs)
-        params = ["ws", "cb", "pb", "d", "o"] + [f"x{i}" for i in range(n_in)] + \
-                 [f"y{i}" for i in range(n_out)]
         src = "\n".join([
             modmgr.header().rstrip(),
             "import math",
@@ -493,12 +539,7 @@ class SegmentCompiler:
             "from jitort.kernels.cpu import data as _data, gemm as _gemm, conv as _conv, "
             "pool as _pool, softmax as _softmax, norm as _norm, reduce as _reduce",
             *[f"from {modmgr.PACKAGE}.{k} import {k}" for k in imports],
-            "",
-            "",
-            "@njit(cache=True, error_model='numpy')",
-            f"def call({', '.join(params)}):",
-            body,
-            "    return 0",
+            *parts,
             "",
         ])
         new = 0
@@ -510,7 +551,7 @@ class SegmentCompiler:
         if dname not in modmgr._loaded:
             new += 1
         mod = modmgr.load(dname, src)
-        # memory: ws rows by liveness, pb rows packed
+        # memory: ws rows by liveness; pb rows packed; cb rows fixed by the constants arena
         ws_rows = [(i, r) for i, r in enumerate(em.rows) if r.kind == "ws"]
         bufs = [Buffer(i, r.nbytes, r.begin, max(r.begin, r.end)) for i, r in ws_rows]
         mem = plan_memory(bufs)
@@ -525,12 +566,78 @@ class SegmentCompiler:
                 o[i] = (start, start + r.nbytes)
                 pb_size = start + r.nbytes
                 pb_parts.append((start, r.host))
+            elif r.kind == "cb":
+                o[i] = r.fixed
         pb = aligned_empty(max(pb_size, 0))
         for start, host in pb_parts:
             pb[start:start + host.nbytes] = host.reshape(-1).view(np.uint8)
         out_shapes = [shapes[id(v)] for v in seg.outputs]
         return Plan(mod.call, np.array(em.dims or [0], np.int64), o, pb, mem.workspace_bytes, mem,
                     out_shapes, exports, imports, mod.__file__, new)
+
+
+#: Driver flags. (``_dbg_optnone`` would cut ~30 % of its compile time but makes Numba refuse
+#: to cache the function, so the driver is optimized like everything else.)
+DRIVER_FLAGS = "cache=True, error_model='numpy'"
+#: Kernel calls per driver chunk: Numba's compile time grows superlinearly with function size.
+CHUNK_CALLS = 24
+
+_RESHAPE = re.compile(r"(\b[a-z]\w*)\.reshape\(\(([^()]*)\)\)")
+_FLAT = re.compile(r"(\b[a-z]\w*)\.reshape\(-1\)")
+_NAME = re.compile(r"\b([cvps]\d+)\b")
+
+
+def _rewrite_reshapes(em: Emitter) -> None:
+    """Turn ``x.reshape((a, b, ))`` into calls of small generated helpers (``rs_2(x, a, b)``).
+
+    Inline ``.reshape``/``.view`` cost Numba ~3x more to compile than a call to a helper
+    compiled once; literal sizes become ``d`` slots so no literal specializations arise.
+    """
+    def sub(m):
+        args = [a.strip() for a in m.group(2).split(",") if a.strip()]
+        args = [em.dim(int(a)) if a.lstrip("-").isdigit() else a for a in args]
+        helper = em.helper(_reshape_helper_source(len(args)), f"rs_{len(args)}")
+        return f"{helper}({m.group(1)}{''.join(', ' + a for a in args)})"
+
+    def rewrite(text):
+        text = _RESHAPE.sub(sub, text)
+        if _FLAT.search(text):
+            flat = em.helper(_FLAT_SOURCE, "flat")
+            text = _FLAT.sub(lambda m: f"{flat}({m.group(1)})", text)
+        return text
+
+    em.calls = [(step, rewrite(line)) for step, line in em.calls]
+    em.decls = {k: rewrite(v) for k, v in em.decls.items()}
+
+
+def _chunks(calls: list[tuple[int, str]]) -> list[list[str]]:
+    """Split the call lines into chunks of at most CHUNK_CALLS, cutting between steps."""
+    chunks: list[list[str]] = [[]]
+    count = 0
+    last_step = None
+    for step, line in calls:
+        if count >= CHUNK_CALLS and step != last_step:
+            chunks.append([])
+            count = 0
+        chunks[-1].append(line)
+        count += 1
+        last_step = step
+    if not chunks[-1]:
+        chunks[-1].append("pass")
+    return chunks
+
+
+def _declared_closure(decls: dict[str, str], lines: list[str]) -> set[str]:
+    """Names declared in ``decls`` that ``lines`` need, including the views they derive from."""
+    need: set[str] = set()
+    todo = [n for line in lines for n in _NAME.findall(line)]
+    while todo:
+        n = todo.pop()
+        if n in need or n not in decls:
+            continue
+        need.add(n)
+        todo += _NAME.findall(decls[n])
+    return need
 
 
 _KERNEL_PRELUDE = """import math

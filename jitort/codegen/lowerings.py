@@ -11,9 +11,11 @@ import numpy as np
 
 from ..ir import Node
 from .cpu import Emitter, Unlowerable, lowering
-from .elementwise import FLOATS, tname
+from .elementwise import BOOL, FLOATS, NUMERIC, tname
 
 _F = tuple(FLOATS)
+#: dtypes Numba can take as array arguments (float16, bfloat16, float8, int4, strings... cannot)
+_PLAIN = tuple(NUMERIC) + (BOOL,)
 
 
 def _prod(xs) -> int:
@@ -22,6 +24,12 @@ def _prod(xs) -> int:
 
 def _is_float(*vals) -> bool:
     return all(v is not None and v.dtype is not None and np.dtype(v.dtype) in _F for v in vals)
+
+
+def _plain(n: Node) -> bool:
+    """Every present input and output has a dtype the generated code can handle."""
+    return all(v.dtype is not None and np.dtype(v.dtype) in _PLAIN
+               for v in list(n.all_inputs()) + list(n.outputs) if v is not None)
 
 
 def _float_io(n: Node) -> bool:
@@ -39,7 +47,7 @@ def _3d(shape, axis) -> tuple[int, int, int]:
 # --- views -------------------------------------------------------------------------------------
 
 @lowering("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity",
-          supports=lambda n: n.inputs[0].dtype is not None)
+          supports=_plain)
 def lower_view(em: Emitter, n: Node) -> None:
     em.alias(n.outputs[0], n.inputs[0])
 
@@ -121,7 +129,7 @@ def lower_gemm(em: Emitter, n: Node) -> None:
 
 # --- data movement -----------------------------------------------------------------------------
 
-@lowering("Transpose", supports=lambda n: n.inputs[0].dtype is not None)
+@lowering("Transpose", supports=_plain)
 def lower_transpose(em: Emitter, n: Node) -> None:
     x, y = n.inputs[0], n.outputs[0]
     shape = em.shape(x)
@@ -158,7 +166,7 @@ def lower_transpose(em: Emitter, n: Node) -> None:
             f"{em.arr(x)}.reshape({em.tuple_expr(in_shape)}))")
 
 
-@lowering("Gather", supports=lambda n: n.inputs[0].dtype is not None
+@lowering("Gather", supports=lambda n: _plain(n)
           and np.dtype(n.inputs[1].dtype) in (np.dtype(np.int32), np.dtype(np.int64)))
 def lower_gather(em: Emitter, n: Node) -> None:
     data, idx, y = n.inputs[0], n.inputs[1], n.outputs[0]
@@ -174,7 +182,7 @@ def lower_gather(em: Emitter, n: Node) -> None:
             f"{em.arr(idx)}.reshape({em.tuple_expr((k,))}), {yv}.reshape({em.tuple_expr((o, k, i))}))")
 
 
-@lowering("Concat", supports=lambda n: n.outputs[0].dtype is not None)
+@lowering("Concat", supports=_plain)
 def lower_concat(em: Emitter, n: Node) -> None:
     y = n.outputs[0]
     shape = em.shape(y)
@@ -193,7 +201,7 @@ def lower_concat(em: Emitter, n: Node) -> None:
         off += a
 
 
-@lowering("Split", supports=lambda n: n.inputs[0].dtype is not None)
+@lowering("Split", supports=_plain)
 def lower_split(em: Emitter, n: Node) -> None:
     x = n.inputs[0]
     shape = em.shape(x)
@@ -208,7 +216,7 @@ def lower_split(em: Emitter, n: Node) -> None:
         off += a
 
 
-@lowering("Slice", supports=lambda n: n.inputs[0].dtype is not None and n.since_version >= 10)
+@lowering("Slice", supports=lambda n: _plain(n) and n.since_version >= 10)
 def lower_slice(em: Emitter, n: Node) -> None:
     x, y = n.inputs[0], n.outputs[0]
     shape = em.shape(x)

@@ -53,13 +53,14 @@ def cache_dir() -> Path:
 
 
 def library_hash() -> str:
-    """Hash of the kernel library and codegen sources: part of every generated file's header."""
+    """Hash of jitort's version, numba's and the kernel library sources (every file's header)."""
     global _LIB_HASH
     if _LIB_HASH is None:
         h = hashlib.sha256(f"{__version__} numba {numba.__version__}".encode())
         from .. import kernels  # noqa: F401  (jitort.kernels, shipped from kernels/)
-        roots = [Path(kernels.__file__).parent, Path(__file__).parent]
-        for root in roots:
+        # Generated text is the program, so codegen edits need no invalidation; the kernel
+        # library it calls is outside the text and is hashed into every file's header.
+        for root in [Path(kernels.__file__).parent]:
             for p in sorted(root.rglob("*.py")):
                 h.update(p.name.encode())
                 h.update(p.read_bytes())

@@ -131,7 +131,9 @@ def _depthwise_par(xn, w, outn, sh, sw, ph, pw, dh, dw):
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias, has_res,
                  act, alpha_act, beta_act):
-    """Shared implementation; see module docstring for the contract."""
+    """Shared implementation; see module docstring for the contract. The wrappers pass
+    ``np.int64(...)``/``np.float64(...)`` so that literal constants do not make Numba
+    compile a separate (slow, ~10 s) specialization of this function per wrapper."""
     n_n, c_n, h, wd = x.shape
     m_n, cg, kh_n, kw_n = w.shape
     oh_n = out.shape[2]
@@ -180,16 +182,16 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def conv2d(x, w, b, out, col, sh, sw, ph, pw, dh, dw, group, has_bias):
     """ONNX Conv: out = conv(x, w) + b. See module docstring for shapes."""
-    _conv2d_core(x, w, b, out, out, col, sh, sw, ph, pw, dh, dw, group, has_bias, False,
-                 0, 0.0, 0.0)
+    _conv2d_core(x, w, b, out, out, col, sh, sw, ph, pw, dh, dw, group, has_bias,
+                 np.int64(0), np.int64(0), np.float64(0.0), np.float64(0.0))
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def conv2d_bias_act(x, w, b, out, col, sh, sw, ph, pw, dh, dw, group, has_bias, act,
                     alpha_act, beta_act):
     """out = act(conv(x, w) + b); ``act`` code and params as in ``epilogue``."""
-    _conv2d_core(x, w, b, out, out, col, sh, sw, ph, pw, dh, dw, group, has_bias, False,
-                 act, alpha_act, beta_act)
+    _conv2d_core(x, w, b, out, out, col, sh, sw, ph, pw, dh, dw, group, has_bias,
+                 np.int64(0), np.int64(act), np.float64(alpha_act), np.float64(beta_act))
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
@@ -197,5 +199,5 @@ def conv2d_bias_add_act(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, h
                         act, alpha_act, beta_act):
     """out = act(conv(x, w) + b + res); res (N, M, OH, OW) must not alias ``out``
     (the GEMM overwrites ``out`` before the residual is read)."""
-    _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias, True,
-                 act, alpha_act, beta_act)
+    _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias,
+                 np.int64(1), np.int64(act), np.float64(alpha_act), np.float64(beta_act))

@@ -30,7 +30,7 @@ from numba.extending import intrinsic, overload
 # Typed (overload) inlining of the helpers below makes Numba's SSA pass emit a benign
 # "variable '<fn>_vNN__vphi..' is not in scope" pedantic warning; silence only that one.
 warnings.filterwarnings('ignore', category=NumbaIRAssumptionWarning,
-                        message=r"variable '(exp32|sigmoid32|tanh32|erf32|log32)_v")
+                        message=r"(?s).*variable '(exp32|sigmoid32|tanh32|erf32|log32)_v")
 
 _F = np.float32
 

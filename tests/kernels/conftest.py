@@ -42,3 +42,12 @@ def run_ort_node(op, inputs, n_out=1, opset=17, out_dtypes=None, **attrs):
 def ort_node():
     return run_ort_node
 
+
+
+def pytest_configure(config):
+    # Benign Numba SSA pedantic warning from typed inlining of the mathfn helpers (also
+    # silenced by mathfn itself outside pytest, which resets warning filters per test).
+    config.addinivalue_line(
+        'filterwarnings',
+        r"ignore:(?s).*variable '(exp32|sigmoid32|tanh32|erf32|log32)_v"
+        r':numba.core.errors.NumbaIRAssumptionWarning')

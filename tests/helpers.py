@@ -1,0 +1,23 @@
+"""Small model builders for tests."""
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset=17):
+    """inputs/outputs: (name, elem_type, shape) triples; initializers: name -> array."""
+    g = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
+        [numpy_helper.from_array(np.asarray(a), n) for n, a in dict(initializers).items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def run_reference(model, feeds):
+    from onnx.reference import ReferenceEvaluator
+    return ReferenceEvaluator(model).run(None, feeds)
+
+
+F32 = TensorProto.FLOAT
+I64 = TensorProto.INT64

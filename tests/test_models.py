@@ -1,0 +1,54 @@
+"""Real models: outputs match onnxruntime, >= 95 % of nodes compiled, workspace near the bound.
+
+The nine onnx "light" models ship with the onnx package; the four in ../shared/models are used
+when present (skipped with a reason otherwise).
+"""
+import numpy as np
+import pytest
+
+import jitort
+
+from .models import SHARED, light_models, light_path, shared_feeds, shared_path
+
+ort = pytest.importorskip("onnxruntime")
+
+pytestmark = pytest.mark.slow
+
+
+def _ort_run(path, feeds):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def _check(path, feeds, capsys, name):
+    cm = jitort.compile(path)
+    got = cm.run(None, feeds)
+    want = _ort_run(path, feeds)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    share = cm.compiled_share
+    with capsys.disabled():
+        print(f"\n{name}: {cm.summary()}; workspace {cm.workspace_bytes} B, "
+              f"lower bound {cm.workspace_lower_bound} B")
+    assert share >= 0.95, f"{name}: only {share:.1%} compiled; fallbacks {cm.fallback_nodes()}"
+    assert cm.workspace_bytes <= 1.1 * cm.workspace_lower_bound
+    return cm
+
+
+@pytest.mark.parametrize("name", light_models())
+def test_light_model(name, capsys):
+    rng = np.random.default_rng(0)
+    feeds = {"data_0" if "gpu_0" not in open(light_path(name), "rb").read(2000).decode("latin1")
+             else "gpu_0/data_0": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)}
+    _check(light_path(name), feeds, capsys, name)
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("name", ["bert", "gpt2", "vit", "resnet18"])
+def test_shared_model(name, capsys):
+    if not shared_path(name).exists():
+        pytest.skip(f"{SHARED} not present (the shared model corpus is optional)")
+    _check(shared_path(name), shared_feeds(name, batch=1, seq=32), capsys, name)

@@ -1,0 +1,89 @@
+"""Structure: fusion makes one kernel of a chain; identical layers share compiled kernels."""
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import jitort
+
+from .helpers import F32, make_model, run_reference
+from .models import shared_feeds, shared_path
+
+
+def _kernel_calls(cm):
+    """Kernel function calls in the generated drivers (generated kernels start with k_)."""
+    calls = []
+    for path in cm.generated_sources():
+        calls += re.findall(r"^\s+(k_\w+)\(", Path(path).read_text(), re.M)
+    return calls
+
+
+def test_ten_op_chain_is_one_kernel():
+    ops = ["Add", "Mul", "Relu", "Sub", "Sigmoid", "Mul", "Tanh", "Add", "Abs", "Neg"]
+    nodes, cur = [], "x"
+    for i, op in enumerate(ops):
+        ins = [cur] if op in ("Relu", "Sigmoid", "Tanh", "Abs", "Neg") else [cur, "y"]
+        nodes.append(helper.make_node(op, ins, [f"t{i}"]))
+        cur = f"t{i}"
+    nodes[-1].output[0] = "z"
+    m = make_model(nodes, [("x", F32, ["N", 8]), ("y", F32, [8])], [("z", F32, None)])
+    cm = jitort.compile(m)
+    x = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
+    y = np.linspace(-1, 1, 8, dtype=np.float32)
+    (got,) = cm(x, y)
+    np.testing.assert_allclose(got, run_reference(m, {"x": x, "y": y})[0], rtol=1e-5, atol=1e-6)
+    calls = _kernel_calls(cm)
+    assert len(calls) == 1, calls
+    assert calls[0].startswith("k_add_mul_relu_sub")
+
+
+def _layer(i, x):
+    return [helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]),
+            helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
+            helper.make_node("Mul", [f"a{i}", "half"], [f"h{i}"]),
+            helper.make_node("Relu", [f"h{i}"], [f"l{i}"])]
+
+
+def test_identical_layers_share_kernels():
+    rng = np.random.default_rng(1)
+    nodes, init, x = [], {"half": np.float32(0.5)}, "x"
+    for i in range(3):
+        nodes += _layer(i, x)
+        init[f"w{i}"] = rng.standard_normal((16, 16)).astype(np.float32)
+        init[f"b{i}"] = rng.standard_normal(16).astype(np.float32)
+        x = f"l{i}"
+    nodes[-1].output[0] = "z"
+    m = make_model(nodes, [("x", F32, ["N", 16])], [("z", F32, None)], init)
+    cm = jitort.compile(m)
+    xv = rng.standard_normal((4, 16)).astype(np.float32)
+    np.testing.assert_allclose(cm(xv)[0], run_reference(m, {"x": xv})[0], rtol=1e-5, atol=1e-5)
+    calls = _kernel_calls(cm)
+    assert len(calls) == 3 and len(set(calls)) == 1, calls
+
+
+def test_new_shape_reuses_compiled_code():
+    m = make_model([helper.make_node("Add", ["x", "y"], ["s"]), helper.make_node("Relu", ["s"], ["z"])],
+                   [("x", F32, ["N", "C"]), ("y", F32, ["C"])], [("z", F32, None)])
+    cm = jitort.compile(m)
+    cm(np.ones((2, 3), np.float32), np.ones(3, np.float32))
+    before = jitort.compile_count()
+    for n, c in [(5, 7), (1, 9), (64, 3)]:
+        x = np.random.default_rng(n).standard_normal((n, c)).astype(np.float32)
+        y = np.arange(c, dtype=np.float32)
+        np.testing.assert_allclose(cm(x, y)[0], np.maximum(x + y, 0))
+    assert jitort.compile_count() == before
+    assert len(cm.generated_sources()) == 1
+
+
+@pytest.mark.models
+@pytest.mark.slow
+def test_bert_layers_share_kernels():
+    if not shared_path("bert").exists():
+        pytest.skip("../shared/models not present")
+    cm = jitort.compile(shared_path("bert"))
+    cm.run(None, shared_feeds("bert", 1, 16))
+    calls = _kernel_calls(cm)
+    # 4 identical encoder layers: every fused kernel of a layer is one compiled function
+    assert len(set(calls)) * 3 <= len(calls), (len(set(calls)), len(calls))
