@@ -62,6 +62,7 @@ for _name, _cls in _test_cases.items():
     for _case in [n for n in vars(_cls) if n.startswith("test_") and _excluded(n)]:
         delattr(_cls, _case)
     globals()[_name] = pytest.mark.slow(_cls)
+del _name, _cls, _case  # a leftover class binding would be collected twice
 
 
 # --- always-run checks ----------------------------------------------------------------------------

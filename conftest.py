@@ -1,0 +1,2 @@
+"""Root conftest: import jitort first so its environment defaults apply before numpy/numba load."""
+import jitort  # noqa: F401
