@@ -41,6 +41,11 @@ class Segment:
     inputs: list[Value] = field(default_factory=list)  # non-constant values read from outside
     outputs: list[Value] = field(default_factory=list)  # values needed after the segment
     value_inputs: list[Value] = field(default_factory=list)  # inputs whose values key the plan
+    # filled by the runtime: precomputed for the per-call fast path
+    input_ids: list[int] = field(default_factory=list)
+    output_ids: list[int] = field(default_factory=list)
+    output_dtypes: list = field(default_factory=list)
+    cb: object = None  # the constants arena (uint8 array)
 
 
 @dataclass

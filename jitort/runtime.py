@@ -42,6 +42,32 @@ class InputInfo:
         return f"InputInfo({self.name!r}, {np.dtype(self.dtype).name}, {list(self.shape)})"
 
 
+_MISSING = object()
+
+
+class _InputSpec:
+    """Precomputed checks for one graph input (keeps per-call validation to a few microseconds)."""
+
+    def __init__(self, v: Value):
+        self.name = v.name
+        self.dtype = np.dtype(v.dtype)
+        self.shape = v.shape
+        self.rank = None if v.shape is None else len(v.shape)
+        self.fixed = [(k, d) for k, d in enumerate(v.shape or ()) if isinstance(d, int)]
+        self.symbolic = [(k, d) for k, d in enumerate(v.shape or ()) if isinstance(d, str)]
+
+    def describe(self) -> str:
+        dims = "?" if self.shape is None else list(self.shape)
+        return f"{self.dtype.name}{dims}"
+
+    def coerce(self, a) -> np.ndarray:
+        if isinstance(a, np.ndarray):
+            return a
+        if hasattr(a, "__array__") or isinstance(a, (list, tuple, int, float, bool)):
+            return np.asarray(a)
+        raise InvalidInput(f"input {self.name!r} must be a numpy array, got {type(a).__name__}")
+
+
 class CompiledModel:
     """A model compiled by :func:`jitort.compile`. Callable; thread-safe.
 
@@ -56,10 +82,11 @@ class CompiledModel:
             _set_threads(threads)
         self.graph: Graph = import_model(model, base_dir)
         self.input_names = [v.name for v in self.graph.inputs]
+        self._input_index = {n: i for i, n in enumerate(self.input_names)}
         self.output_names = [v.name for v in self.graph.outputs]
         self.inputs = [InputInfo(v.name, v.dtype, v.shape if v.shape is not None else ())
                        for v in self.graph.inputs]
-        self._input_ranks = [None if v.shape is None else len(v.shape) for v in self.graph.inputs]
+        self._input_specs = [_InputSpec(v) for v in self.graph.inputs]
         self.original_node_count = len(self.graph.nodes)
         self.pass_report: PassReport = run_pipeline(self.graph) if optimize else PassReport()
         self._backends = [CpuBackend()] if "cpu" in backends else []
@@ -72,6 +99,16 @@ class CompiledModel:
     # --- program ---------------------------------------------------------------------------
     def _build_program(self) -> None:
         self.steps = schedule(self.graph, self.placement)
+        self._input_ids = [id(v) for v in self.graph.inputs]
+        self._program = [(self._interp_step if isinstance(st, InterpStep) else self._segment, st)
+                         for st in self.steps]
+        self._all_outputs = list(range(len(self.graph.outputs)))
+        input_ids = {id(v) for v in self.graph.inputs}
+        interp_out = {id(o) for st in self.steps if isinstance(st, InterpStep) for o in st.node.outputs}
+        # constants, graph inputs and interpreter results (which may be views of either) are
+        # copied; segment outputs are fresh arrays already
+        self._output_needs_copy = [v.is_const or id(v) in input_ids for v in self.graph.outputs]
+        del interp_out
         self._runners: dict[int, Any] = {}
         self._host_runners: dict[int, Any] = {}
         self._compilers: dict[int, SegmentCompiler] = {}
@@ -83,6 +120,10 @@ class CompiledModel:
                 self._compilers[id(step)] = SegmentCompiler(step, self.placement, self._run_host,
                                                             infer_shapes)
                 self._plans[id(step)] = OrderedDict()
+                step.input_ids = [id(v) for v in step.inputs]
+                step.output_ids = [id(v) for v in step.outputs]
+                step.output_dtypes = [np.dtype(v.dtype) for v in step.outputs]
+                step.cb = np.zeros(0, np.uint8)
 
     def _run_host(self, n: Node, shape_of, value_of) -> list[np.ndarray]:
         if n.op_type == "Shape":
@@ -121,24 +162,23 @@ class CompiledModel:
         return self._execute(feeds, output_names)
 
     def _execute(self, feeds: dict, output_names) -> list[np.ndarray]:
-        arrays = self._validate(feeds)
-        env: dict[int, Any] = {id(v): a for v, a in zip(self.graph.inputs, arrays)}
-        while True:
-            try:
-                self._run_steps(env)
-                break
-            except Unlowerable as e:
-                with self._lock:
-                    self._fall_back(e.node, str(e))
-        outs = self._collect(env, output_names)
-        return outs
+        env = dict(zip(self._input_ids, self._validate(feeds)))
+        try:
+            for run_step, step in self._program:
+                run_step(step, env)
+        except Unlowerable as e:
+            # a lowering declined these shapes: the node moves to the interpreter, rerun
+            with self._lock:
+                self._fall_back(e.node, str(e))
+            return self._execute(feeds, output_names)
+        return self._collect(env, output_names)
 
     def _run_steps(self, env: dict) -> None:
-        for step in self.steps:
-            if isinstance(step, InterpStep):
-                self._interp(step.node, env)
-            else:
-                self._segment(step, env)
+        for run_step, step in self._program:
+            run_step(step, env)
+
+    def _interp_step(self, step: InterpStep, env: dict) -> None:
+        self._interp(step.node, env)
 
     def _interp(self, n: Node, env: dict) -> None:
         ins = [None if v is None else (v.const if v.is_const else env[id(v)]) for v in n.inputs]
@@ -153,32 +193,37 @@ class CompiledModel:
             env[id(o)] = r
 
     def _segment(self, seg: Segment, env: dict) -> None:
-        key = tuple(env[id(v)].shape for v in seg.inputs) + tuple(
-            _value_key(env[id(v)]) for v in seg.value_inputs)
+        in_ids = seg.input_ids
+        key = tuple([env[i].shape for i in in_ids])
+        if seg.value_inputs:
+            key += tuple([_value_key(env[id(v)]) for v in seg.value_inputs])
         plans = self._plans[id(seg)]
         plan: Plan | None = plans.get(key)
         if plan is None:
             with self._lock:
                 plan = self._compilers[id(seg)].plan(env)
+                seg.cb = self._compilers[id(seg)].consts.materialize()
                 plans[key] = plan
                 if len(plans) > PLAN_CACHE_SIZE:
                     plans.popitem(last=False)
-        else:
+        elif len(plans) > 1:
             plans.move_to_end(key)
-        outs = [np.empty(s, v.dtype) for s, v in zip(plan.out_shapes, seg.outputs)]
-        ws = self._workspace(plan.ws_bytes)
-        cb = self._compilers[id(seg)].consts.materialize()
+        outs = [np.empty(s, dt) for s, dt in zip(plan.out_shapes, seg.output_dtypes)]
+        ws = getattr(self._tls, "ws", None)
+        if ws is None or ws.size < plan.ws_bytes:
+            ws = self._workspace(plan.ws_bytes)
         try:
-            plan.driver(ws, cb, plan.pb, plan.d, plan.o, *[env[id(v)] for v in seg.inputs], *outs)
+            plan.driver(ws, seg.cb, plan.pb, plan.d, *[env[i] for i in in_ids], *outs)
         except IndexError as e:
             raise InvalidInput(f"{e} (an index input is out of range)") from None
         except JitortError:
             raise
         except Exception as e:
             raise ExecutionError(f"compiled segment failed: {type(e).__name__}: {e}") from e
-        for v, a in zip(seg.outputs, outs):
-            env[id(v)] = a
-        env.update(plan.exports)
+        for i, a in zip(seg.output_ids, outs):
+            env[i] = a
+        if plan.exports:
+            env.update(plan.exports)
 
     def _workspace(self, nbytes: int) -> np.ndarray:
         ws = getattr(self._tls, "ws", None)
@@ -194,60 +239,64 @@ class CompiledModel:
 
     def _collect(self, env: dict, output_names) -> list[np.ndarray]:
         if output_names is None:
-            wanted = list(range(len(self.graph.outputs)))
+            wanted = self._all_outputs
         else:
             index = {n: i for i, n in enumerate(self.output_names)}
             missing = [n for n in output_names if n not in index]
             if missing:
                 raise InvalidInput(f"unknown output name(s) {missing}; outputs are {self.output_names}")
             wanted = [index[n] for n in output_names]
-        result, seen = [], set()
-        input_ids = {id(v) for v in self.graph.inputs}
+        result = []
         for i in wanted:
             v = self.graph.outputs[i]
             a = v.const if v.is_const else env[id(v)]
-            if isinstance(a, np.ndarray) and (v.is_const or id(v) in input_ids or id(a) in seen
-                                              or not a.flags.owndata):
+            if self._output_needs_copy[i] or (isinstance(a, np.ndarray) and not a.flags.owndata):
                 a = np.array(a, copy=True)  # the caller owns what we return
-            if isinstance(a, np.ndarray):
-                seen.add(id(a))
             result.append(a)
+        if len(result) > 1:  # the same array twice (an output listed twice): give each its own
+            seen = set()
+            for k, a in enumerate(result):
+                if id(a) in seen:
+                    result[k] = np.array(a, copy=True)
+                seen.add(id(a))
         return result
 
     # --- validation ------------------------------------------------------------------------
     def _validate(self, feeds: dict) -> list[np.ndarray]:
-        unknown = [k for k in feeds if k not in self.input_names]
-        if unknown:
-            raise InvalidInput(f"unknown input name(s) {unknown}; the model's inputs are "
-                               f"{self.input_names}")
+        """Check every feed against the model before anything runs; return contiguous arrays."""
+        if len(feeds) != len(self._input_specs) or any(k not in self._input_index for k in feeds):
+            unknown = [k for k in feeds if k not in self._input_index]
+            if unknown:
+                raise InvalidInput(f"unknown input name(s) {unknown}; the model's inputs are "
+                                   f"{self.input_names}")
         arrays = []
-        symbols: dict[str, tuple[int, str]] = {}
-        for v in self.graph.inputs:
-            if v.name not in feeds:
-                raise InvalidInput(f"missing input {v.name!r} ({np.dtype(v.dtype).name}"
-                                   f"{list(v.shape) if v.shape is not None else ''})")
-            a = feeds[v.name]
-            if not isinstance(a, np.ndarray):
-                if hasattr(a, "__array__") or isinstance(a, (list, tuple, int, float, bool)):
-                    a = np.asarray(a)
-                else:
-                    raise InvalidInput(f"input {v.name!r} must be a numpy array, got {type(a).__name__}")
-            if a.dtype != v.dtype:
-                raise InvalidInput(f"input {v.name!r} has dtype {a.dtype}, expected "
-                                   f"{np.dtype(v.dtype).name}")
-            if v.shape is not None:
-                if a.ndim != len(v.shape):
-                    raise InvalidInput(f"input {v.name!r} has rank {a.ndim} (shape {a.shape}), "
-                                       f"expected rank {len(v.shape)} {list(v.shape)}")
-                for k, (got, want) in enumerate(zip(a.shape, v.shape)):
-                    if isinstance(want, int) and got != want:
-                        raise InvalidInput(f"input {v.name!r} has shape {a.shape}: dim {k} must be "
-                                           f"{want}")
-                    if isinstance(want, str):
-                        prev = symbols.setdefault(want, (got, v.name))
-                        if prev[0] != got:
-                            raise InvalidInput(f"input {v.name!r} dim {k} ({want}) is {got} but "
-                                               f"input {prev[1]!r} has {want}={prev[0]}")
+        symbols: dict[str, tuple[int, str]] | None = None
+        for spec in self._input_specs:
+            a = feeds.get(spec.name, _MISSING)
+            if a is _MISSING:
+                raise InvalidInput(f"missing input {spec.name!r} ({spec.describe()})")
+            if type(a) is not np.ndarray:
+                a = spec.coerce(a)
+            if a.dtype != spec.dtype:
+                raise InvalidInput(f"input {spec.name!r} has dtype {a.dtype}, expected "
+                                   f"{spec.dtype.name}")
+            if spec.rank is not None:
+                shape = a.shape
+                if len(shape) != spec.rank:
+                    raise InvalidInput(f"input {spec.name!r} has rank {a.ndim} (shape {shape}), "
+                                       f"expected rank {spec.rank} ({spec.describe()})")
+                for k, want in spec.fixed:
+                    if shape[k] != want:
+                        raise InvalidInput(f"input {spec.name!r} has shape {shape}: dim {k} must "
+                                           f"be {want}")
+                if spec.symbolic:
+                    if symbols is None:
+                        symbols = {}
+                    for k, sym in spec.symbolic:
+                        prev = symbols.setdefault(sym, (shape[k], spec.name))
+                        if prev[0] != shape[k]:
+                            raise InvalidInput(f"input {spec.name!r} dim {k} ({sym}) is {shape[k]} "
+                                               f"but input {prev[1]!r} has {sym}={prev[0]}")
             if not a.flags.c_contiguous:
                 a = np.ascontiguousarray(a)
             arrays.append(a)

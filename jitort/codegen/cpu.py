@@ -7,11 +7,11 @@ structure produces byte-identical source, hits the module cache and compiles not
 
 Driver signature (one Python->native transition per call)::
 
-    call(ws, cb, pb, d, o, x0, x1, ..., y0, y1, ...)
+    call(ws, cb, pb, d, x0, x1, ..., y0, y1, ...)
 
 ``ws`` the workspace (uint8), ``cb`` the constants arena, ``pb`` the plan's host values (both
-uint8), ``d`` int64 sizes, ``o`` int64 ``[start, end)`` byte ranges, ``x*`` the segment's
-inputs and ``y*`` its outputs (fresh arrays the caller owns).
+uint8), ``d`` int64: the sizes, then the ``[start, end)`` byte range of every buffer; ``x*`` the
+segment's inputs and ``y*`` its outputs (fresh arrays the caller owns).
 """
 from __future__ import annotations
 
@@ -514,7 +514,8 @@ class SegmentCompiler:
     def _finish(self, em: Emitter, shapes, exports) -> Plan:
         seg = self.seg
         _rewrite_reshapes(em)
-        params = ", ".join(["ws", "cb", "pb", "d", "o"] + [f"x{i}" for i in range(len(seg.inputs))]
+        _rewrite_offsets(em)
+        params = ", ".join(["ws", "cb", "pb", "d"] + [f"x{i}" for i in range(len(seg.inputs))]
                            + [f"y{i}" for i in range(len(seg.outputs))])
         chunks = _chunks(em.calls)
         parts = []
@@ -572,7 +573,8 @@ class SegmentCompiler:
         for start, host in pb_parts:
             pb[start:start + host.nbytes] = host.reshape(-1).view(np.uint8)
         out_shapes = [shapes[id(v)] for v in seg.outputs]
-        return Plan(mod.call, np.array(em.dims or [0], np.int64), o, pb, mem.workspace_bytes, mem,
+        d = np.concatenate([np.array(em.dims, np.int64), o.reshape(-1)])  # sizes, then offsets
+        return Plan(mod.call, d, o, pb, mem.workspace_bytes, mem,
                     out_shapes, exports, imports, mod.__file__, new)
 
 
@@ -585,6 +587,17 @@ CHUNK_CALLS = 24
 _RESHAPE = re.compile(r"(\b[a-z]\w*)\.reshape\(\(([^()]*)\)\)")
 _FLAT = re.compile(r"(\b[a-z]\w*)\.reshape\(-1\)")
 _NAME = re.compile(r"\b([cvps]\d+)\b")
+
+
+_OFFSET = re.compile(r"\bo\[(\d+), ([01])\]")
+
+
+def _rewrite_offsets(em: Emitter) -> None:
+    """Byte ranges live after the sizes in ``d`` (one array argument fewer per call)."""
+    base = len(em.dims)
+    sub = lambda m: f"d[{base + 2 * int(m.group(1)) + int(m.group(2))}]"  # noqa: E731
+    em.decls = {k: _OFFSET.sub(sub, v) for k, v in em.decls.items()}
+    em.calls = [(step, _OFFSET.sub(sub, line)) for step, line in em.calls]
 
 
 def _rewrite_reshapes(em: Emitter) -> None:
