@@ -391,13 +391,15 @@ def lower_group(em: Emitter, grp: Group, consumers_outside) -> None:
     out_shape = grp.shape
     rank = len(out_shape)
     hints = []
+    unit = em.memo.get("unit_dims", {})
+    out_unit = unit.get(id(grp.nodes[-1].outputs[0]), (False,) * rank)
     for v in operands:
         s = em.shape(v)
-        st = v.shape if (v.shape is not None and len(v.shape) == len(s)) else (None,) * len(s)
-        st = (1,) * (rank - len(st)) + tuple(st)  # prepended dims are broadcast by rank alone
-        ost = grp.nodes[-1].outputs[0].shape
-        ost = ost if (ost is not None and len(ost) == rank) else (None,) * rank
-        hints.append(tuple(st[k] == 1 and ost[k] != 1 for k in range(rank)))
+        # a dim that is 1 for every input shape (probed), or one the operand lacks entirely,
+        # is a broadcast even when the output happens to be 1 there too
+        u = (True,) * (rank - len(s)) + (tuple(x == 1 for x in s) if v.is_const
+                                          else unit.get(id(v), (False,) * len(s)))
+        hints.append(tuple(u[k] and not out_unit[k] for k in range(rank)))
     try:
         extents, flags = collapse(out_shape, [em.shape(v) for v in operands], hints)
     except ValueError as e:
@@ -453,15 +455,11 @@ class SegmentCompiler:
         self.consts = ConstArena()
         self.memo: dict = {}
 
-    def plan(self, env: dict[int, np.ndarray]) -> Plan:
+    def _shape_pass(self, in_shapes: dict, in_values: dict):
+        """Shapes of every value (and host values) for the segment's input shapes/values."""
         from ..partition import HOST
-        seg = self.seg
-        shapes: dict[int, tuple] = {}
-        hostvals: dict[int, np.ndarray] = {}
-        for v in seg.inputs:
-            shapes[id(v)] = env[id(v)].shape
-        for v in seg.value_inputs:
-            hostvals[id(v)] = env[id(v)]
+        shapes = dict(in_shapes)
+        hostvals = dict(in_values)
 
         def shape_of(v):
             return v.const.shape if v.is_const else shapes[id(v)]
@@ -470,18 +468,55 @@ class SegmentCompiler:
             return v.const if v.is_const else hostvals.get(id(v))
 
         compiled = []
-        for n in seg.nodes:
+        for n in self.seg.nodes:
             if self.placement[id(n)] == HOST:
                 outs = self.host_runner(n, shape_of, value_of)
                 for o, r in zip(n.outputs, outs):
                     hostvals[id(o)] = r
                     shapes[id(o)] = r.shape
                 continue
-            in_shapes = [None if v is None else shape_of(v) for v in n.inputs]
-            in_vals = [None if v is None else value_of(v) for v in n.inputs]
-            for o, s in zip(n.outputs, self.infer(n, in_shapes, in_vals)):
-                shapes[id(o)] = tuple(int(x) for x in s)
+            ins = [None if v is None else shape_of(v) for v in n.inputs]
+            vals = [None if v is None else value_of(v) for v in n.inputs]
+            for o, sh in zip(n.outputs, self.infer(n, ins, vals)):
+                shapes[id(o)] = tuple(int(x) for x in sh)
             compiled.append(n)
+        return shapes, hostvals, compiled
+
+    def _probe_unit_dims(self, env, shapes) -> dict[int, tuple[bool, ...]]:
+        """Which size-1 dims stay 1 when the symbolic input dims change.
+
+        Re-runs the (cheap, pure-Python) shape pass with every non-static input dim that is 1
+        now set to 2. A dim that is 1 in both passes is a true broadcast dim; one that changes
+        is a batch-like dim that happens to be 1 now. This keeps the generated text (and so the
+        compiled code) the same for B=1 and B=8 without a full symbolic shape algebra.
+        """
+        seg = self.seg
+        probe_in = {}
+        for v in seg.inputs:
+            real = env[id(v)].shape
+            static = v.shape if (v.shape is not None and len(v.shape) == len(real)) else (None,) * len(real)
+            probe_in[id(v)] = tuple(2 if n == 1 and not isinstance(st, int) else n
+                                    for n, st in zip(real, static))
+        if all(probe_in[id(v)] == env[id(v)].shape for v in seg.inputs):
+            probe = shapes  # no symbolic dim is 1: nothing is ambiguous
+        else:
+            try:
+                probe, _, _ = self._shape_pass(probe_in, {id(v): env[id(v)] for v in seg.value_inputs})
+            except Exception:  # the model rejects the probe shapes: keep what earlier plans saw
+                return self.memo.get("unit_dims", {})
+        unit = {}
+        for key, real in shapes.items():
+            other = probe.get(key)
+            if other is not None and len(other) == len(real):
+                unit[key] = tuple(a == 1 and b == 1 for a, b in zip(real, other))
+        return unit
+
+    def plan(self, env: dict[int, np.ndarray]) -> Plan:
+        seg = self.seg
+        shapes, hostvals, compiled = self._shape_pass(
+            {id(v): env[id(v)].shape for v in seg.inputs},
+            {id(v): env[id(v)] for v in seg.value_inputs})
+        self.memo["unit_dims"] = self._probe_unit_dims(env, shapes)
 
         em = Emitter(seg, shapes, hostvals, self.consts, self.memo)
         readers: dict[int, list[Node]] = {}

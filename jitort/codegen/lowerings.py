@@ -177,7 +177,8 @@ def lower_gather(em: Emitter, n: Node) -> None:
     o, a, i = _3d(shape, axis)
     k = _prod(em.shape(idx))
     yv = em.out(y)
-    par = "_par" if o * k * i >= (1 << 16) else ""
+    # decided once per node (memo) so the generated text does not change with the shapes
+    par = "_par" if em.memo.setdefault(("par", id(n)), o * k * i >= (1 << 16)) else ""
     em.call(f"_data.gather3{par}({em.arr(data)}.reshape({em.tuple_expr((o, a, i))}), "
             f"{em.arr(idx)}.reshape({em.tuple_expr((k,))}), {yv}.reshape({em.tuple_expr((o, k, i))}))")
 

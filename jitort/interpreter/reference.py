@@ -15,6 +15,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .. import ir
+from .reference_fixes import FIXED_OPS
 
 
 def node_proto(node: ir.Node, in_names: list[str], out_names: list[str]) -> onnx.NodeProto:
@@ -102,7 +103,9 @@ class ReferenceRunner:
         model = helper.make_model(
             helper.make_graph([p], "jitort_node", graph_inputs, graph_outputs),
             opset_imports=[helper.make_opsetid(d, v) for d, v in ops.items()])
-        self.evaluator = ReferenceEvaluator(model)
+        # FIXED_OPS replace onnx.reference kernels that disagree with the ONNX spec (the
+        # replacements reach If/Loop/Scan bodies too: new_ops propagate to subgraphs)
+        self.evaluator = ReferenceEvaluator(model, new_ops=FIXED_OPS)
         inst = self.evaluator.rt_nodes_[0]
         # Direct call is equivalent to evaluator.run for ops that need no context (no subgraph,
         # no type-dependent function body resolved at run time).

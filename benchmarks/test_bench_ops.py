@@ -1,0 +1,317 @@
+"""Per-op kernel benchmarks: each jitort kernel next to the same single-node ONNX model in
+onnxruntime, in the same run (same ``benchmark.group``; ORT tests carry ``_ort`` in their name,
+see conftest.py for the ratio table).
+
+    python -m pytest benchmarks/test_bench_ops.py --benchmark-only -q
+
+Both sides get 2 threads (Numba's pool and ORT's intra-op pool). The BLAS that Numba's
+``np.dot`` calls (scipy's OpenBLAS) is pinned to one thread, as jitort's runtime does.
+Extra tables at the end: GEMM GFLOP/s vs numpy's own (multithreaded) sgemm, and a 16M-element
+fused elementwise chain with a sigmoid vs memcpy bandwidth.
+"""
+import jitort  # noqa: F401  (sets OPENBLAS_THREAD_TIMEOUT before numpy loads OpenBLAS)
+
+import numba
+import numpy as np
+import onnxruntime as ort
+import pytest
+from numba import njit, prange
+from onnx import TensorProto, helper
+
+from jitort.kernels.cpu import conv as CV
+from jitort.kernels.cpu import gemm as G
+from jitort.kernels.cpu import pool as P
+from jitort.kernels.cpu import softmax as S
+from jitort.kernels.cpu.mathfn import sigmoid32
+
+THREADS = 2
+
+
+def _pin_blas():
+    import scipy.linalg.cython_blas  # noqa: F401
+    from threadpoolctl import ThreadpoolController
+    for lib in ThreadpoolController().lib_controllers:
+        if lib.user_api == 'blas' and 'numpy' not in lib.filepath:
+            lib.set_num_threads(1)
+
+
+_pin_blas()
+numba.set_num_threads(min(THREADS, numba.config.NUMBA_NUM_THREADS))
+
+_RESULTS = {}   # name -> (median seconds, flops or bytes, kind)
+
+
+def _session(nodes, inputs, outputs, inits=()):
+    """ORT session for a small graph; inputs/outputs are (name, np array/shape) pairs."""
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape) for n, a in inputs]
+    vo = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs]
+    init = [helper.make_tensor(n, TensorProto.FLOAT, a.shape, a.ravel()) for n, a in inits]
+    g = helper.make_graph(nodes, 'g', vi, vo, initializer=init)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)])
+    m.ir_version = 8
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = THREADS
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=['CPUExecutionProvider'])
+    feeds = {n: a for n, a in inputs}
+    return lambda: sess.run(None, feeds)[0]
+
+
+def _rn(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _check(got, ref, tol=2e-3):
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol)
+
+
+def _record(benchmark, key, amount, kind):
+    _RESULTS[key] = (benchmark.stats.stats.median, amount, kind)
+
+
+# --- cases: name -> builder returning (jitort_fn, ort_fn, check) -----------------------------
+def _matmul_case(b, m, k, n):
+    a = _rn(b, m, k)
+    w = _rn(b, k, n, seed=1) if b > 1 else _rn(1, k, n, seed=1)
+    out = np.empty((b, m, n), np.float32)
+    ort_fn = _session([helper.make_node('MatMul', ['a', 'w'], ['y'])],
+                      [('a', a), ('w', w if b > 1 else w[0])], ['y'])
+    return (lambda: G.matmul3d(a, w, out)), ort_fn, (lambda: _check(out, ort_fn()))
+
+
+def _matmul_bias_relu_case(m, k, n):
+    a = _rn(1, m, k)
+    w = _rn(1, k, n, seed=1)
+    bias = _rn(n, seed=2)
+    out = np.empty((1, m, n), np.float32)
+    ort_fn = _session([helper.make_node('MatMul', ['a', 'w'], ['t']),
+                       helper.make_node('Add', ['t', 'b'], ['u']),
+                       helper.make_node('Relu', ['u'], ['y'])],
+                      [('a', a[0])], ['y'], inits=[('w', w[0]), ('b', bias)])
+    one, zero = np.int64(1), np.float32(0.0)
+    return (lambda: G.matmul3d_bias_act(a, w, bias, out, one, zero, zero)), ort_fn, \
+        (lambda: _check(out[0], ort_fn()))
+
+
+def _gemm_tb_case(m, k, n):
+    a = _rn(m, k)
+    w = _rn(n, k, seed=1)
+    c = _rn(1, n, seed=2)
+    out = np.empty((m, n), np.float32)
+    ort_fn = _session([helper.make_node('Gemm', ['a', 'w', 'c'], ['y'], transB=1)],
+                      [('a', a)], ['y'], inits=[('w', w), ('c', c[0])])
+    one = np.float32(1.0)
+    return (lambda: G.gemm(a, w, c, out, one, one, False, True, True)), ort_fn, \
+        (lambda: _check(out, ort_fn()))
+
+
+def _out_size(h, k, s, p, d=1):
+    return (h + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def _conv_case(n, c, h, m, k, s, p, group=1, bias=True):
+    x = _rn(n, c, h, h)
+    w = (_rn(m, c // group, k, k, seed=1) * 0.1).astype(np.float32)
+    b = _rn(m, seed=2)
+    oh = _out_size(h, k, s, p)
+    out = np.empty((n, m, oh, oh), np.float32)
+    col = np.empty(CV.conv2d_scratch_elems(c, k, k, oh, oh, group), np.float32)
+    ort_fn = _session([helper.make_node('Conv', ['x', 'w', 'b'], ['y'], strides=[s, s],
+                                        pads=[p] * 4, group=group)],
+                      [('x', x)], ['y'], inits=[('w', w), ('b', b)])
+    i1, ig, hb = np.int64(1), np.int64(group), bool(bias)
+    si, pi = np.int64(s), np.int64(p)
+    return (lambda: CV.conv2d(x, w, b, out, col, si, si, pi, pi, i1, i1, ig, hb)), ort_fn, \
+        (lambda: _check(out, ort_fn()))
+
+
+def _maxpool_case(n, c, h, k, s, p):
+    x = _rn(n, c, h, h)
+    oh = _out_size(h, k, s, p)
+    out = np.empty((n, c, oh, oh), np.float32)
+    ort_fn = _session([helper.make_node('MaxPool', ['x'], ['y'], kernel_shape=[k, k],
+                                        strides=[s, s], pads=[p] * 4)], [('x', x)], ['y'])
+    ki, si, pi, i1 = np.int64(k), np.int64(s), np.int64(p), np.int64(1)
+    return (lambda: P.maxpool2d(x, out, ki, ki, si, si, pi, pi, i1, i1)), ort_fn, \
+        (lambda: _check(out, ort_fn()))
+
+
+def _avgpool_case(n, c, h, k, s, p):
+    x = _rn(n, c, h, h)
+    oh = _out_size(h, k, s, p)
+    out = np.empty((n, c, oh, oh), np.float32)
+    ort_fn = _session([helper.make_node('AveragePool', ['x'], ['y'], kernel_shape=[k, k],
+                                        strides=[s, s], pads=[p] * 4)], [('x', x)], ['y'])
+    ki, si, pi = np.int64(k), np.int64(s), np.int64(p)
+    return (lambda: P.avgpool2d(x, out, ki, ki, si, si, pi, pi, False, pi, pi)), ort_fn, \
+        (lambda: _check(out, ort_fn()))
+
+
+def _gap_case(n, c, h):
+    x = _rn(n, c, h, h)
+    out = np.empty((n, c), np.float32)
+    x3 = x.reshape(n, c, h * h)
+    ort_fn = _session([helper.make_node('GlobalAveragePool', ['x'], ['y'])], [('x', x)], ['y'])
+    return (lambda: P.global_avgpool(x3, out)), ort_fn, \
+        (lambda: _check(out, ort_fn().reshape(n, c)))
+
+
+def _softmax_case(r, n):
+    x = _rn(r, n) * 3
+    out = np.empty((r, n), np.float32)
+    x3, o3 = x.reshape(r, n, 1), out.reshape(r, n, 1)
+    ort_fn = _session([helper.make_node('Softmax', ['x'], ['y'], axis=-1)], [('x', x)], ['y'])
+    return (lambda: S.softmax3d(x3, o3)), ort_fn, (lambda: _check(out, ort_fn(), 1e-5))
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _fused_silu(x, out):
+    """out = x * sigmoid(1.5 * x + 0.25), the kind of chain jitort's codegen emits."""
+    n = x.shape[0]
+    nb = 64
+    blk = (n + nb - 1) // nb
+    for b in prange(nb):
+        lo = b * blk
+        hi = min(n, lo + blk)
+        for i in range(lo, hi):
+            v = x[i]
+            out[i] = v * sigmoid32(v * np.float32(1.5) + np.float32(0.25))
+
+
+@njit(cache=True, parallel=True, error_model='numpy')
+def _par_copy(x, out):
+    n = x.shape[0]
+    nb = 64
+    blk = (n + nb - 1) // nb
+    for b in prange(nb):
+        lo = b * blk
+        hi = min(n, lo + blk)
+        for i in range(lo, hi):
+            out[i] = x[i]
+
+
+def _fused_case(n):
+    x = _rn(n)
+    out = np.empty(n, np.float32)
+    c15 = np.array(1.5, np.float32)
+    c25 = np.array(0.25, np.float32)
+    ort_fn = _session([helper.make_node('Mul', ['x', 'a'], ['t']),
+                       helper.make_node('Add', ['t', 'b'], ['u']),
+                       helper.make_node('Sigmoid', ['u'], ['v']),
+                       helper.make_node('Mul', ['x', 'v'], ['y'])],
+                      [('x', x)], ['y'], inits=[('a', c15), ('b', c25)])
+    return (lambda: _fused_silu(x, out)), ort_fn, (lambda: _check(out, ort_fn(), 1e-5))
+
+
+CASES = {
+    'matmul 128x256@256x256': (lambda: _matmul_case(1, 128, 256, 256), 2 * 128 * 256 * 256),
+    'matmul 128x256@256x1024': (lambda: _matmul_case(1, 128, 256, 1024), 2 * 128 * 256 * 1024),
+    'matmul 128x1024@1024x256': (lambda: _matmul_case(1, 128, 1024, 256), 2 * 128 * 1024 * 256),
+    'bmm 16x(128x64@64x128)': (lambda: _matmul_case(16, 128, 64, 128), 2 * 16 * 128 * 64 * 128),
+    'matmul+bias+relu 128x256@256x1024': (lambda: _matmul_bias_relu_case(128, 256, 1024),
+                                          2 * 128 * 256 * 1024),
+    'gemm transB 128x256@(1024x256)^T+c': (lambda: _gemm_tb_case(128, 256, 1024),
+                                           2 * 128 * 256 * 1024),
+    'conv 3x3 64->64 56x56': (lambda: _conv_case(1, 64, 56, 64, 3, 1, 1),
+                              2 * 64 * 64 * 9 * 56 * 56),
+    'conv 7x7/2 3->64 224x224': (lambda: _conv_case(1, 3, 224, 64, 7, 2, 3),
+                                 2 * 3 * 64 * 49 * 112 * 112),
+    'conv 1x1 256->64 56x56': (lambda: _conv_case(1, 256, 56, 64, 1, 1, 0),
+                               2 * 256 * 64 * 56 * 56),
+    'conv dw 3x3 c128 56x56': (lambda: _conv_case(1, 128, 56, 128, 3, 1, 1, group=128),
+                               2 * 128 * 9 * 56 * 56),
+    'maxpool 3x3/2 64x112x112': (lambda: _maxpool_case(1, 64, 112, 3, 2, 1), 0),
+    'avgpool 3x3/1 128x28x28': (lambda: _avgpool_case(1, 128, 28, 3, 1, 1), 0),
+    'globalavgpool 1000x13x13': (lambda: _gap_case(1, 1000, 13), 0),
+    'softmax 4096x1024': (lambda: _softmax_case(4096, 1024), 0),
+    'fused x*sigmoid(1.5x+.25) 16M': (lambda: _fused_case(1 << 24), 2 * 4 * (1 << 24)),
+}
+
+_built = {}
+
+
+@pytest.fixture(params=list(CASES))
+def case(request):
+    name = request.param
+    if name not in _built:
+        jit_fn, ort_fn, check = CASES[name][0]()
+        jit_fn()          # compile / load from cache
+        check()
+        _built[name] = (jit_fn, ort_fn)
+    return name, _built[name]
+
+
+def test_op(benchmark, case):
+    name, (jit_fn, _) = case
+    benchmark.group = name
+    benchmark(jit_fn)
+    _record(benchmark, ('jitort', name), CASES[name][1], 'op')
+
+
+def test_op_ort(benchmark, case):
+    name, (_, ort_fn) = case
+    benchmark.group = name
+    benchmark(ort_fn)
+    _record(benchmark, ('ort', name), CASES[name][1], 'op')
+
+
+# --- GEMM GFLOP/s vs numpy's own multithreaded sgemm (np.dot outside Numba) ----------------
+GEMM_SHAPES = {'128x256@256x256': (1, 128, 256, 256), '128x256@256x1024': (1, 128, 256, 1024),
+               '128x1024@1024x256': (1, 128, 1024, 256), '16x(128x64@64x128)': (16, 128, 64, 128)}
+
+
+@pytest.mark.parametrize('shape', list(GEMM_SHAPES))
+def test_sgemm_numpy(benchmark, shape):
+    """Reference only (own group; no ORT side): numpy's BLAS with its own threads."""
+    b, m, k, n = GEMM_SHAPES[shape]
+    a = _rn(b, m, k)
+    w = _rn(b, k, n, seed=1)
+    out = np.empty((b, m, n), np.float32)
+    benchmark.group = f'numpy sgemm {shape}'
+    if b == 1:
+        benchmark(np.dot, a[0], w[0], out[0])
+    else:
+        benchmark(np.matmul, a, w, out)
+    _record(benchmark, ('numpy', shape), 2 * b * m * k * n, 'gemm')
+
+
+def test_memcpy_16m(benchmark):
+    """Bandwidth reference for the fused elementwise case (parallel copy loop in Numba)."""
+    x = _rn(1 << 24)
+    out = np.empty_like(x)
+    _par_copy(x, out)
+    benchmark.group = 'memcpy 16M (reference)'
+    benchmark(_par_copy, x, out)
+    _record(benchmark, ('memcpy', '16M'), 2 * 4 * (1 << 24), 'bw')
+
+
+class _Summary:
+    def pytest_terminal_summary(self, terminalreporter):
+        tr = terminalreporter
+        if not _RESULTS:
+            return
+        tr.write_sep('=', 'GEMM GFLOP/s: jitort (2 threads, BLAS pinned to 1) vs numpy sgemm')
+        pairs = [('128x256@256x256', 'matmul 128x256@256x256'),
+                 ('128x256@256x1024', 'matmul 128x256@256x1024'),
+                 ('128x1024@1024x256', 'matmul 128x1024@1024x256'),
+                 ('16x(128x64@64x128)', 'bmm 16x(128x64@64x128)')]
+        for npk, opk in pairs:
+            npr, jr = _RESULTS.get(('numpy', npk)), _RESULTS.get(('jitort', opk))
+            if npr and jr:
+                gn, gj = npr[1] / npr[0] / 1e9, jr[1] / jr[0] / 1e9
+                tr.write_line(f'{npk:<22} jitort {gj:7.1f}  numpy {gn:7.1f}  '
+                              f'jitort/numpy {gj / gn:6.1%}')
+        tr.write_sep('=', 'bandwidth (read + write): fused sigmoid chain vs memcpy, 16M float32')
+        mc = _RESULTS.get(('memcpy', '16M'))
+        fu = _RESULTS.get(('jitort', 'fused x*sigmoid(1.5x+.25) 16M'))
+        fo = _RESULTS.get(('ort', 'fused x*sigmoid(1.5x+.25) 16M'))
+        for label, r in (('memcpy (numba prange)', mc), ('fused jitort', fu), ('fused ort', fo)):
+            if r:
+                tr.write_line(f'{label:<24} {r[0] * 1e3:8.2f} ms  {r[1] / r[0] / 1e9:6.1f} GB/s')
+
+
+@pytest.fixture(scope='session', autouse=True)
+def _summary_plugin(request):
+    plugin = _Summary()
+    request.config.pluginmanager.register(plugin, 'jitort_bench_ops_summary')
+    yield

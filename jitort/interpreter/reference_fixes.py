@@ -1,0 +1,122 @@
+"""Replacements for onnx.reference kernels that disagree with the ONNX spec.
+
+Passed to every :class:`onnx.reference.ReferenceEvaluator` the interpreter builds (``new_ops``
+also reach If/Loop/Scan bodies). Each class names the reference behaviour it corrects:
+
+* ``Loop``: scan outputs are stacked along a new leading axis (the reference ``np.vstack``-s
+  them, so 0-d per-iteration values come out as ``(N, 1)`` and rank >= 2 ones are concatenated
+  instead of stacked).
+* ``Optional``: an optional value is the value itself (``None`` when empty); the reference wraps
+  it in a one-element list, so ``Optional()`` reads as non-empty and an optional sequence gains
+  a level of nesting.
+* ``Scatter`` (opset 9-10, deprecated): absent from the reference; it is ``ScatterElements``
+  without ``reduction``.
+* ``Scan`` opset 8 (batched form with a leading ``sequence_lens`` input): the reference only
+  implements opset 9+; opset 8 runs the opset-9 body once per batch entry.
+"""
+from __future__ import annotations
+
+import numpy as np
+from onnx.reference.op_run import OpRun
+from onnx.reference.ops.op_loop import Loop as _RefLoop
+from onnx.reference.ops.op_scan import Scan as _RefScan
+from onnx.reference.ops.op_scatter_elements import ScatterElements as _RefScatterElements
+
+
+def _stack(values: list) -> np.ndarray:
+    try:
+        return np.stack(values, axis=0)
+    except ValueError:  # per-iteration shapes differ (not valid ONNX): keep the old behaviour
+        return np.vstack(values)
+
+
+class Loop(_RefLoop):
+    op_domain = ""
+
+    def _run(self, M, cond, *args, context=None, body=None, attributes=None, bindings=None):
+        if args:
+            v_initial, args = args[0], args[1:]
+        else:
+            v_initial = None
+        if M is not None and not hasattr(M, "dtype"):
+            raise TypeError(f"M must be empty or an array but its type is {type(M)}.")
+        body = self.body
+        loop_inputs = body.input_names
+        inputs = dict.fromkeys(loop_inputs)
+        if v_initial is not None:
+            inputs[loop_inputs[2]] = v_initial
+        cond_name = body.output_names[0]
+        if args:
+            begin = len(loop_inputs) - len(args)
+            for name, val in zip(loop_inputs[begin:], args):
+                inputs[name] = val
+        if context is not None:
+            for a in context:
+                inputs[a] = context[a]
+        k_carried_away: list[list] = [[] for _ in range(self.K)]
+        it = 0
+        outputs: list = []
+        while cond and (M is None or it < M):
+            if len(loop_inputs) > 0 and loop_inputs[0] is not None:
+                inputs[loop_inputs[0]] = np.array(it, dtype=None if M is None else M.dtype)
+            if len(loop_inputs) > 1 and loop_inputs[1] is not None:
+                inputs[loop_inputs[1]] = cond
+            outputs = self._run_body(inputs, attributes=attributes, bindings=bindings)
+            for k in range(self.K):
+                k_carried_away[k].append(outputs[-self.K + k])
+            cond = outputs[self.output_index[cond_name]]
+            if cond is None:
+                raise RuntimeError(f"Condition {cond_name!r} returned by the subgraph cannot be None.")
+            for i, o in zip(loop_inputs[2:], body.output_names[1:]):
+                inputs[i] = outputs[self.output_index[o]]
+            it += 1
+        if it == 0:
+            outputs = [inputs[i] for i in loop_inputs[2:]]
+        else:
+            outputs = list(outputs[1:1 + self.N])
+        outputs.extend(_stack(x) if x else np.empty(shape=(0,)) for x in k_carried_away)
+        while len(outputs) < len(self.onnx_node.output):
+            outputs.append(np.empty(shape=()))
+        return self._check_and_fix_outputs(tuple(outputs))
+
+
+class Optional(OpRun):
+    op_domain = ""
+
+    def _run(self, x=None, type=None):  # noqa: A002
+        return (x,)
+
+
+class Scatter(_RefScatterElements):
+    op_domain = ""
+
+    def _run(self, data, indices, updates, axis=None):  # type: ignore[override]
+        return super()._run(data, indices, updates, axis=axis, reduction=None)
+
+
+class Scan(_RefScan):
+    op_domain = ""
+
+    def __init__(self, onnx_node, run_params):
+        super().__init__(onnx_node, run_params)
+        # opset 8 has one node input (sequence_lens) more than the body has inputs
+        self.batched = len(onnx_node.input) == len(self.input_names) + 1
+        if self.batched and any(getattr(self, "directions", None) or []):
+            raise NotImplementedError("Scan-8 with reverse directions")
+
+    def _run(self, *args, **kwargs):  # type: ignore[override]
+        if not self.batched:
+            return super()._run(*args, **kwargs)
+        seq_lens, rest = args[0], args[1:]
+        batch = rest[0].shape[0]
+        if seq_lens is not None:
+            full = rest[-1].shape[1]
+            if np.any(np.asarray(seq_lens) != full):
+                raise NotImplementedError("Scan-8 with sequence_lens shorter than the input")
+        per_batch = [super(Scan, self)._run(*[a[b] for a in rest], **kwargs)
+                     for b in range(batch)]
+        return tuple(np.stack([r[i] for r in per_batch], axis=0)
+                     for i in range(len(per_batch[0]))) if batch else tuple()
+
+
+FIXED_OPS = [Loop, Optional, Scatter, Scan]
