@@ -477,7 +477,11 @@ class SegmentCompiler:
                 continue
             ins = [None if v is None else shape_of(v) for v in n.inputs]
             vals = [None if v is None else value_of(v) for v in n.inputs]
-            for o, sh in zip(n.outputs, self.infer(n, ins, vals)):
+            try:
+                out_shapes = self.infer(n, ins, vals)
+            except NotImplementedError as e:  # no shape function, or a value not known ahead
+                raise Unlowerable(n, str(e)) from None
+            for o, sh in zip(n.outputs, out_shapes):
                 shapes[id(o)] = tuple(int(x) for x in sh)
             compiled.append(n)
         return shapes, hostvals, compiled
