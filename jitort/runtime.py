@@ -78,8 +78,7 @@ class CompiledModel:
     def __init__(self, model: Any, *, threads: int | None = None, base_dir=None,
                  optimize: bool = True, backends: Sequence[str] = ("cpu",)):
         _configure_blas()
-        if threads is not None:
-            _set_threads(threads)
+        self.threads = None if threads is None else _check_threads(threads)
         self.graph: Graph = import_model(model, base_dir)
         self.input_names = [v.name for v in self.graph.inputs]
         self._input_index = {n: i for i, n in enumerate(self.input_names)}
@@ -163,6 +162,8 @@ class CompiledModel:
 
     def _execute(self, feeds: dict, output_names) -> list[np.ndarray]:
         env = dict(zip(self._input_ids, self._validate(feeds)))
+        if self.threads is not None:  # Numba's thread count is per calling thread
+            _set_num_threads(self.threads)
         try:
             for run_step, step in self._program:
                 run_step(step, env)
@@ -377,11 +378,16 @@ def _configure_blas() -> None:
         log.warning("could not pin BLAS threads: %s", e)
 
 
-def _set_threads(n: int) -> None:
+def _check_threads(n: int) -> int:
     import numba
-    if n < 1:
-        raise ValueError("threads must be >= 1")
-    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"threads must be a positive int, got {n!r}")
+    return min(n, numba.config.NUMBA_NUM_THREADS)
+
+
+def _set_num_threads(n: int) -> None:
+    import numba
+    numba.set_num_threads(n)
 
 
 def compile(model: Any, *, threads: int | None = None, base_dir=None, optimize: bool = True,

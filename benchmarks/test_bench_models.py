@@ -1,0 +1,65 @@
+"""Model latency, jitort vs onnxruntime in the same run, at 1 and 2 threads.
+
+    python -m pytest benchmarks/test_bench_models.py --benchmark-only -q
+    python scripts/bench_table.py        # runs the above and rewrites benchmarks/README.md's table
+
+bert/gpt2 at B=1 S=128, vit B=1, resnet18 B=1 (../shared/models, skipped when absent) and the
+nine onnx "light" models (1x3x224x224). Both runtimes get the same feeds; outputs are checked
+to agree before timing.
+"""
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import jitort
+from tests.models import light_models, light_path, shared_feeds, shared_path
+
+CASES = [("shared", n) for n in ("bert", "gpt2", "vit", "resnet18")] + \
+        [("light", n) for n in light_models()]
+
+
+def _load(kind, name):
+    if kind == "shared":
+        path = shared_path(name)
+        if not path.exists():
+            pytest.skip("../shared/models not present")
+        return path, shared_feeds(name, 1, 128)
+    path = light_path(name)
+    model = jitort.compile(path)
+    feeds = {model.input_names[0]: np.random.default_rng(0).standard_normal((1, 3, 224, 224))
+             .astype(np.float32)}
+    return path, feeds
+
+
+_cache = {}
+
+
+def _prepared(kind, name, threads):
+    key = (kind, name, threads)
+    if key not in _cache:
+        path, feeds = _load(kind, name)
+        cm = jitort.compile(path, threads=threads)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        got, want = cm.run(None, feeds), sess.run(None, feeds)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-3, atol=1e-4)
+        _cache[key] = cm, sess, feeds
+    return _cache[key]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("kind,name", CASES, ids=[n for _, n in CASES])
+def test_jitort(benchmark, kind, name, threads):
+    cm, _, feeds = _prepared(kind, name, threads)
+    benchmark.group = f"{name} t{threads}"
+    benchmark.pedantic(cm.run, args=(None, feeds), rounds=10, warmup_rounds=1)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("kind,name", CASES, ids=[n for _, n in CASES])
+def test_ort(benchmark, kind, name, threads):
+    _, sess, feeds = _prepared(kind, name, threads)
+    benchmark.group = f"{name} t{threads}"
+    benchmark.pedantic(sess.run, args=(None, feeds), rounds=10, warmup_rounds=1)
