@@ -87,3 +87,19 @@ def test_bert_layers_share_kernels():
     calls = _kernel_calls(cm)
     # 4 identical encoder layers: every fused kernel of a layer is one compiled function
     assert len(set(calls)) * 3 <= len(calls), (len(set(calls)), len(calls))
+
+
+def test_elementwise_outputs_reuse_dying_operands_in_place():
+    # x -> MatMul -> a ; a -> Relu -> b (a dies here: b takes a's buffer) ; b -> MatMul -> z
+    rng = np.random.default_rng(3)
+    init = {"w": rng.standard_normal((8, 8)).astype(np.float32)}
+    m = make_model([helper.make_node("MatMul", ["x", "w"], ["a"]),
+                    helper.make_node("Relu", ["a"], ["b"]),
+                    helper.make_node("MatMul", ["b", "w"], ["z"])],
+                   [("x", F32, ["N", 8])], [("z", F32, None)], init)
+    cm = jitort.compile(m)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    np.testing.assert_allclose(cm(x)[0], np.maximum(x @ init["w"], 0) @ init["w"], rtol=1e-5, atol=1e-5)
+    (plan,) = list(cm.plans())
+    # a and b share one buffer: the workspace holds a single 4x8 float32 tensor
+    assert plan.ws_bytes == 128 and plan.memory.lower_bound == 128

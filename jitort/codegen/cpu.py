@@ -102,6 +102,8 @@ class Emitter:
         self.root: dict[int, int] = {}  # id(value) -> row backing it (through aliases)
         self.kernels: dict[str, str] = {}  # module name -> source
         self.step = 0
+        self.last_use: dict[int, int] = {}
+        self.inplace = 0  # outputs written over a dying operand's buffer
         self.in_index = {id(v): i for i, v in enumerate(seg.inputs)}
         self.out_index = {id(v): i for i, v in enumerate(seg.outputs)}
         self._count = 0
@@ -162,10 +164,32 @@ class Emitter:
             self.rows[r].end = self.step
         return name
 
-    def out(self, v: Value) -> str:
-        """Declare the array ``v`` is written into at this step."""
+    def can_donate(self, src: Value, dst: Value) -> bool:
+        """May ``dst`` be written in place over ``src``'s buffer at this step?
+
+        Only for kernels that read each element before writing the same element (fused
+        elementwise loops, non-broadcast operand): ``src`` must live in the workspace, have the
+        same byte size, and neither it nor any other view of its buffer be read after this step.
+        """
+        r = self.root.get(id(src))
+        if r is None or id(dst) in self.out_index or self.rows[r].kind != "ws":
+            return False
+        nbytes = int(np.prod(self.shape(dst), dtype=np.int64)) * np.dtype(dst.dtype).itemsize
+        if self.rows[r].nbytes != nbytes or np.dtype(src.dtype).itemsize != np.dtype(dst.dtype).itemsize:
+            return False
+        sharing = [k for k, row in self.root.items() if row == r]
+        return all(self.last_use.get(k, -1) <= self.step for k in sharing)
+
+    def out(self, v: Value, reuse: Value | None = None) -> str:
+        """Declare the array ``v`` is written into at this step (over ``reuse``'s buffer if given)."""
         if id(v) in self.out_index:
             name = f"y{self.out_index[id(v)]}"
+        elif reuse is not None:
+            r = self.root[id(reuse)]
+            name = self._fresh("v")
+            self.decls[name] = self._view("ws", r, v.dtype, self.shape(v))
+            self.root[id(v)] = r
+            self.inplace += 1
         else:
             dt = np.dtype(v.dtype)
             shape = self.shape(v)
@@ -417,8 +441,14 @@ def lower_group(em: Emitter, grp: Group, consumers_outside) -> None:
                         and len(grp.nodes[-1].outputs[0].shape) == rank)
     ext_vals = ext[1:-1].split(", ")[:-1] if ext != "()" else []
     args = []
+    taken: set[int] = set()
     for i in outs:
-        args.append(f"{em.out(grp.nodes[i].outputs[0])}.reshape({ext})")
+        y = grp.nodes[i].outputs[0]
+        donor = next((v for v, f in zip(operands, flags)
+                      if not any(f) and em.can_donate(v, y) and em.root[id(v)] not in taken), None)
+        if donor is not None:
+            taken.add(em.root[id(donor)])
+        args.append(f"{em.out(y, reuse=donor)}.reshape({ext})")
     for v, f in zip(operands, flags):
         shp = "(" + "".join(("1" if b else e) + ", " for b, e in zip(f, ext_vals)) + ")"
         args.append(f"{em.arr(v)}.reshape({shp})")
@@ -529,6 +559,14 @@ class SegmentCompiler:
                 readers.setdefault(id(v), []).append(n)
         out_ids = {id(v) for v in seg.outputs}
         items = group_nodes(compiled, shapes, supports_elementwise)
+        last_use: dict[int, int] = {}
+        for step, item in enumerate(items):
+            for n in (item.nodes if isinstance(item, Group) else [item]):
+                for v in n.all_inputs():
+                    last_use[id(v)] = step
+        for v in seg.outputs:
+            last_use[id(v)] = len(items)
+        em.last_use = last_use
         for item in items:
             if isinstance(item, Group):
                 members = {id(n) for n in item.nodes}

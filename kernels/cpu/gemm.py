@@ -1,25 +1,109 @@
 """Matrix multiplication kernels (MatMul, Gemm, MatMul + bias + activation).
 
 All arrays are C-contiguous float32 or float64 (one dtype per call). The heavy lifting is
-``np.dot`` on 2-D contiguous (or transposed-view) operands, which Numba lowers to BLAS
-gemm; BLAS threads itself, so these kernels are not ``parallel=True``.
+BLAS gemm (the scipy OpenBLAS that Numba's ``np.dot`` binds to), called through ``xgemm``,
+a thin intrinsic over Numba's own ``numba_xxgemm`` helper that exposes leading dimensions,
+alpha and beta, so that a row or column block of a matrix can be multiplied in place.
+
+jitort pins that BLAS to one thread (see ``jitort.runtime._configure_blas``): these kernels
+provide the parallelism themselves. A problem of at least ``_PAR_MIN_FLOPS`` is cut into
+independent tasks (whole batches, or row / column blocks of each batch), a multiple of the
+thread count, and one ``prange`` runs them (``_mm_par``); the fused epilogues (bias +
+activation, Gemm's alpha / C) run inside each task while its block is in cache. Smaller
+problems take the same task code serially.
+
 Activation codes are those of ``epilogue`` (0 none, 1 relu, 2 gelu, 3 sigmoid, 4 tanh,
 5 leaky_relu(alpha_act), 6 clip(alpha_act, beta_act)).
 """
+import numba
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+from numba.np.arrayobj import make_array
+from numba.np.linalg import ensure_blas, get_blas_kind
 
 from .epilogue import (ACT_CLIP, ACT_GELU, ACT_LEAKY_RELU, ACT_NONE, ACT_RELU,  # noqa: F401
-                       ACT_SIGMOID, ACT_TANH, bias_act_2d)
+                       ACT_SIGMOID, ACT_TANH, act_row, bias_act_2d)
 
-# Output elements per row block of the fused epilogue (~256 KB of float32, stays in L2).
+# 2*M*N*K above which a matmul is split over threads (a prange launch costs ~3 us; 1 MFLOP
+# is ~20 us of single-threaded sgemm).
+_PAR_MIN_FLOPS = 1 << 20
+# Output elements per block of the fused epilogue (~256 KB of float32, stays in L2).
 _EPI_BLOCK_ELEMS = 65536
 _EPI_MIN_ROWS = 64
+# Minimum rows / columns of a block when a single matrix is split over threads.
+_MIN_SPLIT_ROWS = 8
+_MIN_SPLIT_COLS = 32
+
+_FM = {'reassoc', 'contract', 'arcp'}
+
+_ll_char = ir.IntType(8)
+_ll_void_p = ir.IntType(8).as_pointer()
+_ll_intp = cgutils.intp_t
 
 
-@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+@intrinsic
+def xgemm(typingctx, ta, tb, m, n, k, alpha, a, aoff, lda, b, boff, ldb, beta, c, coff, ldc):
+    """Row-major BLAS gemm on raw blocks; returns the BLAS helper's status (0 = ok).
+
+    C (m, n) = alpha * op(A) @ op(B) + beta * C, where A starts at element ``aoff`` of the
+    array ``a`` (any layout; only its data pointer is used) with leading dimension ``lda``
+    (elements between rows as stored), likewise B and C. op(A) is A (m, k) when ``ta`` is 0,
+    else A stored as (k, m) and transposed; same for ``tb``. m, n, k must be >= 1 and the
+    leading dimensions >= the stored row lengths. ``alpha``/``beta`` are cast to the dtype.
+    """
+    for arr in (a, b, c):
+        if not isinstance(arr, types.Array):
+            return None
+    dtype = c.dtype
+    if a.dtype != dtype or b.dtype != dtype:
+        return None
+    sig = types.int32(ta, tb, m, n, k, alpha, a, aoff, lda, b, boff, ldb, beta, c, coff, ldc)
+
+    def codegen(context, builder, sig, args):
+        ensure_blas()
+        tys = sig.args
+        (v_ta, v_tb, v_m, v_n, v_k, v_al, v_a, v_aoff, v_lda, v_b, v_boff, v_ldb, v_be, v_c,
+         v_coff, v_ldc) = args
+
+        def ip(i, v):
+            return context.cast(builder, v, tys[i], types.intp)
+
+        def ptr(i, arr, off):
+            data = make_array(tys[i])(context, builder, arr).data
+            return builder.bitcast(builder.gep(data, [ip(i + 1, off)]), _ll_void_p)
+
+        def slot(i, v):
+            return builder.bitcast(
+                cgutils.alloca_once_value(builder, context.cast(builder, v, tys[i], dtype)),
+                _ll_void_p)
+
+        def trans(i, v):
+            nz = context.is_true(builder, tys[i], v)
+            return builder.select(nz, ir.Constant(_ll_char, ord('t')),
+                                  ir.Constant(_ll_char, ord('n')))
+
+        fnty = ir.FunctionType(ir.IntType(32),
+                               [_ll_char, _ll_char, _ll_char, _ll_intp, _ll_intp, _ll_intp,
+                                _ll_void_p, _ll_void_p, _ll_intp, _ll_void_p, _ll_intp,
+                                _ll_void_p, _ll_void_p, _ll_intp])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "numba_xxgemm")
+        kind = ir.Constant(_ll_char, ord(get_blas_kind(dtype)))
+        # Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
+        return builder.call(fn, (kind, trans(1, v_tb), trans(0, v_ta),
+                                 ip(3, v_n), ip(2, v_m), ip(4, v_k),
+                                 slot(5, v_al), ptr(9, v_b, v_boff), ip(11, v_ldb),
+                                 ptr(6, v_a, v_aoff), ip(8, v_lda), slot(12, v_be),
+                                 ptr(13, v_c, v_coff), ip(15, v_ldc)))
+
+    return sig, codegen
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
 def _dot2d(a2, b2, out2):
-    """out2 (M, N) = a2 (M, K) @ b2 (K, N); any of M, N, K may be 0."""
+    """out2 (M, N) = a2 (M, K) @ b2 (K, N); any of M, N, K may be 0 (serial np.dot)."""
     m, n = out2.shape
     if m == 0 or n == 0:
         return
@@ -29,44 +113,177 @@ def _dot2d(a2, b2, out2):
     np.dot(a2, b2, out2)
 
 
-@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+# --- task decomposition ----------------------------------------------------------------------
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _ceil_div(a, b):
+    return (a + b - 1) // b
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _gcd(a, b):
+    while b:
+        a, b = b, a % b
+    return a
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _plan(bo, m, n, k, nth, epi):
+    """(nrb, rbs, ncb, cbs): row / column blocks per batch and their sizes.
+
+    Serial (nth <= 1 or below the FLOP threshold): whole batches, except that a fused
+    epilogue (``epi``) works on row blocks of ~_EPI_BLOCK_ELEMS. Parallel: each batch is cut
+    into ``parts`` blocks so that bo * parts is a multiple of nth (rows when there are enough,
+    else columns).
+    """
+    flops = 2 * bo * m * n * k
+    nrb = 1
+    ncb = 1
+    if nth > 1 and flops >= _PAR_MIN_FLOPS:
+        parts = nth // _gcd(bo, nth)
+        if bo >= 4 * nth:
+            parts = 1
+        if parts > 1:
+            if m >= parts * _MIN_SPLIT_ROWS or n < parts * _MIN_SPLIT_COLS:
+                nrb = min(parts, m)
+            else:
+                ncb = parts
+    rbs = _ceil_div(m, nrb)
+    if epi:
+        rmax = max(_EPI_MIN_ROWS, _EPI_BLOCK_ELEMS // max(1, _ceil_div(n, ncb)))
+        if rbs > rmax:
+            nrb *= _ceil_div(rbs, rmax)
+            rbs = _ceil_div(m, nrb)
+    nrb = _ceil_div(m, rbs)
+    cbs = _ceil_div(n, ncb)
+    ncb = _ceil_div(n, cbs)
+    return nrb, rbs, ncb, cbs
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _mm_task(t, a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
+             nrb, rbs, ncb, cbs):
+    """One block of out[i, r0:r1, c0:c1] (see ``_mm_run``)."""
+    bo, m, n = out.shape
+    k = a.shape[1] if ta else a.shape[2]
+    per = nrb * ncb
+    i = t // per
+    rem = t - i * per
+    rb = rem // ncb
+    cb = rem - rb * ncb
+    r0 = rb * rbs
+    r1 = min(m, r0 + rbs)
+    c0 = cb * cbs
+    c1 = min(n, c0 + cbs)
+    if r1 <= r0 or c1 <= c0:
+        return
+    ia = 0 if a.shape[0] == 1 else i
+    ib = 0 if b.shape[0] == 1 else i
+    t_ = out.dtype.type
+    blas_beta = 0.0
+    if mode == 2:
+        # Gemm: prefill with beta * C (broadcast), then accumulate alpha * A @ B into it.
+        mc, nc = c2.shape
+        if beta != 0.0:
+            be = t_(beta)
+            blas_beta = 1.0
+            for r in range(r0, r1):
+                row = out[i, r]
+                crow = c2[0] if mc == 1 else c2[r]
+                if nc == 1:
+                    cv = be * crow[0]
+                    for j in range(c0, c1):
+                        row[j] = cv
+                else:
+                    for j in range(c0, c1):
+                        row[j] = be * crow[j]
+    if k == 0:
+        if blas_beta == 0.0:
+            for r in range(r0, r1):
+                row = out[i, r]
+                for j in range(c0, c1):
+                    row[j] = 0
+    else:
+        lda = a.shape[2]
+        ldb = b.shape[2]
+        aoff = ia * a.shape[1] * lda + (r0 if ta else r0 * lda)
+        boff = ib * b.shape[1] * ldb + (c0 * ldb if tb else c0)
+        coff = (i * m + r0) * n + c0
+        st = xgemm(ta, tb, r1 - r0, c1 - c0, k, alpha, a, aoff, lda, b, boff, ldb,
+                   blas_beta, out, coff, n)
+        if st != 0:
+            raise RuntimeError("BLAS gemm failed")
+    if mode == 1:
+        has_bias = bias.shape[0] > 0
+        for r in range(r0, r1):
+            row = out[i, r][c0:c1]
+            if has_bias:
+                bs = bias[c0:c1]
+                for j in range(c1 - c0):
+                    row[j] += bs[j]
+            if act != ACT_NONE:
+                act_row(row, act, aa, ab)
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
+def _mm_par(a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab, nrb, rbs, ncb, cbs):
+    ntask = out.shape[0] * nrb * ncb
+    for t in prange(ntask):
+        _mm_task(t, a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
+                 nrb, rbs, ncb, cbs)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _mm_run(a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab):
+    """out[i] (M, N) = epilogue(alpha * op(a[i or 0]) @ op(b[i or 0])).
+
+    a (Ba, M, K) or (Ba, K, M) if ta; b (Bb, K, N) or (Bb, N, K) if tb; out (Bo, M, N);
+    Ba, Bb in {1, Bo}. mode 0: plain; 1: + bias (length N or 0), activation ``act``(aa, ab);
+    2: Gemm, + beta * c2 (broadcast (1|M, 1|N)) when beta != 0. All ints are int64, all
+    scalars float64 (one compiled specialization per dtype).
+    """
+    bo, m, n = out.shape
+    if bo == 0 or m == 0 or n == 0:
+        return
+    k = a.shape[1] if ta else a.shape[2]
+    nth = numba.get_num_threads()
+    epi = mode == 1 and (bias.shape[0] > 0 or act != ACT_NONE)
+    nrb, rbs, ncb, cbs = _plan(bo, m, n, k, nth, epi)
+    ntask = bo * nrb * ncb
+    if nth > 1 and ntask > 1 and 2 * bo * m * n * k >= _PAR_MIN_FLOPS:
+        _mm_par(a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
+                nrb, rbs, ncb, cbs)
+    else:
+        for t in range(ntask):
+            _mm_task(t, a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
+                     nrb, rbs, ncb, cbs)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _as3(a, b, out):
+    """Collapse a (Bo, M, K) @ b (1, K, N) into one (1, Bo*M, K) @ (1, K, N) problem."""
+    bo, m, n = out.shape
+    if bo > 1 and b.shape[0] == 1 and a.shape[0] == bo:
+        k = a.shape[2]
+        return a.reshape(1, bo * m, k), out.reshape(1, bo * m, n)
+    return a, out
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
 def matmul3d(a, b, out):
     """Batched matmul: out[i] = a[i or 0] @ b[i or 0].
 
     a (Ba, M, K), b (Bb, K, N), out (Bo, M, N) with Ba in {1, Bo} and Bb in {1, Bo}.
     When Ba == Bo and Bb == 1 a single (Bo*M, K) @ (K, N) GEMM is issued.
     """
-    bo, m, n = out.shape
-    ba = a.shape[0]
-    bb = b.shape[0]
-    k = a.shape[2]
-    if bo == 0:
-        return
-    if bb == 1 and ba == bo:
-        _dot2d(a.reshape(bo * m, k), b[0], out.reshape(bo * m, n))
-        return
-    for i in range(bo):
-        ia = 0 if ba == 1 else i
-        ib = 0 if bb == 1 else i
-        _dot2d(a[ia], b[ib], out[i])
+    a3, o3 = _as3(a, b, out)
+    z1 = np.zeros(0, out.dtype)
+    z2 = np.zeros((1, 1), out.dtype)
+    i0 = np.int64(0)
+    _mm_run(a3, b, o3, z1, z2, i0, i0, np.float64(1.0), np.float64(0.0), i0, i0,
+            np.float64(0.0), np.float64(0.0))
 
 
-@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def _dot_bias_act_2d(a2, b2, bias, out2, act, alpha_act, beta_act):
-    """out2 = act(a2 @ b2 + bias), computed in row blocks so the epilogue hits cache."""
-    m, n = out2.shape
-    if m == 0 or n == 0:
-        return
-    rb = max(_EPI_MIN_ROWS, _EPI_BLOCK_ELEMS // n)
-    for r0 in range(0, m, rb):
-        r1 = min(m, r0 + rb)
-        ob = out2[r0:r1]
-        _dot2d(a2[r0:r1], b2, ob)
-        if bias.shape[0] > 0 or act != ACT_NONE:
-            bias_act_2d(ob, bias, act, alpha_act, beta_act)
-
-
-@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+@njit(cache=True, error_model='numpy', fastmath=_FM)
 def matmul3d_bias_act(a, b, bias, out, act, alpha_act, beta_act):
     """out[i] = act(a[i or 0] @ b[i or 0] + bias).
 
@@ -74,36 +291,14 @@ def matmul3d_bias_act(a, b, bias, out, act, alpha_act, beta_act):
     activation code (module docstring); ``alpha_act``/``beta_act`` are its float params
     (leaky slope; clip min/max), ignored by other codes.
     """
-    bo, m, n = out.shape
-    ba = a.shape[0]
-    bb = b.shape[0]
-    k = a.shape[2]
-    if bo == 0:
-        return
-    if bb == 1 and ba == bo:
-        _dot_bias_act_2d(a.reshape(bo * m, k), b[0], bias, out.reshape(bo * m, n),
-                         act, alpha_act, beta_act)
-        return
-    for i in range(bo):
-        ia = 0 if ba == 1 else i
-        ib = 0 if bb == 1 else i
-        _dot_bias_act_2d(a[ia], b[ib], bias, out[i], act, alpha_act, beta_act)
+    a3, o3 = _as3(a, b, out)
+    z2 = np.zeros((1, 1), out.dtype)
+    i0 = np.int64(0)
+    _mm_run(a3, b, o3, bias, z2, i0, i0, np.float64(1.0), np.float64(0.0), np.int64(1),
+            np.int64(act), np.float64(alpha_act), np.float64(beta_act))
 
 
-@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def _gemm_dot(a, b, out, trans_a, trans_b):
-    """out = op(a) @ op(b) with transposes passed to BLAS as views (K > 0, M, N > 0)."""
-    if trans_a and trans_b:
-        np.dot(a.T, b.T, out)
-    elif trans_a:
-        np.dot(a.T, b, out)
-    elif trans_b:
-        np.dot(a, b.T, out)
-    else:
-        np.dot(a, b, out)
-
-
-@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+@njit(cache=True, error_model='numpy', fastmath=_FM)
 def gemm(a, b, c, out, alpha, beta, trans_a, trans_b, has_c):
     """ONNX Gemm: out (M, N) = alpha * op(a) @ op(b) + beta * c.
 
@@ -112,31 +307,12 @@ def gemm(a, b, c, out, alpha, beta, trans_a, trans_b, has_c):
     (pass a (1, 1) dummy then). alpha, beta are floats; trans_a, trans_b, has_c bools/ints.
     """
     m, n = out.shape
-    k = a.shape[0] if trans_a else a.shape[1]
-    if m == 0 or n == 0:
-        return
     t = out.dtype.type
-    al = t(alpha)
-    be = t(beta)
-    if k == 0:
-        out[:, :] = 0
-    else:
-        _gemm_dot(a, b, out, trans_a, trans_b)
-    use_c = has_c and be != 0
-    if al == 1 and not use_c:
-        return
-    mc, nc = c.shape
-    for i in range(m):
-        row = out[i]
-        if al != 1:
-            for j in range(n):
-                row[j] *= al
-        if use_c:
-            crow = c[0] if mc == 1 else c[i]
-            if nc == 1:
-                cv = be * crow[0]
-                for j in range(n):
-                    row[j] += cv
-            else:
-                for j in range(n):
-                    row[j] += be * crow[j]
+    # round through the dtype as the old np.dot + scale path did
+    al = np.float64(t(alpha))
+    be = np.float64(t(beta)) if has_c else np.float64(0.0)
+    z1 = np.zeros(0, out.dtype)
+    _mm_run(a.reshape(1, a.shape[0], a.shape[1]), b.reshape(1, b.shape[0], b.shape[1]),
+            out.reshape(1, m, n), z1, c, np.int64(1 if trans_a else 0),
+            np.int64(1 if trans_b else 0), al, be, np.int64(2), np.int64(0),
+            np.float64(0.0), np.float64(0.0))
