@@ -15,6 +15,7 @@ segment's inputs and ``y*`` its outputs (fresh arrays the caller owns).
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Callable
@@ -132,8 +133,12 @@ class Emitter:
         return f"{prefix}{self._count}"
 
     def _view(self, buf: str, row: int, dtype, shape) -> str:
-        helper = self.helper(_view_helper_source(np.dtype(dtype), len(shape)),
-                             f"view_{np.dtype(dtype).name}_{len(shape)}")
+        key = (dtype, len(shape))
+        src = _VIEW_SOURCES.get(key)
+        if src is None:
+            dt = np.dtype(dtype)
+            src = _VIEW_SOURCES[key] = (_view_helper_source(dt, len(shape)), f"view_{dt.name}_{len(shape)}")
+        helper = self.helper(*src)
         dims = "".join(", " + self.dim(n) for n in shape)
         return f"{helper}({buf}, o[{row}, 0], o[{row}, 1]{dims})"
 
@@ -174,7 +179,7 @@ class Emitter:
         r = self.root.get(id(src))
         if r is None or id(dst) in self.out_index or self.rows[r].kind != "ws":
             return False
-        nbytes = int(np.prod(self.shape(dst), dtype=np.int64)) * np.dtype(dst.dtype).itemsize
+        nbytes = math.prod(self.shape(dst)) * np.dtype(dst.dtype).itemsize
         if self.rows[r].nbytes != nbytes or np.dtype(src.dtype).itemsize != np.dtype(dst.dtype).itemsize:
             return False
         sharing = [k for k, row in self.root.items() if row == r]
@@ -193,7 +198,7 @@ class Emitter:
         else:
             dt = np.dtype(v.dtype)
             shape = self.shape(v)
-            r = self._row("ws", int(np.prod(shape, dtype=np.int64)) * dt.itemsize)
+            r = self._row("ws", math.prod(shape) * dt.itemsize)
             name = self._fresh("v")
             self.decls[name] = self._view("ws", r, dt, shape)
             self.root[id(v)] = r
@@ -229,15 +234,23 @@ class Emitter:
 
     def kernel(self, prefix: str, source: str) -> str:
         """Register a generated kernel (deduplicated by text); returns its function name."""
-        name = modmgr.module_name(prefix, source.replace("__KNAME__", prefix))
-        self.kernels[name] = source.replace("__KNAME__", name)
-        return name
+        key = (prefix, source)
+        got = _KERNEL_NAMES.get(key)
+        if got is None:
+            name = modmgr.module_name(prefix, source.replace("__KNAME__", prefix))
+            got = _KERNEL_NAMES[key] = (name, source.replace("__KNAME__", name))
+        self.kernels[got[0]] = got[1]
+        return got[0]
 
     def helper(self, source: str, prefix: str) -> str:
         return self.kernel(prefix, source)
 
     def next_step(self) -> None:
         self.step += 1
+
+
+_KERNEL_NAMES: dict[tuple[str, str], tuple[str, str]] = {}
+_VIEW_SOURCES: dict[tuple, tuple[str, str]] = {}
 
 
 def _view_helper_source(dt: np.dtype, rank: int) -> str:
@@ -677,6 +690,9 @@ def _rewrite_offsets(em: Emitter) -> None:
     em.calls = [(step, _OFFSET.sub(sub, line)) for step, line in em.calls]
 
 
+_REWRITES: dict = {}
+
+
 def _rewrite_reshapes(em: Emitter) -> None:
     """Turn ``x.reshape((a, b, ))`` into calls of small generated helpers (``rs_2(x, a, b)``).
 
@@ -696,8 +712,21 @@ def _rewrite_reshapes(em: Emitter) -> None:
             text = _FLAT.sub(lambda m: f"{flat}({m.group(1)})", text)
         return text
 
+    # the text is the same for every signature with this structure: rewrite it once
+    key = (tuple(em.calls), tuple(em.decls.items()), len(em.dims))
+    hit = _REWRITES.get(key)
+    if hit is not None:
+        em.calls, em.decls, extra_dims, helpers = hit
+        em.dims.extend(extra_dims)
+        em.kernels.update(helpers)
+        return
+    n0, k0 = len(em.dims), set(em.kernels)
     em.calls = [(step, rewrite(line)) for step, line in em.calls]
     em.decls = {k: rewrite(v) for k, v in em.decls.items()}
+    if len(_REWRITES) > 256:
+        _REWRITES.clear()
+    _REWRITES[key] = (em.calls, em.decls, em.dims[n0:],
+                      {k: v for k, v in em.kernels.items() if k not in k0})
 
 
 def _chunks(calls: list[tuple[int, str]]) -> list[list[str]]:

@@ -15,7 +15,6 @@ problems take the same task code serially.
 Activation codes are those of ``epilogue`` (0 none, 1 relu, 2 gelu, 3 sigmoid, 4 tanh,
 5 leaky_relu(alpha_act), 6 clip(alpha_act, beta_act)).
 """
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
@@ -99,6 +98,25 @@ def xgemm(typingctx, ta, tb, m, n, k, alpha, a, aoff, lda, b, boff, ldb, beta, c
                                  ptr(13, v_c, v_coff), ip(15, v_ldc)))
 
     return sig, codegen
+
+
+@intrinsic
+def num_threads(typingctx):
+    """Numba's current thread count inside njit code, cacheable.
+
+    ``numba.get_num_threads()`` in njit code goes through a ctypes pointer, which makes every
+    caller uncachable ("dynamic globals"). This calls the threading layer's C symbol, which
+    ``_launch_threads`` registers (kernels/cpu/__init__ launches the threads on import, so the
+    symbol also resolves when the caller is loaded from the cache).
+    """
+    from numba.np.ufunc.parallel import _launch_threads
+    _launch_threads()
+
+    def codegen(context, builder, sig, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_ll_intp, []),
+                                            "get_num_threads")
+        return builder.call(fn, [])
+    return types.intp(), codegen
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -245,7 +263,7 @@ def _mm_run(a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab):
     if bo == 0 or m == 0 or n == 0:
         return
     k = a.shape[1] if ta else a.shape[2]
-    nth = numba.get_num_threads()
+    nth = num_threads()
     epi = mode == 1 and (bias.shape[0] > 0 or act != ACT_NONE)
     nrb, rbs, ncb, cbs = _plan(bo, m, n, k, nth, epi)
     ntask = bo * nrb * ncb
