@@ -4,12 +4,16 @@ see conftest.py for the ratio table).
 
     python -m pytest benchmarks/test_bench_ops.py --benchmark-only -q
 
-Both sides get 2 threads (Numba's pool and ORT's intra-op pool). The BLAS that Numba's
+Both sides get 2 threads (Numba's pool and ORT's intra-op pool); ``JITORT_BENCH_THREADS=1``
+compares single-threaded kernel efficiency instead (robust when another process holds a core:
+an OpenMP fork-join region then waits for its descheduled worker, ORT's pool does not). The BLAS that Numba's
 ``np.dot`` calls (scipy's OpenBLAS) is pinned to one thread, as jitort's runtime does.
 Extra tables at the end: GEMM GFLOP/s vs numpy's own (multithreaded) sgemm, and a 16M-element
 fused elementwise chain with a sigmoid vs memcpy bandwidth.
 """
 import jitort  # noqa: F401  (sets OPENBLAS_THREAD_TIMEOUT before numpy loads OpenBLAS)
+
+import os
 
 import numba
 import numpy as np
@@ -24,7 +28,7 @@ from jitort.kernels.cpu import pool as P
 from jitort.kernels.cpu import softmax as S
 from jitort.kernels.cpu.mathfn import sigmoid32
 
-THREADS = 2
+THREADS = int(os.environ.get('JITORT_BENCH_THREADS', '2'))
 
 
 def _pin_blas():
@@ -33,6 +37,8 @@ def _pin_blas():
     for lib in ThreadpoolController().lib_controllers:
         if lib.user_api == 'blas' and 'numpy' not in lib.filepath:
             lib.set_num_threads(1)
+        elif lib.user_api == 'blas':          # numpy's own: the GFLOP/s reference
+            lib.set_num_threads(THREADS)
 
 
 _pin_blas()
@@ -290,7 +296,7 @@ class _Summary:
         tr = terminalreporter
         if not _RESULTS:
             return
-        tr.write_sep('=', 'GEMM GFLOP/s: jitort (2 threads, BLAS pinned to 1) vs numpy sgemm')
+        tr.write_sep('=', f'GEMM GFLOP/s: jitort ({THREADS} threads, BLAS pinned to 1) vs numpy sgemm')
         pairs = [('128x256@256x256', 'matmul 128x256@256x256'),
                  ('128x256@256x1024', 'matmul 128x256@256x1024'),
                  ('128x1024@1024x256', 'matmul 128x1024@1024x256'),

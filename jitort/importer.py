@@ -120,8 +120,10 @@ class GraphBuilder:
             if vi.name in self.values:  # an initializer with a default value (IR < 4 style)
                 continue
             v = self._new_value(vi.name)
-            if v.dtype is None:
+            kind = vi.type.WhichOneof("value")
+            if v.dtype is None and kind not in ("sequence_type", "optional_type"):
                 raise InvalidModel(f"graph input {vi.name!r} has no tensor type")
+            # sequence/optional inputs stay untyped: only the interpreter reads them
             inputs.append(v)
         nodes = []
         for i, np_ in enumerate(original.node):

@@ -41,8 +41,11 @@ class Segment:
     inputs: list[Value] = field(default_factory=list)  # non-constant values read from outside
     outputs: list[Value] = field(default_factory=list)  # values needed after the segment
     value_inputs: list[Value] = field(default_factory=list)  # inputs whose values key the plan
+    arg_inputs: list[Value] = field(default_factory=list)  # inputs the driver reads (not only shapes)
+    arg_outputs: list[Value] = field(default_factory=list)  # outputs the driver writes (not host values)
     # filled by the runtime: precomputed for the per-call fast path
     input_ids: list[int] = field(default_factory=list)
+    arg_ids: list[int] = field(default_factory=list)
     output_ids: list[int] = field(default_factory=list)
     output_dtypes: list = field(default_factory=list)
     cb: object = None  # the constants arena (uint8 array)
@@ -140,4 +143,12 @@ def schedule(graph: Graph, placement: dict[int, str]) -> list[Segment | InterpSt
                         and v not in step.value_inputs:
                     step.value_inputs.append(v)
         step.outputs = [o for n in step.nodes for o in n.outputs if id(o) in later_reads[i]]
+        # tensors read only by host nodes (evaluated while planning) never reach the driver
+        # (their dtype may be one Numba cannot type, e.g. float16); host-valued outputs travel
+        # as plan exports, not arrays
+        data_reads = {id(v) for n in step.nodes if placement[id(n)] != HOST
+                      for v in n.all_inputs()}
+        step.arg_inputs = [v for v in step.inputs if id(v) in data_reads]
+        host_made = {id(o) for n in step.nodes if placement[id(n)] == HOST for o in n.outputs}
+        step.arg_outputs = [v for v in step.outputs if id(v) not in host_made]
     return steps

@@ -50,13 +50,16 @@ class _InputSpec:
 
     def __init__(self, v: Value):
         self.name = v.name
-        self.dtype = np.dtype(v.dtype)
+        self.untyped = v.dtype is None  # a sequence or optional input: passed through as given
+        self.dtype = None if v.dtype is None else np.dtype(v.dtype)
         self.shape = v.shape
         self.rank = None if v.shape is None else len(v.shape)
         self.fixed = [(k, d) for k, d in enumerate(v.shape or ()) if isinstance(d, int)]
         self.symbolic = [(k, d) for k, d in enumerate(v.shape or ()) if isinstance(d, str)]
 
     def describe(self) -> str:
+        if self.untyped:
+            return "a sequence or optional value"
         dims = "?" if self.shape is None else list(self.shape)
         return f"{self.dtype.name}{dims}"
 
@@ -120,8 +123,9 @@ class CompiledModel:
                                                             infer_shapes)
                 self._plans[id(step)] = OrderedDict()
                 step.input_ids = [id(v) for v in step.inputs]
-                step.output_ids = [id(v) for v in step.outputs]
-                step.output_dtypes = [np.dtype(v.dtype) for v in step.outputs]
+                step.arg_ids = [id(v) for v in step.arg_inputs]
+                step.output_ids = [id(v) for v in step.arg_outputs]
+                step.output_dtypes = [np.dtype(v.dtype) for v in step.arg_outputs]
                 step.cb = np.zeros(0, np.uint8)
 
     def _run_host(self, n: Node, shape_of, value_of) -> list[np.ndarray]:
@@ -191,6 +195,8 @@ class CompiledModel:
         except Exception as e:
             raise ExecutionError(f"node {n.label} failed: {type(e).__name__}: {e}") from e
         for o, r in zip(n.outputs, outs):
+            if isinstance(r, np.ndarray) and not r.flags.c_contiguous:
+                r = np.ascontiguousarray(r)  # compiled code takes C-contiguous arrays only
             env[id(o)] = r
 
     def _segment(self, seg: Segment, env: dict) -> None:
@@ -214,7 +220,7 @@ class CompiledModel:
         if ws is None or ws.size < plan.ws_bytes:
             ws = self._workspace(plan.ws_bytes)
         try:
-            plan.driver(ws, seg.cb, plan.pb, plan.d, *[env[i] for i in in_ids], *outs)
+            plan.driver(ws, seg.cb, plan.pb, plan.d, *[env[i] for i in seg.arg_ids], *outs)
         except IndexError as e:
             raise InvalidInput(f"{e} (an index input is out of range)") from None
         except JitortError:
@@ -276,6 +282,9 @@ class CompiledModel:
             a = feeds.get(spec.name, _MISSING)
             if a is _MISSING:
                 raise InvalidInput(f"missing input {spec.name!r} ({spec.describe()})")
+            if spec.untyped:
+                arrays.append(a)
+                continue
             if type(a) is not np.ndarray:
                 a = spec.coerce(a)
             if a.dtype != spec.dtype:

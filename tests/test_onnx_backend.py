@@ -41,26 +41,10 @@ EXCLUDED: list[tuple[str, list[str]]] = [
     ("Gradient (ai.onnx.preview.training) has no inference implementation, onnx.reference "
      "included",
      [r"^test_gradient_of_add"]),
-    ("pending fix: the importer rejects sequence/optional-typed graph inputs "
-     "('graph input ... has no tensor type')",
-     [r"^test_identity_opt_", r"^test_identity_sequence_", r"^test_loop13_seq_",
-      r"^test_loop16_seq_none_", r"^test_optional_get_element_(optional_sequence|optional_tensor|sequence)_",
-      r"^test_optional_has_element_(empty_optional_input|optional_input|tensor_input)_",
-      r"^test_sequence_insert_at_", r"^test_sequence_map_"]),
-    ("pending fix: a float16/bfloat16 tensor read only by host Shape nodes is still passed to "
-     "the segment driver, which Numba cannot type",
-     [r"^test_attention_3d_causal_bf16_expanded_", r"^test_attention_4d_attn_mask_causal_bf16_expanded_",
-      r"^test_attention_4d_causal_bf16_expanded_", r"^test_attention_4d_causal_fp16_expanded_",
-      r"^test_attention_4d_causal_padded_kv_bf16_expanded_", r"^test_attention_4d_fp16_expanded_",
-      r"^test_attention_4d_gqa_causal_nonpad_decode_fp16_expanded_",
-      r"^test_attention_4d_gqa_with_past_and_present_fp16_expanded_",
-      r"^test_attention_4d_padded_kv_bf16_expanded_",
-      r"^test_attention_local_window_ext_cache_float16_mask_expanded_",
-      r"^test_causal_conv_with_state_fp16_expanded_", r"^test_causal_conv_with_state_silu_fp16_expanded_",
-      r"^test_flexattention_fp16_expanded_ver26_", r"^test_linear_attention_fp16_expanded_"]),
-    ("pending fix: a host value that is also a segment output is read from the driver's "
-     "never-written output array (Emitter.arr checks out_index before hostvals)",
-     [r"^test_attention_local_window_ext_cache_rank[234]_(\w+_)?mask_expanded_"]),
+    ("loop16_seq_none: outputs equal onnx.reference's when run directly, but BackendTest's "
+     "comparison recurses into the sequence output and calls len() on a 0-d element "
+     "(not yet understood; tracked)",
+     [r"^test_loop16_seq_none_"]),
 ]
 
 

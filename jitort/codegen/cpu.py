@@ -105,8 +105,8 @@ class Emitter:
         self.step = 0
         self.last_use: dict[int, int] = {}
         self.inplace = 0  # outputs written over a dying operand's buffer
-        self.in_index = {id(v): i for i, v in enumerate(seg.inputs)}
-        self.out_index = {id(v): i for i, v in enumerate(seg.outputs)}
+        self.in_index = {id(v): i for i, v in enumerate(seg.arg_inputs)}
+        self.out_index = {id(v): i for i, v in enumerate(seg.arg_outputs)}
         self._count = 0
 
     # sizes ---------------------------------------------------------------------------------
@@ -595,7 +595,7 @@ class SegmentCompiler:
             em.next_step()
         # segment outputs that are host values travel to the environment directly
         exports = {id(v): hostvals[id(v)] for v in seg.outputs if id(v) in hostvals}
-        outs_needed = [v for v in seg.outputs if id(v) not in hostvals]
+        outs_needed = seg.arg_outputs
         for v in outs_needed:  # an output nobody wrote (e.g. produced by a host node) is a bug
             if id(v) not in em.names:
                 raise Unlowerable(seg.nodes[-1], f"segment output {v.name} not produced")
@@ -605,8 +605,8 @@ class SegmentCompiler:
         seg = self.seg
         _rewrite_reshapes(em)
         _rewrite_offsets(em)
-        params = ", ".join(["ws", "cb", "pb", "d"] + [f"x{i}" for i in range(len(seg.inputs))]
-                           + [f"y{i}" for i in range(len(seg.outputs))])
+        params = ", ".join(["ws", "cb", "pb", "d"] + [f"x{i}" for i in range(len(seg.arg_inputs))]
+                           + [f"y{i}" for i in range(len(seg.arg_outputs))])
         chunks = _chunks(em.calls)
         parts = []
         for i, lines in enumerate(chunks):
@@ -662,7 +662,7 @@ class SegmentCompiler:
         pb = aligned_empty(max(pb_size, 0))
         for start, host in pb_parts:
             pb[start:start + host.nbytes] = host.reshape(-1).view(np.uint8)
-        out_shapes = [shapes[id(v)] for v in seg.outputs]
+        out_shapes = [shapes[id(v)] for v in seg.arg_outputs]
         d = np.concatenate([np.array(em.dims, np.int64), o.reshape(-1)])  # sizes, then offsets
         return Plan(mod.call, d, o, pb, mem.workspace_bytes, mem,
                     out_shapes, exports, imports, mod.__file__, new)

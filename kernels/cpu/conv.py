@@ -29,20 +29,11 @@ from numba import njit, prange
 from numba.core.config import NUMBA_NUM_THREADS
 
 from .epilogue import act_row
-from .gemm import _ceil_div, _gcd, num_threads, xgemm
+from .gemm import _ceil_div, _gcd, eptr, next_task, num_threads, xgemm
 
 _FM = {'reassoc', 'contract', 'arcp'}
 
-# Work (elements touched) above which the data-movement loops use prange.
-_PAR_MIN_WORK = 1 << 16
-
-
-def conv2d_scratch_elems(C, KH, KW, OH, OW, group):
-    """Number of ``col`` scratch elements conv2d needs (plain Python, >= 1)."""
-    return max(1, (C // group) * KH * KW * OH * OW)
-
-
-@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+@njit(cache=True, error_model='numpy', fastmath=_FM)
 def _valid_range(off, stride, size, n_out):
     """[lo, hi) of output indices o in [0, n_out) with 0 <= o*stride + off < size."""
     lo = 0 if off >= 0 else (-off + stride - 1) // stride
@@ -53,16 +44,352 @@ def _valid_range(off, stride, size, n_out):
     return lo, max(lo, hi)
 
 
-@@BODY@@
+# 2*M*K*S (flops) above which the gemm-based paths are split over threads; depthwise output
+# elements * taps above which the planes are.
+_PAR_MIN_FLOPS = 1 << 20
+_PAR_MIN_DW = 1 << 15
+# im2col block per task (elements; 512 KB of float32): the gemm reads it back from L2.
+_COL_BLOCK_ELEMS = 1 << 17
+# Pointwise: output elements per task (the epilogue pass stays in cache).
+_OUT_BLOCK_ELEMS = 1 << 16
 
-@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+
+def _block_rows_py(kdim, ow, oh):
+    """Output rows per im2col block (>= 1, <= max(oh, 1))."""
+    per_row = max(1, kdim * ow)
+    return max(1, min(max(oh, 1), _COL_BLOCK_ELEMS // per_row))
+
+
+_block_rows = njit(cache=True)(_block_rows_py)
+
+
+def conv2d_scratch_elems(C, KH, KW, OH, OW, group):
+    """Number of ``col`` scratch elements conv2d needs (plain Python, >= 1).
+
+    One im2col block of output rows per worker thread (NUMBA_NUM_THREADS, the most Numba can
+    run), never more than the full (C/group*KH*KW, OH*OW) matrix. The kernel copes with less
+    (fewer workers, smaller blocks) down to one output row, kdim * OW elements.
+    """
+    kdim = (C // group) * KH * KW
+    rows = _block_rows_py(kdim, OW, OH)
+    return max(1, kdim * OW * min(max(OH, 1), rows * max(1, NUMBA_NUM_THREADS)),
+               kdim * OW * rows)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _im2col_rows(xg, col3, r0, kh_n, kw_n, sh, sw, ph, pw, dh, dw):
+    """col3 (Cg*KH*KW, nr, OW) = im2col of output rows [r0, r0 + nr) from xg (Cg, H, W).
+
+    Padding is handled per kernel column by the valid output range [ow0, ow1), so the inner
+    loops are plain copies (contiguous when sw == 1) through raw pointers (``eptr``): no
+    per-row array views, no wraparound checks.
+    """
+    cg, h, wd = xg.shape
+    nr = col3.shape[1]
+    ow_n = col3.shape[2]
+    for c in range(cg):
+        for kh in range(kh_n):
+            for kw in range(kw_n):
+                row = (c * kh_n + kh) * kw_n + kw
+                off_w = kw * dw - pw
+                ow0, ow1 = _valid_range(off_w, sw, wd, ow_n)
+                nv = ow1 - ow0
+                for i in range(nr):
+                    ih = (r0 + i) * sh - ph + kh * dh
+                    d = eptr(col3, (row * nr + i) * ow_n)
+                    if ih < 0 or ih >= h or nv <= 0:
+                        for ow in range(ow_n):
+                            d[ow] = 0
+                        continue
+                    for ow in range(ow0):
+                        d[ow] = 0
+                    dd = eptr(col3, (row * nr + i) * ow_n + ow0)
+                    ss = eptr(xg, (c * h + ih) * wd + sw * ow0 + off_w)
+                    if sw == 1:
+                        for j in range(nv):
+                            dd[j] = ss[j]
+                    elif sw == 2:
+                        for j in range(nv):
+                            dd[j] = ss[2 * j]
+                    else:
+                        for j in range(nv):
+                            dd[j] = ss[sw * j]
+                    for ow in range(ow1, ow_n):
+                        d[ow] = 0
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _epilogue_row(row, bv, has_bias, rrow, has_res, act, aa, ab):
+    """row += bv (has_bias) + rrow (has_res), then activation ``act``; 1-D contiguous."""
+    n = row.shape[0]
+    if has_bias and has_res:
+        for j in range(n):
+            row[j] += bv + rrow[j]
+    elif has_bias:
+        for j in range(n):
+            row[j] += bv
+    elif has_res:
+        for j in range(n):
+            row[j] += rrow[j]
+    if act != 0:
+        act_row(row, act, aa, ab)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _conv_task(t, nb, bs, x, w, b, res, out, colw, sh, sw, ph, pw, dh, dw, group, has_bias,
+               has_res, act, aa, ab, pointwise):
+    """Task t = ((n * group + g) * nb + blk): output rows (im2col path) or spatial columns
+    (pointwise path) [blk * bs, ...) of image n, group g; gemm in place into ``out``."""
+    n_n, c_n, h, wd = x.shape
+    m_n, cg, kh_n, kw_n = w.shape
+    oh_n = out.shape[2]
+    ow_n = out.shape[3]
+    s = oh_n * ow_n
+    mg = m_n // group
+    kdim = cg * kh_n * kw_n
+    ng = t // nb
+    blk = t - ng * nb
+    n = ng // group
+    g = ng - n * group
+    coff0 = (n * m_n + g * mg) * s
+    if pointwise:
+        s0 = blk * bs
+        s1 = min(s, s0 + bs)
+        if s1 <= s0:
+            return
+        st = xgemm(0, 0, mg, s1 - s0, kdim, 1.0, w, g * mg * kdim, kdim,
+                   x, (n * c_n + g * cg) * s + s0, s, 0.0, out, coff0 + s0, s)
+    else:
+        r0 = blk * bs
+        r1 = min(oh_n, r0 + bs)
+        if r1 <= r0:
+            return
+        s0 = r0 * ow_n
+        s1 = r1 * ow_n
+        sb = s1 - s0
+        col3 = colw[:kdim * sb].reshape(kdim, r1 - r0, ow_n)
+        _im2col_rows(x[n, g * cg:(g + 1) * cg], col3, r0, kh_n, kw_n, sh, sw, ph, pw, dh, dw)
+        st = xgemm(0, 0, mg, sb, kdim, 1.0, w, g * mg * kdim, kdim,
+                   colw, 0, sb, 0.0, out, coff0 + s0, s)
+    if st != 0:
+        raise RuntimeError("BLAS gemm failed")
+    if has_bias or has_res or act != 0:
+        out3 = out.reshape(n_n, m_n, s)
+        res3 = res.reshape(res.shape[0], res.shape[1], s)
+        for r in range(mg):
+            m = g * mg + r
+            bv = b[m] if has_bias else out.dtype.type(0)
+            rr = res3[n, m][s0:s1] if has_res else out3[n, m][s0:s1]
+            _epilogue_row(out3[n, m][s0:s1], bv, has_bias, rr, has_res, act, aa, ab)
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
+def _conv_par(nw, ntask, nb, bs, x, w, b, res, out, col, cap, sh, sw, ph, pw, dh, dw, group,
+              has_bias, has_res, act, aa, ab, pointwise):
+    """nw workers, each with scratch col[wk*cap:(wk+1)*cap], pull tasks from a shared
+    counter (dynamic scheduling, see ``gemm.next_task``)."""
+    counter = np.zeros(1, np.int64)
+    for wk in prange(nw):
+        colw = col[wk * cap:(wk + 1) * cap]
+        while True:
+            t = next_task(counter)
+            if t >= ntask:
+                break
+            _conv_task(t, nb, bs, x, w, b, res, out, colw, sh, sw, ph, pw, dh, dw, group,
+                       has_bias, has_res, act, aa, ab, pointwise)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _dw_plane(xc, wc, oc, bv, rc, has_res, act, aa, ab, sh, sw, ph, pw, dh, dw):
+    """One depthwise plane: oc (OH, OW) = conv(xc (H, W), wc (KH, KW)) + bv (+ rc), act.
+
+    Works on a zero-padded copy of the rows/columns of xc that the windows touch, so the
+    inner loops have no boundary tests; 3x3 (dilation 1) is unrolled."""
+    h, w = xc.shape
+    kh_n, kw_n = wc.shape
+    oh_n, ow_n = oc.shape
+    hp = (oh_n - 1) * sh + (kh_n - 1) * dh + 1
+    wp = (ow_n - 1) * sw + (kw_n - 1) * dw + 1
+    xp = np.empty((hp, wp), xc.dtype)
+    j0 = min(pw, wp)
+    j1 = max(j0, min(wp, pw + w))
+    for i in range(hp):
+        ih = i - ph
+        d = xp[i]
+        if ih < 0 or ih >= h:
+            for j in range(wp):
+                d[j] = 0
+            continue
+        for j in range(j0):
+            d[j] = 0
+        src = xc[ih][j0 - pw:j1 - pw]
+        dd = d[j0:j1]
+        for j in range(j1 - j0):
+            dd[j] = src[j]
+        for j in range(j1, wp):
+            d[j] = 0
+    unrolled = kh_n == 3 and kw_n == 3 and dh == 1 and dw == 1 and (sw == 1 or sw == 2)
+    if unrolled:
+        w00, w01, w02 = wc[0, 0], wc[0, 1], wc[0, 2]
+        w10, w11, w12 = wc[1, 0], wc[1, 1], wc[1, 2]
+        w20, w21, w22 = wc[2, 0], wc[2, 1], wc[2, 2]
+    for oh in range(oh_n):
+        dst = oc[oh]
+        base = oh * sh
+        if unrolled:
+            r0 = xp[base]
+            r1 = xp[base + 1]
+            r2 = xp[base + 2]
+            if sw == 1:
+                a0, a1, a2 = r0[0:], r0[1:], r0[2:]
+                b0, b1, b2 = r1[0:], r1[1:], r1[2:]
+                c0, c1, c2 = r2[0:], r2[1:], r2[2:]
+                for ow in range(ow_n):
+                    dst[ow] = (bv + w00 * a0[ow] + w01 * a1[ow] + w02 * a2[ow]
+                               + w10 * b0[ow] + w11 * b1[ow] + w12 * b2[ow]
+                               + w20 * c0[ow] + w21 * c1[ow] + w22 * c2[ow])
+            else:
+                for ow in range(ow_n):
+                    j = 2 * ow
+                    dst[ow] = (bv + w00 * r0[j] + w01 * r0[j + 1] + w02 * r0[j + 2]
+                               + w10 * r1[j] + w11 * r1[j + 1] + w12 * r1[j + 2]
+                               + w20 * r2[j] + w21 * r2[j + 1] + w22 * r2[j + 2])
+        else:
+            for ow in range(ow_n):
+                dst[ow] = bv
+            for kh in range(kh_n):
+                r = xp[base + kh * dh]
+                for kw in range(kw_n):
+                    wv = wc[kh, kw]
+                    rs = r[kw * dw:]
+                    if sw == 1:
+                        for ow in range(ow_n):
+                            dst[ow] += wv * rs[ow]
+                    else:
+                        for ow in range(ow_n):
+                            dst[ow] += wv * rs[ow * sw]
+        if has_res or act != 0:
+            _epilogue_row(dst, bv, False, rc[oh], has_res, act, aa, ab)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _dw_task(p, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, aa, ab):
+    c_n = x.shape[1]
+    n = p // c_n
+    c = p - n * c_n
+    bv = b[c] if has_bias else out.dtype.type(0)
+    rc = res[n, c] if has_res else out[n, c]
+    _dw_plane(x[n, c], w[c, 0], out[n, c], bv, rc, has_res, act, aa, ab, sh, sw, ph, pw, dh, dw)
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
+def _dw_par(nw, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, aa, ab):
+    """nw workers pull (image, channel) planes from a shared counter."""
+    nplane = x.shape[0] * x.shape[1]
+    counter = np.zeros(1, np.int64)
+    for wk in prange(nw):
+        while True:
+            p = next_task(counter)
+            if p >= nplane:
+                break
+            _dw_task(p, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act,
+                     aa, ab)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias, has_res,
+                 act, alpha_act, beta_act):
+    """Shared implementation; see module docstring for the contract. The wrappers pass
+    ``np.int64(...)``/``np.float64(...)`` so that literal constants do not make Numba
+    compile a separate (slow, ~10 s) specialization of this function per wrapper."""
+    n_n, c_n, h, wd = x.shape
+    m_n, cg, kh_n, kw_n = w.shape
+    oh_n = out.shape[2]
+    ow_n = out.shape[3]
+    s = oh_n * ow_n
+    if n_n == 0 or m_n == 0 or s == 0:
+        return
+    sh, sw, ph, pw = np.int64(sh), np.int64(sw), np.int64(ph), np.int64(pw)
+    dh, dw = np.int64(dh), np.int64(dw)
+    group = np.int64(group)
+    has_bias = bool(has_bias)
+    has_res = bool(has_res)
+    act = np.int64(act)
+    aa = np.float64(alpha_act)
+    ab = np.float64(beta_act)
+    nth = num_threads()
+    mg = m_n // group
+    kdim = cg * kh_n * kw_n
+    if group == c_n and group == m_n and kdim > 0:
+        if nth > 1 and n_n * c_n * s * kh_n * kw_n >= _PAR_MIN_DW and n_n * c_n > 1:
+            _dw_par(min(nth, n_n * c_n), x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, aa, ab)
+        else:
+            for p in range(n_n * c_n):
+                _dw_task(p, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res,
+                         act, aa, ab)
+        return
+    if kdim == 0:
+        out3 = out.reshape(n_n, m_n, s)
+        res3 = res.reshape(res.shape[0], res.shape[1], s)
+        for n in range(n_n):
+            for m in range(m_n):
+                row = out3[n, m]
+                for j in range(s):
+                    row[j] = 0
+                bv = b[m] if has_bias else out.dtype.type(0)
+                _epilogue_row(row, bv, has_bias, res3[n, m] if has_res else row, has_res,
+                              act, aa, ab)
+        return
+    pointwise = (kh_n == 1 and kw_n == 1 and sh == 1 and sw == 1 and ph == 0 and pw == 0
+                 and oh_n == h and ow_n == wd)
+    n_img = n_n * group
+    par = nth > 1 and 2 * n_n * m_n * kdim * s >= _PAR_MIN_FLOPS
+    parts = 1
+    if par and n_img < 4 * nth:
+        parts = nth // _gcd(n_img, nth)
+    if pointwise:
+        bs = max(16, min(s, _OUT_BLOCK_ELEMS // max(1, mg)))
+        extent = s
+        cap = 1
+    else:
+        bs = _block_rows(kdim, ow_n, oh_n)
+        extent = oh_n
+        cap = kdim * ow_n
+    nb = _ceil_div(extent, bs)
+    if parts > 1:
+        nb = _ceil_div(max(nb, parts), parts) * parts
+        nb = min(nb, extent)
+    bs = _ceil_div(extent, nb)
+    nb = _ceil_div(extent, bs)
+    ntask = n_img * nb
+    nw = min(nth, ntask) if par else 1
+    if not pointwise:
+        avail = col.shape[0] // cap          # output rows of scratch
+        if avail < 1:
+            raise ValueError("conv2d: col scratch smaller than one output row")
+        if avail < bs:                       # too little scratch for one block: shrink it
+            bs = avail
+            nb = _ceil_div(extent, bs)
+            ntask = n_img * nb
+        nw = max(1, min(nw, avail // bs))
+        cap = cap * bs
+    if nw > 1:
+        _conv_par(nw, ntask, nb, bs, x, w, b, res, out, col, cap, sh, sw, ph, pw, dh, dw,
+                  group, has_bias, has_res, act, aa, ab, pointwise)
+    else:
+        colw = col[:cap]
+        for t in range(ntask):
+            _conv_task(t, nb, bs, x, w, b, res, out, colw, sh, sw, ph, pw, dh, dw, group,
+                       has_bias, has_res, act, aa, ab, pointwise)
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
 def conv2d(x, w, b, out, col, sh, sw, ph, pw, dh, dw, group, has_bias):
     """ONNX Conv: out = conv(x, w) + b. See module docstring for shapes."""
     _conv2d_core(x, w, b, out, out, col, sh, sw, ph, pw, dh, dw, group, has_bias,
                  np.int64(0), np.int64(0), np.float64(0.0), np.float64(0.0))
 
 
-@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+@njit(cache=True, error_model='numpy', fastmath=_FM)
 def conv2d_bias_act(x, w, b, out, col, sh, sw, ph, pw, dh, dw, group, has_bias, act,
                     alpha_act, beta_act):
     """out = act(conv(x, w) + b); ``act`` code and params as in ``epilogue``."""
@@ -70,7 +397,7 @@ def conv2d_bias_act(x, w, b, out, col, sh, sw, ph, pw, dh, dw, group, has_bias, 
                  np.int64(0), np.int64(act), np.float64(alpha_act), np.float64(beta_act))
 
 
-@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+@njit(cache=True, error_model='numpy', fastmath=_FM)
 def conv2d_bias_add_act(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias,
                         act, alpha_act, beta_act):
     """out = act(conv(x, w) + b + res); res (N, M, OH, OW) must not alias ``out``

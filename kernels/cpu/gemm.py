@@ -101,6 +101,40 @@ def xgemm(typingctx, ta, tb, m, n, k, alpha, a, aoff, lda, b, boff, ldb, beta, c
 
 
 @intrinsic
+def eptr(typingctx, arr, off):
+    """Raw pointer (``CPointer(dtype)``) to element ``off`` of ``arr``'s data (any layout;
+    ``off`` counts elements from the first one). Indexing it has no bounds or wraparound
+    checks and creates no array views (whose NRT reference counting costs ~10 ns each), so
+    short inner copy loops vectorize; the caller guarantees the range is valid."""
+    if not isinstance(arr, types.Array) or not isinstance(off, types.Integer):
+        return None
+    sig = types.CPointer(arr.dtype)(arr, off)
+
+    def codegen(context, builder, sig, args):
+        data = make_array(sig.args[0])(context, builder, args[0]).data
+        return builder.gep(data, [context.cast(builder, args[1], sig.args[1], types.intp)])
+    return sig, codegen
+
+
+@intrinsic
+def next_task(typingctx, counter):
+    """Atomically ``counter[0] += 1``; returns the old value (int64 1-D array).
+
+    Dynamic scheduling for prange workers: Numba's OpenMP layer splits a prange statically
+    (``set_parallel_chunksize`` does not change that), so when one thread is descheduled on
+    a busy machine the other idles at the barrier. Workers that pull task numbers from a
+    shared counter finish together instead."""
+    if not (isinstance(counter, types.Array) and counter.dtype == types.int64):
+        return None
+    sig = types.int64(counter)
+
+    def codegen(context, builder, sig, args):
+        data = make_array(sig.args[0])(context, builder, args[0]).data
+        return builder.atomic_rmw('add', data, ir.Constant(ir.IntType(64), 1), 'monotonic')
+    return sig, codegen
+
+
+@intrinsic
 def num_threads(typingctx):
     """Numba's current thread count inside njit code, cacheable.
 
@@ -161,10 +195,16 @@ def _plan(bo, m, n, k, nth, epi):
         if bo >= 4 * nth:
             parts = 1
         if parts > 1:
-            if m >= parts * _MIN_SPLIT_ROWS or n < parts * _MIN_SPLIT_COLS:
-                nrb = min(parts, m)
-            else:
+            # Row blocks each pack all of B (K x N), column blocks all of A (M x K): split
+            # the dimension whose duplicated packing is smaller, if blocks stay big enough.
+            rows_ok = m >= parts * _MIN_SPLIT_ROWS
+            cols_ok = n >= parts * _MIN_SPLIT_COLS
+            if rows_ok and (m >= n or not cols_ok):
+                nrb = parts
+            elif cols_ok:
                 ncb = parts
+            else:
+                nrb = min(parts, m)
     rbs = _ceil_div(m, nrb)
     if epi:
         rmax = max(_EPI_MIN_ROWS, _EPI_BLOCK_ELEMS // max(1, _ceil_div(n, ncb)))
@@ -243,11 +283,18 @@ def _mm_task(t, a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
-def _mm_par(a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab, nrb, rbs, ncb, cbs):
+def _mm_par(nw, a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab, nrb, rbs, ncb,
+            cbs):
+    """nw workers pull the tasks of ``_mm_task`` from a shared counter (``next_task``)."""
     ntask = out.shape[0] * nrb * ncb
-    for t in prange(ntask):
-        _mm_task(t, a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
-                 nrb, rbs, ncb, cbs)
+    counter = np.zeros(1, np.int64)
+    for wk in prange(nw):
+        while True:
+            t = next_task(counter)
+            if t >= ntask:
+                break
+            _mm_task(t, a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
+                     nrb, rbs, ncb, cbs)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -268,7 +315,7 @@ def _mm_run(a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab):
     nrb, rbs, ncb, cbs = _plan(bo, m, n, k, nth, epi)
     ntask = bo * nrb * ncb
     if nth > 1 and ntask > 1 and 2 * bo * m * n * k >= _PAR_MIN_FLOPS:
-        _mm_par(a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
+        _mm_par(min(nth, ntask), a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
                 nrb, rbs, ncb, cbs)
     else:
         for t in range(ntask):

