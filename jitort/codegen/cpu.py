@@ -357,7 +357,51 @@ def group_nodes(nodes: list[Node], shapes: dict, is_elementwise) -> list[Group |
             items[target].nodes.append(n)
         group_of[id(n.outputs[0])] = target
         anc[id(n.outputs[0])] = dep | (1 << target)
-    return _toposort_items(items)
+    _fold_feeder_groups(items, group_of, anc)
+    return _toposort_items([it for it in items if not (isinstance(it, Group) and not it.nodes)])
+
+
+def _fold_feeder_groups(items: list, group_of: dict, anc: dict) -> None:
+    """Merge a group into the one group that reads all its outputs.
+
+    Greedy joining leaves side branches such as ``x * 0.5`` in GELU as their own kernel when
+    the final Mul joins that branch rather than the main chain. Moving the feeder's nodes to the
+    front of its consumer is always acyclic when the feeder's outputs are read only by that
+    consumer and the feeder's inputs do not depend on the consumer.
+    """
+    readers: dict[int, set[int]] = {}
+    for i, it in enumerate(items):
+        for n in (it.nodes if isinstance(it, Group) else [it]):
+            for v in n.all_inputs():
+                readers.setdefault(id(v), set()).add(i)
+    for h, grp in enumerate(items):
+        if not isinstance(grp, Group) or not grp.nodes:
+            continue
+        members = {id(o) for n in grp.nodes for o in n.outputs}
+        users: set[int] = set()
+        for n in grp.nodes:
+            users |= readers.get(id(n.outputs[0]), set()) - {h}
+        if len(users) != 1:
+            continue
+        t = next(iter(users))
+        tgt = items[t]
+        if (not isinstance(tgt, Group) or tgt.shape != grp.shape
+                or len(tgt.nodes) + len(grp.nodes) > MAX_GROUP):
+            continue
+        ext = [v for n in grp.nodes for v in n.all_inputs() if id(v) not in members]
+        if any(anc.get(id(v), 0) >> t & 1 for v in ext):
+            continue
+        tgt.nodes[:0] = grp.nodes
+        grp.nodes = []
+        for v in members:
+            group_of[v] = t
+        for k, bits in anc.items():  # whatever depended on the feeder now depends on t
+            if bits >> h & 1:
+                anc[k] = bits | (1 << t)
+        for r in readers.values():
+            if h in r:
+                r.discard(h)
+                r.add(t)
 
 
 def _toposort_items(items: list[Group | Node]) -> list[Group | Node]:

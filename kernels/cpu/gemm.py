@@ -29,8 +29,9 @@ from .epilogue import (ACT_CLIP, ACT_GELU, ACT_LEAKY_RELU, ACT_NONE, ACT_RELU,  
 # 2*M*N*K above which a matmul is split over threads (a prange launch costs ~3 us; 1 MFLOP
 # is ~20 us of single-threaded sgemm).
 _PAR_MIN_FLOPS = 1 << 20
-# Output elements per block of the fused epilogue (~256 KB of float32, stays in L2).
-_EPI_BLOCK_ELEMS = 65536
+# Output elements per block of the fused epilogue (1 MB of float32, stays in L2). Smaller
+# blocks cost more than they save: every row block repacks all of B inside BLAS.
+_EPI_BLOCK_ELEMS = 1 << 18
 _EPI_MIN_ROWS = 64
 # Minimum rows / columns of a block when a single matrix is split over threads.
 _MIN_SPLIT_ROWS = 8

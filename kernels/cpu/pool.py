@@ -60,27 +60,50 @@ def _maxpool_plane(xp, op, kh_n, kw_n, sh, sw, ph, pw, dh, dw):
             r0 = eptr(buf, oh * sh * wp)
             r1 = eptr(buf, (oh * sh + 1) * wp)
             r2 = eptr(buf, (oh * sh + 2) * wp)
-            for ow in range(ow_n):
-                j = ow * sw
-                m = ninf
-                v = r0[j]
-                m = v if v > m else m
-                v = r0[j + 1]
-                m = v if v > m else m
-                v = r0[j + 2]
-                m = v if v > m else m
-                v = r1[j]
-                m = v if v > m else m
-                v = r1[j + 1]
-                m = v if v > m else m
-                v = r1[j + 2]
-                m = v if v > m else m
-                v = r2[j]
-                m = v if v > m else m
-                v = r2[j + 1]
-                m = v if v > m else m
-                v = r2[j + 2]
-                d[ow] = v if v > m else m
+            if sw == 1:
+                for ow in range(ow_n):
+                    j = ow
+                    m = ninf
+                    v = r0[j]
+                    m = v if v > m else m
+                    v = r0[j + 1]
+                    m = v if v > m else m
+                    v = r0[j + 2]
+                    m = v if v > m else m
+                    v = r1[j]
+                    m = v if v > m else m
+                    v = r1[j + 1]
+                    m = v if v > m else m
+                    v = r1[j + 2]
+                    m = v if v > m else m
+                    v = r2[j]
+                    m = v if v > m else m
+                    v = r2[j + 1]
+                    m = v if v > m else m
+                    v = r2[j + 2]
+                    d[ow] = v if v > m else m
+            else:
+                for ow in range(ow_n):
+                    j = 2 * ow
+                    m = ninf
+                    v = r0[j]
+                    m = v if v > m else m
+                    v = r0[j + 1]
+                    m = v if v > m else m
+                    v = r0[j + 2]
+                    m = v if v > m else m
+                    v = r1[j]
+                    m = v if v > m else m
+                    v = r1[j + 1]
+                    m = v if v > m else m
+                    v = r1[j + 2]
+                    m = v if v > m else m
+                    v = r2[j]
+                    m = v if v > m else m
+                    v = r2[j + 1]
+                    m = v if v > m else m
+                    v = r2[j + 2]
+                    d[ow] = v if v > m else m
         return
     for oh in range(oh_n):
         d = eptr(op, oh * ow_n)
@@ -161,10 +184,15 @@ def _avgpool_plane(xp, op, cnt_w, kh_n, kw_n, sh, sw, ph, pw, include_pad, pe_h)
             r0 = eptr(buf, oh * sh * wp)
             r1 = eptr(buf, (oh * sh + 1) * wp)
             r2 = eptr(buf, (oh * sh + 2) * wp)
-            for ow in range(ow_n):
-                j = ow * sw
-                d[ow] = (r0[j] + r0[j + 1] + r0[j + 2] + r1[j] + r1[j + 1] + r1[j + 2]
-                         + r2[j] + r2[j + 1] + r2[j + 2])
+            if sw == 1:
+                for ow in range(ow_n):
+                    d[ow] = (r0[ow] + r0[ow + 1] + r0[ow + 2] + r1[ow] + r1[ow + 1]
+                             + r1[ow + 2] + r2[ow] + r2[ow + 1] + r2[ow + 2])
+            else:
+                for ow in range(ow_n):
+                    j = 2 * ow
+                    d[ow] = (r0[j] + r0[j + 1] + r0[j + 2] + r1[j] + r1[j + 1] + r1[j + 2]
+                             + r2[j] + r2[j + 1] + r2[j + 2])
         else:
             for ow in range(ow_n):
                 d[ow] = 0
