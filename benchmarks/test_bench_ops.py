@@ -6,8 +6,9 @@ see conftest.py for the ratio table).
 
 Both sides get 2 threads (Numba's pool and ORT's intra-op pool); ``JITORT_BENCH_THREADS=1``
 compares single-threaded kernel efficiency instead (robust when another process holds a core:
-an OpenMP fork-join region then waits for its descheduled worker, ORT's pool does not). The BLAS that Numba's
-``np.dot`` calls (scipy's OpenBLAS) is pinned to one thread, as jitort's runtime does.
+an OpenMP fork-join region then waits for its descheduled worker, ORT's pool does not).
+The BLAS that Numba's ``np.dot`` and ``gemm.xgemm`` call (scipy's OpenBLAS) is pinned to one
+thread, as jitort's runtime does.
 Extra tables at the end: GEMM GFLOP/s vs numpy's own (multithreaded) sgemm, and a 16M-element
 fused elementwise chain with a sigmoid vs memcpy bandwidth.
 """
@@ -222,6 +223,8 @@ CASES = {
                               2 * 64 * 64 * 9 * 56 * 56),
     'conv 7x7/2 3->64 224x224': (lambda: _conv_case(1, 3, 224, 64, 7, 2, 3),
                                  2 * 3 * 64 * 49 * 112 * 112),
+    'conv 3x3 256->256 14x14': (lambda: _conv_case(1, 256, 14, 256, 3, 1, 1),
+                                2 * 256 * 256 * 9 * 14 * 14),
     'conv 1x1 256->64 56x56': (lambda: _conv_case(1, 256, 56, 64, 1, 1, 0),
                                2 * 256 * 64 * 56 * 56),
     'conv dw 3x3 c128 56x56': (lambda: _conv_case(1, 128, 56, 128, 3, 1, 1, group=128),
@@ -296,7 +299,8 @@ class _Summary:
         tr = terminalreporter
         if not _RESULTS:
             return
-        tr.write_sep('=', f'GEMM GFLOP/s: jitort ({THREADS} threads, BLAS pinned to 1) vs numpy sgemm')
+        tr.write_sep('=', f'GEMM GFLOP/s: jitort ({THREADS} threads, BLAS pinned to 1) '
+                          f'vs numpy sgemm ({THREADS} threads)')
         pairs = [('128x256@256x256', 'matmul 128x256@256x256'),
                  ('128x256@256x1024', 'matmul 128x256@256x1024'),
                  ('128x1024@1024x256', 'matmul 128x1024@1024x256'),

@@ -16,6 +16,10 @@ Paths:
   ``prange`` over planes when big.
 * pointwise (1x1, stride 1, no pad, OH == H, OW == W): BLAS gemm straight on the input,
   in column blocks of the spatial axis.
+* small planes (OH*OW <= 1024, >= 32 output channels per group): tasks (image, group,
+  block of output channels); each worker im2cols the whole plane once into its slice of
+  ``col`` and runs one gemm per channel block (deep layers: the weights dominate, so they
+  are split, not repacked per column block).
 * otherwise: tasks (image, group, block of output rows); each does im2col of its rows into a
   per-worker slice of ``col`` (sized to stay in L2) and one BLAS gemm that writes the block
   in place in ``out`` (leading dimension OH*OW, see ``gemm.xgemm``).
@@ -50,8 +54,15 @@ _PAR_MIN_FLOPS = 1 << 20
 _PAR_MIN_DW = 1 << 15
 # im2col block per task (elements; 512 KB of float32): the gemm reads it back from L2.
 _COL_BLOCK_ELEMS = 1 << 17
-# Pointwise: output elements per task (the epilogue pass stays in cache).
-_OUT_BLOCK_ELEMS = 1 << 16
+# Pointwise: output elements per task (1 MB of float32: the epilogue pass stays in L2; fewer,
+# larger gemms repack the weights less often).
+_OUT_BLOCK_ELEMS = 1 << 18
+
+
+# Planes of at most this many output positions (with at least _PLANE_MIN_M output channels
+# per group) are im2col'ed whole, per worker, and split over output channels instead.
+_PLANE_MAX_S = 1024
+_PLANE_MIN_M = 32
 
 
 def _block_rows_py(kdim, ow, oh):
@@ -67,13 +78,16 @@ def conv2d_scratch_elems(C, KH, KW, OH, OW, group):
     """Number of ``col`` scratch elements conv2d needs (plain Python, >= 1).
 
     One im2col block of output rows per worker thread (NUMBA_NUM_THREADS, the most Numba can
-    run), never more than the full (C/group*KH*KW, OH*OW) matrix. The kernel copes with less
+    run), never more than the full (C/group*KH*KW, OH*OW) matrix; planes of at most
+    _PLANE_MAX_S positions get one whole im2col matrix per worker. The kernel copes with less
     (fewer workers, smaller blocks) down to one output row, kdim * OW elements.
     """
     kdim = (C // group) * KH * KW
+    nt = max(1, NUMBA_NUM_THREADS)
+    if OH * OW <= _PLANE_MAX_S:
+        return max(1, kdim * OH * OW * nt)
     rows = _block_rows_py(kdim, OW, OH)
-    return max(1, kdim * OW * min(max(OH, 1), rows * max(1, NUMBA_NUM_THREADS)),
-               kdim * OW * rows)
+    return max(1, kdim * OW * min(max(OH, 1), rows * nt), kdim * OW * rows)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -136,10 +150,17 @@ def _epilogue_row(row, bv, has_bias, rrow, has_res, act, aa, ab):
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _conv_task(t, nb, bs, x, w, b, res, out, colw, sh, sw, ph, pw, dh, dw, group, has_bias,
-               has_res, act, aa, ab, pointwise):
-    """Task t = ((n * group + g) * nb + blk): output rows (im2col path) or spatial columns
-    (pointwise path) [blk * bs, ...) of image n, group g; gemm in place into ``out``."""
+def _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw, group,
+               has_bias, has_res, act, aa, ab, path):
+    """Task t = ((n * group + g) * nb + blk) of image n, group g; gemm in place into ``out``.
+
+    path 0 (rows): output rows [blk * bs, ...), im2col of just those rows into colw.
+    path 1 (pointwise): spatial columns [blk * bs, ...), gemm straight on x.
+    path 2 (plane): output channels [blk * bs, ...) of the group; colw holds the im2col of
+    the whole plane, rebuilt only when the worker's previous task (``last[0]``) was another
+    (n, g) -- for small planes with big weights, where splitting the columns would make each
+    task repack all the weights.
+    """
     n_n, c_n, h, wd = x.shape
     m_n, cg, kh_n, kw_n = w.shape
     oh_n = out.shape[2]
@@ -151,14 +172,29 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, sh, sw, ph, pw, dh, dw, group
     blk = t - ng * nb
     n = ng // group
     g = ng - n * group
-    coff0 = (n * m_n + g * mg) * s
-    if pointwise:
+    m0 = 0
+    m1 = mg
+    if path == 1:
         s0 = blk * bs
         s1 = min(s, s0 + bs)
         if s1 <= s0:
             return
         st = xgemm(0, 0, mg, s1 - s0, kdim, 1.0, w, g * mg * kdim, kdim,
-                   x, (n * c_n + g * cg) * s + s0, s, 0.0, out, coff0 + s0, s)
+                   x, (n * c_n + g * cg) * s + s0, s, 0.0, out, (n * m_n + g * mg) * s + s0, s)
+    elif path == 2:
+        m0 = blk * bs
+        m1 = min(mg, m0 + bs)
+        if m1 <= m0:
+            return
+        s0 = 0
+        s1 = s
+        if last[0] != ng:
+            col3 = colw[:kdim * s].reshape(kdim, oh_n, ow_n)
+            _im2col_rows(x[n, g * cg:(g + 1) * cg], col3, 0, kh_n, kw_n, sh, sw, ph, pw, dh,
+                         dw)
+            last[0] = ng
+        st = xgemm(0, 0, m1 - m0, s, kdim, 1.0, w, (g * mg + m0) * kdim, kdim,
+                   colw, 0, s, 0.0, out, (n * m_n + g * mg + m0) * s, s)
     else:
         r0 = blk * bs
         r1 = min(oh_n, r0 + bs)
@@ -170,13 +206,13 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, sh, sw, ph, pw, dh, dw, group
         col3 = colw[:kdim * sb].reshape(kdim, r1 - r0, ow_n)
         _im2col_rows(x[n, g * cg:(g + 1) * cg], col3, r0, kh_n, kw_n, sh, sw, ph, pw, dh, dw)
         st = xgemm(0, 0, mg, sb, kdim, 1.0, w, g * mg * kdim, kdim,
-                   colw, 0, sb, 0.0, out, coff0 + s0, s)
+                   colw, 0, sb, 0.0, out, (n * m_n + g * mg) * s + s0, s)
     if st != 0:
         raise RuntimeError("BLAS gemm failed")
     if has_bias or has_res or act != 0:
         out3 = out.reshape(n_n, m_n, s)
         res3 = res.reshape(res.shape[0], res.shape[1], s)
-        for r in range(mg):
+        for r in range(m0, m1):
             m = g * mg + r
             bv = b[m] if has_bias else out.dtype.type(0)
             rr = res3[n, m][s0:s1] if has_res else out3[n, m][s0:s1]
@@ -185,18 +221,19 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, sh, sw, ph, pw, dh, dw, group
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
 def _conv_par(nw, ntask, nb, bs, x, w, b, res, out, col, cap, sh, sw, ph, pw, dh, dw, group,
-              has_bias, has_res, act, aa, ab, pointwise):
+              has_bias, has_res, act, aa, ab, path):
     """nw workers, each with scratch col[wk*cap:(wk+1)*cap], pull tasks from a shared
     counter (dynamic scheduling, see ``gemm.next_task``)."""
     counter = np.zeros(1, np.int64)
     for wk in prange(nw):
         colw = col[wk * cap:(wk + 1) * cap]
+        last = np.full(1, -1, np.int64)
         while True:
             t = next_task(counter)
             if t >= ntask:
                 break
-            _conv_task(t, nb, bs, x, w, b, res, out, colw, sh, sw, ph, pw, dh, dw, group,
-                       has_bias, has_res, act, aa, ab, pointwise)
+            _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
+                       group, has_bias, has_res, act, aa, ab, path)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -322,7 +359,8 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
     kdim = cg * kh_n * kw_n
     if group == c_n and group == m_n and kdim > 0:
         if nth > 1 and n_n * c_n * s * kh_n * kw_n >= _PAR_MIN_DW and n_n * c_n > 1:
-            _dw_par(min(nth, n_n * c_n), x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, aa, ab)
+            _dw_par(min(nth, n_n * c_n), x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias,
+                    has_res, act, aa, ab)
         else:
             for p in range(n_n * c_n):
                 _dw_task(p, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res,
@@ -347,11 +385,20 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
     parts = 1
     if par and n_img < 4 * nth:
         parts = nth // _gcd(n_img, nth)
+    plane = (not pointwise and s <= _PLANE_MAX_S and mg >= _PLANE_MIN_M
+             and col.shape[0] >= kdim * s)
     if pointwise:
+        path = 1
         bs = max(16, min(s, _OUT_BLOCK_ELEMS // max(1, mg)))
         extent = s
         cap = 1
+    elif plane:
+        path = 2
+        bs = mg
+        extent = mg
+        cap = kdim * s
     else:
+        path = 0
         bs = _block_rows(kdim, ow_n, oh_n)
         extent = oh_n
         cap = kdim * ow_n
@@ -363,7 +410,7 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
     nb = _ceil_div(extent, bs)
     ntask = n_img * nb
     nw = min(nth, ntask) if par else 1
-    if not pointwise:
+    if path == 0:
         avail = col.shape[0] // cap          # output rows of scratch
         if avail < 1:
             raise ValueError("conv2d: col scratch smaller than one output row")
@@ -373,14 +420,18 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
             ntask = n_img * nb
         nw = max(1, min(nw, avail // bs))
         cap = cap * bs
+    elif path == 2:
+        nw = max(1, min(nw, col.shape[0] // cap))
     if nw > 1:
         _conv_par(nw, ntask, nb, bs, x, w, b, res, out, col, cap, sh, sw, ph, pw, dh, dw,
-                  group, has_bias, has_res, act, aa, ab, pointwise)
+                  group, has_bias, has_res, act, aa, ab, path)
     else:
         colw = col[:cap]
+        last = np.full(1, -1, np.int64)
         for t in range(ntask):
-            _conv_task(t, nb, bs, x, w, b, res, out, colw, sh, sw, ph, pw, dh, dw, group,
-                       has_bias, has_res, act, aa, ab, pointwise)
+            _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
+                       group, has_bias, has_res, act, aa, ab, path)
+
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def conv2d(x, w, b, out, col, sh, sw, ph, pw, dh, dw, group, has_bias):

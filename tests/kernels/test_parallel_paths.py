@@ -169,6 +169,9 @@ CONV_CASES = [
     (1, 16, 33, 33, 16, 5, 5, (1, 1), (2, 2, 2, 2), (1, 1), 16),  # depthwise 5x5
     (1, 16, 33, 33, 16, 3, 3, (3, 1), (2, 2, 2, 2), (2, 2), 16),  # depthwise dilated
     (1, 16, 30, 30, 32, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 16),  # channel multiplier 2
+    (1, 64, 14, 14, 96, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),   # small plane: split M
+    (3, 32, 9, 11, 70, 3, 3, (2, 1), (1, 1, 1, 1), (1, 1), 1),    # small plane, batch, odd M
+    (2, 32, 13, 13, 66, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 2),   # small plane, grouped
 ]
 
 
@@ -206,7 +209,8 @@ def test_conv2d_parallel(nthreads, case):
     _close(out, ref, np.float32)
 
 
-@pytest.mark.parametrize('case', [CONV_CASES[0], CONV_CASES[4], CONV_CASES[5], CONV_CASES[8]])
+@pytest.mark.parametrize('case', [CONV_CASES[0], CONV_CASES[4], CONV_CASES[5], CONV_CASES[8],
+                                  CONV_CASES[13]])
 def test_conv2d_parallel_res_relu(nthreads, case):
     out, ref = _conv_run(case, np.float32, act=1, res=True)
     _close(out, ref, np.float32)
@@ -218,11 +222,13 @@ def test_conv2d_parallel_float64(nthreads):
         _close(out, ref, np.float64)
 
 
-@pytest.mark.parametrize('rows', [1, 3])
-def test_conv2d_small_scratch(nthreads, rows):
+@pytest.mark.parametrize('rows', [1, 3, 14])
+@pytest.mark.parametrize('ci', [0, 12])
+def test_conv2d_small_scratch(nthreads, rows, ci):
     """Less scratch than conv2d_scratch_elems asks for (e.g. a cache built with fewer
-    threads): blocks and workers shrink, down to one output row."""
-    case = CONV_CASES[0]
+    threads): blocks and workers shrink, down to one output row (the small-plane path falls
+    back to row blocks without a whole plane of scratch, one worker with one plane)."""
+    case = CONV_CASES[ci]
     n, c, h, w, m, kh, kw = case[:7]
     ow = _out_size(w, kw, 1, 1, 1, 1)
     out, ref = _conv_run(case, np.float32, col_elems=c * kh * kw * ow * rows)
@@ -236,7 +242,8 @@ def test_conv2d_scratch_elems_bounds():
         e = CV.conv2d_scratch_elems(c, k, k, oh, ow, g)
         kdim = c // g * k * k
         assert e >= max(1, kdim * ow)
-        assert e <= max(1, kdim * ow * max(oh, 1))
+        cap = 1 if oh * ow > CV._PLANE_MAX_S else max(1, numba.config.NUMBA_NUM_THREADS)
+        assert e <= max(1, kdim * ow * max(oh, 1) * cap)
 
 
 # --- pools, softmax --------------------------------------------------------------------------
