@@ -103,3 +103,21 @@ def test_elementwise_outputs_reuse_dying_operands_in_place():
     (plan,) = list(cm.plans())
     # a and b share one buffer: the workspace holds a single 4x8 float32 tensor
     assert plan.ws_bytes == 128 and plan.memory.lower_bound == 128
+
+
+def test_chained_concats_are_written_in_place():
+    # DenseNet-style growth: c1 = [relu(x), sigmoid(x)], c2 = [c1, tanh(c1)]; no copies needed
+    m = make_model([helper.make_node("Relu", ["x"], ["a"]),
+                    helper.make_node("Sigmoid", ["x"], ["b"]),
+                    helper.make_node("Concat", ["a", "b"], ["c1"], axis=1),
+                    helper.make_node("Tanh", ["c1"], ["t"]),
+                    helper.make_node("Concat", ["c1", "t"], ["c2"], axis=1),
+                    helper.make_node("Mul", ["c2", "c2"], ["z"])],
+                   [("x", F32, [1, 3, 4, 4])], [("z", F32, None)])
+    cm = jitort.compile(m)
+    x = np.random.default_rng(4).standard_normal((1, 3, 4, 4)).astype(np.float32)
+    np.testing.assert_allclose(cm(x)[0], run_reference(m, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    src = "".join(Path(p).read_text() for p in cm.generated_sources())
+    assert "copy3_into" not in src
+    (plan,) = list(cm.plans())
+    assert plan.ws_bytes == plan.memory.lower_bound == 12 * 16 * 4  # just c2: a, b, c1, t live in it

@@ -104,6 +104,8 @@ class Emitter:
         self.kernels: dict[str, str] = {}  # module name -> source
         self.step = 0
         self.last_use: dict[int, int] = {}
+        self.embed: dict[int, tuple[Value, int]] = {}  # Concat input -> (Concat output, offset)
+        self.embed_parents: set[int] = set()
         self.inplace = 0  # outputs written over a dying operand's buffer
         self.in_index = {id(v): i for i, v in enumerate(seg.arg_inputs)}
         self.out_index = {id(v): i for i, v in enumerate(seg.arg_outputs)}
@@ -133,12 +135,7 @@ class Emitter:
         return f"{prefix}{self._count}"
 
     def _view(self, buf: str, row: int, dtype, shape) -> str:
-        key = (dtype, len(shape))
-        src = _VIEW_SOURCES.get(key)
-        if src is None:
-            dt = np.dtype(dtype)
-            src = _VIEW_SOURCES[key] = (_view_helper_source(dt, len(shape)), f"view_{dt.name}_{len(shape)}")
-        helper = self.helper(*src)
+        helper = self.helper(*_view_source(dtype, len(shape)))
         dims = "".join(", " + self.dim(n) for n in shape)
         return f"{helper}({buf}, o[{row}, 0], o[{row}, 1]{dims})"
 
@@ -185,10 +182,42 @@ class Emitter:
         sharing = [k for k, row in self.root.items() if row == r]
         return all(self.last_use.get(k, -1) <= self.step for k in sharing)
 
+    def _parent_row(self, v: Value) -> int:
+        """The workspace row of a Concat output, created at its first embedded child."""
+        r = self.root.get(id(v))
+        if r is None:
+            dt = np.dtype(v.dtype)
+            r = self._row("ws", math.prod(self.shape(v)) * dt.itemsize)
+            self.root[id(v)] = r
+        return r
+
+    def _embedded(self, v: Value) -> tuple[int, int]:
+        """Row and byte offset of ``v`` inside the (outermost) Concat output holding it."""
+        parent, off = self.embed[id(v)]
+        if id(parent) in self.embed:
+            r, base = self._embedded(parent)
+            return r, base + off
+        return self._parent_row(parent), off
+
     def out(self, v: Value, reuse: Value | None = None) -> str:
         """Declare the array ``v`` is written into at this step (over ``reuse``'s buffer if given)."""
         if id(v) in self.out_index:
             name = f"y{self.out_index[id(v)]}"
+        elif id(v) in self.embed:  # written straight into its slice of a Concat output
+            r, off = self._embedded(v)
+            shape = self.shape(v)
+            nbytes = math.prod(shape) * np.dtype(v.dtype).itemsize
+            helper = self.helper(*_view_source(v.dtype, len(shape)))
+            start = f"o[{r}, 0] + {self.dim(off)}"
+            name = self._fresh("v")
+            self.decls[name] = (f"{helper}(ws, {start}, {start} + {self.dim(nbytes)}"
+                                f"{''.join(', ' + self.dim(n) for n in shape)})")
+            self.root[id(v)] = r
+        elif id(v) in self.embed_parents:  # a Concat output whose inputs were written in place
+            r = self._embedded(v)[0] if id(v) in self.embed else self._parent_row(v)
+            shape = self.shape(v)
+            name = self._fresh("v")
+            self.decls[name] = self._view("ws", r, v.dtype, shape)
         elif reuse is not None:
             r = self.root[id(reuse)]
             name = self._fresh("v")
@@ -251,6 +280,15 @@ class Emitter:
 
 _KERNEL_NAMES: dict[tuple[str, str], tuple[str, str]] = {}
 _VIEW_SOURCES: dict[tuple, tuple[str, str]] = {}
+
+
+def _view_source(dtype, rank: int) -> tuple[str, str]:
+    key = (dtype, rank)
+    src = _VIEW_SOURCES.get(key)
+    if src is None:
+        dt = np.dtype(dtype)
+        src = _VIEW_SOURCES[key] = (_view_helper_source(dt, rank), f"view_{dt.name}_{rank}")
+    return src
 
 
 def _view_helper_source(dt: np.dtype, rank: int) -> str:
@@ -445,6 +483,52 @@ def _toposort_items(items: list[Group | Node]) -> list[Group | Node]:
     return order
 
 
+def _concat_placements(items, shapes, em: "Emitter", placement) -> dict[int, tuple[Value, int]]:
+    """Concat inputs that can be produced directly inside the Concat's output buffer.
+
+    Eligible: the Concat joins slices that are contiguous in its output (everything before the
+    axis has extent 1), the input is produced by a compiled item of this segment (not a view,
+    not a segment input/output, not a host value), and it is not already embedded elsewhere.
+    Chained concats nest (DenseNet's growing features live in one buffer): no copies, and the
+    inputs need no buffers of their own. Readers of an embedded input just read its slice.
+    """
+    from ..partition import HOST
+    produced = {}
+    for it in items:
+        for n in (it.nodes if isinstance(it, Group) else [it]):
+            if n.op_type in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity") and n.domain == "":
+                continue  # views alias their source's buffer
+            for o in n.outputs:
+                produced[id(o)] = n
+    embed: dict[int, tuple[Value, int]] = {}
+    for it in items:
+        if isinstance(it, Group) or it.op_type != "Concat" or it.domain != "":
+            continue
+        y = it.outputs[0]
+        if id(y) in em.out_index or id(y) in em.hostvals:
+            continue
+        shape = shapes[id(y)]
+        axis = it.attrs["axis"] + (len(shape) if it.attrs["axis"] < 0 else 0)
+        unit = em.memo.get("unit_dims", {}).get(id(y), (False,) * len(shape))
+        if not all(unit[:axis]):  # must be 1 for every input shape, so the text stays stable
+            continue
+        inner = math.prod(shape[axis + 1:]) * np.dtype(y.dtype).itemsize
+        off = 0
+        seen = set()
+        for v in it.inputs:
+            if v is None:
+                continue
+            a = shapes[id(v)][axis] if not v.is_const else v.const.shape[axis]
+            if (id(v) in produced and id(v) not in embed and id(v) not in seen
+                    and id(v) not in em.out_index and placement.get(id(produced[id(v)])) != HOST
+                    and v.dtype == y.dtype and a > 0):
+                embed[id(v)] = (y, off * inner)
+            seen.add(id(v))
+            off += a
+    em.embed_parents = {id(p) for p, _ in embed.values()}
+    return embed
+
+
 def lower_group(em: Emitter, grp: Group, consumers_outside) -> None:
     """Emit one fused elementwise kernel for ``grp`` and its call."""
     produced = {id(n.outputs[0]): i for i, n in enumerate(grp.nodes)}
@@ -501,8 +585,9 @@ def lower_group(em: Emitter, grp: Group, consumers_outside) -> None:
     taken: set[int] = set()
     for i in outs:
         y = grp.nodes[i].outputs[0]
-        donor = next((v for v, f in zip(operands, flags)
-                      if not any(f) and em.can_donate(v, y) and em.root[id(v)] not in taken), None)
+        donor = None if id(y) in em.embed or id(y) in em.embed_parents else next(
+            (v for v, f in zip(operands, flags)
+             if not any(f) and em.can_donate(v, y) and em.root[id(v)] not in taken), None)
         if donor is not None:
             taken.add(em.root[id(donor)])
         args.append(f"{em.out(y, reuse=donor)}.reshape({ext})")
@@ -624,6 +709,7 @@ class SegmentCompiler:
         for v in seg.outputs:
             last_use[id(v)] = len(items)
         em.last_use = last_use
+        em.embed = _concat_placements(items, shapes, em, self.placement)
         for item in items:
             if isinstance(item, Group):
                 members = {id(n) for n in item.nodes}

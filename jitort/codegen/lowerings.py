@@ -196,9 +196,11 @@ def lower_concat(em: Emitter, n: Node) -> None:
         if v is None:
             continue
         a = em.shape(v)[axis]
-        if a:
+        if a and em.embed.get(id(v), (None,))[0] is not y:  # embedded inputs are already there
             em.call(f"_data.copy3_into({em.arr(v)}.reshape({em.tuple_expr((o, a, i))}), {y3}, "
                     f"{em.dim(off)})")
+        else:
+            em.arr(v)  # record the read (keeps the shared buffer alive)
         off += a
 
 
