@@ -106,11 +106,9 @@ class CompiledModel:
                          for st in self.steps]
         self._all_outputs = list(range(len(self.graph.outputs)))
         input_ids = {id(v) for v in self.graph.inputs}
-        interp_out = {id(o) for st in self.steps if isinstance(st, InterpStep) for o in st.node.outputs}
         # constants, graph inputs and interpreter results (which may be views of either) are
         # copied; segment outputs are fresh arrays already
         self._output_needs_copy = [v.is_const or id(v) in input_ids for v in self.graph.outputs]
-        del interp_out
         self._runners: dict[int, Any] = {}
         self._host_runners: dict[int, Any] = {}
         self._compilers: dict[int, SegmentCompiler] = {}
@@ -177,10 +175,6 @@ class CompiledModel:
                 self._fall_back(e.node, str(e))
             return self._execute(feeds, output_names)
         return self._collect(env, output_names)
-
-    def _run_steps(self, env: dict) -> None:
-        for run_step, step in self._program:
-            run_step(step, env)
 
     def _interp_step(self, step: InterpStep, env: dict) -> None:
         self._interp(step.node, env)

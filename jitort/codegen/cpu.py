@@ -112,7 +112,7 @@ class Emitter:
         self._count = 0
 
     # sizes ---------------------------------------------------------------------------------
-    def dim(self, n: int, static=None) -> str:
+    def dim(self, n: int) -> str:
         """A size (or integer parameter) in generated code: a slot of the ``d`` array."""
         self.dims.append(int(n))
         return f"d[{len(self.dims) - 1}]"
@@ -121,7 +121,7 @@ class Emitter:
         shape = self.shape(v) if shape is None else shape
         return self.tuple_expr(shape)
 
-    def tuple_expr(self, sizes, static=False) -> str:
+    def tuple_expr(self, sizes) -> str:
         return "(" + "".join(self.dim(n) + ", " for n in sizes) + ")"
 
     def shape(self, v: Value) -> tuple[int, ...]:
@@ -135,7 +135,7 @@ class Emitter:
         return f"{prefix}{self._count}"
 
     def _view(self, buf: str, row: int, dtype, shape) -> str:
-        helper = self.helper(*_view_source(dtype, len(shape)))
+        helper = self.kernel(*_view_source(dtype, len(shape)))
         dims = "".join(", " + self.dim(n) for n in shape)
         return f"{helper}({buf}, o[{row}, 0], o[{row}, 1]{dims})"
 
@@ -207,7 +207,7 @@ class Emitter:
             r, off = self._embedded(v)
             shape = self.shape(v)
             nbytes = math.prod(shape) * np.dtype(v.dtype).itemsize
-            helper = self.helper(*_view_source(v.dtype, len(shape)))
+            helper = self.kernel(*_view_source(v.dtype, len(shape)))
             start = f"o[{r}, 0] + {self.dim(off)}"
             name = self._fresh("v")
             self.decls[name] = (f"{helper}(ws, {start}, {start} + {self.dim(nbytes)}"
@@ -271,9 +271,6 @@ class Emitter:
         self.kernels[got[0]] = got[1]
         return got[0]
 
-    def helper(self, source: str, prefix: str) -> str:
-        return self.kernel(prefix, source)
-
     def next_step(self) -> None:
         self.step += 1
 
@@ -287,7 +284,7 @@ def _view_source(dtype, rank: int) -> tuple[str, str]:
     src = _VIEW_SOURCES.get(key)
     if src is None:
         dt = np.dtype(dtype)
-        src = _VIEW_SOURCES[key] = (_view_helper_source(dt, rank), f"view_{dt.name}_{rank}")
+        src = _VIEW_SOURCES[key] = (f"view_{dt.name}_{rank}", _view_helper_source(dt, rank))
     return src
 
 
@@ -574,12 +571,10 @@ def lower_group(em: Emitter, grp: Group, consumers_outside) -> None:
     parallel = em.memo.setdefault(key, size >= PARALLEL_MIN and extents[0] > 1)
     opnds = [Operand(np.dtype(v.dtype), f) for v, f in zip(operands, flags)]
     prefix = "k_" + "_".join(dict.fromkeys(n.op_type.lower() for n in grp.nodes[:4]))
-    src = kernel_source("__KNAME__", ops, opnds, len(grp.nodes), outs, len(extents), parallel,
+    src = kernel_source("__KNAME__", ops, opnds, outs, len(extents), parallel,
                         temp_dtypes)
     kname = em.kernel(prefix, src)
-    all_static = all(isinstance(s, int) for s in (grp.nodes[-1].outputs[0].shape or (None,)))
-    ext = em.tuple_expr(extents, static=all_static and grp.nodes[-1].outputs[0].shape is not None
-                        and len(grp.nodes[-1].outputs[0].shape) == rank)
+    ext = em.tuple_expr(extents)
     ext_vals = ext[1:-1].split(", ")[:-1] if ext != "()" else []
     args = []
     taken: set[int] = set()
@@ -832,13 +827,13 @@ def _rewrite_reshapes(em: Emitter) -> None:
     def sub(m):
         args = [a.strip() for a in m.group(2).split(",") if a.strip()]
         args = [em.dim(int(a)) if a.lstrip("-").isdigit() else a for a in args]
-        helper = em.helper(_reshape_helper_source(len(args)), f"rs_{len(args)}")
+        helper = em.kernel(f"rs_{len(args)}", _reshape_helper_source(len(args)))
         return f"{helper}({m.group(1)}{''.join(', ' + a for a in args)})"
 
     def rewrite(text):
         text = _RESHAPE.sub(sub, text)
         if _FLAT.search(text):
-            flat = em.helper(_FLAT_SOURCE, "flat")
+            flat = em.kernel("flat", _FLAT_SOURCE)
             text = _FLAT.sub(lambda m: f"{flat}({m.group(1)})", text)
         return text
 

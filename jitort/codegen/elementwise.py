@@ -335,7 +335,7 @@ def collapse(out_shape, in_shapes, hints) -> tuple[list[int], list[tuple[bool, .
 
 
 def kernel_source(name: str, ops: list[tuple[Node, list[int], int]], operands: list[Operand],
-                  n_temps: int, out_temps: list[int], rank: int, parallel: bool, temp_dtypes: list[np.dtype]) -> str:
+                  out_temps: list[int], rank: int, parallel: bool, temp_dtypes: list[np.dtype]) -> str:
     """Render a fused elementwise kernel.
 
     ``ops``: (node, operand refs, result temp) in order; a ref ``r >= 0`` is temp ``r``, ``-1-j``

@@ -418,7 +418,7 @@ def lower_conv(em: Emitter, n: Node) -> None:
     oh, ow = ys4[2], ys4[3]
     col = em.scratch(max(1, conv2d_scratch_elems(c, kh, kw, oh, ow, group)), y.dtype)
     xv = f"{em.arr(x)}.reshape({em.tuple_expr(xs4)})"
-    wv = f"{em.arr(w)}.reshape({em.tuple_expr(ws4, static=w.is_const)})"
+    wv = f"{em.arr(w)}.reshape({em.tuple_expr(ws4)})"
     bv = em.arr(b) if b is not None else f"np.zeros({ws4[0]}, {tname(y.dtype)})"
     yv = em.out(y)
     args = ", ".join(em.dim(v) for v in (strides[0], strides[1], pads[0], pads[1], dil[0], dil[1]))
