@@ -53,17 +53,20 @@ def cache_dir() -> Path:
 
 
 def library_hash() -> str:
-    """Hash of jitort's version, numba's and the kernel library sources (every file's header)."""
+    """Hash of jitort's version, numba's and the CPU kernel library sources (every file's header)."""
     global _LIB_HASH
     if _LIB_HASH is None:
         h = hashlib.sha256(f"{__version__} numba {numba.__version__}".encode())
         from .. import kernels  # noqa: F401  (jitort.kernels, shipped from kernels/)
         # Generated text is the program, so codegen edits need no invalidation; the kernel
         # library it calls is outside the text and is hashed into every file's header.
-        for root in [Path(kernels.__file__).parent]:
-            for p in sorted(root.rglob("*.py")):
-                h.update(p.name.encode())
-                h.update(p.read_bytes())
+        # The CUDA kernels are not called from CPU code: editing them must not invalidate it.
+        root = Path(kernels.__file__).parent
+        for p in sorted(root.rglob("*.py")):
+            if "cuda" in p.relative_to(root).parts:
+                continue
+            h.update(p.name.encode())
+            h.update(p.read_bytes())
         _LIB_HASH = h.hexdigest()[:16]
     return _LIB_HASH
 
