@@ -80,33 +80,39 @@ def plan_memory(buffers: list[Buffer]) -> MemoryPlan:
     for b in buffers:
         if b.begin > b.end:
             raise ValueError(f"buffer {b.key!r} ends before it begins")
+    bound = lower_bound(buffers)
     best = None
     for key in ORDERS.values():
         offsets = _greedy(sorted(buffers, key=key))
         total = max((off + align(b.size) for b, off in offsets), default=0)
         if best is None or total < best[0]:
             best = (total, offsets)
+        if total <= bound:  # optimal: no other order can do better
+            break
     for b, off in best[1]:
         b.offset = off
-    return MemoryPlan(buffers, best[0], lower_bound(buffers))
+    return MemoryPlan(buffers, best[0], bound)
 
 
 def _greedy(order: list[Buffer]) -> list[tuple[Buffer, int]]:
     """Place each buffer at the lowest offset free during its whole lifetime."""
     placed: list[tuple[Buffer, int]] = []
+    live: list[tuple[int, int, int, int]] = []  # (begin, end, offset, offset + aligned size)
     for b in order:
         size = align(b.size)
         if size == 0:
             placed.append((b, 0))
             continue
-        clashes = sorted((off, off + align(p.size)) for p, off in placed
-                         if p.size > 0 and p.begin <= b.end and b.begin <= p.end)
+        bb, be = b.begin, b.end
+        clashes = sorted([(lo, hi) for pb, pe, lo, hi in live if pb <= be and bb <= pe])
         offset = 0
         for lo, hi in clashes:
             if offset + size <= lo:
                 break
-            offset = max(offset, hi)
+            if hi > offset:
+                offset = hi
         placed.append((b, offset))
+        live.append((bb, be, offset, offset + size))
     return placed
 
 

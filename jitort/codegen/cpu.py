@@ -25,6 +25,7 @@ import numpy as np
 from ..ir import Node, Value
 from ..planner import ALIGN, Buffer, MemoryPlan, align, plan_memory
 from . import module as modmgr
+from .symbolic import GuardedHostvals, Sym, SymShapes, Tape, concrete
 from .elementwise import (EXPR, FLOATS, Operand, collapse, kernel_source, supports_elementwise,
                           tname)
 
@@ -82,6 +83,7 @@ class Row:
     end: int = 0
     host: np.ndarray | None = None
     fixed: tuple[int, int] | None = None
+    vid: int | None = None  # the host value a ``pb`` row holds (refetched when replaying)
 
 
 class Emitter:
@@ -114,7 +116,7 @@ class Emitter:
     # sizes ---------------------------------------------------------------------------------
     def dim(self, n: int) -> str:
         """A size (or integer parameter) in generated code: a slot of the ``d`` array."""
-        self.dims.append(int(n))
+        self.dims.append(n if isinstance(n, Sym) else int(n))  # a Sym keeps its provenance
         return f"d[{len(self.dims) - 1}]"
 
     def shape_expr(self, v: Value, shape=None) -> str:
@@ -154,10 +156,14 @@ class Emitter:
                 self.rows[r].fixed = (start, end)
                 self.decls[name] = self._view("cb", r, v.const.dtype, v.const.shape)
             elif id(v) in self.hostvals:
-                host = np.ascontiguousarray(self.hostvals[id(v)])
-                r = self._row("pb", host.nbytes, host)
+                # the contents travel in ``pb`` (no decision depends on them): raw access, and
+                # the shape from the shape pass so that the row's size stays symbolic
+                host = np.ascontiguousarray(dict.get(self.hostvals, id(v)))
+                shape = self.shape(v)
+                r = self._row("pb", math.prod(shape) * host.dtype.itemsize, host)
+                self.rows[r].vid = id(v)
                 name = self._fresh("p")
-                self.decls[name] = self._view("pb", r, host.dtype, host.shape)
+                self.decls[name] = self._view("pb", r, host.dtype, shape)
             else:
                 raise KeyError(f"value {v.name!r} read before it is produced")
             self.names[id(v)] = name
@@ -249,9 +255,9 @@ class Emitter:
 
     def scratch(self, nelems: int, dtype) -> str:
         dt = np.dtype(dtype)
-        r = self._row("ws", int(nelems) * dt.itemsize)
+        r = self._row("ws", nelems * dt.itemsize)
         name = self._fresh("s")
-        self.decls[name] = self._view("ws", r, dt, (int(nelems),))
+        self.decls[name] = self._view("ws", r, dt, (nelems,))
         return name
 
     def _row(self, kind: str, nbytes: int, host=None) -> int:
@@ -566,9 +572,10 @@ def lower_group(em: Emitter, grp: Group, consumers_outside) -> None:
         extents, flags = collapse(out_shape, [em.shape(v) for v in operands], hints)
     except ValueError as e:
         raise Unlowerable(grp.nodes[0], str(e)) from None
-    size = int(np.prod(out_shape, dtype=np.int64))
     key = ("par", id(grp.nodes[0]))
-    parallel = em.memo.setdefault(key, size >= PARALLEL_MIN and extents[0] > 1)
+    if key not in em.memo:  # decided once per node: the text must not change with the shapes
+        em.memo[key] = math.prod(out_shape) >= PARALLEL_MIN and extents[0] > 1
+    parallel = em.memo[key]
     opnds = [Operand(np.dtype(v.dtype), f) for v, f in zip(operands, flags)]
     prefix = "k_" + "_".join(dict.fromkeys(n.op_type.lower() for n in grp.nodes[:4]))
     src = kernel_source("__KNAME__", ops, opnds, outs, len(extents), parallel,
@@ -609,18 +616,65 @@ class Plan:
     kernel_names: list[str]
     source_path: str
     new_modules: int
+    #: profile mode only: one entry per driver chunk (= one step), see jitort/profiling.py
+    parts: list | None = None
+
+
+#: Recordings kept per segment (one per distinct lowering outcome: structure, unit dims...).
+MAX_RECORDS = 8
+
+
+class _Record:
+    """One lowering, kept so that later shapes with the same structure skip the lowerings.
+
+    Holds the generated driver (the text is shape-independent) and a replay function compiled
+    from the lowering's :class:`~jitort.codegen.symbolic.Tape`: new shapes -> the sizes in
+    ``d`` and the byte size of every row, or None when a guard fails.
+    """
+
+    def __init__(self, seg, tape: Tape, em: Emitter, plan: Plan, unit: dict):
+        self.seg = seg
+        self.unit = unit
+        self.rows = [Row(r.kind, 0, r.begin, r.end, None, r.fixed, r.vid) for r in em.rows]
+        self.n_dims = len(em.dims)
+        self.fn = tape.compile(list(em.dims) + [r.nbytes for r in em.rows])
+        self.hostvals = dict(tape.hostvals)
+        self.plan = plan
+
+    def replay(self, unit: dict, shapes: dict, hostvals: dict) -> Plan | None:
+        if unit != self.unit:
+            return None
+        for vid, data in self.hostvals.items():
+            a = hostvals.get(vid)
+            if a is None or (a.tobytes() if hasattr(a, "tobytes") else repr(a).encode()) != data:
+                return None
+        vals = self.fn(shapes)
+        if vals is None:
+            return None
+        k = self.n_dims
+        hosts = [None if r.vid is None else hostvals[r.vid] for r in self.rows]
+        d, o, pb, mem = _layout(self.rows, vals[:k], vals[k:], hosts)
+        p, seg = self.plan, self.seg
+        exports = {id(v): hostvals[id(v)] for v in seg.outputs if id(v) in hostvals}
+        return Plan(p.driver, d, o, pb, mem.workspace_bytes, mem,
+                    [shapes[id(v)] for v in seg.arg_outputs], exports, p.kernel_names,
+                    p.source_path, 0)
 
 
 class SegmentCompiler:
     """Plans one segment per signature; keeps the decisions that make generated text stable."""
 
-    def __init__(self, seg, placement: dict[int, str], host_runner, infer_shapes):
+    def __init__(self, seg, placement: dict[int, str], host_runner, infer_shapes,
+                 debug: bool = False):
         self.seg = seg
+        self.debug = debug  # bounds-checked modules under their own names (see _kernel_module)
         self.placement = placement
         self.host_runner = host_runner
         self.infer = infer_shapes
         self.consts = ConstArena()
         self.memo: dict = {}
+        self.records: list[_Record] = []  # most recent first
+        self.replays = 0  # plans built by replaying a recording (for tests and reports)
 
     def _shape_pass(self, in_shapes: dict, in_values: dict):
         """Shapes of every value (and host values) for the segment's input shapes/values."""
@@ -683,12 +737,31 @@ class SegmentCompiler:
         return unit
 
     def plan(self, env: dict[int, np.ndarray]) -> Plan:
+        """The plan for the shapes (and host values) in ``env``: replayed when a recording of
+        an earlier lowering applies (sizes only, ~0.1 ms), else lowered (and recorded)."""
         seg = self.seg
         shapes, hostvals, compiled = self._shape_pass(
             {id(v): env[id(v)].shape for v in seg.inputs},
             {id(v): env[id(v)] for v in seg.value_inputs})
-        self.memo["unit_dims"] = self._probe_unit_dims(env, shapes)
+        unit = self._probe_unit_dims(env, shapes)
+        if self.profiler is None:
+            for rec in self.records:
+                plan = rec.replay(unit, shapes, hostvals)
+                if plan is not None:
+                    self.replays += 1
+                    return plan
+        self.memo["unit_dims"] = unit
+        tape = Tape()
+        em, exports = self._lower(compiled, SymShapes(shapes, tape), GuardedHostvals(hostvals, tape))
+        plan = self._finish(em, shapes, exports)
+        if self.profiler is None:
+            self.records.insert(0, _Record(self.seg, tape, em, plan, unit))
+            del self.records[MAX_RECORDS:]
+        return plan
 
+    def _lower(self, compiled: list[Node], shapes, hostvals):
+        """Run the lowerings of the compiled nodes (on symbolic shapes while recording)."""
+        seg = self.seg
         em = Emitter(seg, shapes, hostvals, self.consts, self.memo)
         readers: dict[int, list[Node]] = {}
         for n in compiled:
@@ -719,12 +792,17 @@ class SegmentCompiler:
                 fn(em, item)
             em.next_step()
         # segment outputs that are host values travel to the environment directly
-        exports = {id(v): hostvals[id(v)] for v in seg.outputs if id(v) in hostvals}
+        exports = {id(v): dict.get(hostvals, id(v)) for v in seg.outputs if id(v) in hostvals}
         outs_needed = seg.arg_outputs
         for v in outs_needed:  # an output nobody wrote (e.g. produced by a host node) is a bug
             if id(v) not in em.names:
                 raise Unlowerable(seg.nodes[-1], f"segment output {v.name} not produced")
-        return self._finish(em, shapes, exports)
+        return em, exports
+
+    #: A :class:`jitort.profiling.Profiler` when compiled with ``profile=True``: then every
+    #: step (one fused group or node) gets its own driver chunk, timed one by one. The
+    #: non-profile text does not depend on this.
+    profiler = None
 
     def _finish(self, em: Emitter, shapes, exports) -> Plan:
         seg = self.seg
@@ -732,13 +810,17 @@ class SegmentCompiler:
         _rewrite_offsets(em)
         params = ", ".join(["ws", "cb", "pb", "d"] + [f"x{i}" for i in range(len(seg.arg_inputs))]
                            + [f"y{i}" for i in range(len(seg.arg_outputs))])
-        chunks = _chunks(em.calls)
+        if self.profiler is None:
+            chunks = _chunks(em.calls)
+        else:
+            chunk_steps, chunks = _step_chunks(em.calls)
         parts = []
         for i, lines in enumerate(chunks):
             used = _declared_closure(em.decls, lines)
             body = [f"    {n} = {em.decls[n]}" for n in em.decls if n in used]
             body += [f"    {line}" for line in lines]
-            parts += ["", "", f"@njit({DRIVER_FLAGS})", f"def part{i}({params}):", *body,
+            parts += ["", "", f"@njit({DRIVER_FLAGS}{DEBUG_FLAGS if self.debug else ''})",
+                      f"def part{i}({params}):", *body,
                       "    return 0"]
         if len(chunks) == 1:
             parts += ["", "", "call = part0"]
@@ -747,6 +829,7 @@ class SegmentCompiler:
             parts += [f"    part{i}({params})" for i in range(len(chunks))]
             parts += ["    return 0"]
         imports = sorted(em.kernels)
+        sfx = DEBUG_SUFFIX if self.debug else ""
         src = "\n".join([
             modmgr.header().rstrip(),
             "import math",
@@ -754,48 +837,69 @@ class SegmentCompiler:
             "from numba import njit",
             "from jitort.kernels.cpu import data as _data, gemm as _gemm, conv as _conv, "
             "pool as _pool, softmax as _softmax, norm as _norm, reduce as _reduce",
-            *[f"from {modmgr.PACKAGE}.{k} import {k}" for k in imports],
+            *[f"from {modmgr.PACKAGE}.{k}{sfx} import {k}" for k in imports],
             *parts,
             "",
         ])
         new = 0
         for name, ksrc in em.kernels.items():
-            if name not in modmgr._loaded:
+            if name + sfx not in modmgr._loaded:
                 new += 1
-            modmgr.load(name, _kernel_module(ksrc))
+            modmgr.load(name + sfx, _kernel_module(ksrc, self.debug))
         dname = modmgr.module_name("driver", src)
         if dname not in modmgr._loaded:
             new += 1
         mod = modmgr.load(dname, src)
-        # memory: ws rows by liveness; pb rows packed; cb rows fixed by the constants arena
-        ws_rows = [(i, r) for i, r in enumerate(em.rows) if r.kind == "ws"]
-        bufs = [Buffer(i, r.nbytes, r.begin, max(r.begin, r.end)) for i, r in ws_rows]
-        mem = plan_memory(bufs)
-        o = np.zeros((max(len(em.rows), 1), 2), np.int64)
-        for b in bufs:
-            o[b.key] = (b.offset, b.offset + b.size)
-        pb_size = 0
-        pb_parts = []
-        for i, r in enumerate(em.rows):
-            if r.kind == "pb":
-                start = align(pb_size)
-                o[i] = (start, start + r.nbytes)
-                pb_size = start + r.nbytes
-                pb_parts.append((start, r.host))
-            elif r.kind == "cb":
-                o[i] = r.fixed
-        pb = aligned_empty(max(pb_size, 0))
-        for start, host in pb_parts:
-            pb[start:start + host.nbytes] = host.reshape(-1).view(np.uint8)
+        d, o, pb, mem = _layout(em.rows, [concrete(n) for n in em.dims],
+                                [concrete(r.nbytes) for r in em.rows], [r.host for r in em.rows])
         out_shapes = [shapes[id(v)] for v in seg.arg_outputs]
-        d = np.concatenate([np.array(em.dims, np.int64), o.reshape(-1)])  # sizes, then offsets
-        return Plan(mod.call, d, o, pb, mem.workspace_bytes, mem,
-                    out_shapes, exports, imports, mod.__file__, new)
+        if self.profiler is None:
+            return Plan(mod.call, d, o, pb, mem.workspace_bytes, mem,
+                        out_shapes, exports, imports, mod.__file__, new)
+        parts = self.profiler.parts(self, [getattr(mod, f"part{i}") for i in range(len(chunks))],
+                                    chunks, chunk_steps, shapes)
+        return Plan(self.profiler.driver(parts), d, o, pb, mem.workspace_bytes, mem,
+                    out_shapes, exports, imports, mod.__file__, new, parts)
+
+
+def _layout(rows: list[Row], dims: list[int], sizes: list[int], hosts: list):
+    """``d``, ``o``, ``pb`` and the memory plan from concrete dims and row sizes.
+
+    Workspace rows are placed by liveness, host-value rows packed into ``pb``, constant rows
+    keep the offsets the constants arena gave them.
+    """
+    bufs = [Buffer(i, sizes[i], r.begin, max(r.begin, r.end)) for i, r in enumerate(rows)
+            if r.kind == "ws"]
+    mem = plan_memory(bufs)
+    o = np.zeros((max(len(rows), 1), 2), np.int64)
+    for b in bufs:
+        o[b.key] = (b.offset, b.offset + b.size)
+    pb_size = 0
+    pb_parts = []
+    for i, r in enumerate(rows):
+        if r.kind == "pb":
+            start = align(pb_size)
+            o[i] = (start, start + sizes[i])
+            pb_size = start + sizes[i]
+            pb_parts.append((start, hosts[i]))
+        elif r.kind == "cb":
+            o[i] = r.fixed
+    pb = aligned_empty(max(pb_size, 0))
+    for start, host in pb_parts:
+        host = np.ascontiguousarray(host)
+        pb[start:start + host.nbytes] = host.reshape(-1).view(np.uint8)
+    d = np.concatenate([np.array(dims, np.int64), o.reshape(-1)])  # sizes, then offsets
+    return d, o, pb, mem
 
 
 #: Driver flags. (``_dbg_optnone`` would cut ~30 % of its compile time but makes Numba refuse
 #: to cache the function, so the driver is optimized like everything else.)
 DRIVER_FLAGS = "cache=True, error_model='numpy'"
+#: Debug mode (``jitort.compile(m, debug=True)``): generated code checks every index. The flag is
+#: written into the text (Numba's cache does not key on flags) and debug kernel modules get
+#: their own names, so debug and normal builds never share a module or a cache entry.
+DEBUG_FLAGS = ", boundscheck=True"
+DEBUG_SUFFIX = "_bc"
 #: Kernel calls per driver chunk: Numba's compile time grows superlinearly with function size.
 CHUNK_CALLS = 24
 
@@ -871,6 +975,20 @@ def _chunks(calls: list[tuple[int, str]]) -> list[list[str]]:
     return chunks
 
 
+def _step_chunks(calls: list[tuple[int, str]]) -> tuple[list[int | None], list[list[str]]]:
+    """Profile mode: one chunk per step (its step index alongside), so each can be timed."""
+    steps: list[int | None] = []
+    chunks: list[list[str]] = []
+    for step, line in calls:
+        if not steps or steps[-1] != step:
+            steps.append(step)
+            chunks.append([])
+        chunks[-1].append(line)
+    if not chunks:
+        return [None], [["pass"]]
+    return steps, chunks
+
+
 def _declared_closure(decls: dict[str, str], lines: list[str]) -> set[str]:
     """Names declared in ``decls`` that ``lines`` need, including the views they derive from."""
     need: set[str] = set()
@@ -893,8 +1011,14 @@ from jitort.kernels.cpu import mathfn as _m
 """
 
 
-def _kernel_module(src: str) -> str:
-    return modmgr.header() + _KERNEL_PRELUDE + src
+#: Debug kernels: the same text under an ``njit`` that adds ``boundscheck=True``.
+_DEBUG_PRELUDE = (_KERNEL_PRELUDE.replace("from numba import njit,", "from numba import njit as _njit,")
+                  + "def njit(*args, **flags):  # jitort debug mode: bounds-checked\n"
+                    "    return _njit(*args, boundscheck=True, **flags)\n\n\n")
+
+
+def _kernel_module(src: str, debug: bool = False) -> str:
+    return modmgr.header() + (_DEBUG_PRELUDE if debug else _KERNEL_PRELUDE) + src
 
 
 # lowerings register themselves on import

@@ -7,6 +7,8 @@ to the interpreter.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..ir import Node
@@ -19,7 +21,7 @@ _PLAIN = tuple(NUMERIC) + (BOOL,)
 
 
 def _prod(xs) -> int:
-    return int(np.prod(xs, dtype=np.int64)) if len(xs) else 1
+    return math.prod(xs)  # keeps symbolic sizes symbolic (see codegen/symbolic.py)
 
 
 def _is_float(*vals) -> bool:
@@ -178,7 +180,9 @@ def lower_gather(em: Emitter, n: Node) -> None:
     k = _prod(em.shape(idx))
     yv = em.out(y)
     # decided once per node (memo) so the generated text does not change with the shapes
-    par = "_par" if em.memo.setdefault(("par", id(n)), o * k * i >= (1 << 16)) else ""
+    if ("par", id(n)) not in em.memo:
+        em.memo[("par", id(n))] = o * k * i >= (1 << 16)
+    par = "_par" if em.memo[("par", id(n))] else ""
     em.call(f"_data.gather3{par}({em.arr(data)}.reshape({em.tuple_expr((o, a, i))}), "
             f"{em.arr(idx)}.reshape({em.tuple_expr((k,))}), {yv}.reshape({em.tuple_expr((o, k, i))}))")
 
