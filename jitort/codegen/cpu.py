@@ -48,14 +48,21 @@ LOWER: dict[tuple[str, str], Lowering] = {}
 SUPPORT: dict[tuple[str, str], Callable[[Node], bool]] = {}
 
 
-def lowering(*ops: str, domain: str = "", supports: Callable[[Node], bool] | None = None):
-    """Register a lowering for ``ops`` with a static support predicate (dtypes, attributes)."""
-    def deco(fn: Lowering) -> Lowering:
-        for op in ops:
-            LOWER[(domain, op)] = fn
-            SUPPORT[(domain, op)] = supports or (lambda n: True)
-        return fn
-    return deco
+def registry(lower: dict, support: dict):
+    """A ``@lowering(*ops, domain=, supports=)`` decorator filling ``lower``/``support``
+    (one per backend: this module's and :mod:`.cuda`'s)."""
+    def lowering(*ops: str, domain: str = "", supports: Callable[[Node], bool] | None = None):
+        """Register a lowering for ``ops`` with a static support predicate (dtypes, attributes)."""
+        def deco(fn):
+            for op in ops:
+                lower[(domain, op)] = fn
+                support[(domain, op)] = supports or (lambda n: True)
+            return fn
+        return deco
+    return lowering
+
+
+lowering = registry(LOWER, SUPPORT)
 
 
 class CpuBackend:
@@ -84,6 +91,7 @@ class Row:
     host: np.ndarray | None = None
     fixed: tuple[int, int] | None = None
     vid: int | None = None  # the host value a ``pb`` row holds (refetched when replaying)
+    label: str = ""  # the value (or "scratch") it holds, for memory reports
 
 
 class Emitter:
@@ -194,6 +202,7 @@ class Emitter:
         if r is None:
             dt = np.dtype(v.dtype)
             r = self._row("ws", math.prod(self.shape(v)) * dt.itemsize)
+            self.rows[r].label = v.name
             self.root[id(v)] = r
         return r
 
@@ -234,6 +243,7 @@ class Emitter:
             dt = np.dtype(v.dtype)
             shape = self.shape(v)
             r = self._row("ws", math.prod(shape) * dt.itemsize)
+            self.rows[r].label = v.name
             name = self._fresh("v")
             self.decls[name] = self._view("ws", r, dt, shape)
             self.root[id(v)] = r
@@ -256,6 +266,7 @@ class Emitter:
     def scratch(self, nelems: int, dtype) -> str:
         dt = np.dtype(dtype)
         r = self._row("ws", nelems * dt.itemsize)
+        self.rows[r].label = "scratch"
         name = self._fresh("s")
         self.decls[name] = self._view("ws", r, dt, (nelems,))
         return name
@@ -573,8 +584,9 @@ def lower_group(em: Emitter, grp: Group, consumers_outside) -> None:
     except ValueError as e:
         raise Unlowerable(grp.nodes[0], str(e)) from None
     key = ("par", id(grp.nodes[0]))
-    if key not in em.memo:  # decided once per node: the text must not change with the shapes
-        em.memo[key] = math.prod(out_shape) >= PARALLEL_MIN and extents[0] > 1
+    if key not in em.memo:  # decided once per node (not a guard): the text must not change with the shapes
+        em.memo[key] = (math.prod(concrete(n) for n in out_shape) >= PARALLEL_MIN
+                        and concrete(extents[0]) > 1)
     parallel = em.memo[key]
     opnds = [Operand(np.dtype(v.dtype), f) for v, f in zip(operands, flags)]
     prefix = "k_" + "_".join(dict.fromkeys(n.op_type.lower() for n in grp.nodes[:4]))
@@ -635,7 +647,7 @@ class _Record:
     def __init__(self, seg, tape: Tape, em: Emitter, plan: Plan, unit: dict):
         self.seg = seg
         self.unit = unit
-        self.rows = [Row(r.kind, 0, r.begin, r.end, None, r.fixed, r.vid) for r in em.rows]
+        self.rows = [Row(r.kind, 0, r.begin, r.end, None, r.fixed, r.vid, r.label) for r in em.rows]
         self.n_dims = len(em.dims)
         self.fn = tape.compile(list(em.dims) + [r.nbytes for r in em.rows])
         self.hostvals = dict(tape.hostvals)
@@ -871,6 +883,7 @@ def _layout(rows: list[Row], dims: list[int], sizes: list[int], hosts: list):
     bufs = [Buffer(i, sizes[i], r.begin, max(r.begin, r.end)) for i, r in enumerate(rows)
             if r.kind == "ws"]
     mem = plan_memory(bufs)
+    mem.labels = {b.key: rows[b.key].label for b in bufs}
     o = np.zeros((max(len(rows), 1), 2), np.int64)
     for b in bufs:
         o[b.key] = (b.offset, b.offset + b.size)

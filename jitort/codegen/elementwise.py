@@ -309,8 +309,12 @@ def collapse(out_shape, in_shapes, hints) -> tuple[list[int], list[tuple[bool, .
         s = (1,) * (rank - len(s)) + tuple(s)
         f = []
         for k in range(rank):
-            if s[k] == out_shape[k]:
-                f.append(bool(hints[j][k]) and s[k] == 1)
+            # (the order of the tests keeps the recorded decisions shape-independent where it can:
+            # a hinted broadcast dim is decided by ``s[k] == 1`` alone, see codegen/symbolic.py)
+            if hints[j][k] and s[k] == 1:
+                f.append(True)
+            elif s[k] == out_shape[k]:
+                f.append(False)
             elif s[k] == 1:
                 f.append(True)
             else:
@@ -334,8 +338,42 @@ def collapse(out_shape, in_shapes, hints) -> tuple[list[int], list[tuple[bool, .
     return extents, [tuple(f) for f in cflags]
 
 
+class LoopStyle:
+    """How the shared emitter renders one backend's fused kernel (the CPU's: an ``@njit`` loop nest).
+
+    A style supplies the expression table, the decorator and signature, the index prologue
+    (``open_level`` per collapsed dim), and the load and store expressions. The emitter itself
+    (:func:`kernel_source`) places loads at the outermost level where their index is complete
+    and writes one SSA temporary per node, the same for every style.
+    """
+
+    table = EXPR
+
+    def head(self, name: str, outs: list[str], ins: list[str], rank: int, parallel: bool) -> list[str]:
+        flags = "cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'}"
+        if parallel:
+            flags += ", parallel=True"
+        return [f"@njit({flags})", f"def {name}({', '.join(outs + ins)}):",
+                f"    {', '.join(f'n{k}' for k in range(rank))}{',' if rank == 1 else ''} = y0.shape"]
+
+    def open_level(self, k: int, parallel: bool) -> str | None:
+        """The line opening loop level ``k`` (indents what follows), or None for no loop."""
+        rng = "prange" if (parallel and k == 0) else "range"
+        return f"for i{k} in {rng}(n{k}):"
+
+    def load(self, x: str, op: Operand, rank: int) -> str:
+        return f"{x}[{', '.join('0' if op.bcast[k] else f'i{k}' for k in range(rank))}]"
+
+    def store(self, y: str, rank: int) -> str:
+        return f"{y}[{', '.join(f'i{k}' for k in range(rank))}]"
+
+
+CPU_STYLE = LoopStyle()
+
+
 def kernel_source(name: str, ops: list[tuple[Node, list[int], int]], operands: list[Operand],
-                  out_temps: list[int], rank: int, parallel: bool, temp_dtypes: list[np.dtype]) -> str:
+                  out_temps: list[int], rank: int, parallel: bool, temp_dtypes: list[np.dtype],
+                  style: LoopStyle = CPU_STYLE) -> str:
     """Render a fused elementwise kernel.
 
     ``ops``: (node, operand refs, result temp) in order; a ref ``r >= 0`` is temp ``r``, ``-1-j``
@@ -343,12 +381,7 @@ def kernel_source(name: str, ops: list[tuple[Node, list[int], int]], operands: l
     """
     ins = [f"x{j}" for j in range(len(operands))]
     outs = [f"y{i}" for i in range(len(out_temps))]
-    flags = "cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'}"
-    if parallel:
-        flags += ", parallel=True"
-    lines = [f"@njit({flags})", f"def {name}({', '.join(outs + ins)}):"]
-    idx = [f"i{k}" for k in range(rank)]
-    lines.append(f"    {', '.join(f'n{k}' for k in range(rank))}{',' if rank == 1 else ''} = y0.shape")
+    lines = style.head(name, outs, ins, rank, parallel)
     # the loop level at which each input's index is complete (-1: before all loops)
     level = []
     for op in operands:
@@ -356,8 +389,7 @@ def kernel_source(name: str, ops: list[tuple[Node, list[int], int]], operands: l
         level.append(max(full) if full else -1)
 
     def load(j):
-        ix = ", ".join("0" if operands[j].bcast[k] else idx[k] for k in range(rank))
-        return f"a{j} = {ins[j]}[{ix}]"
+        return f"a{j} = {style.load(ins[j], operands[j], rank)}"
 
     body: list[str] = []
     ind = "    "
@@ -365,9 +397,10 @@ def kernel_source(name: str, ops: list[tuple[Node, list[int], int]], operands: l
         if level[j] == -1:
             body.append(ind + load(j))
     for k in range(rank):
-        rng = "prange" if (parallel and k == 0) else "range"
-        body.append(f"{ind}for {idx[k]} in {rng}(n{k}):")
-        ind += "    "
+        opener = style.open_level(k, parallel)
+        if opener is not None:
+            body.append(ind + opener)
+            ind += "    "
         for j in range(len(operands)):
             if level[j] == k:
                 body.append(ind + load(j))
@@ -375,8 +408,7 @@ def kernel_source(name: str, ops: list[tuple[Node, list[int], int]], operands: l
         args = [None if r is None else (f"t{r}" if r >= 0 else f"a{-1 - r}") for r in refs]
         dts = [None if r is None else (temp_dtypes[r] if r >= 0 else operands[-1 - r].dtype)
                for r in refs]
-        body.append(f"{ind}t{t} = {EXPR[node.op_type](node, args, dts, temp_dtypes[t])}")
-    ix = ", ".join(idx)
+        body.append(f"{ind}t{t} = {style.table[node.op_type](node, args, dts, temp_dtypes[t])}")
     for i, t in enumerate(out_temps):
-        body.append(f"{ind}{outs[i]}[{ix}] = t{t}")
+        body.append(f"{ind}{style.store(outs[i], rank)} = t{t}")
     return "\n".join(lines + body) + "\n"

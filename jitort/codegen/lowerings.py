@@ -14,6 +14,7 @@ import numpy as np
 from ..ir import Node
 from .cpu import Emitter, Unlowerable, lowering
 from .elementwise import BOOL, FLOATS, NUMERIC, tname
+from .symbolic import concrete
 
 _F = tuple(FLOATS)
 #: dtypes Numba can take as array arguments (float16, bfloat16, float8, int4, strings... cannot)
@@ -181,7 +182,7 @@ def lower_gather(em: Emitter, n: Node) -> None:
     yv = em.out(y)
     # decided once per node (memo) so the generated text does not change with the shapes
     if ("par", id(n)) not in em.memo:
-        em.memo[("par", id(n))] = o * k * i >= (1 << 16)
+        em.memo[("par", id(n))] = concrete(o * k * i) >= (1 << 16)  # once, not a guard
     par = "_par" if em.memo[("par", id(n))] else ""
     em.call(f"_data.gather3{par}({em.arr(data)}.reshape({em.tuple_expr((o, a, i))}), "
             f"{em.arr(idx)}.reshape({em.tuple_expr((k,))}), {yv}.reshape({em.tuple_expr((o, k, i))}))")

@@ -1,0 +1,716 @@
+"""The CUDA backend: lowers a segment into a generated host driver that launches CUDA kernels.
+
+It mirrors the CPU backend (:mod:`jitort.codegen.cpu`) and reuses its pieces: the shape pass
+and unit-dim probing of :class:`~jitort.codegen.cpu.SegmentCompiler`, elementwise fusion
+(:func:`~jitort.codegen.cpu.group_nodes`, :func:`~jitort.codegen.elementwise.collapse`) and the
+loop-nest emitter (:func:`~jitort.codegen.elementwise.kernel_source`) rendered in the CUDA
+style: the same op table with device math, one thread per element instead of a loop nest, and
+``@cuda.jit`` instead of ``@njit``. Everything else calls ``jitort.kernels.cuda``.
+
+Addressing: a tensor is a flat typed device array plus an element offset (the per-dtype views
+of the one device workspace, a weight, a segment input or output), so a Reshape is free and a
+kernel takes one array per operand whatever its rank. The generated driver::
+
+    call(W, C, X, Y, E, d, o)
+
+``W`` maps a dtype name to the workspace viewed as that dtype, ``C`` the plan's constants on
+the device (uploaded once), ``X``/``Y`` the segment's flat inputs/outputs, ``E`` an int32 error
+flag (Gather's index check), ``d`` the sizes and launch grids, ``o`` each workspace buffer's
+element offset. The text depends on the structure only, so new shapes reuse it and the kernels.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..ir import Node, Value
+from ..planner import Buffer, MemoryPlan, plan_memory
+from . import module as modmgr
+from .cpu import Group, SegmentCompiler, Unlowerable, group_nodes, registry
+from .elementwise import (EXPR, LoopStyle, Operand, collapse, kernel_source,
+                          supports_elementwise)
+from .lowerings import ACT_CODES, REDUCE_KIND, _3d, _axes_from_input, _axis, _conv_pads, _prod
+
+#: Threads per block of generated elementwise kernels.
+EW_BLOCK = 128
+
+# --- the elementwise table: the CPU's expressions with device math ---------------------------
+
+#: numpy/jitort math in the CPU table -> what a CUDA kernel calls instead.
+_DEVICE_MATH = {
+    "_m.exp32": "math.exp", "_m.tanh32": "math.tanh", "_m.erf32": "math.erf",
+    "_m.sigmoid32": "_cm.sigmoid", "np.exp": "math.exp", "np.log": "math.log",
+    "np.log1p": "math.log1p", "np.sqrt": "math.sqrt", "np.tanh": "math.tanh",
+    "np.sin": "math.sin", "np.cos": "math.cos", "np.tan": "math.tan", "np.arcsin": "math.asin",
+    "np.arccos": "math.acos", "np.arctan": "math.atan", "np.sinh": "math.sinh",
+    "np.cosh": "math.cosh", "np.arcsinh": "math.asinh", "np.arccosh": "math.acosh",
+    "np.arctanh": "math.atanh",
+}
+_CALL = re.compile(r"\b(_m\.\w+|np\.[a-z]\w*)\(")
+#: Ops whose CPU expression has no device equivalent here (math.floor returns an int in Numba).
+_NO_DEVICE = {"Round", "Sign", "Floor", "Ceil"}
+
+
+def _device_expr(fn):
+    def render(n, a, d, o):
+        text = fn(n, a, d, o)
+
+        def sub(m):
+            name = m.group(1)
+            if name in _DEVICE_MATH:
+                return _DEVICE_MATH[name] + "("
+            if name.startswith("np.") and name[3:] in _SCALAR_TYPES:
+                return m.group(0)  # a typed literal or cast: np.float32(...)
+            raise Unlowerable(n, f"no device version of {name}")
+        return _CALL.sub(sub, text)
+    return render
+
+
+_SCALAR_TYPES = {"float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                 "uint32", "uint64", "bool_"}
+CUDA_EXPR = {op: _device_expr(fn) for op, fn in EXPR.items() if op not in _NO_DEVICE}
+
+
+class CudaStyle(LoopStyle):
+    """One thread per output element: the flat thread index is split into the collapsed dims."""
+
+    table = CUDA_EXPR
+
+    def head(self, name, outs, ins, rank, parallel):
+        params = [f"{x}, o{x}" for x in outs + ins] + [f"n{k}" for k in range(rank)] + ["total"]
+        lines = ["@cuda.jit", f"def {name}({', '.join(params)}):",
+                 "    i = cuda.grid(1)", "    if i >= total:", "        return", "    r = i"]
+        for k in range(rank - 1, 0, -1):
+            lines += [f"    i{k} = r % n{k}", f"    r //= n{k}"]
+        lines.append("    i0 = r")
+        return lines
+
+    def open_level(self, k, parallel):
+        return None  # no loops: every index is known after the prologue
+
+    def load(self, x, op: Operand, rank):
+        flat = None
+        for k in range(rank):
+            if not op.bcast[k]:
+                flat = f"i{k}" if flat is None else f"({flat}) * n{k} + i{k}"
+        return f"{x}[o{x}]" if flat is None else f"{x}[o{x} + {flat}]"
+
+    def store(self, y, rank):
+        return f"{y}[o{y} + i]"
+
+
+CUDA_STYLE = CudaStyle()
+
+
+def supports_device_elementwise(n: Node) -> bool:
+    return n.op_type in CUDA_EXPR and supports_elementwise(n)
+
+
+# --- registry and backend --------------------------------------------------------------------
+
+Lowering = Callable[["CudaEmitter", Node], None]
+LOWER: dict[tuple[str, str], Lowering] = {}
+SUPPORT: dict[tuple[str, str], Callable[[Node], bool]] = {}
+
+
+lowering = registry(LOWER, SUPPORT)  # CUDA lowerings register here, not in the CPU's table
+
+
+class CudaBackend:
+    """Claims the nodes the CUDA code generator can lower (float32/float64 compute ops,
+    data movement of plain dtypes, the elementwise table minus ops without device math)."""
+
+    name = "cuda"
+
+    def supports(self, node: Node) -> bool:
+        if supports_device_elementwise(node):
+            return True
+        pred = SUPPORT.get((node.domain, node.op_type))
+        return bool(pred and pred(node))
+
+
+# --- the emitter -----------------------------------------------------------------------------
+
+@dataclass
+class _Row:
+    """A workspace buffer: bytes, dtype and the steps it is live."""
+
+    nbytes: int
+    dtype: np.dtype
+    begin: int
+    end: int
+
+
+class CudaEmitter:
+    """Builds one driver body for one signature. Each value maps to ``(array, offset)`` text."""
+
+    def __init__(self, seg, shapes, hostvals, memo):
+        self.seg, self.shapes, self.hostvals, self.memo = seg, shapes, hostvals, memo
+        self.lines: list[str] = []
+        self.dims: list[int] = []
+        self.rows: list[_Row] = []
+        self.loc: dict[int, tuple[str, str]] = {}
+        self.root: dict[int, int] = {}  # id(value) -> workspace row backing it
+        self.consts: list[np.ndarray] = []
+        self._const_index: dict[int, int] = {}
+        self.kernels: dict[str, str] = {}
+        self.dtypes: set[str] = set()
+        self.uses_err = False
+        self.step = 0
+        self.in_index = {id(v): i for i, v in enumerate(seg.arg_inputs)}
+        self.out_index = {id(v): i for i, v in enumerate(seg.arg_outputs)}
+
+    def dim(self, n: int) -> str:
+        self.dims.append(int(n))
+        return f"d[{len(self.dims) - 1}]"
+
+    def shape(self, v: Value) -> tuple[int, ...]:
+        return v.const.shape if v.is_const else self.shapes[id(v)]
+
+    def size(self, v: Value) -> int:
+        return _prod(self.shape(v))
+
+    def arr(self, v: Value) -> str:
+        """``"array, offset"`` of ``v`` for a kernel call; records the read."""
+        got = self.loc.get(id(v))
+        if got is None:
+            if id(v) in self.in_index:
+                got = (f"X[{self.in_index[id(v)]}]", "0")
+            elif v.is_const or id(v) in self.hostvals:
+                host = v.const if v.is_const else self.hostvals[id(v)]
+                k = self._const_index.get(id(host))
+                if k is None:
+                    k = self._const_index[id(host)] = len(self.consts)
+                    self.consts.append(np.ascontiguousarray(host).reshape(-1))
+                got = (f"C[{k}]", "0")
+            else:
+                raise KeyError(f"value {v.name!r} read before it is produced")
+            self.loc[id(v)] = got
+        r = self.root.get(id(v))
+        if r is not None:
+            self.rows[r].end = self.step
+        return f"{got[0]}, {got[1]}"
+
+    def out(self, v: Value) -> str:
+        """``"array, offset"`` that ``v`` is written to at this step."""
+        if id(v) in self.out_index:
+            got = (f"Y[{self.out_index[id(v)]}]", "0")
+        else:
+            dt = np.dtype(v.dtype)
+            self.rows.append(_Row(self.size(v) * dt.itemsize, dt, self.step, self.step))
+            r = len(self.rows) - 1
+            self.root[id(v)] = r
+            self.dtypes.add(dt.name)
+            got = (f"w_{dt.name}", f"o[{r}]")
+        self.loc[id(v)] = got
+        return f"{got[0]}, {got[1]}"
+
+    def alias(self, dst: Value, src: Value) -> None:
+        """``dst`` is ``src`` reshaped: the same array and offset (a copy if ``dst`` is an output)."""
+        s = self.arr(src)
+        if id(dst) in self.out_index:
+            n = self.size(dst)
+            self.call(f"_data.copy_nd({s}, (1,), {self.out(dst)}, (1,), ({self.dim(n)},))")
+            return
+        self.loc[id(dst)] = self.loc[id(src)]
+        if id(src) in self.root:
+            self.root[id(dst)] = self.root[id(src)]
+
+    def call(self, line: str) -> None:
+        self.lines.append(line)
+
+    def kernel(self, prefix: str, source: str) -> str:
+        name = modmgr.module_name(prefix, source.replace("__KNAME__", prefix))
+        self.kernels[name] = source.replace("__KNAME__", name)
+        return name
+
+
+# --- elementwise groups ----------------------------------------------------------------------
+
+def lower_group(em: CudaEmitter, grp: Group, consumers_outside) -> None:
+    """One fused elementwise kernel for ``grp`` (the same analysis as the CPU backend's)."""
+    produced = {id(n.outputs[0]): i for i, n in enumerate(grp.nodes)}
+    operands: list[Value] = []
+    op_index: dict[int, int] = {}
+    ops, temp_dtypes = [], []
+    for i, n in enumerate(grp.nodes):
+        refs = []
+        for v in (n.inputs[:1] if n.op_type == "Expand" else n.inputs):
+            if v is None:
+                refs.append(None)
+            elif id(v) in produced:
+                refs.append(produced[id(v)])
+            else:
+                if id(v) not in op_index:
+                    op_index[id(v)] = len(operands)
+                    operands.append(v)
+                refs.append(-1 - op_index[id(v)])
+        ops.append((n, refs, i))
+        temp_dtypes.append(np.dtype(n.outputs[0].dtype))
+    outs = [i for i, n in enumerate(grp.nodes) if consumers_outside(n.outputs[0])] or \
+        [len(grp.nodes) - 1]
+    rank = len(grp.shape)
+    unit = em.memo.get("unit_dims", {})
+    out_unit = unit.get(id(grp.nodes[-1].outputs[0]), (False,) * rank)
+    hints = []
+    for v in operands:
+        s = em.shape(v)
+        u = (True,) * (rank - len(s)) + (tuple(x == 1 for x in s) if v.is_const
+                                          else unit.get(id(v), (False,) * len(s)))
+        hints.append(tuple(u[k] and not out_unit[k] for k in range(rank)))
+    try:
+        extents, flags = collapse(grp.shape, [em.shape(v) for v in operands], hints)
+    except ValueError as e:
+        raise Unlowerable(grp.nodes[0], str(e)) from None
+    opnds = [Operand(np.dtype(v.dtype), f) for v, f in zip(operands, flags)]
+    prefix = "kc_" + "_".join(dict.fromkeys(n.op_type.lower() for n in grp.nodes[:4]))
+    src = kernel_source("__KNAME__", ops, opnds, outs, len(extents), False, temp_dtypes,
+                        style=CUDA_STYLE)
+    kname = em.kernel(prefix, src)
+    total = _prod(extents)
+    args = [em.out(grp.nodes[i].outputs[0]) for i in outs]
+    args += [em.arr(v) for v in operands]
+    args += [em.dim(e) for e in extents] + [em.dim(total)]
+    if total:
+        em.call(f"{kname}[{em.dim(max(1, -(-total // EW_BLOCK)))}, {EW_BLOCK}]({', '.join(args)})")
+
+
+# --- lowerings -------------------------------------------------------------------------------
+
+_F = (np.dtype(np.float32), np.dtype(np.float64))
+_PLAIN = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int8, np.int16, np.int32,
+                                     np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.bool_))
+
+
+def _is_float(*vals) -> bool:
+    return all(v is not None and v.dtype is not None and np.dtype(v.dtype) in _F for v in vals)
+
+
+def _same_float(n: Node) -> bool:
+    """Every present input and the first output share one float dtype."""
+    vals = [v for v in n.inputs if v is not None] + n.outputs[:1]
+    return _is_float(*vals) and len({np.dtype(v.dtype) for v in vals}) == 1
+
+
+def _plain(n: Node) -> bool:
+    return all(v.dtype is not None and np.dtype(v.dtype) in _PLAIN
+               for v in list(n.all_inputs()) + list(n.outputs) if v is not None)
+
+
+def _strides(shape) -> list[int]:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return out[::-1]
+
+
+def _tup(em: CudaEmitter, xs) -> str:
+    return "(" + "".join(f"{em.dim(x)}, " for x in xs) + ")"
+
+
+@lowering("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", supports=_plain)
+def lower_view(em: CudaEmitter, n: Node) -> None:
+    em.alias(n.outputs[0], n.inputs[0])
+
+
+def _mm_geometry(em: CudaEmitter, n: Node):
+    """(nb, m, n, k, a batch stride, b batch stride) of a MatMul, or Unlowerable."""
+    sa, sb = em.shape(n.inputs[0]), em.shape(n.inputs[1])
+    if not sa or not sb:
+        raise Unlowerable(n, "MatMul of a scalar")
+    sa2 = (1,) + tuple(sa) if len(sa) == 1 else tuple(sa)
+    sb2 = tuple(sb) + (1,) if len(sb) == 1 else tuple(sb)
+    m, k, nn = sa2[-2], sa2[-1], sb2[-1]
+    ba, bb = sa2[:-2], sb2[:-2]
+    if _prod(bb) == 1:  # weights-like B: one GEMM over all rows of A
+        return 1, _prod(ba) * m, nn, k, 0, 0
+    rank = max(len(ba), len(bb))
+    ba, bb = (1,) * (rank - len(ba)) + ba, (1,) * (rank - len(bb)) + bb
+    if ba == bb:
+        return _prod(ba), m, nn, k, m * k, k * nn
+    if _prod(ba) == 1:
+        return _prod(bb), m, nn, k, 0, k * nn
+    raise Unlowerable(n, f"MatMul batch broadcast {sa} x {sb}")
+
+
+def _mm_ok(n: Node) -> bool:
+    return _is_float(n.inputs[0], n.inputs[1], n.outputs[0]) and \
+        len({np.dtype(v.dtype) for v in (n.inputs[0], n.inputs[1], n.outputs[0])}) == 1
+
+
+@lowering("MatMul", supports=_mm_ok)
+def lower_matmul(em: CudaEmitter, n: Node) -> None:
+    nb, m, nn, k, sab, sbb = _mm_geometry(em, n)
+    a, b = em.arr(n.inputs[0]), em.arr(n.inputs[1])
+    y = em.out(n.outputs[0])
+    em.call(f"_gemm.matmul3d({a}, {em.dim(sab)}, {b}, {em.dim(sbb)}, {y}, "
+            f"{', '.join(em.dim(x) for x in (nb, m, nn, k))})")
+
+
+@lowering("MatMulBias", domain="jitort", supports=lambda n: _mm_ok(n) and _is_float(n.inputs[2])
+          and n.attrs.get("activation", "") in ACT_CODES)
+def lower_matmul_bias(em: CudaEmitter, n: Node) -> None:
+    nb, m, nn, k, sab, sbb = _mm_geometry(em, n)
+    if _prod(em.shape(n.inputs[2])) != nn:
+        raise Unlowerable(n, "MatMulBias bias is not one row")
+    a, b, bias = em.arr(n.inputs[0]), em.arr(n.inputs[1]), em.arr(n.inputs[2])
+    y = em.out(n.outputs[0])
+    act = ACT_CODES[n.attrs.get("activation", "")]
+    em.call(f"_gemm.matmul3d_bias_act({a}, {em.dim(sab)}, {b}, {em.dim(sbb)}, {bias}, {y}, "
+            f"{', '.join(em.dim(x) for x in (nb, m, nn, k))}, {act}, "
+            f"{float(n.attrs.get('alpha', 0.0))!r})")
+
+
+@lowering("Gemm", supports=_same_float)
+def lower_gemm(em: CudaEmitter, n: Node) -> None:
+    a, b, c, y = n.inputs[0], n.inputs[1], n.input(2), n.outputs[0]
+    m, nn = em.shape(y)
+    ta, tb = bool(n.attrs.get("transA", 0)), bool(n.attrs.get("transB", 0))
+    k = em.shape(a)[0] if ta else em.shape(a)[1]
+    if c is not None:
+        sc = em.shape(c)
+        rows, cols = {0: (1, 1), 1: (1, sc[0] if sc else 1)}.get(len(sc), tuple(sc))
+        cv, csi, csj = em.arr(c), (cols if rows > 1 else 0), (1 if cols > 1 else 0)
+    else:
+        cv, csi, csj = em.arr(a), 0, 0  # not read
+    av, bv = em.arr(a), em.arr(b)
+    yv = em.out(y)
+    em.call(f"_gemm.gemm({av}, {bv}, {cv}, {em.dim(csi)}, {em.dim(csj)}, {yv}, "
+            f"{', '.join(em.dim(x) for x in (m, nn, k))}, {float(n.attrs.get('alpha', 1.0))!r}, "
+            f"{float(n.attrs.get('beta', 1.0))!r}, {ta}, {tb}, {c is not None})")
+
+
+@lowering("Transpose", supports=_plain)
+def lower_transpose(em: CudaEmitter, n: Node) -> None:
+    x, y = n.inputs[0], n.outputs[0]
+    shape = em.shape(x)
+    perm = list(n.attrs.get("perm", list(range(len(shape)))[::-1]))
+    runs: list[list[int]] = []  # input axes that stay adjacent and in order merge
+    for p in perm:
+        if runs and runs[-1][-1] + 1 == p:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    if len(runs) > 6:
+        raise Unlowerable(n, "Transpose of more than 6 moving axis groups")
+    xs = _strides(shape)
+    out_shape = [_prod([shape[a] for a in r]) for r in runs]
+    xstr = [xs[r[-1]] for r in runs]
+    xv = em.arr(x)
+    em.call(f"_data.copy_nd({xv}, {_tup(em, xstr)}, {em.out(y)}, {_tup(em, _strides(out_shape))}, "
+            f"{_tup(em, out_shape)})")
+
+
+@lowering("Concat", supports=_plain)
+def lower_concat(em: CudaEmitter, n: Node) -> None:
+    y = n.outputs[0]
+    shape = em.shape(y)
+    axis = _axis(n.attrs["axis"], len(shape))
+    o, total, i = _3d(shape, axis)
+    parts = [(v, em.shape(v)[axis]) for v in n.inputs if v is not None]
+    srcs = [em.arr(v) for v, _ in parts]
+    arr, off = em.out(y).split(", ")
+    start = 0
+    for (v, a), s in zip(parts, srcs):
+        if a:
+            em.call(f"_data.copy_nd({s}, {_tup(em, (a * i, i, 1))}, {arr}, {off} + {em.dim(start * i)}, "
+                    f"{_tup(em, (total * i, i, 1))}, {_tup(em, (o, a, i))})")
+        start += a
+
+
+@lowering("Split", supports=_plain)
+def lower_split(em: CudaEmitter, n: Node) -> None:
+    x = n.inputs[0]
+    shape = em.shape(x)
+    axis = _axis(n.attrs.get("axis", 0), len(shape))
+    o, total, i = _3d(shape, axis)
+    arr, off = em.arr(x).split(", ")
+    start = 0
+    for v in n.outputs:
+        a = em.shape(v)[axis]
+        yv = em.out(v)
+        if a:
+            em.call(f"_data.copy_nd({arr}, {off} + {em.dim(start * i)}, {_tup(em, (total * i, i, 1))}, "
+                    f"{yv}, {_tup(em, (a * i, i, 1))}, {_tup(em, (o, a, i))})")
+        start += a
+
+
+@lowering("Slice", supports=lambda n: _plain(n) and n.since_version >= 10)
+def lower_slice(em: CudaEmitter, n: Node) -> None:
+    x, y = n.inputs[0], n.outputs[0]
+    shape = em.shape(x)
+    rank = len(shape)
+    vals = [None if v is None else (v.const if v.is_const else em.hostvals.get(id(v)))
+            for v in n.inputs]
+    if any(v is not None and vals[j] is None for j, v in enumerate(n.inputs[1:], 1)):
+        raise Unlowerable(n, "Slice parameters are not known ahead")
+    if rank == 0 or rank > 6:
+        raise Unlowerable(n, f"Slice of rank {rank}")
+    starts = vals[1].astype(np.int64).tolist()  # the ends are in the inferred output shape
+    axes = vals[3].astype(np.int64).tolist() if len(vals) > 3 and vals[3] is not None \
+        else list(range(len(starts)))
+    steps = vals[4].astype(np.int64).tolist() if len(vals) > 4 and vals[4] is not None \
+        else [1] * len(starts)
+    start, step = [0] * rank, [1] * rank
+    for s, ax, st in zip(starts, axes, steps):
+        ax = _axis(ax, rank)
+        if st == 0:
+            raise Unlowerable(n, "Slice step 0")
+        s = s + shape[ax] if s < 0 else s
+        start[ax] = min(max(s, 0), shape[ax]) if st > 0 else min(max(s, -1), shape[ax] - 1)
+        step[ax] = st
+    xs = _strides(shape)
+    out_shape = em.shape(y)
+    arr, off = em.arr(x).split(", ")
+    base = sum(st * s for st, s in zip(start, xs)) if _prod(out_shape) else 0
+    em.call(f"_data.copy_nd({arr}, {off} + {em.dim(base)}, {_tup(em, [a * b for a, b in zip(xs, step)])}, "
+            f"{em.out(y)}, {_tup(em, _strides(out_shape))}, {_tup(em, out_shape)})")
+
+
+@lowering("Gather", supports=lambda n: _plain(n)
+          and np.dtype(n.inputs[1].dtype) in (np.dtype(np.int32), np.dtype(np.int64)))
+def lower_gather(em: CudaEmitter, n: Node) -> None:
+    data, idx, y = n.inputs[0], n.inputs[1], n.outputs[0]
+    shape = em.shape(data)
+    if not shape:
+        raise Unlowerable(n, "Gather on a scalar")
+    o, a, i = _3d(shape, _axis(n.attrs.get("axis", 0), len(shape)))
+    k = _prod(em.shape(idx))
+    em.uses_err = True
+    dv, iv = em.arr(data), em.arr(idx)
+    em.call(f"_data.gather3({dv}, {iv}, {em.out(y)}, {', '.join(em.dim(v) for v in (o, a, k, i))}, E)")
+
+
+@lowering("Softmax", "LogSoftmax", supports=_same_float)
+def lower_softmax(em: CudaEmitter, n: Node) -> None:
+    x, y = n.inputs[0], n.outputs[0]
+    shape = em.shape(x)
+    if not shape:
+        raise Unlowerable(n, "Softmax of a scalar")
+    if n.since_version >= 13:
+        dims = _3d(shape, _axis(n.attrs.get("axis", -1), len(shape)))
+    else:
+        axis = _axis(n.attrs.get("axis", 1), len(shape))
+        dims = (_prod(shape[:axis]), _prod(shape[axis:]), 1)
+    fn = "softmax3d" if n.op_type == "Softmax" else "logsoftmax3d"
+    xv = em.arr(x)
+    em.call(f"_softmax.{fn}({xv}, {em.out(y)}, {', '.join(em.dim(v) for v in dims)})")
+
+
+@lowering("LayerNormalization", supports=lambda n: _same_float(n) and len(n.outputs) == 1)
+def lower_layernorm(em: CudaEmitter, n: Node) -> None:
+    x, scale, bias, y = n.inputs[0], n.inputs[1], n.input(2), n.outputs[0]
+    shape = em.shape(x)
+    axis = _axis(n.attrs.get("axis", -1), len(shape))
+    outer, inner = _prod(shape[:axis]), _prod(shape[axis:])
+    if em.size(scale) != inner or (bias is not None and em.size(bias) != inner):
+        raise Unlowerable(n, "LayerNormalization scale/bias broadcast")
+    xv, sv = em.arr(x), em.arr(scale)
+    bv = em.arr(bias) if bias is not None else sv
+    em.call(f"_norm.layernorm2d({xv}, {sv}, {bv}, {em.out(y)}, {em.dim(outer)}, {em.dim(inner)}, "
+            f"{float(n.attrs.get('epsilon', 1e-5))!r}, {bias is not None})")
+
+
+@lowering("BatchNormalization", supports=lambda n: _same_float(n) and len(n.outputs) == 1
+          and not n.attrs.get("training_mode", 0))
+def lower_batchnorm(em: CudaEmitter, n: Node) -> None:
+    x, y = n.inputs[0], n.outputs[0]
+    shape = em.shape(x)
+    if len(shape) < 2:
+        raise Unlowerable(n, "BatchNormalization of rank < 2")
+    p = ", ".join(em.arr(v) for v in [x] + n.inputs[1:5])
+    em.call(f"_norm.batchnorm3d({p}, {em.out(y)}, "
+            f"{', '.join(em.dim(v) for v in (shape[0], shape[1], _prod(shape[2:])))}, "
+            f"{float(n.attrs.get('epsilon', 1e-5))!r})")
+
+
+@lowering(*REDUCE_KIND, supports=lambda n: _is_float(n.inputs[0], n.outputs[0])
+          and n.inputs[0].dtype == n.outputs[0].dtype)
+def lower_reduce(em: CudaEmitter, n: Node) -> None:
+    x, y = n.inputs[0], n.outputs[0]
+    shape = em.shape(x)
+    rank = len(shape)
+    if _axes_from_input(n):
+        av = n.input(1)
+        val = None if av is None else (av.const if av.is_const else em.hostvals.get(id(av)))
+        if av is not None and val is None:
+            raise Unlowerable(n, "reduction axes not known ahead")
+        axes = [] if val is None else val.astype(np.int64).reshape(-1).tolist()
+    else:
+        axes = list(n.attrs.get("axes", []))
+    if not axes:
+        if n.attrs.get("noop_with_empty_axes", 0):
+            raise Unlowerable(n, "no-op reduction")
+        axes = list(range(rank))
+    axes = sorted({_axis(a, rank) for a in axes})
+    if not axes or axes != list(range(axes[0], axes[-1] + 1)):
+        raise Unlowerable(n, f"non-contiguous reduction axes {axes}")
+    o, r, i = _prod(shape[:axes[0]]), _prod(shape[axes[0]:axes[-1] + 1]), _prod(shape[axes[-1] + 1:])
+    if r == 0:
+        raise Unlowerable(n, "reduction over an empty axis")
+    xv = em.arr(x)
+    em.call(f"_reduce.reduce3d({xv}, {em.out(y)}, {', '.join(em.dim(v) for v in (o, r, i))}, "
+            f"{REDUCE_KIND[n.op_type]})")
+
+
+@lowering("Conv", supports=_same_float)
+def lower_conv(em: CudaEmitter, n: Node) -> None:
+    x, w, b, y = n.inputs[0], n.inputs[1], n.input(2), n.outputs[0]
+    xs, ws, ys = em.shape(x), em.shape(w), em.shape(y)
+    if len(xs) not in (3, 4):
+        raise Unlowerable(n, f"{len(xs) - 2}-D convolution")
+    sp = len(xs) - 2
+    strides = list(n.attrs.get("strides", [1] * sp))
+    dil = list(n.attrs.get("dilations", [1] * sp))
+    pads = _conv_pads(n, xs[2:], ws[2:], strides, dil, ys[2:])
+    if sp == 1:  # 1-D as 2-D with height 1
+        xs, ws, ys = xs[:2] + (1,) + xs[2:], ws[:2] + (1,) + ws[2:], ys[:2] + (1,) + ys[2:]
+        strides, dil, pads = [1] + strides, [1] + dil, [0] + pads
+    xv, wv = em.arr(x), em.arr(w)
+    bv = em.arr(b) if b is not None else wv
+    geo = (xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], ys[2], ys[3], strides[0], strides[1],
+           pads[0], pads[1], dil[0], dil[1], int(n.attrs.get("group", 1)))
+    em.call(f"_conv.conv2d({xv}, {wv}, {bv}, {em.out(y)}, {', '.join(em.dim(v) for v in geo)}, "
+            f"{b is not None})")
+
+
+def _pool_ok(n: Node) -> bool:
+    return _is_float(n.inputs[0], n.outputs[0]) and len([o for o in n.outputs if o is not None]) == 1
+
+
+def _pool_geometry(em: CudaEmitter, n: Node):
+    xs, ys = em.shape(n.inputs[0]), em.shape(n.outputs[0])
+    if len(xs) != 4:
+        raise Unlowerable(n, f"{len(xs) - 2}-D pooling")
+    k = list(n.attrs["kernel_shape"])
+    s = list(n.attrs.get("strides", [1, 1]))
+    dil = list(n.attrs.get("dilations", [1, 1]))
+    pads = _conv_pads(n, xs[2:], k, s, dil, ys[2:])
+    if n.attrs.get("auto_pad", "NOTSET") in ("NOTSET", ""):
+        ends = list(n.attrs.get("pads", [0, 0, 0, 0]))[2:4]
+    else:
+        ends = [max(0, (ys[2 + a] - 1) * s[a] + (k[a] - 1) * dil[a] + 1 - xs[2 + a]) - pads[a]
+                for a in range(2)]
+    return (xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3], k[0], k[1], s[0], s[1], pads[0], pads[1]), \
+        dil, ends
+
+
+@lowering("MaxPool", supports=lambda n: _pool_ok(n) and n.attrs.get("storage_order", 0) == 0)
+def lower_maxpool(em: CudaEmitter, n: Node) -> None:
+    geo, dil, _ = _pool_geometry(em, n)
+    xv = em.arr(n.inputs[0])
+    em.call(f"_pool.maxpool2d({xv}, {em.out(n.outputs[0])}, "
+            f"{', '.join(em.dim(v) for v in geo + tuple(dil))})")
+
+
+@lowering("AveragePool", supports=lambda n: _pool_ok(n)
+          and list(n.attrs.get("dilations", [1, 1])) == [1, 1])
+def lower_avgpool(em: CudaEmitter, n: Node) -> None:
+    geo, _, ends = _pool_geometry(em, n)
+    xv = em.arr(n.inputs[0])
+    em.call(f"_pool.avgpool2d({xv}, {em.out(n.outputs[0])}, {', '.join(em.dim(v) for v in geo)}, "
+            f"{bool(n.attrs.get('count_include_pad', 0))}, {em.dim(ends[0])}, {em.dim(ends[1])})")
+
+
+@lowering("GlobalAveragePool", "GlobalMaxPool", supports=lambda n: _is_float(n.inputs[0], n.outputs[0]))
+def lower_global_pool(em: CudaEmitter, n: Node) -> None:
+    xs = em.shape(n.inputs[0])
+    if len(xs) < 3 or _prod(xs[2:]) == 0:
+        raise Unlowerable(n, "global pooling needs N, C and non-empty spatial dims")
+    fn = "global_avgpool" if n.op_type == "GlobalAveragePool" else "global_maxpool"
+    xv = em.arr(n.inputs[0])
+    em.call(f"_pool.{fn}({xv}, {em.out(n.outputs[0])}, {em.dim(xs[0] * xs[1])}, "
+            f"{em.dim(_prod(xs[2:]))})")
+
+
+# --- segment compilation ---------------------------------------------------------------------
+
+@dataclass
+class CudaPlan:
+    """Everything a call of one CUDA segment needs for one input-shape signature."""
+
+    driver: Callable
+    d: tuple
+    o: tuple
+    ws_bytes: int
+    memory: MemoryPlan
+    out_shapes: list[tuple]
+    exports: dict[int, np.ndarray]
+    consts: list[np.ndarray]  # host copies; the runtime keeps the device copies
+    uses_err: bool
+    kernel_names: list[str]
+    source_path: str
+    device_consts: list | None = None
+
+
+_PRELUDE = """import math
+import numpy as np
+from numba import cuda
+from jitort.kernels.cuda import mathfn as _cm
+
+
+"""
+
+
+class CudaSegmentCompiler(SegmentCompiler):
+    """Plans one CUDA segment per signature (shape pass and unit-dim probe from the CPU's)."""
+
+    def plan(self, env: dict) -> CudaPlan:
+        seg = self.seg
+        shapes, hostvals, compiled = self._shape_pass(
+            {id(v): tuple(env[id(v)].shape) for v in seg.inputs},
+            {id(v): env[id(v)] for v in seg.value_inputs})
+        self.memo["unit_dims"] = self._probe_unit_dims(env, shapes)
+        em = CudaEmitter(seg, shapes, hostvals, self.memo)
+        readers: dict[int, list[Node]] = {}
+        for n in compiled:
+            for v in n.all_inputs():
+                readers.setdefault(id(v), []).append(n)
+        out_ids = {id(v) for v in seg.outputs}
+        for item in group_nodes(compiled, shapes, supports_device_elementwise):
+            if isinstance(item, Group):
+                members = {id(n) for n in item.nodes}
+
+                def outside(v, members=members):
+                    return id(v) in out_ids or any(id(r) not in members for r in readers.get(id(v), []))
+                lower_group(em, item, outside)
+            else:
+                fn = LOWER.get((item.domain, item.op_type))
+                if fn is None:
+                    raise Unlowerable(item, "no CUDA lowering")
+                fn(em, item)
+            em.step += 1
+        for v in seg.arg_outputs:
+            if id(v) not in em.loc:
+                raise Unlowerable(seg.nodes[-1], f"segment output {v.name} not produced")
+        exports = {id(v): hostvals[id(v)] for v in seg.outputs if id(v) in hostvals}
+        return self._finish(em, shapes, exports)
+
+    def _finish(self, em: CudaEmitter, shapes, exports) -> CudaPlan:
+        body = [f"    w_{dt} = W[{dt!r}]" for dt in sorted(em.dtypes)]
+        body += [f"    {line}" for line in em.lines] or ["    pass"]
+        names = sorted(em.kernels)
+        src = "\n".join([
+            modmgr.header().rstrip(),
+            "import numpy as np",
+            "from jitort.kernels.cuda import data as _data, gemm as _gemm, conv as _conv, "
+            "pool as _pool, softmax as _softmax, norm as _norm, reduce as _reduce",
+            *[f"from {modmgr.PACKAGE}.{k} import {k}" for k in names],
+            "", "",
+            "def call(W, C, X, Y, E, d, o):",
+            *body,
+            "",
+        ])
+        for name in names:
+            modmgr.load(name, modmgr.header() + _PRELUDE + em.kernels[name])
+        mod = modmgr.load(modmgr.module_name("cudadriver", src), src)
+        bufs = [Buffer(i, r.nbytes, r.begin, max(r.begin, r.end)) for i, r in enumerate(em.rows)]
+        mem = plan_memory(bufs)
+        o = tuple(b.offset // em.rows[b.key].dtype.itemsize for b in bufs)  # 64-byte aligned
+        return CudaPlan(mod.call, tuple(em.dims), o, mem.workspace_bytes, mem,
+                        [shapes[id(v)] for v in self.seg.arg_outputs], exports, em.consts,
+                        em.uses_err, names, mod.__file__)

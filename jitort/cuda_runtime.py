@@ -1,0 +1,349 @@
+"""CudaCompiledModel: a compiled model whose supported nodes run on a CUDA device.
+
+``jitort.compile(model, device="cuda")`` builds one. Partitioning prefers the CUDA backend,
+then the CPU backend, then the interpreter; shape computations stay host nodes. Steps:
+
+* CUDA segments: generated drivers (:mod:`jitort.codegen.cuda`) over one device workspace
+  per thread, planned by :func:`jitort.planner.plan_memory` like the CPU's; weights are
+  uploaded once per model.
+* CPU segments and interpreter steps: exactly the CPU runtime's.
+
+Values live where they were produced. A step that needs a value on the other side gets a copy
+made once per call (``copies`` counts them; ``transfer_plan()`` lists the boundary crossings
+the schedule implies). Inputs may be numpy arrays (copied to the device when a CUDA step reads
+them) or device arrays (anything with ``__cuda_array_interface__``, or a simulator array:
+used in place, zero-copy). ``__call__``/``run`` return numpy arrays; ``run_on_device`` returns
+device arrays for outputs produced on the device.
+"""
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from typing import Any, Sequence
+
+import numpy as np
+
+from .codegen.cpu import CpuBackend, SegmentCompiler, Unlowerable
+from .codegen.cuda import CudaBackend, CudaPlan, CudaSegmentCompiler
+from .errors import ExecutionError, InvalidInput, JitortError
+from .interpreter import make_runner
+from .partition import HOST, INTERP, InterpStep, Segment, assign, schedule
+from .runtime import PLAN_CACHE_SIZE, CompiledModel, _value_key, infer_shapes
+
+_PLAIN = [np.dtype(t) for t in (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
+                                np.uint8, np.uint16, np.uint32, np.uint64, np.bool_)]
+
+
+class CudaUnavailable(JitortError, RuntimeError):
+    """``device="cuda"`` was asked for but numba's CUDA target cannot run here."""
+
+
+def cuda_module():
+    """``numba.cuda`` if it can run kernels here (a GPU, or the simulator); else raise."""
+    try:
+        from numba import cuda
+    except Exception as e:  # numba without its CUDA target, or a broken numba-cuda install
+        raise CudaUnavailable(f"numba.cuda cannot be imported ({type(e).__name__}: {e}); "
+                              "install numba-cuda (pip install 'jitort[cuda]')") from None
+    if not cuda.is_available():
+        raise CudaUnavailable("no usable CUDA GPU (set NUMBA_ENABLE_CUDASIM=1 before numba is "
+                              "imported to run on the CUDA simulator)")
+    return cuda
+
+
+def is_device_array(a) -> bool:
+    """A CUDA device array: ``__cuda_array_interface__`` or the simulator's fake array."""
+    return hasattr(a, "__cuda_array_interface__") or (
+        "simulator" in type(a).__module__ and hasattr(a, "copy_to_host"))
+
+
+def mixed_schedule(graph, placement: dict[int, str]) -> list:
+    """Segments per backend (tagged ``seg.backend``) and interpreter steps, in node order.
+
+    Each host node joins the segment of the next compiled node (the previous one at the end),
+    so every segment has one backend. Segment inputs/outputs come from
+    :func:`jitort.partition.schedule` run once per backend with the other backends' nodes
+    masked as interpreter nodes.
+    """
+    owner: dict[int, str] = {}
+    pending: list = []
+    last = None
+    for n in graph.nodes:
+        p = placement[id(n)]
+        if p == HOST:
+            pending.append(n)
+            continue
+        if p != INTERP:
+            for h in pending:
+                owner[id(h)] = p
+            pending, last = [], p
+    for h in pending:
+        owner[id(h)] = last or "cpu"
+    position = {id(n): i for i, n in enumerate(graph.nodes)}
+    steps = [InterpStep(n) for n in graph.nodes if placement[id(n)] == INTERP]
+    for backend in sorted({p for p in placement.values() if p not in (HOST, INTERP)} | set(owner.values())):
+        masked = {k: (p if p == backend or (p == HOST and owner[k] == backend) else INTERP)
+                  for k, p in placement.items()}
+        for st in schedule(graph, masked):
+            if isinstance(st, Segment):
+                st.backend = backend
+                steps.append(st)
+    steps.sort(key=lambda st: position[id(st.nodes[0] if isinstance(st, Segment) else st.node)])
+    return steps
+
+
+class _Env(dict):
+    """Host values by ``id(value)``; ``dev`` holds the device values."""
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.dev: dict[int, Any] = {}
+
+
+class CudaCompiledModel(CompiledModel):
+    """A model compiled for a CUDA device (see the module docstring). Callable; thread-safe."""
+
+    device = "cuda"
+
+    def __init__(self, model: Any, **kwargs):
+        self.cuda = cuda_module()
+        self.copies: Counter = Counter()  # "h2d"/"d2h" tensor copies made by calls so far
+        self._dev_consts: dict[int, Any] = {}
+        self._placed = False
+        super().__init__(model, **kwargs)
+
+    # --- program ---------------------------------------------------------------------------
+    def _build_program(self) -> None:
+        if not self._placed:  # after a fallback the placement is kept as edited
+            self.placement = assign(self.graph, [CudaBackend(), CpuBackend()])
+            self._placed = True
+        self.steps = mixed_schedule(self.graph, self.placement)
+        self._input_ids = [id(v) for v in self.graph.inputs]
+        self._all_outputs = list(range(len(self.graph.outputs)))
+        input_ids = {id(v) for v in self.graph.inputs}
+        self._output_needs_copy = [v.is_const or id(v) in input_ids for v in self.graph.outputs]
+        self._runners, self._host_runners, self._compilers, self._plans = {}, {}, {}, {}
+        self._program = []
+        for step in self.steps:
+            if isinstance(step, InterpStep):
+                self._runners[id(step.node)] = make_runner(step.node, self.graph.opsets)
+                self._program.append((self._interp_step, step))
+                continue
+            if step.backend == "cuda":
+                comp = CudaSegmentCompiler(step, self.placement, self._run_host, infer_shapes)
+            else:  # the CPU runtime's compiler, with its options
+                comp = SegmentCompiler(step, self.placement, self._run_host, infer_shapes,
+                                       debug=getattr(self, "debug", False))
+                comp.profiler = getattr(self, "profiler", None)
+            self._compilers[id(step)] = comp
+            self._plans[id(step)] = OrderedDict()
+            step.input_ids = [id(v) for v in step.inputs]
+            step.arg_ids = [id(v) for v in step.arg_inputs]
+            step.output_ids = [id(v) for v in step.arg_outputs]
+            step.output_dtypes = [np.dtype(v.dtype) for v in step.arg_outputs]
+            step.cb = np.zeros(0, np.uint8)
+            run = self._cuda_segment if step.backend == "cuda" else self._cpu_segment
+            self._program.append((run, step))
+
+    def _fall_back(self, node, why: str) -> None:
+        # a CUDA lowering that declines these shapes hands the node to the CPU backend first
+        if self.placement.get(id(node)) == "cuda" and CpuBackend().supports(node):
+            self.placement[id(node)] = "cpu"
+            self.fallback_reasons[node.label] = f"cuda -> cpu: {why}"
+            self._build_program()
+        else:
+            super()._fall_back(node, why)
+
+    def transfer_plan(self) -> list[tuple[str, str]]:
+        """``(value name, "h2d" | "d2h")`` for every boundary crossing the schedule implies when
+        inputs are numpy arrays and outputs are returned as numpy arrays."""
+        where = {id(v): "host" for v in self.graph.inputs}
+        plan: list[tuple[str, str]] = []
+        moved: set[tuple[int, str]] = set()
+
+        def need(v, side):
+            src = where.get(id(v), "host")
+            if src != side and (id(v), side) not in moved:
+                moved.add((id(v), side))
+                plan.append((v.name, "h2d" if side == "device" else "d2h"))
+        for st in self.steps:
+            if isinstance(st, InterpStep):
+                for v in st.node.all_inputs():
+                    if not v.is_const:
+                        need(v, "host")
+                for o in st.node.outputs:
+                    where[id(o)] = "host"
+                continue
+            side = "device" if st.backend == "cuda" else "host"
+            for v in st.arg_inputs:
+                need(v, side)
+            for v in st.value_inputs:
+                need(v, "host")
+            for o in st.outputs:
+                where[id(o)] = "host" if o not in st.arg_outputs else side
+        for v in self.graph.outputs:
+            if not v.is_const:
+                need(v, "host")
+        return plan
+
+    # --- calling ---------------------------------------------------------------------------
+    def run_on_device(self, output_names: Sequence[str] | None, feeds: dict[str, Any]) -> list:
+        """Like :meth:`run`, but outputs stay device arrays (zero-copy when made on the device)."""
+        if not isinstance(feeds, dict):
+            raise InvalidInput("feeds must be a dict mapping input names to arrays")
+        return self._execute(feeds, output_names, on_device=True)
+
+    def _execute(self, feeds: dict, output_names, on_device: bool = False) -> list:
+        dev_feeds = {k: a for k, a in feeds.items() if is_device_array(a)}
+        host_view = dict(feeds)
+        for k, a in dev_feeds.items():  # validated through a same-shape stand-in (not touched)
+            host_view[k] = np.empty(tuple(a.shape), np.dtype(a.dtype))
+        arrays = self._validate(host_view)
+        env = _Env()
+        for v, a in zip(self.graph.inputs, arrays):
+            if v.name in dev_feeds:
+                env.dev[id(v)] = self._adopt(v.name, dev_feeds[v.name])
+            else:
+                env[id(v)] = a
+        if self.threads is not None:
+            from .runtime import _set_num_threads
+            _set_num_threads(self.threads)
+        try:
+            for run_step, step in self._program:
+                run_step(step, env)
+        except Unlowerable as e:
+            with self._lock:
+                self._fall_back(e.node, str(e))
+            return self._execute(feeds, output_names, on_device)
+        if on_device:
+            return self._collect_device(env, output_names)
+        for v in self.graph.outputs:
+            if not v.is_const:
+                self._host(id(v), env)
+        return self._collect(env, output_names)
+
+    def _adopt(self, name: str, a):
+        if not hasattr(a, "copy_to_host"):  # a foreign array (CuPy, PyTorch...): wrap, no copy
+            a = self.cuda.as_cuda_array(a)
+        contiguous = a.is_c_contiguous() if hasattr(a, "is_c_contiguous") else True
+        if not contiguous:
+            raise InvalidInput(f"device input {name!r} must be C-contiguous")
+        return a
+
+    def _collect_device(self, env: _Env, output_names) -> list:
+        index = {n: i for i, n in enumerate(self.output_names)}
+        names = self.output_names if output_names is None else list(output_names)
+        missing = [n for n in names if n not in index]
+        if missing:
+            raise InvalidInput(f"unknown output name(s) {missing}; outputs are {self.output_names}")
+        out = []
+        for name in names:
+            v = self.graph.outputs[index[name]]
+            if v.is_const:
+                out.append(self.cuda.to_device(v.const))
+                self.copies["h2d"] += 1
+            else:
+                out.append(self._dev(id(v), env))
+        return out
+
+    # --- moving values ---------------------------------------------------------------------
+    def _host(self, key: int, env: _Env):
+        a = env.get(key)
+        if a is None and key in env.dev:
+            a = env[key] = env.dev[key].copy_to_host()
+            self.copies["d2h"] += 1
+        return a
+
+    def _dev(self, key: int, env: _Env):
+        a = env.dev.get(key)
+        if a is None:
+            a = env.dev[key] = self.cuda.to_device(np.ascontiguousarray(env[key]))
+            self.copies["h2d"] += 1
+        return a
+
+    def _interp_step(self, step: InterpStep, env: _Env) -> None:
+        for v in step.node.all_inputs():
+            if not v.is_const:
+                self._host(id(v), env)
+        self._interp(step.node, env)
+
+    def _cpu_segment(self, seg: Segment, env: _Env) -> None:
+        for i in seg.input_ids:
+            if i not in env:
+                self._host(i, env)
+        self._segment(seg, env)
+
+    def _cuda_segment(self, seg: Segment, env: _Env) -> None:
+        arrays = {}
+        for v in seg.inputs:
+            arrays[id(v)] = env[id(v)] if id(v) in env else env.dev[id(v)]
+        for v in seg.value_inputs:
+            arrays[id(v)] = self._host(id(v), env)
+        key = tuple(tuple(arrays[i].shape) for i in seg.input_ids)
+        if seg.value_inputs:
+            key += tuple(_value_key(arrays[id(v)]) for v in seg.value_inputs)
+        plans = self._plans[id(seg)]
+        plan: CudaPlan | None = plans.get(key)
+        if plan is None:
+            with self._lock:
+                plan = self._compilers[id(seg)].plan(arrays)
+                plan.device_consts = [self._upload(c) for c in plan.consts]
+                plans[key] = plan
+                if len(plans) > PLAN_CACHE_SIZE:
+                    plans.popitem(last=False)
+        cuda = self.cuda
+        W = self._workspace_views(plan.ws_bytes)
+        X = [self._dev(i, env).reshape(-1) for i in seg.arg_ids]
+        Y = [cuda.device_array(max(1, int(np.prod(s, dtype=np.int64))), dt)
+             for s, dt in zip(plan.out_shapes, seg.output_dtypes)]
+        E = None
+        if plan.uses_err:
+            E = cuda.to_device(np.zeros(1, np.int32))
+        try:
+            plan.driver(W, plan.device_consts, X, Y, E, plan.d, plan.o)
+        except JitortError:
+            raise
+        except Exception as e:
+            raise ExecutionError(f"CUDA segment failed: {type(e).__name__}: {e}") from e
+        if E is not None and E.copy_to_host()[0]:
+            raise InvalidInput("an index input of Gather is out of range")
+        for i, y, s in zip(seg.output_ids, Y, plan.out_shapes):
+            n = int(np.prod(s, dtype=np.int64))
+            env.dev[i] = (y if n else y[:0]).reshape(s)
+        if plan.exports:
+            env.update(plan.exports)
+
+    def _upload(self, host: np.ndarray):
+        """One device copy per constant for the model's lifetime (weights are uploaded once)."""
+        got = self._dev_consts.get(id(host))
+        if got is None:
+            got = self._dev_consts[id(host)] = (host, self.cuda.to_device(host))
+        return got[1]
+
+    def _workspace_views(self, nbytes: int) -> dict:
+        views = getattr(self._tls, "dws", None)
+        if views is None or views["_bytes"] < nbytes:
+            nbytes = max(64, -(-nbytes // 64) * 64)
+            ws = self.cuda.device_array(nbytes, np.uint8)
+            views = {dt.name: ws.view(dt) for dt in _PLAIN}
+            views["_bytes"] = nbytes
+            self._tls.dws = views
+        return views
+
+    def release(self) -> None:
+        super().release()
+        self._tls.dws = None
+
+    def placement_counts(self) -> Counter:
+        """Nodes per placement: ``cuda``, ``cpu`` (compiled), ``host`` (plan time), ``interp``."""
+        return super().placement_counts()
+
+    def summary(self) -> str:
+        c = self.placement_counts()
+        return (f"{self.original_node_count} nodes imported, {len(self.graph.nodes)} after passes; "
+                f"cuda {c.get('cuda', 0)}, cpu {c.get('cpu', 0)}, host {c.get(HOST, 0)}, "
+                f"interpreted {c.get(INTERP, 0)}; boundary copies per call "
+                f"{len(self.transfer_plan())}")
+
+
+__all__ = ["CudaCompiledModel", "CudaUnavailable", "cuda_module", "is_device_array",
+           "mixed_schedule"]

@@ -1,0 +1,67 @@
+"""Data movement: strided N-d copies (Transpose, Slice, Concat, Split) and Gather."""
+from numba import cuda
+
+from .mathfn import grid1
+
+BLOCK = 128
+#: Rank of the strided copy (shorter shapes are padded with leading 1s).
+RANK = 6
+
+
+@cuda.jit
+def _copy_k(x, xo, xs, y, yo, ys, n, total):
+    i = cuda.grid(1)
+    if i >= total:
+        return
+    r = i
+    src = xo
+    dst = yo
+    for k in range(RANK - 1, -1, -1):
+        q = r % n[k]
+        r //= n[k]
+        src += q * xs[k]
+        dst += q * ys[k]
+    y[dst] = x[src]
+
+
+def _pad(t, fill):
+    t = tuple(int(v) for v in t)
+    return (fill,) * (RANK - len(t)) + t
+
+
+def copy_nd(x, xo, xstrides, y, yo, ystrides, shape):
+    """``y[yo + sum(i*ys)] = x[xo + sum(i*xs)]`` over every index ``i`` of ``shape``
+    (strides in elements, rank at most ``RANK``)."""
+    total = 1
+    for s in shape:
+        total *= int(s)
+    if total:
+        _copy_k[grid1(total, BLOCK), BLOCK](x, xo, _pad(xstrides, 0), y, yo, _pad(ystrides, 0),
+                                            _pad(shape, 1), total)
+
+
+@cuda.jit
+def _gather_k(data, do, idx, io, y, yo, a, k, inner, total, err):
+    i = cuda.grid(1)
+    if i >= total:
+        return
+    e = i % inner
+    r = i // inner
+    j = r % k
+    o = r // k
+    q = idx[io + j]
+    if q < 0:
+        q += a
+    if q < 0 or q >= a:  # out of range: flagged, checked by the host after the segment
+        err[0] = 1
+        y[yo + i] = 0
+    else:
+        y[yo + i] = data[do + (o * a + q) * inner + e]
+
+
+def gather3(data, do, idx, io, y, yo, outer, a, k, inner, err):
+    """``y[o, j, e] = data[o, idx[j], e]`` on (outer, a, inner) data and k indices; an index
+    out of ``[-a, a)`` sets ``err[0] = 1`` (a device int32 flag) and writes 0."""
+    total = outer * k * inner
+    if total:
+        _gather_k[grid1(total, BLOCK), BLOCK](data, do, idx, io, y, yo, a, k, inner, total, err)

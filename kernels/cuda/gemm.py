@@ -1,0 +1,87 @@
+"""Batched GEMM: 16x16 tiles staged through shared memory, fused bias/C/activation epilogue.
+
+One kernel serves MatMul, MatMulBias and Gemm: operands are addressed through strides, so a
+transposed or batch-broadcast operand needs no copy (a batch stride of 0 broadcasts; Gemm's C
+broadcasts with strides of 0).
+"""
+import numpy as np
+from numba import cuda
+
+from .mathfn import act
+
+TILE = 16
+
+
+def _make(dt):
+    """The kernel for one dtype (shared arrays need a dtype known when the kernel compiles)."""
+    @cuda.jit
+    def kern(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
+          y, yo, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha):
+        # one allocation per line: the simulator tells shared arrays apart by source line
+        sa = cuda.shared.array((TILE, TILE), dtype=dt)
+        sb = cuda.shared.array((TILE, TILE), dtype=dt)
+        _body(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
+              y, yo, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha, sa, sb)
+    return kern
+
+
+@cuda.jit(device=True)
+def _body(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
+          y, yo, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha, sa, sb):
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    j = cuda.blockIdx.x * TILE + tx
+    i = cuda.blockIdx.y * TILE + ty
+    z = cuda.blockIdx.z
+    abase, bbase = ao + z * sab, bo + z * sbb
+    acc = alpha * 0  # a zero of y's dtype (alpha is passed typed)
+    for t0 in range(0, k, TILE):
+        p = t0 + tx
+        sa[ty, tx] = a[abase + i * asi + p * asp] if (i < m and p < k) else 0
+        p = t0 + ty
+        sb[ty, tx] = b[bbase + p * bsp + j * bsj] if (p < k and j < n) else 0
+        cuda.syncthreads()
+        for q in range(TILE):
+            acc += sa[ty, q] * sb[q, tx]
+        cuda.syncthreads()
+    if i < m and j < n:
+        v = alpha * acc
+        if has_c:
+            v += beta * c[co + i * csi + j * csj]
+        if has_bias:
+            v += bias[bio + j]
+        y[yo + (z * m + i) * n + j] = act(v, code, act_alpha)
+
+
+def _launch(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
+            y, yo, nb, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha):
+    if nb * m * n == 0:
+        return
+    grid = ((n + TILE - 1) // TILE, (m + TILE - 1) // TILE, nb)
+    dt = y.dtype.type
+    _KERNELS[y.dtype][grid, (TILE, TILE)](a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj,
+                                bias, bio, y, yo, m, n, k, dt(alpha), dt(beta), has_c, has_bias,
+                                code, dt(act_alpha))
+
+
+def matmul3d(a, ao, sab, b, bo, sbb, y, yo, nb, m, n, k):
+    """``y[z] = a[z] @ b[z]`` for row-major (m, k) and (k, n) matrices; ``sab``/``sbb`` are the
+    batch strides in elements (0: the same matrix for every batch)."""
+    _launch(a, ao, sab, k, 1, b, bo, sbb, n, 1, y, 0, 0, 0, y, 0, y, yo, nb, m, n, k,
+            1.0, 0.0, False, False, 0, 0.0)
+
+
+def matmul3d_bias_act(a, ao, sab, b, bo, sbb, bias, bio, y, yo, nb, m, n, k, code, act_alpha):
+    """``matmul3d`` plus a bias row and an activation (codes as in ``mathfn.act``)."""
+    _launch(a, ao, sab, k, 1, b, bo, sbb, n, 1, y, 0, 0, 0, bias, bio, y, yo, nb, m, n, k,
+            1.0, 0.0, False, True, code, act_alpha)
+
+
+def gemm(a, ao, b, bo, c, co, csi, csj, y, yo, m, n, k, alpha, beta, trans_a, trans_b, has_c):
+    """ONNX Gemm: ``alpha * op(a) @ op(b) + beta * c`` with c broadcast through its strides."""
+    asi, asp = (1, m) if trans_a else (k, 1)
+    bsp, bsj = (1, k) if trans_b else (n, 1)
+    _launch(a, ao, 0, asi, asp, b, bo, 0, bsp, bsj, c, co, csi, csj, y, 0, y, yo, 1, m, n, k,
+            alpha, beta, has_c, False, 0, 0.0)
+
+
+_KERNELS = {np.dtype(t): _make(t) for t in (np.float32, np.float64)}

@@ -1,0 +1,35 @@
+"""Device math helpers shared by the CUDA kernels and the generated elementwise kernels."""
+import math
+
+from numba import cuda
+
+
+@cuda.jit(device=True)
+def sigmoid(x):
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+@cuda.jit(device=True)
+def gelu(x):
+    return 0.5 * x * (1.0 + math.erf(x * 0.7071067811865476))
+
+
+@cuda.jit(device=True)
+def act(x, code, alpha):
+    """The epilogue activations, coded as in ``jitort.codegen.lowerings.ACT_CODES``."""
+    if code == 1:
+        return x if x > 0 else x * 0
+    if code == 2:
+        return gelu(x)
+    if code == 3:
+        return sigmoid(x)
+    if code == 4:
+        return math.tanh(x)
+    if code == 5:
+        return x if x >= 0 else alpha * x
+    return x
+
+
+def grid1(n: int, block: int) -> int:
+    """Blocks for ``n`` threads (at least one: a launch with zero blocks is an error)."""
+    return max(1, (n + block - 1) // block)
