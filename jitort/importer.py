@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .errors import InvalidModel
+from .errors import InvalidModel, UnsupportedOp
 from .ir import Graph, Node, Value, const_value
 
 
@@ -35,6 +35,8 @@ def load_model(model: Any, base_dir: str | os.PathLike | None = None) -> onnx.Mo
         return proto
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
+        if path.is_dir():
+            raise InvalidModel(f"model path is a directory, not an .onnx file: {path}")
         if not path.is_file():
             raise InvalidModel(f"model file not found: {path}")
         try:
@@ -62,6 +64,16 @@ def _load_external(proto: onnx.ModelProto, base: Path) -> None:
             raise InvalidModel(f"external data of tensor {t.name!r} escapes the model folder: {loc!r}")
         if not target.is_file():
             raise InvalidModel(f"external data file of tensor {t.name!r} not found: {target}")
+        info = {e.key: e.value for e in t.external_data}
+        try:
+            offset, length = int(info.get("offset", 0)), int(info.get("length", -1))
+        except ValueError:
+            raise InvalidModel(f"external data of tensor {t.name!r} has a non-integer offset "
+                               f"or length: {info}") from None
+        size = target.stat().st_size
+        if offset < 0 or offset > size or (length >= 0 and offset + length > size):
+            raise InvalidModel(f"external data of tensor {t.name!r} wants bytes [{offset}, "
+                               f"{offset + max(length, 0)}) of {loc!r}, which has {size} bytes")
     try:
         onnx.external_data_helper.load_external_data_for_model(proto, str(base))
     except Exception as e:
@@ -94,7 +106,11 @@ def import_model(model: Any, base_dir: str | os.PathLike | None = None) -> Graph
         if proto.opset_import:
             opsets[""] = 1
         else:
-            raise InvalidModel("model declares no opset_import")
+            raise InvalidModel("model declares no opset_import (empty or not an ONNX model?)")
+    newest = onnx.defs.onnx_opset_version()
+    if opsets[""] > newest:  # ops may have changed meaning there: refuse rather than guess
+        raise UnsupportedOp(f"model imports opset {opsets['']} of domain 'ai.onnx'; the newest "
+                            f"this installation knows is {newest}")
     try:
         inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
     except Exception:
@@ -116,8 +132,10 @@ class GraphBuilder:
         for st in original.sparse_initializer:
             self.values[st.values.name] = const_value(st.values.name, _densify(st))
         inputs = []
+        init_names = set(self.values)
         for vi in original.input:
-            if vi.name in self.values:  # an initializer with a default value (IR < 4 style)
+            if vi.name in init_names:  # an initializer with a default value (IR < 4 style)
+                init_names.discard(vi.name)  # once: a second graph input of that name is a clash
                 continue
             v = self._new_value(vi.name)
             kind = vi.type.WhichOneof("value")
@@ -126,7 +144,7 @@ class GraphBuilder:
             # sequence/optional inputs stay untyped: only the interpreter reads them
             inputs.append(v)
         nodes = []
-        for i, np_ in enumerate(original.node):
+        for i, np_ in _sorted_nodes(original.node, set(self.values)):
             node = self._node(np_, i)
             if node is not None:
                 nodes.append(node)
@@ -160,6 +178,9 @@ class GraphBuilder:
     def _node(self, p: onnx.NodeProto, index: int) -> Node | None:
         label = f"{p.op_type}({p.name or '#' + str(index)})"
         domain = p.domain if p.domain != "ai.onnx" else ""
+        if domain not in self.opsets:
+            raise UnsupportedOp(f"node {label} uses domain {domain!r}, which the model does not "
+                                f"import (opset_import has {sorted(self.opsets)})")
         if p.op_type == "Constant" and domain == "":
             if len(p.output) != 1:
                 raise InvalidModel(f"node {label}: Constant must have one output")
@@ -190,6 +211,55 @@ class GraphBuilder:
             return onnx.defs.get_schema(p.op_type, version, domain).since_version
         except Exception:
             return 0
+
+
+def _sorted_nodes(nodes, defined: set[str]) -> list[tuple[int, onnx.NodeProto]]:
+    """``(index, node)`` in a topological order (the file's order where it is already valid).
+
+    ONNX requires sorted nodes, but exporters slip; a cycle is named here, not reported as an
+    undefined value. Names nobody produces are left to :meth:`GraphBuilder._get` to report.
+    """
+    producer: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        for o in n.output:
+            if o:
+                producer.setdefault(o, i)
+    if all(producer.get(x, -1) < i for i, n in enumerate(nodes) for x in _reads(n)):
+        return list(enumerate(nodes))  # the common case: already sorted
+    order, state = [], {}
+    for root in range(len(nodes)):
+        if root in state:
+            continue
+        state[root] = 1
+        stack = [(root, iter(_reads(nodes[root])))]
+        while stack:
+            i, it = stack[-1]
+            for name in it:
+                p = producer.get(name)
+                if p is None or name in defined:
+                    continue
+                if state.get(p) == 1:
+                    n = nodes[p]
+                    raise InvalidModel(f"graph has a cycle through node {n.op_type}"
+                                       f"({n.name or '#' + str(p)}) (value {name!r})")
+                if p not in state:
+                    state[p] = 1
+                    stack.append((p, iter(_reads(nodes[p]))))
+                    break
+            else:
+                stack.pop()
+                state[i] = 2
+                order.append(i)
+    return [(i, nodes[i]) for i in order]
+
+
+def _reads(n: onnx.NodeProto) -> list[str]:
+    """Names a node reads: its inputs and what its subgraphs take from the enclosing scope."""
+    names = [x for x in n.input if x]
+    for a in n.attribute:
+        for sg in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+            names += sorted(_free_names(sg))
+    return names
 
 
 def _to_array(t: onnx.TensorProto) -> np.ndarray:

@@ -1,12 +1,15 @@
 """One CompiledModel called from many threads: per-thread workspaces, results bit-identical."""
 import threading
+import time
 
 import numpy as np
+import pytest
 from onnx import helper
 
 import jitort
 
 from .helpers import F32, make_model
+from .models import SHARED, shared_feeds, shared_path
 
 
 def _mlp():
@@ -44,3 +47,54 @@ def test_threads_get_bit_identical_results():
     for t in threads:
         t.join()
     assert not errors, errors[:5]
+
+
+def _hammer(cm, inputs, expected, threads: int, calls: int) -> list:
+    """``threads`` threads make ``calls`` calls each, cycling through ``inputs``; returns mismatches."""
+    errors = []
+    start = threading.Barrier(threads)
+
+    def worker(k):
+        start.wait()  # all threads call at once
+        for i in range(calls):
+            j = (k * 5 + i) % len(inputs)
+            try:
+                got = cm.run(None, inputs[j])
+            except Exception as e:  # noqa: BLE001 - any exception in a thread is a failure
+                errors.append((k, i, j, repr(e)))
+                return
+            if not all(np.array_equal(g, w) for g, w in zip(got, expected[j])):
+                errors.append((k, i, j, "differs"))
+
+    pool = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return errors
+
+
+@pytest.mark.slow
+@pytest.mark.models
+def test_bert_eight_threads_thousand_calls_each():
+    """8 threads x 1,000 calls on bert (4 layers, hidden 256): every result bit-identical."""
+    if not shared_path("bert").exists():
+        pytest.skip(f"{SHARED} not present (the shared model corpus is optional)")
+    cm = jitort.compile(shared_path("bert"))
+    # a few shapes, so threads plan, evict nothing and share plans while others run them
+    inputs = [shared_feeds("bert", batch=b, seq=s, seed=i)
+              for i, (b, s) in enumerate([(1, 8), (1, 16), (2, 8), (1, 12), (2, 4), (1, 5)])]
+    expected = [cm.run(None, f) for f in inputs]  # single-threaded results
+    t0 = time.perf_counter()
+    errors = _hammer(cm, inputs, expected, threads=8, calls=1000)
+    print(f"8 x 1000 bert calls in {time.perf_counter() - t0:.1f} s")
+    assert not errors, errors[:5]
+
+
+def test_first_calls_of_new_shapes_race_safely():
+    """Threads that meet a new shape at the same moment all plan/compile it correctly."""
+    cm = jitort.compile(_mlp())
+    rng = np.random.default_rng(2)
+    inputs = [{"x": rng.standard_normal((b, 32)).astype(np.float32)} for b in range(11, 19)]
+    expected = [jitort.compile(_mlp()).run(None, f) for f in inputs]  # a separate, serial model
+    assert not _hammer(cm, inputs, expected, threads=8, calls=16)

@@ -1,0 +1,49 @@
+"""Differential fuzzing campaign: random small graphs, jitort vs onnxruntime / onnx.reference.
+
+    python scripts/fuzz.py --examples 1000 [--seed N] [--debug] [--stop]
+
+Prints the number of graphs checked, what they were compared against, and every mismatch
+(with a description of the graph to reproduce it). Exit status 1 if any graph disagreed.
+The generator lives in tests/test_fuzz.py (CI runs a small derandomized budget of it).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import jitort  # noqa: E402,F401  (environment defaults before numpy/numba load)
+from tests.test_fuzz import run_campaign  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--examples", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: random)")
+    ap.add_argument("--debug", action="store_true", help="compile with bounds checking")
+    ap.add_argument("--stop", action="store_true", help="stop at the first mismatch and shrink it")
+    args = ap.parse_args()
+    failures: list[str] = []
+    t0 = time.monotonic()
+
+    def progress(stats):
+        n = stats["examples"]
+        if n % 50 == 0:
+            print(f"  {n} graphs, {stats['failed']} mismatches, {time.monotonic() - t0:.0f} s",
+                  flush=True)
+
+    stats = run_campaign(args.examples, seed=args.seed, debug=args.debug,
+                         failures=None if args.stop else failures, on_example=progress)
+    for i, f in enumerate(failures):
+        print(f"--- mismatch {i + 1} ---\n{f}\n")
+    refs = ", ".join(f"{k}: {v}" for k, v in sorted(stats.items()) if k not in ("examples", "failed"))
+    print(f"fuzz: {stats['examples']} graphs checked in {time.monotonic() - t0:.0f} s ({refs}); "
+          f"{len(failures)} mismatches -> {'FAIL' if failures else 'OK'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

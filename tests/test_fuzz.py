@@ -1,0 +1,472 @@
+"""Differential fuzzing: random small graphs, jitort vs onnxruntime (onnx.reference as fallback).
+
+The generator draws from a small vocabulary of *structures* (an elementwise chain with
+broadcasting, a reduction, MatMul/Gemm, Conv/pooling, one shape op followed by elementwise
+work, Softmax/LayerNormalization) and varies their shapes (size-1 and size-0 dims included),
+attributes and values. Each new structure costs Numba a compile (~0.3-1 s), cached on disk in
+``~/.cache/jitort``; a fixed CI budget with ``derandomize=True`` replays the same examples,
+so reruns only load kernels. ``scripts/fuzz.py --examples 1000`` runs the full campaign.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+F32, I64 = TensorProto.FLOAT, TensorProto.INT64
+OPSET = 17
+#: examples per CI run (``JITORT_FUZZ_EXAMPLES`` overrides)
+CI_EXAMPLES = int(os.environ.get("JITORT_FUZZ_EXAMPLES", "300"))
+
+
+@dataclass
+class Case:
+    """One random graph: its nodes, inputs, initializers and feeds, and how to compare."""
+
+    kind: str
+    nodes: list = field(default_factory=list)
+    inputs: list = field(default_factory=list)    # (name, elem_type, shape)
+    outputs: list = field(default_factory=list)   # (name, elem_type)
+    init: dict = field(default_factory=dict)
+    feeds: dict = field(default_factory=dict)
+    atol: float = 1e-5
+
+    def model(self):
+        g = helper.make_graph(
+            self.nodes, "fuzz",
+            [helper.make_tensor_value_info(n, t, s) for n, t, s in self.inputs],
+            [helper.make_tensor_value_info(n, t, None) for n, t in self.outputs],
+            [numpy_helper.from_array(np.asarray(a), n) for n, a in self.init.items()])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
+
+    def describe(self) -> str:
+        nodes = "; ".join(f"{n.op_type}({', '.join(n.input)})->{', '.join(n.output)}"
+                          + "".join(f" {a.name}={helper.get_attribute_value(a)}" for a in n.attribute)
+                          for n in self.nodes)
+        feeds = ", ".join(f"{k}{v.dtype.name}{list(v.shape)}" for k, v in self.feeds.items())
+        init = ", ".join(f"{k}={v.tolist() if v.size <= 8 else list(v.shape)}" for k, v in self.init.items())
+        return f"[{self.kind}] {nodes} | feeds {feeds} | init {init}"
+
+
+# --- drawing helpers ------------------------------------------------------------------------
+def _dims(draw, rank: int, zero: bool, choices=(1, 2, 3, 4, 7)) -> list[int]:
+    pool = list(choices) + ([0, 0] if zero else [])
+    return [draw(st.sampled_from(pool)) for _ in range(rank)]
+
+
+def _values(rng, shape, dtype=np.float32, positive=False, away_from_zero=False):
+    if dtype == np.int64:
+        return rng.integers(-5, 6, shape).astype(np.int64)
+    v = rng.standard_normal(shape).astype(np.float32)
+    if positive:
+        v = np.abs(v) + np.float32(0.1)
+    elif away_from_zero:
+        v = np.where(v < 0, v - 0.5, v + 0.5).astype(np.float32)
+    return v
+
+
+def _broadcast_partner(draw, shape: list[int]) -> list[int]:
+    """A shape broadcastable with ``shape``: a suffix of it with some dims set to 1."""
+    k = draw(st.integers(0, len(shape)))
+    part = shape[len(shape) - k:]
+    return [1 if draw(st.booleans()) and draw(st.booleans()) else d for d in part]
+
+
+BINARY = ["Add", "Sub", "Mul", "Div", "Max", "Min"]
+UNARY = ["Relu", "Tanh", "Sigmoid", "Abs", "Neg", "Exp", "Erf", "Floor", "LeakyRelu",
+         "Softplus", "Sqrt", "Reciprocal", "Elu", "HardSigmoid", "Sin"]
+INT_BINARY = ["Add", "Sub", "Mul", "Max", "Min"]
+
+
+def _unary(op: str, x: str, y: str):
+    if op == "Sqrt":  # keep the domain: sqrt(|x|)
+        return [helper.make_node("Abs", [x], [y + "_a"]), helper.make_node("Sqrt", [y + "_a"], [y])]
+    if op == "Reciprocal":
+        return [helper.make_node("Abs", [x], [y + "_a"]), helper.make_node("Softplus", [y + "_a"], [y + "_p"]),
+                helper.make_node("Reciprocal", [y + "_p"], [y])]
+    return [helper.make_node(op, [x], [y])]
+
+
+# --- structures -------------------------------------------------------------------------------
+@st.composite
+def elementwise(draw, rng, zero):
+    c = Case("elementwise")
+    rank = draw(st.integers(0, 4))
+    xs = _dims(draw, rank, zero)
+    ys = _broadcast_partner(draw, xs)
+    if draw(st.booleans()):
+        xs, ys = ys, xs
+    is_int = draw(st.integers(0, 7)) == 0
+    dt, et = (np.int64, I64) if is_int else (np.float32, F32)
+    b1 = draw(st.sampled_from(INT_BINARY if is_int else BINARY))
+    c.inputs = [("x", et, xs), ("y", et, ys)]
+    c.feeds = {"x": _values(rng, xs, dt), "y": _values(rng, ys, dt, away_from_zero=b1 == "Div")}
+    c.nodes = [helper.make_node(b1, ["x", "y"], ["t"])]
+    if is_int:
+        c.nodes.append(helper.make_node(draw(st.sampled_from(["Abs", "Neg"])), ["t"], ["u"]))
+    else:
+        c.nodes += _unary(draw(st.sampled_from(UNARY)), "t", "u")
+    last = "u"
+    if draw(st.booleans()):  # a second binary op, reading a graph input again
+        b2 = draw(st.sampled_from(INT_BINARY if is_int else ["Add", "Mul", "Sub", "Max"]))
+        c.nodes.append(helper.make_node(b2, [last, draw(st.sampled_from(["x", "y"]))], ["v"]))
+        last = "v"
+    c.outputs = [(last, et)]
+    if draw(st.booleans()):  # an intermediate is also an output (fused group with two exits)
+        c.outputs.append(("t", et))
+    return c
+
+
+REDUCE = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+          "ReduceL2", "ReduceLogSumExp", "ReduceSumSquare"]
+
+
+@st.composite
+def reduction(draw, rng, zero):
+    c = Case("reduction")
+    rank = draw(st.integers(1, 4))
+    xs = _dims(draw, rank, zero)
+    op = draw(st.sampled_from(REDUCE))
+    axes = sorted(draw(st.sets(st.integers(-rank, rank - 1), min_size=0, max_size=rank)),
+                  key=lambda a: a % rank)
+    axes = list({a % rank: a for a in axes}.values())
+    keep = draw(st.sampled_from([0, 1]))
+    if op in ("ReduceMax", "ReduceMin", "ReduceLogSumExp") and any(
+            xs[a % rank] == 0 for a in (axes or range(rank))):
+        xs = [d or 1 for d in xs]  # empty max/min: onnxruntime and ONNX disagree (-inf vs error)
+    c.inputs = [("x", F32, xs)]
+    c.feeds = {"x": _values(rng, xs)}
+    pre = draw(st.sampled_from([None, "Exp", "Abs", "Relu"]))
+    src = "x"
+    if pre:
+        c.nodes.append(helper.make_node(pre, ["x"], ["p"]))
+        src = "p"
+    if op == "ReduceSum":
+        ins = [src]
+        if axes:
+            c.init["axes"] = np.array(axes, np.int64)
+            ins.append("axes")
+        c.nodes.append(helper.make_node(op, ins, ["y"], keepdims=keep))
+    else:
+        attrs = {"keepdims": keep}
+        if axes:
+            attrs["axes"] = axes
+        c.nodes.append(helper.make_node(op, [src], ["y"], **attrs))
+    if op == "ReduceProd":
+        c.atol = 1e-4
+    c.outputs = [("y", F32)]
+    if draw(st.booleans()):
+        c.nodes.append(helper.make_node("Neg", ["y"], ["z"]))
+        c.outputs = [("z", F32)]
+    return c
+
+
+@st.composite
+def matmul(draw, rng, zero):
+    c = Case("matmul")
+    m, k, n = (draw(st.sampled_from([1, 2, 3, 5, 8, 17] + ([0] if zero else []))) for _ in range(3))
+    if draw(st.integers(0, 3)) == 0:  # Gemm
+        ta, tb = draw(st.booleans()), draw(st.booleans())
+        a_s, b_s = ([k, m] if ta else [m, k]), ([n, k] if tb else [k, n])
+        alpha, beta = draw(st.sampled_from([1.0, 0.5, -2.0])), draw(st.sampled_from([1.0, 0.25]))
+        c.inputs = [("a", F32, a_s)]
+        c.feeds = {"a": _values(rng, a_s)}
+        c.init = {"b": _values(rng, b_s)}
+        ins = ["a", "b"]
+        if draw(st.booleans()):
+            c.init["c"] = _values(rng, draw(st.sampled_from([[n], [1, n], [m, n], [1]])))
+            ins.append("c")
+        c.nodes = [helper.make_node("Gemm", ins, ["y"], transA=int(ta), transB=int(tb), alpha=alpha, beta=beta)]
+    else:
+        batch = _dims(draw, draw(st.integers(0, 2)), zero, (1, 2, 3))
+        bb = _broadcast_partner(draw, batch) if draw(st.booleans()) else []
+        a_s = batch + [m, k] if draw(st.integers(0, 5)) else [k]
+        b_s = bb + [k, n] if draw(st.integers(0, 5)) else [k]
+        c.inputs = [("a", F32, a_s)]
+        c.feeds = {"a": _values(rng, a_s)}
+        if draw(st.booleans()):
+            c.init = {"b": _values(rng, b_s)}
+        else:
+            c.inputs.append(("b", F32, b_s))
+            c.feeds["b"] = _values(rng, b_s)
+        c.nodes = [helper.make_node("MatMul", ["a", "b"], ["y"])]
+        if len(b_s) >= 2 and draw(st.booleans()):  # bias + activation: MatMulBias fusion
+            c.init["bias"] = _values(rng, [n])
+            c.nodes += [helper.make_node("Add", ["y", "bias"], ["yb"]),
+                        helper.make_node(draw(st.sampled_from(["Relu", "Tanh", "Sigmoid"])), ["yb"], ["z"])]
+            c.outputs = [("z", F32)]
+    c.outputs = c.outputs or [("y", F32)]
+    c.atol = 1e-4
+    return c
+
+
+@st.composite
+def conv(draw, rng, zero):
+    c = Case("conv")
+    nb = draw(st.sampled_from([1, 2] + ([0] if zero else [])))
+    ch = draw(st.integers(1, 4))
+    h, w = draw(st.integers(1, 9)), draw(st.integers(1, 9))
+    xs = [nb, ch, h, w]
+    c.inputs = [("x", F32, xs)]
+    c.feeds = {"x": _values(rng, xs)}
+    kind = draw(st.sampled_from(["Conv", "Conv", "Conv", "MaxPool", "AveragePool", "GlobalAveragePool"]))
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    stride = [draw(st.integers(1, 2)), draw(st.integers(1, 2))]
+    pads = [draw(st.integers(0, min(1, kh - 1))), draw(st.integers(0, min(1, kw - 1)))] * 2
+    dil = [draw(st.integers(1, 2)), draw(st.integers(1, 2))] if kind == "Conv" else [1, 1]
+    # the dilated window must fit the padded input
+    while (kh - 1) * dil[0] + 1 > h + pads[0] + pads[2]:
+        kh, dil[0] = (kh - 1, dil[0]) if dil[0] == 1 else (kh, 1)
+    while (kw - 1) * dil[1] + 1 > w + pads[1] + pads[3]:
+        kw, dil[1] = (kw - 1, dil[1]) if dil[1] == 1 else (kw, 1)
+    if kind == "Conv":
+        group = draw(st.sampled_from([1, ch]))
+        mo = group * draw(st.integers(1, 3))
+        c.init["w"] = _values(rng, [mo, ch // group, kh, kw])
+        ins = ["x", "w"]
+        if draw(st.booleans()):
+            c.init["b"] = _values(rng, [mo])
+            ins.append("b")
+        c.nodes = [helper.make_node("Conv", ins, ["y"], kernel_shape=[kh, kw], strides=stride,
+                                    pads=pads, dilations=dil, group=group)]
+        c.atol = 1e-4
+    elif kind == "GlobalAveragePool":
+        c.nodes = [helper.make_node(kind, ["x"], ["y"])]
+    else:
+        extra = {"count_include_pad": draw(st.sampled_from([0, 1]))} if kind == "AveragePool" else {}
+        c.nodes = [helper.make_node(kind, ["x"], ["y"], kernel_shape=[kh, kw], strides=stride,
+                                    pads=pads, **extra)]
+    c.outputs = [("y", F32)]
+    if draw(st.booleans()):
+        c.nodes.append(helper.make_node("Relu", ["y"], ["z"]))
+        c.outputs = [("z", F32)]
+    return c
+
+
+SHAPE_OPS = ["Transpose", "Reshape", "Flatten", "Concat", "Slice", "Unsqueeze", "Squeeze",
+             "Expand", "Gather", "Split", "Tile"]
+
+
+@st.composite
+def shape_op(draw, rng, zero):
+    c = Case("shape")
+    rank = draw(st.integers(1, 4))
+    xs = _dims(draw, rank, zero)
+    op = draw(st.sampled_from(SHAPE_OPS))
+    c.inputs = [("x", F32, xs)]
+    c.feeds = {"x": _values(rng, xs)}
+    outs = ["y"]
+    if op == "Transpose":
+        perm = draw(st.permutations(list(range(rank))))
+        c.nodes = [helper.make_node(op, ["x"], ["y"], perm=list(perm))]
+    elif op == "Reshape":
+        size = int(np.prod(xs))
+        new = list(reversed(xs)) if draw(st.booleans()) else [size]
+        if size and len(new) > 1 and draw(st.booleans()):
+            new[draw(st.integers(0, len(new) - 1))] = -1
+        c.init["s"] = np.array(new, np.int64)
+        c.nodes = [helper.make_node(op, ["x", "s"], ["y"])]
+    elif op == "Flatten":
+        c.nodes = [helper.make_node(op, ["x"], ["y"], axis=draw(st.integers(-rank, rank)))]
+    elif op == "Concat":
+        ax = draw(st.integers(-rank, rank - 1))
+        ys = list(xs)
+        ys[ax] = draw(st.sampled_from([1, 2, 3] + ([0] if zero else [])))
+        c.inputs.append(("x2", F32, ys))
+        c.feeds["x2"] = _values(rng, ys)
+        c.nodes = [helper.make_node(op, ["x", "x2"], ["y"], axis=ax)]
+    elif op == "Slice":
+        axes = sorted(draw(st.sets(st.integers(0, rank - 1), min_size=1, max_size=rank)))
+        starts, ends, steps = [], [], []
+        for a in axes:
+            step = draw(st.sampled_from([1, 1, 2, -1, 3]))
+            s0 = draw(st.integers(-xs[a] - 2, xs[a] + 2))
+            e0 = draw(st.sampled_from([draw(st.integers(-xs[a] - 2, xs[a] + 2)), 2 ** 62, -(2 ** 62)]))
+            starts.append(s0), ends.append(e0), steps.append(step)
+        for name, v in (("st", starts), ("en", ends), ("ax", axes), ("sp", steps)):
+            c.init[name] = np.array(v, np.int64)
+        c.nodes = [helper.make_node(op, ["x", "st", "en", "ax", "sp"], ["y"])]
+    elif op == "Unsqueeze":
+        c.init["ax"] = np.array([draw(st.integers(-rank - 1, rank))], np.int64)
+        c.nodes = [helper.make_node(op, ["x", "ax"], ["y"])]
+    elif op == "Squeeze":
+        ones = [i for i, d in enumerate(xs) if d == 1]
+        ins = ["x"]
+        if ones and draw(st.booleans()):
+            c.init["ax"] = np.array([draw(st.sampled_from(ones))], np.int64)
+            ins.append("ax")
+        c.nodes = [helper.make_node(op, ins, ["y"])]
+    elif op == "Expand":
+        base = [1 if draw(st.booleans()) else d for d in xs]
+        c.inputs = [("x", F32, base)]
+        c.feeds = {"x": _values(rng, base)}
+        c.init["s"] = np.array(_dims(draw, draw(st.integers(0, 1)), zero) + xs, np.int64)
+        c.nodes = [helper.make_node(op, ["x", "s"], ["y"])]
+    elif op == "Gather":
+        ax = draw(st.integers(-rank, rank - 1))
+        d = xs[ax]
+        if d == 0:
+            c.inputs = [("x", F32, xs)]
+            xs[ax] = 2
+            c.feeds = {"x": _values(rng, xs)}
+            d = 2
+        idx_shape = _dims(draw, draw(st.integers(0, 2)), zero, (1, 2, 3))
+        c.init["i"] = rng.integers(-d, d, idx_shape).astype(np.int64)
+        c.inputs = [("x", F32, xs)]
+        c.nodes = [helper.make_node(op, ["x", "i"], ["y"], axis=ax)]
+    elif op == "Split":
+        ax = draw(st.integers(-rank, rank - 1))
+        d = xs[ax]
+        a = draw(st.integers(0, d))
+        c.init["sp"] = np.array([a, d - a], np.int64)
+        c.nodes = [helper.make_node(op, ["x", "sp"], ["y", "y2"], axis=ax)]
+        outs = ["y", "y2"]
+    elif op == "Tile":
+        c.init["r"] = np.array([draw(st.integers(1, 3)) for _ in range(rank)], np.int64)
+        c.nodes = [helper.make_node(op, ["x", "r"], ["y"])]
+    c.outputs = [(o, F32) for o in outs]
+    if draw(st.booleans()):  # elementwise work on the result (views, strides, aliasing)
+        c.nodes.append(helper.make_node(draw(st.sampled_from(["Relu", "Neg", "Sigmoid"])), ["y"], ["z"]))
+        c.outputs[0] = ("z", F32)
+    return c
+
+
+@st.composite
+def normalization(draw, rng, zero):
+    c = Case("norm")
+    rank = draw(st.integers(1, 4))
+    xs = _dims(draw, rank, zero, (1, 2, 3, 5, 8))
+    op = draw(st.sampled_from(["Softmax", "LogSoftmax", "LayerNormalization"]))
+    ax = draw(st.integers(-rank, rank - 1))
+    c.inputs = [("x", F32, xs)]
+    c.feeds = {"x": _values(rng, xs) * np.float32(draw(st.sampled_from([1, 10])))}
+    if op == "LayerNormalization":
+        ns = xs[ax % rank:]
+        c.init = {"g": _values(rng, ns), "b": _values(rng, ns)}
+        c.nodes = [helper.make_node(op, ["x", "g", "b"], ["y"], axis=ax, epsilon=1e-5)]
+        c.atol = 1e-4
+    else:
+        c.nodes = [helper.make_node(op, ["x"], ["y"], axis=ax)]
+    c.outputs = [("y", F32)]
+    return c
+
+
+STRUCTURES = [elementwise, reduction, matmul, conv, shape_op, normalization]
+
+
+@st.composite
+def cases(draw):
+    seed = draw(st.integers(0, 2 ** 32 - 1))
+    zero = draw(st.integers(0, 3)) == 0  # size-0 dims allowed in about one graph in four
+    structure = draw(st.sampled_from(STRUCTURES))
+    return draw(structure(np.random.default_rng(seed), zero))
+
+
+# --- the differential check -------------------------------------------------------------------
+class Mismatch(AssertionError):
+    pass
+
+
+def reference(model, feeds):
+    """onnxruntime's outputs, or onnx.reference's where onnxruntime refuses; None if both do."""
+    try:
+        import onnxruntime as ort
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.log_severity_level = 4
+        return ort.InferenceSession(model.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"]).run(None, feeds), "ort"
+    except Exception:
+        pass
+    try:
+        from onnx.reference import ReferenceEvaluator
+        with np.errstate(all="ignore"):  # 0/0 on empty tensors, as onnxruntime
+            return ReferenceEvaluator(model).run(None, feeds), "onnx.reference"
+    except Exception:
+        return None, None
+
+
+def check(case: Case, debug: bool = False) -> str:
+    """Compile and run ``case`` with jitort and compare; returns what it compared against."""
+    import jitort
+    model = case.model()
+    want, ref = reference(model, case.feeds)
+    try:
+        got = jitort.compile(model, debug=debug).run(None, case.feeds)
+    except jitort.JitortError as e:
+        if want is None:
+            return "both refused"  # an invalid graph: refusing it with a jitort error is right
+        raise Mismatch(f"jitort raised {type(e).__name__}: {e}\n{case.describe()}") from e
+    except Exception as e:
+        raise Mismatch(f"jitort crashed with {type(e).__name__}: {e}\n{case.describe()}") from e
+    if want is None:
+        return "jitort only"
+    for (name, _), g, w in zip(case.outputs, got, want):
+        w = np.asarray(w)
+        if g.shape != w.shape or g.dtype != w.dtype:
+            raise Mismatch(f"output {name}: jitort {g.dtype}{g.shape} vs {ref} {w.dtype}{w.shape}\n"
+                           f"{case.describe()}")
+        try:
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=case.atol, equal_nan=True)
+        except AssertionError as e:
+            raise Mismatch(f"output {name} differs from {ref}: {str(e)[:1500]}\n{case.describe()}") from None
+    return ref
+
+
+def run_campaign(examples: int, *, seed: int | None = None, derandomize: bool = False,
+                 debug: bool = False, failures: list | None = None, on_example=None):
+    """Run ``examples`` hypothesis examples; returns a Counter (examples, and per reference).
+
+    With ``failures`` (a list) mismatches are collected there and the campaign goes on;
+    without, the first one is raised (and shrunk by hypothesis).
+    """
+    from collections import Counter
+    stats = Counter()
+
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=derandomize,
+              suppress_health_check=list(HealthCheck), print_blob=True)
+    @given(cases())
+    def prop(case):
+        stats["examples"] += 1
+        try:
+            stats[check(case, debug)] += 1
+        except Mismatch as e:
+            if failures is None:
+                raise
+            stats["failed"] += 1
+            failures.append(str(e))
+        if on_example:
+            on_example(stats)
+
+    if seed is not None:
+        from hypothesis import seed as hseed
+        prop = hseed(seed)(prop)
+    prop()
+    return stats
+
+
+def test_fuzz_against_onnxruntime():
+    stats = run_campaign(CI_EXAMPLES, derandomize=True)
+    print(dict(stats))
+    assert stats["examples"] >= CI_EXAMPLES * 0.9
+    assert stats["ort"] + stats["onnx.reference"] >= stats["examples"] * 0.8, stats
+
+
+@pytest.mark.parametrize("structure", STRUCTURES, ids=lambda s: s.__name__)
+def test_every_structure_generates_valid_graphs(structure):
+    """The generator itself: most drawn graphs are valid for onnxruntime (else the fuzz is empty)."""
+    @settings(max_examples=25, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(st.integers(0, 2 ** 32 - 1), st.data())
+    def prop(seed, data):
+        case = data.draw(structure(np.random.default_rng(seed), False))
+        want, ref = reference(case.model(), case.feeds)
+        counts[ref] = counts.get(ref, 0) + 1
+    counts: dict = {}
+    prop()
+    assert counts.get("ort", 0) >= 20, counts
