@@ -1,15 +1,20 @@
 """The ``jitort`` command line (also ``python -m jitort``).
 
-    jitort bench [MODEL ...] [--repeat N] [--threads N]   jitort vs onnxruntime, side by side
-    jitort run MODEL [--input name=file.npy ...]          run once, print output summaries
-    jitort explain MODEL [--input name=file.npy ...]      placement, fusion and memory report
-    jitort cache info|clear                               the on-disk cache of generated code
+    jitort bench [MODEL ...] [--repeat N] [--threads N]     jitort vs onnxruntime, side by side
+    jitort run MODEL [--input name=file.npy] [--shape name=1x128] [--profile TRACE.json]
+    jitort explain MODEL [--input ...] [--shape ...]        passes, fusion, fallbacks, memory,
+                                                            FLOPs and GFLOP/s per kernel vs peak
+    jitort warmup MODEL ... [--shape name=1x128] [--jobs N] compile into the on-disk cache
+    jitort cache info|clear                                 the on-disk cache of generated code
 
-With no MODEL, ``bench`` uses the nine "light" models that ship with the onnx package.
+With no MODEL, ``bench`` and ``warmup`` use the nine "light" models that ship with the onnx
+package. Unspecified symbolic dims are 1 for the first dim and 128 for the others. Progress
+bars (tqdm) appear only on a terminal; ``-v`` turns on jitort's INFO logging.
 """
 from __future__ import annotations
 
 import argparse
+import logging
 import shutil
 import statistics
 import sys
@@ -18,20 +23,47 @@ from pathlib import Path
 
 import numpy as np
 
+log = logging.getLogger("jitort")
 
-def _feeds_for(cm, inputs: list[str], seed: int = 0) -> dict:
-    """Feeds from ``name=file.npy`` options; random data (B=1, S=128) for the rest."""
+
+# --- feeds -------------------------------------------------------------------------------------
+
+def parse_shapes(items: list[str]) -> list[dict[str, tuple[int, ...]]]:
+    """``["ids=1x128", "ids=8x128", "mask=1x128"]`` -> shape sets ``[{ids, mask}, {ids, mask}]``.
+
+    A name given k times makes k sets; names given fewer times repeat their last shape.
+    """
+    per: dict[str, list[tuple[int, ...]]] = {}
+    for item in items or []:
+        name, sep, dims = item.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--shape expects NAME=DIMS like input_ids=1x128, got {item!r}")
+        try:
+            shape = tuple(int(x) for x in dims.lower().replace(",", "x").split("x") if x != "")
+        except ValueError:
+            raise SystemExit(f"--shape {item!r}: dims must be integers like 1x128") from None
+        per.setdefault(name, []).append(shape)
+    n = max((len(v) for v in per.values()), default=1)
+    return [{k: v[min(i, len(v) - 1)] for k, v in per.items()} for i in range(n)]
+
+
+def _feeds_for(cm, inputs: list[str], seed: int = 0, shapes: dict | None = None) -> dict:
+    """Feeds from ``name=file.npy`` options and declared shapes; random data for the rest."""
     given = {}
     for item in inputs or []:
         name, _, path = item.partition("=")
         given[name] = np.load(path)
+    shapes = shapes or {}
     rng = np.random.default_rng(seed)
     feeds = {}
     for info in cm.inputs:
         if info.name in given:
             feeds[info.name] = given[info.name]
             continue
-        shape = [d if isinstance(d, int) else (1 if i == 0 else 128) for i, d in enumerate(info.shape)]
+        shape = shapes.get(info.name)
+        if shape is None:
+            shape = [d if isinstance(d, int) else (1 if i == 0 else 128)
+                     for i, d in enumerate(info.shape)]
         dt = np.dtype(info.dtype)
         if dt.kind == "f":
             feeds[info.name] = rng.standard_normal(shape).astype(dt)
@@ -51,21 +83,28 @@ def _time(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
+def _light_models() -> list[str]:
+    import onnx
+    light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+    return sorted(str(p) for p in light.glob("light_*.onnx"))
+
+
+def _name(path: str) -> str:
+    return Path(path).stem.replace("light_", "")
+
+
+# --- bench -------------------------------------------------------------------------------------
+
 def cmd_bench(args) -> int:
     import jitort
     try:
         import onnxruntime as ort
     except ImportError:
         ort = None
-    models = args.models
-    if not models:
-        import onnx
-        light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
-        models = sorted(str(p) for p in light.glob("light_*.onnx"))
+    models = args.models or _light_models()
     rows = []
     print(f"{'model':<28}{'compile s':>10}{'jitort ms':>11}{'ort ms':>9}{'ratio':>8}{'compiled':>10}")
     for path in models:
-        name = Path(path).stem.replace("light_", "")
         t = time.perf_counter()
         cm = jitort.compile(path, threads=args.threads)
         feeds = _feeds_for(cm, [])
@@ -81,7 +120,7 @@ def cmd_bench(args) -> int:
             ort_ms = 1e3 * _time(lambda: sess.run(None, feeds), args.repeat)
         ratio = ms / ort_ms
         rows.append(ratio)
-        print(f"{name:<28}{compile_s:>10.2f}{ms:>11.2f}{ort_ms:>9.2f}{ratio:>8.2f}"
+        print(f"{_name(path):<28}{compile_s:>10.2f}{ms:>11.2f}{ort_ms:>9.2f}{ratio:>8.2f}"
               f"{cm.compiled_share:>10.0%}", flush=True)
     finite = [r for r in rows if np.isfinite(r)]
     if finite:
@@ -89,66 +128,247 @@ def cmd_bench(args) -> int:
     return 0
 
 
+# --- run ---------------------------------------------------------------------------------------
+
 def cmd_run(args) -> int:
     import jitort
-    cm = jitort.compile(args.model, threads=args.threads)
-    outs = cm.run(None, _feeds_for(cm, args.input))
+    cm = jitort.compile(args.model, threads=args.threads, profile=bool(args.profile))
+    outs = cm.run(None, _feeds_for(cm, args.input, shapes=parse_shapes(args.shape)[0]))
     for name, o in zip(cm.output_names, outs):
         print(f"{name}: {o.dtype}{list(o.shape)} mean={o.mean():.6g} std={o.std():.6g}")
+    if args.profile:
+        print(f"profile: {cm.end_profiling(args.profile)}")
     return 0
 
+
+# --- explain -----------------------------------------------------------------------------------
 
 def cmd_explain(args) -> int:
     import jitort
-    cm = jitort.compile(args.model, threads=args.threads)
-    cm.run(None, _feeds_for(cm, args.input))
-    print(cm.summary())
-    print("passes:", cm.pass_report, "| seconds:",
-          {k: round(v, 4) for k, v in cm.pass_report.seconds.items()})
-    fb = cm.fallback_nodes()
-    print(f"interpreted nodes ({len(fb)}):", ", ".join(fb) or "none")
-    for label, why in cm.fallback_reasons.items():
-        print(f"  {label}: {why}")
-    for p in cm.plans():
-        print(f"plan: workspace {p.ws_bytes} B (liveness lower bound {p.memory.lower_bound} B), "
-              f"{len(p.kernel_names)} generated kernels/helpers")
-        print(f"  source: {p.source_path}")
+    from .profiling import machine_peak_gflops
+    cm = jitort.compile(args.model, threads=args.threads, profile=True)
+    feeds = _feeds_for(cm, args.input, shapes=parse_shapes(args.shape)[0])
+    t = time.perf_counter()
+    cm.run(None, feeds)  # plans and compiles (or loads from the cache)
+    first = time.perf_counter() - t
+    cm.profiler.reset()
+    t = time.perf_counter()
+    for _ in range(args.repeat):
+        cm.run(None, feeds)
+    per_run = (time.perf_counter() - t) / max(args.repeat, 1)
+    print(explain_report(cm, first, per_run, machine_peak_gflops()))
+    if args.trace:
+        print(f"trace: {cm.end_profiling(args.trace)}")
     return 0
 
 
-def cmd_cache(args) -> int:
+def explain_report(cm, first_s: float, per_run_s: float, peak: float) -> str:
+    """The text of ``jitort explain`` for a model compiled with ``profile=True`` and run."""
+    out = [cm.summary()]
+    applied = [f"{k} x{v}" for k, v in cm.pass_report.rewrites.items() if v]
+    out.append("passes applied: " + (", ".join(applied) or "none"))
+    out.append("pass seconds: " + ", ".join(f"{k} {v:.4f}" for k, v in
+                                            cm.pass_report.seconds.items()))
+    fb = cm.fallback_nodes()
+    out.append(f"interpreted nodes ({len(fb)}): " + (", ".join(fb) or "none"))
+    for label, why in cm.fallback_reasons.items():
+        out.append(f"  {label}: {why}")
+    for p in cm.plans():
+        out.append(f"plan: workspace {p.ws_bytes:,} B (liveness lower bound "
+                   f"{p.memory.lower_bound:,} B), {len(p.kernel_names)} generated kernels/helpers, "
+                   f"{len(p.parts or [])} steps")
+        out.append(f"  source: {p.source_path}")
+        groups = [pt for pt in (p.parts or []) if len(pt.nodes) > 1]
+        if groups:
+            out.append(f"  fusion groups ({len(groups)}):")
+            for pt in groups:
+                out.append(f"    {pt.name}: {' + '.join(pt.ops)}")
+    stats = cm.profiler.kernel_stats()
+    total_ns = sum(s.total_ns for s in stats) or 1
+    out.append(f"first call {first_s * 1e3:.1f} ms (plan + compile or cache load); "
+               f"then {per_run_s * 1e3:.3f} ms per run; machine peak {peak:.1f} GFLOP/s "
+               "(numpy float32 GEMM)")
+    out.append(f"{'kernel':<44}{'ops':<30}{'calls':>6}{'mean us':>10}{'time':>7}"
+               f"{'MFLOP':>9}{'GFLOP/s':>9}{'peak':>7}")
+    for s in sorted(stats, key=lambda s: -s.total_ns):
+        ops = ",".join(s.ops)
+        ops = ops if len(ops) <= 29 else ops[:26] + "..."
+        name = s.name if s.kind == "kernel" else f"[interp] {s.name}"
+        name = name if len(name) <= 43 else name[:40] + "..."
+        gf = s.gflops
+        out.append(f"{name:<44}{ops:<30}{s.calls:>6}{s.mean_us:>10.1f}"
+                   f"{s.total_ns / total_ns:>7.1%}{s.flops / 1e6:>9.2f}{gf:>9.2f}"
+                   f"{gf / peak if peak else 0:>7.1%}")
+    flops = sum(s.flops for s in stats)
+    mean_ns = sum(s.total_ns / max(s.calls, 1) for s in stats) or 1
+    out.append(f"total: {flops / 1e6:.2f} MFLOP per run, {flops / mean_ns:.2f} GFLOP/s "
+               f"in kernels ({flops / mean_ns / peak if peak else 0:.1%} of peak)")
+    return "\n".join(out)
+
+
+# --- warmup ------------------------------------------------------------------------------------
+
+def warmup_model(path: str, shape_sets: list[dict], threads=None, position: int = 0,
+                 progress: bool | None = None) -> dict:
+    """Compile ``path`` for each declared shape set into the on-disk cache.
+
+    Shows one progress bar per model, advancing per generated kernel compiled (kernels found
+    in Numba's cache count at the end). Returns counts and seconds.
+    """
+    import numba
+    from tqdm.auto import tqdm
+
+    import jitort
+    from .codegen import module as modmgr
+
+    name = _name(path)
+    bar = tqdm(total=0, desc=f"{name:<16}", unit="kernel", position=position, leave=True,
+               disable=None if progress is None else not progress, dynamic_ncols=True)
+    counts = {"compiled": 0}
+
+    def on_load(mname, mod):
+        n = sum(1 for obj in vars(mod).values()
+                if isinstance(obj, numba.core.registry.CPUDispatcher)
+                and getattr(obj.py_func, "__module__", None) == mod.__name__)
+        bar.total += n
+        bar.refresh()
+
+    class Listener(numba.core.event.Listener):
+        def on_start(self, event):
+            pass
+
+        def on_end(self, event):
+            disp = event.data.get("dispatcher")
+            fn = getattr(disp, "py_func", None)
+            module = str(getattr(fn, "__module__", ""))
+            if fn is not None and module.startswith(modmgr.PACKAGE + "."):
+                counts["compiled"] += 1
+                bar.set_postfix_str(fn.__name__[:40], refresh=False)
+                bar.update(1)
+
+    listener = Listener()
+    modmgr.load_hooks.append(on_load)
+    numba.core.event.register("numba:compile", listener)
+    t = time.perf_counter()
+    try:
+        cm = jitort.compile(path, threads=threads)
+        for shapes in shape_sets:
+            cm.run(None, _feeds_for(cm, [], shapes=shapes))
+    finally:
+        numba.core.event.unregister("numba:compile", listener)
+        modmgr.load_hooks.remove(on_load)
+        cached = max(bar.total - counts["compiled"], 0)
+        bar.n = bar.total
+        bar.set_postfix_str(f"{counts['compiled']} compiled, {cached} cached", refresh=False)
+        bar.close()
+    seconds = time.perf_counter() - t
+    return {"model": name, "compiled": counts["compiled"], "cached": cached,
+            "seconds": seconds, "sources": cm.generated_sources()}
+
+
+def _warmup_worker(job):
+    path, shape_sets, threads, position, progress = job
+    return warmup_model(path, shape_sets, threads, position, progress)
+
+
+def cmd_warmup(args) -> int:
+    models = args.models or _light_models()
+    shape_sets = parse_shapes(args.shape)
+    progress = False if args.quiet else None  # None: tqdm decides (a TTY shows bars)
+    results = []
+    if args.jobs <= 1 or len(models) == 1:
+        for path in models:
+            results.append(warmup_model(path, shape_sets, args.threads, 0, progress))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        # spawn: a forked child would inherit Numba's/OpenMP's threads in an unknown state
+        ctx = multiprocessing.get_context("spawn")
+        jobs = [(p, shape_sets, args.threads, i, progress) for i, p in enumerate(models)]
+        with ProcessPoolExecutor(max_workers=args.jobs, mp_context=ctx) as ex:
+            results = list(ex.map(_warmup_worker, jobs))
     from .codegen.module import cache_dir
+    for r in results:
+        print(f"{r['model']}: {r['compiled']} kernels compiled, {r['cached']} from cache, "
+              f"{r['seconds']:.1f} s")
+    print(f"cache: {cache_dir()}")
+    return 0
+
+
+# --- cache -------------------------------------------------------------------------------------
+
+def cmd_cache(args) -> int:
+    from .codegen.module import cache_dir, library_hash
     root = cache_dir()
     if args.action == "clear":
         shutil.rmtree(root, ignore_errors=True)
         print(f"removed {root}")
         return 0
-    files = list(root.rglob("*")) if root.exists() else []
-    size = sum(f.stat().st_size for f in files if f.is_file())
-    print(f"{root}: {sum(1 for f in files if f.suffix == '.py')} generated modules, "
-          f"{size / 1e6:.1f} MB")
+    current = f"gen-{library_hash()}"
+    print(f"{root} (current kernel library: {current})")
+    if not root.exists():
+        print("  empty")
+        return 0
+    total = 0
+    for d in sorted(root.glob("gen-*")):
+        files = [f for f in d.rglob("*") if f.is_file()]
+        size = sum(f.stat().st_size for f in files)
+        total += size
+        mods = sum(1 for f in files if f.suffix == ".py" and f.name != "__init__.py")
+        nbc = sum(1 for f in files if f.suffix == ".nbc")
+        mark = ("  (current)" if d.name == current
+                else "  (stale: another jitort/numba/kernel version)")
+        print(f"  {d.name}: {mods} generated modules, {nbc} compiled functions, "
+              f"{size / 1e6:.1f} MB{mark}")
+    print(f"  total {total / 1e6:.1f} MB")
     return 0
 
+
+# --- main --------------------------------------------------------------------------------------
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="jitort", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-v", "--verbose", action="count", default=0, help="-v INFO, -vv DEBUG logging")
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("bench", help="jitort vs onnxruntime latency")
     b.add_argument("models", nargs="*")
     b.add_argument("--repeat", type=int, default=20)
     b.add_argument("--threads", type=int, default=None)
-    for name, fn in (("run", cmd_run), ("explain", cmd_explain)):
-        s = sub.add_parser(name)
+    b.set_defaults(fn=cmd_bench)
+    for name, fn, helptext in (("run", cmd_run, "run once, print output summaries"),
+                               ("explain", cmd_explain, "passes, fusion, fallbacks, memory, "
+                                                        "per-kernel FLOPs and GFLOP/s")):
+        s = sub.add_parser(name, help=helptext)
         s.add_argument("model")
         s.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
+        s.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
+                       help="shape of an input without --input, e.g. input_ids=1x128")
         s.add_argument("--threads", type=int, default=None)
         s.set_defaults(fn=fn)
-    c = sub.add_parser("cache")
+        if name == "run":
+            s.add_argument("--profile", metavar="TRACE.json", default=None,
+                           help="profile per kernel and write a Chrome trace (Perfetto)")
+        else:
+            s.add_argument("--repeat", type=int, default=10, help="timed runs after the first")
+            s.add_argument("--trace", metavar="TRACE.json", default=None,
+                           help="also write the Chrome trace of the timed runs")
+    w = sub.add_parser("warmup", help="compile models into the on-disk cache")
+    w.add_argument("models", nargs="*")
+    w.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
+                   help="declared input shape (repeat a name for several shapes)")
+    w.add_argument("--jobs", "-j", type=int, default=1,
+                   help="models compiled in parallel processes")
+    w.add_argument("--threads", type=int, default=None)
+    w.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+    w.set_defaults(fn=cmd_warmup)
+    c = sub.add_parser("cache", help="the on-disk cache of generated code")
     c.add_argument("action", choices=["info", "clear"])
     c.set_defaults(fn=cmd_cache)
-    b.set_defaults(fn=cmd_bench)
     args = p.parse_args(argv)
+    if args.verbose:
+        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+        log.setLevel(logging.DEBUG if args.verbose > 1 else logging.INFO)
     return args.fn(args)
 
 

@@ -22,6 +22,7 @@ from .importer import import_model
 from .interpreter import make_runner
 from .ir import Graph, Node, Value
 from .partition import HOST, INTERP, InterpStep, Segment, assign, schedule
+from .profiling import Profiler
 from .passes import PassReport, run_pipeline
 
 log = logging.getLogger("jitort")
@@ -67,7 +68,11 @@ class _InputSpec:
         if isinstance(a, np.ndarray):
             return a
         if hasattr(a, "__array__") or isinstance(a, (list, tuple, int, float, bool)):
-            return np.asarray(a)
+            try:
+                return np.asarray(a)
+            except Exception as e:  # ragged nested lists and the like
+                raise InvalidInput(f"input {self.name!r} cannot be converted to an array: "
+                                   f"{e}") from None
         raise InvalidInput(f"input {self.name!r} must be a numpy array, got {type(a).__name__}")
 
 
@@ -79,8 +84,11 @@ class CompiledModel:
     """
 
     def __init__(self, model: Any, *, threads: int | None = None, base_dir=None,
-                 optimize: bool = True, backends: Sequence[str] = ("cpu",)):
+                 optimize: bool = True, backends: Sequence[str] = ("cpu",), debug: bool = False,
+                 profile: bool = False, example_shapes: Sequence[dict] | None = None):
         _configure_blas()
+        #: compile generated code with bounds checking (IndexError instead of silent corruption)
+        self.debug = bool(debug)
         self.threads = None if threads is None else _check_threads(threads)
         self.graph: Graph = import_model(model, base_dir)
         self.input_names = [v.name for v in self.graph.inputs]
@@ -96,7 +104,11 @@ class CompiledModel:
         self._lock = threading.RLock()
         self._tls = threading.local()
         self.fallback_reasons: dict[str, str] = {}
+        #: per-kernel timings when compiled with ``profile=True`` (see :meth:`end_profiling`)
+        self.profiler = Profiler() if profile else None
         self._build_program()
+        for shapes in example_shapes or ():
+            self.prepare(shapes)
 
     # --- program ---------------------------------------------------------------------------
     def _build_program(self) -> None:
@@ -104,6 +116,9 @@ class CompiledModel:
         self._input_ids = [id(v) for v in self.graph.inputs]
         self._program = [(self._interp_step if isinstance(st, InterpStep) else self._segment, st)
                          for st in self.steps]
+        if self.profiler is not None:  # every step timed; the plain program is left as it is
+            self._program = [(self._profiled_step(fn, st, i), st)
+                             for i, (fn, st) in enumerate(self._program)]
         self._all_outputs = list(range(len(self.graph.outputs)))
         input_ids = {id(v) for v in self.graph.inputs}
         # constants, graph inputs and interpreter results (which may be views of either) are
@@ -118,7 +133,8 @@ class CompiledModel:
                 self._runners[id(step.node)] = make_runner(step.node, self.graph.opsets)
             else:
                 self._compilers[id(step)] = SegmentCompiler(step, self.placement, self._run_host,
-                                                            infer_shapes)
+                                                            infer_shapes, debug=self.debug)
+                self._compilers[id(step)].profiler = self.profiler
                 self._plans[id(step)] = OrderedDict()
                 step.input_ids = [id(v) for v in step.inputs]
                 step.arg_ids = [id(v) for v in step.arg_inputs]
@@ -203,6 +219,7 @@ class CompiledModel:
         if plan is None:
             with self._lock:
                 plan = self._compilers[id(seg)].plan(env)
+                self._check_memory(plan, seg, env)
                 seg.cb = self._compilers[id(seg)].consts.materialize()
                 plans[key] = plan
                 if len(plans) > PLAN_CACHE_SIZE:
@@ -226,11 +243,83 @@ class CompiledModel:
         if plan.exports:
             env.update(plan.exports)
 
+    def _check_memory(self, plan: Plan, seg: Segment, env: dict) -> None:
+        """Refuse (InvalidInput naming the feeds) a plan whose outputs and workspace cannot fit.
+
+        Runs once per new plan, before its outputs or workspace exist: shapes alone decide.
+        """
+        outs = sum(int(np.prod(s, dtype=np.float64)) * dt.itemsize
+                   for s, dt in zip(plan.out_shapes, seg.output_dtypes))
+        ws = getattr(self._tls, "ws", None)
+        need = outs + max(0, plan.ws_bytes - (0 if ws is None else ws.size))
+        avail = available_memory()
+        if need <= avail:
+            return
+        feeds = []
+        for v in self.graph.inputs:
+            a = env.get(id(v))
+            if isinstance(a, np.ndarray):
+                small_ints = a.dtype.kind in "iu" and a.size <= 8
+                feeds.append(f"{v.name!r} {a.shape}" + (f" = {a.tolist()}" if small_ints else ""))
+        big = max(plan.out_shapes, key=lambda s: int(np.prod(s, dtype=np.float64)), default=())
+        raise InvalidInput(f"these inputs need {_fmt_bytes(need)} (largest tensor {tuple(big)}, "
+                           f"workspace {_fmt_bytes(plan.ws_bytes)}), which exceeds available "
+                           f"memory ({_fmt_bytes(avail)}): inputs {', '.join(feeds)}")
+
     def _workspace(self, nbytes: int) -> np.ndarray:
         ws = getattr(self._tls, "ws", None)
         if ws is None or ws.size < nbytes:
-            ws = self._tls.ws = aligned_empty(max(nbytes, 64))
+            self._tls.ws = None  # let the old one go first
+            try:
+                ws = self._tls.ws = aligned_empty(max(nbytes, 64))
+            except MemoryError:
+                raise InvalidInput(f"cannot allocate a {_fmt_bytes(nbytes)} workspace for these "
+                                   f"input shapes (available memory {_fmt_bytes(available_memory())})"
+                                   ) from None
         return ws
+
+    # --- profiling -------------------------------------------------------------------------
+    def _profiled_step(self, fn, step, index: int):
+        if isinstance(step, InterpStep):
+            n = step.node
+            return self.profiler.timed(n.label, "interp", fn,
+                                       {"op_name": n.op_type, "nodes": [n.label], "flops": 0})
+        return self.profiler.timed(f"segment{index}", "segment", fn, {"step": index})
+
+    def end_profiling(self, path=None) -> str:
+        """Write the profile (a Chrome trace JSON, as onnxruntime's) and return its path.
+
+        Only for models compiled with ``profile=True``. Open the file in https://ui.perfetto.dev.
+        """
+        if self.profiler is None:
+            raise JitortError("compile the model with profile=True to profile it")
+        return self.profiler.write(path)
+
+    def prepare(self, shapes: dict[str, Sequence[int]]) -> None:
+        """Compile and plan ahead for these input shapes (``{input name: shape}``).
+
+        Runs the model once on zero-filled inputs of those shapes (zeros are valid token ids
+        and masks), so the first real call with these shapes finds its code compiled and its
+        plans cached. ``compile(..., example_shapes=[...])`` calls this for each entry.
+        """
+        unknown = [k for k in shapes if k not in self._input_index]
+        if unknown:
+            raise InvalidInput(f"example shapes name unknown input(s) {unknown}; the model's "
+                               f"inputs are {self.input_names}")
+        feeds = {}
+        for spec in self._input_specs:
+            if spec.name not in shapes:
+                if spec.shape is not None and all(isinstance(d, int) for d in spec.shape):
+                    shape = spec.shape  # fully static: no need to name it
+                else:
+                    raise InvalidInput(f"example shapes lack input {spec.name!r} ({spec.describe()})")
+            else:
+                shape = tuple(int(d) for d in shapes[spec.name])
+            if spec.untyped:
+                raise InvalidInput(f"cannot make an example value for {spec.name!r} "
+                                   f"({spec.describe()})")
+            feeds[spec.name] = np.zeros(shape, spec.dtype)
+        self._execute(feeds, None)
 
     def release(self) -> None:
         """Give back the calling thread's workspace and drop cached plans."""
@@ -283,7 +372,8 @@ class CompiledModel:
                 a = spec.coerce(a)
             if a.dtype != spec.dtype:
                 raise InvalidInput(f"input {spec.name!r} has dtype {a.dtype}, expected "
-                                   f"{spec.dtype.name}")
+                                   f"{spec.dtype.name} (jitort does not cast: pass "
+                                   f".astype(np.{spec.dtype.name}) if that is what you want)")
             if spec.rank is not None:
                 shape = a.shape
                 if len(shape) != spec.rank:
@@ -352,6 +442,26 @@ def infer_shapes(node: Node, in_shapes: list, in_values: list) -> list[tuple]:
     return shape_fns.infer(node, in_shapes, in_values)
 
 
+def available_memory() -> int:
+    """Bytes the kernel says can be allocated without swapping (MemAvailable), else a huge number."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 62
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
 def _value_key(a) -> tuple:
     a = np.asarray(a)
     return (a.dtype.str, a.shape, a.tobytes())
@@ -394,8 +504,18 @@ def _set_num_threads(n: int) -> None:
 
 
 def compile(model: Any, *, threads: int | None = None, base_dir=None, optimize: bool = True,
-            **kwargs) -> CompiledModel:
-    """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) into a callable."""
+            device: str = "cpu", **kwargs) -> CompiledModel:
+    """Compile an ONNX model (path, bytes or ``onnx.ModelProto``) into a callable.
+
+    ``device="cuda"`` runs what the CUDA backend supports on the GPU (or numba's CUDA
+    simulator) and the rest on the CPU (:class:`jitort.cuda_runtime.CudaCompiledModel`).
+    """
+    if device == "cuda":
+        from .cuda_runtime import CudaCompiledModel  # imports numba.cuda only when asked
+        return CudaCompiledModel(model, threads=threads, base_dir=base_dir, optimize=optimize,
+                                 **kwargs)
+    if device != "cpu":
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     return CompiledModel(model, threads=threads, base_dir=base_dir, optimize=optimize, **kwargs)
 
 

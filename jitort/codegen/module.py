@@ -6,17 +6,26 @@ executed (otherwise Numba's cache records a ``<dynamic>`` module and later proce
 ../shared/NUMBA_NOTES.md). The header of each file carries the numba version and a hash of
 jitort's kernel library sources, so an edit of a helper changes every file's hash (Numba does
 not notice edits in other modules by itself).
+
+Damage is repaired, never trusted: a generated file whose text is not what its name promises is
+rewritten, and a Numba cache file (``.nbi``/``.nbc``) that fails to load makes that function's
+cache flushed and the function recompiled, with a :class:`CacheWarning` either way. Files are
+created with a link (create-if-absent), so two processes compiling the same model never replace
+each other's file (which would change its mtime and invalidate Numba's index for the other).
 """
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import os
 import sys
 import tempfile
 import threading
 import types
+import warnings
 from pathlib import Path
+from typing import Callable
 
 import numba
 
@@ -25,6 +34,15 @@ from .. import __version__
 PACKAGE = "jitort_gen"
 _lock = threading.RLock()
 _loaded: dict[str, types.ModuleType] = {}
+log = logging.getLogger("jitort.cache")
+
+#: Called as ``fn(name, module)`` after a generated module is imported (warmup's progress bar).
+load_hooks: list[Callable[[str, types.ModuleType], None]] = []
+
+
+class CacheWarning(UserWarning):
+    """A damaged on-disk cache entry was found and is being rebuilt."""
+
 
 #: Numba compilations seen in this process (cache loads excluded). Tests and benchmarks read it
 #: to prove that a new input shape does not recompile anything.
@@ -52,23 +70,32 @@ def cache_dir() -> Path:
     return Path(base) / "jitort"
 
 
-def library_hash() -> str:
-    """Hash of jitort's version, numba's and the CPU kernel library sources (every file's header)."""
+def library_hash(root: Path | str | None = None) -> str:
+    """Hash of jitort's version, numba's and the CPU kernel library sources (every file's header).
+
+    ``root`` hashes another copy of the kernel library (tests); the default (the installed
+    ``jitort.kernels``) is computed once per process.
+    """
     global _LIB_HASH
+    if root is not None:
+        return _hash_library(Path(root))
     if _LIB_HASH is None:
-        h = hashlib.sha256(f"{__version__} numba {numba.__version__}".encode())
         from .. import kernels  # noqa: F401  (jitort.kernels, shipped from kernels/)
-        # Generated text is the program, so codegen edits need no invalidation; the kernel
-        # library it calls is outside the text and is hashed into every file's header.
-        # The CUDA kernels are not called from CPU code: editing them must not invalidate it.
-        root = Path(kernels.__file__).parent
-        for p in sorted(root.rglob("*.py")):
-            if "cuda" in p.relative_to(root).parts:
-                continue
-            h.update(p.name.encode())
-            h.update(p.read_bytes())
-        _LIB_HASH = h.hexdigest()[:16]
+        _LIB_HASH = _hash_library(Path(kernels.__file__).parent)
     return _LIB_HASH
+
+
+def _hash_library(root: Path) -> str:
+    h = hashlib.sha256(f"{__version__} numba {numba.__version__}".encode())
+    # Generated text is the program, so codegen edits need no invalidation; the kernel
+    # library it calls is outside the text and is hashed into every file's header.
+    # The CUDA kernels are not called from CPU code: editing them must not invalidate it.
+    for p in sorted(root.rglob("*.py")):
+        if "cuda" in p.relative_to(root).parts:
+            continue
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
 
 
 _LIB_HASH: str | None = None
@@ -83,11 +110,29 @@ def gen_dir() -> Path:
     return d
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def _atomic_write(path: Path, text: str, replace: bool = True) -> None:
+    """Write ``text`` to ``path`` atomically (readers see the old file or the whole new one).
+
+    With ``replace=False`` an existing file is left alone (create-if-absent, via a hard link):
+    another process that wrote the same content first keeps its file and its mtime, which
+    Numba's cache index records.
+    """
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".py")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)  # atomic: a concurrent writer of the same content is harmless
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        if replace:
+            os.replace(tmp, path)
+            return
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links: fall back to replacing
+            os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def header() -> str:
@@ -108,8 +153,7 @@ def load(name: str, source: str) -> types.ModuleType:
         directory = gen_dir()
         _ensure_package(directory)
         path = directory / f"{name}.py"
-        if not path.exists() or path.read_text() != source:
-            _atomic_write(path, source)
+        _write_source(path, source)
         full = f"{PACKAGE}.{name}"
         spec = importlib.util.spec_from_file_location(full, path)
         mod = importlib.util.module_from_spec(spec)
@@ -119,8 +163,88 @@ def load(name: str, source: str) -> types.ModuleType:
         except BaseException:
             sys.modules.pop(full, None)
             raise
+        _guard_caches(mod)
         _loaded[name] = mod
+        for hook in list(load_hooks):
+            hook(name, mod)
         return mod
+
+
+def _write_source(path: Path, source: str) -> None:
+    """Make ``path`` hold exactly ``source``; a file with other bytes is damaged: rewrite it."""
+    want = source.encode()
+    try:
+        have = path.read_bytes()
+    except FileNotFoundError:
+        _atomic_write(path, source, replace=False)
+        have = path.read_bytes()
+    if have != want:
+        _warn(f"generated module {path} is damaged ({len(have)} bytes, expected "
+              f"{len(want)}); rewriting it")
+        _atomic_write(path, source)
+
+
+def _warn(msg: str) -> None:
+    log.debug("%s", msg)
+    warnings.warn(f"jitort cache: {msg}", CacheWarning, stacklevel=3)
+
+
+_guarded_library: set[str] = set()
+
+
+def _guard_caches(mod: types.ModuleType) -> None:
+    """Make the Numba caches of ``mod``'s functions (and the kernel library's) self-repairing.
+
+    Numba raises ``EOFError``/``UnpicklingError`` (or worse) on every call whose index or data
+    file is truncated or garbage, in every process, and never recompiles by itself (see
+    ../shared/NUMBA_NOTES.md). A failed load now warns, flushes that function's index and
+    returns "not cached", so the function is compiled again and its cache rewritten.
+    """
+    for obj in vars(mod).values():
+        _guard(obj)
+    for mname, m in list(sys.modules.items()):  # kernel library modules imported so far
+        if mname.startswith("jitort.kernels.cpu") and mname not in _guarded_library and m:
+            _guarded_library.add(mname)
+            for obj in vars(m).values():
+                _guard(obj)
+
+
+def _guard(obj) -> None:
+    cache = getattr(obj, "_cache", None)
+    if not isinstance(cache, numba.core.caching.Cache) or "load_overload" in vars(cache):
+        return
+    load, save = cache.load_overload, cache.save_overload
+    fn = obj.py_func
+    what = f"{fn.__module__}.{fn.__qualname__}"
+
+    def load_overload(sig, target_context):
+        try:
+            return load(sig, target_context)
+        except Exception as e:  # noqa: BLE001 - any failure means: do not trust this entry
+            _warn(f"Numba cache of {what} in {cache.cache_path} is unreadable "
+                  f"({type(e).__name__}: {e}); recompiling it")
+            _flush(cache)
+            return None
+
+    def save_overload(sig, data):
+        try:
+            save(sig, data)
+        except Exception as e:  # noqa: BLE001 - a cache write must never fail a compilation
+            _warn(f"could not write the Numba cache of {what} ({type(e).__name__}: {e})")
+            _flush(cache)
+
+    cache.load_overload = load_overload
+    cache.save_overload = save_overload
+
+
+def _flush(cache) -> None:
+    try:
+        cache.flush()  # an empty index: every data file it named is ignored and overwritten
+    except Exception:  # noqa: BLE001
+        try:
+            os.unlink(cache._cache_file._index_path)
+        except OSError:
+            pass
 
 
 def _ensure_package(directory: Path) -> None:
