@@ -17,7 +17,7 @@ run for a few orders, keeping the best.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ALIGN = 64
 
@@ -40,6 +40,7 @@ class MemoryPlan:
     buffers: list[Buffer]
     workspace_bytes: int
     lower_bound: int
+    labels: dict = field(default_factory=dict)  # buffer key -> what it holds (for reports)
 
     @property
     def ratio(self) -> float:

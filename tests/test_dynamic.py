@@ -293,3 +293,34 @@ def test_shared_models_over_the_shape_grid(name):
     assert jitort.compile_count() == before, f"{name}: a new shape recompiled"
     assert len(cm.generated_sources()) == 1
     gc.collect()
+
+
+def test_example_shapes_preplan_and_precompile():
+    m = _encoder_like()
+    cm = jitort.compile(m, example_shapes=[{"ids": (2, 6), "mask": (2, 6)},
+                                           {"ids": (1, 3), "mask": (1, 3)}])
+    assert len(list(cm.plans())) == 2
+    before = jitort.compile_count()
+    n_plans = len(list(cm.plans()))
+    f = _feeds(2, 6)
+    for g, w in zip(cm(**f), run_reference(m, f)):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    assert jitort.compile_count() == before and len(list(cm.plans())) == n_plans
+    with pytest.raises(jitort.InvalidInput, match="lack input 'mask'"):
+        cm.prepare({"ids": (1, 2)})
+    with pytest.raises(jitort.InvalidInput, match="unknown input"):
+        cm.prepare({"idz": (1, 2)})
+
+
+def test_memory_report_and_png(encoder, tmp_path):
+    pytest.importorskip("matplotlib")
+    from jitort.memory import memory_report, plot_plan
+    _, cm = encoder
+    cm(**_feeds(3, 9))
+    rows = memory_report(cm)
+    assert rows and all(r["workspace_bytes"] >= r["lower_bound"] > 0 for r in rows)
+    plan = max(cm.plans(), key=lambda p: p.ws_bytes)
+    assert any(plan.memory.labels.values()), "tensors carry their value names"
+    out = plot_plan(plan, tmp_path / "plan.png")
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000

@@ -1,0 +1,194 @@
+"""Dynamic shapes and memory, issue 4: run the shape grid over the shared models and report.
+
+    python scripts/bench_dynamic.py [--models bert gpt2 vit resnet18] [--calls 2000] [--no-peak]
+
+For every model and shape of the grid (bert/gpt2: B in 1,2,4,8 x S in 8..256; vit/resnet18:
+B in 1,2,4,8) it checks the output against onnxruntime and reports:
+
+* Numba compilations after the first call (must be 0) and generated drivers;
+* planning cost of a new shape: the process time of ``SegmentCompiler.plan`` on first sight of
+  the shape (median / max over the grid), and first-call minus steady-state latency;
+* workspace / liveness lower bound (max over the grid);
+* RSS after ``--calls`` calls cycling through the grid vs after the first pass (must be within 5 %);
+* peak activation memory, jitort vs onnxruntime, each measured in a fresh process as the RSS
+  growth of one call at the shape after warm-up calls at the two smallest shapes (weights,
+  compiled code and one-time allocator growth already resident), at B=1 S=128 (text) / B=1 (vision) and the grid's largest.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+GRID = {"bert": [(b, s) for b in (1, 2, 4, 8) for s in (8, 16, 32, 64, 128, 256)],
+        "gpt2": [(b, s) for b in (1, 2, 4, 8) for s in (8, 16, 32, 64, 128, 256)],
+        "vit": [(b, None) for b in (1, 2, 4, 8)],
+        "resnet18": [(b, None) for b in (1, 2, 4, 8)]}
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def feeds_for(name, b, s):
+    from tests.models import shared_feeds
+    return shared_feeds(name, b, s) if s else shared_feeds(name, b)
+
+
+def grid_report(name: str, calls: int) -> dict:
+    import numpy as np
+    import onnxruntime as ort
+
+    import jitort
+    from jitort.codegen import cpu
+    from tests.models import shared_path
+
+    path = shared_path(name)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    cm = jitort.compile(path)
+    plan_ms: list[float] = []
+    orig = cpu.SegmentCompiler.plan
+
+    def timed(self, env):
+        t = time.process_time()
+        try:
+            return orig(self, env)
+        finally:
+            plan_ms.append((time.process_time() - t) * 1e3)
+
+    cpu.SegmentCompiler.plan = timed
+    try:
+        grid = GRID[name]
+        cm.run(None, feeds_for(name, *grid[0]))  # compiles (or loads from the cache)
+        compiles0 = jitort.compile_count()
+        plan_ms.clear()
+        overhead, worst_err, worst_ratio = [], 0.0, 0.0
+        for b, s in grid[1:]:  # every one a new shape
+            f = feeds_for(name, b, s)
+            t0 = time.perf_counter()
+            got = cm.run(None, f)[0]
+            first = time.perf_counter() - t0
+            steady = min(_timeit(lambda: cm.run(None, f)) for _ in range(3))
+            overhead.append((first - steady) * 1e3)
+            want = sess.run(None, f)[0]
+            worst_err = max(worst_err, float(np.max(np.abs(got - want)) / (np.max(np.abs(want)) + 1e-12)))
+            worst_ratio = max(worst_ratio, max(p.memory.ratio for p in cm.plans()))
+        new_compiles = jitort.compile_count() - compiles0
+        first_pass_rss = rss_bytes()
+        n = 0
+        while n < calls:
+            for b, s in grid:
+                cm.run(None, feeds_for(name, b, s))
+                n += 1
+        final_rss = rss_bytes()
+    finally:
+        cpu.SegmentCompiler.plan = orig
+    replays = sum(c.replays for c in cm._compilers.values())
+    return {"model": name, "shapes": len(grid), "compiles_after_first": new_compiles,
+            "drivers": len(cm.generated_sources()), "replayed_plans": replays,
+            "plan_ms_median": statistics.median(plan_ms), "plan_ms_max": max(plan_ms),
+            "first_call_overhead_ms_median": statistics.median(overhead),
+            "max_rel_err_vs_ort": worst_err, "max_ws_over_bound": worst_ratio,
+            "calls": n, "rss_first_pass_mb": first_pass_rss / 2**20,
+            "rss_after_calls_mb": final_rss / 2**20,
+            "rss_growth_pct": 100 * (final_rss - first_pass_rss) / first_pass_rss}
+
+
+def _timeit(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+# --- peak activation memory: one fresh process per (engine, model, shape) --------------------
+
+_CHILD = r"""
+import json, os, sys
+sys.path.insert(0, {root!r})
+from scripts.bench_dynamic import feeds_for, rss_bytes
+name, engine = {name!r}, {engine!r}
+small, shape = {small!r}, {shape!r}
+from tests.models import shared_path
+if engine == "ort":
+    import onnxruntime as ort
+    so = ort.SessionOptions(); so.intra_op_num_threads = 1
+    s = ort.InferenceSession(str(shared_path(name)), so, providers=["CPUExecutionProvider"])
+    run = lambda f: s.run(None, f)
+else:
+    import jitort
+    m = jitort.compile(shared_path(name), threads=1)
+    run = lambda f: m.run(None, f)
+for warm in small:  # two small shapes: code loaded, one-time allocator growth paid
+    run(feeds_for(name, *warm))
+f = feeds_for(name, *shape)
+before = rss_bytes()
+out = run(f)
+after = rss_bytes()
+extra = {{}}
+if engine == "jitort":
+    extra = {{"workspace": m.workspace_bytes, "lower_bound": m.workspace_lower_bound}}
+print(json.dumps({{"growth": after - before, **extra}}))
+"""
+
+
+def peak_memory(name: str, shape) -> dict:
+    small = GRID[name][:2]
+    res = {}
+    for engine in ("jitort", "ort"):
+        code = _CHILD.format(root=str(ROOT), name=name, engine=engine, small=small, shape=shape)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        res[engine] = json.loads(out.stdout.strip().splitlines()[-1])
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="*", default=list(GRID))
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--no-peak", action="store_true")
+    args = ap.parse_args(argv)
+    from tests.models import shared_path
+    rows = []
+    for name in args.models:
+        if not shared_path(name).exists():
+            print(f"{name}: {shared_path(name)} not present, skipped")
+            continue
+        r = grid_report(name, args.calls)
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+    print()
+    print("| model | shapes | compiles after 1st | drivers | plan ms (median/max) | 1st-call overhead ms (median) "
+          "| ws / bound (max) | max rel err vs ORT | RSS growth over calls |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['model']} | {r['shapes']} | {r['compiles_after_first']} | {r['drivers']} | "
+              f"{r['plan_ms_median']:.2f} / {r['plan_ms_max']:.2f} | {r['first_call_overhead_ms_median']:.1f} | "
+              f"{r['max_ws_over_bound']:.3f} | {r['max_rel_err_vs_ort']:.1e} | "
+              f"{r['rss_growth_pct']:+.2f} % ({r['calls']} calls) |")
+    if args.no_peak:
+        return 0
+    print()
+    print("| model | shape | jitort RSS growth MB | workspace MB (bound) | ORT RSS growth MB | jitort / ORT |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        name = r["model"]
+        for shape in ([(1, 128), GRID[name][-1]] if GRID[name][0][1] else [(1, None), GRID[name][-1]]):
+            p = peak_memory(name, shape)
+            j, o = p["jitort"], p["ort"]
+            print(f"| {name} | {shape} | {j['growth'] / 2**20:.1f} | {j['workspace'] / 2**20:.1f} "
+                  f"({j['lower_bound'] / 2**20:.1f}) | {o['growth'] / 2**20:.1f} | "
+                  f"{j['growth'] / max(o['growth'], 1):.2f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
