@@ -229,6 +229,7 @@ class CompiledModel:
         outs = [np.empty(s, dt) for s, dt in zip(plan.out_shapes, seg.output_dtypes)]
         ws = getattr(self._tls, "ws", None)
         if ws is None or ws.size < plan.ws_bytes:
+            ws = None  # do not hold the old workspace while the larger one is allocated
             ws = self._workspace(plan.ws_bytes)
         try:
             plan.driver(ws, seg.cb, plan.pb, plan.d, *[env[i] for i in seg.arg_ids], *outs)

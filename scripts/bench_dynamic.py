@@ -6,13 +6,15 @@ For every model and shape of the grid (bert/gpt2: B in 1,2,4,8 x S in 8..256; vi
 B in 1,2,4,8) it checks the output against onnxruntime and reports:
 
 * Numba compilations after the first call (must be 0) and generated drivers;
-* planning cost of a new shape: the process time of ``SegmentCompiler.plan`` on first sight of
-  the shape (median / max over the grid), and first-call minus steady-state latency;
+* planning cost of a new shape: the CPU time (of the calling thread) and wall time of
+  ``SegmentCompiler.plan`` on first sight of the shape (median / max over the grid), and
+  first-call minus steady-state latency;
 * workspace / liveness lower bound (max over the grid);
 * RSS after ``--calls`` calls cycling through the grid vs after the first pass (must be within 5 %);
-* peak activation memory, jitort vs onnxruntime, each measured in a fresh process as the RSS
-  growth of one call at the shape after warm-up calls at the two smallest shapes (weights,
-  compiled code and one-time allocator growth already resident), at B=1 S=128 (text) / B=1 (vision) and the grid's largest.
+* peak activation memory, jitort vs onnxruntime, each measured in a fresh process as the peak
+  RSS (VmHWM, reset just before) during one call at the shape minus the RSS before it, after
+  warm-up calls at the two smallest shapes (weights, compiled code and one-time allocator growth
+  already resident), at B=1 S=128 (text) / B=1 (vision) and the grid's largest.
 """
 from __future__ import annotations
 
@@ -39,6 +41,15 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def peak_rss_bytes() -> int:
+    """VmHWM: the process's peak RSS since start or the last reset through clear_refs."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def feeds_for(name, b, s):
     from tests.models import shared_feeds
     return shared_feeds(name, b, s) if s else shared_feeds(name, b)
@@ -56,14 +67,18 @@ def grid_report(name: str, calls: int) -> dict:
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     cm = jitort.compile(path)
     plan_ms: list[float] = []
+    plan_wall: list[float] = []
     orig = cpu.SegmentCompiler.plan
 
     def timed(self, env):
-        t = time.process_time()
+        # CPU time of the planning thread (process time would also count Numba's worker
+        # threads spinning after the previous kernel), and wall time
+        t, w = time.thread_time(), time.perf_counter()
         try:
             return orig(self, env)
         finally:
-            plan_ms.append((time.process_time() - t) * 1e3)
+            plan_ms.append((time.thread_time() - t) * 1e3)
+            plan_wall.append((time.perf_counter() - w) * 1e3)
 
     cpu.SegmentCompiler.plan = timed
     try:
@@ -71,6 +86,7 @@ def grid_report(name: str, calls: int) -> dict:
         cm.run(None, feeds_for(name, *grid[0]))  # compiles (or loads from the cache)
         compiles0 = jitort.compile_count()
         plan_ms.clear()
+        plan_wall.clear()
         overhead, worst_err, worst_ratio = [], 0.0, 0.0
         for b, s in grid[1:]:  # every one a new shape
             f = feeds_for(name, b, s)
@@ -96,6 +112,7 @@ def grid_report(name: str, calls: int) -> dict:
     return {"model": name, "shapes": len(grid), "compiles_after_first": new_compiles,
             "drivers": len(cm.generated_sources()), "replayed_plans": replays,
             "plan_ms_median": statistics.median(plan_ms), "plan_ms_max": max(plan_ms),
+            "plan_wall_ms_median": statistics.median(plan_wall),
             "first_call_overhead_ms_median": statistics.median(overhead),
             "max_rel_err_vs_ort": worst_err, "max_ws_over_bound": worst_ratio,
             "calls": n, "rss_first_pass_mb": first_pass_rss / 2**20,
@@ -114,7 +131,7 @@ def _timeit(fn) -> float:
 _CHILD = r"""
 import json, os, sys
 sys.path.insert(0, {root!r})
-from scripts.bench_dynamic import feeds_for, rss_bytes
+from scripts.bench_dynamic import feeds_for, peak_rss_bytes, rss_bytes
 name, engine = {name!r}, {engine!r}
 small, shape = {small!r}, {shape!r}
 from tests.models import shared_path
@@ -131,8 +148,10 @@ for warm in small:  # two small shapes: code loaded, one-time allocator growth p
     run(feeds_for(name, *warm))
 f = feeds_for(name, *shape)
 before = rss_bytes()
+with open("/proc/self/clear_refs", "w") as fh:  # resets the peak (VmHWM) to the current RSS
+    fh.write("5")
 out = run(f)
-after = rss_bytes()
+after = peak_rss_bytes()
 extra = {{}}
 if engine == "jitort":
     extra = {{"workspace": m.workspace_bytes, "lower_bound": m.workspace_lower_bound}}
@@ -166,12 +185,14 @@ def main(argv=None) -> int:
         rows.append(r)
         print(json.dumps(r), flush=True)
     print()
-    print("| model | shapes | compiles after 1st | drivers | plan ms (median/max) | 1st-call overhead ms (median) "
+    print("| model | shapes | compiles after 1st | drivers | plan CPU ms (median/max) | plan wall ms (median) "
+          "| 1st-call overhead ms (median) "
           "| ws / bound (max) | max rel err vs ORT | RSS growth over calls |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['model']} | {r['shapes']} | {r['compiles_after_first']} | {r['drivers']} | "
-              f"{r['plan_ms_median']:.2f} / {r['plan_ms_max']:.2f} | {r['first_call_overhead_ms_median']:.1f} | "
+              f"{r['plan_ms_median']:.2f} / {r['plan_ms_max']:.2f} | {r['plan_wall_ms_median']:.2f} | "
+              f"{r['first_call_overhead_ms_median']:.1f} | "
               f"{r['max_ws_over_bound']:.3f} | {r['max_rel_err_vs_ort']:.1e} | "
               f"{r['rss_growth_pct']:+.2f} % ({r['calls']} calls) |")
     if args.no_peak:
