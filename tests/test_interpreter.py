@@ -395,6 +395,14 @@ MISC_CASES = [
     ("CumSum", [X34, np.array(-2, I32)], 18, {"exclusive": 1}),
     ("CumSum", [_arr((3, 4), I32), np.array(1, I64)], 18, {"exclusive": 1, "reverse": 1}),
     ("CumSum", [X34, np.array(0, I64)], 18, {"reverse": 1}),
+    ("GatherND", [X234, np.array([[0, 1], [1, -1]], I64)], 13, {}),
+    ("GatherND", [X234, np.array([[[1]], [[0]]], I64)], 13, {}),
+    ("GatherND", [X234, np.array([[1, 2], [0, 0]], I64)], 13, {"batch_dims": 1}),
+    ("GatherND", [np.arange(24, dtype=I64).reshape(2, 3, 4), np.array([[[2], [0]], [[1], [1]]], I64)],
+     13, {"batch_dims": 1}),
+    ("GatherND", [np.arange(24, dtype=I64).reshape(2, 3, 4), np.array([[[2], [0], [3]], [[1], [1], [0]]], I64)],
+     13, {"batch_dims": 2}),
+    ("GatherND", [np.array([5, 7, 9], I64), np.array([-1], I64)], 13, {}),
 ]
 
 

@@ -686,36 +686,45 @@ class SegmentCompiler:
         self.consts = ConstArena()
         self.memo: dict = {}
         self.records: list[_Record] = []  # most recent first
+        self._program: list | None = None  # see _shape_pass
         self.replays = 0  # plans built by replaying a recording (for tests and reports)
 
     def _shape_pass(self, in_shapes: dict, in_values: dict):
         """Shapes of every value (and host values) for the segment's input shapes/values."""
-        from ..partition import HOST
+        prog = self._program
+        if prog is None:  # the per-node work that does not depend on the shapes, done once
+            from ..partition import HOST
+            prog = self._program = [
+                (n, self.placement[id(n)] == HOST,
+                 [None if v is None else (v.const,) if v.is_const else id(v) for v in n.inputs],
+                 [id(o) for o in n.outputs]) for n in self.seg.nodes]
         shapes = dict(in_shapes)
         hostvals = dict(in_values)
+        get_value = hostvals.get
 
         def shape_of(v):
             return v.const.shape if v.is_const else shapes[id(v)]
 
         def value_of(v):
-            return v.const if v.is_const else hostvals.get(id(v))
+            return v.const if v.is_const else get_value(id(v))
 
         compiled = []
-        for n in self.seg.nodes:
-            if self.placement[id(n)] == HOST:
-                outs = self.host_runner(n, shape_of, value_of)
-                for o, r in zip(n.outputs, outs):
-                    hostvals[id(o)] = r
-                    shapes[id(o)] = r.shape
+        infer = self.infer
+        for n, host, ins, outs in prog:
+            if host:
+                for o, r in zip(outs, self.host_runner(n, shape_of, value_of)):
+                    hostvals[o] = r
+                    shapes[o] = r.shape
                 continue
-            ins = [None if v is None else shape_of(v) for v in n.inputs]
-            vals = [None if v is None else value_of(v) for v in n.inputs]
+            in_shapes_ = [None if x is None else x[0].shape if type(x) is tuple else shapes[x]
+                          for x in ins]
+            vals = [None if x is None else x[0] if type(x) is tuple else get_value(x) for x in ins]
             try:
-                out_shapes = self.infer(n, ins, vals)
+                out_shapes = infer(n, in_shapes_, vals)
             except NotImplementedError as e:  # no shape function, or a value not known ahead
                 raise Unlowerable(n, str(e)) from None
-            for o, sh in zip(n.outputs, out_shapes):
-                shapes[id(o)] = tuple(int(x) for x in sh)
+            for o, sh in zip(outs, out_shapes):
+                shapes[o] = tuple(map(int, sh))
             compiled.append(n)
         return shapes, hostvals, compiled
 

@@ -104,6 +104,31 @@ def _gather_elements(node):
     return run
 
 
+@fast("GatherND", since=11)
+def _gather_nd(node):
+    batch_dims = node.attr("batch_dims", 0)
+
+    def run(a):
+        x, idx = a[0], a[1]
+        b = batch_dims
+        if (kind(idx.dtype) not in "iu" or idx.ndim < 1 or idx.size == 0 or idx.ndim <= b
+                or tuple(idx.shape[:b]) != tuple(x.shape[:b])):
+            raise Defer
+        k = idx.shape[-1]
+        if k == 0 or b + k > x.ndim:
+            raise Defer
+        dims = np.array(x.shape[b:b + k], np.int64)
+        nb = math.prod(x.shape[:b])
+        ix = idx.reshape(nb, -1, k).astype(np.int64)
+        ix = np.where(ix < 0, ix + dims, ix)
+        if ((ix < 0) | (ix >= dims)).any():
+            raise Defer  # out of range: onnx.reference reports it
+        xr = x.reshape((nb,) + x.shape[b:])
+        out = xr[(np.arange(nb)[:, None],) + tuple(ix[..., j] for j in range(k))]
+        return [_asarray(out.reshape(idx.shape[:-1] + x.shape[b + k:]))]
+    return run
+
+
 @fast("Concat", since=4)
 def _concat(node):
     axis = node.attr("axis")
