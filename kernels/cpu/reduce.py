@@ -4,7 +4,7 @@ x (O, N, I) C-contiguous float32 or float64 -> out (O, I) of the same dtype (int
 arg*). The caller folds the reduced axes into N (and keepdims is a reshape). ``kind`` is
 one of the REDUCE_* codes. Empty reductions (N == 0) give the ONNX identities: sum 0,
 prod 1, max -inf, min +inf, l1/l2/sum_square 0, log_sum and log_sum_exp -inf, mean NaN.
-Max/min skip NaN (they are not propagated).
+Max/min propagate NaN, as onnxruntime does (``v != v`` is the NaN test; no ``nnan`` fastmath).
 """
 import math
 
@@ -37,13 +37,13 @@ def _reduce_vec(r, kind):
         m = t(-np.inf)
         for j in range(n):
             v = r[j]
-            m = v if v > m else m
+            m = v if (v > m or v != v) else m
         return m
     if kind == REDUCE_MIN:
         m = t(np.inf)
         for j in range(n):
             v = r[j]
-            m = v if v < m else m
+            m = v if (v < m or v != v) else m
         return m
     if kind == REDUCE_PROD:
         p = t(1.0)
@@ -100,11 +100,11 @@ def _reduce_block(xb, orow, tmp, kind):
         if kind == REDUCE_MAX or kind == REDUCE_LOG_SUM_EXP:
             for i in range(ni):
                 v = xr[i]
-                orow[i] = v if v > orow[i] else orow[i]
+                orow[i] = v if (v > orow[i] or v != v) else orow[i]
         elif kind == REDUCE_MIN:
             for i in range(ni):
                 v = xr[i]
-                orow[i] = v if v < orow[i] else orow[i]
+                orow[i] = v if (v < orow[i] or v != v) else orow[i]
         elif kind == REDUCE_PROD:
             for i in range(ni):
                 orow[i] *= xr[i]

@@ -60,6 +60,19 @@ def test_reduce_lse_inf(dtype, ni):
                                                  ni, axis=1))
 
 
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('ni', [1, 3])
+@pytest.mark.parametrize('kind', [R.REDUCE_MAX, R.REDUCE_MIN])
+def test_reduce_max_min_propagate_nan(dtype, ni, kind):
+    """As onnxruntime: a NaN anywhere in the reduced run gives NaN (first, middle or last)."""
+    x = np.array([[np.nan, 1, 2], [1, np.nan, 2], [1, 2, np.nan], [1, 5, -2]], dtype)
+    x = np.ascontiguousarray(np.repeat(x[:, :, None], ni, axis=2))
+    out = np.zeros((4, ni), dtype)
+    R.reduce3d(x, out, kind)
+    want = np.array([np.nan, np.nan, np.nan, 5 if kind == R.REDUCE_MAX else -2], dtype)
+    np.testing.assert_array_equal(out, np.repeat(want[:, None], ni, axis=1))
+
+
 ORT_OPS = {R.REDUCE_SUM: 'ReduceSum', R.REDUCE_MEAN: 'ReduceMean', R.REDUCE_MAX: 'ReduceMax',
            R.REDUCE_MIN: 'ReduceMin', R.REDUCE_PROD: 'ReduceProd', R.REDUCE_L1: 'ReduceL1',
            R.REDUCE_L2: 'ReduceL2', R.REDUCE_LOG_SUM: 'ReduceLogSum',
