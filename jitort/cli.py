@@ -271,6 +271,25 @@ def _warmup_worker(job):
     return warmup_model(path, shape_sets, threads, position, progress)
 
 
+def cmd_memory(args) -> int:
+    """Plan the model for the declared shapes, print the memory report, draw the plan as a PNG."""
+    import jitort
+    from jitort.memory import memory_report, plot_plan
+    shape_sets = parse_shapes(args.shape)
+    cm = jitort.compile(args.model, example_shapes=shape_sets if args.shape else None)
+    if not args.shape:
+        cm.run(None, _feeds_for(cm, [], shapes={}))
+    for row in memory_report(cm):
+        print(f"outputs {row['out_shapes']}: workspace {row['workspace_bytes']:,} B, lower bound "
+              f"{row['lower_bound']:,} B ({row['ratio']:.3f}x), {row['tensors']} tensors")
+    plan = max(cm.plans(), key=lambda p: p.ws_bytes)
+    out = Path(args.png or Path(args.model).with_suffix("").name + "-plan.png")
+    shapes = ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in (shape_sets[-1] if args.shape else {}).items())
+    plot_plan(plan, out, title=f"{Path(args.model).name} ({shapes or 'declared shapes'}): memory plan")
+    print(f"wrote {out}")
+    return 0
+
+
 def cmd_warmup(args) -> int:
     models = args.models or _light_models()
     shape_sets = parse_shapes(args.shape)
@@ -362,6 +381,12 @@ def main(argv=None) -> int:
     w.add_argument("--threads", type=int, default=None)
     w.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
     w.set_defaults(fn=cmd_warmup)
+    m = sub.add_parser("memory", help="memory plan report and PNG (tensors over step x offset)")
+    m.add_argument("model")
+    m.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
+                   help="input shape, e.g. input_ids=1x128 (the largest plan is drawn)")
+    m.add_argument("--png", default=None, help="output path (default: MODEL-plan.png)")
+    m.set_defaults(fn=cmd_memory)
     c = sub.add_parser("cache", help="the on-disk cache of generated code")
     c.add_argument("action", choices=["info", "clear"])
     c.set_defaults(fn=cmd_cache)

@@ -95,3 +95,12 @@ def test_module_and_script_entry_points():
         p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert p.returncode == 0, p.stderr
         assert "warmup" in p.stdout
+
+
+def test_memory_writes_the_plan_png(mlp_file, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "plan.png"
+    assert cli.main(["memory", mlp_file, "--shape", "x=5x32", "--png", str(png)]) == 0
+    out = capsys.readouterr().out
+    assert "workspace" in out and "lower bound" in out and "(1.000x)" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
