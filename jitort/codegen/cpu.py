@@ -543,8 +543,13 @@ def _concat_placements(items, shapes, em: "Emitter", placement) -> dict[int, tup
     return embed
 
 
-def lower_group(em: Emitter, grp: Group, consumers_outside) -> None:
-    """Emit one fused elementwise kernel for ``grp`` and its call."""
+def group_operands(grp: Group, consumers_outside):
+    """What a fused kernel for ``grp`` reads and writes (shared by the CPU and CUDA backends).
+
+    Returns ``(operands, ops, temp_dtypes, outs)``: the values read from outside the group;
+    per node ``(node, refs, index)`` where a ref >= 0 is an earlier node's result and -1-j is
+    operand j; the dtype of every node's result; the nodes whose results leave the group.
+    """
     produced = {id(n.outputs[0]): i for i, n in enumerate(grp.nodes)}
     operands: list[Value] = []
     op_index: dict[int, int] = {}
@@ -565,8 +570,12 @@ def lower_group(em: Emitter, grp: Group, consumers_outside) -> None:
         ops.append((n, refs, i))
         temp_dtypes.append(np.dtype(n.outputs[0].dtype))
     outs = [i for i, n in enumerate(grp.nodes) if consumers_outside(n.outputs[0])]
-    if not outs:
-        outs = [len(grp.nodes) - 1]
+    return operands, ops, temp_dtypes, outs or [len(grp.nodes) - 1]
+
+
+def lower_group(em: Emitter, grp: Group, consumers_outside) -> None:
+    """Emit one fused elementwise kernel for ``grp`` and its call."""
+    operands, ops, temp_dtypes, outs = group_operands(grp, consumers_outside)
     out_shape = grp.shape
     rank = len(out_shape)
     hints = []

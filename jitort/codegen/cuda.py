@@ -29,7 +29,7 @@ import numpy as np
 from ..ir import Node, Value
 from ..planner import Buffer, MemoryPlan, plan_memory
 from . import module as modmgr
-from .cpu import Group, SegmentCompiler, Unlowerable, group_nodes, registry
+from .cpu import Group, SegmentCompiler, Unlowerable, group_nodes, group_operands, registry
 from .elementwise import (EXPR, LoopStyle, Operand, collapse, kernel_source,
                           supports_elementwise)
 from .lowerings import ACT_CODES, REDUCE_KIND, _3d, _axes_from_input, _axis, _conv_pads, _prod
@@ -232,26 +232,7 @@ class CudaEmitter:
 
 def lower_group(em: CudaEmitter, grp: Group, consumers_outside) -> None:
     """One fused elementwise kernel for ``grp`` (the same analysis as the CPU backend's)."""
-    produced = {id(n.outputs[0]): i for i, n in enumerate(grp.nodes)}
-    operands: list[Value] = []
-    op_index: dict[int, int] = {}
-    ops, temp_dtypes = [], []
-    for i, n in enumerate(grp.nodes):
-        refs = []
-        for v in (n.inputs[:1] if n.op_type == "Expand" else n.inputs):
-            if v is None:
-                refs.append(None)
-            elif id(v) in produced:
-                refs.append(produced[id(v)])
-            else:
-                if id(v) not in op_index:
-                    op_index[id(v)] = len(operands)
-                    operands.append(v)
-                refs.append(-1 - op_index[id(v)])
-        ops.append((n, refs, i))
-        temp_dtypes.append(np.dtype(n.outputs[0].dtype))
-    outs = [i for i, n in enumerate(grp.nodes) if consumers_outside(n.outputs[0])] or \
-        [len(grp.nodes) - 1]
+    operands, ops, temp_dtypes, outs = group_operands(grp, consumers_outside)
     rank = len(grp.shape)
     unit = em.memo.get("unit_dims", {})
     out_unit = unit.get(id(grp.nodes[-1].outputs[0]), (False,) * rank)
