@@ -599,24 +599,27 @@ def lower_group(em: Emitter, grp: Group, consumers_outside) -> None:
     parallel = em.memo[key]
     opnds = [Operand(np.dtype(v.dtype), f) for v, f in zip(operands, flags)]
     prefix = "k_" + "_".join(dict.fromkeys(n.op_type.lower() for n in grp.nodes[:4]))
-    src = kernel_source("__KNAME__", ops, opnds, outs, len(extents), parallel,
-                        temp_dtypes)
-    kname = em.kernel(prefix, src)
     ext = em.tuple_expr(extents)
     ext_vals = ext[1:-1].split(", ")[:-1] if ext != "()" else []
     args = []
     taken: set[int] = set()
-    for i in outs:
+    inplace: dict[int, int] = {}  # output position -> operand written over in place
+    for k, i in enumerate(outs):
         y = grp.nodes[i].outputs[0]
         donor = None if id(y) in em.embed or id(y) in em.embed_parents else next(
-            (v for v, f in zip(operands, flags)
+            (j for j, (v, f) in enumerate(zip(operands, flags))
              if not any(f) and em.can_donate(v, y) and em.root[id(v)] not in taken), None)
         if donor is not None:
-            taken.add(em.root[id(donor)])
-        args.append(f"{em.out(y, reuse=donor)}.reshape({ext})")
+            taken.add(em.root[id(operands[donor])])
+            inplace[k] = donor
+        reuse = None if donor is None else operands[donor]
+        args.append(f"{em.out(y, reuse=reuse)}.reshape({ext})")
     for v, f in zip(operands, flags):
         shp = "(" + "".join(("1" if b else e) + ", " for b, e in zip(f, ext_vals)) + ")"
         args.append(f"{em.arr(v)}.reshape({shp})")
+    src = kernel_source("__KNAME__", ops, opnds, outs, len(extents), parallel,
+                        temp_dtypes, inplace=inplace)
+    kname = em.kernel(prefix, src)
     em.call(f"{kname}({', '.join(args)})")
 
 

@@ -373,12 +373,18 @@ CPU_STYLE = LoopStyle()
 
 def kernel_source(name: str, ops: list[tuple[Node, list[int], int]], operands: list[Operand],
                   out_temps: list[int], rank: int, parallel: bool, temp_dtypes: list[np.dtype],
-                  style: LoopStyle = CPU_STYLE) -> str:
+                  style: LoopStyle = CPU_STYLE, inplace: dict[int, int] | None = None) -> str:
     """Render a fused elementwise kernel.
 
     ``ops``: (node, operand refs, result temp) in order; a ref ``r >= 0`` is temp ``r``, ``-1-j``
-    is kernel input ``j``. ``out_temps[i]`` is stored to output ``y{i}``.
+    is kernel input ``j``. ``out_temps[i]`` is stored to output ``y{i}`` -- or, for
+    ``inplace[i] = j``, to input ``x{j}`` (the caller passes the same buffer as ``y{i}``, a
+    non-broadcast operand written over in place). Storing through the input's own name lets
+    LLVM see one base pointer (a same-iteration dependence) and vectorize; through ``y{i}``
+    its runtime overlap check fails for equal pointers and the scalar loop runs (15x slower
+    on an erf GELU).
     """
+    inplace = inplace or {}
     ins = [f"x{j}" for j in range(len(operands))]
     outs = [f"y{i}" for i in range(len(out_temps))]
     lines = style.head(name, outs, ins, rank, parallel)
@@ -410,5 +416,6 @@ def kernel_source(name: str, ops: list[tuple[Node, list[int], int]], operands: l
                for r in refs]
         body.append(f"{ind}t{t} = {style.table[node.op_type](node, args, dts, temp_dtypes[t])}")
     for i, t in enumerate(out_temps):
-        body.append(f"{ind}{style.store(outs[i], rank)} = t{t}")
+        target = ins[inplace[i]] if i in inplace else outs[i]
+        body.append(f"{ind}{style.store(target, rank)} = t{t}")
     return "\n".join(lines + body) + "\n"
