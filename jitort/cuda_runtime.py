@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .codegen.cpu import CpuBackend, SegmentCompiler, Unlowerable
+from .codegen.cpu import CpuBackend, SegmentCompiler
 from .codegen.cuda import CudaBackend, CudaPlan, CudaSegmentCompiler
 from .errors import ExecutionError, InvalidInput, JitortError
 from .interpreter import make_runner
@@ -204,15 +204,7 @@ class CudaCompiledModel(CompiledModel):
                 env.dev[id(v)] = self._adopt(v.name, dev_feeds[v.name])
             else:
                 env[id(v)] = a
-        if self.threads is not None:
-            from .runtime import _set_num_threads
-            _set_num_threads(self.threads)
-        try:
-            for run_step, step in self._program:
-                run_step(step, env)
-        except Unlowerable as e:
-            with self._lock:
-                self._fall_back(e.node, str(e))
+        if not self._run_program(env):
             return self._execute(feeds, output_names, on_device)
         if on_device:
             return self._collect_device(env, output_names)

@@ -180,17 +180,23 @@ class CompiledModel:
 
     def _execute(self, feeds: dict, output_names) -> list[np.ndarray]:
         env = dict(zip(self._input_ids, self._validate(feeds)))
+        if not self._run_program(env):
+            return self._execute(feeds, output_names)
+        return self._collect(env, output_names)
+
+    def _run_program(self, env: dict) -> bool:
+        """Run every step on ``env``. False when a lowering declined these shapes: its node
+        has moved to another backend or the interpreter, and the caller runs again."""
         if self.threads is not None:  # Numba's thread count is per calling thread
             _set_num_threads(self.threads)
         try:
             for run_step, step in self._program:
                 run_step(step, env)
         except Unlowerable as e:
-            # a lowering declined these shapes: the node moves to the interpreter, rerun
             with self._lock:
                 self._fall_back(e.node, str(e))
-            return self._execute(feeds, output_names)
-        return self._collect(env, output_names)
+            return False
+        return True
 
     def _interp_step(self, step: InterpStep, env: dict) -> None:
         self._interp(step.node, env)

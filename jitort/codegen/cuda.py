@@ -32,7 +32,8 @@ from . import module as modmgr
 from .cpu import Group, SegmentCompiler, Unlowerable, group_nodes, group_operands, registry
 from .elementwise import (EXPR, LoopStyle, Operand, collapse, kernel_source,
                           supports_elementwise)
-from .lowerings import ACT_CODES, REDUCE_KIND, _3d, _axes_from_input, _axis, _conv_pads, _prod
+from .lowerings import (ACT_CODES, REDUCE_KIND, _3d, _axes_from_input, _axis, _conv_pads, _prod,
+                        slice_start_step)
 
 #: Threads per block of generated elementwise kernels.
 EW_BLOCK = 128
@@ -425,25 +426,9 @@ def lower_slice(em: CudaEmitter, n: Node) -> None:
     x, y = n.inputs[0], n.outputs[0]
     shape = em.shape(x)
     rank = len(shape)
-    vals = [None if v is None else (v.const if v.is_const else em.hostvals.get(id(v)))
-            for v in n.inputs]
-    if any(v is not None and vals[j] is None for j, v in enumerate(n.inputs[1:], 1)):
-        raise Unlowerable(n, "Slice parameters are not known ahead")
     if rank == 0 or rank > 6:
         raise Unlowerable(n, f"Slice of rank {rank}")
-    starts = vals[1].astype(np.int64).tolist()  # the ends are in the inferred output shape
-    axes = vals[3].astype(np.int64).tolist() if len(vals) > 3 and vals[3] is not None \
-        else list(range(len(starts)))
-    steps = vals[4].astype(np.int64).tolist() if len(vals) > 4 and vals[4] is not None \
-        else [1] * len(starts)
-    start, step = [0] * rank, [1] * rank
-    for s, ax, st in zip(starts, axes, steps):
-        ax = _axis(ax, rank)
-        if st == 0:
-            raise Unlowerable(n, "Slice step 0")
-        s = s + shape[ax] if s < 0 else s
-        start[ax] = min(max(s, 0), shape[ax]) if st > 0 else min(max(s, -1), shape[ax] - 1)
-        step[ax] = st
+    start, step = slice_start_step(em, n, shape)  # the ends are in the inferred output shape
     xs = _strides(shape)
     out_shape = em.shape(y)
     arr, off = em.arr(x).split(", ")

@@ -224,21 +224,20 @@ def lower_split(em: Emitter, n: Node) -> None:
         off += a
 
 
-@lowering("Slice", supports=lambda n: _plain(n) and n.since_version >= 10)
-def lower_slice(em: Emitter, n: Node) -> None:
-    x, y = n.inputs[0], n.outputs[0]
-    shape = em.shape(x)
-    rank = len(shape)
+def slice_start_step(em, n: Node, shape) -> tuple[list, list]:
+    """Per-axis start (clamped as ONNX says) and step of a Slice (opset >= 10) over ``shape``;
+    the ends are implied by the inferred output shape. Shared by the CPU and CUDA lowerings."""
     vals = [None if v is None else (v.const if v.is_const else em.hostvals.get(id(v)))
             for v in n.inputs]
     if any(v is not None and vals[j] is None for j, v in enumerate(n.inputs[1:], 1)):
         raise Unlowerable(n, "Slice parameters are not known ahead")
-    starts, ends = vals[1].astype(np.int64).tolist(), vals[2].astype(np.int64).tolist()
+    rank = len(shape)
+    starts = vals[1].astype(np.int64).tolist()
     axes = vals[3].astype(np.int64).tolist() if len(vals) > 3 and vals[3] is not None else list(range(len(starts)))
     steps = vals[4].astype(np.int64).tolist() if len(vals) > 4 and vals[4] is not None else [1] * len(starts)
     start = [0] * rank
     step = [1] * rank
-    for s, e, ax, st in zip(starts, ends, axes, steps):
+    for s, ax, st in zip(starts, axes, steps):
         ax = _axis(ax, rank)
         dim = shape[ax]
         if st == 0:
@@ -247,6 +246,15 @@ def lower_slice(em: Emitter, n: Node) -> None:
             s += dim
         s = min(max(s, 0), dim) if st > 0 else min(max(s, -1), dim - 1)
         start[ax], step[ax] = s, st
+    return start, step
+
+
+@lowering("Slice", supports=lambda n: _plain(n) and n.since_version >= 10)
+def lower_slice(em: Emitter, n: Node) -> None:
+    x, y = n.inputs[0], n.outputs[0]
+    shape = em.shape(x)
+    rank = len(shape)
+    start, step = slice_start_step(em, n, shape)
     out_shape = em.shape(y)
     sliced = [k for k in range(rank) if (start[k], step[k]) != (0, 1) or out_shape[k] != shape[k]]
     lines = ["@njit(cache=True, error_model='numpy')",

@@ -233,9 +233,6 @@ class SymShapes(dict):
     def __contains__(self, vid):
         return dict.__contains__(self, vid) or vid in self.real
 
-    def items(self):
-        return ((k, self[k]) for k in self.real)
-
 
 class GuardedHostvals(dict):
     """Host values for a recording: a lowering that reads one's contents guards its bytes."""
