@@ -132,7 +132,8 @@ class CudaCompiledModel(CompiledModel):
                 comp = CudaSegmentCompiler(step, self.placement, self._run_host, infer_shapes)
             else:  # the CPU runtime's compiler, with its options
                 comp = SegmentCompiler(step, self.placement, self._run_host, infer_shapes,
-                                       debug=getattr(self, "debug", False))
+                                       debug=getattr(self, "debug", False),
+                                       threads=getattr(self, "threads", None))
                 comp.profiler = getattr(self, "profiler", None)
             self._compilers[id(step)] = comp
             self._plans[id(step)] = OrderedDict()

@@ -133,7 +133,8 @@ class CompiledModel:
                 self._runners[id(step.node)] = make_runner(step.node, self.graph.opsets)
             else:
                 self._compilers[id(step)] = SegmentCompiler(step, self.placement, self._run_host,
-                                                            infer_shapes, debug=self.debug)
+                                                            infer_shapes, debug=self.debug,
+                                                            threads=self.threads)
                 self._compilers[id(step)].profiler = self.profiler
                 self._plans[id(step)] = OrderedDict()
                 step.input_ids = [id(v) for v in step.inputs]

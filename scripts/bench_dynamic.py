@@ -11,13 +11,13 @@ B in 1,2,4,8) it checks the output against onnxruntime and reports:
   first-call minus steady-state latency;
 * workspace / liveness lower bound (max over the grid);
 * RSS after ``--calls`` calls cycling through the grid vs after the first pass (must be within 5 %);
-* peak activation memory, jitort vs onnxruntime (1 thread each), two ways: (1) in a fresh
-  process per engine, the peak RSS (VmHWM, reset just before) during one call at the shape
-  minus the RSS before it, after warm-up calls at the two smallest shapes -- onnxruntime's arena
-  then reuses blocks kept from the warm-ups, which lowers its figure; (2) jitort's planned
-  bytes (workspace, which equals the liveness lower bound, + host values + outputs: exactly
-  what it allocates for activations) against onnxruntime's VmHWM growth during the first call
-  of a fresh session at that shape (no warm-up, so no reused blocks).
+* peak activation memory, jitort vs onnxruntime (1 thread each, default session options and
+  also with onnxruntime's CPU arena off): in a fresh process per engine, warmed by one call at
+  the grid's smallest shape (at that shape itself: jitort warmed then ``release()``d, onnxruntime
+  not warmed), the heap high-water mark during one call at the shape minus the
+  bytes live before it, counted by a malloc interposer (scripts/malloc_peak.c, built with gcc,
+  loaded through LD_PRELOAD). jitort's planned bytes (workspace + host values + outputs) are
+  printed beside its measured peak as a cross-check.
 """
 from __future__ import annotations
 
@@ -42,15 +42,6 @@ GRID = {"bert": [(b, s) for b in (1, 2, 4, 8) for s in (8, 16, 32, 64, 128, 256)
 def rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def peak_rss_bytes() -> int:
-    """VmHWM: the process's peak RSS since start or the last reset through clear_refs."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def feeds_for(name, b, s):
@@ -130,49 +121,77 @@ def _timeit(fn) -> float:
 
 
 # --- peak activation memory: one fresh process per (engine, model, shape) --------------------
+#
+# Every child runs under LD_PRELOAD of scripts/malloc_peak.c (built here with gcc), which counts
+# the bytes live on the heap: the peak during the measured call minus the bytes live before it
+# is what the call needed beyond what the engine held already. Each engine is warmed by one call
+# at the smallest shape of the grid (code loaded; jitort's Numba kernels come from the cache),
+# so the measured call at a new, larger shape allocates its activations afresh.
 
 _CHILD = r"""
-import json, os, sys
+import ctypes, json, os, sys
 sys.path.insert(0, {root!r})
-from scripts.bench_dynamic import feeds_for, peak_rss_bytes, rss_bytes
+from scripts.bench_dynamic import feeds_for
 name, engine = {name!r}, {engine!r}
 small, shape = {small!r}, {shape!r}
+mp = ctypes.CDLL(None)
+mp.mp_peak.restype = mp.mp_current.restype = ctypes.c_long
 from tests.models import shared_path
 if engine.startswith("ort"):
     import onnxruntime as ort
     so = ort.SessionOptions(); so.intra_op_num_threads = 1
+    if engine == "ort_noarena":
+        so.enable_cpu_mem_arena = False
     s = ort.InferenceSession(str(shared_path(name)), so, providers=["CPUExecutionProvider"])
     run = lambda f: s.run(None, f)
 else:
     import jitort
     m = jitort.compile(shared_path(name), threads=1)
     run = lambda f: m.run(None, f)
-# two small shapes first: code loaded, one-time allocator growth paid ("ort_fresh": none, so
-# its arena holds no blocks from other shapes that the measured call could reuse)
-for warm in ([] if engine == "ort_fresh" else small):
-    run(feeds_for(name, *warm))
+if tuple(small) != tuple(shape):
+    run(feeds_for(name, *small))
+elif engine == "jitort":  # measured shape == warm-up shape: warm, then drop plans and workspace
+    run(feeds_for(name, *small))
+    m.release()
+# (onnxruntime at the warm-up shape itself: a fresh session, not warmed -- its arena would
+# otherwise already hold that shape's blocks)
 f = feeds_for(name, *shape)
-before = rss_bytes()
-with open("/proc/self/clear_refs", "w") as fh:  # resets the peak (VmHWM) to the current RSS
-    fh.write("5")
+mp.mp_reset()
+before = mp.mp_current()
 out = run(f)
-after = peak_rss_bytes()
+peak = mp.mp_peak() - before
 extra = {{}}
 if engine == "jitort":
     plan = max(m.plans(), key=lambda p: p.ws_bytes)
     outs = sum(int(a.nbytes) for a in out)
     extra = {{"workspace": m.workspace_bytes, "lower_bound": m.workspace_lower_bound,
               "planned": plan.ws_bytes + int(plan.pb.nbytes) + outs}}
-print(json.dumps({{"growth": after - before, **extra}}))
+print(json.dumps({{"peak": peak, **extra}}))
 """
 
 
+def _malloc_peak_lib() -> str:
+    """Build scripts/malloc_peak.c into a temp folder once; return the .so path."""
+    import tempfile
+    out = Path(tempfile.gettempdir()) / f"jitort-malloc-peak-{os.getuid()}.so"
+    src = ROOT / "scripts" / "malloc_peak.c"
+    if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:
+        subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", str(out), str(src), "-ldl"],
+                       check=True)
+    return str(out)
+
+
+ENGINES = ("jitort", "ort", "ort_noarena")
+
+
 def peak_memory(name: str, shape) -> dict:
-    small = GRID[name][:2]
+    env = dict(os.environ, LD_PRELOAD=_malloc_peak_lib())
     res = {}
-    for engine in ("jitort", "ort", "ort_fresh"):
-        code = _CHILD.format(root=str(ROOT), name=name, engine=engine, small=small, shape=shape)
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    for engine in ENGINES:
+        code = _CHILD.format(root=str(ROOT), name=name, engine=engine, small=GRID[name][0],
+                             shape=shape)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True, env=env)
         res[engine] = json.loads(out.stdout.strip().splitlines()[-1])
     return res
 
@@ -206,19 +225,18 @@ def main(argv=None) -> int:
     if args.no_peak:
         return 0
     print()
-    print("| model | shape | jitort RSS growth MB | ORT RSS growth MB | ratio "
-          "| jitort planned MB (workspace = bound, + pb + outputs) | ORT fresh-session growth MB | ratio |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| model | shape | jitort heap peak MB (planned) | ORT heap peak MB | jitort/ORT "
+          "| ORT without arena MB | jitort/ORT no arena |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         name = r["model"]
         for shape in ([(1, 128), GRID[name][-1]] if GRID[name][0][1] else [(1, None), GRID[name][-1]]):
             p = peak_memory(name, shape)
-            j, o, f = p["jitort"], p["ort"], p["ort_fresh"]
+            j, o, n = p["jitort"]["peak"], p["ort"]["peak"], p["ort_noarena"]["peak"]
             mb = 2 ** 20
-            print(f"| {name} | {shape} | {j['growth'] / mb:.1f} | {o['growth'] / mb:.1f} | "
-                  f"{j['growth'] / max(o['growth'], 1):.2f} | {j['planned'] / mb:.1f} "
-                  f"({j['workspace'] / mb:.1f} = {j['lower_bound'] / mb:.1f}) | {f['growth'] / mb:.1f} | "
-                  f"{j['planned'] / max(f['growth'], 1):.2f} |", flush=True)
+            print(f"| {name} | {shape} | {j / mb:.2f} ({p['jitort']['planned'] / mb:.2f}) | "
+                  f"{o / mb:.2f} | {j / max(o, 1):.2f} | {n / mb:.2f} | {j / max(n, 1):.2f} |",
+                  flush=True)
     return 0
 
 

@@ -144,6 +144,30 @@ def test_replayed_plans_equal_full_lowerings(encoder):
             assert replayed.out_shapes == full.out_shapes
 
 
+def test_probe_pass_runs_only_the_shape_chain(encoder):
+    """The unit-dim probe needs shapes only: host nodes that make data (the class-token and
+    mask Expands) are shape-inferred, not run; the shape chain still runs; shapes agree."""
+    m, cm = encoder
+    f = _feeds(1, 6)
+    cm(**f)
+    env = dict(zip(cm._input_ids, cm._validate(f)))
+    comps = [c for c in cm._compilers.values()]
+    modes = {}
+    for comp in comps:
+        modes.update({n.outputs[0].name: mode for n, mode, _, _ in comp._node_program()})
+    assert modes["clsb"] == 2 and modes["ones_b"] == 2  # data only
+    assert modes["sh"] == modes["B"] == modes["bshape"] == modes["s5a"] == 1  # shapes
+    assert modes["qkv"] == 0  # compiled
+    for comp in comps:
+        ins = {id(v): env[id(v)].shape for v in comp.seg.inputs}
+        vals = {id(v): env[id(v)] for v in comp.seg.value_inputs}
+        full, full_host, _ = comp._shape_pass(ins, vals)
+        probe, probe_host, _ = comp._shape_pass(ins, vals, probe=True)
+        assert probe == full
+        data_only = {id(n.outputs[0]) for n, mode, _, _ in comp._node_program() if mode == 2}
+        assert data_only and not data_only & set(probe_host) and data_only <= set(full_host)
+
+
 def test_tape_records_arithmetic_guards_and_pins():
     t = Tape()
     a, b = t.leaf_shape(1, (3, 4))

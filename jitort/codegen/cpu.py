@@ -15,6 +15,7 @@ segment's inputs and ``y*`` its outputs (fresh arrays the caller owns).
 """
 from __future__ import annotations
 
+import gc
 import math
 import re
 from dataclasses import dataclass, field
@@ -102,6 +103,9 @@ class Emitter:
     through the ``d`` and ``o`` arrays: literal ints passed to an njit function would make Numba
     compile one specialization per literal value.
     """
+
+    #: the model's thread count (None: as many as Numba runs); per-worker scratch is sized by it
+    threads: int | None = None
 
     def __init__(self, seg, shapes, hostvals, consts: "ConstArena", memo: dict):
         self.seg, self.shapes, self.hostvals, self.consts, self.memo = seg, shapes, hostvals, consts, memo
@@ -689,9 +693,10 @@ class SegmentCompiler:
     """Plans one segment per signature; keeps the decisions that make generated text stable."""
 
     def __init__(self, seg, placement: dict[int, str], host_runner, infer_shapes,
-                 debug: bool = False):
+                 debug: bool = False, threads: int | None = None):
         self.seg = seg
         self.debug = debug  # bounds-checked modules under their own names (see _kernel_module)
+        self.threads = threads  # the model's thread count (None: Numba's); sizes scratch rows
         self.placement = placement
         self.host_runner = host_runner
         self.infer = infer_shapes
@@ -701,15 +706,34 @@ class SegmentCompiler:
         self._program: list | None = None  # see _shape_pass
         self.replays = 0  # plans built by replaying a recording (for tests and reports)
 
-    def _shape_pass(self, in_shapes: dict, in_values: dict):
-        """Shapes of every value (and host values) for the segment's input shapes/values."""
-        prog = self._program
-        if prog is None:  # the per-node work that does not depend on the shapes, done once
-            from ..partition import HOST
-            prog = self._program = [
-                (n, self.placement[id(n)] == HOST,
+    def _node_program(self) -> list:
+        """The per-node work of the shape pass that does not depend on the shapes, done once:
+        (node, mode, inputs (a const as a 1-tuple, else the value id), output ids). ``mode`` is
+        0 for a compiled node, 1 for a host node whose values some shape depends on, 2 for a
+        host node producing data only (the probe pass infers its shapes instead of running it).
+        """
+        from ..partition import HOST
+        from ..shapes import value_inputs
+        seg = self.seg
+        host = [self.placement[id(n)] == HOST for n in seg.nodes]
+        needed: set[int] = set()  # value ids whose *values* decide some shape
+        for n, h in zip(reversed(seg.nodes), reversed(host)):
+            if h and any(id(o) in needed for o in n.outputs) and n.op_type not in ("Shape", "Size"):
+                needed.update(id(v) for v in n.inputs if v is not None)
+            for i in value_inputs(n):
+                v = n.input(i)
+                if v is not None:
+                    needed.add(id(v))
+        return [(n, 0 if not h else 1 if any(id(o) in needed for o in n.outputs) else 2,
                  [None if v is None else (v.const,) if v.is_const else id(v) for v in n.inputs],
-                 [id(o) for o in n.outputs]) for n in self.seg.nodes]
+                 [id(o) for o in n.outputs]) for n, h in zip(seg.nodes, host)]
+
+    def _shape_pass(self, in_shapes: dict, in_values: dict, probe: bool = False):
+        """Shapes of every value (and host values) for the segment's input shapes/values.
+        ``probe``: shapes only -- host nodes that make data, not shapes, are not run."""
+        prog = self._program
+        if prog is None:
+            prog = self._program = self._node_program()
         shapes = dict(in_shapes)
         hostvals = dict(in_values)
         get_value = hostvals.get
@@ -722,8 +746,20 @@ class SegmentCompiler:
 
         compiled = []
         infer = self.infer
-        for n, host, ins, outs in prog:
-            if host:
+        for n, mode, ins, outs in prog:
+            if mode:
+                if mode == 2 and probe:
+                    try:
+                        out_shapes = infer(n, [None if x is None else x[0].shape if type(x) is tuple
+                                               else shapes[x] for x in ins],
+                                           [None if x is None else x[0] if type(x) is tuple
+                                            else get_value(x) for x in ins])
+                    except Exception:  # no shape function: run it after all
+                        pass
+                    else:
+                        for o, sh in zip(outs, out_shapes):
+                            shapes[o] = tuple(map(int, sh))
+                        continue
                 for o, r in zip(outs, self.host_runner(n, shape_of, value_of)):
                     hostvals[o] = r
                     shapes[o] = r.shape
@@ -759,7 +795,8 @@ class SegmentCompiler:
             probe = shapes  # no symbolic dim is 1: nothing is ambiguous
         else:
             try:
-                probe, _, _ = self._shape_pass(probe_in, {id(v): env[id(v)] for v in seg.value_inputs})
+                probe, _, _ = self._shape_pass(probe_in, {id(v): env[id(v)] for v in seg.value_inputs},
+                                               probe=True)
             except Exception:  # the model rejects the probe shapes: keep what earlier plans saw
                 return self.memo.get("unit_dims", {})
         unit = {}
@@ -771,7 +808,21 @@ class SegmentCompiler:
 
     def plan(self, env: dict[int, np.ndarray]) -> Plan:
         """The plan for the shapes (and host values) in ``env``: replayed when a recording of
-        an earlier lowering applies (sizes only, ~0.1 ms), else lowered (and recorded)."""
+        an earlier lowering applies (sizes only, ~0.1 ms), else lowered (and recorded).
+
+        The garbage collector is paused meanwhile: a full collection over the process's heap
+        (Numba's and onnx's objects) costs milliseconds, as much as the planning itself, and
+        planning makes few cycles.
+        """
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._plan(env)
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    def _plan(self, env: dict[int, np.ndarray]) -> Plan:
         seg = self.seg
         shapes, hostvals, compiled = self._shape_pass(
             {id(v): env[id(v)].shape for v in seg.inputs},
@@ -796,6 +847,7 @@ class SegmentCompiler:
         """Run the lowerings of the compiled nodes (on symbolic shapes while recording)."""
         seg = self.seg
         em = Emitter(seg, shapes, hostvals, self.consts, self.memo)
+        em.threads = self.threads
         readers: dict[int, list[Node]] = {}
         for n in compiled:
             for v in n.all_inputs():

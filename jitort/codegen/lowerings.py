@@ -429,7 +429,8 @@ def lower_conv(em: Emitter, n: Node) -> None:
     group = int(n.attrs.get("group", 1))
     c, kh, kw = xs4[1], ws4[2], ws4[3]
     oh, ow = ys4[2], ys4[3]
-    col = em.scratch(max(1, conv2d_scratch_elems(c, kh, kw, oh, ow, group)), y.dtype)
+    col = em.scratch(max(1, conv2d_scratch_elems(c, kh, kw, oh, ow, group, em.threads)),
+                     y.dtype)
     xv = f"{em.arr(x)}.reshape({em.tuple_expr(xs4)})"
     wv = f"{em.arr(w)}.reshape({em.tuple_expr(ws4)})"
     bv = em.arr(b) if b is not None else f"np.zeros({ws4[0]}, {tname(y.dtype)})"

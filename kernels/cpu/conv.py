@@ -17,12 +17,15 @@ Paths:
 * pointwise (1x1, stride 1, no pad, OH == H, OW == W): BLAS gemm straight on the input,
   in column blocks of the spatial axis.
 * small planes (OH*OW <= 1024, >= 32 output channels per group): tasks (image, group,
-  block of output channels); each worker im2cols the whole plane once into its slice of
-  ``col`` and runs one gemm per channel block (deep layers: the weights dominate, so they
-  are split, not repacked per column block).
+  block of output channels); each worker im2cols the whole plane into its slice of ``col``
+  and runs one gemm per channel block (deep layers: the weights dominate, so they are split,
+  not repacked per column block). A plane whose im2col matrix exceeds _PLANE_CHUNK_ELEMS is
+  done in chunks of input channels (rows of the matrix), accumulating the gemms (beta = 1):
+  the scratch stays ~1 MB per worker however deep the layer.
 * otherwise: tasks (image, group, block of output rows); each does im2col of its rows into a
-  per-worker slice of ``col`` (sized to stay in L2) and one BLAS gemm that writes the block
-  in place in ``out`` (leading dimension OH*OW, see ``gemm.xgemm``).
+  per-worker slice of ``col`` (~L2-sized, but at least _MIN_BLOCK_COLS output positions wide:
+  narrower gemms run far below BLAS peak) and one BLAS gemm that writes the block in place in
+  ``out`` (leading dimension OH*OW, see ``gemm.xgemm``).
 Tasks are spread over ``prange`` workers (each with its own scratch slice) when the
 convolution is big enough; bias / residual / activation are applied to each block right
 after its gemm, while it is in cache. Activation codes are those of ``epilogue`` (0 none,
@@ -59,35 +62,53 @@ _COL_BLOCK_ELEMS = 1 << 17
 _OUT_BLOCK_ELEMS = 1 << 18
 
 
+# Output positions per im2col block at least (gemm N): measured on this machine, sgemm with
+# N = 56 or 112 runs at 60-75 % of its speed at N = 224..448.
+_MIN_BLOCK_COLS = 224
 # Planes of at most this many output positions (with at least _PLANE_MIN_M output channels
-# per group) are im2col'ed whole, per worker, and split over output channels instead.
+# per group) are im2col'ed whole, per worker, and split over output channels instead; in
+# chunks of input channels when the whole matrix exceeds _PLANE_CHUNK_ELEMS (1 MB of float32).
 _PLANE_MAX_S = 1024
 _PLANE_MIN_M = 32
+_PLANE_CHUNK_ELEMS = 1 << 18
 
 
 def _block_rows_py(kdim, ow, oh):
     """Output rows per im2col block (>= 1, <= max(oh, 1))."""
     per_row = max(1, kdim * ow)
-    return max(1, min(max(oh, 1), _COL_BLOCK_ELEMS // per_row))
+    rows = max(_COL_BLOCK_ELEMS // per_row, -(-_MIN_BLOCK_COLS // max(1, ow)))
+    return max(1, min(max(oh, 1), rows))
+
+
+def _plane_chunk_py(cg, khw, s):
+    """Input channels per im2col chunk of a small plane (>= 1, <= max(cg, 1))."""
+    return max(1, min(max(cg, 1), _PLANE_CHUNK_ELEMS // max(1, khw * s)))
 
 
 _block_rows = njit(cache=True)(_block_rows_py)
+_plane_chunk = njit(cache=True)(_plane_chunk_py)
 
 
-def conv2d_scratch_elems(C, KH, KW, OH, OW, group):
+def conv2d_scratch_elems(C, KH, KW, OH, OW, group, threads=None):
     """Number of ``col`` scratch elements conv2d needs (plain Python, >= 1).
 
-    One im2col block of output rows per worker thread (NUMBA_NUM_THREADS, the most Numba can
-    run), never more than the full (C/group*KH*KW, OH*OW) matrix; planes of at most
-    _PLANE_MAX_S positions get one whole im2col matrix per worker. The kernel copes with less
-    (fewer workers, smaller blocks) down to one output row, kdim * OW elements.
+    One im2col block per worker; ``threads`` workers at most (default NUMBA_NUM_THREADS, the
+    most Numba can run): a block of output rows, or for planes of at most _PLANE_MAX_S
+    positions a chunk of the whole-plane matrix (at most _PLANE_CHUNK_ELEMS unless one input
+    channel needs more), never more than the full (C/group*KH*KW, OH*OW) matrix per worker.
+    The kernel copes with less (fewer workers, smaller blocks) down to one output row,
+    kdim * OW elements.
     """
-    kdim = (C // group) * KH * KW
-    nt = max(1, NUMBA_NUM_THREADS)
-    if OH * OW <= _PLANE_MAX_S:
-        return max(1, kdim * OH * OW * nt)
+    cg = C // group
+    kdim = cg * KH * KW
+    nt = max(1, NUMBA_NUM_THREADS if threads is None else min(threads, NUMBA_NUM_THREADS))
     rows = _block_rows_py(kdim, OW, OH)
-    return max(1, kdim * OW * min(max(OH, 1), rows * nt), kdim * OW * rows)
+    row_need = kdim * OW * min(max(OH, 1), rows * nt)
+    if OH * OW <= _PLANE_MAX_S:
+        kc = _plane_chunk_py(cg, KH * KW, OH * OW) * KH * KW
+        # (row blocks serve planes with fewer than _PLANE_MIN_M channels per group: capped)
+        return max(1, kc * OH * OW * nt, min(row_need, _PLANE_CHUNK_ELEMS * nt), kdim * OW)
+    return max(1, row_need, kdim * OW * rows)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -151,7 +172,7 @@ def _epilogue_row(row, bv, has_bias, rrow, has_res, act, aa, ab):
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw, group,
-               has_bias, has_res, act, aa, ab, path):
+               has_bias, has_res, act, aa, ab, path, cc):
     """Task t = ((n * group + g) * nb + blk) of image n, group g; gemm in place into ``out``.
 
     path 0 (rows): output rows [blk * bs, ...), im2col of just those rows into colw.
@@ -159,7 +180,8 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
     path 2 (plane): output channels [blk * bs, ...) of the group; colw holds the im2col of
     the whole plane, rebuilt only when the worker's previous task (``last[0]``) was another
     (n, g) -- for small planes with big weights, where splitting the columns would make each
-    task repack all the weights.
+    task repack all the weights. With ``cc`` < C/group input channels per chunk the plane is
+    im2col'ed chunk by chunk, each chunk's gemm accumulating into the block (no reuse).
     """
     n_n, c_n, h, wd = x.shape
     m_n, cg, kh_n, kw_n = w.shape
@@ -188,13 +210,19 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
             return
         s0 = 0
         s1 = s
-        if last[0] != ng:
-            col3 = colw[:kdim * s].reshape(kdim, oh_n, ow_n)
-            _im2col_rows(x[n, g * cg:(g + 1) * cg], col3, 0, kh_n, kw_n, sh, sw, ph, pw, dh,
-                         dw)
-            last[0] = ng
-        st = xgemm(0, 0, m1 - m0, s, kdim, 1.0, w, (g * mg + m0) * kdim, kdim,
-                   colw, 0, s, 0.0, out, (n * m_n + g * mg + m0) * s, s)
+        khw = kh_n * kw_n
+        st = 0
+        for c0 in range(0, cg, cc):
+            c1 = min(cg, c0 + cc)
+            kr = (c1 - c0) * khw
+            if cc < cg or last[0] != ng:
+                col3 = colw[:kr * s].reshape(kr, oh_n, ow_n)
+                _im2col_rows(x[n, g * cg + c0:g * cg + c1], col3, 0, kh_n, kw_n, sh, sw, ph,
+                             pw, dh, dw)
+                last[0] = ng
+            st |= xgemm(0, 0, m1 - m0, s, kr, 1.0, w, (g * mg + m0) * kdim + c0 * khw, kdim,
+                        colw, 0, s, 0.0 if c0 == 0 else 1.0, out,
+                        (n * m_n + g * mg + m0) * s, s)
     else:
         r0 = blk * bs
         r1 = min(oh_n, r0 + bs)
@@ -221,7 +249,7 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
 def _conv_par(nw, ntask, nb, bs, x, w, b, res, out, col, cap, sh, sw, ph, pw, dh, dw, group,
-              has_bias, has_res, act, aa, ab, path):
+              has_bias, has_res, act, aa, ab, path, cc):
     """nw workers, each with scratch col[wk*cap:(wk+1)*cap], pull tasks from a shared
     counter (dynamic scheduling, see ``gemm.next_task``)."""
     counter = np.zeros(1, np.int64)
@@ -233,7 +261,7 @@ def _conv_par(nw, ntask, nb, bs, x, w, b, res, out, col, cap, sh, sw, ph, pw, dh
             if t >= ntask:
                 break
             _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
-                       group, has_bias, has_res, act, aa, ab, path)
+                       group, has_bias, has_res, act, aa, ab, path, cc)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -385,8 +413,9 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
     parts = 1
     if par and n_img < 4 * nth:
         parts = nth // _gcd(n_img, nth)
+    cc = _plane_chunk(cg, kh_n * kw_n, s)
     plane = (not pointwise and s <= _PLANE_MAX_S and mg >= _PLANE_MIN_M
-             and col.shape[0] >= kdim * s)
+             and col.shape[0] >= cc * kh_n * kw_n * s)
     if pointwise:
         path = 1
         bs = max(16, min(s, _OUT_BLOCK_ELEMS // max(1, mg)))
@@ -396,7 +425,7 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
         path = 2
         bs = mg
         extent = mg
-        cap = kdim * s
+        cap = cc * kh_n * kw_n * s
     else:
         path = 0
         bs = _block_rows(kdim, ow_n, oh_n)
@@ -424,13 +453,13 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
         nw = max(1, min(nw, col.shape[0] // cap))
     if nw > 1:
         _conv_par(nw, ntask, nb, bs, x, w, b, res, out, col, cap, sh, sw, ph, pw, dh, dw,
-                  group, has_bias, has_res, act, aa, ab, path)
+                  group, has_bias, has_res, act, aa, ab, path, cc)
     else:
         colw = col[:cap]
         last = np.full(1, -1, np.int64)
         for t in range(ntask):
             _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
-                       group, has_bias, has_res, act, aa, ab, path)
+                       group, has_bias, has_res, act, aa, ab, path, cc)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)

@@ -172,6 +172,9 @@ CONV_CASES = [
     (1, 64, 14, 14, 96, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),   # small plane: split M
     (3, 32, 9, 11, 70, 3, 3, (2, 1), (1, 1, 1, 1), (1, 1), 1),    # small plane, batch, odd M
     (2, 32, 13, 13, 66, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 2),   # small plane, grouped
+    (1, 300, 10, 10, 40, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # small plane in 2 chunks
+    (2, 600, 9, 9, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 2),    # chunks, batch, grouped
+    (1, 700, 7, 7, 33, 5, 5, (1, 1), (2, 2, 2, 2), (1, 1), 1),    # 5x5: 3 chunks, odd M
 ]
 
 
@@ -244,6 +247,21 @@ def test_conv2d_scratch_elems_bounds():
         assert e >= max(1, kdim * ow)
         cap = 1 if oh * ow > CV._PLANE_MAX_S else max(1, numba.config.NUMBA_NUM_THREADS)
         assert e <= max(1, kdim * ow * max(oh, 1) * cap)
+        # one worker: never more than one full matrix; a deep small plane in ~1 MB chunks
+        e1 = CV.conv2d_scratch_elems(c, k, k, oh, ow, g, threads=1)
+        assert max(1, kdim * ow) <= e1 <= max(1, kdim * ow * max(oh, 1))
+        if 0 < oh * ow <= CV._PLANE_MAX_S:
+            assert e1 <= max(CV._PLANE_CHUNK_ELEMS, k * k * oh * ow, kdim * ow * oh)
+
+
+def test_conv2d_scratch_chunked_plane_is_small():
+    # resnet18's stage-2..4 3x3 convs at batch 1: ~1 MB of float32 per worker, not the whole
+    # im2col matrix (1152 x 784 = 3.6 MB at stage 2)
+    for c, oh in [(128, 28), (256, 14), (512, 7)]:
+        e1 = CV.conv2d_scratch_elems(c, 3, 3, oh, oh, 1, threads=1)
+        assert e1 <= CV._PLANE_CHUNK_ELEMS + 9 * oh * oh
+        assert CV.conv2d_scratch_elems(c, 3, 3, oh, oh, 1, threads=2) <= 2 * e1 or \
+            numba.config.NUMBA_NUM_THREADS < 2
 
 
 # --- pools, softmax --------------------------------------------------------------------------
