@@ -33,6 +33,7 @@ _PAR_MIN_FLOPS = 1 << 20
 # blocks cost more than they save: every row block repacks all of B inside BLAS.
 _EPI_BLOCK_ELEMS = 1 << 18
 _EPI_MIN_ROWS = 64
+_EPI_MIN_COLS = 256
 # Minimum rows / columns of a block when a single matrix is split over threads.
 _MIN_SPLIT_ROWS = 8
 _MIN_SPLIT_COLS = 32
@@ -207,13 +208,21 @@ def _plan(bo, m, n, k, nth, epi):
             else:
                 nrb = min(parts, m)
     rbs = _ceil_div(m, nrb)
-    if epi:
-        rmax = max(_EPI_MIN_ROWS, _EPI_BLOCK_ELEMS // max(1, _ceil_div(n, ncb)))
-        if rbs > rmax:
-            nrb *= _ceil_div(rbs, rmax)
-            rbs = _ceil_div(m, nrb)
-    nrb = _ceil_div(m, rbs)
     cbs = _ceil_div(n, ncb)
+    if epi and rbs * cbs > _EPI_BLOCK_ELEMS:
+        if cbs > rbs:
+            # wide: column blocks, each repacking only A's rows (row blocks would each
+            # repack all of B, K x N: vit's 197 x 3072 MLP ran at half speed that way)
+            cmax = max(_EPI_MIN_COLS, _EPI_BLOCK_ELEMS // max(1, rbs))
+            if cbs > cmax:
+                ncb *= _ceil_div(cbs, cmax)
+                cbs = _ceil_div(n, ncb)
+        else:
+            rmax = max(_EPI_MIN_ROWS, _EPI_BLOCK_ELEMS // max(1, cbs))
+            if rbs > rmax:
+                nrb *= _ceil_div(rbs, rmax)
+                rbs = _ceil_div(m, nrb)
+    nrb = _ceil_div(m, rbs)
     ncb = _ceil_div(n, cbs)
     return nrb, rbs, ncb, cbs
 

@@ -97,3 +97,24 @@ def test_gemm_degenerate(dtype):
         out = np.full((m, n), np.nan, dtype)
         G.gemm(a, b, c, out, 1.0, 1.0, False, False, True)
         np.testing.assert_array_equal(out, np.full((m, n), k + 2.0, dtype))
+
+
+@pytest.mark.parametrize('m,n', [(70, 5000), (5000, 70), (300, 1200)])
+def test_epilogue_blocks_split_the_wide_side(m, n):
+    """A fused epilogue works on blocks of ~_EPI_BLOCK_ELEMS outputs: a wide output is cut
+    into column blocks (each repacks only A), a tall one into row blocks; results are exact
+    either way."""
+    nrb, rbs, ncb, cbs = G._plan(1, m, n, 64, 1, True)
+    assert rbs * cbs <= max(G._EPI_BLOCK_ELEMS, G._EPI_MIN_ROWS * cbs, G._EPI_MIN_COLS * rbs)
+    if n > m:
+        assert nrb == 1 and ncb > 1
+    else:
+        assert ncb == 1 and nrb > 1
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((1, m, 64)).astype(np.float32)
+    b = rng.standard_normal((1, 64, n)).astype(np.float32)
+    bias = rng.standard_normal(n).astype(np.float32)
+    out = np.full((1, m, n), np.nan, np.float32)
+    G.matmul3d_bias_act(a, b, bias, out, 1, 0.0, 0.0)
+    ref = np.maximum(a.astype(np.float64) @ b.astype(np.float64) + bias, 0)
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-4)
