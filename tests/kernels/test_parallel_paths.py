@@ -281,8 +281,12 @@ def test_pools_parallel(nthreads, k, s, p, h, ort_node):
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize('n', [1, 15, 16, 17, 1000])
+@pytest.mark.parametrize('n', [1, 7, 8, 9, 15, 16, 17, 1000])
 def test_row_max(n):
+    for pos in range(n if n < 20 else 0):  # the maximum in every accumulator lane and the tail
+        x = -np.arange(n, dtype=np.float32)
+        x[pos] = 5.0
+        assert S.row_max(x) == 5.0
     x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
     assert S.row_max(x) == x.max()
     x[n // 2] = np.nan                          # NaN skipped (softmax turns it into NaN later)
