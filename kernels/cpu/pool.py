@@ -51,15 +51,19 @@ def _maxpool_plane(xp, op, kh_n, kw_n, sh, sw, ph, pw, dh, dw):
         return
     hp = (oh_n - 1) * sh + (kh_n - 1) * dh + 1
     wp = (ow_n - 1) * sw + (kw_n - 1) * dw + 1
-    buf = _pad_plane(xp, hp, wp, ph, pw, -np.inf)
+    if ph == 0 and pw == 0 and hp <= xp.shape[0] and wp <= xp.shape[1]:
+        buf = xp  # every window lies inside the plane: read it in place, no padded copy
+    else:
+        buf = _pad_plane(xp, hp, wp, ph, pw, -np.inf)
+    ld = buf.shape[1]
     ninf = op.dtype.type(-np.inf)
     if kh_n == 3 and kw_n == 3 and dh == 1 and dw == 1 and (sw == 1 or sw == 2):
         # unrolled 3x3: one pass per output row (NaN skipped as in the generic loop)
         for oh in range(oh_n):
             d = eptr(op, oh * ow_n)
-            r0 = eptr(buf, oh * sh * wp)
-            r1 = eptr(buf, (oh * sh + 1) * wp)
-            r2 = eptr(buf, (oh * sh + 2) * wp)
+            r0 = eptr(buf, oh * sh * ld)
+            r1 = eptr(buf, (oh * sh + 1) * ld)
+            r2 = eptr(buf, (oh * sh + 2) * ld)
             if sw == 1:
                 for ow in range(ow_n):
                     j = ow
@@ -111,7 +115,7 @@ def _maxpool_plane(xp, op, kh_n, kw_n, sh, sw, ph, pw, dh, dw):
             d[ow] = ninf
         for kh in range(kh_n):
             for kw in range(kw_n):
-                r = eptr(buf, (oh * sh + kh * dh) * wp + kw * dw)
+                r = eptr(buf, (oh * sh + kh * dh) * ld + kw * dw)
                 if sw == 1:
                     for ow in range(ow_n):
                         v = r[ow]
@@ -176,14 +180,18 @@ def _avgpool_plane(xp, op, cnt_w, kh_n, kw_n, sh, sw, ph, pw, include_pad, pe_h)
         return
     hp = (oh_n - 1) * sh + kh_n
     wp = (ow_n - 1) * sw + kw_n
-    buf = _pad_plane(xp, hp, wp, ph, pw, 0.0)
+    if ph == 0 and pw == 0 and hp <= xp.shape[0] and wp <= xp.shape[1]:
+        buf = xp  # every window lies inside the plane: read it in place, no padded copy
+    else:
+        buf = _pad_plane(xp, hp, wp, ph, pw, 0.0)
+    ld = buf.shape[1]
     unrolled = kh_n == 3 and kw_n == 3 and (sw == 1 or sw == 2)
     for oh in range(oh_n):
         d = eptr(op, oh * ow_n)
         if unrolled:
-            r0 = eptr(buf, oh * sh * wp)
-            r1 = eptr(buf, (oh * sh + 1) * wp)
-            r2 = eptr(buf, (oh * sh + 2) * wp)
+            r0 = eptr(buf, oh * sh * ld)
+            r1 = eptr(buf, (oh * sh + 1) * ld)
+            r2 = eptr(buf, (oh * sh + 2) * ld)
             if sw == 1:
                 for ow in range(ow_n):
                     d[ow] = (r0[ow] + r0[ow + 1] + r0[ow + 2] + r1[ow] + r1[ow + 1]
@@ -198,7 +206,7 @@ def _avgpool_plane(xp, op, cnt_w, kh_n, kw_n, sh, sw, ph, pw, include_pad, pe_h)
                 d[ow] = 0
         for kh in range(0 if unrolled else kh_n):
             for kw in range(kw_n):
-                r = eptr(buf, (oh * sh + kh) * wp + kw)
+                r = eptr(buf, (oh * sh + kh) * ld + kw)
                 if sw == 1:
                     for ow in range(ow_n):
                         d[ow] += r[ow]
