@@ -37,7 +37,7 @@ class Part:
     name: str  # kernel(s) called, e.g. "k_add_mul_relu_1a2b" or "_gemm.matmul"
     kernels: list[str]
     nodes: list[str]  # node labels
-    ops: list[str]  # op types
+    ops: list[str]  # op types (:func:`op_label`: fused ops name what they absorbed)
     flops: int
 
 
@@ -83,7 +83,7 @@ class Profiler:
             nodes = [] if step is None or step >= len(items) else items[step]
             flops = sum(node_flops(n, shapes) for n in nodes)
             out.append(Part(fn, "+".join(kernels) or "empty", kernels, [n.label for n in nodes],
-                            [n.op_type for n in nodes], flops))
+                            [op_label(n) for n in nodes], flops))
         return out
 
     def driver(self, parts: list[Part]) -> Callable:
@@ -194,25 +194,43 @@ def _shape(v, shapes: dict) -> tuple:
     return tuple(shapes.get(id(v), ()))
 
 
+def op_label(node) -> str:
+    """The op as reports show it: jitort's fused ops name what they absorbed
+    (``MatMulBias+Gelu``, ``FusedConv+Add+Relu``)."""
+    op = node.op_type
+    if node.domain == "jitort" and op in ("MatMulBias", "FusedConv"):
+        if op == "FusedConv" and node.input(3) is not None:
+            op += "+Add"
+        act = node.attrs.get("activation", "")
+        if act:
+            op += f"+{act}"
+    return op
+
+
 def node_flops(node, shapes: dict) -> int:
     """A rough FLOP count for one node at the planned shapes (multiply-add = 2 FLOPs)."""
     op = node.op_type
     out = _shape(node.outputs[0], shapes) if node.outputs else ()
     n_out = math.prod(out) if out else 1
+    # fused epilogues (jitort.MatMulBias / FusedConv): the activation's per-element FLOPs
+    act = node.attrs.get("activation", "") if node.domain == "jitort" else ""
+    epi = _PER_ELEMENT.get(act, 1) * n_out if act else 0
     if op in ("MatMul", "MatMulBias", "MatMulInteger", "FusedMatMul"):
         a = _shape(node.inputs[0], shapes)
         k = a[-1] if a else 1
-        return 2 * n_out * k + (n_out if op == "MatMulBias" else 0)
+        return 2 * n_out * k + (n_out + epi if op == "MatMulBias" else 0)
     if op == "Gemm":
         a = _shape(node.inputs[0], shapes)
         k = (a[0] if node.attrs.get("transA", 0) else a[-1]) if a else 1
         return 2 * n_out * k + (n_out if len(node.inputs) > 2 and node.inputs[2] is not None else 0)
-    if op in ("Conv", "ConvTranspose"):
+    if op in ("Conv", "ConvTranspose", "FusedConv"):
         w = _shape(node.inputs[1], shapes)
         per = math.prod(w[1:]) if len(w) > 1 else 1
         if op == "ConvTranspose":
             x = _shape(node.inputs[0], shapes)
             return 2 * (math.prod(x) if x else 1) * per
+        if op == "FusedConv":  # the Conv's, plus the residual add and the activation
+            return 2 * n_out * per + (n_out if node.input(3) is not None else 0) + epi
         return 2 * n_out * per
     if op in ("MaxPool", "AveragePool", "LpPool"):
         k = node.attrs.get("kernel_shape", [1])

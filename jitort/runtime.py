@@ -22,7 +22,7 @@ from .importer import import_model
 from .interpreter import make_runner
 from .ir import Graph, Node, Value
 from .partition import HOST, INTERP, InterpStep, Segment, assign, schedule
-from .profiling import Profiler
+from .profiling import Profiler, op_label
 from .passes import PassReport, run_pipeline
 
 log = logging.getLogger("jitort")
@@ -291,7 +291,7 @@ class CompiledModel:
         if isinstance(step, InterpStep):
             n = step.node
             return self.profiler.timed(n.label, "interp", fn,
-                                       {"op_name": n.op_type, "nodes": [n.label], "flops": 0})
+                                       {"op_name": op_label(n), "nodes": [n.label], "flops": 0})
         return self.profiler.timed(f"segment{index}", "segment", fn, {"step": index})
 
     def end_profiling(self, path=None) -> str:
@@ -443,10 +443,7 @@ class CompiledModel:
 
 
 def infer_shapes(node: Node, in_shapes: list, in_values: list) -> list[tuple]:
-    """Output shapes of a compiled node: jitort's own ops here, ONNX ops in :mod:`.shapes`."""
-    if node.domain == "jitort" and node.op_type == "MatMulBias":
-        return shape_fns.infer(Node("MatMul", node.inputs[:2], node.outputs[:1], {}, "", node.name, 13),
-                               in_shapes[:2], in_values[:2])
+    """Output shapes of a compiled node (:mod:`.shapes`: ONNX ops and jitort's own)."""
     return shape_fns.infer(node, in_shapes, in_values)
 
 

@@ -20,7 +20,8 @@ shape function: their output shapes depend on the *contents* of their data input
 are not plannable ahead of execution. :func:`infer` raises ``NotImplementedError`` for them and
 :func:`has_shape_fn` is ``False``.
 
-Only the default ONNX domain (``""`` / ``"ai.onnx"``) is covered.
+The default ONNX domain (``""`` / ``"ai.onnx"``) is covered, and the ops jitort's own passes
+create (domain ``"jitort"``: ``MatMulBias``, ``FusedConv``; see :mod:`jitort.passes.patterns`).
 """
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ class ShapeError(InvalidInput):
 
 
 _REGISTRY: dict[str, ShapeFn] = {}
+#: Shape functions of jitort's own ops (domain "jitort"), by op_type.
+_JITORT_REGISTRY: dict[str, ShapeFn] = {}
 # op_type -> tuple of value-input indices, or a function node -> tuple
 _VALUE_INPUTS: dict[str, tuple | Callable[[ir.Node], tuple]] = {}
 
@@ -65,6 +68,8 @@ def register(*op_types: str, values: tuple | Callable[[ir.Node], tuple] = ()):
 # ------------------------------------------------------------------------------------------
 def _lookup(node: ir.Node) -> ShapeFn | None:
     d = node.domain
+    if d == "jitort":
+        return _JITORT_REGISTRY.get(node.op_type)
     if d and d != "ai.onnx":
         return None
     return _REGISTRY.get(node.op_type)
@@ -75,7 +80,7 @@ def has_shape_fn(node: ir.Node) -> bool:
 
 
 def value_inputs(node: ir.Node) -> tuple[int, ...]:
-    if _lookup(node) is None:
+    if _lookup(node) is None or node.domain == "jitort":  # jitort's ops read no values
         return ()
     v = _VALUE_INPUTS.get(node.op_type, ())
     return v(node) if callable(v) else v
@@ -362,6 +367,14 @@ def _matmul(node, shapes, values):
     return [_matmul_shape(node, shapes[0], shapes[1], shapes)]
 
 
+def _matmul_bias(node, shapes, values):
+    """jitort.MatMulBias: the MatMul's shape (the bias is one row of its last dim)."""
+    return [_matmul_shape(node, shapes[0], shapes[1], shapes)]
+
+
+_JITORT_REGISTRY["MatMulBias"] = _matmul_bias
+
+
 @register("QLinearMatMul")
 def _qlinear_matmul(node, shapes, values):
     return [_matmul_shape(node, shapes[0], shapes[3], shapes)]
@@ -492,6 +505,19 @@ def _conv_core(node, shapes, x, w):
 @register("Conv", "ConvInteger", "DeformConv")
 def _conv(node, shapes, values):
     return _conv_core(node, shapes, shapes[0], shapes[1])
+
+
+def _fused_conv(node, shapes, values):
+    """jitort.FusedConv: the Conv's output; the optional residual (input 3) must match it."""
+    out = _conv_core(node, shapes, shapes[0], shapes[1])
+    res = _get(shapes, 3)
+    if res is not None and tuple(res) != tuple(out[0]):
+        raise _fail(node, f"residual shape {tuple(res)} differs from the conv output "
+                          f"{tuple(out[0])}", shapes)
+    return out
+
+
+_JITORT_REGISTRY["FusedConv"] = _fused_conv
 
 
 @register("QLinearConv")

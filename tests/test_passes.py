@@ -1,6 +1,7 @@
 """Pass output graphs: before/expected op lists, and numerics unchanged."""
 import numpy as np
-from onnx import helper
+import pytest
+from onnx import TensorProto, helper
 
 import jitort
 from jitort.importer import import_model
@@ -87,3 +88,309 @@ def test_printer_is_deterministic_and_verify_passes():
     g.verify()
     assert str(g) == str(import_model(m))
     assert "Relu(%x)" in str(g)
+
+
+# --- epilogue fusion (fuse_epilogues) ----------------------------------------------------------
+
+F64 = TensorProto.DOUBLE
+RNG = np.random.default_rng(11)
+
+
+def _ort(model, feeds):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def _arr(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def _optimized(m):
+    g = import_model(m)
+    run_pipeline(g)
+    g.verify()
+    return g
+
+
+def _fused(g):
+    return [(n.domain, n.op_type, n.attrs.get("activation")) for n in g.nodes]
+
+
+def _conv_model(tail, *, xs=(1, 3, 8, 8), ws=(4, 3, 3, 3), bias=True, res_shape=None, dtype=F32,
+                conv_attrs=None, opset=17, extra_outputs=(), inits=None):
+    """Conv(x, w[, b]) -> c, then ``tail`` (onnx nodes reading "c", writing "y"); ``res_shape``
+    adds an input "r"."""
+    npdt = helper.tensor_dtype_to_np_dtype(dtype)
+    init = {"w": _arr(*ws, dtype=npdt)}
+    ins = ["x", "w"]
+    if bias:
+        init["b"] = _arr(ws[0], dtype=npdt)
+        ins.append("b")
+    init.update(inits or {})
+    inputs = [("x", dtype, list(xs))]
+    if res_shape is not None:
+        inputs.append(("r", dtype, list(res_shape)))
+    nodes = [helper.make_node("Conv", ins, ["c"], **(conv_attrs or {}))] + tail
+    outs = [("y", dtype, None)] + [(o, dtype, None) for o in extra_outputs]
+    return make_model(nodes, inputs, outs, init, opset=opset)
+
+
+def _feeds(m):
+    feeds = {}
+    for vi in m.graph.input:
+        t = vi.type.tensor_type
+        dims = [d.dim_value if d.HasField("dim_value") else 2 for d in t.shape.dim]
+        feeds[vi.name] = _arr(*dims, dtype=helper.tensor_dtype_to_np_dtype(t.elem_type))
+    return feeds
+
+
+def _check_vs_ort(m, feeds=None, rtol=1e-4, atol=1e-5):
+    """jitort vs onnxruntime (vs onnx.reference for float64 Conv, which onnxruntime's CPU
+    provider does not implement)."""
+    feeds = feeds or _feeds(m)
+    cm = jitort.compile(m)
+    got = cm.run(None, feeds)
+    f64 = any(a.dtype == np.float64 for a in feeds.values())
+    want = run_reference(m, feeds) if f64 else _ort(m, feeds)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    return cm
+
+
+def test_conv_relu_becomes_one_fused_conv():
+    m = _conv_model([helper.make_node("Relu", ["c"], ["y"])])
+    g = _optimized(m)
+    assert _fused(g) == [("jitort", "FusedConv", "Relu")]
+    (n,) = g.nodes
+    assert len(n.inputs) == 3 and n.outputs[0].name == "y" and g.outputs[0] is n.outputs[0]
+    assert n.attrs["activation_params"] == [0.0, 0.0]
+
+
+def test_conv_add_relu_becomes_fused_conv_with_a_residual():
+    m = _conv_model([helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y"])],
+                    xs=("N", 3, 8, 8), res_shape=("N", 4, 6, 6))
+    g = _optimized(m)
+    assert _fused(g) == [("jitort", "FusedConv", "Relu")]
+    (n,) = g.nodes
+    assert [v.name for v in n.inputs[:2]] == ["x", "w"] and n.inputs[3].name == "r"
+    assert len(n.inputs) == 4 and n.outputs[0].name == "y"
+    # residual first (Add(r, c)), no bias, no activation: still one node
+    m2 = _conv_model([helper.make_node("Add", ["r", "c"], ["y"])], bias=False, res_shape=(1, 4, 6, 6))
+    g2 = _optimized(m2)
+    assert _fused(g2) == [("jitort", "FusedConv", "")]
+    assert g2.nodes[0].input(2) is None and g2.nodes[0].inputs[3].name == "r"
+
+
+def test_conv_with_two_consumers_is_not_fused():
+    m = _conv_model([helper.make_node("Relu", ["c"], ["y"])], extra_outputs=("c",))
+    assert _fused(_optimized(m)) == [("", "Conv", None), ("", "Relu", None)]
+    m2 = _conv_model([helper.make_node("Relu", ["c"], ["t"]), helper.make_node("Add", ["t", "c"], ["y"])])
+    assert [n.op_type for n in _optimized(m2).nodes] == ["Conv", "Relu", "Add"]
+
+
+def test_broadcast_or_unknown_residual_shape_is_not_fused():
+    relu = helper.make_node("Relu", ["s"], ["y"])
+    for res_shape in [(1, 4, 1, 1), (4, 1, 1), (1, 1, 6, 6)]:  # broadcasts over the conv output
+        m = _conv_model([helper.make_node("Add", ["c", "r"], ["s"]), relu], res_shape=res_shape)
+        assert [n.op_type for n in _optimized(m).nodes] == ["Conv", "Add", "Relu"], res_shape
+    # symbolic dims must be the same symbol
+    m = _conv_model([helper.make_node("Add", ["c", "r"], ["s"]), relu], xs=("N", 3, 8, 8),
+                    res_shape=("M", 4, 6, 6))
+    assert [n.op_type for n in _optimized(m).nodes] == ["Conv", "Add", "Relu"]
+    # a residual that broadcasts the conv output up ([1,..] conv vs [2,..] residual)
+    m = _conv_model([helper.make_node("Add", ["c", "r"], ["s"]), relu], res_shape=(2, 4, 6, 6))
+    assert [n.op_type for n in _optimized(m).nodes] == ["Conv", "Add", "Relu"]
+
+
+def test_two_convs_into_one_add_fuse_once():
+    # resnet's downsampling block: Add(conv(a), conv_shortcut(x)) -> Relu; one conv takes the
+    # Add and the Relu, the other's output is its residual
+    init = {"w": _arr(4, 3, 3, 3), "w2": _arr(4, 3, 1, 1)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["x", "w2"], ["d"]),
+             helper.make_node("Add", ["c", "d"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    m = make_model(nodes, [("x", F32, ["N", 3, 5, 5])], [("y", F32, None)], init)
+    g = _optimized(m)
+    assert _fused(g) == [("", "Conv", None), ("jitort", "FusedConv", "Relu")]
+    assert g.nodes[1].inputs[3] is g.nodes[0].outputs[0]
+    _check_vs_ort(m, {"x": _arr(2, 3, 5, 5)})
+
+
+def test_activation_after_a_non_fusable_add_stays():
+    # Conv -> Sigmoid and Add on the side: the conv output has two readers, nothing fuses;
+    # the Relu after Add(conv, conv) reads a value no conv produces alone
+    m = _conv_model([helper.make_node("Add", ["c", "c"], ["s"]), helper.make_node("Relu", ["s"], ["y"])])
+    assert [n.op_type for n in _optimized(m).nodes] == ["Conv", "Add", "Relu"]
+
+
+CONV_CASES = {
+    "2d_strides_pads_relu": dict(tail=[helper.make_node("Relu", ["c"], ["y"])], xs=(2, 3, 9, 7),
+                                 conv_attrs=dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    "groups_residual_relu": dict(tail=[helper.make_node("Add", ["c", "r"], ["s"]),
+                                       helper.make_node("Relu", ["s"], ["y"])],
+                                 xs=(2, 4, 6, 6), ws=(6, 2, 3, 3), bias=False,
+                                 res_shape=(2, 6, 6, 6), conv_attrs=dict(group=2, pads=[1, 1, 1, 1])),
+    "depthwise_residual_clip": dict(tail=[helper.make_node("Add", ["r", "c"], ["s"]),
+                                          helper.make_node("Clip", ["s", "lo", "hi"], ["y"])],
+                                    xs=(1, 4, 7, 7), ws=(4, 1, 3, 3), res_shape=(1, 4, 7, 7),
+                                    conv_attrs=dict(group=4, pads=[1, 1, 1, 1]),
+                                    inits={"lo": np.float32(-0.5), "hi": np.float32(0.75)}),
+    "clip_min_only": dict(tail=[helper.make_node("Clip", ["c", "lo"], ["y"])],
+                          inits={"lo": np.float32(0.1)}),
+    "clip_max_only": dict(tail=[helper.make_node("Clip", ["c", "", "hi"], ["y"])],
+                          inits={"hi": np.float32(0.2)}),
+    "clip6_attrs": dict(tail=[helper.make_node("Clip", ["c"], ["y"], min=-0.3, max=0.6)],
+                        opset=10),
+    "conv1d_leakyrelu": dict(tail=[helper.make_node("LeakyRelu", ["c"], ["y"], alpha=0.2)],
+                             xs=(2, 3, 11), ws=(5, 3, 3), conv_attrs=dict(strides=[2], pads=[1, 0])),
+    "conv1d_residual_tanh": dict(tail=[helper.make_node("Add", ["c", "r"], ["s"]),
+                                       helper.make_node("Tanh", ["s"], ["y"])],
+                                 xs=(1, 4, 10), ws=(4, 4, 1), res_shape=(1, 4, 10)),
+    "sigmoid_dilated": dict(tail=[helper.make_node("Sigmoid", ["c"], ["y"])], xs=(1, 3, 9, 9),
+                            conv_attrs=dict(dilations=[2, 2])),
+    "gelu_op": dict(tail=[helper.make_node("Gelu", ["c"], ["y"])], opset=20),
+    "residual_only": dict(tail=[helper.make_node("Add", ["c", "r"], ["y"])], res_shape=(1, 4, 6, 6)),
+    "auto_pad_same_relu": dict(tail=[helper.make_node("Relu", ["c"], ["y"])], xs=(1, 3, 7, 7),
+                               conv_attrs=dict(auto_pad="SAME_UPPER", strides=[2, 2])),
+    # float64: checked against onnx.reference (onnxruntime has no float64 Conv)
+    "float64_residual_relu": dict(tail=[helper.make_node("Add", ["c", "r"], ["s"]),
+                                        helper.make_node("Relu", ["s"], ["y"])],
+                                  dtype=F64, res_shape=(1, 4, 6, 6)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONV_CASES))
+def test_fused_conv_matches_onnxruntime(case):
+    m = _conv_model(**CONV_CASES[case])
+    cm = _check_vs_ort(m)
+    assert [(n.domain, n.op_type) for n in cm.graph.nodes] == [("jitort", "FusedConv")]
+    assert cm.fallback_nodes() == []
+
+
+def test_fused_conv_residual_never_shares_the_output_buffer():
+    # the residual (a workspace intermediate) dies at the fused conv, with the output's exact
+    # size: in-place reuse would corrupt the result (the GEMM writes out before res is read)
+    init = {"w": _arr(4, 4, 3, 3), "b": _arr(4)}
+    nodes = [helper.make_node("Neg", ["x"], ["r"]),
+             helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c", "r"], ["s"]),
+             helper.make_node("Relu", ["s"], ["t"]),
+             helper.make_node("Sigmoid", ["t"], ["y"])]
+    m = make_model(nodes, [("x", F32, ["N", 4, 5, 5])], [("y", F32, None)], init)
+    cm = _check_vs_ort(m, {"x": _arr(2, 4, 5, 5)})
+    assert [n.op_type for n in cm.graph.nodes] == ["Neg", "FusedConv", "Sigmoid"]
+    (plan,) = cm.plans()
+    from jitort.planner import check_plan
+    check_plan(plan.memory)
+    size = 2 * 4 * 5 * 5 * 4
+    assert plan.ws_bytes >= 2 * size  # r and the conv output are live together
+
+
+def test_fused_nodes_run_in_the_interpreter_when_no_backend_takes_them(monkeypatch):
+    from jitort.codegen import cpu
+    monkeypatch.setitem(cpu.SUPPORT, ("jitort", "FusedConv"), lambda n: False)
+    monkeypatch.setitem(cpu.SUPPORT, ("jitort", "MatMulBias"), lambda n: False)
+    m = _conv_model([helper.make_node("Add", ["c", "r"], ["s"]),
+                     helper.make_node("Clip", ["s", "lo"], ["y"])],
+                    res_shape=(1, 4, 6, 6), inits={"lo": np.float32(0.0)})
+    cm = _check_vs_ort(m)
+    assert [n.op_type for n in cm.graph.nodes] == ["FusedConv"]
+    assert cm.fallback_nodes() == ["FusedConv"]
+    mm = _mlp_model("erf_div")
+    cm = _check_vs_ort(mm, {"x": _arr(3, 16)})
+    assert [n.op_type for n in cm.graph.nodes] == ["MatMulBias", "MatMul"]
+    assert cm.graph.nodes[0].attrs["activation"] == "Gelu" and cm.fallback_nodes() == ["MatMulBias"]
+
+
+def test_fused_conv_falls_back_when_its_lowering_declines(monkeypatch):
+    from jitort.codegen import cpu
+    from jitort.codegen.cpu import Unlowerable
+
+    def decline(em, n):
+        raise Unlowerable(n, "test: declined")
+    monkeypatch.setitem(cpu.LOWER, ("jitort", "FusedConv"), decline)
+    m = _conv_model([helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y"])],
+                    xs=(1, 3, 7, 7), res_shape=(1, 4, 5, 5))
+    cm = _check_vs_ort(m)
+    assert cm.fallback_nodes() == ["FusedConv"] and "declined" in cm.fallback_reasons["FusedConv"]
+
+
+# --- MatMulBias activations ----------------------------------------------------------------------
+
+def _gelu_nodes(form: str, x: str, y: str) -> list:
+    """GELU of ``x`` into ``y`` as exporters write it."""
+    mk = helper.make_node
+    if form == "erf_div":  # torch.onnx (TorchScript): bert, vit
+        return [mk("Div", [x, "sqrt2"], ["g_d"]), mk("Erf", ["g_d"], ["g_e"]),
+                mk("Add", ["g_e", "one"], ["g_a"]), mk("Mul", [x, "g_a"], ["g_m"]),
+                mk("Mul", ["g_m", "half"], [y])]
+    if form == "erf_mul_half_first":  # x * 0.5 first, 1/sqrt2 as a Mul, operands swapped
+        return [mk("Mul", ["rsqrt2", x], ["g_d"]), mk("Erf", ["g_d"], ["g_e"]),
+                mk("Add", ["one", "g_e"], ["g_a"]), mk("Mul", ["half", x], ["g_h"]),
+                mk("Mul", ["g_a", "g_h"], [y])]
+    if form == "erf_half_of_sum":  # x * ((1 + erf) * 0.5)
+        return [mk("Div", [x, "sqrt2"], ["g_d"]), mk("Erf", ["g_d"], ["g_e"]),
+                mk("Add", ["g_e", "one"], ["g_a"]), mk("Mul", ["g_a", "half"], ["g_h"]),
+                mk("Mul", [x, "g_h"], [y])]
+    if form == "gelu_op":
+        return [mk("Gelu", [x], [y])]
+    if form == "gelu_op_tanh":
+        return [mk("Gelu", [x], [y], approximate="tanh")]
+    if form == "tanh_formula":  # gpt2: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        return [mk("Pow", [x, "three"], ["g_p"]), mk("Mul", ["g_p", "c044"], ["g_c"]),
+                mk("Add", [x, "g_c"], ["g_s"]), mk("Mul", ["g_s", "s2pi"], ["g_t"]),
+                mk("Tanh", ["g_t"], ["g_th"]), mk("Add", ["g_th", "one"], ["g_a"]),
+                mk("Mul", [x, "half"], ["g_h"]), mk("Mul", ["g_h", "g_a"], [y])]
+    return [mk(form, [x], [y])]  # a plain activation op
+
+
+def _mlp_model(form: str, opset: int = 17):
+    """x -> MatMul -> Add(bias) -> activation ``form`` -> MatMul -> y (an FFN block)."""
+    f = np.float32
+    init = {"w1": _arr(16, 32) / 4, "b1": _arr(32), "w2": _arr(32, 8) / 4,
+            "sqrt2": f(np.sqrt(2)), "rsqrt2": f(1 / np.sqrt(2)), "one": f(1), "half": f(0.5),
+            "three": f(3), "c044": f(0.044715), "s2pi": f(np.sqrt(2 / np.pi))}
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"])]
+    nodes += _gelu_nodes(form, "hb", "act")
+    nodes.append(helper.make_node("MatMul", ["act", "w2"], ["y"]))
+    used = {i for n in nodes for i in n.input}
+    init = {k: v for k, v in init.items() if k in used}
+    return make_model(nodes, [("x", F32, ["B", 16])], [("y", F32, None)], init, opset=opset)
+
+
+@pytest.mark.parametrize("form,opset,fused", [
+    ("Relu", 17, "Relu"), ("Sigmoid", 17, "Sigmoid"), ("Tanh", 17, "Tanh"),
+    ("erf_div", 17, "Gelu"), ("erf_mul_half_first", 17, "Gelu"), ("erf_half_of_sum", 17, "Gelu"),
+    ("gelu_op", 20, "Gelu"), ("gelu_op_tanh", 20, None), ("tanh_formula", 17, None)])
+def test_matmulbias_activation_fusion_matches_onnxruntime(form, opset, fused):
+    m = _mlp_model(form, opset)
+    g = _optimized(m)
+    mmb = [n for n in g.nodes if n.op_type == "MatMulBias"]
+    assert len(mmb) == 1
+    if fused is None:  # the tanh approximation is not ACT_GELU: left to the elementwise fuser
+        assert mmb[0].attrs["activation"] == ""
+        assert len(g.nodes) > 2
+    else:
+        assert [(n.domain, n.op_type, n.attrs.get("activation")) for n in g.nodes] == [
+            ("jitort", "MatMulBias", fused), ("", "MatMul", None)]
+    cm = _check_vs_ort(m, {"x": _arr(5, 16)})
+    assert cm.fallback_nodes() == []
+
+
+def test_gelu_pattern_with_a_shared_intermediate_is_not_fused():
+    m = _mlp_model("erf_div")
+    m.graph.output.append(helper.make_tensor_value_info("g_e", F32, None))  # Erf result is an output
+    g = _optimized(m)
+    assert [n.attrs.get("activation") for n in g.nodes if n.op_type == "MatMulBias"] == [""]
+    assert "Erf" in [n.op_type for n in g.nodes]
+    # the MatMulBias output read by a third node: no fusion either
+    m2 = _mlp_model("erf_div")
+    m2.graph.node.append(helper.make_node("Neg", ["hb"], ["z"]))
+    m2.graph.output.append(helper.make_tensor_value_info("z", F32, None))
+    g2 = _optimized(m2)
+    assert [n.attrs.get("activation") for n in g2.nodes if n.op_type == "MatMulBias"] == [""]

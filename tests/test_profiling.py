@@ -10,7 +10,7 @@ from onnx import helper
 import jitort
 from jitort.codegen import cpu
 from jitort.ir import Node, Value
-from jitort.profiling import machine_peak_gflops, node_flops
+from jitort.profiling import machine_peak_gflops, node_flops, op_label
 
 from .helpers import F32, make_model
 from .test_concurrency import _mlp
@@ -30,18 +30,19 @@ def test_profile_mode_times_every_kernel_and_writes_a_chrome_trace(tmp_path):
     for _ in range(3):
         cm(x)
     (plan,) = cm.plans()
-    # one chunk per step: 5 nodes after passes (MatMulBias, Tanh, MatMul, Add, LayerNorm)
-    assert [p.ops for p in plan.parts] == [["MatMulBias"], ["Tanh"], ["MatMul"], ["Add"],
+    # one chunk per step: 4 nodes after passes (MatMulBias with its Tanh fused in, MatMul, Add,
+    # LayerNorm); the fused op is reported under the name of what it absorbed
+    assert [p.ops for p in plan.parts] == [["MatMulBias+Tanh"], ["MatMul"], ["Add"],
                                           ["LayerNormalization"]]
     src = Path(plan.source_path).read_text()
     assert len(re.findall(r"^def part\d+\(", src, re.M)) == len(plan.parts)
     stats = cm.profiler.kernel_stats()
-    assert [s.calls for s in stats] == [3] * 5
+    assert [s.calls for s in stats] == [3] * 4
     mm = next(s for s in stats if s.ops == ["MatMul"])
     assert mm.flops == 2 * 4 * 64 * 32 and mm.gflops > 0
     path = cm.end_profiling(tmp_path / "trace.json")
     events = json.loads(Path(path).read_text())
-    assert len(events) == 3 * (5 + 1)  # five kernels and the segment around them, per run
+    assert len(events) == 3 * (4 + 1)  # four kernels and the segment around them, per run
     for e in events:
         assert {"name", "ph", "ts", "dur", "pid", "tid", "args"} <= set(e)
         assert e["ph"] == "X" and e["dur"] >= 0
@@ -107,6 +108,16 @@ def test_flop_estimates():
     o, so = _v("o", (1, 16, 8, 8))
     conv = Node("Conv", [x, w], [o], {})
     assert node_flops(conv, {**sx, **sw, **so}) == 2 * 16 * 8 * 8 * 8 * 3 * 3
+    # fused epilogues count like the op they extend, plus the residual add and the activation
+    r, sr = _v("r", (1, 16, 8, 8))
+    fused = Node("FusedConv", [x, w, None, r], [o], {"activation": "Relu"}, "jitort")
+    assert node_flops(fused, {**sx, **sw, **so, **sr}) == 2 * 16 * 8 * 8 * 8 * 3 * 3 + 2 * 16 * 64
+    assert op_label(fused) == "FusedConv+Add+Relu"
+    bias, sbias = _v("bias", (5,))
+    mmb = Node("MatMulBias", [a, b, bias], [y], {"activation": "Gelu"}, "jitort")
+    assert node_flops(mmb, {**shapes, **sbias}) == 2 * 2 * 3 * 5 * 4 + 30 + 8 * 30
+    assert op_label(mmb) == "MatMulBias+Gelu"
+    assert op_label(Node("MatMulBias", [a, b, bias], [y], {"activation": ""}, "jitort")) == "MatMulBias"
     t, st = _v("t", (4, 4))
     assert node_flops(Node("Transpose", [t], [t], {}), st) == 0
 

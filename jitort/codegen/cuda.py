@@ -32,8 +32,8 @@ from . import module as modmgr
 from .cpu import Group, SegmentCompiler, Unlowerable, group_nodes, group_operands, registry
 from .elementwise import (EXPR, LoopStyle, Operand, collapse, kernel_source,
                           supports_elementwise)
-from .lowerings import (ACT_CODES, REDUCE_KIND, _3d, _axes_from_input, _axis, _conv_pads, _prod,
-                        slice_start_step)
+from .lowerings import (ACT_CODES, REDUCE_KIND, _3d, _axes_from_input, _axis, _conv_geometry,
+                        _conv_pads, _prod, act_args, float_literal, slice_start_step)
 
 #: Threads per block of generated elementwise kernels.
 EW_BLOCK = 128
@@ -341,10 +341,10 @@ def lower_matmul_bias(em: CudaEmitter, n: Node) -> None:
         raise Unlowerable(n, "MatMulBias bias is not one row")
     a, b, bias = em.arr(n.inputs[0]), em.arr(n.inputs[1]), em.arr(n.inputs[2])
     y = em.out(n.outputs[0])
-    act = ACT_CODES[n.attrs.get("activation", "")]
+    act, alpha, beta = act_args(n)
     em.call(f"_gemm.matmul3d_bias_act({a}, {em.dim(sab)}, {b}, {em.dim(sbb)}, {bias}, {y}, "
             f"{', '.join(em.dim(x) for x in (nb, m, nn, k))}, {act}, "
-            f"{float(n.attrs.get('alpha', 0.0))!r})")
+            f"{float_literal(alpha, 'float')}, {float_literal(beta, 'float')})")
 
 
 @lowering("Gemm", supports=_same_float)
@@ -523,25 +523,41 @@ def lower_reduce(em: CudaEmitter, n: Node) -> None:
             f"{REDUCE_KIND[n.op_type]})")
 
 
-@lowering("Conv", supports=_same_float)
-def lower_conv(em: CudaEmitter, n: Node) -> None:
+def _lower_conv(em: CudaEmitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> None:
+    """One launch of the direct conv kernel for a Conv or FusedConv (bias, optional residual of
+    the output's shape and activation applied by each thread to its output element)."""
     x, w, b, y = n.inputs[0], n.inputs[1], n.input(2), n.outputs[0]
-    xs, ws, ys = em.shape(x), em.shape(w), em.shape(y)
-    if len(xs) not in (3, 4):
-        raise Unlowerable(n, f"{len(xs) - 2}-D convolution")
-    sp = len(xs) - 2
-    strides = list(n.attrs.get("strides", [1] * sp))
-    dil = list(n.attrs.get("dilations", [1] * sp))
-    pads = _conv_pads(n, xs[2:], ws[2:], strides, dil, ys[2:])
-    if sp == 1:  # 1-D as 2-D with height 1
-        xs, ws, ys = xs[:2] + (1,) + xs[2:], ws[:2] + (1,) + ws[2:], ys[:2] + (1,) + ys[2:]
-        strides, dil, pads = [1] + strides, [1] + dil, [0] + pads
+    xs, ws, ys, strides, dil, pads, group = _conv_geometry(em, n)
     xv, wv = em.arr(x), em.arr(w)
     bv = em.arr(b) if b is not None else wv
     geo = (xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], ys[2], ys[3], strides[0], strides[1],
-           pads[0], pads[1], dil[0], dil[1], int(n.attrs.get("group", 1)))
-    em.call(f"_conv.conv2d({xv}, {wv}, {bv}, {em.out(y)}, {', '.join(em.dim(v) for v in geo)}, "
-            f"{b is not None})")
+           pads[0], pads[1], dil[0], dil[1], group)
+    dims = ", ".join(em.dim(v) for v in geo)
+    if n.op_type == "Conv":
+        em.call(f"_conv.conv2d({xv}, {wv}, {bv}, {em.out(y)}, {dims}, {b is not None})")
+        return
+    rv = em.arr(residual) if residual is not None else None
+    yv = em.out(y)  # a fresh row, live with the residual's at this step: never the same memory
+    code, alpha, beta = act
+    epi = f"{code}, {float_literal(alpha, 'float')}, {float_literal(beta, 'float')}"
+    if residual is None:
+        em.call(f"_conv.conv2d_bias_act({xv}, {wv}, {bv}, {yv}, {dims}, {b is not None}, {epi})")
+    else:
+        em.call(f"_conv.conv2d_bias_add_act({xv}, {wv}, {bv}, {rv}, {yv}, {dims}, {b is not None}, "
+                f"True, {epi})")
+
+
+@lowering("Conv", supports=_same_float)
+def lower_conv(em: CudaEmitter, n: Node) -> None:
+    _lower_conv(em, n)
+
+
+@lowering("FusedConv", domain="jitort", supports=lambda n: _same_float(n)
+          and n.attrs.get("activation", "") in ACT_CODES)
+def lower_fused_conv(em: CudaEmitter, n: Node) -> None:
+    """jitort.FusedConv: ``act(conv(x, W) + B [+ residual])`` in the conv kernel's store (the
+    shape pass has checked that the residual has the output's shape)."""
+    _lower_conv(em, n, n.input(3), act_args(n))
 
 
 def _pool_ok(n: Node) -> bool:

@@ -96,19 +96,21 @@ def lower_matmul(em: Emitter, n: Node) -> None:
     em.call(f"_gemm.matmul3d({av}, {bv}, {y}.reshape({em.tuple_expr(yshape)}))")
 
 
-ACT_CODES = {"": 0, "Relu": 1, "Gelu": 2, "Sigmoid": 3, "Tanh": 4, "LeakyRelu": 5}
+#: Fused activations (``activation`` attribute of MatMulBias / FusedConv) -> the kernels' codes
+#: (``kernels/cpu/epilogue.py``; Gelu is the erf form).
+ACT_CODES = {"": 0, "Relu": 1, "Gelu": 2, "Sigmoid": 3, "Tanh": 4, "LeakyRelu": 5, "Clip": 6}
 
 
-@lowering("MatMulBias", domain="jitort", supports=lambda n: _is_float(n.inputs[0], n.inputs[1]))
+@lowering("MatMulBias", domain="jitort", supports=lambda n: _is_float(n.inputs[0], n.inputs[1])
+          and n.attrs.get("activation", "") in ACT_CODES)
 def lower_matmul_bias(em: Emitter, n: Node) -> None:
     av, bv, yshape = _matmul_views(em, n)
     bias = em.arr(n.inputs[2])
     y = em.out(n.outputs[0])
-    act = ACT_CODES[n.attrs.get("activation", "")]
-    alpha = float(n.attrs.get("alpha", 0.0))
+    act, alpha, beta = act_args(n)
     dt = tname(n.outputs[0].dtype)
     em.call(f"_gemm.matmul3d_bias_act({av}, {bv}, {bias}, {y}.reshape({em.tuple_expr(yshape)}), "
-            f"{act}, {dt}({alpha!r}), {dt}(0.0))")
+            f"{act}, {float_literal(alpha, dt)}, {float_literal(beta, dt)})")
 
 
 @lowering("Gemm", supports=lambda n: _is_float(n.inputs[0], n.inputs[1], n.outputs[0])
@@ -409,11 +411,10 @@ def _conv_ok(n: Node) -> bool:
         and (n.input(2) is None or n.inputs[2].dtype == n.inputs[0].dtype)
 
 
-@lowering("Conv", supports=_conv_ok)
-def lower_conv(em: Emitter, n: Node) -> None:
-    from jitort.kernels.cpu.conv import conv2d_scratch_elems
+def _conv_geometry(em, n: Node):
+    """Shapes as the 2-D kernels take them (a 1-D conv gets height 1), strides, dilations, begin
+    pads and group of a Conv or FusedConv. Shared by the CPU and CUDA lowerings."""
     x, w, y = n.inputs[0], n.inputs[1], n.outputs[0]
-    b = n.input(2)
     xs, ws, ys = em.shape(x), em.shape(w), em.shape(y)
     if len(xs) not in (3, 4):
         raise Unlowerable(n, f"{len(xs) - 2}-D convolution")
@@ -422,11 +423,37 @@ def lower_conv(em: Emitter, n: Node) -> None:
     dil = list(n.attrs.get("dilations", [1] * sp))
     pads = _conv_pads(n, xs[2:], ws[2:], strides, dil, ys[2:])
     if sp == 1:  # 1-D as 2-D with height 1
-        xs4, ws4, ys4 = xs[:2] + (1,) + xs[2:], ws[:2] + (1,) + ws[2:], ys[:2] + (1,) + ys[2:]
+        xs, ws, ys = xs[:2] + (1,) + xs[2:], ws[:2] + (1,) + ws[2:], ys[:2] + (1,) + ys[2:]
         strides, dil, pads = [1] + strides, [1] + dil, [0] + pads
-    else:
-        xs4, ws4, ys4 = xs, ws, ys
-    group = int(n.attrs.get("group", 1))
+    return tuple(xs), tuple(ws), tuple(ys), strides, dil, pads, int(n.attrs.get("group", 1))
+
+
+def act_args(n: Node) -> tuple[int, float, float]:
+    """(code, alpha, beta) of the fused activation of a MatMulBias or FusedConv node."""
+    params = list(n.attrs.get("activation_params", [])) or [n.attrs.get("alpha", 0.0)]
+    params = [float(p) for p in params] + [0.0] * (2 - len(params))
+    return ACT_CODES[n.attrs.get("activation", "")], params[0], params[1]
+
+
+def float_literal(v: float, dt: str = "np.float64") -> str:
+    """``v`` as generated code (``inf``/``nan`` have no Python literal)."""
+    if math.isnan(v):
+        return f"{dt}(np.nan)"
+    if math.isinf(v):
+        return f"{dt}({'-' if v < 0 else ''}np.inf)"
+    return f"{dt}({v!r})"
+
+
+def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> None:
+    """Emit one call of the CPU conv kernel for a Conv or FusedConv: plain ``conv2d``, or the
+    variant applying bias (+ residual) + activation to each output block while it is in cache.
+    The residual is read at this step and the output is a fresh buffer (never an in-place reuse,
+    see ``Emitter.out``), so their lifetimes intersect and the planner never overlaps them:
+    ``conv2d_bias_add_act`` requires that ``res`` not alias ``out``."""
+    from jitort.kernels.cpu.conv import conv2d_scratch_elems
+    x, w, y = n.inputs[0], n.inputs[1], n.outputs[0]
+    b = n.input(2)
+    xs4, ws4, ys4, strides, dil, pads, group = _conv_geometry(em, n)
     c, kh, kw = xs4[1], ws4[2], ws4[3]
     oh, ow = ys4[2], ys4[3]
     col = em.scratch(max(1, conv2d_scratch_elems(c, kh, kw, oh, ow, group, em.threads)),
@@ -434,10 +461,42 @@ def lower_conv(em: Emitter, n: Node) -> None:
     xv = f"{em.arr(x)}.reshape({em.tuple_expr(xs4)})"
     wv = f"{em.arr(w)}.reshape({em.tuple_expr(ws4)})"
     bv = em.arr(b) if b is not None else f"np.zeros({ws4[0]}, {tname(y.dtype)})"
+    rv = None if residual is None else f"{em.arr(residual)}.reshape({em.tuple_expr(ys4)}), "
     yv = em.out(y)
+    if (residual is not None and id(y) not in em.embed  # (a Concat slice: its own bytes)
+            and em.root.get(id(residual), -1) == em.root.get(id(y))):
+        raise Unlowerable(n, "conv residual shares the output's buffer")  # never planned so
     args = ", ".join(em.dim(v) for v in (strides[0], strides[1], pads[0], pads[1], dil[0], dil[1]))
-    em.call(f"_conv.conv2d({xv}, {wv}, {bv}, {yv}.reshape({em.tuple_expr(ys4)}), {col}, {args}, "
-            f"{group}, {b is not None})")
+    y4 = f"{yv}.reshape({em.tuple_expr(ys4)})"
+    if n.op_type == "Conv":
+        em.call(f"_conv.conv2d({xv}, {wv}, {bv}, {y4}, {col}, {args}, {group}, {b is not None})")
+        return
+    code, alpha, beta = act
+    epi = f"{code}, {float_literal(alpha)}, {float_literal(beta)}"
+    if residual is None:
+        em.call(f"_conv.conv2d_bias_act({xv}, {wv}, {bv}, {y4}, {col}, {args}, {group}, "
+                f"{b is not None}, {epi})")
+    else:
+        em.call(f"_conv.conv2d_bias_add_act({xv}, {wv}, {bv}, {rv}{y4}, {col}, {args}, {group}, "
+                f"{b is not None}, {epi})")
+
+
+@lowering("Conv", supports=_conv_ok)
+def lower_conv(em: Emitter, n: Node) -> None:
+    _lower_conv2d(em, n)
+
+
+def _fused_conv_ok(n: Node) -> bool:
+    r = n.input(3)
+    return (_conv_ok(n) and n.attrs.get("activation", "") in ACT_CODES
+            and (r is None or (r.dtype == n.inputs[0].dtype and r.dtype == n.outputs[0].dtype)))
+
+
+@lowering("FusedConv", domain="jitort", supports=_fused_conv_ok)
+def lower_fused_conv(em: Emitter, n: Node) -> None:
+    """``act(conv(x, W) + B [+ residual])`` (see ``passes.patterns.fuse_epilogues``); the shape
+    pass has checked that the residual has the output's shape."""
+    _lower_conv2d(em, n, n.input(3), act_args(n))
 
 
 def _pool_ok(n: Node) -> bool:

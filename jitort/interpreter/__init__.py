@@ -1,10 +1,12 @@
 """The fallback interpreter: runs any single node with numpy, one node at a time.
 
-Two tiers:
+Three tiers:
 
 * **fast paths** (:mod:`.numpy_ops`): plain numpy closures built once per node, for the ops
   that shape computations and small host-side glue use (Shape, Gather, Concat, Reshape,
   Slice, elementwise math, reductions...). A call costs a few microseconds.
+* **jitort's own ops** (:mod:`.jitort_ops`): ``MatMulBias`` and ``FusedConv``, decomposed
+  into the ONNX ops they replaced (for nodes a compiled backend declines, and for folding).
 * **onnx.reference** (:mod:`.reference`): everything else, including subgraph ops
   (If/Loop/Scan read their outer-scope values from ``node.implicit``), ai.onnx.ml and the
   preview domains. A fast path that *defers* (unsupported dtype or form, or any error) hands
@@ -26,6 +28,7 @@ import onnx
 from .. import ir
 from ..errors import ExecutionError, UnsupportedOp
 from . import numpy_ops  # noqa: F401  (registers the fast paths)
+from . import jitort_ops  # noqa: F401  (jitort's own ops: MatMulBias, FusedConv)
 from .reference import ReferenceRunner
 from .registry import lookup, registered_ops
 

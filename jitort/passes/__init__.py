@@ -17,20 +17,22 @@ from ..errors import InvalidModel, JitortError
 from ..ir import Graph
 from .simplify import (eliminate_dead_code, eliminate_identities, eliminate_common_subexpressions,
                        fold_constants)
-from .patterns import fold_conv_batchnorm, fuse_matmul_add
+from .patterns import fold_conv_batchnorm, fuse_epilogues, fuse_matmul_add
 
 log = logging.getLogger("jitort.passes")
 
 PassFn = Callable[[Graph], int]
 
 #: The recipe. Order matters: fold before CSE so equal constants merge, fuse patterns after the
-#: graph is clean, DCE last to drop what the rewrites left behind.
+#: graph is clean (epilogues after MatMul+Add so the activation lands on the MatMulBias), DCE
+#: last to drop what the rewrites left behind.
 DEFAULT_PIPELINE: list[tuple[str, PassFn]] = [
     ("eliminate_identities", eliminate_identities),
     ("fold_constants", fold_constants),
     ("eliminate_common_subexpressions", eliminate_common_subexpressions),
     ("fold_conv_batchnorm", fold_conv_batchnorm),
     ("fuse_matmul_add", fuse_matmul_add),
+    ("fuse_epilogues", fuse_epilogues),
     ("eliminate_dead_code", eliminate_dead_code),
 ]
 

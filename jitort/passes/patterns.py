@@ -1,4 +1,5 @@
-"""Pattern rewrites: Conv+BatchNormalization folding, MatMul+Add -> Gemm-like.
+"""Pattern rewrites: Conv+BatchNormalization folding, MatMul+Add -> Gemm-like, epilogue fusion
+(bias, residual Add and activation folded into the GEMM/Conv output pass).
 
 Each rewrite follows ORT's safety rule: the intermediate being removed must have exactly one
 consumer and must not be a graph output.
@@ -104,3 +105,238 @@ def fuse_matmul_add(g: Graph) -> int:
         g.relink()
         log.info("fused MatMul+Add: %d", count)
     return count
+
+
+# --- epilogue fusion ---------------------------------------------------------------------------
+
+#: Activations a fused epilogue applies (the kernels' ``epilogue`` codes; Gelu is the erf form).
+EPILOGUE_ACTIVATIONS = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Gelu")
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_SQRT2 = 1.4142135623730951
+#: Clip-6's defaults (attributes min/max): the float32 range, not infinity.
+_CLIP6_MAX = float(np.finfo(np.float32).max)
+
+
+def _is_float_value(v: Value | None) -> bool:
+    return v is not None and v.dtype is not None and np.dtype(v.dtype) in _FLOATS
+
+
+def _scalar_const(v: Value | None, ref: Value) -> float | None:
+    """The value of a one-element constant of ``ref``'s dtype that broadcasts against ``ref``
+    without changing its shape (rank at most ``ref``'s), else None."""
+    if v is None or not v.is_const or v.const.size != 1 or v.const.dtype != ref.dtype:
+        return None
+    if v.const.ndim and (ref.shape is None or v.const.ndim > len(ref.shape)):
+        return None
+    return float(v.const.reshape(-1)[0])
+
+
+def _close(a: float | None, b: float, rtol: float = 1e-6) -> bool:
+    return a is not None and abs(a - b) <= rtol * abs(b)
+
+
+def _user(g: Graph, v: Value, consumers, op: str) -> Node | None:
+    """The only reader of ``v`` (not a graph output) if it is a default-domain ``op``."""
+    u = _single_use(g, v, consumers)
+    if u is None or u.op_type != op or u.domain or len(u.outputs) != 1:
+        return None
+    if u.outputs[0].dtype != v.dtype:
+        return None
+    return u
+
+
+def _binary_other(n: Node, v: Value) -> Value | None:
+    """The other operand of a two-input node reading ``v`` once, else None."""
+    if len(n.inputs) != 2 or any(x is None for x in n.inputs):
+        return None
+    a, b = n.inputs
+    if a is v and b is not v:
+        return b
+    if b is v and a is not v:
+        return a
+    return None
+
+
+def _match_gelu_erf(g: Graph, y: Value, consumers) -> tuple[Node, list[Node]] | None:
+    """``0.5 * y * (1 + Erf(y / sqrt(2)))`` as exporters write it (torch's nn.GELU: Div by
+    sqrt(2) or Mul by 1/sqrt(2), Erf, Add 1, then the product of y, that and 0.5 in any
+    association and operand order). Returns (last node, every node of the pattern)."""
+    users = consumers.get(id(y), [])
+    if len(users) != 2 or id(y) in g.output_ids():
+        return None
+    outs = g.output_ids()
+
+    def only(v: Value, node: Node) -> bool:  # v is read by ``node`` alone, not a graph output
+        return consumers.get(id(v), []) == [node] and id(v) not in outs
+
+    for scale, other in (users, users[::-1]):
+        if scale.domain or len(scale.outputs) != 1 or len(scale.inputs) != 2:
+            continue
+        if scale.op_type == "Div" and scale.inputs[0] is y:
+            if not _close(_scalar_const(scale.inputs[1], y), _SQRT2):
+                continue
+        elif scale.op_type == "Mul":
+            c = _binary_other(scale, y)
+            if not _close(_scalar_const(c, y), 1 / _SQRT2):
+                continue
+        else:
+            continue
+        erf = _user(g, scale.outputs[0], consumers, "Erf")
+        add1 = erf and _user(g, erf.outputs[0], consumers, "Add")
+        if not add1 or not _close(_scalar_const(_binary_other(add1, erf.outputs[0]), y), 1.0):
+            continue
+        t = add1.outputs[0]  # 1 + erf(y / sqrt 2)
+        if other.op_type != "Mul" or other.domain or len(other.outputs) != 1:
+            continue
+        o = _binary_other(other, y)
+        if o is None:
+            continue
+        mid = other.outputs[0]
+        pre = [scale, erf, add1]
+        if o is t:  # (y * t) * 0.5
+            last = _user(g, mid, consumers, "Mul")
+            if last and only(t, other) and _close(_scalar_const(_binary_other(last, mid), y), 0.5):
+                return last, pre + [other, last]
+        elif _close(_scalar_const(o, y), 0.5):  # (y * 0.5) * t
+            last = _user(g, mid, consumers, "Mul")
+            if last and _binary_other(last, mid) is t and only(t, last):
+                return last, pre + [other, last]
+        elif o.producer is not None and only(t, o.producer) and only(o, other):  # y * (t * 0.5)
+            half = o.producer
+            if (half.op_type == "Mul" and not half.domain and half.outputs == [o]
+                    and _close(_scalar_const(_binary_other(half, t), y), 0.5)):
+                return other, pre + [half, other]
+    return None
+
+
+def _match_activation(g: Graph, y: Value, consumers) -> tuple[str, list[float], list[Node]] | None:
+    """An activation applied to ``y`` alone that the fused epilogues compute:
+    ``(name, [alpha, beta], nodes)``; the last of ``nodes`` produces the activated value."""
+    if not _is_float_value(y):
+        return None
+    gelu = _match_gelu_erf(g, y, consumers)
+    if gelu is not None:
+        return "Gelu", [0.0, 0.0], gelu[1]
+    a = _single_use(g, y, consumers)
+    if (a is None or a.domain or a.op_type not in EPILOGUE_ACTIVATIONS or len(a.outputs) != 1
+            or a.inputs[0] is not y or a.outputs[0].dtype != y.dtype):
+        return None
+    op = a.op_type
+    if op in ("Relu", "Sigmoid", "Tanh"):
+        return op, [0.0, 0.0], [a]
+    if op == "LeakyRelu":
+        return op, [float(a.attrs.get("alpha", 0.01)), 0.0], [a]
+    if op == "Gelu":
+        if a.attrs.get("approximate", "none") != "none":
+            return None  # the tanh approximation is another function
+        return op, [0.0, 0.0], [a]
+    # Clip: bounds are attributes before opset 11, optional constant inputs from 11 on
+    if a.since_version < 11:
+        lo = float(a.attrs.get("min", -_CLIP6_MAX))
+        hi = float(a.attrs.get("max", _CLIP6_MAX))
+    else:
+        bounds = []
+        for i, default in ((1, -np.inf), (2, np.inf)):
+            v = a.input(i)
+            if v is None:
+                bounds.append(float(default))
+                continue
+            c = _scalar_const(v, y)
+            if c is None:
+                return None
+            bounds.append(c)
+        lo, hi = bounds
+    if np.isnan(lo) or np.isnan(hi) or lo > hi:
+        return None
+    return op, [lo, hi], [a]
+
+
+def _same_static_shape(a: Value, b: Value) -> bool:
+    """Statically equal shapes: every dim the same int, or the same symbol."""
+    if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
+        return False
+    return all(x is not None and type(x) is type(y) and x == y for x, y in zip(a.shape, b.shape))
+
+
+def _conv_candidate(n: Node) -> bool:
+    """A float Conv (1-D or 2-D) the fused CPU/CUDA kernels take."""
+    if n.op_type != "Conv" or n.domain or len(n.outputs) != 1 or len(n.inputs) < 2:
+        return False
+    x, w, b = n.inputs[0], n.inputs[1], n.input(2)
+    if not (_is_float_value(x) and _is_float_value(n.outputs[0])) or w is None:
+        return False
+    if w.shape is None or len(w.shape) not in (3, 4):
+        return False
+    return all(v is None or v.dtype == x.dtype for v in (w, b, n.outputs[0]))
+
+
+def fuse_epilogues(g: Graph) -> int:
+    """Fold what follows a GEMM or a convolution into its output pass (the kernels' epilogue).
+
+    * ``Conv [-> Add(conv, residual)] [-> activation]`` -> ``jitort.FusedConv(x, W, B,
+      [residual])`` with the Conv's attributes plus ``activation`` and ``activation_params``
+      (``[alpha, beta]``: LeakyRelu's slope, Clip's bounds). The residual must have statically
+      the conv output's shape (no broadcast) and dtype.
+    * ``jitort.MatMulBias`` (no activation yet) ``-> activation`` -> the same node with
+      ``activation`` set.
+
+    Activations: Relu, LeakyRelu, Clip (constant bounds), Sigmoid, Tanh, Gelu (the opset-20 op
+    with ``approximate="none"``, or the erf formula torch exports; never the tanh form). Every
+    intermediate must have one reader and not be a graph output; the fused node takes the last
+    node's place in the order and produces its output value, so output names stay.
+    """
+    consumers = g.consumers()
+    claimed: set[int] = set()
+    replace: dict[int, Node] = {}  # id(last node of a pattern) -> the fused node
+    for n in g.nodes:
+        if id(n) in claimed:
+            continue
+        if n.op_type == "MatMulBias" and n.domain == JITORT_DOMAIN:
+            if n.attrs.get("activation", ""):
+                continue
+            act = _match_activation(g, n.outputs[0], consumers)
+            if act is None or any(id(m) in claimed for m in act[2]):
+                continue
+            name, params, chain = act
+            attrs = dict(n.attrs, activation=name, activation_params=params)
+            fused = Node("MatMulBias", list(n.inputs), [chain[-1].outputs[0]], attrs,
+                         JITORT_DOMAIN, n.name, n.since_version)
+            chain = [n] + chain
+        elif _conv_candidate(n) or (n.op_type == "FusedConv" and n.domain == JITORT_DOMAIN
+                                    and not n.attrs.get("activation", "")):
+            y = n.outputs[0]
+            chain = [n]
+            residual = None
+            add = _single_use(g, y, consumers) if n.op_type == "Conv" else None
+            if (add is not None and add.op_type == "Add" and not add.domain
+                    and len(add.outputs) == 1 and id(add) not in claimed):
+                other = _binary_other(add, y)
+                if (other is not None and other.dtype == y.dtype and _same_static_shape(other, y)
+                        and add.outputs[0].dtype == y.dtype):
+                    residual = other
+                    chain.append(add)
+            act = _match_activation(g, chain[-1].outputs[0], consumers)
+            if act is not None and any(id(m) in claimed for m in act[2]):
+                act = None
+            if residual is None and act is None:
+                continue
+            name, params, tail = act if act is not None else ("", [0.0, 0.0], [])
+            chain += tail
+            if n.op_type == "FusedConv":  # a residual-only FusedConv gains its activation
+                ins = list(n.inputs)
+            else:
+                ins = [n.inputs[0], n.inputs[1], n.input(2)] + ([residual] if residual else [])
+            attrs = dict(n.attrs, activation=name, activation_params=params)
+            fused = Node("FusedConv", ins, [chain[-1].outputs[0]], attrs, JITORT_DOMAIN,
+                         n.name, 1)
+        else:
+            continue
+        claimed.update(id(m) for m in chain)
+        replace[id(chain[-1])] = fused
+    if not replace:
+        return 0
+    g.nodes = [replace.get(id(n), n) for n in g.nodes
+               if id(n) in replace or id(n) not in claimed]
+    g.relink()
+    log.info("fused epilogues: %d", len(replace))
+    return len(replace)

@@ -16,18 +16,18 @@ def _make(dt):
     """The kernel for one dtype (shared arrays need a dtype known when the kernel compiles)."""
     @cuda.jit
     def kern(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
-          y, yo, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha):
+          y, yo, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha, act_beta):
         # one allocation per line: the simulator tells shared arrays apart by source line
         sa = cuda.shared.array((TILE, TILE), dtype=dt)
         sb = cuda.shared.array((TILE, TILE), dtype=dt)
         _body(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
-              y, yo, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha, sa, sb)
+              y, yo, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha, act_beta, sa, sb)
     return kern
 
 
 @cuda.jit(device=True)
 def _body(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
-          y, yo, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha, sa, sb):
+          y, yo, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha, act_beta, sa, sb):
     tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
     j = cuda.blockIdx.x * TILE + tx
     i = cuda.blockIdx.y * TILE + ty
@@ -49,18 +49,18 @@ def _body(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio
             v += beta * c[co + i * csi + j * csj]
         if has_bias:
             v += bias[bio + j]
-        y[yo + (z * m + i) * n + j] = act(v, code, act_alpha)
+        y[yo + (z * m + i) * n + j] = act(v, code, act_alpha, act_beta)
 
 
 def _launch(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
-            y, yo, nb, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha):
+            y, yo, nb, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha, act_beta=0.0):
     if nb * m * n == 0:
         return
     grid = ((n + TILE - 1) // TILE, (m + TILE - 1) // TILE, nb)
     dt = y.dtype.type
     _KERNELS[y.dtype][grid, (TILE, TILE)](a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj,
                                 bias, bio, y, yo, m, n, k, dt(alpha), dt(beta), has_c, has_bias,
-                                code, dt(act_alpha))
+                                code, dt(act_alpha), dt(act_beta))
 
 
 def matmul3d(a, ao, sab, b, bo, sbb, y, yo, nb, m, n, k):
@@ -70,10 +70,11 @@ def matmul3d(a, ao, sab, b, bo, sbb, y, yo, nb, m, n, k):
             1.0, 0.0, False, False, 0, 0.0)
 
 
-def matmul3d_bias_act(a, ao, sab, b, bo, sbb, bias, bio, y, yo, nb, m, n, k, code, act_alpha):
-    """``matmul3d`` plus a bias row and an activation (codes as in ``mathfn.act``)."""
+def matmul3d_bias_act(a, ao, sab, b, bo, sbb, bias, bio, y, yo, nb, m, n, k, code, act_alpha,
+                      act_beta=0.0):
+    """``matmul3d`` plus a bias row and an activation (codes and params as in ``mathfn.act``)."""
     _launch(a, ao, sab, k, 1, b, bo, sbb, n, 1, y, 0, 0, 0, bias, bio, y, yo, nb, m, n, k,
-            1.0, 0.0, False, True, code, act_alpha)
+            1.0, 0.0, False, True, code, act_alpha, act_beta)
 
 
 def gemm(a, ao, b, bo, c, co, csi, csj, y, yo, m, n, k, alpha, beta, trans_a, trans_b, has_c):

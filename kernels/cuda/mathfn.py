@@ -15,8 +15,10 @@ def gelu(x):
 
 
 @cuda.jit(device=True)
-def act(x, code, alpha):
-    """The epilogue activations, coded as in ``jitort.codegen.lowerings.ACT_CODES``."""
+def act(x, code, alpha, beta):
+    """The epilogue activations, coded as in ``jitort.codegen.lowerings.ACT_CODES``: 1 relu,
+    2 gelu (erf), 3 sigmoid, 4 tanh, 5 leaky relu (slope ``alpha``), 6 clip to
+    [``alpha``, ``beta``]. NaN stays NaN."""
     if code == 1:
         return x if x > 0 else x * 0
     if code == 2:
@@ -27,6 +29,9 @@ def act(x, code, alpha):
         return math.tanh(x)
     if code == 5:
         return x if x >= 0 else alpha * x
+    if code == 6:
+        v = alpha if x < alpha else x
+        return beta if v > beta else v
     return x
 
 

@@ -135,6 +135,36 @@ def test_conv(cuda, attrs, xs, ws):
     check(one("Conv", [("x", x)], inits={"w": w, "b": b}, **attrs), {"x": x})
 
 
+def test_fused_conv_residual_relu(cuda):
+    # Conv -> Add(residual) -> Relu: one jitort.FusedConv, run by the CUDA conv kernel's epilogue
+    x, w, b, r = _rand(1, 2, 4, 4), _rand(3, 2, 3, 3), _rand(3), _rand(1, 3, 4, 4)
+    m = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+                    helper.make_node("Add", ["c", "r"], ["s"]),
+                    helper.make_node("Relu", ["s"], ["y"])],
+                   [("x", F32, [1, 2, 4, 4]), ("r", F32, [1, 3, 4, 4])], [("y", F32, None)],
+                   {"w": w, "b": b})
+    cm = check(m, {"x": x, "r": r})
+    assert [(n.domain, n.op_type, len(n.inputs)) for n in cm.graph.nodes] == [("jitort", "FusedConv", 4)]
+    assert cm.placement_counts() == {"cuda": 1}
+
+
+def test_fused_conv1d_clip_and_matmul_bias_clip(cuda):
+    # Clip's bounds reach the device epilogue (alpha = min, beta = max; a missing max is +inf)
+    x, w = _rand(1, 2, 6), _rand(2, 2, 3)
+    m = make_model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1]),
+                    helper.make_node("Clip", ["c", "lo", "hi"], ["y"])],
+                   [("x", F32, [1, 2, 6])], [("y", F32, None)],
+                   {"w": w, "lo": np.float32(-0.4), "hi": np.float32(0.5)})
+    cm = check(m, {"x": x})
+    assert [n.attrs.get("activation") for n in cm.graph.nodes] == ["Clip"]
+    a, wm, bm = _rand(3, 5), _rand(5, 4), _rand(4)
+    m = make_model([helper.make_node("MatMul", ["a", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["s"]),
+                    helper.make_node("Clip", ["s", "lo"], ["y"])],
+                   [("a", F32, [3, 5])], [("y", F32, None)], {"w": wm, "b": bm, "lo": np.float32(0.1)})
+    cm = check(m, {"a": a})
+    assert [(n.op_type, n.attrs.get("activation")) for n in cm.graph.nodes] == [("MatMulBias", "Clip")]
+
+
 @pytest.mark.parametrize("op,attrs", [
     ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]}),
     ("MaxPool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "dilations": [1, 2]}),

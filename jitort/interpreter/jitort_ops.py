@@ -1,0 +1,85 @@
+"""The ops jitort's own passes create (domain ``"jitort"``), decomposed into ONNX semantics.
+
+A compiled backend runs them; these are for when it cannot (a lowering declines the shapes, so
+the node falls back to the interpreter) and for constant folding. ``MatMulBias`` is
+``act(a @ b + bias)``; ``FusedConv`` is ``act(Conv(x, W, B) [+ residual])`` with the Conv on
+``onnx.reference`` (see :func:`jitort.passes.patterns.fuse_epilogues` for the attributes).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import ir
+from .numpy_ops import _erf, _sigmoid
+from .registry import Defer, fast, kind
+
+_SQRT1_2 = 1.0 / math.sqrt(2.0)
+
+
+def activation(y: np.ndarray, name: str, params) -> np.ndarray:
+    """ONNX ``name`` (Relu, LeakyRelu, Clip, Sigmoid, Tanh, Gelu with approximate="none")
+    applied to ``y``; ``params`` are ``[alpha, beta]`` (LeakyRelu's slope, Clip's bounds)."""
+    p = [float(v) for v in params] + [0.0, 0.0]
+    if name == "":
+        return y
+    with np.errstate(all="ignore"):
+        if name == "Relu":
+            r = np.maximum(y, 0)
+        elif name == "LeakyRelu":
+            r = np.where(y < 0, y * y.dtype.type(p[0]), y)
+        elif name == "Clip":
+            r = np.clip(y, y.dtype.type(p[0]), y.dtype.type(p[1]))
+        elif name == "Sigmoid":
+            r = _sigmoid(y)
+        elif name == "Tanh":
+            r = np.tanh(y)
+        elif name == "Gelu":
+            r = 0.5 * y * (1.0 + _erf(y * _SQRT1_2))
+        else:
+            raise ValueError(f"unknown fused activation {name!r}")
+    return np.asarray(r).astype(y.dtype, copy=False)
+
+
+def _act_attrs(node: ir.Node) -> tuple[str, list]:
+    name = node.attrs.get("activation", "")
+    params = list(node.attrs.get("activation_params", [])) or [node.attrs.get("alpha", 0.0)]
+    activation(np.zeros(1, np.float32), name, params)  # unknown names fail at build time
+    return name, params
+
+
+@fast("MatMulBias", domain="jitort")
+def _matmul_bias(node: ir.Node):
+    name, params = _act_attrs(node)
+
+    def run(a):
+        x, w, b = a[0], a[1], a[2]
+        if x.dtype != w.dtype or kind(x.dtype) != "f" or x.ndim == 0 or w.ndim == 0:
+            raise Defer
+        y = np.asarray(np.matmul(x, w) + b).astype(x.dtype, copy=False)
+        return [activation(y, name, params)]
+    return run
+
+
+@fast("FusedConv", domain="jitort")
+def _fused_conv(node: ir.Node):
+    from .reference import ReferenceRunner
+    name, params = _act_attrs(node)
+    attrs = {k: v for k, v in node.attrs.items() if k not in ("activation", "activation_params")}
+    conv = ir.Node("Conv", list(node.inputs[:3]), list(node.outputs[:1]), attrs, "", node.name, 11)
+    runner = ReferenceRunner(conv, {"": 11})
+
+    def run(a):
+        x = a[0]
+        if kind(x.dtype) != "f":
+            raise Defer
+        conv_in = list(a[:3]) + [None] * (3 - len(a[:3]))
+        y = np.asarray(runner(conv_in)[0]).astype(x.dtype, copy=False)
+        if len(a) > 3 and a[3] is not None:
+            r = a[3]
+            if r.shape != y.shape:
+                raise ValueError(f"residual shape {r.shape} differs from the conv output {y.shape}")
+            y = (y + r).astype(x.dtype, copy=False)
+        return [activation(y, name, params)]
+    return run
