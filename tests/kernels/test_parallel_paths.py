@@ -175,6 +175,8 @@ CONV_CASES = [
     (1, 300, 10, 10, 40, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),  # small plane in 2 chunks
     (2, 600, 9, 9, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 2),    # chunks, batch, grouped
     (1, 700, 7, 7, 33, 5, 5, (1, 1), (2, 2, 2, 2), (1, 1), 1),    # 5x5: 3 chunks, odd M
+    (1, 3, 60, 60, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),    # short K: small-gemm rows
+    (2, 16, 40, 40, 64, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),   # short K pointwise blocks
 ]
 
 
@@ -252,6 +254,13 @@ def test_conv2d_scratch_elems_bounds():
         assert max(1, kdim * ow) <= e1 <= max(1, kdim * ow * max(oh, 1))
         if 0 < oh * ow <= CV._PLANE_MAX_S:
             assert e1 <= max(CV._PLANE_CHUNK_ELEMS, k * k * oh * ow, kdim * ow * oh)
+
+
+def test_short_k_convolutions_take_small_gemm_blocks():
+    # the blocks of the two short-K cases above stay within OpenBLAS's small-matrix size
+    kdim, m = 27, 64
+    assert CV._SMALL_MNK // (m * kdim) // 60 < 60  # several row blocks of the 60x60 plane
+    assert 64 <= CV._SMALL_MNK // (64 * 16) < 1600  # several column blocks of the 40x40 plane
 
 
 def test_conv2d_scratch_chunked_plane_is_small():
