@@ -394,3 +394,28 @@ def test_gelu_pattern_with_a_shared_intermediate_is_not_fused():
     m2.graph.output.append(helper.make_tensor_value_info("z", F32, None))
     g2 = _optimized(m2)
     assert [n.attrs.get("activation") for n in g2.nodes if n.op_type == "MatMulBias"] == [""]
+
+
+@pytest.mark.parametrize("scale_shape,shift_shape", [((4, 1, 1), (1, 4, 1, 1)), ((), (1,)),
+                                                     ((1, 4, 1, 1), (4, 1, 1))])
+@pytest.mark.parametrize("bias", [True, False])
+def test_per_channel_mul_add_fold_into_the_conv(scale_shape, shift_shape, bias):
+    """inception_v2's Conv -> Mul(scale) -> Add(shift) -> Relu: the affine goes into the
+    weights and bias, then the Relu into the conv's epilogue; same numbers as onnxruntime."""
+    inits = {"s": _arr(*scale_shape), "t": _arr(*shift_shape)}
+    tail = [helper.make_node("Mul", ["c", "s"], ["m"]), helper.make_node("Add", ["t", "m"], ["a"]),
+            helper.make_node("Relu", ["a"], ["y"])]
+    m = _conv_model(tail, bias=bias, inits=inits)
+    g = _optimized(m)
+    assert _fused(g) == [("jitort", "FusedConv", "Relu")]
+    assert g.nodes[0].outputs[0].name == "y"
+    _check_vs_ort(m)
+
+
+def test_affine_that_is_not_per_channel_is_not_folded():
+    for shape in [(1, 1, 6, 6), (4, 6, 1), (2, 4, 1, 1)]:  # spatial, wrong axis, batch
+        m = _conv_model([helper.make_node("Mul", ["c", "s"], ["y"])], inits={"s": _arr(*shape)})
+        assert [n.op_type for n in _optimized(m).nodes] == ["Conv", "Mul"], shape
+    # a scale from an input (not a constant) stays too
+    m = _conv_model([helper.make_node("Mul", ["c", "r"], ["y"])], res_shape=(4, 1, 1))
+    assert [n.op_type for n in _optimized(m).nodes] == ["Conv", "Mul"]

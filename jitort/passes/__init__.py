@@ -17,7 +17,7 @@ from ..errors import InvalidModel, JitortError
 from ..ir import Graph
 from .simplify import (eliminate_dead_code, eliminate_identities, eliminate_common_subexpressions,
                        fold_constants)
-from .patterns import fold_conv_batchnorm, fuse_epilogues, fuse_matmul_add
+from .patterns import fold_conv_affine, fold_conv_batchnorm, fuse_epilogues, fuse_matmul_add
 
 log = logging.getLogger("jitort.passes")
 
@@ -31,6 +31,7 @@ DEFAULT_PIPELINE: list[tuple[str, PassFn]] = [
     ("fold_constants", fold_constants),
     ("eliminate_common_subexpressions", eliminate_common_subexpressions),
     ("fold_conv_batchnorm", fold_conv_batchnorm),
+    ("fold_conv_affine", fold_conv_affine),
     ("fuse_matmul_add", fuse_matmul_add),
     ("fuse_epilogues", fuse_epilogues),
     ("eliminate_dead_code", eliminate_dead_code),

@@ -68,6 +68,70 @@ def fold_conv_batchnorm(g: Graph) -> int:
     return count
 
 
+def _per_channel(c: np.ndarray, m: int, rank: int) -> np.ndarray | None:
+    """The (m,) vector of a constant that broadcasts over a conv output (N, m, spatial...) of
+    ``rank`` dims along the channel axis only (scalar, (m, 1, 1), (1, m, 1, 1)...), else None."""
+    if c.ndim > rank:
+        return None
+    full = c.reshape((1,) * (rank - c.ndim) + c.shape)
+    if full.shape[0] != 1 or full.shape[1] not in (1, m) or any(d != 1 for d in full.shape[2:]):
+        return None
+    return np.broadcast_to(full.reshape(-1), (m,)) if full.shape[1] == 1 else full.reshape(m)
+
+
+def fold_conv_affine(g: Graph) -> int:
+    """Conv(x, W, b) -> Mul by / Add of a per-channel constant becomes Conv(x, W', b').
+
+    What exporters leave of a BatchNormalization written as its arithmetic (inception_v2's
+    Conv -> BN -> Mul(scale) -> Add(shift) -> Relu): folded into the weights and bias, the
+    Relu is left to meet the conv in ``fuse_epilogues``. Runs until no chain remains.
+    """
+    count = 0
+    while True:
+        consumers = g.consumers()
+        drop: set[int] = set()
+        for conv in g.nodes:
+            if conv.op_type != "Conv" or conv.domain or len(conv.outputs) != 1 or id(conv) in drop:
+                continue
+            w, b = conv.input(1), conv.input(2)
+            y = conv.outputs[0]
+            if (w is None or not w.is_const or (b is not None and not b.is_const)
+                    or w.const.dtype not in (np.float32, np.float64) or y.shape is None):
+                continue
+            op = _single_use(g, y, consumers)
+            if op is None or op.op_type not in ("Mul", "Add") or op.domain or len(op.inputs) != 2:
+                continue
+            other = op.inputs[1] if op.inputs[0] is y else op.inputs[0]
+            if other is y or not other.is_const or other.const.dtype != w.const.dtype:
+                continue
+            m = w.const.shape[0]
+            vec = _per_channel(other.const, m, len(y.shape))
+            if vec is None:
+                continue
+            vec = vec.astype(np.float64)
+            old_b = b.const.astype(np.float64) if b is not None else np.zeros(m)
+            dt = w.const.dtype
+            if op.op_type == "Mul":
+                new_w = w.const.astype(np.float64) * vec.reshape((-1,) + (1,) * (w.const.ndim - 1))
+                w = const_value(g.fresh_name(w.name), new_w.astype(dt))
+                new_b = old_b * vec
+            else:
+                new_b = old_b + vec
+            b2 = const_value(g.fresh_name(f"{conv.name or 'conv'}_bias"), new_b.astype(dt))
+            conv.inputs = [conv.inputs[0], w, b2]
+            conv.outputs = [op.outputs[0]]  # (keeps the name a graph output may have)
+            conv.proto = None
+            drop.add(id(op))
+        if not drop:
+            break
+        count += len(drop)
+        g.nodes = [n for n in g.nodes if id(n) not in drop]
+        g.relink()
+    if count:
+        log.info("folded per-channel Mul/Add into Conv: %d", count)
+    return count
+
+
 def fuse_matmul_add(g: Graph) -> int:
     """MatMul(x, W) + bias (bias broadcast over the last axis only) -> jitort.MatMulBias.
 
