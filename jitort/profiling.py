@@ -167,7 +167,8 @@ def _step_items(compiler, shapes: dict) -> list[list]:
     from .partition import HOST
     compiled = [n for n in compiler.seg.nodes if compiler.placement[id(n)] != HOST]
     try:
-        items = group_nodes(compiled, shapes, supports_elementwise)
+        items = group_nodes(compiled, shapes, supports_elementwise,
+                            compiler.memo.get("unit_dims"))
     except Exception:  # noqa: BLE001 - a report must not break a run
         return []
     return [list(it.nodes) if isinstance(it, Group) else [it] for it in items]

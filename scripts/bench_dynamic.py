@@ -58,7 +58,10 @@ def grid_report(name: str, calls: int) -> dict:
     from tests.models import shared_path
 
     path = shared_path(name)
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    # the reference runs between jitort's calls: its idle pool must not spin against them
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     cm = jitort.compile(path)
     plan_ms: list[float] = []
     plan_wall: list[float] = []

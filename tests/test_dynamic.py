@@ -186,6 +186,24 @@ def test_tape_records_arithmetic_guards_and_pins():
     assert f({1: (3, 4, 1), 2: (5,)}) is None, "rank changed"
 
 
+def test_same_shape_guards_only_what_decides():
+    """(1, S) vs (B, S) at B=1: different because of S' (1 vs 16), which is all the recording
+    may depend on -- not on B == 1, or B=2 would need a new recording."""
+    from jitort.codegen.symbolic import same_shape
+    tape = Tape()
+    a = tape.leaf_shape(1, (1, 16))
+    b = tape.leaf_shape(2, (1, 1))
+    assert not same_shape(a, b)
+    f = tape.compile([])
+    assert f({1: (1, 16), 2: (1, 1)}) == [] and f({1: (2, 16), 2: (3, 1)}) == []
+    assert f({1: (2, 1), 2: (3, 1)}) is None  # now equal where it was decided: guard fails
+    tape2 = Tape()
+    c, d = tape2.leaf_shape(1, (2, 3)), tape2.leaf_shape(2, (2, 3))
+    assert same_shape(c, d)
+    g = tape2.compile([])
+    assert g({1: (4, 5), 2: (4, 5)}) == [] and g({1: (4, 5), 2: (4, 6)}) is None
+
+
 def test_plan_cache_is_a_bounded_lru(monkeypatch):
     monkeypatch.setattr(runtime, "PLAN_CACHE_SIZE", 3)
     m = make_model([helper.make_node("Add", ["x", "x"], ["y"]),

@@ -360,6 +360,16 @@ ELEMENTWISE_CASES = [
     ("Where", [_arr((3, 1), bool), np.array([1, 2], I64), np.array([[5], [6], [7]], I64)], 18,
      {}),
     ("Mean", [X34, _arr((4,)), _arr((3, 1))], 18, {}),
+    # big masks with one-element operands take the special cases (bitwise select, And/Or
+    # with a constant); NaN, -0.0 and +-inf selected exactly
+    ("Where", [_arr((2, 1, 64, 64), bool), np.array(np.nan, F32), np.array(-0.0, F32)], 18, {}),
+    ("Where", [_arr((2, 1, 64, 64), bool), np.array([[-np.inf]]), np.array(np.inf)], 18, {}),
+    ("Where", [_arr((2, 1, 64, 64), bool), np.array(7, I64), np.array([-1], I64)], 18, {}),
+    ("Where", [_arr((2, 1, 64, 64), bool), np.array(True), np.array(False)], 18, {}),
+    ("And", [np.array(True), _arr((2, 1, 64, 64), bool)], 18, {}),
+    ("And", [_arr((2, 1, 64, 64), bool), np.array([False])], 18, {}),
+    ("Or", [np.array([[True]]), _arr((2, 1, 64, 64), bool)], 18, {}),
+    ("Or", [_arr((2, 1, 64, 64), bool), np.array(False)], 18, {}),
     ("Mean", [_arr((3, 4), np.float16), _arr((4,), np.float16)], 18, {}),
     ("Max", [X34], 18, {}),
     ("Sum", [X34, X34, X34], 18, {}),

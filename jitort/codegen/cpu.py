@@ -26,7 +26,7 @@ import numpy as np
 from ..ir import Node, Value
 from ..planner import ALIGN, Buffer, MemoryPlan, align, plan_memory
 from . import module as modmgr
-from .symbolic import GuardedHostvals, Sym, SymShapes, Tape, concrete
+from .symbolic import GuardedHostvals, Sym, SymShapes, Tape, concrete, same_shape
 from .elementwise import (EXPR, FLOATS, Operand, collapse, kernel_source, supports_elementwise,
                           tname)
 
@@ -371,14 +371,19 @@ def aligned_empty(nbytes: int) -> np.ndarray:
 class Group:
     nodes: list[Node] = field(default_factory=list)
     shape: tuple = ()
+    unit: tuple | None = None  # which of the shape's size-1 dims stay 1 for every input shape
 
 
-def group_nodes(nodes: list[Node], shapes: dict, is_elementwise) -> list[Group | Node]:
+def group_nodes(nodes: list[Node], shapes: dict, is_elementwise,
+                unit: dict | None = None) -> list[Group | Node]:
     """Greedy fusion of elementwise nodes into groups that share one iteration space.
 
-    A node joins the group of one of its producers when its output has the group's shape, the
-    group has room, and no other input depends on the group (which would make a cycle).
+    A node joins the group of one of its producers when its output has the group's shape (and
+    the same probed unit dims, ``unit``: a (1, S) mask and a (B, S) tensor at B=1 stay apart,
+    so B=1 and B>1 group alike), the group has room, and no other input depends on the group
+    (which would make a cycle).
     """
+    unit = unit or {}
     group_of: dict[int, int] = {}  # id(value) -> index of the group that produced it
     anc: dict[int, int] = {}  # id(value) -> bitset of groups it depends on
     items: list[Group | Node] = []
@@ -392,13 +397,15 @@ def group_nodes(nodes: list[Node], shapes: dict, is_elementwise) -> list[Group |
                 anc[id(o)] = dep
             continue
         out_shape = shapes[id(n.outputs[0])]
+        out_unit = unit.get(id(n.outputs[0]))
         target = None
         for v in n.inputs:
             g = group_of.get(id(v)) if v is not None else None
             if g is None or g == target:
                 continue
             grp = items[g]
-            if grp.shape != out_shape or len(grp.nodes) >= MAX_GROUP:
+            if (grp.unit != out_unit or len(grp.nodes) >= MAX_GROUP
+                    or not same_shape(grp.shape, out_shape)):
                 continue
             # any input not from g that depends on g would close a cycle
             if any(group_of.get(id(x)) != g and anc.get(id(x), 0) >> g & 1
@@ -407,7 +414,7 @@ def group_nodes(nodes: list[Node], shapes: dict, is_elementwise) -> list[Group |
             target = g
             break
         if target is None:
-            items.append(Group([n], out_shape))
+            items.append(Group([n], out_shape, out_unit))
             target = len(items) - 1
         else:
             items[target].nodes.append(n)
@@ -441,8 +448,8 @@ def _fold_feeder_groups(items: list, group_of: dict, anc: dict) -> None:
             continue
         t = next(iter(users))
         tgt = items[t]
-        if (not isinstance(tgt, Group) or tgt.shape != grp.shape
-                or len(tgt.nodes) + len(grp.nodes) > MAX_GROUP):
+        if (not isinstance(tgt, Group) or tgt.unit != grp.unit
+                or len(tgt.nodes) + len(grp.nodes) > MAX_GROUP or not same_shape(tgt.shape, grp.shape)):
             continue
         ext = [v for n in grp.nodes for v in n.all_inputs() if id(v) not in members]
         if any(anc.get(id(v), 0) >> t & 1 for v in ext):
@@ -853,7 +860,7 @@ class SegmentCompiler:
             for v in n.all_inputs():
                 readers.setdefault(id(v), []).append(n)
         out_ids = {id(v) for v in seg.outputs}
-        items = group_nodes(compiled, shapes, supports_elementwise)
+        items = group_nodes(compiled, shapes, supports_elementwise, self.memo.get("unit_dims"))
         last_use: dict[int, int] = {}
         for step, item in enumerate(items):
             for n in (item.nodes if isinstance(item, Group) else [item]):

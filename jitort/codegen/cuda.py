@@ -653,7 +653,8 @@ class CudaSegmentCompiler(SegmentCompiler):
             for v in n.all_inputs():
                 readers.setdefault(id(v), []).append(n)
         out_ids = {id(v) for v in seg.outputs}
-        for item in group_nodes(compiled, shapes, supports_device_elementwise):
+        for item in group_nodes(compiled, shapes, supports_device_elementwise,
+                                self.memo.get("unit_dims")):
             if isinstance(item, Group):
                 members = {id(n) for n in item.nodes}
 

@@ -212,6 +212,22 @@ def concrete(x) -> int:
     return x.v if isinstance(x, Sym) else int(x)
 
 
+def same_shape(a: tuple, b: tuple) -> bool:
+    """``a == b`` for shapes of Syms, guarding only what decides it.
+
+    Tuple equality compares element by element and would record a guard for every equal
+    dim before the first different one -- a batch dim that is 1 in both at B=1 would then
+    make a B=2 replay fail although the answer (different) does not depend on it. Here a
+    difference records one guard (that dim still differs); equality records them all.
+    """
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if concrete(x) != concrete(y):
+            return not (x != y)  # records the one guard: x != y
+    return all([x == y for x, y in zip(a, b)])
+
+
 class SymShapes(dict):
     """``shapes`` for a recording: value id -> tuple of leaf Syms, built on first access."""
 
