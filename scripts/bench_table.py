@@ -4,8 +4,8 @@
     python scripts/bench_table.py [extra pytest args, e.g. -k "bert or resnet"]
 
 Every number in the table is a median from one pytest-benchmark run in which jitort and
-onnxruntime alternate on the same machine, so the ratio column is what to trust (the machine is
-shared and noisy; absolute times move between runs).
+onnxruntime alternate call by call (``benchmarks/test_bench_models.py``), so the ratio column
+is what to trust (the machine is shared and noisy; absolute times move between runs).
 """
 import json
 import math
@@ -28,8 +28,9 @@ def main(argv):
         data = json.loads(out.read_text())
     groups = {}
     for b in data["benchmarks"]:
-        side = "ort" if b["name"].startswith("test_ort") else "jitort"
-        groups.setdefault(b["group"], {})[side] = b["stats"]["median"] * 1e3
+        g = groups.setdefault(b["group"], {})
+        g["jitort"] = b["stats"]["median"] * 1e3
+        g["ort"] = b["extra_info"]["ort_median_s"] * 1e3  # interleaved with jitort's rounds
     rows, ratios = [], {1: [], 2: []}
     for group in sorted(groups, key=lambda g: (g.split()[-1], g)):
         t = groups[group]
