@@ -754,33 +754,29 @@ class SegmentCompiler:
         compiled = []
         infer = self.infer
         for n, mode, ins, outs in prog:
-            if mode:
-                if mode == 2 and probe:
-                    try:
-                        out_shapes = infer(n, [None if x is None else x[0].shape if type(x) is tuple
-                                               else shapes[x] for x in ins],
-                                           [None if x is None else x[0] if type(x) is tuple
-                                            else get_value(x) for x in ins])
-                    except Exception:  # no shape function: run it after all
-                        pass
-                    else:
-                        for o, sh in zip(outs, out_shapes):
-                            shapes[o] = tuple(map(int, sh))
-                        continue
+            out_shapes = None
+            if mode == 0 or (mode == 2 and probe):  # shapes by inference
+                in_shapes_ = [None if x is None else x[0].shape if type(x) is tuple else shapes[x]
+                              for x in ins]
+                vals = [None if x is None else x[0] if type(x) is tuple else get_value(x)
+                        for x in ins]
+                try:
+                    out_shapes = infer(n, in_shapes_, vals)
+                except NotImplementedError as e:  # no shape function, or a value not known ahead
+                    if mode == 0:
+                        raise Unlowerable(n, str(e)) from None
+                except Exception:  # a probed host node inference cannot follow: run it
+                    if mode == 0:
+                        raise
+            if out_shapes is None:  # a host node: run it
                 for o, r in zip(outs, self.host_runner(n, shape_of, value_of)):
                     hostvals[o] = r
                     shapes[o] = r.shape
                 continue
-            in_shapes_ = [None if x is None else x[0].shape if type(x) is tuple else shapes[x]
-                          for x in ins]
-            vals = [None if x is None else x[0] if type(x) is tuple else get_value(x) for x in ins]
-            try:
-                out_shapes = infer(n, in_shapes_, vals)
-            except NotImplementedError as e:  # no shape function, or a value not known ahead
-                raise Unlowerable(n, str(e)) from None
             for o, sh in zip(outs, out_shapes):
                 shapes[o] = tuple(map(int, sh))
-            compiled.append(n)
+            if mode == 0:
+                compiled.append(n)
         return shapes, hostvals, compiled
 
     def _probe_unit_dims(self, env, shapes) -> dict[int, tuple[bool, ...]]:

@@ -430,9 +430,9 @@ def _conv_geometry(em, n: Node):
 
 def act_args(n: Node) -> tuple[int, float, float]:
     """(code, alpha, beta) of the fused activation of a MatMulBias or FusedConv node."""
-    params = list(n.attrs.get("activation_params", [])) or [n.attrs.get("alpha", 0.0)]
-    params = [float(p) for p in params] + [0.0] * (2 - len(params))
-    return ACT_CODES[n.attrs.get("activation", "")], params[0], params[1]
+    from ..interpreter.jitort_ops import fused_activation
+    name, params = fused_activation(n)
+    return ACT_CODES[name], params[0], params[1]
 
 
 def float_literal(v: float, dt: str = "np.float64") -> str:

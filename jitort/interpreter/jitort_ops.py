@@ -42,9 +42,17 @@ def activation(y: np.ndarray, name: str, params) -> np.ndarray:
     return np.asarray(r).astype(y.dtype, copy=False)
 
 
+def fused_activation(node: ir.Node) -> tuple[str, list[float]]:
+    """The epilogue of a MatMulBias / FusedConv: (activation name, [alpha, beta]) from its
+    ``activation`` / ``activation_params`` attributes (an older MatMulBias may carry ``alpha``).
+    Read here for the interpreter and by the lowerings (``codegen.lowerings.act_args``)."""
+    params = [float(p) for p in node.attrs.get("activation_params", [])] or \
+        [float(node.attrs.get("alpha", 0.0))]
+    return node.attrs.get("activation", ""), params + [0.0] * (2 - len(params))
+
+
 def _act_attrs(node: ir.Node) -> tuple[str, list]:
-    name = node.attrs.get("activation", "")
-    params = list(node.attrs.get("activation_params", [])) or [node.attrs.get("alpha", 0.0)]
+    name, params = fused_activation(node)
     activation(np.zeros(1, np.float32), name, params)  # unknown names fail at build time
     return name, params
 
