@@ -17,6 +17,7 @@ run for a few orders, keeping the best.
 """
 from __future__ import annotations
 
+from bisect import insort
 from dataclasses import dataclass, field
 
 ALIGN = 64
@@ -41,6 +42,7 @@ class MemoryPlan:
     workspace_bytes: int
     lower_bound: int
     labels: dict = field(default_factory=dict)  # buffer key -> what it holds (for reports)
+    order: str = ""  # the name (in ORDERS) of the placement order that made this plan
 
     @property
     def ratio(self) -> float:
@@ -71,49 +73,57 @@ ORDERS = {
 }
 
 
-def plan_memory(buffers: list[Buffer]) -> MemoryPlan:
+def plan_memory(buffers: list[Buffer], prefer=None) -> MemoryPlan:
     """Assign ``offset`` to every buffer in place and return the plan.
 
     Greedy placement is run with each order in ``ORDERS`` (largest first, largest area first,
-    longest-lived first, latest end first) and the smallest workspace is kept: no single order is best on every
-    network, and each run is cheap (a few hundred buffers).
+    longest-lived first, latest end first) and the smallest workspace is kept: no single order
+    is best on every network, and each run is cheap (a few hundred buffers). The search stops
+    at the first order that reaches the lower bound; ``prefer`` (names of orders, e.g. those
+    that won for earlier shapes of the same segment, most recent first; or one name) is tried
+    first, which on a new shape of a known segment usually makes one run instead of four.
     """
     for b in buffers:
         if b.begin > b.end:
             raise ValueError(f"buffer {b.key!r} ends before it begins")
     bound = lower_bound(buffers)
     best = None
-    for key in ORDERS.values():
-        offsets = _greedy(sorted(buffers, key=key))
+    first = [prefer] if isinstance(prefer, str) else list(prefer or ())
+    first = [n for i, n in enumerate(first) if n in ORDERS and n not in first[:i]]
+    names = first + [n for n in ORDERS if n not in first]
+    for name in names:
+        offsets = _greedy(sorted(buffers, key=ORDERS[name]))
         total = max((off + align(b.size) for b, off in offsets), default=0)
         if best is None or total < best[0]:
-            best = (total, offsets)
+            best = (total, offsets, name)
         if total <= bound:  # optimal: no other order can do better
             break
     for b, off in best[1]:
         b.offset = off
-    return MemoryPlan(buffers, best[0], bound)
+    return MemoryPlan(buffers, best[0], bound, order=best[2])
 
 
 def _greedy(order: list[Buffer]) -> list[tuple[Buffer, int]]:
     """Place each buffer at the lowest offset free during its whole lifetime."""
     placed: list[tuple[Buffer, int]] = []
-    live: list[tuple[int, int, int, int]] = []  # (begin, end, offset, offset + aligned size)
+    live: list[tuple[int, int, int, int]] = []  # (offset, offset + aligned size, begin, end), by offset
+    a = ALIGN - 1
     for b in order:
-        size = align(b.size)
+        size = (b.size + a) // ALIGN * ALIGN
         if size == 0:
             placed.append((b, 0))
             continue
         bb, be = b.begin, b.end
-        clashes = sorted([(lo, hi) for pb, pe, lo, hi in live if pb <= be and bb <= pe])
         offset = 0
-        for lo, hi in clashes:
+        for lo, hi, pb, pe in live:  # by offset: the first gap that fits wins
+            if pb > be or bb > pe:
+                continue  # not live at the same time
             if offset + size <= lo:
                 break
             if hi > offset:
                 offset = hi
         placed.append((b, offset))
-        live.append((bb, be, offset, offset + size))
+        insort(live, (offset, offset + size, bb, be))
     return placed
 
 

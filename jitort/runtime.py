@@ -239,7 +239,7 @@ class CompiledModel:
             ws = None  # do not hold the old workspace while the larger one is allocated
             ws = self._workspace(plan.ws_bytes)
         try:
-            plan.driver(ws, seg.cb, plan.pb, plan.d, *[env[i] for i in seg.arg_ids], *outs)
+            plan.driver(ws, seg.cb, plan.d, *plan.pb, *[env[i] for i in seg.arg_ids], *outs)
         except IndexError as e:
             raise InvalidInput(f"{e} (an index input is out of range)") from None
         except JitortError:

@@ -85,11 +85,14 @@ def grid_report(name: str, calls: int) -> dict:
         plan_ms.clear()
         plan_wall.clear()
         overhead, worst_err, worst_ratio = [], 0.0, 0.0
+        by_shape: dict[str, float] = {}
         for b, s in grid[1:]:  # every one a new shape
             f = feeds_for(name, b, s)
+            n_before = len(plan_ms)
             t0 = time.perf_counter()
             got = cm.run(None, f)[0]
             first = time.perf_counter() - t0
+            by_shape[f"{b}x{s}" if s else f"B{b}"] = round(sum(plan_ms[n_before:]), 2)
             steady = min(_timeit(lambda: cm.run(None, f)) for _ in range(3))
             overhead.append((first - steady) * 1e3)
             want = sess.run(None, f)[0]
@@ -109,6 +112,7 @@ def grid_report(name: str, calls: int) -> dict:
     return {"model": name, "shapes": len(grid), "compiles_after_first": new_compiles,
             "drivers": len(cm.generated_sources()), "replayed_plans": replays,
             "plan_ms_median": statistics.median(plan_ms), "plan_ms_max": max(plan_ms),
+            "plan_ms_worst_shapes": dict(sorted(by_shape.items(), key=lambda kv: -kv[1])[:4]),
             "plan_wall_ms_median": statistics.median(plan_wall),
             "first_call_overhead_ms_median": statistics.median(overhead),
             "max_rel_err_vs_ort": worst_err, "max_ws_over_bound": worst_ratio,
@@ -168,7 +172,7 @@ if engine == "jitort":
     plan = max(m.plans(), key=lambda p: p.ws_bytes)
     outs = sum(int(a.nbytes) for a in out)
     extra = {{"workspace": m.workspace_bytes, "lower_bound": m.workspace_lower_bound,
-              "planned": plan.ws_bytes + int(plan.pb.nbytes) + outs}}
+              "planned": plan.ws_bytes + sum(int(h.nbytes) for h in plan.pb) + outs}}
 print(json.dumps({{"peak": peak, **extra}}))
 """
 

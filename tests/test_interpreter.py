@@ -371,6 +371,23 @@ ELEMENTWISE_CASES = [
     ("Or", [np.array([[True]]), _arr((2, 1, 64, 64), bool)], 18, {}),
     ("Or", [_arr((2, 1, 64, 64), bool), np.array(False)], 18, {}),
     ("Mean", [_arr((3, 4), np.float16), _arr((4,), np.float16)], 18, {}),
+] + [
+    # integer comparisons broadcasting small operands to a big mask are done in the narrowest
+    # type holding both operands (int8 / int16 / int32), or not narrowed when none does
+    (op, [np.array(vals[0], dt).reshape(2, 1, 96, 1), np.array(vals[1], dt).reshape(2, 1, 1, 96)],
+     18, {})
+    for op in ("Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual")
+    for dt, vals in (
+        (I64, [np.arange(-96, 96) % 7 - 3, np.arange(192) % 5 - 2]),  # int8
+        (I64, [np.arange(192) * 150 - 12000, np.arange(192)[::-1] * 150 - 12000]),  # int16
+        (I64, [np.arange(192) * 2**20, np.arange(192)[::-1] * 2**20]),  # int32
+        (I64, [np.arange(192) - 2**40, np.arange(192)[::-1] - 2**40]),  # none fits
+        (I32, [np.arange(192) % 9, np.arange(192) % 4]),
+        (np.uint64, [np.arange(192, dtype=np.uint64) + np.uint64(2**63),
+                      np.arange(192, dtype=np.uint64)[::-1] + np.uint64(2**63)]),
+        (np.uint64, [np.arange(192) % 3, np.arange(192) % 2]),
+        (np.uint8, [np.arange(192) % 250, np.arange(192) % 3]))
+] + [
     ("Max", [X34], 18, {}),
     ("Sum", [X34, X34, X34], 18, {}),
 ] + [(op, [np.array([-3.0, -0.5, 0.0, 0.5, 2.0, np.nan, np.inf], dt)], 18, {})
@@ -415,6 +432,11 @@ MISC_CASES = [
     ("GatherND", [np.arange(24, dtype=I64).reshape(2, 3, 4), np.array([[[2], [0], [3]], [[1], [1], [0]]], I64)],
      13, {"batch_dims": 2}),
     ("GatherND", [np.array([5, 7, 9], I64), np.array([-1], I64)], 13, {}),
+    ("GatherND", [np.arange(48, dtype=I64).reshape(3, 16),  # gpt2's mask indices
+                  np.stack(np.broadcast_arrays(np.arange(3)[:, None, None, None],
+                                               np.arange(-16, 16)[None, None, :, None]), -1)],
+     13, {}),
+    ("GatherND", [X234, np.array([[[1, -3]], [[0, 2]]], np.int32)], 13, {"batch_dims": 1}),
 ]
 
 
@@ -425,6 +447,17 @@ def test_fast_path_matches_reference(op, inputs, opset, attrs):
     got, via_runner, expected = run_fast_and_reference(op, inputs, opset, **attrs)
     assert_identical(got, expected)
     assert_identical(via_runner, expected)
+
+
+def test_comparisons_narrow_only_small_operands_of_big_masks():
+    from jitort.interpreter.numpy_ops import _narrow_ints
+    col, row = np.arange(256, dtype=I64).reshape(8, 1, 32, 1), np.arange(256, dtype=I64).reshape(8, 1, 1, 32)
+    assert [a.dtype for a in _narrow_ints(col - 100, row)] == [np.int16] * 2
+    assert [a.dtype for a in _narrow_ints(col % 100, row % 7)] == [np.int8] * 2
+    assert _narrow_ints(col + 2**31, row) is None  # nothing narrower holds it
+    assert _narrow_ints(col.reshape(-1), row.reshape(-1)) is None  # same shape: no broadcast
+    assert _narrow_ints(col.astype(np.uint8), row.astype(np.uint8)) is None
+    assert _narrow_ints(col.astype(F32), row.astype(F32)) is None
 
 
 @pytest.mark.parametrize("opset,attrs,extra,sizes", [

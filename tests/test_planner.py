@@ -2,7 +2,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jitort.planner import ALIGN, Buffer, check_plan, lower_bound, plan_memory
+from jitort.planner import ALIGN, ORDERS, Buffer, _greedy, align, check_plan, lower_bound, plan_memory
 
 
 def test_disjoint_lifetimes_share_memory():
@@ -37,3 +37,23 @@ def test_random_lifetimes_satisfy_invariants(specs):
     check_plan(plan)  # no two live buffers overlap, offsets aligned, >= lower bound
     assert plan.lower_bound == lower_bound(bufs)
     assert all(b.offset % ALIGN == 0 for b in plan.buffers)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lifetimes, st.sampled_from(sorted(ORDERS) + [None, "unknown", ["last_end", "area"]]))
+def test_preferred_order_is_tried_first_and_never_worse(specs, prefer):
+    bufs = [Buffer(i, size, b, b + length) for i, (size, b, length) in enumerate(specs)]
+    plain = plan_memory(bufs).workspace_bytes
+    bound = lower_bound(bufs)
+    plan = plan_memory(bufs, prefer)
+    check_plan(plan)
+    assert plan.order in ORDERS
+    # the search stops at the first order reaching the bound, else keeps the best of all four:
+    # the preference changes the work, never the size
+    assert plan.workspace_bytes == plain
+    first = prefer if isinstance(prefer, list) else [prefer]
+    if first[0] in ORDERS and plan.workspace_bytes == bound:
+        fresh = [Buffer(b.key, b.size, b.begin, b.end) for b in bufs]
+        only = _greedy(sorted(fresh, key=ORDERS[first[0]]))
+        if max(off + align(b.size) for b, off in only) == bound:
+            assert plan.order == first[0]

@@ -7,11 +7,13 @@ structure produces byte-identical source, hits the module cache and compiles not
 
 Driver signature (one Python->native transition per call)::
 
-    call(ws, cb, pb, d, x0, x1, ..., y0, y1, ...)
+    call(ws, cb, d, h0, h1, ..., x0, x1, ..., y0, y1, ...)
 
-``ws`` the workspace (uint8), ``cb`` the constants arena, ``pb`` the plan's host values (both
-uint8), ``d`` int64: the sizes, then the ``[start, end)`` byte range of every buffer; ``x*`` the
-segment's inputs and ``y*`` its outputs (fresh arrays the caller owns).
+``ws`` the workspace (uint8), ``cb`` the constants arena (uint8), ``d`` int64: the sizes, then
+the ``[start, end)`` byte range of every buffer; ``h*`` the host values the segment reads (each
+the bytes of its own array: a plan keeps the arrays the host computed instead of copying them
+into one buffer, which for gpt2's (8, 1, 256, 256) mask was 2 MB of fresh pages per new
+shape); ``x*`` the segment's inputs and ``y*`` its outputs (fresh arrays the caller owns).
 """
 from __future__ import annotations
 
@@ -82,8 +84,9 @@ class CpuBackend:
 
 @dataclass
 class Row:
-    """One row of the ``o`` array: a buffer in the workspace (``ws``), the plan's host values
-    (``pb``) or the constants arena (``cb``, ``fixed`` offsets)."""
+    """One row of the ``o`` array: a buffer in the workspace (``ws``), a host value (``pb``: its
+    own ``h*`` argument, offsets 0 and its size) or the constants arena (``cb``, ``fixed``
+    offsets)."""
 
     kind: str
     nbytes: int
@@ -168,14 +171,15 @@ class Emitter:
                 self.rows[r].fixed = (start, end)
                 self.decls[name] = self._view("cb", r, v.const.dtype, v.const.shape)
             elif id(v) in self.hostvals:
-                # the contents travel in ``pb`` (no decision depends on them): raw access, and
-                # the shape from the shape pass so that the row's size stays symbolic
+                # the contents travel as an ``h*`` argument (no decision depends on them): raw
+                # access, and the shape from the shape pass so that the size stays symbolic
                 host = np.ascontiguousarray(dict.get(self.hostvals, id(v)))
                 shape = self.shape(v)
+                k = sum(row.kind == "pb" for row in self.rows)
                 r = self._row("pb", math.prod(shape) * host.dtype.itemsize, host)
                 self.rows[r].vid = id(v)
                 name = self._fresh("p")
-                self.decls[name] = self._view("pb", r, host.dtype, shape)
+                self.decls[name] = self._view(f"h{k}", r, host.dtype, shape)
             else:
                 raise KeyError(f"value {v.name!r} read before it is produced")
             self.names[id(v)] = name
@@ -643,7 +647,7 @@ class Plan:
     driver: Callable
     d: np.ndarray
     o: np.ndarray
-    pb: np.ndarray
+    pb: tuple  # the bytes of each host value the driver reads (its h* arguments)
     ws_bytes: int
     memory: MemoryPlan
     out_shapes: list[tuple]
@@ -675,6 +679,7 @@ class _Record:
         self.fn = tape.compile(list(em.dims) + [r.nbytes for r in em.rows])
         self.hostvals = dict(tape.hostvals)
         self.plan = plan
+        self.orders = [plan.memory.order]  # placement orders that won, most recent first
 
     def replay(self, unit: dict, shapes: dict, hostvals: dict) -> Plan | None:
         if unit != self.unit:
@@ -688,12 +693,57 @@ class _Record:
             return None
         k = self.n_dims
         hosts = [None if r.vid is None else hostvals[r.vid] for r in self.rows]
-        d, o, pb, mem = _layout(self.rows, vals[:k], vals[k:], hosts)
+        d, o, pb, mem = _layout(self.rows, vals[:k], vals[k:], hosts, self.orders)
+        _promote(self.orders, mem.order)  # sizes change with the shape; the winners rarely do
         p, seg = self.plan, self.seg
         exports = {id(v): hostvals[id(v)] for v in seg.outputs if id(v) in hostvals}
         return Plan(p.driver, d, o, pb, mem.workspace_bytes, mem,
                     [shapes[id(v)] for v in seg.arg_outputs], exports, p.kernel_names,
                     p.source_path, 0)
+
+
+#: Entries of a segment's shape-inference memo before it is cleared (each is a few shapes).
+_INFER_MEMO_MAX = 1 << 14
+
+
+class _Unhashable(Exception):
+    pass
+
+
+def _plain(v):
+    """An attribute value as a hashable key (raises _Unhashable for anything else)."""
+    if v is None or isinstance(v, (bool, int, float, str, bytes)):
+        return v
+    if isinstance(v, (list, tuple)):
+        return tuple(_plain(x) for x in v)
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.ndarray) and v.size <= 64:
+        return (v.dtype.str, v.shape, v.tobytes())
+    raise _Unhashable
+
+
+def _infer_signature(n: Node):
+    """What a node's shape function may read besides its input shapes: the op, its version,
+    attributes, input/output counts, and (as positions) the inputs whose *values* it reads.
+    Nodes with equal signatures -- the same op in every layer of a transformer -- share
+    memoized inference results: gpt2 has 153 compiled nodes but 31 distinct inferences per
+    shape. None (no sharing, no memo) when an attribute is not a plain value."""
+    from ..shapes import value_inputs
+    try:
+        attrs = tuple(sorted((k, _plain(v)) for k, v in n.attrs.items()))
+    except _Unhashable:
+        return None
+    return ((n.domain, n.op_type, n.since_version, len(n.inputs), len(n.outputs), attrs),
+            tuple(i for i in value_inputs(n) if i < len(n.inputs)))
+
+
+def _value_key(v):
+    """A host/constant value read by a shape function, as part of a memo key."""
+    if v is None:
+        return None
+    v = np.asarray(v)
+    return (v.dtype.str, v.shape, v.tobytes())
 
 
 class SegmentCompiler:
@@ -711,6 +761,9 @@ class SegmentCompiler:
         self.memo: dict = {}
         self.records: list[_Record] = []  # most recent first
         self._program: list | None = None  # see _shape_pass
+        self._sigs: list | None = None  # per program entry: see _infer_signature
+        self._infer_memo: dict = {}  # (signature, input shapes, value keys) -> output shapes
+        self._unit_cache: dict = {}  # see _probe_unit_dims: ambiguous inputs -> (1s seen, answer)
         self.replays = 0  # plans built by replaying a recording (for tests and reports)
 
     def _node_program(self) -> list:
@@ -751,30 +804,44 @@ class SegmentCompiler:
         def value_of(v):
             return v.const if v.is_const else get_value(id(v))
 
+        sigs = self._sigs
+        if sigs is None:
+            sigs = self._sigs = [_infer_signature(n) for n, _, _, _ in prog]
+        memo = self._infer_memo
+        if len(memo) > _INFER_MEMO_MAX:
+            memo.clear()
         compiled = []
         infer = self.infer
-        for n, mode, ins, outs in prog:
+        for (n, mode, ins, outs), sig in zip(prog, sigs):
             out_shapes = None
             if mode == 0 or (mode == 2 and probe):  # shapes by inference
                 in_shapes_ = [None if x is None else x[0].shape if type(x) is tuple else shapes[x]
                               for x in ins]
                 vals = [None if x is None else x[0] if type(x) is tuple else get_value(x)
                         for x in ins]
-                try:
-                    out_shapes = infer(n, in_shapes_, vals)
-                except NotImplementedError as e:  # no shape function, or a value not known ahead
-                    if mode == 0:
-                        raise Unlowerable(n, str(e)) from None
-                except Exception:  # a probed host node inference cannot follow: run it
-                    if mode == 0:
-                        raise
+                key = None
+                if sig is not None:
+                    key = (sig[0], tuple(in_shapes_), tuple([_value_key(vals[i]) for i in sig[1]]))
+                    out_shapes = memo.get(key)
+                if out_shapes is None:
+                    try:
+                        out_shapes = tuple([tuple(map(int, sh)) for sh in infer(n, in_shapes_, vals)])
+                    except NotImplementedError as e:  # no shape function, or a value not known
+                        if mode == 0:
+                            raise Unlowerable(n, str(e)) from None
+                    except Exception:  # a probed host node inference cannot follow: run it
+                        if mode == 0:
+                            raise
+                    else:
+                        if key is not None:
+                            memo[key] = out_shapes
             if out_shapes is None:  # a host node: run it
                 for o, r in zip(outs, self.host_runner(n, shape_of, value_of)):
                     hostvals[o] = r
                     shapes[o] = r.shape
                 continue
             for o, sh in zip(outs, out_shapes):
-                shapes[o] = tuple(map(int, sh))
+                shapes[o] = sh
             if mode == 0:
                 compiled.append(n)
         return shapes, hostvals, compiled
@@ -794,9 +861,18 @@ class SegmentCompiler:
             static = v.shape if (v.shape is not None and len(v.shape) == len(real)) else (None,) * len(real)
             probe_in[id(v)] = tuple(2 if n == 1 and not isinstance(st, int) else n
                                     for n, st in zip(real, static))
-        if all(probe_in[id(v)] == env[id(v)].shape for v in seg.inputs):
+        pattern = tuple(probe_in[id(v)] != env[id(v)].shape for v in seg.inputs)
+        if not any(pattern):
             probe = shapes  # no symbolic dim is 1: nothing is ambiguous
         else:
+            # A new shape whose values have their 1s exactly where those of an earlier probed
+            # shape with the same ambiguous inputs had them (gpt2 at B=1: every S) gets that
+            # probe's answer. Never wrong: a dim called a broadcast is 1 now, and one called
+            # batch-like but 1 now is handled as a size; at worst a text is not shared.
+            ones = [(key, tuple([n == 1 for n in real])) for key, real in shapes.items()]
+            cached = self._unit_cache.get(pattern)
+            if cached is not None and cached[0] == ones:
+                return cached[1]
             try:
                 probe, _, _ = self._shape_pass(probe_in, {id(v): env[id(v)] for v in seg.value_inputs},
                                                probe=True)
@@ -807,6 +883,8 @@ class SegmentCompiler:
             other = probe.get(key)
             if other is not None and len(other) == len(real):
                 unit[key] = tuple(a == 1 and b == 1 for a, b in zip(real, other))
+        if any(pattern):
+            self._unit_cache[pattern] = (ones, unit)
         return unit
 
     def plan(self, env: dict[int, np.ndarray]) -> Plan:
@@ -896,7 +974,9 @@ class SegmentCompiler:
         seg = self.seg
         _rewrite_reshapes(em)
         _rewrite_offsets(em)
-        params = ", ".join(["ws", "cb", "pb", "d"] + [f"x{i}" for i in range(len(seg.arg_inputs))]
+        n_host = sum(r.kind == "pb" for r in em.rows)
+        params = ", ".join(["ws", "cb", "d"] + [f"h{k}" for k in range(n_host)]
+                           + [f"x{i}" for i in range(len(seg.arg_inputs))]
                            + [f"y{i}" for i in range(len(seg.arg_outputs))])
         if self.profiler is None:
             chunks = _chunks(em.calls)
@@ -939,7 +1019,9 @@ class SegmentCompiler:
             new += 1
         mod = modmgr.load(dname, src)
         d, o, pb, mem = _layout(em.rows, [concrete(n) for n in em.dims],
-                                [concrete(r.nbytes) for r in em.rows], [r.host for r in em.rows])
+                                [concrete(r.nbytes) for r in em.rows], [r.host for r in em.rows],
+                                self.memo.get("orders"))
+        _promote(self.memo.setdefault("orders", []), mem.order)
         out_shapes = [shapes[id(v)] for v in seg.arg_outputs]
         if self.profiler is None:
             return Plan(mod.call, d, o, pb, mem.workspace_bytes, mem,
@@ -950,33 +1032,47 @@ class SegmentCompiler:
                     out_shapes, exports, imports, mod.__file__, new, parts)
 
 
-def _layout(rows: list[Row], dims: list[int], sizes: list[int], hosts: list):
-    """``d``, ``o``, ``pb`` and the memory plan from concrete dims and row sizes.
+def _host_bytes(host) -> np.ndarray:
+    """The bytes of a host value, as the driver's ``h*`` argument: the array itself when it
+    owns its (contiguous) memory -- the host computed it for this plan, nothing else writes
+    it -- else a copy (a view may alias a caller's input, which the caller may change)."""
+    host = np.asarray(host)
+    if not (host.flags.owndata and host.flags.c_contiguous):
+        host = np.array(host, order="C")
+    return host.reshape(-1).view(np.uint8)
 
-    Workspace rows are placed by liveness, host-value rows packed into ``pb``, constant rows
+
+def _promote(mru: list, name: str) -> None:
+    """Move ``name`` to the front of the most-recently-used list ``mru``."""
+    if name in mru:
+        mru.remove(name)
+    mru.insert(0, name)
+
+
+def _layout(rows: list[Row], dims: list[int], sizes: list[int], hosts: list,
+            prefer: list | None = None):
+    """``d``, ``o``, the host values' bytes (``pb``) and the memory plan from concrete dims
+    and row sizes.
+
+    Workspace rows are placed by liveness (``prefer``: the placement orders to try first, see
+    :func:`~jitort.planner.plan_memory`), host-value rows span their own array, constant rows
     keep the offsets the constants arena gave them.
     """
     bufs = [Buffer(i, sizes[i], r.begin, max(r.begin, r.end)) for i, r in enumerate(rows)
             if r.kind == "ws"]
-    mem = plan_memory(bufs)
+    mem = plan_memory(bufs, prefer)
     mem.labels = {b.key: rows[b.key].label for b in bufs}
     o = np.zeros((max(len(rows), 1), 2), np.int64)
     for b in bufs:
         o[b.key] = (b.offset, b.offset + b.size)
-    pb_size = 0
-    pb_parts = []
+    pb = []
     for i, r in enumerate(rows):
         if r.kind == "pb":
-            start = align(pb_size)
-            o[i] = (start, start + sizes[i])
-            pb_size = start + sizes[i]
-            pb_parts.append((start, hosts[i]))
+            o[i] = (0, sizes[i])
+            pb.append(_host_bytes(hosts[i]))
         elif r.kind == "cb":
             o[i] = r.fixed
-    pb = aligned_empty(max(pb_size, 0))
-    for start, host in pb_parts:
-        host = np.ascontiguousarray(host)
-        pb[start:start + host.nbytes] = host.reshape(-1).view(np.uint8)
+    pb = tuple(pb)
     d = np.concatenate([np.array(dims, np.int64), o.reshape(-1)])  # sizes, then offsets
     return d, o, pb, mem
 
