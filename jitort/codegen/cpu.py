@@ -817,13 +817,21 @@ class SegmentCompiler:
             if mode == 0 or (mode == 2 and probe):  # shapes by inference
                 in_shapes_ = [None if x is None else x[0].shape if type(x) is tuple else shapes[x]
                               for x in ins]
-                vals = [None if x is None else x[0] if type(x) is tuple else get_value(x)
-                        for x in ins]
+                vals = None
                 key = None
                 if sig is not None:
-                    key = (sig[0], tuple(in_shapes_), tuple([_value_key(vals[i]) for i in sig[1]]))
+                    if sig[1]:
+                        vals = [None if x is None else x[0] if type(x) is tuple else get_value(x)
+                                for x in ins]
+                        key = (sig[0], tuple(in_shapes_),
+                               tuple([_value_key(vals[i]) for i in sig[1]]))
+                    else:
+                        key = (sig[0], tuple(in_shapes_))
                     out_shapes = memo.get(key)
                 if out_shapes is None:
+                    if vals is None:
+                        vals = [None if x is None else x[0] if type(x) is tuple else get_value(x)
+                                for x in ins]
                     try:
                         out_shapes = tuple([tuple(map(int, sh)) for sh in infer(n, in_shapes_, vals)])
                     except NotImplementedError as e:  # no shape function, or a value not known
@@ -878,11 +886,14 @@ class SegmentCompiler:
                                                probe=True)
             except Exception:  # the model rejects the probe shapes: keep what earlier plans saw
                 return self.memo.get("unit_dims", {})
+        if probe is shapes:  # 1 in both passes: 1 now
+            unit = {key: tuple([n == 1 for n in real]) for key, real in shapes.items()}
+            return unit
         unit = {}
         for key, real in shapes.items():
             other = probe.get(key)
             if other is not None and len(other) == len(real):
-                unit[key] = tuple(a == 1 and b == 1 for a, b in zip(real, other))
+                unit[key] = tuple([a == 1 and b == 1 for a, b in zip(real, other)])
         if any(pattern):
             self._unit_cache[pattern] = (ones, unit)
         return unit
