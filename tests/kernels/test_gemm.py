@@ -99,6 +99,26 @@ def test_gemm_degenerate(dtype):
         np.testing.assert_array_equal(out, np.full((m, n), k + 2.0, dtype))
 
 
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_one_row_products_take_the_matrix_vector_path(dtype):
+    """An FC layer at batch 1 (one output row, >= _GEMV_MIN multiply-adds) streams B once
+    instead of letting BLAS gemm pack it; ta/tb, alpha, beta * C and the small remainders of
+    the four-row / four-column unrolling all agree with float64 numpy."""
+    rng = np.random.default_rng(5)
+    m, k, n = 1, 4099, 7
+    assert k * n >= G._GEMV_MIN
+    for ta in (False, True):
+        for tb in (False, True):
+            a = rng.standard_normal((k, m) if ta else (m, k)).astype(dtype)
+            b = rng.standard_normal((n, k) if tb else (k, n)).astype(dtype)
+            c = rng.standard_normal((1, n)).astype(dtype)
+            ref = 0.5 * ((a.T if ta else a).astype(np.float64) @ (b.T if tb else b))
+            for has_c in (False, True):
+                out = np.full((m, n), np.nan, dtype)
+                G.gemm(a, b, c, out, 0.5, -1.5, ta, tb, has_c)
+                _close(out, ref - 1.5 * c if has_c else ref, dtype)
+
+
 @pytest.mark.parametrize('m,n', [(70, 5000), (5000, 70), (300, 1200)])
 def test_epilogue_blocks_split_the_wide_side(m, n):
     """A fused epilogue works on blocks of ~_EPI_BLOCK_ELEMS outputs: a wide output is cut

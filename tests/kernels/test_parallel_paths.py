@@ -33,7 +33,10 @@ MM_CASES = [
     # ba, bb, bo, m, k, n
     (1, 1, 1, 129, 67, 257),      # rows and columns odd, above the FLOP threshold
     (1, 1, 1, 3, 300, 2001),      # few rows: column split
-    (1, 1, 1, 1, 1024, 1024),     # vector x matrix
+    (1, 1, 1, 1, 1024, 1024),     # vector x matrix (the matrix-vector path, _gemv_block)
+    (1, 1, 1, 1, 130, 9000),      # ... wider than one pass of _GEMV_COLS columns
+    (3, 3, 3, 1, 301, 70),        # ... batched, K not a multiple of 4
+    (1, 3, 3, 1, 257, 101),       # ... a broadcast
     (1, 1, 1, 2001, 300, 3),      # few columns: row split
     (3, 1, 3, 70, 64, 90),        # collapsed to one (210, K) GEMM
     (3, 3, 3, 70, 64, 90),        # bo = 3 on 2 threads: batches split in blocks
@@ -59,7 +62,7 @@ def test_matmul3d_parallel(nthreads, dtype, case):
 
 @pytest.mark.parametrize('act', [0, 1, 2, 6])
 @pytest.mark.parametrize('case', [(1, 1, 1, 300, 70, 1100), (3, 3, 3, 50, 64, 301),
-                                  (1, 1, 1, 5, 256, 3000)])
+                                  (1, 1, 1, 5, 256, 3000), (2, 1, 2, 1, 259, 3001)])
 def test_matmul3d_bias_act_parallel(nthreads, act, case):
     ba, bb, bo, m, k, n = case
     rng = np.random.default_rng(act)
@@ -83,7 +86,7 @@ def test_matmul3d_bias_act_parallel(nthreads, act, case):
 @pytest.mark.parametrize('ta', [False, True])
 @pytest.mark.parametrize('tb', [False, True])
 @pytest.mark.parametrize('cshape', ['none', 'full', 'row', 'col', 'scalar'])
-@pytest.mark.parametrize('mkn', [(131, 77, 259), (2, 300, 1500)])
+@pytest.mark.parametrize('mkn', [(131, 77, 259), (2, 300, 1500), (1, 301, 1501)])
 def test_gemm_parallel(nthreads, dtype, ta, tb, cshape, mkn):
     m, k, n = mkn
     rng = np.random.default_rng(3)
