@@ -804,6 +804,9 @@ class SegmentCompiler:
         def value_of(v):
             return v.const if v.is_const else get_value(id(v))
 
+        def values(ins):  # a node's input values (None where not known on the host)
+            return [None if x is None else x[0] if type(x) is tuple else get_value(x) for x in ins]
+
         sigs = self._sigs
         if sigs is None:
             sigs = self._sigs = [_infer_signature(n) for n, _, _, _ in prog]
@@ -819,10 +822,9 @@ class SegmentCompiler:
                               for x in ins]
                 vals = None
                 key = None
-                if sig is not None:
+                if sig is not None:  # memoized by signature (values only where they are read)
                     if sig[1]:
-                        vals = [None if x is None else x[0] if type(x) is tuple else get_value(x)
-                                for x in ins]
+                        vals = values(ins)
                         key = (sig[0], tuple(in_shapes_),
                                tuple([_value_key(vals[i]) for i in sig[1]]))
                     else:
@@ -830,8 +832,7 @@ class SegmentCompiler:
                     out_shapes = memo.get(key)
                 if out_shapes is None:
                     if vals is None:
-                        vals = [None if x is None else x[0] if type(x) is tuple else get_value(x)
-                                for x in ins]
+                        vals = values(ins)
                     try:
                         out_shapes = tuple([tuple(map(int, sh)) for sh in infer(n, in_shapes_, vals)])
                     except NotImplementedError as e:  # no shape function, or a value not known
