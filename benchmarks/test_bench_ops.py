@@ -173,28 +173,21 @@ def _softmax_case(r, n):
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def _fused_silu(x, out):
-    """out = x * sigmoid(1.5 * x + 0.25), the kind of chain jitort's codegen emits."""
-    n = x.shape[0]
-    nb = 64
-    blk = (n + nb - 1) // nb
-    for b in prange(nb):
-        lo = b * blk
-        hi = min(n, lo + blk)
-        for i in range(lo, hi):
-            v = x[i]
-            out[i] = v * sigmoid32(v * np.float32(1.5) + np.float32(0.25))
+    """out = x * sigmoid(1.5 * x + 0.25), written as jitort's codegen writes a fused chain
+    (``jitort.codegen.elementwise.LoopStyle``: one ``prange`` over the collapsed extent).
+
+    Until 2026-11-23 this loop was cut into 64 ``prange`` blocks of inner ``range`` loops,
+    which Numba does not vectorize: 41 ms against 18 ms for the same chain at 1 thread, so
+    the table measured a kernel slower than the ones jitort generates."""
+    for i in prange(x.shape[0]):
+        v = x[i]
+        out[i] = v * sigmoid32(v * np.float32(1.5) + np.float32(0.25))
 
 
 @njit(cache=True, parallel=True, error_model='numpy')
 def _par_copy(x, out):
-    n = x.shape[0]
-    nb = 64
-    blk = (n + nb - 1) // nb
-    for b in prange(nb):
-        lo = b * blk
-        hi = min(n, lo + blk)
-        for i in range(lo, hi):
-            out[i] = x[i]
+    for i in prange(x.shape[0]):
+        out[i] = x[i]
 
 
 def _fused_case(n):
