@@ -73,23 +73,22 @@ ORDERS = {
 }
 
 
-def plan_memory(buffers: list[Buffer], prefer=None) -> MemoryPlan:
+def plan_memory(buffers: list[Buffer], prefer: list[str] | None = None) -> MemoryPlan:
     """Assign ``offset`` to every buffer in place and return the plan.
 
     Greedy placement is run with each order in ``ORDERS`` (largest first, largest area first,
     longest-lived first, latest end first) and the smallest workspace is kept: no single order
     is best on every network, and each run is cheap (a few hundred buffers). The search stops
     at the first order that reaches the lower bound; ``prefer`` (names of orders, e.g. those
-    that won for earlier shapes of the same segment, most recent first; or one name) is tried
-    first, which on a new shape of a known segment usually makes one run instead of four.
+    that won for earlier shapes of the same segment, most recent first) is tried first, which
+    on a new shape of a known segment usually makes one run instead of four.
     """
     for b in buffers:
         if b.begin > b.end:
             raise ValueError(f"buffer {b.key!r} ends before it begins")
     bound = lower_bound(buffers)
     best = None
-    first = [prefer] if isinstance(prefer, str) else list(prefer or ())
-    first = [n for i, n in enumerate(first) if n in ORDERS and n not in first[:i]]
+    first = [n for n in dict.fromkeys(prefer or ()) if n in ORDERS]
     names = first + [n for n in ORDERS if n not in first]
     for name in names:
         offsets = _greedy(sorted(buffers, key=ORDERS[name]))
@@ -107,9 +106,8 @@ def _greedy(order: list[Buffer]) -> list[tuple[Buffer, int]]:
     """Place each buffer at the lowest offset free during its whole lifetime."""
     placed: list[tuple[Buffer, int]] = []
     live: list[tuple[int, int, int, int]] = []  # (offset, offset + aligned size, begin, end), by offset
-    a = ALIGN - 1
     for b in order:
-        size = (b.size + a) // ALIGN * ALIGN
+        size = align(b.size)
         if size == 0:
             placed.append((b, 0))
             continue

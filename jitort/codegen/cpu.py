@@ -870,33 +870,28 @@ class SegmentCompiler:
             static = v.shape if (v.shape is not None and len(v.shape) == len(real)) else (None,) * len(real)
             probe_in[id(v)] = tuple(2 if n == 1 and not isinstance(st, int) else n
                                     for n, st in zip(real, static))
+        ones = {key: tuple([n == 1 for n in real]) for key, real in shapes.items()}
         pattern = tuple(probe_in[id(v)] != env[id(v)].shape for v in seg.inputs)
         if not any(pattern):
-            probe = shapes  # no symbolic dim is 1: nothing is ambiguous
-        else:
-            # A new shape whose values have their 1s exactly where those of an earlier probed
-            # shape with the same ambiguous inputs had them (gpt2 at B=1: every S) gets that
-            # probe's answer. Never wrong: a dim called a broadcast is 1 now, and one called
-            # batch-like but 1 now is handled as a size; at worst a text is not shared.
-            ones = [(key, tuple([n == 1 for n in real])) for key, real in shapes.items()]
-            cached = self._unit_cache.get(pattern)
-            if cached is not None and cached[0] == ones:
-                return cached[1]
-            try:
-                probe, _, _ = self._shape_pass(probe_in, {id(v): env[id(v)] for v in seg.value_inputs},
-                                               probe=True)
-            except Exception:  # the model rejects the probe shapes: keep what earlier plans saw
-                return self.memo.get("unit_dims", {})
-        if probe is shapes:  # 1 in both passes: 1 now
-            unit = {key: tuple([n == 1 for n in real]) for key, real in shapes.items()}
-            return unit
+            return ones  # no symbolic dim is 1: nothing is ambiguous, every 1 is a broadcast
+        # A new shape whose values have their 1s exactly where those of an earlier probed
+        # shape with the same ambiguous inputs had them (gpt2 at B=1: every S) gets that
+        # probe's answer. Never wrong: a dim called a broadcast is 1 now, and one called
+        # batch-like but 1 now is handled as a size; at worst a text is not shared.
+        cached = self._unit_cache.get(pattern)
+        if cached is not None and cached[0] == ones:
+            return cached[1]
+        try:
+            probe, _, _ = self._shape_pass(probe_in, {id(v): env[id(v)] for v in seg.value_inputs},
+                                           probe=True)
+        except Exception:  # the model rejects the probe shapes: keep what earlier plans saw
+            return self.memo.get("unit_dims", {})
         unit = {}
         for key, real in shapes.items():
             other = probe.get(key)
             if other is not None and len(other) == len(real):
                 unit[key] = tuple([a == 1 and b == 1 for a, b in zip(real, other)])
-        if any(pattern):
-            self._unit_cache[pattern] = (ones, unit)
+        self._unit_cache[pattern] = (ones, unit)
         return unit
 
     def plan(self, env: dict[int, np.ndarray]) -> Plan:
