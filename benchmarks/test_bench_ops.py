@@ -212,6 +212,9 @@ CASES = {
                                           2 * 128 * 256 * 1024),
     'gemm transB 128x256@(1024x256)^T+c': (lambda: _gemm_tb_case(128, 256, 1024),
                                            2 * 128 * 256 * 1024),
+    # alexnet's fc6 at batch 1: a matrix-vector product (gemm._gemv_block)
+    'gemm transB 1x9216@(4096x9216)^T+c': (lambda: _gemm_tb_case(1, 9216, 4096),
+                                           2 * 9216 * 4096),
     'conv 3x3 64->64 56x56': (lambda: _conv_case(1, 64, 56, 64, 3, 1, 1),
                               2 * 64 * 64 * 9 * 56 * 56),
     'conv 7x7/2 3->64 224x224': (lambda: _conv_case(1, 3, 224, 64, 7, 2, 3),
