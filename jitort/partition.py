@@ -75,6 +75,7 @@ def assign(graph: Graph, backends: list[Backend]) -> dict[int, str]:
                 if b.supports(n):
                     placement[id(n)] = b.name
                     break
+    _compile_host_data(graph, placement, backends)
     # a compiled node whose value inputs come from compiled kernels cannot be planned ahead
     producer = {id(o): n for n in graph.nodes for o in n.outputs}
     for n in graph.nodes:
@@ -90,6 +91,40 @@ def assign(graph: Graph, backends: list[Backend]) -> dict[int, str]:
                 placement[id(n)] = INTERP
                 break
     return placement
+
+
+def _compile_host_data(graph: Graph, placement: dict[int, str], backends: list[Backend]) -> None:
+    """Hand host nodes that make *data* (not shapes) for compiled consumers to the backend when
+    it can fuse them (``backend.fusible(node)``: elementwise).
+
+    A causal attention mask is such a chain: Equal/LessOrEqual/And/Where over (B, 1, S, S) built
+    from shape-derived ranges. On the host it is evaluated on every new shape and its
+    temporaries -- four arrays of B*S*S elements -- are fresh pages each time (gpt2 at 8x256:
+    ~3 ms of the planning of a new shape). Compiled, it is one fused loop over small host
+    operands, rerun per call at memory speed, and its result lives in the workspace. Visited
+    consumers first, so a whole chain moves; a node whose output is a graph output, is read by
+    a host or interpreted node, or is a compiled node's value input stays on the host.
+    """
+    consumers: dict[int, list[tuple[Node, int]]] = {}
+    for n in graph.nodes:
+        for j, v in enumerate(list(n.inputs) + list(n.implicit)):  # j: the input position
+            if v is not None:
+                consumers.setdefault(id(v), []).append((n, j))
+    outputs = {id(v) for v in graph.outputs}
+    for n in reversed(graph.nodes):
+        if placement[id(n)] != HOST or n.op_type in SHAPE_OPS:
+            continue
+        uses = [u for o in n.outputs for u in consumers.get(id(o), [])]
+        if not uses or any(id(o) in outputs for o in n.outputs):
+            continue
+        for b in backends:
+            fusible = getattr(b, "fusible", None)
+            if fusible is None or not fusible(n) or not b.supports(n):
+                continue
+            if all(placement[id(c)] == b.name and j < len(c.inputs) and j not in value_inputs(c)
+                   for c, j in uses):
+                placement[id(n)] = b.name
+            break
 
 
 def _has_subgraph(n: Node) -> bool:

@@ -13,7 +13,8 @@ Invariants (checked by :func:`check_plan`, property-tested):
 
 Algorithm: greedy placement (each buffer at the lowest offset that does not collide with an
 already placed buffer of intersecting lifetime, TFLite's "greedy by size" offset calculation),
-run for a few orders, keeping the best.
+run for a few orders, keeping the best, then (when no order reaches the lower bound) a short
+repair search that moves the buffers ending at the top of the workspace to the front.
 """
 from __future__ import annotations
 
@@ -43,6 +44,12 @@ class MemoryPlan:
     lower_bound: int
     labels: dict = field(default_factory=dict)  # buffer key -> what it holds (for reports)
     order: str = ""  # the name (in ORDERS) of the placement order that made this plan
+    promoted: tuple = ()  # buffer positions the repair search placed first (see plan_memory)
+
+    @property
+    def choice(self):
+        """The order as ``plan_memory(prefer=...)`` takes it: the name, or (name, promoted)."""
+        return (self.order, self.promoted) if self.promoted else self.order
 
     @property
     def ratio(self) -> float:
@@ -73,33 +80,78 @@ ORDERS = {
 }
 
 
-def plan_memory(buffers: list[Buffer], prefer: list[str] | None = None) -> MemoryPlan:
+#: Rounds of :func:`plan_memory`'s repair search (each one greedy run).
+MAX_PROMOTIONS = 4
+
+
+def plan_memory(buffers: list[Buffer], prefer: list | None = None) -> MemoryPlan:
     """Assign ``offset`` to every buffer in place and return the plan.
 
     Greedy placement is run with each order in ``ORDERS`` (largest first, largest area first,
     longest-lived first, latest end first) and the smallest workspace is kept: no single order
     is best on every network, and each run is cheap (a few hundred buffers). The search stops
-    at the first order that reaches the lower bound; ``prefer`` (names of orders, e.g. those
-    that won for earlier shapes of the same segment, most recent first) is tried first, which
-    on a new shape of a known segment usually makes one run instead of four.
+    at the first order that reaches the lower bound.
+
+    When none does, a repair search starts from the best order: the buffers that end at the
+    top of the workspace are moved to the front of the order and placed again, up to
+    ``MAX_PROMOTIONS`` rounds. The typical miss is a small buffer that lives across the whole
+    schedule (gpt2's attention mask): every size-based order places it last, above everything
+    it overlaps in time; placed first, at offset 0, it costs nothing.
+
+    ``prefer``: orders to try first, most recent first -- names of ``ORDERS`` or the
+    ``MemoryPlan.choice`` of an earlier plan of the same buffers (a name and the promoted
+    buffer positions). A segment's new shapes usually make one run instead of four.
     """
     for b in buffers:
         if b.begin > b.end:
             raise ValueError(f"buffer {b.key!r} ends before it begins")
     bound = lower_bound(buffers)
-    best = None
-    first = [n for n in dict.fromkeys(prefer or ()) if n in ORDERS]
-    names = first + [n for n in ORDERS if n not in first]
-    for name in names:
-        offsets = _greedy(sorted(buffers, key=ORDERS[name]))
+    choices = []
+    for c in prefer or ():
+        name, promoted = (c, ()) if isinstance(c, str) else c
+        if name in ORDERS and all(0 <= i < len(buffers) for i in promoted):
+            choices.append((name, tuple(dict.fromkeys(promoted))))
+    choices = list(dict.fromkeys(choices + [(n, ()) for n in ORDERS]))
+    rank = {c: i for i, c in enumerate([(n, ()) for n in ORDERS])}
+    best = None  # (total, tie-break, offsets, choice): ties go to ORDERS' order, not the try order
+    for choice in choices:
+        offsets = _greedy(_ordered(buffers, *choice))
         total = max((off + align(b.size) for b, off in offsets), default=0)
-        if best is None or total < best[0]:
-            best = (total, offsets, name)
+        cand = (total, rank.get(choice, -1), offsets, choice)
+        if best is None or cand[:2] < best[:2]:
+            best = cand
         if total <= bound:  # optimal: no other order can do better
             break
-    for b, off in best[1]:
+    if best[0] > bound and buffers:
+        index = {id(b): i for i, b in enumerate(buffers)}
+        name, promoted = best[3]
+        offsets, total = best[2], best[0]
+        for _ in range(MAX_PROMOTIONS):
+            top = [index[id(b)] for b, off in offsets
+                   if off + align(b.size) == total and index[id(b)] not in promoted]
+            if not top:
+                break
+            promoted = promoted + tuple(sorted(top))
+            offsets = _greedy(_ordered(buffers, name, promoted))
+            total = max((off + align(b.size) for b, off in offsets), default=0)
+            if total < best[0]:
+                best = (total, -1, offsets, (name, promoted))
+            if total <= bound:
+                break
+    for b, off in best[2]:
         b.offset = off
-    return MemoryPlan(buffers, best[0], bound, order=best[2])
+    name, promoted = best[3]
+    return MemoryPlan(buffers, best[0], bound, order=name, promoted=promoted)
+
+
+def _ordered(buffers: list[Buffer], name: str, promoted: tuple = ()) -> list[Buffer]:
+    """The placement order: the ``promoted`` positions first (in that order), then the rest
+    sorted by ``ORDERS[name]``."""
+    if not promoted:
+        return sorted(buffers, key=ORDERS[name])
+    first = set(promoted)
+    return [buffers[i] for i in promoted] + sorted(
+        (b for i, b in enumerate(buffers) if i not in first), key=ORDERS[name])
 
 
 def _greedy(order: list[Buffer]) -> list[tuple[Buffer, int]]:

@@ -147,19 +147,29 @@ def test_replayed_plans_equal_full_lowerings(encoder):
 
 
 def test_probe_pass_runs_only_the_shape_chain(encoder):
-    """The unit-dim probe needs shapes only: host nodes that make data (the class-token and
-    mask Expands) are shape-inferred, not run; the shape chain still runs; shapes agree."""
+    """The unit-dim probe needs shapes only: host nodes that make data are shape-inferred, not
+    run; the shape chain still runs; shapes agree. (The encoder's data-only Expands are
+    elementwise with compiled consumers, so they are compiled: see
+    test_a_shape_derived_mask_chain_is_compiled_not_evaluated_per_shape. The mask model's
+    Range/Unsqueeze/ReduceMax make data on the host.)"""
     m, cm = encoder
-    f = _feeds(1, 6)
-    cm(**f)
-    env = dict(zip(cm._input_ids, cm._validate(f)))
-    comps = [c for c in cm._compilers.values()]
+    cm(**_feeds(1, 6))
+    modes = {}
+    for comp in cm._compilers.values():
+        modes.update({n.outputs[0].name: mode for n, mode, _, _ in comp._node_program()})
+    assert modes["sh"] == modes["B"] == modes["bshape"] == modes["s5a"] == 1  # shapes
+    assert modes["qkv"] == modes["clsb"] == modes["ones_b"] == 0  # compiled
+    mask = jitort.compile(_causal_mask_model())
+    x = np.zeros((1, 6, 6), np.float32)
+    mask(x)
+    env = dict(zip(mask._input_ids, mask._validate({"x": x})))
+    comps = list(mask._compilers.values())
     modes = {}
     for comp in comps:
         modes.update({n.outputs[0].name: mode for n, mode, _, _ in comp._node_program()})
-    assert modes["clsb"] == 2 and modes["ones_b"] == 2  # data only
-    assert modes["sh"] == modes["B"] == modes["bshape"] == modes["s5a"] == 1  # shapes
-    assert modes["qkv"] == 0  # compiled
+    assert modes["sh"] == modes["S"] == 1  # the shape chain
+    assert modes["r"] == modes["row"] == modes["col"] == modes["rmax"] == 2  # data only
+    assert modes["keep"] == modes["mask"] == 0
     for comp in comps:
         ins = {id(v): env[id(v)].shape for v in comp.seg.inputs}
         vals = {id(v): env[id(v)] for v in comp.seg.value_inputs}
@@ -426,3 +436,46 @@ def test_memory_report_and_png(encoder, tmp_path):
     out = plot_plan(plan, tmp_path / "plan.png")
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def _causal_mask_model():
+    """scores [B, S, S] + a causal mask built from the shape alone (Range -> LessOrEqual -> Where,
+    as transformers exports it) ; Range's output also feeds a host Reshape target."""
+    N = helper.make_node
+    init = {"i1": np.array([1], np.int64), "zero": np.array(0, np.int64),
+            "one": np.array(1, np.int64), "ax0": np.array([0], np.int64),
+            "ax1": np.array([1], np.int64), "z": np.array(0.0, np.float32),
+            "ninf": np.array(-np.inf, np.float32)}
+    nodes = [
+        N("Shape", ["x"], ["sh"]), N("Gather", ["sh", "i1"], ["S1"]),
+        N("Squeeze", ["S1", "ax0"], ["S"]),
+        N("Range", ["zero", "S", "one"], ["r"]),
+        N("Unsqueeze", ["r", "ax0"], ["row"]), N("Unsqueeze", ["r", "ax1"], ["col"]),
+        N("LessOrEqual", ["row", "col"], ["keep"]),  # [S, S]: key <= query
+        N("Not", ["keep"], ["drop"]), N("Not", ["drop"], ["keep2"]),
+        N("Where", ["keep2", "z", "ninf"], ["mask"]),
+        N("Add", ["x", "mask"], ["y0"]), N("Softmax", ["y0"], ["y"], axis=-1),
+        N("ReduceMax", ["r"], ["rmax"], keepdims=1),  # a host consumer of r keeps Range on the host
+        N("Cast", ["rmax"], ["rmaxf"], to=F32),
+        N("Add", ["y", "rmaxf"], ["out"]),
+    ]
+    return make_model(nodes, [("x", F32, ["B", "S", "S"])], [("out", F32, None)], init, opset=18)
+
+
+def test_a_shape_derived_mask_chain_is_compiled_not_evaluated_per_shape():
+    model = _causal_mask_model()
+    cm = jitort.compile(model)
+    place = {n.op_type: cm.placement[id(n)] for n in cm.graph.nodes}
+    # the data chain from Range to Where runs in a fused kernel; the shape ops stay on the host
+    assert [place[op] for op in ("LessOrEqual", "Not", "Where")] == ["cpu"] * 3
+    assert [place[op] for op in ("Shape", "Range", "ReduceMax")] == ["host"] * 3
+    rng = np.random.default_rng(0)
+    compiles = None
+    for b, s in [(2, 5), (1, 9), (3, 1), (2, 64)]:
+        x = rng.standard_normal((b, s, s)).astype(np.float32)
+        got = cm(x)[0]
+        want = run_reference(model, {"x": x})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        if compiles is None:
+            compiles = jitort.compile_count()
+    assert jitort.compile_count() == compiles  # new shapes: no new compilation

@@ -58,3 +58,49 @@ def test_preferred_order_is_tried_first_and_never_worse(specs, prefer):
         only = _greedy(sorted(fresh, key=ORDERS[first[0]]))
         if max(off + align(b.size) for b, off in only) == bound:
             assert plan.order == first[0]
+
+
+def _greedy_total(bufs, name):
+    fresh = [Buffer(b.key, b.size, b.begin, b.end) for b in bufs]
+    return max(off + align(b.size) for b, off in _greedy(sorted(fresh, key=ORDERS[name])))
+
+
+def test_repair_search_reaches_the_bound_every_order_misses():
+    specs = [(256, 0, 2), (128, 2, 4), (128, 3, 4), (192, 4, 5)]
+    bufs = [Buffer(i, size, b, e) for i, (size, b, e) in enumerate(specs)]
+    bound = lower_bound(bufs)
+    assert bound == 448
+    assert min(_greedy_total(bufs, name) for name in ORDERS) > bound  # every order misses
+    plan = plan_memory(bufs)
+    check_plan(plan)
+    assert plan.workspace_bytes == bound
+    assert plan.promoted == (2,) and plan.choice == (plan.order, (2,))
+    # the choice, preferred for the same buffers, makes that plan again in one run
+    again = plan_memory([Buffer(i, size, b, e) for i, (size, b, e) in enumerate(specs)],
+                        [plan.choice])
+    assert again.workspace_bytes == bound and again.choice == plan.choice
+
+
+@settings(max_examples=200, deadline=None)
+@given(lifetimes, st.lists(st.integers(0, 70), max_size=4))
+def test_repair_search_is_never_worse_and_its_choice_replays(specs, promoted):
+    bufs = [Buffer(i, size, b, b + length) for i, (size, b, length) in enumerate(specs)]
+    plan = plan_memory(bufs)
+    check_plan(plan)
+    assert plan.workspace_bytes <= min(_greedy_total(bufs, name) for name in ORDERS)
+    assert all(0 <= i < len(bufs) for i in plan.promoted)
+    # a stale or out-of-range preference (another segment's positions) is ignored or harmless
+    other = plan_memory([Buffer(b.key, b.size, b.begin, b.end) for b in bufs],
+                        [("size", tuple(promoted)), plan.choice])
+    check_plan(other)
+    assert other.workspace_bytes <= plan.workspace_bytes
+
+
+def test_a_preferred_choice_with_repeated_positions_places_each_buffer_once():
+    def plan(prefer):
+        bufs = [Buffer(i, 64 * (i + 1), i % 3, i % 3 + 2) for i in range(6)]
+        p = plan_memory(bufs, prefer)
+        check_plan(p)
+        return [b.offset for b in p.buffers], p.workspace_bytes, p.choice
+
+    assert plan([("size", (3, 3, 1))]) == plan([("size", (3, 1))])

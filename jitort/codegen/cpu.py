@@ -79,6 +79,10 @@ class CpuBackend:
         pred = SUPPORT.get((node.domain, node.op_type))
         return bool(pred and pred(node))
 
+    def fusible(self, node: Node) -> bool:
+        """Lowered into fused elementwise loops (see partition._compile_host_data)."""
+        return supports_elementwise(node)
+
 
 # --- the emitter -----------------------------------------------------------------------------
 
@@ -679,7 +683,7 @@ class _Record:
         self.fn = tape.compile(list(em.dims) + [r.nbytes for r in em.rows])
         self.hostvals = dict(tape.hostvals)
         self.plan = plan
-        self.orders = [plan.memory.order]  # placement orders that won, most recent first
+        self.orders = [plan.memory.choice]  # placement orders that won, most recent first
 
     def replay(self, unit: dict, shapes: dict, hostvals: dict) -> Plan | None:
         if unit != self.unit:
@@ -694,7 +698,7 @@ class _Record:
         k = self.n_dims
         hosts = [None if r.vid is None else hostvals[r.vid] for r in self.rows]
         d, o, pb, mem = _layout(self.rows, vals[:k], vals[k:], hosts, self.orders)
-        _promote(self.orders, mem.order)  # sizes change with the shape; the winners rarely do
+        _promote(self.orders, mem.choice)  # sizes change with the shape; the winners rarely do
         p, seg = self.plan, self.seg
         exports = {id(v): hostvals[id(v)] for v in seg.outputs if id(v) in hostvals}
         return Plan(p.driver, d, o, pb, mem.workspace_bytes, mem,
@@ -1028,7 +1032,7 @@ class SegmentCompiler:
         d, o, pb, mem = _layout(em.rows, [concrete(n) for n in em.dims],
                                 [concrete(r.nbytes) for r in em.rows], [r.host for r in em.rows],
                                 self.memo.get("orders"))
-        _promote(self.memo.setdefault("orders", []), mem.order)
+        _promote(self.memo.setdefault("orders", []), mem.choice)
         out_shapes = [shapes[id(v)] for v in seg.arg_outputs]
         if self.profiler is None:
             return Plan(mod.call, d, o, pb, mem.workspace_bytes, mem,
@@ -1049,11 +1053,13 @@ def _host_bytes(host) -> np.ndarray:
     return host.reshape(-1).view(np.uint8)
 
 
-def _promote(mru: list, name: str) -> None:
-    """Move ``name`` to the front of the most-recently-used list ``mru``."""
-    if name in mru:
-        mru.remove(name)
-    mru.insert(0, name)
+def _promote(mru: list, choice) -> None:
+    """Move ``choice`` (a :attr:`~jitort.planner.MemoryPlan.choice`) to the front of the
+    most-recently-used list ``mru``, which keeps the last eight."""
+    if choice in mru:
+        mru.remove(choice)
+    mru.insert(0, choice)
+    del mru[8:]
 
 
 def _layout(rows: list[Row], dims: list[int], sizes: list[int], hosts: list,
