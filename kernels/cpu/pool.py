@@ -8,19 +8,24 @@ region, so padding never contributes to a max or a sum.
 import numpy as np
 from numba import njit, prange
 
-from .gemm import eptr
+from .gemm import eptr, num_threads
 from .softmax import row_max
 
 _PAR_MIN_WORK = 1 << 16
+# Stride-1 pools over planes narrower than this run as one flat loop per tap (_flat_rows).
+_FLAT_MAX_OW = 32
 
 
 # --- padded planes ----------------------------------------------------------------------
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def _pad_plane(xp, hp, wp, ph, pw, fill):
-    """(hp, wp) copy of xp (H, W) shifted by the begin pads, ``fill`` outside: window loops
-    over it need no boundary tests. Copies go through raw pointers (no per-row views)."""
+def _pad_plane(xp, scratch, hp, wp, ph, pw, fill):
+    """(hp, wp) copy of xp (H, W) shifted by the begin pads, ``fill`` outside, written row by
+    row into the 1-D ``scratch`` (>= hp * wp elements; one per worker, not one allocation and
+    no array views per plane):
+    window loops over it need no boundary tests. Copies go through raw pointers (no per-row
+    views)."""
     h, w = xp.shape
-    buf = np.empty((hp, wp), xp.dtype)
+    buf = scratch
     f = xp.dtype.type(fill)
     j0 = min(pw, wp)
     j1 = max(j0, min(wp, pw + w))
@@ -39,12 +44,54 @@ def _pad_plane(xp, hp, wp, ph, pw, fill):
             dd[j] = ss[j]
         for j in range(j1, wp):
             d[j] = f
-    return buf
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _padded_elems(oh_n, ow_n, kh_n, kw_n, sh, sw, dh, dw):
+    """Scratch elements of one padded plane (see _pad_plane)."""
+    if oh_n <= 0 or ow_n <= 0:
+        return 1
+    wp = (ow_n - 1) * sw + (kw_n - 1) * dw + 1
+    return ((oh_n - 1) * sh + (kh_n - 1) * dh + 1) * wp + oh_n * wp  # + _flat_rows' output
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _flat_rows(buf, ld, scratch, t0, oh_n, ow_n, kh_n, kw_n, dh, dw, is_max):
+    """Stride-1 windows of a narrow plane as one flat loop: the window sums (or maxima) at
+    every position q < (oh_n - 1) * ld + ow_n of the plane ``buf`` (row length ``ld``) into
+    ``scratch[t0:]``; output (oh, ow) is at q = oh * ld + ow. Rows of a 7x7 or 14x14 plane are
+    shorter than two vectors, so per-row loops run mostly in scalar remainders; this runs the
+    taps over all rows at once (computing ld - ow_n discarded columns per row)."""
+    n = (oh_n - 1) * ld + ow_n
+    t = eptr(scratch, t0)
+    r = eptr(buf, 0)
+    for q in range(n):
+        t[q] = r[q]
+    for kh in range(kh_n):
+        for kw in range(kw_n):
+            if kh == 0 and kw == 0:
+                continue
+            r = eptr(buf, kh * dh * ld + kw * dw)
+            if is_max:
+                for q in range(n):
+                    v = r[q]
+                    t[q] = v if v > t[q] else t[q]
+            else:
+                for q in range(n):
+                    t[q] += r[q]
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _whole_plane(h, w, oh_n, ow_n, kh, kw, ph, pw, pe_h, pe_w):
+    """One window covering the plane exactly (inception's final 7x7 AveragePool): a global
+    pool."""
+    return (oh_n == 1 and ow_n == 1 and kh == h and kw == w and ph == 0 and pw == 0
+            and pe_h == 0 and pe_w == 0)
 
 
 # --- MaxPool ---------------------------------------------------------------------------
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def _maxpool_plane(xp, op, kh_n, kw_n, sh, sw, ph, pw, dh, dw):
+def _maxpool_plane(xp, op, scratch, kh_n, kw_n, sh, sw, ph, pw, dh, dw):
     """op (OH, OW) = max over windows of xp (H, W); -inf where a window is empty."""
     oh_n, ow_n = op.shape
     if oh_n == 0 or ow_n == 0:
@@ -52,10 +99,21 @@ def _maxpool_plane(xp, op, kh_n, kw_n, sh, sw, ph, pw, dh, dw):
     hp = (oh_n - 1) * sh + (kh_n - 1) * dh + 1
     wp = (ow_n - 1) * sw + (kw_n - 1) * dw + 1
     if ph == 0 and pw == 0 and hp <= xp.shape[0] and wp <= xp.shape[1]:
-        buf = xp  # every window lies inside the plane: read it in place, no padded copy
+        buf = xp.reshape(-1)  # every window lies inside the plane: read it in place
+        ld = xp.shape[1]
     else:
-        buf = _pad_plane(xp, hp, wp, ph, pw, -np.inf)
-    ld = buf.shape[1]
+        _pad_plane(xp, scratch, hp, wp, ph, pw, -np.inf)
+        buf = scratch
+        ld = wp
+    if sh == 1 and sw == 1 and ow_n < _FLAT_MAX_OW:
+        t0 = hp * wp
+        _flat_rows(buf, ld, scratch, t0, oh_n, ow_n, kh_n, kw_n, dh, dw, True)
+        for oh in range(oh_n):
+            d = eptr(op, oh * ow_n)
+            t = eptr(scratch, t0 + oh * ld)
+            for ow in range(ow_n):
+                d[ow] = t[ow]
+        return
     ninf = op.dtype.type(-np.inf)
     if kh_n == 3 and kw_n == 3 and dh == 1 and dw == 1 and (sw == 1 or sw == 2):
         # unrolled 3x3: one pass per output row (NaN skipped as in the generic loop)
@@ -132,14 +190,22 @@ def _maxpool_plane(xp, op, kh_n, kw_n, sh, sw, ph, pw, dh, dw):
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def _maxpool_ser(x3, o3, kh, kw, sh, sw, ph, pw, dh, dw):
+    oh_n, ow_n = o3.shape[1], o3.shape[2]
+    scratch = np.empty(_padded_elems(oh_n, ow_n, kh, kw, sh, sw, dh, dw), x3.dtype)
     for p in range(x3.shape[0]):
-        _maxpool_plane(x3[p], o3[p], kh, kw, sh, sw, ph, pw, dh, dw)
+        _maxpool_plane(x3[p], o3[p], scratch, kh, kw, sh, sw, ph, pw, dh, dw)
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def _maxpool_par(x3, o3, kh, kw, sh, sw, ph, pw, dh, dw):
-    for p in prange(x3.shape[0]):
-        _maxpool_plane(x3[p], o3[p], kh, kw, sh, sw, ph, pw, dh, dw)
+def _maxpool_par(nw, x3, o3, kh, kw, sh, sw, ph, pw, dh, dw):
+    """nw workers, each a contiguous range of planes and one scratch."""
+    n_p = x3.shape[0]
+    oh_n, ow_n = o3.shape[1], o3.shape[2]
+    ne = _padded_elems(oh_n, ow_n, kh, kw, sh, sw, dh, dw)
+    for wk in prange(nw):
+        scratch = np.empty(ne, x3.dtype)
+        for p in range(wk * n_p // nw, (wk + 1) * n_p // nw):
+            _maxpool_plane(x3[p], o3[p], scratch, kh, kw, sh, sw, ph, pw, dh, dw)
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
@@ -148,10 +214,14 @@ def maxpool2d(x, out, kh, kw, sh, sw, ph, pw, dh, dw):
     sh/sw, begin pads ph/pw, dilations dh/dw. NaN inputs are skipped (not propagated)."""
     n, c, h, w = x.shape
     oh_n, ow_n = out.shape[2], out.shape[3]
+    if _whole_plane(h, w, oh_n, ow_n, kh, kw, ph, pw, 0, 0) and h * w > 0:
+        global_maxpool(x.reshape(n, c, h * w), out.reshape(n, c))
+        return
     x3 = x.reshape(n * c, h, w)
     o3 = out.reshape(n * c, oh_n, ow_n)
-    if n * c * oh_n * ow_n * kh * kw >= _PAR_MIN_WORK:
-        _maxpool_par(x3, o3, kh, kw, sh, sw, ph, pw, dh, dw)
+    nw = min(num_threads(), n * c)
+    if n * c * oh_n * ow_n * kh * kw >= _PAR_MIN_WORK and nw > 1:
+        _maxpool_par(nw, x3, o3, kh, kw, sh, sw, ph, pw, dh, dw)
     else:
         _maxpool_ser(x3, o3, kh, kw, sh, sw, ph, pw, dh, dw)
 
@@ -171,9 +241,8 @@ def _window_count(o, k, s, pb, pe, size, include_pad):
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def _avgpool_plane(xp, op, cnt_w, kh_n, kw_n, sh, sw, ph, pw, include_pad, pe_h):
-    """op (OH, OW) = window sums of xp (H, W) / divisor; cnt_w (OW,) holds the width
-    counts (already as the dtype)."""
+def _avgpool_plane(xp, op, scratch, inv, kh_n, kw_n, sh, sw, ph, pw):
+    """op (OH, OW) = window sums of xp (H, W) * inv (OH * OW: 1 / divisor, see avgpool2d)."""
     h, w = xp.shape
     oh_n, ow_n = op.shape
     if oh_n == 0 or ow_n == 0:
@@ -181,10 +250,22 @@ def _avgpool_plane(xp, op, cnt_w, kh_n, kw_n, sh, sw, ph, pw, include_pad, pe_h)
     hp = (oh_n - 1) * sh + kh_n
     wp = (ow_n - 1) * sw + kw_n
     if ph == 0 and pw == 0 and hp <= xp.shape[0] and wp <= xp.shape[1]:
-        buf = xp  # every window lies inside the plane: read it in place, no padded copy
+        buf = xp.reshape(-1)  # every window lies inside the plane: read it in place
+        ld = xp.shape[1]
     else:
-        buf = _pad_plane(xp, hp, wp, ph, pw, 0.0)
-    ld = buf.shape[1]
+        _pad_plane(xp, scratch, hp, wp, ph, pw, 0.0)
+        buf = scratch
+        ld = wp
+    if sh == 1 and sw == 1 and ow_n < _FLAT_MAX_OW:
+        t0 = hp * wp
+        _flat_rows(buf, ld, scratch, t0, oh_n, ow_n, kh_n, kw_n, 1, 1, False)
+        for oh in range(oh_n):
+            d = eptr(op, oh * ow_n)
+            t = eptr(scratch, t0 + oh * ld)
+            iv = eptr(inv, oh * ow_n)
+            for ow in range(ow_n):
+                d[ow] = t[ow] * iv[ow]
+        return
     unrolled = kh_n == 3 and kw_n == 3 and (sw == 1 or sw == 2)
     for oh in range(oh_n):
         d = eptr(op, oh * ow_n)
@@ -216,21 +297,29 @@ def _avgpool_plane(xp, op, cnt_w, kh_n, kw_n, sh, sw, ph, pw, include_pad, pe_h)
                 else:
                     for ow in range(ow_n):
                         d[ow] += r[ow * sw]
-        ch = op.dtype.type(_window_count(oh, kh_n, sh, ph, pe_h, h, include_pad))
+        iv = eptr(inv, oh * ow_n)
         for ow in range(ow_n):
-            d[ow] = d[ow] / (ch * cnt_w[ow])
+            d[ow] *= iv[ow]
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def _avgpool_ser(x3, o3, cnt_w, kh, kw, sh, sw, ph, pw, include_pad, pe_h):
+def _avgpool_ser(x3, o3, inv, kh, kw, sh, sw, ph, pw):
+    oh_n, ow_n = o3.shape[1], o3.shape[2]
+    scratch = np.empty(_padded_elems(oh_n, ow_n, kh, kw, sh, sw, 1, 1), x3.dtype)
     for p in range(x3.shape[0]):
-        _avgpool_plane(x3[p], o3[p], cnt_w, kh, kw, sh, sw, ph, pw, include_pad, pe_h)
+        _avgpool_plane(x3[p], o3[p], scratch, inv, kh, kw, sh, sw, ph, pw)
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def _avgpool_par(x3, o3, cnt_w, kh, kw, sh, sw, ph, pw, include_pad, pe_h):
-    for p in prange(x3.shape[0]):
-        _avgpool_plane(x3[p], o3[p], cnt_w, kh, kw, sh, sw, ph, pw, include_pad, pe_h)
+def _avgpool_par(nw, x3, o3, inv, kh, kw, sh, sw, ph, pw):
+    """nw workers, each a contiguous range of planes and one scratch."""
+    n_p = x3.shape[0]
+    oh_n, ow_n = o3.shape[1], o3.shape[2]
+    ne = _padded_elems(oh_n, ow_n, kh, kw, sh, sw, 1, 1)
+    for wk in prange(nw):
+        scratch = np.empty(ne, x3.dtype)
+        for p in range(wk * n_p // nw, (wk + 1) * n_p // nw):
+            _avgpool_plane(x3[p], o3[p], scratch, inv, kh, kw, sh, sw, ph, pw)
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
@@ -240,19 +329,28 @@ def avgpool2d(x, out, kh, kw, sh, sw, ph, pw, count_include_pad, pad_h_end, pad_
     Sums cover the window clipped to the input. Divisor: number of window cells inside the
     input, or with ``count_include_pad`` inside the explicitly padded input
     [-ph, H + pad_h_end) x [-pw, W + pad_w_end) (cells added by ceil_mode beyond the end
-    pads are never counted).
+    pads are never counted). The reciprocals of the divisors are computed once per call, for
+    every output position, and the sums multiplied by them.
     """
     n, c, h, w = x.shape
     oh_n, ow_n = out.shape[2], out.shape[3]
-    cnt_w = np.empty(ow_n, x.dtype)
-    for ow in range(ow_n):
-        cnt_w[ow] = _window_count(ow, kw, sw, pw, pad_w_end, w, count_include_pad)
+    if _whole_plane(h, w, oh_n, ow_n, kh, kw, ph, pw, pad_h_end, pad_w_end) and h * w > 0:
+        global_avgpool(x.reshape(n, c, h * w), out.reshape(n, c))
+        return
+    inv = np.empty(oh_n * ow_n, x.dtype)
+    one = x.dtype.type(1)
+    for oh in range(oh_n):
+        ch = _window_count(oh, kh, sh, ph, pad_h_end, h, count_include_pad)
+        for ow in range(ow_n):
+            cnt = ch * _window_count(ow, kw, sw, pw, pad_w_end, w, count_include_pad)
+            inv[oh * ow_n + ow] = one / x.dtype.type(cnt)
     x3 = x.reshape(n * c, h, w)
     o3 = out.reshape(n * c, oh_n, ow_n)
-    if n * c * oh_n * ow_n * kh * kw >= _PAR_MIN_WORK:
-        _avgpool_par(x3, o3, cnt_w, kh, kw, sh, sw, ph, pw, count_include_pad, pad_h_end)
+    nw = min(num_threads(), n * c)
+    if n * c * oh_n * ow_n * kh * kw >= _PAR_MIN_WORK and nw > 1:
+        _avgpool_par(nw, x3, o3, inv, kh, kw, sh, sw, ph, pw)
     else:
-        _avgpool_ser(x3, o3, cnt_w, kh, kw, sh, sw, ph, pw, count_include_pad, pad_h_end)
+        _avgpool_ser(x3, o3, inv, kh, kw, sh, sw, ph, pw)
 
 
 # --- Global pools ----------------------------------------------------------------------

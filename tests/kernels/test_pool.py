@@ -23,6 +23,16 @@ POOL_CASES = [
     (5, 5, 2, 2, 2, 2, (0, 0, 0, 0), (1, 1), 1),
     (1, 1, 1, 1, 1, 1, (0, 0, 0, 0), (1, 1), 0),
     (9, 8, 3, 2, 1, 2, (2, 1, 2, 1), (2, 3), 0),     # dilation (maxpool only)
+    # stride 1 on narrow planes: one flat loop per tap (pool._flat_rows)
+    (7, 7, 3, 3, 1, 1, (0, 0, 0, 0), (1, 1), 0),     # in place, no padded copy
+    (6, 31, 2, 4, 1, 1, (1, 2, 0, 1), (1, 1), 1),    # widest flat plane, ceil, uneven pads
+    (8, 5, 3, 2, 1, 1, (1, 0, 1, 1), (2, 2), 0),     # dilation (maxpool only)
+    (4, 40, 3, 3, 1, 1, (1, 1, 1, 1), (1, 1), 0),    # wide: per-row loops
+    # one window over the whole plane: a global pool; and near misses that are not
+    (7, 7, 7, 7, 1, 1, (0, 0, 0, 0), (1, 1), 0),
+    (5, 3, 5, 3, 2, 2, (0, 0, 0, 0), (1, 1), 1),
+    (7, 7, 7, 7, 1, 1, (0, 0, 1, 0), (1, 1), 0),     # an end pad: a 2x1 output
+    (7, 7, 6, 7, 1, 1, (0, 0, 0, 0), (1, 1), 0),
 ]
 
 
@@ -103,3 +113,23 @@ def test_lrn(dtype, size, ort_node):
             sq[:, c] = (x[:, lo:hi + 1].astype(np.float64) ** 2).sum(axis=1)
         ref = x / (bias + alpha / size * sq) ** beta
     np.testing.assert_allclose(out, ref, rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('op', ['MaxPool', 'AveragePool'])
+@pytest.mark.parametrize('threads', [1, 2])
+def test_pool_planes_split_over_workers(op, threads, ort_node):
+    """More planes than workers, not a multiple: each worker takes a range with one scratch."""
+    import numba
+    x = np.random.default_rng(4).standard_normal((3, 37, 14, 14)).astype(np.float32)
+    out = np.full((3, 37, 14, 14), np.nan, np.float32)
+    old = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        if op == 'MaxPool':
+            P.maxpool2d(x, out, 3, 3, 1, 1, 1, 1, 1, 1)
+        else:
+            P.avgpool2d(x, out, 3, 3, 1, 1, 1, 1, 0, 1, 1)
+    finally:
+        numba.set_num_threads(old)
+    ref = ort_node(op, [x], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
