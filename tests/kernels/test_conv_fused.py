@@ -7,7 +7,8 @@ from test_conv import CASES, DTYPES, _close, _ref, _run
 
 
 @pytest.mark.parametrize('dtype', DTYPES)
-@pytest.mark.parametrize('case', [CASES[0], CASES[4], CASES[7]])
+@pytest.mark.parametrize('case', [CASES[0], CASES[4], CASES[7]]
+                         + [c for c in CASES if c[1] == 37])  # depthwise, channel blocks
 @pytest.mark.parametrize('act,alpha,beta', [(1, 0, 0), (6, 0.0, 0.5), (5, 0.2, 0), (3, 0, 0)])
 def test_conv2d_act_residual(dtype, case, act, alpha, beta, ort_node):
     n, c, h, w, m, kh, kw, stride, pads, dil, group = case
