@@ -94,7 +94,8 @@ def plan_memory(buffers: list[Buffer], prefer: list | None = None) -> MemoryPlan
 
     When none does, a repair search starts from the best order: the buffers that end at the
     top of the workspace are moved to the front of the order and placed again, up to
-    ``MAX_PROMOTIONS`` rounds. The typical miss is a small buffer that lives across the whole
+    ``MAX_PROMOTIONS`` rounds (when every preferred choice misses, the first plain order among
+    them is repaired before the other orders are tried). The typical miss is a small buffer that lives across the whole
     schedule (gpt2's attention mask): every size-based order places it last, above everything
     it overlaps in time; placed first, at offset 0, it costs nothing.
 
@@ -106,38 +107,65 @@ def plan_memory(buffers: list[Buffer], prefer: list | None = None) -> MemoryPlan
         if b.begin > b.end:
             raise ValueError(f"buffer {b.key!r} ends before it begins")
     bound = lower_bound(buffers)
-    choices = []
+    preferred = []
     for c in prefer or ():
         name, promoted = (c, ()) if isinstance(c, str) else c
         if name in ORDERS and all(0 <= i < len(buffers) for i in promoted):
-            choices.append((name, tuple(dict.fromkeys(promoted))))
-    choices = list(dict.fromkeys(choices + [(n, ()) for n in ORDERS]))
-    rank = {c: i for i, c in enumerate([(n, ()) for n in ORDERS])}
+            preferred.append((name, tuple(dict.fromkeys(promoted))))
+    plain = [(n, ()) for n in ORDERS]
+    rank = {c: i for i, c in enumerate(plain)}
+    index = {id(b): i for i, b in enumerate(buffers)}
     best = None  # (total, tie-break, offsets, choice): ties go to ORDERS' order, not the try order
-    for choice in choices:
-        offsets = _greedy(_ordered(buffers, *choice))
-        total = max((off + align(b.size) for b, off in offsets), default=0)
+    runs: dict = {}  # plain order -> (total, offsets)
+    repaired: set = set()
+
+    def consider(total, offsets, choice):
+        nonlocal best
         cand = (total, rank.get(choice, -1), offsets, choice)
         if best is None or cand[:2] < best[:2]:
             best = cand
-        if total <= bound:  # optimal: no other order can do better
-            break
-    if best[0] > bound and buffers:
-        index = {id(b): i for i, b in enumerate(buffers)}
-        name, promoted = best[3]
-        offsets, total = best[2], best[0]
+
+    def repair(total, offsets, choice):
+        """Promote the buffers ending at the top, MAX_PROMOTIONS rounds at most."""
+        repaired.add(choice)
+        name, promoted = choice
         for _ in range(MAX_PROMOTIONS):
             top = [index[id(b)] for b, off in offsets
                    if off + align(b.size) == total and index[id(b)] not in promoted]
             if not top:
-                break
+                return
             promoted = promoted + tuple(sorted(top))
             offsets = _greedy(_ordered(buffers, name, promoted))
             total = max((off + align(b.size) for b, off in offsets), default=0)
-            if total < best[0]:
-                best = (total, -1, offsets, (name, promoted))
+            consider(total, offsets, (name, promoted))
             if total <= bound:
-                break
+                return
+
+    def run(choice):
+        offsets = _greedy(_ordered(buffers, *choice))
+        total = max((off + align(b.size) for b, off in offsets), default=0)
+        consider(total, offsets, choice)
+        if choice in rank:
+            runs[choice] = (total, offsets)
+        return total <= bound  # optimal: no other order can do better
+
+    preferred = list(dict.fromkeys(preferred))
+    done = any(run(c) for c in preferred)
+    first = next((c for c in preferred if c in rank), None)
+    if not done and first is not None and buffers:
+        # the plain order that won the last shapes missed, and so did every other preferred
+        # choice: repair it before trying the other orders (gpt2's first S=128 shape: 3
+        # runs instead of 6)
+        repair(*runs[first], first)
+        done = best[0] <= bound
+    if not done:
+        done = any(run(c) for c in plain if c not in runs)
+    if best[0] > bound and buffers:
+        # from the best plain order (ties by rank): the same start whatever was preferred, so
+        # a preference never makes the plan worse than plan_memory(buffers) would
+        start = min(runs, key=lambda c: (runs[c][0], rank[c]))
+        if start not in repaired:
+            repair(*runs[start], start)
     for b, off in best[2]:
         b.offset = off
     name, promoted = best[3]

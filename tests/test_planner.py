@@ -49,9 +49,10 @@ def test_preferred_order_is_tried_first_and_never_worse(specs, prefer):
     plan = plan_memory(bufs, prefer)
     check_plan(plan)
     assert plan.order in ORDERS
-    # the search stops at the first order reaching the bound, else keeps the best of all four:
-    # the preference changes the work, never the size
-    assert plan.workspace_bytes == plain
+    # the search stops at the first order reaching the bound, else tries all four and repairs
+    # the best of them (as without a preference): a preference changes the work, and may
+    # find a smaller plan (its own repair), never a larger one
+    assert bound <= plan.workspace_bytes <= plain
     first = prefer or [None]
     if first[0] in ORDERS and plan.workspace_bytes == bound:
         fresh = [Buffer(b.key, b.size, b.begin, b.end) for b in bufs]
@@ -104,3 +105,17 @@ def test_a_preferred_choice_with_repeated_positions_places_each_buffer_once():
         return [b.offset for b in p.buffers], p.workspace_bytes, p.choice
 
     assert plan([("size", (3, 3, 1))]) == plan([("size", (3, 1))])
+
+
+def test_a_preferred_order_that_misses_is_repaired_before_the_others(monkeypatch):
+    from jitort import planner
+    specs = [(256, 0, 2), (128, 2, 4), (128, 3, 4), (192, 4, 5)]
+    runs = []
+    real = planner._greedy
+    monkeypatch.setattr(planner, "_greedy", lambda order: runs.append(1) or real(order))
+    plain = plan_memory([Buffer(i, *s) for i, s in enumerate(specs)])
+    assert plain.workspace_bytes == plain.lower_bound and len(runs) == len(ORDERS) + 1
+    runs.clear()
+    again = plan_memory([Buffer(i, *s) for i, s in enumerate(specs)], [plain.order])
+    assert again.workspace_bytes == again.lower_bound
+    assert len(runs) == 2  # the preferred order, then one promotion round: no other order
