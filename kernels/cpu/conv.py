@@ -77,11 +77,17 @@ _OUT_BLOCK_ELEMS = 1 << 18
 _MIN_BLOCK_COLS = 224
 # OpenBLAS (SkylakeX and later kernels) multiplies problems of M*N*K <= 1e6 with "small
 # matrix" kernels that skip packing. For a short K (the im2col of a few channels: first
-# layers, squeezenet's 16-channel expands) those ran 1.5-2x faster here than the packed path
-# (M=64, K=144: 73 GF/s at N=100 vs 34 at N=448), so shallow convolutions get gemm blocks of
-# that size.
+# layers, squeezenet's 16-channel expands) those once ran 1.5-2x faster here than the packed
+# path (M=64, K=144: 73 GF/s at N=100 vs 34 at N=448), so pointwise convolutions with
+# K <= _SMALL_K_PW get gemm blocks of that size (64->16 1x1 at 55x55: 0.70 of onnxruntime's
+# time with them, 1.20 without).
 _SMALL_MNK = 1000000
-_SMALL_K = 256
+_SMALL_K_PW = 256
+# For im2col gemms the small blocks pay only when K is tiny (a first layer's 3 channels, K =
+# 27: 3x3 stride 2 conv 1.15 -> 0.92 of onnxruntime's time); at K = 144-147 (squeezenet's
+# 16-channel 3x3 expands, 7x7 stem convs) blocks of whole rows at least _MIN_BLOCK_COLS wide
+# ran 1.2-1.45x faster (measured 2026-11-23 with scipy's OpenBLAS 0.3.30, one thread).
+_SMALL_K = 32
 # Planes of at most this many output positions (with at least _PLANE_MIN_M output channels
 # per group) are im2col'ed whole, per worker, and split over output channels instead; in
 # chunks of input channels when the whole matrix exceeds _PLANE_CHUNK_ELEMS (1 MB of float32).
@@ -554,7 +560,7 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
     cc = _plane_chunk(cg, kh_n * kw_n, s)
     plane = (not pointwise and s <= _PLANE_MAX_S and mg >= _PLANE_MIN_M
              and col.shape[0] >= cc * kh_n * kw_n * s)
-    small = _SMALL_MNK // max(1, mg * kdim) if kdim <= _SMALL_K else 0  # columns
+    small = _SMALL_MNK // max(1, mg * kdim) if kdim <= _SMALL_K_PW else 0  # columns
     if pointwise:
         path = 1
         bs = max(16, min(s, _OUT_BLOCK_ELEMS // max(1, mg)))
@@ -570,7 +576,7 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
     else:
         path = 0
         bs = _block_rows(kdim, ow_n, oh_n)
-        if small >= ow_n:
+        if small >= ow_n and kdim <= _SMALL_K:
             bs = min(bs, small // ow_n)
         extent = oh_n
         cap = kdim * ow_n
