@@ -65,8 +65,14 @@ def _flat_rows(buf, ld, scratch, t0, oh_n, ow_n, kh_n, kw_n, dh, dw, is_max):
     n = (oh_n - 1) * ld + ow_n
     t = eptr(scratch, t0)
     r = eptr(buf, 0)
-    for q in range(n):
-        t[q] = r[q]
+    if is_max:  # from -inf: a NaN first tap must not stick (NaN is skipped)
+        ninf = scratch.dtype.type(-np.inf)
+        for q in range(n):
+            v = r[q]
+            t[q] = v if v > ninf else ninf
+    else:
+        for q in range(n):
+            t[q] = r[q]
     for kh in range(kh_n):
         for kw in range(kw_n):
             if kh == 0 and kw == 0:
@@ -115,57 +121,58 @@ def _maxpool_plane(xp, op, scratch, kh_n, kw_n, sh, sw, ph, pw, dh, dw):
                 d[ow] = t[ow]
         return
     ninf = op.dtype.type(-np.inf)
-    if kh_n == 3 and kw_n == 3 and dh == 1 and dw == 1 and (sw == 1 or sw == 2):
+    if kh_n == 3 and kw_n == 3 and dh == 1 and dw == 1 and sw == 2:
+        # 3x3 stride 2: the max of the three rows first (contiguous, vectorized; NaN skipped
+        # as in the generic loop), then of each window's three columns of that (in L1)
+        vm = eptr(scratch, hp * wp)
+        for oh in range(oh_n):
+            r0 = eptr(buf, oh * sh * ld)
+            r1 = eptr(buf, (oh * sh + 1) * ld)
+            r2 = eptr(buf, (oh * sh + 2) * ld)
+            for j in range(wp):
+                m = ninf
+                a = r0[j]
+                m = a if a > m else m
+                a = r1[j]
+                m = a if a > m else m
+                a = r2[j]
+                vm[j] = a if a > m else m
+            d = eptr(op, oh * ow_n)
+            for ow in range(ow_n):
+                a = vm[2 * ow]
+                b = vm[2 * ow + 1]
+                c = vm[2 * ow + 2]
+                m = a if a > b else b
+                d[ow] = c if c > m else m
+        return
+    if kh_n == 3 and kw_n == 3 and dh == 1 and dw == 1 and sw == 1:
         # unrolled 3x3: one pass per output row (NaN skipped as in the generic loop)
         for oh in range(oh_n):
             d = eptr(op, oh * ow_n)
             r0 = eptr(buf, oh * sh * ld)
             r1 = eptr(buf, (oh * sh + 1) * ld)
             r2 = eptr(buf, (oh * sh + 2) * ld)
-            if sw == 1:
-                for ow in range(ow_n):
-                    j = ow
-                    m = ninf
-                    v = r0[j]
-                    m = v if v > m else m
-                    v = r0[j + 1]
-                    m = v if v > m else m
-                    v = r0[j + 2]
-                    m = v if v > m else m
-                    v = r1[j]
-                    m = v if v > m else m
-                    v = r1[j + 1]
-                    m = v if v > m else m
-                    v = r1[j + 2]
-                    m = v if v > m else m
-                    v = r2[j]
-                    m = v if v > m else m
-                    v = r2[j + 1]
-                    m = v if v > m else m
-                    v = r2[j + 2]
-                    d[ow] = v if v > m else m
-            else:
-                for ow in range(ow_n):
-                    j = 2 * ow
-                    m = ninf
-                    v = r0[j]
-                    m = v if v > m else m
-                    v = r0[j + 1]
-                    m = v if v > m else m
-                    v = r0[j + 2]
-                    m = v if v > m else m
-                    v = r1[j]
-                    m = v if v > m else m
-                    v = r1[j + 1]
-                    m = v if v > m else m
-                    v = r1[j + 2]
-                    m = v if v > m else m
-                    v = r2[j]
-                    m = v if v > m else m
-                    v = r2[j + 1]
-                    m = v if v > m else m
-                    v = r2[j + 2]
-                    d[ow] = v if v > m else m
+            for ow in range(ow_n):
+                j = ow
+                m = ninf
+                v = r0[j]
+                m = v if v > m else m
+                v = r0[j + 1]
+                m = v if v > m else m
+                v = r0[j + 2]
+                m = v if v > m else m
+                v = r1[j]
+                m = v if v > m else m
+                v = r1[j + 1]
+                m = v if v > m else m
+                v = r1[j + 2]
+                m = v if v > m else m
+                v = r2[j]
+                m = v if v > m else m
+                v = r2[j + 1]
+                m = v if v > m else m
+                v = r2[j + 2]
+                d[ow] = v if v > m else m
         return
     for oh in range(oh_n):
         d = eptr(op, oh * ow_n)

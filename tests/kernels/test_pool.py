@@ -28,6 +28,8 @@ POOL_CASES = [
     (6, 31, 2, 4, 1, 1, (1, 2, 0, 1), (1, 1), 1),    # widest flat plane, ceil, uneven pads
     (8, 5, 3, 2, 1, 1, (1, 0, 1, 1), (2, 2), 0),     # dilation (maxpool only)
     (4, 40, 3, 3, 1, 1, (1, 1, 1, 1), (1, 1), 0),    # wide: per-row loops
+    (11, 11, 3, 3, 2, 2, (0, 0, 0, 0), (1, 1), 1),   # 3x3 stride 2, in place, ceil (squeezenet)
+    (12, 13, 3, 3, 2, 2, (0, 0, 1, 1), (1, 1), 0),   # 3x3 stride 2, end pads (inception)
     # one window over the whole plane: a global pool; and near misses that are not
     (7, 7, 7, 7, 1, 1, (0, 0, 0, 0), (1, 1), 0),
     (5, 3, 5, 3, 2, 2, (0, 0, 0, 0), (1, 1), 1),
@@ -133,3 +135,24 @@ def test_pool_planes_split_over_workers(op, threads, ort_node):
         numba.set_num_threads(old)
     ref = ort_node(op, [x], kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('stride', [1, 2])
+def test_maxpool_3x3_skips_nan_like_the_generic_loop(stride):
+    """The unrolled 3x3 paths (stride 2: rows first, then columns) skip NaN; an all-NaN window
+    gives -inf. Reference: the maximum over each window's non-NaN values."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 2, 9, 10)).astype(np.float32)
+    x[0, 0, 2:5, 2:5] = np.nan                       # a whole window of NaN
+    x[0, 1, rng.random((9, 10)) < 0.3] = np.nan      # scattered
+    oh, ow = (9 - 3) // stride + 1, (10 - 3) // stride + 1
+    out = np.empty((1, 2, oh, ow), np.float32)
+    P.maxpool2d(x, out, 3, 3, stride, stride, 0, 0, 1, 1)
+    ref = np.full_like(out, -np.inf)
+    for i in range(oh):
+        for j in range(ow):
+            win = x[0, :, i * stride:i * stride + 3, j * stride:j * stride + 3].reshape(2, -1)
+            for c in range(2):
+                v = win[c][~np.isnan(win[c])]
+                ref[0, c, i, j] = v.max() if v.size else -np.inf
+    np.testing.assert_array_equal(out, ref)
