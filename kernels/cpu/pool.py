@@ -20,10 +20,9 @@ _FLAT_MAX_OW = 32
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def _pad_plane(xp, scratch, hp, wp, ph, pw, fill):
     """(hp, wp) copy of xp (H, W) shifted by the begin pads, ``fill`` outside, written row by
-    row into the 1-D ``scratch`` (>= hp * wp elements; one per worker, not one allocation and
-    no array views per plane):
-    window loops over it need no boundary tests. Copies go through raw pointers (no per-row
-    views)."""
+    row into the 1-D ``scratch`` (>= hp * wp elements; one per worker, not one allocation per
+    plane): window loops over it need no boundary tests. Copies go through raw pointers (no
+    per-row views)."""
     h, w = xp.shape
     buf = scratch
     f = xp.dtype.type(fill)
@@ -44,6 +43,16 @@ def _pad_plane(xp, scratch, hp, wp, ph, pw, fill):
             dd[j] = ss[j]
         for j in range(j1, wp):
             d[j] = f
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _plane_rows(xp, scratch, hp, wp, ph, pw, fill):
+    """The plane the windows read, flat, and its row length: xp itself when every window lies
+    inside it (no pads), else its padded copy in ``scratch`` (see _pad_plane)."""
+    if ph == 0 and pw == 0 and hp <= xp.shape[0] and wp <= xp.shape[1]:
+        return xp.reshape(-1), xp.shape[1]
+    _pad_plane(xp, scratch, hp, wp, ph, pw, fill)
+    return scratch, wp
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
@@ -104,13 +113,7 @@ def _maxpool_plane(xp, op, scratch, kh_n, kw_n, sh, sw, ph, pw, dh, dw):
         return
     hp = (oh_n - 1) * sh + (kh_n - 1) * dh + 1
     wp = (ow_n - 1) * sw + (kw_n - 1) * dw + 1
-    if ph == 0 and pw == 0 and hp <= xp.shape[0] and wp <= xp.shape[1]:
-        buf = xp.reshape(-1)  # every window lies inside the plane: read it in place
-        ld = xp.shape[1]
-    else:
-        _pad_plane(xp, scratch, hp, wp, ph, pw, -np.inf)
-        buf = scratch
-        ld = wp
+    buf, ld = _plane_rows(xp, scratch, hp, wp, ph, pw, -np.inf)
     if sh == 1 and sw == 1 and ow_n < _FLAT_MAX_OW:
         t0 = hp * wp
         _flat_rows(buf, ld, scratch, t0, oh_n, ow_n, kh_n, kw_n, dh, dw, True)
@@ -121,9 +124,9 @@ def _maxpool_plane(xp, op, scratch, kh_n, kw_n, sh, sw, ph, pw, dh, dw):
                 d[ow] = t[ow]
         return
     ninf = op.dtype.type(-np.inf)
-    if kh_n == 3 and kw_n == 3 and dh == 1 and dw == 1 and sw == 2:
-        # 3x3 stride 2: the max of the three rows first (contiguous, vectorized; NaN skipped
-        # as in the generic loop), then of each window's three columns of that (in L1)
+    if kh_n == 3 and kw_n == 3 and dh == 1 and dw == 1 and (sw == 1 or sw == 2):
+        # 3x3: the max of the three rows first (contiguous, vectorized; NaN skipped as in the
+        # generic loop), then of each window's three columns of that (in L1)
         vm = eptr(scratch, hp * wp)
         for oh in range(oh_n):
             r0 = eptr(buf, oh * sh * ld)
@@ -139,40 +142,11 @@ def _maxpool_plane(xp, op, scratch, kh_n, kw_n, sh, sw, ph, pw, dh, dw):
                 vm[j] = a if a > m else m
             d = eptr(op, oh * ow_n)
             for ow in range(ow_n):
-                a = vm[2 * ow]
-                b = vm[2 * ow + 1]
-                c = vm[2 * ow + 2]
+                a = vm[sw * ow]
+                b = vm[sw * ow + 1]
+                c = vm[sw * ow + 2]
                 m = a if a > b else b
                 d[ow] = c if c > m else m
-        return
-    if kh_n == 3 and kw_n == 3 and dh == 1 and dw == 1 and sw == 1:
-        # unrolled 3x3: one pass per output row (NaN skipped as in the generic loop)
-        for oh in range(oh_n):
-            d = eptr(op, oh * ow_n)
-            r0 = eptr(buf, oh * sh * ld)
-            r1 = eptr(buf, (oh * sh + 1) * ld)
-            r2 = eptr(buf, (oh * sh + 2) * ld)
-            for ow in range(ow_n):
-                j = ow
-                m = ninf
-                v = r0[j]
-                m = v if v > m else m
-                v = r0[j + 1]
-                m = v if v > m else m
-                v = r0[j + 2]
-                m = v if v > m else m
-                v = r1[j]
-                m = v if v > m else m
-                v = r1[j + 1]
-                m = v if v > m else m
-                v = r1[j + 2]
-                m = v if v > m else m
-                v = r2[j]
-                m = v if v > m else m
-                v = r2[j + 1]
-                m = v if v > m else m
-                v = r2[j + 2]
-                d[ow] = v if v > m else m
         return
     for oh in range(oh_n):
         d = eptr(op, oh * ow_n)
@@ -250,19 +224,12 @@ def _window_count(o, k, s, pb, pe, size, include_pad):
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def _avgpool_plane(xp, op, scratch, inv, kh_n, kw_n, sh, sw, ph, pw):
     """op (OH, OW) = window sums of xp (H, W) * inv (OH * OW: 1 / divisor, see avgpool2d)."""
-    h, w = xp.shape
     oh_n, ow_n = op.shape
     if oh_n == 0 or ow_n == 0:
         return
     hp = (oh_n - 1) * sh + kh_n
     wp = (ow_n - 1) * sw + kw_n
-    if ph == 0 and pw == 0 and hp <= xp.shape[0] and wp <= xp.shape[1]:
-        buf = xp.reshape(-1)  # every window lies inside the plane: read it in place
-        ld = xp.shape[1]
-    else:
-        _pad_plane(xp, scratch, hp, wp, ph, pw, 0.0)
-        buf = scratch
-        ld = wp
+    buf, ld = _plane_rows(xp, scratch, hp, wp, ph, pw, 0.0)
     if sh == 1 and sw == 1 and ow_n < _FLAT_MAX_OW:
         t0 = hp * wp
         _flat_rows(buf, ld, scratch, t0, oh_n, ow_n, kh_n, kw_n, 1, 1, False)
