@@ -95,9 +95,10 @@ def plan_memory(buffers: list[Buffer], prefer: list | None = None) -> MemoryPlan
     When none does, a repair search starts from the best order: the buffers that end at the
     top of the workspace are moved to the front of the order and placed again, up to
     ``MAX_PROMOTIONS`` rounds (when every preferred choice misses, the first plain order among
-    them is repaired before the other orders are tried). The typical miss is a small buffer that lives across the whole
-    schedule (gpt2's attention mask): every size-based order places it last, above everything
-    it overlaps in time; placed first, at offset 0, it costs nothing.
+    them is repaired before the other orders are tried). The typical miss is a small buffer
+    that lives across the whole schedule (gpt2's attention mask): every size-based order
+    places it last, above everything it overlaps in time; placed first, at offset 0, it costs
+    nothing.
 
     ``prefer``: orders to try first, most recent first -- names of ``ORDERS`` or the
     ``MemoryPlan.choice`` of an earlier plan of the same buffers (a name and the promoted
@@ -107,11 +108,11 @@ def plan_memory(buffers: list[Buffer], prefer: list | None = None) -> MemoryPlan
         if b.begin > b.end:
             raise ValueError(f"buffer {b.key!r} ends before it begins")
     bound = lower_bound(buffers)
-    preferred = []
+    preferred = {}  # choices in the order given, each once
     for c in prefer or ():
         name, promoted = (c, ()) if isinstance(c, str) else c
         if name in ORDERS and all(0 <= i < len(buffers) for i in promoted):
-            preferred.append((name, tuple(dict.fromkeys(promoted))))
+            preferred[(name, tuple(dict.fromkeys(promoted)))] = None
     plain = [(n, ()) for n in ORDERS]
     rank = {c: i for i, c in enumerate(plain)}
     index = {id(b): i for i, b in enumerate(buffers)}
@@ -125,6 +126,13 @@ def plan_memory(buffers: list[Buffer], prefer: list | None = None) -> MemoryPlan
         if best is None or cand[:2] < best[:2]:
             best = cand
 
+    def place(choice):
+        """One greedy run in the order ``choice``; its (workspace, offsets)."""
+        offsets = _greedy(_ordered(buffers, *choice))
+        total = max((off + align(b.size) for b, off in offsets), default=0)
+        consider(total, offsets, choice)
+        return total, offsets
+
     def repair(total, offsets, choice):
         """Promote the buffers ending at the top, MAX_PROMOTIONS rounds at most."""
         repaired.add(choice)
@@ -135,21 +143,16 @@ def plan_memory(buffers: list[Buffer], prefer: list | None = None) -> MemoryPlan
             if not top:
                 return
             promoted = promoted + tuple(sorted(top))
-            offsets = _greedy(_ordered(buffers, name, promoted))
-            total = max((off + align(b.size) for b, off in offsets), default=0)
-            consider(total, offsets, (name, promoted))
+            total, offsets = place((name, promoted))
             if total <= bound:
                 return
 
     def run(choice):
-        offsets = _greedy(_ordered(buffers, *choice))
-        total = max((off + align(b.size) for b, off in offsets), default=0)
-        consider(total, offsets, choice)
+        total, offsets = place(choice)
         if choice in rank:
             runs[choice] = (total, offsets)
         return total <= bound  # optimal: no other order can do better
 
-    preferred = list(dict.fromkeys(preferred))
     done = any(run(c) for c in preferred)
     first = next((c for c in preferred if c in rank), None)
     if not done and first is not None and buffers:
