@@ -127,3 +127,32 @@ def test_chained_concats_are_written_in_place():
     assert "copy3_into" not in src
     (plan,) = list(cm.plans())
     assert plan.ws_bytes == plan.memory.lower_bound == 12 * 16 * 4  # just c2: a, b, c1, t live in it
+
+
+def test_3x3_convolutions_take_winograd_where_it_wins():
+    """Stride-1 3x3 convolutions with at least 8 input channels on planes of 25+ tiles use the
+    Winograd kernel (prepacked weights in the constants); a strided one and a 3-channel one keep
+    im2col. The choice is made once: a later tiny shape reuses the same code, still exact."""
+    rng = np.random.default_rng(5)
+    init = {"w1": rng.standard_normal((24, 16, 3, 3)).astype(np.float32) * 0.2,
+            "b1": rng.standard_normal(24).astype(np.float32),
+            "w2": rng.standard_normal((8, 24, 3, 3)).astype(np.float32) * 0.2,
+            "w3": rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.2}
+    m = make_model([helper.make_node("Conv", ["x", "w1", "b1"], ["a"], pads=[1, 1, 1, 1]),
+                    helper.make_node("Relu", ["a"], ["r"]),
+                    helper.make_node("Conv", ["r", "w2"], ["z1"], strides=[2, 2]),
+                    helper.make_node("Conv", ["x3", "w3"], ["z2"], pads=[1, 1, 1, 1])],
+                   [("x", F32, ["N", 16, "H", "W"]), ("x3", F32, ["N", 3, "H", "W"])],
+                   [("z1", F32, None), ("z2", F32, None)], init)
+    cm = jitort.compile(m)
+    for n, h, w in [(1, 20, 21), (2, 6, 5)]:
+        feeds = {"x": rng.standard_normal((n, 16, h, w)).astype(np.float32),
+                 "x3": rng.standard_normal((n, 3, h, w)).astype(np.float32)}
+        for got, want in zip(cm(feeds["x"], feeds["x3"]), run_reference(m, feeds)):
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        if n == 1:
+            before = jitort.compile_count()
+    assert jitort.compile_count() == before
+    src = "".join(Path(p).read_text() for p in cm.generated_sources())
+    assert len(re.findall(r"_wino\.conv3x3_winograd\(", src)) == 1
+    assert len(re.findall(r"_conv\.conv2d\w*\(", src)) == 2

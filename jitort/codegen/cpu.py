@@ -121,6 +121,7 @@ class Emitter:
         self.dims: list[int] = []
         self.rows: list[Row] = []
         self.names: dict[int, str] = {}
+        self.derived: dict[tuple, str] = {}  # derived_const key -> name
         self.root: dict[int, int] = {}  # id(value) -> row backing it (through aliases)
         self.kernels: dict[str, str] = {}  # module name -> source
         self.step = 0
@@ -169,11 +170,7 @@ class Emitter:
             elif id(v) in self.out_index:
                 name = f"y{self.out_index[id(v)]}"
             elif v.is_const:
-                name = self._fresh("c")
-                start, end = self.consts.place(v.const)
-                r = self._row("cb", end - start)
-                self.rows[r].fixed = (start, end)
-                self.decls[name] = self._view("cb", r, v.const.dtype, v.const.shape)
+                name = self._const_view(v.const)
             elif id(v) in self.hostvals:
                 # the contents travel as an ``h*`` argument (no decision depends on them): raw
                 # access, and the shape from the shape pass so that the size stays symbolic
@@ -190,6 +187,26 @@ class Emitter:
         r = self.root.get(id(v))
         if r is not None:
             self.rows[r].end = self.step
+        return name
+
+    def _const_view(self, arr: np.ndarray) -> str:
+        name = self._fresh("c")
+        start, end = self.consts.place(arr)
+        r = self._row("cb", end - start)
+        self.rows[r].fixed = (start, end)
+        self.decls[name] = self._view("cb", r, arr.dtype, arr.shape)
+        return name
+
+    def derived_const(self, key, make) -> str:
+        """View of a constant computed at compile time from the model's constants (``make()``:
+        prepacked weights), made once per ``key`` and segment (the memo outlives re-lowerings
+        for new shapes, so the constants arena does not grow with them)."""
+        name = self.derived.get(key)
+        if name is None:
+            arr = self.memo.get(key)
+            if arr is None:
+                arr = self.memo[key] = np.ascontiguousarray(make())
+            name = self.derived[key] = self._const_view(arr)
         return name
 
     def can_donate(self, src: Value, dst: Value) -> bool:
@@ -1015,7 +1032,8 @@ class SegmentCompiler:
             "import numpy as np",
             "from numba import njit",
             "from jitort.kernels.cpu import data as _data, gemm as _gemm, conv as _conv, "
-            "pool as _pool, softmax as _softmax, norm as _norm, reduce as _reduce",
+            "pool as _pool, softmax as _softmax, norm as _norm, reduce as _reduce, "
+            "winograd as _wino",
             *[f"from {modmgr.PACKAGE}.{k}{sfx} import {k}" for k in imports],
             *parts,
             "",

@@ -444,6 +444,22 @@ def float_literal(v: float, dt: str = "np.float64") -> str:
     return f"{dt}({v!r})"
 
 
+def _use_winograd(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, group) -> bool:
+    """3x3 stride-1 convolutions with constant weights on planes where Winograd F(2x2, 3x3)
+    wins (``kernels.cpu.winograd.winograd_wins``). Decided once per node from the first
+    shape, not guarded: the generated text must not change with the shapes (the kernel is
+    correct for every shape, only its speed depends on them)."""
+    key = ("winograd", id(n))
+    if key not in em.memo:
+        from jitort.kernels.cpu.winograd import winograd_wins
+        w = n.inputs[1]
+        em.memo[key] = (w.is_const and tuple(ws4[2:]) == (3, 3) and list(strides) == [1, 1]
+                        and list(dil) == [1, 1] and group == 1
+                        and np.dtype(w.dtype) in (np.float32, np.float64)
+                        and winograd_wins(*(concrete(d) for d in (xs4[1], ys4[1], ys4[2], ys4[3]))))
+    return em.memo[key]
+
+
 def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> None:
     """Emit one call of the CPU conv kernel for a Conv or FusedConv: plain ``conv2d``, or the
     variant applying bias (+ residual) + activation to each output block while it is in cache.
@@ -466,13 +482,20 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
     if (residual is not None and id(y) not in em.embed  # (a Concat slice: its own bytes)
             and em.root.get(id(residual), -1) == em.root.get(id(y))):
         raise Unlowerable(n, "conv residual shares the output's buffer")  # never planned so
-    args = ", ".join(em.dim(v) for v in (strides[0], strides[1], pads[0], pads[1], dil[0], dil[1]))
     y4 = f"{yv}.reshape({em.tuple_expr(ys4)})"
+    code, alpha, beta = act
+    epi = f"{code}, {float_literal(alpha)}, {float_literal(beta)}"
+    if _use_winograd(em, n, xs4, ws4, ys4, strides, dil, group):
+        from jitort.kernels.cpu.winograd import winograd_scratch_elems, winograd_weights
+        u = em.derived_const(("winograd", id(w.const)), lambda: winograd_weights(w.const.reshape(ws4)))
+        scr = em.scratch(winograd_scratch_elems(c, ws4[0], oh, ow, em.threads), y.dtype)
+        em.call(f"_wino.conv3x3_winograd({xv}, {u}, {bv}, {rv or y4 + ', '}{y4}, {scr}, "
+                f"{em.dim(pads[0])}, {em.dim(pads[1])}, {b is not None}, {residual is not None}, {epi})")
+        return
+    args = ", ".join(em.dim(v) for v in (strides[0], strides[1], pads[0], pads[1], dil[0], dil[1]))
     if n.op_type == "Conv":
         em.call(f"_conv.conv2d({xv}, {wv}, {bv}, {y4}, {col}, {args}, {group}, {b is not None})")
         return
-    code, alpha, beta = act
-    epi = f"{code}, {float_literal(alpha)}, {float_literal(beta)}"
     if residual is None:
         em.call(f"_conv.conv2d_bias_act({xv}, {wv}, {bv}, {y4}, {col}, {args}, {group}, "
                 f"{b is not None}, {epi})")

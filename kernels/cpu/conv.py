@@ -10,7 +10,8 @@ Layouts (all C-contiguous, float32 or float64, one dtype per call):
 Begin pads are ``ph``/``pw``; end pads are implied by OH/OW: any input position outside
 [0, H) x [0, W) reads as zero. Strides ``sh``/``sw`` >= 1, dilations ``dh``/``dw`` >= 1.
 
-Paths:
+Paths (3x3 stride-1 convolutions with constant weights on planes big enough usually skip this
+module: the code generator lowers them to ``winograd.conv3x3_winograd``):
 * depthwise (group == C == M) on small planes (OH*OW <= _DW_CB_MAX_S): blocks of
   16 channels copied channels-last into a zero-padded scratch and computed with every tap
   vectorized across the block's channels; the result is copied back to NCHW.

@@ -1,4 +1,5 @@
 """Shared helpers for kernel tests: run one ONNX node with onnxruntime."""
+import numba
 import numpy as np
 import onnx
 import pytest
@@ -41,6 +42,15 @@ def run_ort_node(op, inputs, n_out=1, opset=17, out_dtypes=None, **attrs):
 @pytest.fixture
 def ort_node():
     return run_ort_node
+
+
+@pytest.fixture(params=sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}))
+def nthreads(request):
+    """Run the test with 1 and 2 Numba threads (just 1 where Numba has one)."""
+    old = numba.get_num_threads()
+    numba.set_num_threads(request.param)
+    yield request.param
+    numba.set_num_threads(old)
 
 
 

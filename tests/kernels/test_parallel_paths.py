@@ -12,17 +12,6 @@ from jitort.kernels.cpu import pool as P
 from jitort.kernels.cpu import softmax as S
 from test_conv import _np_conv, _out_size
 
-THREADS = sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)})
-
-
-@pytest.fixture(params=THREADS)
-def nthreads(request):
-    old = numba.get_num_threads()
-    numba.set_num_threads(request.param)
-    yield request.param
-    numba.set_num_threads(old)
-
-
 def _close(got, ref, dtype):
     rt = 2e-4 if dtype == np.float32 else 1e-10
     np.testing.assert_allclose(got, ref, rtol=rt, atol=rt * 10)

@@ -1,0 +1,347 @@
+"""3x3 convolution by Winograd's minimal filtering F(2x2, 3x3) (Lavin & Gray, 2015).
+
+For a 3x3 kernel at stride 1, dilation 1, group 1 every 2x2 block of outputs (a *tile*) is
+computed from its 4x4 input patch ``d`` as ``A^T [(G g G^T) * (B^T d B)] A``: 16 products per
+tile and channel pair instead of 36. Summed over the input channels, the 16 elementwise
+products become 16 independent gemms ``U_k (M, C) @ V_k (C, tiles)``, which BLAS runs; the
+transforms around them are a few additions per element. That is 2.25x fewer multiply-adds than
+im2col + gemm, for ~3 % of the work in additions. The transform coefficients are 0, +-1 and
++-1/2, so the result stays within a few ulps of the direct sum (see tests/kernels/test_winograd.py).
+
+Layouts (C-contiguous, float32 or float64, one dtype per call):
+    x   (N, C, H, W)
+    u   (16, M, C)        ``winograd_weights(w)`` of the ONNX weight w (M, C, 3, 3), computed
+                          once when the model is compiled
+    b   (M,)              used only when has_bias
+    res (N, M, OH, OW)    residual added before the activation, must not alias ``out``
+    out (N, M, OH, OW)    OH/OW from the ONNX formulas for begin pads ph/pw (end pads implied)
+    scr 1-D scratch, >= ``winograd_scratch_elems(...)`` elements
+
+Work is split into tasks (image, block of tile rows, block of output channels). A task
+transforms its block's input patches into ``V`` (16, C, tb) in its worker's scratch (reused
+when the worker's previous task had the same image and block), runs the 16 gemms into ``P``
+(16, mb, tb), and transforms ``P`` back into the output rows, adding bias, residual and
+activation while the rows are in cache. Output channel blocks exist only to give every thread
+work when a layer has fewer tile blocks than threads (deep layers at batch 1).
+"""
+import numpy as np
+from numba import njit, prange
+from numba.core.config import NUMBA_NUM_THREADS
+
+from .conv import _epilogue_row
+from .gemm import _ceil_div, eptr, next_task, num_threads, xgemm
+
+_FM = {'reassoc', 'contract', 'arcp'}
+
+# Scratch elements per task for V and P together (2 MB of float32: the gemms read V and
+# write P in L2), and the fewest tiles per block unless the plane has fewer (gemm N).
+_BLOCK_ELEMS = 1 << 19
+_MIN_TILES = 96
+
+
+# Where F(2x2, 3x3) beats im2col + gemm here (one thread, jitort kernel against onnxruntime's
+# Conv in one process): from 8 input channels (3 -> 64 at 224x224 ran 2.9x slower than im2col:
+# 16 gemms with K = 3) and 25 tiles per plane (10x10 output: 1.45 against 1.56 of onnxruntime's
+# time; 7x7 = 16 tiles: 1.74 against 1.36, the gemms are 20 columns wide).
+_MIN_CHANNELS = 8
+_MIN_TILES_PER_PLANE = 25
+
+
+def winograd_wins(C, M, OH, OW) -> bool:
+    """Whether ``conv3x3_winograd`` is the faster kernel for this convolution (plain Python)."""
+    th, tw = _tiles_py(OH, OW)
+    return C >= _MIN_CHANNELS and M >= 1 and th * tw >= _MIN_TILES_PER_PLANE
+
+
+def winograd_weights(w: np.ndarray) -> np.ndarray:
+    """U (16, M, C) = G g G^T for every 3x3 filter g of w (M, C, 3, 3), computed in float64."""
+    g = np.asarray(w, np.float64)
+    G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+    u = np.einsum('ai,mcij,bj->abmc', G, g, G)
+    return np.ascontiguousarray(u.reshape(16, w.shape[0], w.shape[1]).astype(w.dtype))
+
+
+def _tiles_py(oh, ow):
+    return (oh + 1) // 2, (ow + 1) // 2
+
+
+def _block_rows_py(c, mb, th, tw):
+    """Tile rows per block: V and P within _BLOCK_ELEMS, at least _MIN_TILES tiles."""
+    per_row = 16 * (c + mb) * (tw + 1)
+    rows = max(_BLOCK_ELEMS // per_row, -(-_MIN_TILES // (tw + 1)))
+    return max(1, min(th, rows))
+
+
+_block_rows = njit(cache=True)(_block_rows_py)
+
+
+def _worker_elems(c, mb, nr, tw):
+    return 16 * (c + mb) * nr * (tw + 1) + _tmp_elems_py(nr, tw)
+
+
+def winograd_scratch_elems(C, M, OH, OW, threads=None):
+    """Scratch elements ``conv3x3_winograd`` needs (plain Python, >= 1): one task's V, P and
+    padded input rows per worker, ``threads`` workers at most (default NUMBA_NUM_THREADS)."""
+    nt = max(1, NUMBA_NUM_THREADS if threads is None else min(threads, NUMBA_NUM_THREADS))
+    th, tw = _tiles_py(OH, OW)
+    nr = _block_rows_py(C, M, th, tw)
+    return max(1, _worker_elems(C, M, nr, tw) * nt)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _input_transform(x, xoff, c_n, h, wd, r_base, pw, nr, tw, v, tmp):
+    """V[k, c, i*(tw+1) + t] (``v`` flat, rows of tb = nr*(tw+1)) = (B^T d B)[k] for the 4x4
+    patch d at input rows r_base + 2i .. +3, columns 2t - pw .. +3 of channel c (zero outside
+    the plane); t = tw is a spare column (finite, never read back).
+
+    Per channel, the padded rows are split by row and column parity into four planes (nr+1,
+    tw+1): tile row i reads rows i and i + 1 of the even and odd planes, so with the spare
+    column both passes are single flat unit-stride loops over the whole block that vectorize:
+    the rows' combinations B^T d, then the columns'. Raw pointers throughout (no views)."""
+    q1 = tw + 1
+    pc = 2 * q1
+    npl = (nr + 1) * q1                  # one parity plane
+    tb = nr * q1
+    ct = c_n * tb
+    zero = v.dtype.type(0)
+    xr = eptr(tmp, 0)                    # one padded row, pc
+    pl = pc                              # 4 parity planes: (row parity * 2 + col parity)
+    eb = pc + 4 * npl                    # 8 combination rows, tb + 1 each: kr * 2 + col parity
+    hw = h * wd
+    c_hi = min(pc, wd + pw)              # padded columns [pw, c_hi) come from the plane
+    for c in range(c_n):
+        for r in range(2 * nr + 2):
+            ih = r_base + r
+            de = eptr(tmp, pl + (2 * (r % 2)) * npl + (r // 2) * q1)
+            do = eptr(tmp, pl + (2 * (r % 2) + 1) * npl + (r // 2) * q1)
+            if ih < 0 or ih >= h:
+                for q in range(q1):
+                    de[q] = zero
+                for q in range(q1):
+                    do[q] = zero
+                continue
+            src = eptr(x, xoff + c * hw + ih * wd - pw)
+            for j in range(min(pw, pc)):
+                xr[j] = zero
+            for j in range(pw, c_hi):
+                xr[j] = src[j]
+            for j in range(max(pw, c_hi), pc):
+                xr[j] = zero
+            for q in range(q1):
+                de[q] = xr[2 * q]
+                do[q] = xr[2 * q + 1]
+        for cp in range(2):              # B^T d: (d0 - d2, d1 + d2, d2 - d1, d1 - d3)
+            ev = eptr(tmp, pl + cp * npl)          # rows 2i (at f), 2i + 2 (at f + q1)
+            od = eptr(tmp, pl + (2 + cp) * npl)    # rows 2i + 1, 2i + 3
+            e0 = eptr(tmp, eb + cp * (tb + 1))
+            e1 = eptr(tmp, eb + (2 + cp) * (tb + 1))
+            e2 = eptr(tmp, eb + (4 + cp) * (tb + 1))
+            e3 = eptr(tmp, eb + (6 + cp) * (tb + 1))
+            for f in range(tb):
+                e0[f] = ev[f] - ev[f + q1]
+            for f in range(tb):
+                e1[f] = od[f] + ev[f + q1]
+            for f in range(tb):
+                e2[f] = ev[f + q1] - od[f]
+            for f in range(tb):
+                e3[f] = od[f] - od[f + q1]
+            e0[tb] = zero
+            e1[tb] = zero
+            e2[tb] = zero
+            e3[tb] = zero
+        for kr in range(4):              # (.) B: columns 2t .. 2t + 3 = e[t], o[t], e[t+1], o[t+1]
+            e = eptr(tmp, eb + 2 * kr * (tb + 1))
+            o = eptr(tmp, eb + (2 * kr + 1) * (tb + 1))
+            v0 = eptr(v, 4 * kr * ct + c * tb)
+            v1 = eptr(v, (4 * kr + 1) * ct + c * tb)
+            v2 = eptr(v, (4 * kr + 2) * ct + c * tb)
+            v3 = eptr(v, (4 * kr + 3) * ct + c * tb)
+            for f in range(tb):
+                v0[f] = e[f] - e[f + 1]
+            for f in range(tb):
+                v1[f] = o[f] + e[f + 1]
+            for f in range(tb):
+                v2[f] = e[f + 1] - o[f]
+            for f in range(tb):
+                v3[f] = o[f] - o[f + 1]
+
+
+def _tmp_elems_py(nr, tw):
+    """Per-worker elements of ``_input_transform``'s row buffers (the output transform works
+    in place in P)."""
+    q1 = tw + 1
+    return 2 * q1 + 4 * (nr + 1) * q1 + 8 * (nr * q1 + 1)
+
+
+_tmp_elems = njit(cache=True)(_tmp_elems_py)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _output_transform(p, mb, nr, tw, out, ooff, oh_n, ow_n, oh0, b, m0, has_bias):
+    """Rows oh0 .. oh0 + 2*nr (clipped to the plane) of output channels m0 .. m0 + mb, at
+    element ``ooff`` (channel m0's plane) of ``out``: A^T P A of each tile, + bias. The rows'
+    combinations A^T P overwrite P's first two rows of products in one flat pass over the
+    task; each output row is then written from four of them."""
+    q1 = tw + 1
+    tb = nr * q1
+    mt = mb * tb
+    s = oh_n * ow_n
+    tw_full = ow_n // 2
+    odd = ow_n - 2 * tw_full
+    for kc in range(4):                  # A^T P: (p0 + p1 + p2, p1 - p2 - p3) per column kc
+        p0 = eptr(p, kc * mt)
+        p1 = eptr(p, (4 + kc) * mt)
+        p2 = eptr(p, (8 + kc) * mt)
+        p3 = eptr(p, (12 + kc) * mt)
+        for f in range(mt):
+            p0[f] = p0[f] + p1[f] + p2[f]
+        for f in range(mt):
+            p1[f] = p1[f] - p2[f] - p3[f]
+    for mi in range(mb):
+        bv = b[m0 + mi] if has_bias else out.dtype.type(0)
+        for i in range(nr):
+            oh = oh0 + 2 * i
+            j = mi * tb + i * q1
+            for rr in range(2):
+                if oh + rr >= oh_n:
+                    break
+                r0 = eptr(p, 4 * rr * mt + j)
+                r1 = eptr(p, (4 * rr + 1) * mt + j)
+                r2 = eptr(p, (4 * rr + 2) * mt + j)
+                r3 = eptr(p, (4 * rr + 3) * mt + j)
+                row = eptr(out, ooff + mi * s + (oh + rr) * ow_n)
+                for t in range(tw_full):     # (.) A: (c0 + c1 + c2, c1 - c2 - c3)
+                    row[2 * t] = r0[t] + r1[t] + r2[t] + bv
+                    row[2 * t + 1] = r1[t] - r2[t] - r3[t] + bv
+                if odd:
+                    t = tw_full
+                    row[2 * t] = r0[t] + r1[t] + r2[t] + bv
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _wino_task(t, nblk, nmb, nr, mbs, x, u, b, res, out, scr, last, ph, pw, has_bias, has_res,
+               act, aa, ab):
+    """Task t = (n * nblk + blk) * nmb + mblk: tile rows [blk*nr, ...) of image n, output
+    channels [mblk*mbs, ...)."""
+    n_n, c_n, h, wd = x.shape
+    m_n = u.shape[1]
+    oh_n = out.shape[2]
+    ow_n = out.shape[3]
+    th = (oh_n + 1) // 2
+    tw = (ow_n + 1) // 2
+    nb = t // nmb
+    mblk = t - nb * nmb
+    n = nb // nblk
+    blk = nb - n * nblk
+    ty0 = blk * nr
+    nrr = min(nr, th - ty0)
+    m0 = mblk * mbs
+    mb = min(mbs, m_n - m0)
+    if nrr <= 0 or mb <= 0:
+        return
+    tb = nrr * (tw + 1)
+    vcap = 16 * c_n * nr * (tw + 1)
+    v = scr[:16 * c_n * tb]
+    p = scr[vcap:vcap + 16 * mb * tb]
+    tmp = scr[vcap + 16 * mbs * nr * (tw + 1):]
+    if last[0] != nb:
+        _input_transform(x, n * c_n * h * wd, c_n, h, wd, 2 * ty0 - ph, pw, nrr, tw, v, tmp)
+        last[0] = nb
+    st = 0
+    for k in range(16):
+        st |= xgemm(0, 0, mb, tb, c_n, 1.0, u, (k * m_n + m0) * c_n, c_n, v, k * c_n * tb, tb,
+                    0.0, p, k * mb * tb, tb)
+    if st != 0:
+        raise RuntimeError("BLAS gemm failed")
+    s = oh_n * ow_n
+    ooff = (n * m_n + m0) * s
+    oh0 = 2 * ty0
+    _output_transform(p, mb, nrr, tw, out, ooff, oh_n, ow_n, oh0, b, m0, has_bias)
+    if has_res or act != 0:
+        of = out.reshape(-1)
+        r0 = oh0 * ow_n
+        r1 = min(oh_n, oh0 + 2 * nrr) * ow_n
+        rf = res.reshape(-1)
+        for mi in range(mb):
+            o = ooff + mi * s
+            _epilogue_row(of[o + r0:o + r1], of.dtype.type(0), False,
+                          rf[o + r0:o + r1] if has_res else of[o + r0:o + r1], has_res,
+                          act, aa, ab)
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
+def _wino_par(nw, ntask, nblk, nmb, nr, mbs, cap, x, u, b, res, out, scr, ph, pw, has_bias,
+              has_res, act, aa, ab):
+    counter = np.zeros(1, np.int64)
+    for wk in prange(nw):
+        scw = scr[wk * cap:(wk + 1) * cap]
+        last = np.full(1, -1, np.int64)
+        while True:
+            t = next_task(counter)
+            if t >= ntask:
+                break
+            _wino_task(t, nblk, nmb, nr, mbs, x, u, b, res, out, scw, last, ph, pw, has_bias,
+                       has_res, act, aa, ab)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _winograd_core(x, u, b, res, out, scr, ph, pw, has_bias, has_res, act, aa, ab):
+    n_n, c_n, h, wd = x.shape
+    m_n = u.shape[1]
+    oh_n = out.shape[2]
+    ow_n = out.shape[3]
+    if n_n == 0 or m_n == 0 or oh_n == 0 or ow_n == 0:
+        return
+    ph, pw = np.int64(ph), np.int64(pw)
+    has_bias = bool(has_bias)
+    has_res = bool(has_res)
+    act = np.int64(act)
+    aa = np.float64(aa)
+    ab = np.float64(ab)
+    if c_n == 0:
+        of = out.reshape(-1)
+        for j in range(of.shape[0]):
+            of[j] = 0
+        for n in range(n_n):
+            for m in range(m_n):
+                row = out[n, m].reshape(-1)
+                _epilogue_row(row, b[m] if has_bias else out.dtype.type(0), has_bias,
+                              res[n, m].reshape(-1) if has_res else row, has_res, act, aa, ab)
+        return
+    th = (oh_n + 1) // 2
+    tw = (ow_n + 1) // 2
+    nth = num_threads()
+    nr = _block_rows(c_n, m_n, th, tw)
+    nblk = _ceil_div(th, nr)
+    nmb = 1
+    mbs = m_n
+    nw = 1
+    if nth > 1 and 8 * n_n * m_n * c_n * th * tw >= (1 << 21):
+        nw = nth
+        if n_n * nblk < nth:
+            nmb = min(nth, _ceil_div(m_n, 16))
+            mbs = _ceil_div(m_n, nmb)
+            nmb = _ceil_div(m_n, mbs)
+    cap = 16 * (c_n + mbs) * nr * (tw + 1) + _tmp_elems(nr, tw)
+    ntask = n_n * nblk * nmb
+    nw = max(1, min(nw, ntask, scr.shape[0] // cap))
+    if scr.shape[0] < cap:
+        raise ValueError("conv3x3_winograd: scratch smaller than one task")
+    if nw > 1:
+        _wino_par(nw, ntask, nblk, nmb, nr, mbs, cap, x, u, b, res, out, scr, ph, pw, has_bias,
+                  has_res, act, aa, ab)
+    else:
+        last = np.full(1, -1, np.int64)
+        scw = scr[:cap]
+        for t in range(ntask):
+            _wino_task(t, nblk, nmb, nr, mbs, x, u, b, res, out, scw, last, ph, pw, has_bias,
+                       has_res, act, aa, ab)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def conv3x3_winograd(x, u, b, res, out, scr, ph, pw, has_bias, has_res, act, alpha_act,
+                     beta_act):
+    """out = act(conv3x3(x, w) + b [+ res]) with u = winograd_weights(w); see the module
+    docstring. ``res`` is read only when has_res (pass ``out`` otherwise)."""
+    _winograd_core(x, u, b, res, out, scr, np.int64(ph), np.int64(pw), bool(has_bias),
+                   bool(has_res), np.int64(act), np.float64(alpha_act), np.float64(beta_act))
