@@ -7,8 +7,9 @@ see conftest.py for the ratio table).
 Both sides get 2 threads (Numba's pool and ORT's intra-op pool); ``JITORT_BENCH_THREADS=1``
 compares single-threaded kernel efficiency instead (robust when another process holds a core:
 an OpenMP fork-join region then waits for its descheduled worker, ORT's pool does not).
-The BLAS that Numba's ``np.dot`` and ``gemm.xgemm`` call (scipy's OpenBLAS) is pinned to one
-thread, as jitort's runtime does.
+The BLAS that ``gemm.xgemm`` calls (numpy's OpenBLAS, see ``jitort.kernels.cpu.blas``) runs one
+thread inside each jitort kernel call (``blas.single_threaded``), as jitort's runtime does;
+scipy's, which Numba's ``np.dot`` calls, is pinned to one thread.
 Extra tables at the end: GEMM GFLOP/s vs numpy's own (multithreaded) sgemm, and a 16M-element
 fused elementwise chain with a sigmoid vs memcpy bandwidth.
 """
@@ -27,6 +28,7 @@ from jitort.kernels.cpu import conv as CV
 from jitort.kernels.cpu import gemm as G
 from jitort.kernels.cpu import pool as P
 from jitort.kernels.cpu import softmax as S
+from jitort.kernels.cpu.blas import single_threaded
 from jitort.kernels.cpu.mathfn import sigmoid32
 
 THREADS = int(os.environ.get('JITORT_BENCH_THREADS', '2'))
@@ -240,7 +242,8 @@ def case(request):
     name = request.param
     if name not in _built:
         jit_fn, ort_fn, check = CASES[name][0]()
-        jit_fn()          # compile / load from cache
+        with single_threaded():
+            jit_fn()          # compile / load from cache
         check()
         _built[name] = (jit_fn, ort_fn)
     return name, _built[name]
@@ -249,7 +252,8 @@ def case(request):
 def test_op(benchmark, case):
     name, (jit_fn, _) = case
     benchmark.group = name
-    benchmark(jit_fn)
+    with single_threaded():
+        benchmark(jit_fn)
     _record(benchmark, ('jitort', name), CASES[name][1], 'op')
 
 

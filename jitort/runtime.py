@@ -191,8 +191,9 @@ class CompiledModel:
         if self.threads is not None:  # Numba's thread count is per calling thread
             _set_num_threads(self.threads)
         try:
-            for run_step, step in self._program:
-                run_step(step, env)
+            with _blas_single_threaded():  # the kernels' own threads call it (see kernels.cpu.blas)
+                for run_step, step in self._program:
+                    run_step(step, env)
         except Unlowerable as e:
             with self._lock:
                 self._fall_back(e.node, str(e))
@@ -480,7 +481,8 @@ def _configure_blas() -> None:
 
     jitort parallelizes GEMMs itself (row/batch blocks under ``prange``). Two thread pools on
     the same cores spin against each other: bert went from 8 ms to 95 ms per call with both.
-    numpy's own OpenBLAS (the user's) is left alone.
+    numpy's own OpenBLAS, which the kernels' ``xgemm`` calls where numpy ships one, is pinned
+    only while a model runs (``_blas_single_threaded``); elsewhere it keeps the user's setting.
     """
     global _blas_configured
     if _blas_configured:
@@ -494,6 +496,11 @@ def _configure_blas() -> None:
                 lib.set_num_threads(1)
     except Exception as e:  # pragma: no cover - best effort, never fatal
         log.warning("could not pin BLAS threads: %s", e)
+
+
+def _blas_single_threaded():
+    from jitort.kernels.cpu.blas import single_threaded
+    return single_threaded()
 
 
 def _check_threads(n: int) -> int:

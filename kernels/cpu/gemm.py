@@ -1,12 +1,12 @@
 """Matrix multiplication kernels (MatMul, Gemm, MatMul + bias + activation).
 
 All arrays are C-contiguous float32 or float64 (one dtype per call). The heavy lifting is
-BLAS gemm (the scipy OpenBLAS that Numba's ``np.dot`` binds to), called through ``xgemm``,
-a thin intrinsic over Numba's own ``numba_xxgemm`` helper that exposes leading dimensions,
-alpha and beta, so that a row or column block of a matrix can be multiplied in place.
+BLAS gemm (numpy's OpenBLAS where numpy ships one, see ``blas``), called through ``xgemm``,
+an intrinsic over a row-major CBLAS gemm that exposes leading dimensions, alpha and beta, so
+that a row or column block of a matrix can be multiplied in place.
 
-jitort pins that BLAS to one thread (see ``jitort.runtime._configure_blas``): these kernels
-provide the parallelism themselves. A problem of at least ``_PAR_MIN_FLOPS`` is cut into
+jitort runs that BLAS on one thread while a model runs (``blas.single_threaded``, used by
+``jitort.runtime``): these kernels provide the parallelism themselves. A problem of at least ``_PAR_MIN_FLOPS`` is cut into
 independent tasks (whole batches, or row / column blocks of each batch), a multiple of the
 thread count, and one ``prange`` runs them (``_mm_par``); the fused epilogues (bias +
 activation, Gemm's alpha / C) run inside each task while its block is in cache. Smaller
@@ -21,7 +21,9 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
-from numba.np.linalg import ensure_blas, get_blas_kind
+from numba.np.linalg import get_blas_kind
+
+from . import blas
 
 from .epilogue import (ACT_CLIP, ACT_GELU, ACT_LEAKY_RELU, ACT_NONE, ACT_RELU,  # noqa: F401
                        ACT_SIGMOID, ACT_TANH, act_row, bias_act_2d)
@@ -46,14 +48,14 @@ _GEMV_COLS = 8192  # output columns per pass when B is (K, N): 32 KB of float32
 
 _FM = {'reassoc', 'contract', 'arcp'}
 
-_ll_char = ir.IntType(8)
 _ll_void_p = ir.IntType(8).as_pointer()
 _ll_intp = cgutils.intp_t
 
 
 @intrinsic
 def xgemm(typingctx, ta, tb, m, n, k, alpha, a, aoff, lda, b, boff, ldb, beta, c, coff, ldc):
-    """Row-major BLAS gemm on raw blocks; returns the BLAS helper's status (0 = ok).
+    """Row-major BLAS gemm on raw blocks; returns 0 (CBLAS reports no status: the callers
+    pass valid sizes).
 
     C (m, n) = alpha * op(A) @ op(B) + beta * C, where A starts at element ``aoff`` of the
     array ``a`` (any layout; only its data pointer is used) with leading dimension ``lda``
@@ -70,40 +72,37 @@ def xgemm(typingctx, ta, tb, m, n, k, alpha, a, aoff, lda, b, boff, ldb, beta, c
     sig = types.int32(ta, tb, m, n, k, alpha, a, aoff, lda, b, boff, ldb, beta, c, coff, ldc)
 
     def codegen(context, builder, sig, args):
-        ensure_blas()
         tys = sig.args
         (v_ta, v_tb, v_m, v_n, v_k, v_al, v_a, v_aoff, v_lda, v_b, v_boff, v_ldb, v_be, v_c,
          v_coff, v_ldc) = args
+        i32 = ir.IntType(32)
+        i64 = ir.IntType(64)
+        ll_t = context.get_value_type(dtype)
 
-        def ip(i, v):
-            return context.cast(builder, v, tys[i], types.intp)
+        def i(k, v):
+            return context.cast(builder, v, tys[k], types.int64)
 
-        def ptr(i, arr, off):
-            data = make_array(tys[i])(context, builder, arr).data
-            return builder.bitcast(builder.gep(data, [ip(i + 1, off)]), _ll_void_p)
+        def ptr(k, arr, off):
+            data = make_array(tys[k])(context, builder, arr).data
+            return builder.bitcast(builder.gep(data, [context.cast(builder, off, tys[k + 1],
+                                                                   types.intp)]), _ll_void_p)
 
-        def slot(i, v):
-            return builder.bitcast(
-                cgutils.alloca_once_value(builder, context.cast(builder, v, tys[i], dtype)),
-                _ll_void_p)
+        def trans(k, v):
+            return builder.select(context.is_true(builder, tys[k], v),
+                                  ir.Constant(i32, blas.TRANS), ir.Constant(i32, blas.NO_TRANS))
 
-        def trans(i, v):
-            nz = context.is_true(builder, tys[i], v)
-            return builder.select(nz, ir.Constant(_ll_char, ord('t')),
-                                  ir.Constant(_ll_char, ord('n')))
+        def scalar(k, v):
+            return context.cast(builder, v, tys[k], dtype)
 
-        fnty = ir.FunctionType(ir.IntType(32),
-                               [_ll_char, _ll_char, _ll_char, _ll_intp, _ll_intp, _ll_intp,
-                                _ll_void_p, _ll_void_p, _ll_intp, _ll_void_p, _ll_intp,
-                                _ll_void_p, _ll_void_p, _ll_intp])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "numba_xxgemm")
-        kind = ir.Constant(_ll_char, ord(get_blas_kind(dtype)))
-        # Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands.
-        return builder.call(fn, (kind, trans(1, v_tb), trans(0, v_ta),
-                                 ip(3, v_n), ip(2, v_m), ip(4, v_k),
-                                 slot(5, v_al), ptr(9, v_b, v_boff), ip(11, v_ldb),
-                                 ptr(6, v_a, v_aoff), ip(8, v_lda), slot(12, v_be),
-                                 ptr(13, v_c, v_coff), ip(15, v_ldc)))
+        fnty = ir.FunctionType(ir.VoidType(), [i32, i32, i32, i64, i64, i64, ll_t, _ll_void_p,
+                                               i64, _ll_void_p, i64, ll_t, _ll_void_p, i64])
+        fn = cgutils.get_or_insert_function(builder.module, fnty,
+                                            blas.SYMBOLS[get_blas_kind(dtype)])
+        builder.call(fn, (ir.Constant(i32, blas.ROW_MAJOR), trans(0, v_ta), trans(1, v_tb),
+                          i(2, v_m), i(3, v_n), i(4, v_k), scalar(5, v_al),
+                          ptr(6, v_a, v_aoff), i(8, v_lda), ptr(9, v_b, v_boff), i(11, v_ldb),
+                          scalar(12, v_be), ptr(13, v_c, v_coff), i(15, v_ldc)))
+        return ir.Constant(i32, 0)
 
     return sig, codegen
 
