@@ -74,6 +74,24 @@ def test_avgpool2d(dtype, case, cip, ort_node):
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize('shape,pads', [((1, 37, 7, 7), (1, 1, 1, 1)),    # 2 blocks of 16 + 5
+                                         ((2, 20, 14, 13), (0, 1, 1, 0)),
+                                         ((1, 3, 16, 16), (1, 1, 1, 1)),    # 256 outputs: the limit
+                                         ((1, 3, 17, 16), (1, 1, 1, 1))])   # 272: per plane
+@pytest.mark.parametrize('cip', [0, 1])
+def test_avgpool2d_channel_blocks(nthreads, shape, pads, cip, ort_node):
+    """Small planes sum their windows as a depthwise convolution over 16-channel blocks
+    (pool._DW_SUM_MAX_S), then scale by the reciprocal counts."""
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    n, c, h, w = shape
+    out = np.full((n, c, h + pads[0] + pads[2] - 2, w + pads[1] + pads[3] - 2), np.nan,
+                  np.float32)
+    P.avgpool2d(x, out, 3, 3, 1, 1, pads[0], pads[1], cip, pads[2], pads[3])
+    ref = ort_node('AveragePool', [x], kernel_shape=[3, 3], pads=list(pads),
+                   count_include_pad=cip)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+
+
 def test_pool_big_parallel(ort_node):
     x = np.random.default_rng(1).standard_normal((1, 16, 64, 64)).astype(np.float32)
     out = np.empty((1, 16, 32, 32), np.float32)
