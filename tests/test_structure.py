@@ -156,3 +156,20 @@ def test_3x3_convolutions_take_winograd_where_it_wins():
     src = "".join(Path(p).read_text() for p in cm.generated_sources())
     assert len(re.findall(r"_wino\.conv3x3_winograd\(", src)) == 1
     assert len(re.findall(r"_conv\.conv2d\w*\(", src)) == 2
+
+
+def test_big_planes_take_winograd_f4x4():
+    """From 32 input channels on planes of 49+ 4x4 tiles the kernel gets F(4x4, 3x3) weights
+    (36 transformed rows per filter pair); outputs stay within float32 rounding of the
+    reference, also for a later shape too small to have chosen it."""
+    rng = np.random.default_rng(6)
+    w = (rng.standard_normal((16, 32, 3, 3)) / np.sqrt(9 * 32)).astype(np.float32)
+    m = make_model([helper.make_node("Conv", ["x", "w"], ["z"], pads=[1, 1, 1, 1])],
+                   [("x", F32, ["N", 32, "H", "W"])], [("z", F32, None)], {"w": w})
+    cm = jitort.compile(m)
+    for n, h, wd in [(1, 28, 30), (2, 5, 7)]:
+        x = rng.standard_normal((n, 32, h, wd)).astype(np.float32)
+        np.testing.assert_allclose(cm(x)[0], run_reference(m, {"x": x})[0], rtol=1e-4,
+                                   atol=1e-4)
+    shapes = [a.shape for c in cm._compilers.values() for _, a in c.consts.parts]
+    assert (36, 16, 32) in shapes, shapes

@@ -444,19 +444,21 @@ def float_literal(v: float, dt: str = "np.float64") -> str:
     return f"{dt}({v!r})"
 
 
-def _use_winograd(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, group) -> bool:
-    """3x3 stride-1 convolutions with constant weights on planes where Winograd F(2x2, 3x3)
-    wins (``kernels.cpu.winograd.winograd_wins``). Decided once per node from the first
-    shape, not guarded: the generated text must not change with the shapes (the kernel is
-    correct for every shape, only its speed depends on them)."""
+def _use_winograd(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, group) -> int:
+    """Winograd's output tile (2 or 4) for a 3x3 stride-1 convolution with constant weights on
+    a plane where it wins (``kernels.cpu.winograd.winograd_wins`` / ``winograd_tile``), else 0.
+    Decided once per node from the first shape, not guarded: the generated text must not
+    change with the shapes (the kernel is correct for every shape, only its speed depends on
+    them)."""
     key = ("winograd", id(n))
     if key not in em.memo:
-        from jitort.kernels.cpu.winograd import winograd_wins
+        from jitort.kernels.cpu.winograd import winograd_tile, winograd_wins
         w = n.inputs[1]
-        em.memo[key] = (w.is_const and tuple(ws4[2:]) == (3, 3) and list(strides) == [1, 1]
-                        and list(dil) == [1, 1] and group == 1
-                        and np.dtype(w.dtype) in (np.float32, np.float64)
-                        and winograd_wins(*(concrete(d) for d in (xs4[1], ys4[1], ys4[2], ys4[3]))))
+        dims = [concrete(d) for d in (xs4[1], ys4[1], ys4[2], ys4[3])]
+        ok = (w.is_const and tuple(ws4[2:]) == (3, 3) and list(strides) == [1, 1]
+              and list(dil) == [1, 1] and group == 1
+              and np.dtype(w.dtype) in (np.float32, np.float64) and winograd_wins(*dims))
+        em.memo[key] = winograd_tile(*dims) if ok else 0
     return em.memo[key]
 
 
@@ -485,10 +487,12 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
     y4 = f"{yv}.reshape({em.tuple_expr(ys4)})"
     code, alpha, beta = act
     epi = f"{code}, {float_literal(alpha)}, {float_literal(beta)}"
-    if _use_winograd(em, n, xs4, ws4, ys4, strides, dil, group):
+    tile = _use_winograd(em, n, xs4, ws4, ys4, strides, dil, group)
+    if tile:
         from jitort.kernels.cpu.winograd import winograd_scratch_elems, winograd_weights
-        u = em.derived_const(("winograd", id(w.const)), lambda: winograd_weights(w.const.reshape(ws4)))
-        scr = em.scratch(winograd_scratch_elems(c, ws4[0], oh, ow, em.threads), y.dtype)
+        u = em.derived_const(("winograd", tile, id(w.const)),
+                             lambda: winograd_weights(w.const.reshape(ws4), tile))
+        scr = em.scratch(winograd_scratch_elems(c, ws4[0], oh, ow, em.threads, tile), y.dtype)
         em.call(f"_wino.conv3x3_winograd({xv}, {u}, {bv}, {rv or y4 + ', '}{y4}, {scr}, "
                 f"{em.dim(pads[0])}, {em.dim(pads[1])}, {b is not None}, {residual is not None}, {epi})")
         return

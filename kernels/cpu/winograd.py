@@ -5,13 +5,15 @@ computed from its 4x4 input patch ``d`` as ``A^T [(G g G^T) * (B^T d B)] A``: 16
 tile and channel pair instead of 36. Summed over the input channels, the 16 elementwise
 products become 16 independent gemms ``U_k (M, C) @ V_k (C, tiles)``, which BLAS runs; the
 transforms around them are a few additions per element. That is 2.25x fewer multiply-adds than
-im2col + gemm, for ~3 % of the work in additions. The transform coefficients are 0, +-1 and
-+-1/2, so the result stays within a few ulps of the direct sum (see tests/kernels/test_winograd.py).
+im2col + gemm. The transform coefficients are 0, +-1 and +-1/2, so the result stays within a
+few ulps of the direct sum (see tests/kernels/test_winograd.py). On big planes the kernel uses
+F(4x4, 3x3) instead (6x6 patches, 36 gemms, 4x fewer multiply-adds than im2col, coefficients
+up to 8 and 1/24: ~1e-5 relative error in float32); ``winograd_tile`` chooses.
 
 Layouts (C-contiguous, float32 or float64, one dtype per call):
     x   (N, C, H, W)
-    u   (16, M, C)        ``winograd_weights(w)`` of the ONNX weight w (M, C, 3, 3), computed
-                          once when the model is compiled
+    u   (16 or 36, M, C)  ``winograd_weights(w, m)`` of the ONNX weight w (M, C, 3, 3), m = 2
+                          or 4, computed once when the model is compiled
     b   (M,)              used only when has_bias
     res (N, M, OH, OW)    residual added before the activation, must not alias ``out``
     out (N, M, OH, OW)    OH/OW from the ONNX formulas for begin pads ph/pw (end pads implied)
@@ -36,6 +38,7 @@ _FM = {'reassoc', 'contract', 'arcp'}
 # Scratch elements per task for V and P together (2 MB of float32: the gemms read V and
 # write P in L2), and the fewest tiles per block unless the plane has fewer (gemm N).
 _BLOCK_ELEMS = 1 << 19
+_BLOCK_ELEMS_F4 = 1 << 20
 _MIN_TILES = 96
 
 
@@ -45,47 +48,76 @@ _MIN_TILES = 96
 # time; 7x7 = 16 tiles: 1.74 against 1.36, the gemms are 20 columns wide).
 _MIN_CHANNELS = 8
 _MIN_TILES_PER_PLANE = 25
+# F(4x4, 3x3): 36 gemms over a quarter of the tiles, 2.25 multiply-adds per output and channel
+# pair instead of 4 (rounding ~10x F(2x2, 3x3)'s: ~1e-5 relative in float32). Its transforms
+# cost about as much as its gemms, so it wins less than that: against F(2x2, 3x3) at one
+# thread, in one process, 0.8-0.9x the time from 28x28 planes and 32 channels up (64x56x56,
+# 128x28x28, 64->192 at 56x56, 128->32 at 28x28 and 56x56, 64x112x112, 64x224x224); 1.1-1.2x
+# at 16 channels (16->64 at 55x55) and on 14x14 planes (16 tiles).
+_MIN_TILES_F4 = 49
+_MIN_CHANNELS_F4 = 32
 
 
 def winograd_wins(C, M, OH, OW) -> bool:
     """Whether ``conv3x3_winograd`` is the faster kernel for this convolution (plain Python)."""
-    th, tw = _tiles_py(OH, OW)
+    th, tw = _tiles_py(OH, OW, 2)
     return C >= _MIN_CHANNELS and M >= 1 and th * tw >= _MIN_TILES_PER_PLANE
 
 
-def winograd_weights(w: np.ndarray) -> np.ndarray:
-    """U (16, M, C) = G g G^T for every 3x3 filter g of w (M, C, 3, 3), computed in float64."""
+def winograd_tile(C, M, OH, OW) -> int:
+    """Output tile size for ``winograd_weights``: 4 (F(4x4, 3x3)) from _MIN_CHANNELS_F4 input
+    channels on planes of at least _MIN_TILES_F4 4x4 tiles, else 2 (plain Python)."""
+    th, tw = _tiles_py(OH, OW, 4)
+    return 4 if C >= _MIN_CHANNELS_F4 and th * tw >= _MIN_TILES_F4 else 2
+
+
+_G = {2: np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]]),
+      4: np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                   [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])}
+# F(4x4, 3x3) input and output transforms (interpolation points 0, +-1, +-2; Lavin & Gray)
+_BT4 = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                 [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64)
+_AT4 = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+                 [0, 1, -1, 8, -8, 1]], np.float64)
+
+
+def winograd_weights(w: np.ndarray, m: int = 2) -> np.ndarray:
+    """U (a*a, M, C) = G g G^T for every 3x3 filter g of w (M, C, 3, 3), a = m + 2, computed
+    in float64; ``m`` (2 or 4) is the output tile the kernel then uses."""
     g = np.asarray(w, np.float64)
-    G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+    G = _G[m]
     u = np.einsum('ai,mcij,bj->abmc', G, g, G)
-    return np.ascontiguousarray(u.reshape(16, w.shape[0], w.shape[1]).astype(w.dtype))
+    a = m + 2
+    return np.ascontiguousarray(u.reshape(a * a, w.shape[0], w.shape[1]).astype(w.dtype))
 
 
-def _tiles_py(oh, ow):
-    return (oh + 1) // 2, (ow + 1) // 2
+def _tiles_py(oh, ow, m):
+    return (oh + m - 1) // m, (ow + m - 1) // m
 
 
-def _block_rows_py(c, mb, th, tw):
+def _block_rows_py(c, mb, th, tw, nk):
     """Tile rows per block: V and P within _BLOCK_ELEMS, at least _MIN_TILES tiles."""
-    per_row = 16 * (c + mb) * (tw + 1)
-    rows = max(_BLOCK_ELEMS // per_row, -(-_MIN_TILES // (tw + 1)))
+    per_row = nk * (c + mb) * (tw + 1)
+    rows = max((_BLOCK_ELEMS if nk == 16 else _BLOCK_ELEMS_F4) // per_row,
+               -(-_MIN_TILES // (tw + 1)))
     return max(1, min(th, rows))
 
 
 _block_rows = njit(cache=True)(_block_rows_py)
 
 
-def _worker_elems(c, mb, nr, tw):
-    return 16 * (c + mb) * nr * (tw + 1) + _tmp_elems_py(nr, tw)
+def _worker_elems(c, mb, nr, tw, m):
+    return (m + 2) ** 2 * (c + mb) * nr * (tw + 1) + _tmp_elems_py(nr, tw, m)
 
 
-def winograd_scratch_elems(C, M, OH, OW, threads=None):
-    """Scratch elements ``conv3x3_winograd`` needs (plain Python, >= 1): one task's V, P and
-    padded input rows per worker, ``threads`` workers at most (default NUMBA_NUM_THREADS)."""
+def winograd_scratch_elems(C, M, OH, OW, threads=None, m=2):
+    """Scratch elements ``conv3x3_winograd`` needs (plain Python, >= 1) with output tile ``m``:
+    one task's V, P and row buffers per worker, ``threads`` workers at most (default
+    NUMBA_NUM_THREADS)."""
     nt = max(1, NUMBA_NUM_THREADS if threads is None else min(threads, NUMBA_NUM_THREADS))
-    th, tw = _tiles_py(OH, OW)
-    nr = _block_rows_py(C, M, th, tw)
-    return max(1, _worker_elems(C, M, nr, tw) * nt)
+    th, tw = _tiles_py(OH, OW, m)
+    nr = _block_rows_py(C, M, th, tw, (m + 2) ** 2)
+    return max(1, _worker_elems(C, M, nr, tw, m) * nt)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -166,11 +198,13 @@ def _input_transform(x, xoff, c_n, h, wd, r_base, pw, nr, tw, v, tmp):
                 v3[f] = o[f] - o[f + 1]
 
 
-def _tmp_elems_py(nr, tw):
-    """Per-worker elements of ``_input_transform``'s row buffers (the output transform works
-    in place in P)."""
+def _tmp_elems_py(nr, tw, m):
+    """Per-worker elements of the transforms' row buffers (F(2x2): the output transform works
+    in place in P; F(4x4): one output channel's row combinations)."""
     q1 = tw + 1
-    return 2 * q1 + 4 * (nr + 1) * q1 + 8 * (nr * q1 + 1)
+    if m == 2:
+        return 2 * q1 + 4 * (nr + 1) * q1 + 8 * (nr * q1 + 1)
+    return 4 * q1 + 16 * (nr + 1) * q1 + 24 * (nr * q1 + 1)   # >= the output's 24 * nr * q1
 
 
 _tmp_elems = njit(cache=True)(_tmp_elems_py)
@@ -219,16 +253,156 @@ def _output_transform(p, mb, nr, tw, out, ooff, oh_n, ow_n, oh0, b, m0, has_bias
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
+def _input_transform4(x, xoff, c_n, h, wd, r_base, pw, nr, tw, v, tmp):
+    """F(4x4, 3x3): V[k, c, i*(tw+1) + t] = (B^T d B)[k] for the 6x6 patch d at input rows
+    r_base + 4i .. +5, columns 4t - pw .. +5 of channel c (t = tw: a spare column).
+
+    As in ``_input_transform``, with the padded rows split by row and column position mod 4
+    into 16 planes (nr+1, tw+1): patch row a of tile row i is row i + a // 4 of phase a % 4, so
+    each of the 6 row combinations (B^T d) per column phase, then each of the 36 column
+    combinations, is one flat loop over the block (6 terms with the coefficients of _BT4)."""
+    q1 = tw + 1
+    pc = 4 * q1
+    npl = (nr + 1) * q1
+    tb = nr * q1
+    ct = c_n * tb
+    dt = v.dtype.type
+    zero = dt(0)
+    xr = eptr(tmp, 0)
+    pl = pc                               # 16 planes: (row phase * 4 + column phase)
+    eb = pc + 16 * npl                    # 24 rows of tb + 1: kr * 4 + column phase
+    hw = h * wd
+    c_hi = min(pc, wd + pw)
+    q_lo = min(q1, (pw + 3) // 4)        # 4q >= pw
+    q_hi = max(q_lo, min(q1, (c_hi - 3) // 4 if c_hi >= 3 else 0))   # 4q + 3 < c_hi
+    for c in range(c_n):
+        for r in range(4 * nr + 4):
+            ih = r_base + r
+            base = pl + 4 * (r % 4) * npl + (r // 4) * q1
+            if ih < 0 or ih >= h:
+                for cp in range(4):
+                    d = eptr(tmp, base + cp * npl)
+                    for q in range(q1):
+                        d[q] = zero
+                continue
+            src = eptr(x, xoff + c * hw + ih * wd - pw)   # padded column j at src[j]
+            d0 = eptr(tmp, base)
+            d1 = eptr(tmp, base + npl)
+            d2 = eptr(tmp, base + 2 * npl)
+            d3 = eptr(tmp, base + 3 * npl)
+            for q in range(q_lo, q_hi):    # all four columns 4q .. 4q + 3 inside the plane
+                d0[q] = src[4 * q]
+                d1[q] = src[4 * q + 1]
+                d2[q] = src[4 * q + 2]
+                d3[q] = src[4 * q + 3]
+            for e in range(q_lo + q1 - q_hi):   # the edges: padding, the spare column
+                q = e if e < q_lo else q_hi + e - q_lo
+                for k in range(4):
+                    j = 4 * q + k
+                    xr[k] = src[j] if j >= pw and j < c_hi else zero
+                d0[q] = xr[0]
+                d1[q] = xr[1]
+                d2[q] = xr[2]
+                d3[q] = xr[3]
+        for cp in range(4):               # B^T d: rows a = 0..5 are phases 0..3, then 0, 1 + q1
+            p0 = eptr(tmp, pl + cp * npl)
+            p1 = eptr(tmp, pl + (4 + cp) * npl)
+            p2 = eptr(tmp, pl + (8 + cp) * npl)
+            p3 = eptr(tmp, pl + (12 + cp) * npl)
+            p4 = eptr(tmp, pl + cp * npl + q1)
+            p5 = eptr(tmp, pl + (4 + cp) * npl + q1)
+            for kr in range(6):
+                a0, a1, a2 = dt(_BT4[kr, 0]), dt(_BT4[kr, 1]), dt(_BT4[kr, 2])
+                a3, a4, a5 = dt(_BT4[kr, 3]), dt(_BT4[kr, 4]), dt(_BT4[kr, 5])
+                e = eptr(tmp, eb + (kr * 4 + cp) * (tb + 1))
+                for f in range(tb):
+                    e[f] = (a0 * p0[f] + a1 * p1[f] + a2 * p2[f] + a3 * p3[f] + a4 * p4[f]
+                            + a5 * p5[f])
+                e[tb] = zero
+        for kr in range(6):               # (.) B: columns b = 0..5 are e0..e3 at t, e0, e1 at t+1
+            e0 = eptr(tmp, eb + kr * 4 * (tb + 1))
+            e1 = eptr(tmp, eb + (kr * 4 + 1) * (tb + 1))
+            e2 = eptr(tmp, eb + (kr * 4 + 2) * (tb + 1))
+            e3 = eptr(tmp, eb + (kr * 4 + 3) * (tb + 1))
+            e4 = eptr(tmp, eb + kr * 4 * (tb + 1) + 1)
+            e5 = eptr(tmp, eb + (kr * 4 + 1) * (tb + 1) + 1)
+            for kc in range(6):
+                b0, b1, b2 = dt(_BT4[kc, 0]), dt(_BT4[kc, 1]), dt(_BT4[kc, 2])
+                b3, b4, b5 = dt(_BT4[kc, 3]), dt(_BT4[kc, 4]), dt(_BT4[kc, 5])
+                vo = eptr(v, (kr * 6 + kc) * ct + c * tb)
+                for f in range(tb):
+                    vo[f] = (b0 * e0[f] + b1 * e1[f] + b2 * e2[f] + b3 * e3[f] + b4 * e4[f]
+                             + b5 * e5[f])
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _output_transform4(p, mb, nr, tw, out, ooff, oh_n, ow_n, oh0, b, m0, has_bias, tmp):
+    """F(4x4, 3x3): rows oh0 .. oh0 + 4*nr (clipped) of output channels m0 .. m0 + mb: A^T P A
+    of each tile, + bias. Per channel, the 24 row combinations A^T P go to ``tmp`` in flat
+    loops over the block, then each output row is written from six of them."""
+    q1 = tw + 1
+    tb = nr * q1
+    mt = mb * tb
+    s = oh_n * ow_n
+    dt = out.dtype.type
+    tw_full = ow_n // 4
+    rem = ow_n - 4 * tw_full
+    for mi in range(mb):
+        bv = b[m0 + mi] if has_bias else dt(0)
+        j = mi * tb
+        for kc in range(6):
+            p0 = eptr(p, kc * mt + j)
+            p1 = eptr(p, (6 + kc) * mt + j)
+            p2 = eptr(p, (12 + kc) * mt + j)
+            p3 = eptr(p, (18 + kc) * mt + j)
+            p4 = eptr(p, (24 + kc) * mt + j)
+            p5 = eptr(p, (30 + kc) * mt + j)
+            for o in range(4):
+                c0, c1, c2 = dt(_AT4[o, 0]), dt(_AT4[o, 1]), dt(_AT4[o, 2])
+                c3, c4, c5 = dt(_AT4[o, 3]), dt(_AT4[o, 4]), dt(_AT4[o, 5])
+                sk = eptr(tmp, (o * 6 + kc) * tb)
+                for f in range(tb):
+                    sk[f] = (c0 * p0[f] + c1 * p1[f] + c2 * p2[f] + c3 * p3[f] + c4 * p4[f]
+                             + c5 * p5[f])
+        for i in range(nr):
+            for o in range(4):
+                oh = oh0 + 4 * i + o
+                if oh >= oh_n:
+                    break
+                r0 = eptr(tmp, (o * 6) * tb + i * q1)
+                r1 = eptr(tmp, (o * 6 + 1) * tb + i * q1)
+                r2 = eptr(tmp, (o * 6 + 2) * tb + i * q1)
+                r3 = eptr(tmp, (o * 6 + 3) * tb + i * q1)
+                r4 = eptr(tmp, (o * 6 + 4) * tb + i * q1)
+                r5 = eptr(tmp, (o * 6 + 5) * tb + i * q1)
+                row = eptr(out, ooff + mi * s + oh * ow_n)
+                for t in range(tw_full):       # (.) A
+                    row[4 * t] = r0[t] + r1[t] + r2[t] + r3[t] + r4[t] + bv
+                    row[4 * t + 1] = r1[t] - r2[t] + dt(2) * (r3[t] - r4[t]) + bv
+                    row[4 * t + 2] = r1[t] + r2[t] + dt(4) * (r3[t] + r4[t]) + bv
+                    row[4 * t + 3] = r1[t] - r2[t] + dt(8) * (r3[t] - r4[t]) + r5[t] + bv
+                if rem > 0:
+                    t = tw_full
+                    row[4 * t] = r0[t] + r1[t] + r2[t] + r3[t] + r4[t] + bv
+                    if rem > 1:
+                        row[4 * t + 1] = r1[t] - r2[t] + dt(2) * (r3[t] - r4[t]) + bv
+                    if rem > 2:
+                        row[4 * t + 2] = r1[t] + r2[t] + dt(4) * (r3[t] + r4[t]) + bv
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
 def _wino_task(t, nblk, nmb, nr, mbs, x, u, b, res, out, scr, last, ph, pw, has_bias, has_res,
                act, aa, ab):
     """Task t = (n * nblk + blk) * nmb + mblk: tile rows [blk*nr, ...) of image n, output
     channels [mblk*mbs, ...)."""
     n_n, c_n, h, wd = x.shape
+    nk = u.shape[0]
+    m = 2 if nk == 16 else 4
     m_n = u.shape[1]
     oh_n = out.shape[2]
     ow_n = out.shape[3]
-    th = (oh_n + 1) // 2
-    tw = (ow_n + 1) // 2
+    th = (oh_n + m - 1) // m
+    tw = (ow_n + m - 1) // m
     nb = t // nmb
     mblk = t - nb * nmb
     n = nb // nblk
@@ -240,27 +414,34 @@ def _wino_task(t, nblk, nmb, nr, mbs, x, u, b, res, out, scr, last, ph, pw, has_
     if nrr <= 0 or mb <= 0:
         return
     tb = nrr * (tw + 1)
-    vcap = 16 * c_n * nr * (tw + 1)
-    v = scr[:16 * c_n * tb]
-    p = scr[vcap:vcap + 16 * mb * tb]
-    tmp = scr[vcap + 16 * mbs * nr * (tw + 1):]
+    vcap = nk * c_n * nr * (tw + 1)
+    v = scr[:nk * c_n * tb]
+    p = scr[vcap:vcap + nk * mb * tb]
+    tmp = scr[vcap + nk * mbs * nr * (tw + 1):]
     if last[0] != nb:
-        _input_transform(x, n * c_n * h * wd, c_n, h, wd, 2 * ty0 - ph, pw, nrr, tw, v, tmp)
+        if m == 2:
+            _input_transform(x, n * c_n * h * wd, c_n, h, wd, 2 * ty0 - ph, pw, nrr, tw, v, tmp)
+        else:
+            _input_transform4(x, n * c_n * h * wd, c_n, h, wd, 4 * ty0 - ph, pw, nrr, tw, v,
+                              tmp)
         last[0] = nb
     st = 0
-    for k in range(16):
+    for k in range(nk):
         st |= xgemm(0, 0, mb, tb, c_n, 1.0, u, (k * m_n + m0) * c_n, c_n, v, k * c_n * tb, tb,
                     0.0, p, k * mb * tb, tb)
     if st != 0:
         raise RuntimeError("BLAS gemm failed")
     s = oh_n * ow_n
     ooff = (n * m_n + m0) * s
-    oh0 = 2 * ty0
-    _output_transform(p, mb, nrr, tw, out, ooff, oh_n, ow_n, oh0, b, m0, has_bias)
+    oh0 = m * ty0
+    if m == 2:
+        _output_transform(p, mb, nrr, tw, out, ooff, oh_n, ow_n, oh0, b, m0, has_bias)
+    else:
+        _output_transform4(p, mb, nrr, tw, out, ooff, oh_n, ow_n, oh0, b, m0, has_bias, tmp)
     if has_res or act != 0:
         of = out.reshape(-1)
         r0 = oh0 * ow_n
-        r1 = min(oh_n, oh0 + 2 * nrr) * ow_n
+        r1 = min(oh_n, oh0 + m * nrr) * ow_n
         rf = res.reshape(-1)
         for mi in range(mb):
             o = ooff + mi * s
@@ -308,21 +489,25 @@ def _winograd_core(x, u, b, res, out, scr, ph, pw, has_bias, has_res, act, aa, a
                 _epilogue_row(row, b[m] if has_bias else out.dtype.type(0), has_bias,
                               res[n, m].reshape(-1) if has_res else row, has_res, act, aa, ab)
         return
-    th = (oh_n + 1) // 2
-    tw = (ow_n + 1) // 2
+    nk = u.shape[0]
+    if nk != 16 and nk != 36:
+        raise ValueError("conv3x3_winograd: u must have 16 or 36 rows (winograd_weights)")
+    m = 2 if nk == 16 else 4
+    th = (oh_n + m - 1) // m
+    tw = (ow_n + m - 1) // m
     nth = num_threads()
-    nr = _block_rows(c_n, m_n, th, tw)
+    nr = _block_rows(c_n, m_n, th, tw, nk)
     nblk = _ceil_div(th, nr)
     nmb = 1
     mbs = m_n
     nw = 1
-    if nth > 1 and 8 * n_n * m_n * c_n * th * tw >= (1 << 21):
+    if nth > 1 and 2 * nk * n_n * m_n * c_n * th * tw >= (1 << 21):
         nw = nth
         if n_n * nblk < nth:
             nmb = min(nth, _ceil_div(m_n, 16))
             mbs = _ceil_div(m_n, nmb)
             nmb = _ceil_div(m_n, mbs)
-    cap = 16 * (c_n + mbs) * nr * (tw + 1) + _tmp_elems(nr, tw)
+    cap = nk * (c_n + mbs) * nr * (tw + 1) + _tmp_elems(nr, tw, m)
     ntask = n_n * nblk * nmb
     nw = max(1, min(nw, ntask, scr.shape[0] // cap))
     if scr.shape[0] < cap:
@@ -341,7 +526,8 @@ def _winograd_core(x, u, b, res, out, scr, ph, pw, has_bias, has_res, act, aa, a
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def conv3x3_winograd(x, u, b, res, out, scr, ph, pw, has_bias, has_res, act, alpha_act,
                      beta_act):
-    """out = act(conv3x3(x, w) + b [+ res]) with u = winograd_weights(w); see the module
-    docstring. ``res`` is read only when has_res (pass ``out`` otherwise)."""
+    """out = act(conv3x3(x, w) + b [+ res]) with u = winograd_weights(w, m), m = 2 or 4 (the
+    output tile, told by u's 16 or 36 rows); see the module docstring. ``res`` is read only
+    when has_res (pass ``out`` otherwise)."""
     _winograd_core(x, u, b, res, out, scr, np.int64(ph), np.int64(pw), bool(has_bias),
                    bool(has_res), np.int64(act), np.float64(alpha_act), np.float64(beta_act))

@@ -27,15 +27,15 @@ def _np_conv3x3(x, w, b, pads):
     return out
 
 
-def _run(x, w, b, pads, res=None, act=0, alpha=0.0, beta=0.0, scratch=None):
+def _run(x, w, b, pads, res=None, act=0, alpha=0.0, beta=0.0, scratch=None, tile=2):
     n, c, h, wd = x.shape
     m = w.shape[0]
     oh, ow = _out(h, pads[0], pads[2]), _out(wd, pads[1], pads[3])
     out = np.full((n, m, oh, ow), np.nan, x.dtype)
-    scr = np.full(scratch or W.winograd_scratch_elems(c, m, oh, ow), np.nan, x.dtype)
+    scr = np.full(scratch or W.winograd_scratch_elems(c, m, oh, ow, m=tile), np.nan, x.dtype)
     bb = b if b is not None else np.zeros(1, x.dtype)
-    W.conv3x3_winograd(x, W.winograd_weights(w), bb, out if res is None else res, out, scr,
-                       pads[0], pads[1], b is not None, res is not None, act, alpha, beta)
+    W.conv3x3_winograd(x, W.winograd_weights(w, tile), bb, out if res is None else res, out,
+                       scr, pads[0], pads[1], b is not None, res is not None, act, alpha, beta)
     return out
 
 
@@ -46,9 +46,11 @@ def _data(dtype, n, c, h, wd, m, seed=0):
             rng.standard_normal(m).astype(dtype))
 
 
-def _close(got, ref, dtype, c):
-    # the transforms add up to 4x4 terms per tile: float32 error grows like sqrt(9 c) ulps
-    tol = 2e-5 * max(1.0, np.sqrt(c / 16)) if dtype == np.float32 else 1e-11
+def _close(got, ref, dtype, c, tile=2):
+    # float32 error grows like sqrt(9 c) ulps; F(4x4, 3x3)'s coefficients (up to 8, 1/24) add
+    # about 10x F(2x2, 3x3)'s rounding
+    tol = (2e-5 if tile == 2 else 1e-4) * max(1.0, np.sqrt(c / 16))
+    tol = tol if dtype == np.float32 else tol * 1e-8
     np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * max(1.0, np.abs(ref).max()))
 
 
@@ -62,22 +64,25 @@ CASES = [
     (1, 4, 4, 2, 3, (2, 2, 2, 2)),       # pads of 2: output larger than the input
     (3, 5, 7, 17, 10, (1, 0, 0, 1)),     # end pads differ from begin pads
     (1, 1, 1, 4, 4, (1, 1, 1, 1)),       # one channel in and out
+    (1, 6, 5, 11, 13, (1, 1, 2, 0)),     # width 12 and height 12: every 4x4 tile cut
+    (1, 7, 3, 14, 9, (1, 3, 1, 2)),      # pads wider than a 4x4 tile's border
 ]
 
 
+@pytest.mark.parametrize('tile', [2, 4])
 @pytest.mark.parametrize('dtype', [np.float32, np.float64])
 @pytest.mark.parametrize('case', CASES)
-def test_winograd_matches_direct_convolution(dtype, case, ort_node):
+def test_winograd_matches_direct_convolution(dtype, case, tile, ort_node):
     n, c, m, h, wd, pads = case
     x, w, b = _data(dtype, n, c, h, wd, m)
     for bias in (b, None):
-        got = _run(x, w, bias, pads)
+        got = _run(x, w, bias, pads, tile=tile)
         if dtype == np.float32:
             args = [x, w] + ([bias] if bias is not None else [])
             ref = ort_node('Conv', args, pads=list(pads))
         else:
             ref = _np_conv3x3(x, w, bias, pads)
-        _close(got, ref, dtype, c)
+        _close(got, ref, dtype, c, tile)
 
 
 BIG = [
@@ -88,11 +93,12 @@ BIG = [
 ]
 
 
+@pytest.mark.parametrize('tile', [2, 4])
 @pytest.mark.parametrize('case', BIG)
-def test_winograd_blocks_and_threads(nthreads, case):
+def test_winograd_blocks_and_threads(nthreads, case, tile):
     n, c, m, h, wd, pads = case
     x, w, b = _data(np.float32, n, c, h, wd, m, seed=1)
-    _close(_run(x, w, b, pads), _np_conv3x3(x, w, b, pads), np.float32, c)
+    _close(_run(x, w, b, pads, tile=tile), _np_conv3x3(x, w, b, pads), np.float32, c, tile)
 
 
 def _np_act(v, act, alpha, beta):
@@ -104,46 +110,57 @@ def _np_act(v, act, alpha, beta):
 @pytest.mark.parametrize('act,alpha,beta', [(1, 0.0, 0.0), (2, 0.0, 0.0), (5, 0.1, 0.0),
                                             (6, -0.5, 0.75)])
 @pytest.mark.parametrize('residual', [False, True])
-def test_winograd_epilogues(nthreads, act, alpha, beta, residual):
+@pytest.mark.parametrize('tile', [2, 4])
+def test_winograd_epilogues(nthreads, act, alpha, beta, residual, tile):
     x, w, b = _data(np.float32, 1, 24, 20, 19, 20, seed=2)
     pads = (1, 1, 1, 1)
     res = np.random.default_rng(3).standard_normal((1, 20, 20, 19)).astype(np.float32) \
         if residual else None
-    got = _run(x, w, b, pads, res, act, alpha, beta)
+    got = _run(x, w, b, pads, res, act, alpha, beta, tile=tile)
     ref = _np_act(_np_conv3x3(x, w, b, pads) + (res if residual else 0), act, alpha, beta)
-    _close(got, ref, np.float32, 24)
+    _close(got, ref, np.float32, 24, tile)
 
 
-def test_winograd_empty_shapes():
+@pytest.mark.parametrize('tile', [2, 4])
+def test_winograd_empty_shapes(tile):
     for n, c, m, h in [(0, 8, 4, 5), (1, 8, 0, 5), (1, 8, 4, 0)]:
         x = np.ones((n, c, h, h), np.float32)
         w = np.ones((m, c, 3, 3), np.float32)
         out = np.zeros((n, m, max(h - 2, 0), max(h - 2, 0)), np.float32)
-        W.conv3x3_winograd(x, W.winograd_weights(w), np.ones(max(m, 1), np.float32), out, out,
-                           np.zeros(1, np.float32), 0, 0, True, False, 0, 0.0, 0.0)
+        W.conv3x3_winograd(x, W.winograd_weights(w, tile), np.ones(max(m, 1), np.float32),
+                           out, out, np.zeros(1, np.float32), 0, 0, True, False, 0, 0.0, 0.0)
     # no input channels: the output is the bias (then the activation)
     x = np.ones((1, 0, 4, 4), np.float32)
     w = np.ones((3, 0, 3, 3), np.float32)
     b = np.array([1.0, -2.0, 3.0], np.float32)
-    got = _run(x, w, b, (1, 1, 1, 1), act=1)
+    got = _run(x, w, b, (1, 1, 1, 1), act=1, tile=tile)
     np.testing.assert_array_equal(got, np.broadcast_to(np.maximum(b, 0)[None, :, None, None],
                                                        got.shape))
 
 
-def test_winograd_scratch_too_small_raises():
+def test_winograd_bad_arguments_raise():
     x, w, b = _data(np.float32, 1, 8, 10, 10, 8)
-    with pytest.raises(ValueError, match="scratch"):
-        _run(x, w, b, (1, 1, 1, 1), scratch=100)
+    for tile in (2, 4):
+        with pytest.raises(ValueError, match="scratch"):
+            _run(x, w, b, (1, 1, 1, 1), scratch=100, tile=tile)
+    out = np.zeros((1, 8, 10, 10), np.float32)
+    with pytest.raises(ValueError, match="16 or 36"):
+        W.conv3x3_winograd(x, np.zeros((9, 8, 8), np.float32), b, out, out,
+                           np.zeros(10 ** 6, np.float32), 1, 1, True, False, 0, 0.0, 0.0)
 
 
 def test_winograd_weights_are_g_g_gt():
     w = np.random.default_rng(4).standard_normal((2, 3, 3, 3)).astype(np.float32)
-    G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
-    u = W.winograd_weights(w)
-    assert u.shape == (16, 2, 3) and u.dtype == np.float32
-    for m in range(2):
-        for c in range(3):
-            np.testing.assert_allclose(u[:, m, c].reshape(4, 4), G @ w[m, c] @ G.T, rtol=1e-6)
+    G2 = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+    G4 = np.array([[6, 0, 0], [-4, -4, -4], [-4, 4, -4], [1, 2, 4], [1, -2, 4], [0, 0, 24]]) / 24
+    for tile, G in ((2, G2), (4, G4)):
+        a = tile + 2
+        u = W.winograd_weights(w, tile)
+        assert u.shape == (a * a, 2, 3) and u.dtype == np.float32
+        for m in range(2):
+            for c in range(3):
+                np.testing.assert_allclose(u[:, m, c].reshape(a, a), G @ w[m, c] @ G.T,
+                                           rtol=1e-6, atol=1e-7)
 
 
 def test_winograd_selection():
@@ -152,3 +169,7 @@ def test_winograd_selection():
     assert W.winograd_wins(256, 256, 10, 10)       # 25 tiles
     assert not W.winograd_wins(512, 512, 7, 7)     # 16 tiles: gemms too narrow
     assert not W.winograd_wins(3, 64, 224, 224)    # K = 3 gemms
+    assert W.winograd_tile(64, 64, 56, 56) == 4
+    assert W.winograd_tile(32, 128, 28, 28) == 4     # 49 4x4 tiles
+    assert W.winograd_tile(256, 256, 14, 14) == 2    # 16 4x4 tiles: gemms too narrow
+    assert W.winograd_tile(16, 64, 55, 55) == 2      # few channels: the transforms dominate
