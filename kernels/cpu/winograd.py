@@ -20,10 +20,10 @@ Layouts (C-contiguous, float32 or float64, one dtype per call):
     scr 1-D scratch, >= ``winograd_scratch_elems(...)`` elements
 
 Work is split into tasks (image, block of tile rows, block of output channels). A task
-transforms its block's input patches into ``V`` (16, C, tb) in its worker's scratch (reused
-when the worker's previous task had the same image and block), runs the 16 gemms into ``P``
-(16, mb, tb), and transforms ``P`` back into the output rows, adding bias, residual and
-activation while the rows are in cache. Output channel blocks exist only to give every thread
+transforms its block's input patches into ``V`` (a*a, C, tb) in its worker's scratch (a = 4 or
+6, the patch size; reused when the worker's previous task had the same image and block), runs
+the a*a gemms into ``P`` (a*a, mb, tb), and transforms ``P`` back into the output rows, adding
+bias, residual and activation while the rows are in cache. Output channel blocks exist only to give every thread
 work when a layer has fewer tile blocks than threads (deep layers at batch 1).
 """
 import numpy as np
@@ -36,7 +36,9 @@ from .gemm import _ceil_div, eptr, next_task, num_threads, xgemm
 _FM = {'reassoc', 'contract', 'arcp'}
 
 # Scratch elements per task for V and P together (2 MB of float32: the gemms read V and
-# write P in L2), and the fewest tiles per block unless the plane has fewer (gemm N).
+# write P in L2; 4 MB for F(4x4, 3x3), whose 36 gemms are otherwise too narrow: 64x56x56 in
+# one block of 210 columns instead of two of 105), and the fewest tiles per block unless the
+# plane has fewer (gemm N).
 _BLOCK_ELEMS = 1 << 19
 _BLOCK_ELEMS_F4 = 1 << 20
 _MIN_TILES = 96
