@@ -28,6 +28,7 @@ from jitort.kernels.cpu import conv as CV
 from jitort.kernels.cpu import gemm as G
 from jitort.kernels.cpu import pool as P
 from jitort.kernels.cpu import softmax as S
+from jitort.kernels.cpu import winograd as WG
 from jitort.kernels.cpu.blas import single_threaded
 from jitort.kernels.cpu.mathfn import sigmoid32
 
@@ -130,6 +131,14 @@ def _conv_case(n, c, h, m, k, s, p, group=1, bias=True):
                       [('x', x)], ['y'], inits=[('w', w), ('b', b)])
     i1, ig, hb = np.int64(1), np.int64(group), bool(bias)
     si, pi = np.int64(s), np.int64(p)
+    if k == 3 and s == 1 and group == 1 and WG.winograd_wins(c, m, oh, oh):
+        # what the code generator emits for this layer: Winograd, weights transformed once
+        tile = WG.winograd_tile(c, m, oh, oh)
+        u = WG.winograd_weights(w, tile)
+        scr = np.empty(WG.winograd_scratch_elems(c, m, oh, oh, m=tile), np.float32)
+        i0 = np.int64(0)
+        return (lambda: WG.conv3x3_winograd(x, u, b, out, out, scr, pi, pi, hb, False, i0,
+                                            0.0, 0.0)), ort_fn, (lambda: _check(out, ort_fn()))
     return (lambda: CV.conv2d(x, w, b, out, col, si, si, pi, pi, i1, i1, ig, hb)), ort_fn, \
         (lambda: _check(out, ort_fn()))
 

@@ -188,8 +188,13 @@ class CompiledModel:
     def _run_program(self, env: dict) -> bool:
         """Run every step on ``env``. False when a lowering declined these shapes: its node
         has moved to another backend or the interpreter, and the caller runs again."""
-        if self.threads is not None:  # Numba's thread count is per calling thread
-            _set_num_threads(self.threads)
+        prev = None
+        if self.threads is not None:  # Numba's thread count is per calling thread: restored
+            prev = _get_num_threads()
+            if prev != self.threads:
+                _set_num_threads(self.threads)
+            else:
+                prev = None
         try:
             with _blas_single_threaded():  # the kernels' own threads call it (see kernels.cpu.blas)
                 for run_step, step in self._program:
@@ -198,6 +203,9 @@ class CompiledModel:
             with self._lock:
                 self._fall_back(e.node, str(e))
             return False
+        finally:
+            if prev is not None:
+                _set_num_threads(prev)
         return True
 
     def _interp_step(self, step: InterpStep, env: dict) -> None:
@@ -513,6 +521,11 @@ def _check_threads(n: int) -> int:
 def _set_num_threads(n: int) -> None:
     import numba
     numba.set_num_threads(n)
+
+
+def _get_num_threads() -> int:
+    import numba
+    return numba.get_num_threads()
 
 
 def compile(model: Any, *, threads: int | None = None, base_dir=None, optimize: bool = True,

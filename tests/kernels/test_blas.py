@@ -5,6 +5,7 @@ import subprocess
 import sys
 import threading
 
+import numba
 import numpy as np
 
 from jitort.kernels.cpu import blas
@@ -91,7 +92,7 @@ def test_numba_fallback_computes_the_same_gemm():
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
 
 
-def test_model_call_leaves_numpy_blas_threads_alone():
+def test_model_call_leaves_the_callers_thread_settings_alone():
     import jitort
     from onnx import helper
 
@@ -102,5 +103,7 @@ def test_model_call_leaves_numpy_blas_threads_alone():
     cm = jitort.compile(m, threads=1)
     before = blas.get_threads()
     x = np.random.default_rng(2).standard_normal((4, 16)).astype(np.float32)
+    numba_before = numba.get_num_threads()
     np.testing.assert_allclose(cm(x)[0], x @ w, rtol=1e-5, atol=1e-5)
     assert blas.get_threads() == before
+    assert numba.get_num_threads() == numba_before   # the caller's Numba threads too
