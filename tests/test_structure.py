@@ -173,3 +173,23 @@ def test_big_planes_take_winograd_f4x4():
                                    atol=1e-4)
     shapes = [a.shape for c in cm._compilers.values() for _, a in c.consts.parts]
     assert (36, 16, 32) in shapes, shapes
+
+
+def test_winograd_layers_keep_only_their_transformed_weights():
+    """A Winograd layer's constants are its transformed weights alone (no raw copy in the
+    arena), and it reserves no im2col scratch: the workspace is its output plus its own
+    scratch."""
+    from jitort.kernels.cpu.winograd import winograd_scratch_elems
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((16, 32, 3, 3)) / 17).astype(np.float32)
+    m = make_model([helper.make_node("Conv", ["x", "w"], ["a"], pads=[1, 1, 1, 1]),
+                    helper.make_node("Relu", ["a"], ["z"])],
+                   [("x", F32, [1, 32, 28, 28])], [("z", F32, None)], {"w": w})
+    cm = jitort.compile(m, threads=1)
+    x = rng.standard_normal((1, 32, 28, 28)).astype(np.float32)
+    np.testing.assert_allclose(cm(x)[0], run_reference(m, {"x": x})[0], rtol=1e-4, atol=1e-4)
+    shapes = [a.shape for c in cm._compilers.values() for _, a in c.consts.parts]
+    assert shapes == [(36, 16, 32)], shapes
+    (plan,) = list(cm.plans())
+    scratch = winograd_scratch_elems(32, 16, 28, 28, 1, 4) * 4
+    assert plan.ws_bytes <= scratch + 64, (plan.ws_bytes, scratch)

@@ -474,10 +474,14 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
     xs4, ws4, ys4, strides, dil, pads, group = _conv_geometry(em, n)
     c, kh, kw = xs4[1], ws4[2], ws4[3]
     oh, ow = ys4[2], ys4[3]
-    col = em.scratch(max(1, conv2d_scratch_elems(c, kh, kw, oh, ow, group, em.threads)),
-                     y.dtype)
+    # Winograd reads its own transformed weights: neither the im2col scratch nor the raw
+    # weights are placed for it
+    tile = _use_winograd(em, n, xs4, ws4, ys4, strides, dil, group)
+    if not tile:
+        col = em.scratch(max(1, conv2d_scratch_elems(c, kh, kw, oh, ow, group, em.threads)),
+                         y.dtype)
     xv = f"{em.arr(x)}.reshape({em.tuple_expr(xs4)})"
-    wv = f"{em.arr(w)}.reshape({em.tuple_expr(ws4)})"
+    wv = None if tile else f"{em.arr(w)}.reshape({em.tuple_expr(ws4)})"
     bv = em.arr(b) if b is not None else f"np.zeros({ws4[0]}, {tname(y.dtype)})"
     rv = None if residual is None else f"{em.arr(residual)}.reshape({em.tuple_expr(ys4)}), "
     yv = em.out(y)
@@ -487,7 +491,6 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
     y4 = f"{yv}.reshape({em.tuple_expr(ys4)})"
     code, alpha, beta = act
     epi = f"{code}, {float_literal(alpha)}, {float_literal(beta)}"
-    tile = _use_winograd(em, n, xs4, ws4, ys4, strides, dil, group)
     if tile:
         from jitort.kernels.cpu.winograd import winograd_scratch_elems, winograd_weights
         u = em.derived_const(("winograd", tile, id(w.const)),
