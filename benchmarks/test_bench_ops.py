@@ -7,8 +7,9 @@ see conftest.py for the ratio table).
 Both sides get 2 threads (Numba's pool and ORT's intra-op pool); ``JITORT_BENCH_THREADS=1``
 compares single-threaded kernel efficiency instead (robust when another process holds a core:
 an OpenMP fork-join region then waits for its descheduled worker, ORT's pool does not).
-The BLAS that ``gemm.xgemm`` calls (numpy's OpenBLAS, see ``jitort.kernels.cpu.blas``) runs one
-thread inside each jitort kernel call (``blas.single_threaded``), as jitort's runtime does;
+The BLAS that ``gemm.xgemm`` calls (MKL when installed, else numpy's OpenBLAS; see
+``jitort.kernels.cpu.blas``) runs one thread inside each jitort kernel call (MKL is loaded
+sequential; numpy's OpenBLAS is pinned by ``blas.single_threaded``), as jitort's runtime does;
 scipy's, which Numba's ``np.dot`` calls, is pinned to one thread.
 Extra tables at the end: GEMM GFLOP/s vs numpy's own (multithreaded) sgemm, and a 16M-element
 fused elementwise chain with a sigmoid vs memcpy bandwidth.

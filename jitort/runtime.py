@@ -489,8 +489,8 @@ def _configure_blas() -> None:
 
     jitort parallelizes GEMMs itself (row/batch blocks under ``prange``). Two thread pools on
     the same cores spin against each other: bert went from 8 ms to 95 ms per call with both.
-    numpy's own OpenBLAS, which the kernels' ``xgemm`` calls where numpy ships one, is pinned
-    only while a model runs (``_blas_single_threaded``); elsewhere it keeps the user's setting.
+    MKL, which the kernels' ``xgemm`` prefers when installed, runs sequential; numpy's own
+    OpenBLAS, which it calls otherwise where numpy ships one, is pinned only while a model runs (``_blas_single_threaded``); elsewhere it keeps the user's setting.
     """
     global _blas_configured
     if _blas_configured:

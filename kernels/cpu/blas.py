@@ -7,22 +7,33 @@ integers (row-major only)::
     jitort_cblas_dgemm(...)
 
 registered with LLVM by name when this module is imported, so cached kernels link against
-whatever this process chose:
+whatever this process chose (``BLAS`` names it), in this order of preference:
 
-* numpy's own OpenBLAS when numpy ships one (the wheels' ILP64 ``scipy_openblas64_``). It is a
-  newer build than the one scipy bundles (the library Numba's ``np.dot`` binds to), and faster
-  on the shapes of models here: at one thread, 65x192 @ 192x768 (vit's MLP) 178 us against
-  374 us, an im2col gemm 64x576 @ 576x3136 1.5x, a 1000-class 1x1 convolution 1.6x.
-* otherwise (or with ``JITORT_BLAS=numba`` in the environment) a small ``cfunc`` with that
-  signature over Numba's own gemm helper (scipy's BLAS).
+* ``'mkl'``: Intel MKL's ILP64 ``cblas_?gemm_64`` when the ``mkl`` wheel is installed
+  (``pip install jitort[mkl]``), on its sequential threading layer. On this machine (Xeon,
+  AVX-512, one thread) it took 0.63-0.95 of OpenBLAS's time on the model corpus's shapes
+  (``scripts/compare_blas.py``: the 7x7 stem's row blocks 0.63, 1x1 convolutions and
+  Winograd's gemms 0.77-0.93, transformer projections and MLPs 0.66-0.95). Its results did not
+  depend on the operands' alignment (16 offsets tried), so calls stay bit-reproducible.
+* ``'openblas'``: numpy's own OpenBLAS when numpy ships one (the wheels' ILP64
+  ``scipy_openblas64_``), a newer build than the one scipy bundles (the library Numba's
+  ``np.dot`` binds to), and faster on the shapes of models here.
+* ``'numba'``: a small ``cfunc`` with that signature over Numba's own gemm helper (scipy's
+  BLAS).
+
+``JITORT_BLAS=mkl|openblas|numba`` in the environment forces one (an error if it is missing).
 
 jitort's kernels bring their own threads (``prange`` tasks), so that BLAS must run one
-thread per caller while they do: ``single_threaded()`` pins it for the duration of a call
-(re-entrant, shared by concurrent callers) and restores the user's setting afterwards.
+thread per caller while they do. MKL is loaded sequential (it never starts threads; it is not
+used when the process already runs MKL threaded). numpy's OpenBLAS is shared with the user's
+own matmuls, so ``single_threaded()`` pins it for the duration of a call (re-entrant, shared
+by concurrent callers) and restores the user's setting afterwards.
 """
 import ctypes
 import glob
 import os
+import site
+import sys
 import threading
 
 import llvmlite.binding as llb
@@ -102,13 +113,55 @@ def _fallback(kind):
     return cfunc(sig, cache=True)(gemm)
 
 
-# JITORT_BLAS=numba forces the fallback (to compare the two, or to test it)
-_found = None if os.environ.get('JITORT_BLAS', '').lower() == 'numba' else _numpy_openblas()
-#: True when the kernels' gemm is numpy's OpenBLAS (else scipy's, through Numba)
-NUMPY_BLAS = _found is not None
+_MKL_SEQUENTIAL = 1  # MKL_THREADING_SEQUENTIAL
+
+
+def _mkl():
+    """gemm addresses by kind of Intel MKL's runtime library (the ``mkl`` wheel puts it in
+    ``<prefix>/lib``), switched to its sequential layer; None when there is none, or when this
+    process already runs MKL on a threaded layer (it cannot be changed once in use)."""
+    paths = []
+    for base in (sys.prefix, site.getuserbase()):
+        paths += sorted(glob.glob(os.path.join(base, 'lib', 'libmkl_rt.so*')))
+    for path in paths + ['libmkl_rt.so.3', 'libmkl_rt.so.2']:
+        try:
+            lib = ctypes.CDLL(path)
+            gemm = {k: getattr(lib, f'cblas_{k}gemm_64') for k in 'sd'}
+            layer = lib.MKL_Set_Threading_Layer
+        except (OSError, AttributeError):
+            continue
+        layer.argtypes, layer.restype = [ctypes.c_int], ctypes.c_int
+        if layer(_MKL_SEQUENTIAL) != _MKL_SEQUENTIAL:
+            return None
+        return {k: ctypes.cast(f, ctypes.c_void_p).value for k, f in gemm.items()}
+    return None
+
+
+def _choose(want):
+    """(name, gemm addresses or None, OpenBLAS thread controls or None) for ``JITORT_BLAS``."""
+    if want not in ('', 'mkl', 'openblas', 'numba'):
+        raise ValueError(f"JITORT_BLAS={want!r}: expected mkl, openblas or numba")
+    if want in ('', 'mkl'):
+        found = _mkl()
+        if found is not None:
+            return 'mkl', found, None
+        if want:
+            raise RuntimeError("JITORT_BLAS=mkl, but no usable MKL (pip install mkl; it must "
+                               "not already run threaded in this process)")
+    if want in ('', 'openblas'):
+        found = _numpy_openblas()
+        if found is not None:
+            return 'openblas', found[0], found[1:]
+        if want:
+            raise RuntimeError("JITORT_BLAS=openblas, but numpy ships no ILP64 OpenBLAS here")
+    return 'numba', None, None
+
+
+#: which BLAS the kernels' gemm calls: 'mkl', 'openblas' (numpy's) or 'numba' (scipy's)
+BLAS, _addrs, _threads = _choose(os.environ.get('JITORT_BLAS', '').strip().lower())
 _fallbacks = {}
-if NUMPY_BLAS:
-    for _k, _addr in _found[0].items():
+if _addrs is not None:
+    for _k, _addr in _addrs.items():
         llb.add_symbol(SYMBOLS[_k], _addr)
 else:
     for _k in 'sd':
@@ -117,13 +170,14 @@ else:
 
 
 def get_threads():
-    """Threads of the kernels' BLAS (None when it is scipy's: jitort pins that one to 1)."""
-    return _found[2]() if NUMPY_BLAS else None
+    """Threads of the kernels' BLAS when it is numpy's OpenBLAS; None otherwise (MKL runs
+    sequential, and jitort pins scipy's OpenBLAS to one thread)."""
+    return _threads[1]() if _threads is not None else None
 
 
 def set_threads(n: int) -> None:
-    if NUMPY_BLAS:
-        _found[1](int(n))
+    if _threads is not None:
+        _threads[0](int(n))
 
 
 _lock = threading.Lock()

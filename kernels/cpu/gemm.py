@@ -1,7 +1,7 @@
 """Matrix multiplication kernels (MatMul, Gemm, MatMul + bias + activation).
 
 All arrays are C-contiguous float32 or float64 (one dtype per call). The heavy lifting is
-BLAS gemm (numpy's OpenBLAS where numpy ships one, see ``blas``), called through ``xgemm``,
+BLAS gemm (MKL when installed, else numpy's OpenBLAS where numpy ships one; see ``blas``), called through ``xgemm``,
 an intrinsic over a row-major CBLAS gemm that exposes leading dimensions, alpha and beta, so
 that a row or column block of a matrix can be multiplied in place.
 

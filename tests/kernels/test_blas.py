@@ -1,67 +1,59 @@
-"""The BLAS behind gemm.xgemm (kernels.cpu.blas): numpy's OpenBLAS where numpy ships one, else
-a cfunc over Numba's helper (forced here with JITORT_BLAS=numba), and its thread pinning."""
+"""The BLAS behind gemm.xgemm (kernels.cpu.blas): MKL when installed, numpy's OpenBLAS where
+numpy ships one, else a cfunc over Numba's helper (JITORT_BLAS forces one in a subprocess),
+and the pinning of numpy's OpenBLAS threads."""
 import os
 import subprocess
 import sys
-import threading
 
 import numba
 import numpy as np
+import pytest
 
 from jitort.kernels.cpu import blas
 
 
-def test_single_threaded_pins_and_restores():
-    if not blas.NUMPY_BLAS:
-        assert blas.get_threads() is None
-        return
-    before = blas.get_threads()
-    blas.set_threads(2)
-    try:
-        with blas.single_threaded():
-            assert blas.get_threads() == 1
-            with blas.single_threaded():  # re-entrant
-                assert blas.get_threads() == 1
-            assert blas.get_threads() == 1
-        assert blas.get_threads() == 2
-    finally:
-        blas.set_threads(before)
+_PINNING = """
+import threading
+from jitort.kernels.cpu import blas
+assert blas.BLAS == "openblas"
+before = blas.get_threads()
+blas.set_threads(2)
+with blas.single_threaded():
+    assert blas.get_threads() == 1
+    with blas.single_threaded():  # re-entrant
+        assert blas.get_threads() == 1
+    assert blas.get_threads() == 1
+assert blas.get_threads() == 2
+
+# shared by concurrent callers: the setting comes back only when the last one leaves
+inside, release, seen = threading.Event(), threading.Event(), []
 
 
-def test_single_threaded_is_shared_by_concurrent_callers():
-    """The setting comes back only when the last concurrent caller leaves."""
-    if not blas.NUMPY_BLAS:
-        return
-    before = blas.get_threads()
-    blas.set_threads(2)
-    inside, release, seen = threading.Event(), threading.Event(), []
-
-    def worker():
-        with blas.single_threaded():
-            inside.set()
-            release.wait(10)
-
-    th = threading.Thread(target=worker)
-    try:
-        th.start()
-        inside.wait(10)
-        with blas.single_threaded():
-            pass
-        seen.append(blas.get_threads())   # the worker is still inside: still pinned
-        release.set()
-        th.join(10)
-        seen.append(blas.get_threads())
-    finally:
-        release.set()
-        blas.set_threads(before)
-    assert seen == [1, 2]
+def worker():
+    with blas.single_threaded():
+        inside.set()
+        release.wait(10)
 
 
-_FALLBACK = """
+th = threading.Thread(target=worker)
+th.start()
+inside.wait(10)
+with blas.single_threaded():
+    pass
+seen.append(blas.get_threads())   # the worker is still inside: still pinned
+release.set()
+th.join(10)
+seen.append(blas.get_threads())
+assert seen == [1, 2], seen
+print("ok")
+"""
+
+_GEMM = """
+import sys
 import numpy as np
 from numba import njit
 from jitort.kernels.cpu import blas, gemm as G
-assert not blas.NUMPY_BLAS
+assert blas.BLAS == sys.argv[1], blas.BLAS
 
 
 @njit
@@ -81,15 +73,72 @@ for dt in (np.float32, np.float64):
         np.testing.assert_allclose(out[1], want, rtol=1e-5)
         np.testing.assert_array_equal(out[0], c[0])
         np.testing.assert_array_equal(out[2], c[2])
+# a big one, through the library's blocked path, against numpy in float64
+a = rng.standard_normal((300, 200)).astype(np.float32)
+b = rng.standard_normal((200, 500)).astype(np.float32)
+out = np.zeros((1, 300, 500), np.float32)
+
+
+@njit
+def big(a, b, out):
+    return G.xgemm(0, 0, 300, 500, 200, 1.0, a, 0, 200, b, 0, 500, 0.0, out, 0, 500)
+
+
+assert big(a, b, out) == 0
+np.testing.assert_allclose(out[0], a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
 print("ok")
 """
 
 
-def test_numba_fallback_computes_the_same_gemm():
-    env = dict(os.environ, JITORT_BLAS="numba")
-    r = subprocess.run([sys.executable, "-c", _FALLBACK], env=env, capture_output=True,
-                       text=True, timeout=600)
+def _run(script, which, *args):
+    env = dict(os.environ, JITORT_BLAS=which)
+    return subprocess.run([sys.executable, "-c", script, *args], env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def _available(which):
+    if which == "mkl":
+        return blas._mkl() is not None or blas.BLAS == "mkl"
+    if which == "openblas":
+        return blas._numpy_openblas() is not None
+    return True
+
+
+@pytest.mark.parametrize("which", ["mkl", "openblas", "numba"])
+def test_each_blas_computes_the_same_gemm(which):
+    """Every library the kernels can link (JITORT_BLAS forces one): all transposes, both
+    dtypes, a sub-block with leading dimensions and its neighbours untouched, a big product."""
+    if not _available(which):
+        pytest.skip(f"{which} is not installed here (pip install -e '.[test]' brings MKL)")
+    r = _run(_GEMM, which, which)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_default_blas_is_the_fastest_installed():
+    want = "mkl" if _available("mkl") else "openblas" if _available("openblas") else "numba"
+    assert blas.BLAS == want
+
+
+def test_numpy_openblas_is_pinned_during_calls_and_restored():
+    if not _available("openblas"):
+        pytest.skip("numpy ships no ILP64 OpenBLAS here")
+    r = _run(_PINNING, "openblas")
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_mkl_and_scipy_blas_have_no_thread_count_to_pin():
+    if blas.BLAS == "openblas":
+        pytest.skip("the kernels use numpy's OpenBLAS here (pinning tested above)")
+    assert blas.get_threads() is None
+    with blas.single_threaded():
+        assert blas.get_threads() is None
+
+
+def test_unknown_or_missing_blas_is_a_clear_error():
+    r = _run("import jitort.kernels.cpu.blas", "atlas")
+    assert r.returncode != 0 and "JITORT_BLAS='atlas'" in r.stderr, r.stderr[-2000:]
+    with pytest.raises(ValueError, match="expected mkl, openblas or numba"):
+        blas._choose("goto")
 
 
 def test_model_call_leaves_the_callers_thread_settings_alone():
