@@ -239,6 +239,10 @@ CASES = {
                                2 * 128 * 9 * 56 * 56),
     'maxpool 3x3/2 64x112x112': (lambda: _maxpool_case(1, 64, 112, 3, 2, 1), 0),
     'avgpool 3x3/1 128x28x28': (lambda: _avgpool_case(1, 128, 28, 3, 1, 1), 0),
+    # small planes: the separable 3x3 path (kernels/cpu/pool.py, _sep3_pool)
+    'avgpool 3x3/1 576x14x14': (lambda: _avgpool_case(1, 576, 14, 3, 1, 1), 0),
+    'maxpool 3x3/1 1024x7x7': (lambda: _maxpool_case(1, 1024, 7, 3, 1, 1), 0),
+    'maxpool 3x3/2 576x14x14': (lambda: _maxpool_case(1, 576, 14, 3, 2, 1), 0),
     'globalavgpool 1000x13x13': (lambda: _gap_case(1, 1000, 13), 0),
     'softmax 4096x1024': (lambda: _softmax_case(4096, 1024), 0),
     'fused x*sigmoid(1.5x+.25) 16M': (lambda: _fused_case(1 << 24), 2 * 4 * (1 << 24)),
