@@ -110,33 +110,36 @@ def _whole_plane(h, w, oh_n, ow_n, kh, kw, ph, pw, pe_h, pe_w):
             and pe_h == 0 and pe_w == 0)
 
 
-# --- 3x3 windows, separably over whole tensors -----------------------------------------
+# --- 3x3 windows, separably over chunks of planes --------------------------------------
 # 3x3 max / average pools (dilation 1, strides 1 or 2) whose window centres all lie inside
 # the plane: every window is {c-1, c, c+1} x {d-1, d, d+1} clipped to the plane, so the result
 # is the full-resolution 3x3 "same" pool F, sampled at the centres. F is separable (rows of
-# three, then columns of three), and each pass is one flat, unit-stride loop over a whole range
+# three, then columns of three), and each pass is one flat, unit-stride loop over a range
 # of planes (wrong only in each row's first and last column, or each plane's first and last
 # row, which are then redone): no per-plane or per-row loop overhead, which dominated on
-# 14x14 and 7x7 planes. Measured at one thread against the previous kernels, same process,
-# on the light models' shapes (op benchmarks 'pool 3x3/1 576x14x14' etc. rerun the new side):
-# stride 1 -- AveragePool 576x14x14 222 -> 68 us (onnxruntime 112), 192x28x28 216 -> 86,
-# MaxPool 1024x7x7 344 -> 41, 480x27x27 669 -> 373; stride 2 -- MaxPool 576x14x14 290 -> 104,
-# 832x13x13 210 -> 104, but slower from 27x27 up (computing every position and then sampling
-# a quarter of them loses to the row-pass kernel: 480x27x27 259 -> 439, 64x112x112 568 ->
-# 897), so stride 2 takes this path only on planes at most _SEP_S2_MAX_W wide.
-_SEP_S2_MAX_W = 16
+# 14x14 and 7x7 planes. The passes go over chunks of planes of about _SEP_CHUNK elements,
+# so their scratch stays in L1/L2. Measured at one thread against the previous kernels, same
+# process, on the light models' shapes (the op benchmarks 'avgpool 3x3/1 576x14x14' etc.
+# rerun the new side against onnxruntime): stride 1 -- AveragePool 576x14x14 362 -> 83 us,
+# 192x28x28 291 -> 89, MaxPool 1024x7x7 434 -> 45, 480x27x27 842 -> 214; stride 2 --
+# MaxPool 576x14x14 296 -> 90, 320x28x28 354 -> 195, 256x27x27 179 -> 136, padded
+# 64x112x112 457 -> 392 and 192x56x56 447 -> 333; but on wide unpadded planes, which the
+# row-pass kernel reads in place, computing every position and sampling a quarter of them
+# ties or loses (128x55x55 221 -> 227, 64x111x111 378 -> 446): those keep that kernel.
+_SEP_S2_MAX_W = 32
+_SEP_CHUNK = 1 << 13
 _SEP_FM = {'reassoc', 'contract', 'arcp'}
 
 
 @njit(cache=True, error_model='numpy', fastmath=_SEP_FM)
-def _sep3_planes(x1, t1, f1, b, n, h, w, is_max):
-    """f1[b:b+n] = 3x3 'same' window max (NaN skipped, -inf when all NaN) or sum of the
-    (n // (h*w)) planes at x1[b:b+n], clipped at every plane's border; t1[b:b+n] scratch."""
+def _sep3_planes(x1, bx, t1, f1, bf, n, h, w, is_max):
+    """f1[bf:bf+n] = 3x3 'same' window max (NaN skipped, -inf when all NaN) or sum of the
+    (n // (h*w)) planes at x1[bx:bx+n], clipped at every plane's border; t1[:n] scratch."""
     if n == 0:
         return
-    X = eptr(x1, b)
-    T = eptr(t1, b)
-    F = eptr(f1, b)
+    X = eptr(x1, bx)
+    T = eptr(t1, 0)
+    F = eptr(f1, bf)
     ninf = x1.dtype.type(-np.inf)
     rows = n // w
     # rows of three (T holds no NaN: every max starts from -inf)
@@ -206,59 +209,73 @@ def _sep3_planes(x1, t1, f1, b, n, h, w, is_max):
 
 
 @njit(cache=True, error_model='numpy', fastmath=_SEP_FM)
-def _sep3_range(x1, o3, t1, f1, inv, p0, p1, h, w, sh, sw, ph, pw, is_max, direct):
-    """Planes [p0, p1) of a 3x3 pool (see above): F into f1 (which is o3 itself when
-    ``direct``), then the outputs sampled at the window centres (times ``inv`` for averages;
-    inv has length 0 for max)."""
+def _sep3_range(x1, o3, inv, p0, p1, h, w, sh, sw, ph, pw, is_max, direct):
+    """Planes [p0, p1) of a 3x3 pool (see above), in chunks of planes of about _SEP_CHUNK
+    elements (the two scratch arrays stay in L1/L2, and are small enough that allocating
+    them never maps fresh pages): F straight into the output when ``direct`` (stride 1, pads
+    1, same size), else into scratch and then sampled at the window centres. Averages are
+    multiplied by ``inv`` (length 0 for max)."""
     hw = h * w
-    _sep3_planes(x1, t1, f1, p0 * hw, (p1 - p0) * hw, h, w, is_max)
+    cp = max(1, _SEP_CHUNK // hw)
+    t1 = np.empty(cp * hw, x1.dtype)
+    f1 = t1 if direct else np.empty(cp * hw, x1.dtype)
     oh_n, ow_n = o3.shape[1], o3.shape[2]
     s = oh_n * ow_n
     avg = not is_max
     o1 = o3.reshape(-1)
-    for p in range(p0, p1):
+    for c0 in range(p0, p1, cp):
+        c1 = min(p1, c0 + cp)
         if direct:
+            _sep3_planes(x1, c0 * hw, t1, o1, c0 * hw, (c1 - c0) * hw, h, w, is_max)
             if avg:
-                d = eptr(o1, p * s)
                 iv = eptr(inv, 0)
-                for j in range(s):
-                    d[j] *= iv[j]
+                for p in range(c0, c1):
+                    d = eptr(o1, p * s)
+                    for j in range(s):
+                        d[j] *= iv[j]
             continue
-        for oh in range(oh_n):
-            d = eptr(o1, p * s + oh * ow_n)
-            src = eptr(f1, p * hw + (oh * sh - ph + 1) * w - pw + 1)
-            if avg:
-                iv = eptr(inv, oh * ow_n)
-                if sw == 1:
+        _sep3_planes(x1, c0 * hw, t1, f1, 0, (c1 - c0) * hw, h, w, is_max)
+        for p in range(c0, c1):
+            for oh in range(oh_n):
+                d = eptr(o1, p * s + oh * ow_n)
+                src = eptr(f1, (p - c0) * hw + (oh * sh - ph + 1) * w - pw + 1)
+                if avg:
+                    iv = eptr(inv, oh * ow_n)
+                    if sw == 1:
+                        for ow in range(ow_n):
+                            d[ow] = src[ow] * iv[ow]
+                    else:
+                        for ow in range(ow_n):
+                            d[ow] = src[2 * ow] * iv[ow]
+                elif sw == 1:
                     for ow in range(ow_n):
-                        d[ow] = src[ow] * iv[ow]
+                        d[ow] = src[ow]
                 else:
                     for ow in range(ow_n):
-                        d[ow] = src[2 * ow] * iv[ow]
-            elif sw == 1:
-                for ow in range(ow_n):
-                    d[ow] = src[ow]
-            else:
-                for ow in range(ow_n):
-                    d[ow] = src[2 * ow]
+                        d[ow] = src[2 * ow]
 
 
 @njit(cache=True, error_model='numpy', fastmath=_SEP_FM)
 def _sep3_ok(h, w, oh_n, ow_n, kh, kw, sh, sw, ph, pw, dh, dw):
-    """Whether a pool takes the separable 3x3 path: 3x3, dilation 1, strides 1 (or 2 on
-    planes at most _SEP_S2_MAX_W wide), every window centre inside the plane."""
+    """Whether a pool takes the separable 3x3 path: 3x3, dilation 1, every window centre
+    inside the plane, stride 1; or stride 2 on planes at most _SEP_S2_MAX_W wide or padded
+    (wider unpadded ones keep the row-pass kernel, which reads them in place)."""
+    # the row-pass kernel reads an unpadded plane in place; padded ones it copies first
+    in_place = (ph == 0 and pw == 0 and (oh_n - 1) * sh + 3 <= h
+                and (ow_n - 1) * sw + 3 <= w)
     return (kh == 3 and kw == 3 and dh == 1 and dw == 1 and (sh == 1 or sh == 2)
-            and (sw == 1 or sw == 2) and (sh == 1 and sw == 1 or w <= _SEP_S2_MAX_W)
+            and (sw == 1 or sw == 2)
+            and (sh == 1 and sw == 1 or w <= _SEP_S2_MAX_W or not in_place)
             and h > 0 and w > 0 and oh_n > 0 and ow_n > 0
             and ph <= 1 and pw <= 1 and ph >= 0 and pw >= 0
             and (oh_n - 1) * sh - ph + 1 <= h - 1 and (ow_n - 1) * sw - pw + 1 <= w - 1)
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_SEP_FM)
-def _sep3_par(nw, x1, o3, t1, f1, inv, n_p, h, w, sh, sw, ph, pw, is_max, direct):
+def _sep3_par(nw, x1, o3, inv, n_p, h, w, sh, sw, ph, pw, is_max, direct):
     for wk in prange(nw):
-        _sep3_range(x1, o3, t1, f1, inv, wk * n_p // nw, (wk + 1) * n_p // nw, h, w, sh, sw,
-                    ph, pw, is_max, direct)
+        _sep3_range(x1, o3, inv, wk * n_p // nw, (wk + 1) * n_p // nw, h, w, sh, sw, ph, pw,
+                    is_max, direct)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_SEP_FM)
@@ -268,15 +285,13 @@ def _sep3_pool(x, out, inv, sh, sw, ph, pw, is_max):
     n_p = n * c
     x1 = x.reshape(-1)
     o3 = out.reshape(n_p, out.shape[2], out.shape[3])
-    t1 = np.empty(x1.shape[0], x.dtype)
     direct = (sh == 1 and sw == 1 and ph == 1 and pw == 1 and out.shape[2] == h
               and out.shape[3] == w)
-    f1 = out.reshape(-1) if direct else np.empty(x1.shape[0], x.dtype)
     nw = min(num_threads(), n_p)
     if nw > 1 and n_p * h * w * 9 >= _PAR_MIN_WORK:
-        _sep3_par(nw, x1, o3, t1, f1, inv, n_p, h, w, sh, sw, ph, pw, is_max, direct)
+        _sep3_par(nw, x1, o3, inv, n_p, h, w, sh, sw, ph, pw, is_max, direct)
     else:
-        _sep3_range(x1, o3, t1, f1, inv, 0, n_p, h, w, sh, sw, ph, pw, is_max, direct)
+        _sep3_range(x1, o3, inv, 0, n_p, h, w, sh, sw, ph, pw, is_max, direct)
 
 
 # --- MaxPool ---------------------------------------------------------------------------

@@ -177,7 +177,8 @@ def test_maxpool_3x3_skips_nan_like_the_generic_loop(stride):
 
 
 _SEP_SHAPES = [(1, 5, 1, 1), (2, 3, 1, 6), (1, 4, 6, 1), (1, 3, 2, 2), (2, 7, 14, 14),
-               (1, 19, 7, 7), (1, 3, 13, 12), (1, 2, 3, 16), (1, 2, 30, 29)]
+               (1, 19, 7, 7), (1, 3, 13, 12), (1, 2, 3, 16), (1, 2, 30, 29),
+               (1, 3, 95, 94), (1, 2, 37, 41)]   # planes above one chunk; wide stride 2
 _SEP_PADS = [(1, 1, 1, 1), (0, 0, 0, 0), (0, 0, 1, 1), (1, 0, 1, 0), (1, 1, 0, 0)]
 
 
@@ -195,16 +196,17 @@ def _sep_cases():
 @pytest.mark.parametrize('shape,s,pads,oh,ow', list(_sep_cases()))
 @pytest.mark.parametrize('op', ['MaxPool', 'AveragePool'])
 def test_pool_3x3_separable_path(nthreads, shape, s, pads, oh, ow, op, ort_node):
-    """3x3 pools whose window centres lie in the plane run separably over whole tensors
-    (pool._sep3_pool); stride 2 only on planes at most _SEP_S2_MAX_W wide. 1-row, 1-column,
-    2x2 planes, every pad pattern, both strides, against onnxruntime; NaN in max is skipped."""
+    """3x3 pools whose window centres lie in the plane run separably over chunks of planes
+    (pool._sep3_pool); stride 2 only on narrow or padded planes. 1-row, 1-column, 2x2
+    planes, chunks of several planes and planes bigger than a chunk, every pad pattern, both
+    strides, against onnxruntime; NaN in max is skipped."""
     n, c, h, w = shape
     x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
     if op == 'MaxPool' and h * w > 1:
         x[0, 0, 0, 0] = np.nan                      # skipped (never alone in a window here)
     out = np.full((n, c, oh, ow), np.nan, np.float32)
     sep = P._sep3_ok(h, w, oh, ow, 3, 3, s, s, pads[0], pads[1], 1, 1)
-    if s == 2 and w > P._SEP_S2_MAX_W:
+    if s == 2 and w > P._SEP_S2_MAX_W and pads == (0, 0, 0, 0) and (oh - 1) * 2 + 3 <= h:
         assert not sep
     if op == 'MaxPool':
         P.maxpool2d(x, out, 3, 3, s, s, pads[0], pads[1], 1, 1)
@@ -224,7 +226,8 @@ def test_pool_3x3_separable_path_is_taken_where_it_wins():
     assert P._sep3_ok(14, 14, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1)       # inception's avg pools
     assert P._sep3_ok(7, 7, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1)
     assert P._sep3_ok(14, 14, 7, 7, 3, 3, 2, 2, 0, 0, 1, 1)         # small stride 2
-    assert not P._sep3_ok(112, 112, 56, 56, 3, 3, 2, 2, 1, 1, 1, 1)  # big stride 2: row pass
+    assert P._sep3_ok(112, 112, 56, 56, 3, 3, 2, 2, 1, 1, 1, 1)      # padded stride 2
+    assert not P._sep3_ok(111, 111, 55, 55, 3, 3, 2, 2, 0, 0, 1, 1)  # wide, in place: row pass
     assert not P._sep3_ok(9, 9, 9, 9, 3, 3, 1, 1, 1, 1, 2, 2)       # dilated
     assert not P._sep3_ok(9, 9, 11, 11, 3, 3, 1, 1, 2, 2, 1, 1)     # centres outside the plane
     assert not P._sep3_ok(9, 9, 7, 7, 5, 5, 1, 1, 0, 0, 1, 1)       # 5x5
