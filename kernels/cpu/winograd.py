@@ -445,9 +445,18 @@ def _wino_task(t, nblk, nmb, nr, mbs, x, u, b, res, out, scr, last, ph, pw, has_
         r0 = oh0 * ow_n
         r1 = min(oh_n, oh0 + m * nrr) * ow_n
         rf = res.reshape(-1)
+        z = out.dtype.type(0)
+        nn = r1 - r0
         for mi in range(mb):
             o = ooff + mi * s
-            _epilogue_row(of[o + r0:o + r1], of.dtype.type(0), False,
+            if act <= 1:  # none or relu: raw pointers, no per-channel array views
+                d = eptr(of, o + r0)
+                rp = eptr(rf, o + r0) if has_res else d
+                for j in range(nn):
+                    v = d[j] + (rp[j] if has_res else z)
+                    d[j] = (z if v < z else v) if act == 1 else v
+                continue
+            _epilogue_row(of[o + r0:o + r1], z, False,
                           rf[o + r0:o + r1] if has_res else of[o + r0:o + r1], has_res,
                           act, aa, ab)
 
