@@ -423,8 +423,9 @@ def _dw_cblock(t, x, w, b, res, out, xt, wt, acc, sh, sw, ph, pw, dh, dw, has_bi
     tap reads a contiguous run for stride 1 or 2 alike): sw * hp * wq * _DW_CB elements;
     ``wt`` each tap's weights repeated for every output column, then the bias likewise:
     (kh * kw + 1) * ow * _DW_CB; ``acc`` one output row: ow * _DW_CB (exactly: the activation
-    runs over all of it; lanes past the block's channels are never copied out). Every loop indexes raw pointers (no array views, whose
-    reference counting costs more than a 7x7 plane's arithmetic)."""
+    runs over all of it; lanes past the block's channels are never copied out). Every loop
+    indexes raw pointers (no array views, whose reference counting costs more than a 7x7
+    plane's arithmetic)."""
     CB = _DW_CB
     c_n, h, wd = x.shape[1], x.shape[2], x.shape[3]
     kh_n, kw_n = w.shape[2], w.shape[3]
@@ -491,7 +492,8 @@ def _dw_cblock(t, x, w, b, res, out, xt, wt, acc, sh, sw, ph, pw, dh, dw, has_bi
         if k3:
             # 3x3: all nine taps in one pass per output column, the block's weights (the
             # first _DW_CB of each tap's row) and bias held across it: one store per output
-            # instead of one load + store per tap (272x14x14 at one thread: 58 -> ~20 us)
+            # instead of one load + store per tap (no clear gain measured on this noisy
+            # machine: 272x14x14 conv2d 248 -> 242 us, 544x7x7 171 -> 146)
             i = oh * sh
             x0 = eptr(xt, (i * wq) * CB)
             x1 = eptr(xt, (((1 % sw) * hp + i) * wq + 1 // sw) * CB)
