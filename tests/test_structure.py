@@ -20,6 +20,17 @@ def _kernel_calls(cm):
     return calls
 
 
+def _compile_chain_checked(nodes, rows, cols):
+    """Compile a chain over x (N, cols) and y (cols,) into z; check it against onnx.reference."""
+    m = make_model(nodes, [("x", F32, ["N", cols]), ("y", F32, [cols])], [("z", F32, None)])
+    cm = jitort.compile(m)
+    x = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
+    y = np.linspace(-1, 1, cols, dtype=np.float32)
+    (got,) = cm(x, y)
+    np.testing.assert_allclose(got, run_reference(m, {"x": x, "y": y})[0], rtol=1e-5, atol=1e-6)
+    return cm
+
+
 def test_ten_op_chain_is_one_kernel():
     ops = ["Add", "Mul", "Relu", "Sub", "Sigmoid", "Mul", "Tanh", "Add", "Abs", "Neg"]
     nodes, cur = [], "x"
@@ -28,15 +39,26 @@ def test_ten_op_chain_is_one_kernel():
         nodes.append(helper.make_node(op, ins, [f"t{i}"]))
         cur = f"t{i}"
     nodes[-1].output[0] = "z"
-    m = make_model(nodes, [("x", F32, ["N", 8]), ("y", F32, [8])], [("z", F32, None)])
-    cm = jitort.compile(m)
-    x = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
-    y = np.linspace(-1, 1, 8, dtype=np.float32)
-    (got,) = cm(x, y)
-    np.testing.assert_allclose(got, run_reference(m, {"x": x, "y": y})[0], rtol=1e-5, atol=1e-6)
+    cm = _compile_chain_checked(nodes, rows=5, cols=8)
     calls = _kernel_calls(cm)
     assert len(calls) == 1, calls
     assert calls[0].startswith("k_add_mul_relu_sub")
+
+
+def test_cpu_elementwise_loops_ask_for_wide_vectors():
+    """Every generated CPU loop calls ``mathfn.wide_vectors`` first in its innermost body (the
+    function Numba compiles a ``prange`` body into carries the attribute); CUDA kernels don't
+    (tests/kernels/test_mathfn.py checks the registers it gets)."""
+    nodes = [helper.make_node("Mul", ["x", "y"], ["t"]), helper.make_node("Sigmoid", ["t"], ["u"]),
+             helper.make_node("Mul", ["x", "u"], ["z"])]
+    cm = _compile_chain_checked(nodes, rows=300, cols=64)
+    (name,) = _kernel_calls(cm)
+    src = next(Path(p).with_name(f"{name}.py").read_text() for p in cm.generated_sources())
+    lines = src.splitlines()
+    loops = [i for i, line in enumerate(lines) if line.lstrip().startswith("for ")]
+    body = lines[loops[-1] + 1:]
+    assert "_m.wide_vectors()" in [line.strip() for line in body]
+    assert "_m.wide_vectors()" not in "\n".join(lines[:loops[-1]])
 
 
 def _layer(i, x):

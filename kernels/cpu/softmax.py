@@ -10,7 +10,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .mathfn import fexp
+from .mathfn import fexp, wide_vectors
 
 _PAR_MIN_WORK = 1 << 15
 
@@ -60,6 +60,7 @@ def row_max(xr):
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def _softmax_row(xr, orow, log):
     """One contiguous row (I == 1 case): orow = softmax(xr) or log_softmax(xr)."""
+    wide_vectors()
     n = xr.shape[0]
     t = xr.dtype.type
     m = row_max(xr)
@@ -131,6 +132,7 @@ def _softmax_par(x, out, log):
         x2 = x.reshape(o_n, n)
         o2 = out.reshape(o_n, n)
         for o in prange(o_n):
+            wide_vectors()
             _softmax_row(x2[o], o2[o], log)
     else:
         for o in prange(o_n):

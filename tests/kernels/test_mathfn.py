@@ -1,5 +1,6 @@
 import math
-import time
+import platform
+import re
 
 import numpy as np
 import pytest
@@ -52,12 +53,6 @@ def _map_generic(x, out, which):
             out[i] = M.ferf(v)
         else:
             out[i] = M.flog(v)
-
-
-@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def _map_np_exp(x, out):
-    for i in range(x.shape[0]):
-        out[i] = np.exp(x[i])
 
 
 SPECIALS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1e-38, -1e-38,
@@ -169,16 +164,54 @@ def test_generic_wrappers(which):
     np.testing.assert_allclose(o64, ref, rtol=1e-14, atol=0)     # libm path
 
 
-def test_exp32_speed_smoke():
-    """Printed, not asserted: vectorized exp32 vs scalar libm np.exp inside njit."""
-    x = np.linspace(-10, 10, 16 * 1024 * 1024, dtype=np.float32)
+def _asm(fn) -> str:
+    return "".join(fn.inspect_asm().values())
+
+
+def _host_has_avx512() -> bool:
+    import llvmlite.binding as llb
+    from numba.core import config
+    if config.CPU_NAME or config.CPU_FEATURES:   # a target forced by the user: not the host's
+        return False
+    return bool(llb.get_host_cpu_features().get('avx512f'))
+
+
+_FM = {'reassoc', 'contract', 'arcp'}
+
+
+@njit(error_model='numpy', fastmath=_FM)   # not cached: the asm is read back
+def _silu(x, out):
+    for i in range(x.shape[0]):
+        v = x[i]
+        out[i] = v * M.sigmoid32(v)
+
+
+@njit(error_model='numpy', fastmath=_FM)
+def _silu_wide(x, out):
+    for i in range(x.shape[0]):
+        M.wide_vectors()
+        v = x[i]
+        out[i] = v * M.sigmoid32(v)
+
+
+@pytest.mark.skipif(platform.machine() not in ('x86_64', 'AMD64'), reason='x86 vector registers')
+def test_polynomial_functions_compile_to_packed_vector_code():
+    """The reason these helpers exist: a loop over exp32 vectorizes (libm's exp is a scalar
+    call per element). Their speed is measured by benchmarks/test_bench_ops.py."""
+    x = np.linspace(-10, 10, 1001, dtype=np.float32)
     out = np.empty_like(x)
-    times = {}
-    for name, fn in (('exp32', _map_exp), ('np.exp', _map_np_exp)):
-        fn(x, out)          # compile + first-touch the pages
-        t0 = time.perf_counter()
-        fn(x, out)
-        times[name] = time.perf_counter() - t0
-    print(f"\n16M float32 exp: exp32 {times['exp32'] * 1e3:.1f} ms, "
-          f"np.exp-in-njit {times['np.exp'] * 1e3:.1f} ms "
-          f"({times['np.exp'] / times['exp32']:.1f}x)")
+    _silu(x, out)
+    assert re.search(r'vfmadd\w+ps\s+%[yz]mm', _asm(_silu))
+
+
+def test_wide_vectors_takes_512_bit_registers_where_the_cpu_has_them():
+    x = np.random.default_rng(0).standard_normal(4099).astype(np.float32)
+    want, got = np.empty_like(x), np.empty_like(x)
+    _silu(x, want)
+    _silu_wide(x, got)
+    np.testing.assert_array_equal(got, want)   # same arithmetic, wider registers
+    if platform.machine() not in ('x86_64', 'AMD64') or not _host_has_avx512():
+        pytest.skip('no AVX-512 on this CPU: only the results are compared')
+    wide, plain = _asm(_silu_wide), _asm(_silu)
+    assert re.search(r'vfmadd\w+ps\s+%zmm', wide)
+    assert not re.search(r'vfmadd\w+ps\s+%zmm', plain)   # LLVM's own choice: 256-bit
