@@ -10,7 +10,7 @@ array dtype.
 import numpy as np
 from numba import njit
 
-from .mathfn import ferf, fsigmoid, ftanh
+from .mathfn import ferf, fsigmoid, ftanh, wide_vectors
 
 ACT_NONE = 0
 ACT_RELU = 1
@@ -25,6 +25,7 @@ NUM_ACTS = 7
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def act_row(row, act, alpha, beta):
     """Apply activation ``act`` in place to the 1-D contiguous array ``row``."""
+    wide_vectors()
     n = row.shape[0]
     t = row.dtype.type
     zero = t(0.0)
