@@ -12,12 +12,12 @@ Begin pads are ``ph``/``pw``; end pads are implied by OH/OW: any input position 
 
 Paths (3x3 stride-1 convolutions with constant weights on planes big enough usually skip this
 module: the code generator lowers them to ``winograd.conv3x3_winograd``):
-* depthwise (group == C == M) on small planes (OH*OW <= _DW_CB_MAX_S): blocks of
+* depthwise (group == C == M): per (image, channel) plane, a zero-padded copy split into
+  its stride phases, on which every tap is one fixed offset, so the plane is one long
+  vectorized loop (``_dw_flat``; 3x3 unrolled); bias, residual, activation fused; ``prange``
+  over planes when big. Strided ones with short output rows (OW <= _DW_CB_MAX_OW): blocks of
   16 channels copied channels-last into a zero-padded scratch and computed with every tap
-  vectorized across the block's channels; the result is copied back to NCHW.
-* other depthwise: direct kernel per (image, channel) plane on a zero-padded
-  copy of the plane (no boundary tests in the inner loops; 3x3 unrolled), bias fused,
-  ``prange`` over planes when big.
+  vectorized across the block's channels, the result copied back to NCHW (``_dw_cblock``).
 * pointwise (1x1, stride 1, no pad, OH == H, OW == W): BLAS gemm straight on the input,
   in column blocks of the spatial axis.
 * small planes (OH*OW <= 1024, >= 32 output channels per group): tasks (image, group,
@@ -59,13 +59,15 @@ def _valid_range(off, stride, size, n_out):
 # elements * taps above which the planes are.
 _PAR_MIN_FLOPS = 1 << 20
 _PAR_MIN_DW = 1 << 15
-# Depthwise planes of at most this many output positions are computed
-# _DW_CB channels at a time, vectorized across channels (_dw_cblock): their rows are too
-# short to vectorize. Measured at 1 thread, 3x3: 544x7x7 and 272x14x14 2.3-2.5x faster than
-# per plane, 136x28x28 ~1.2x; 128x56x56 1.7x slower (the channels-last copy costs more than
-# it saves once rows are long).
+# Depthwise convolutions are flat stencils over each padded plane (_dw_flat), except strided
+# ones with at most _DW_CB_MAX_OW output columns: _DW_CB channels at a time, vectorized across
+# channels (_dw_cblock), where the phase split's loops of a few elements cost more than the
+# channels-last transposes. Measured 2026-11-23 at 1 thread, 3x3, flat / channel blocks:
+# stride 1 544x7x7 0.99, 256x9x9 0.77, 272x14x14 0.56, 136x28x28 0.36; stride 2 from 272x14x14
+# 1.18, 256x20x20 1.12, 256x24x24 0.99, 136x28x28 0.81, 112x56x56 0.57. Against the former
+# row-by-row kernel on big planes: 32x112x112 0.71, stride 2 96x112x112 0.75.
 _DW_CB = 16
-_DW_CB_MAX_S = 1024
+_DW_CB_MAX_OW = 12
 # im2col block per task (elements; 512 KB of float32): the gemm reads it back from L2.
 _COL_BLOCK_ELEMS = 1 << 17
 # Pointwise: output elements per task (1 MB of float32: the epilogue pass stays in L2; fewer,
@@ -316,100 +318,177 @@ def _conv_par(nw, ntask, nb, bs, x, w, b, res, out, col, cap, sh, sw, ph, pw, dh
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _dw_plane(xc, wc, oc, bv, rc, has_res, act, aa, ab, sh, sw, ph, pw, dh, dw):
-    """One depthwise plane: oc (OH, OW) = conv(xc (H, W), wc (KH, KW)) + bv (+ rc), act.
-
-    Works on a zero-padded copy of the rows/columns of xc that the windows touch, so the
-    inner loops have no boundary tests; 3x3 (dilation 1) is unrolled."""
-    h, w = xc.shape
-    kh_n, kw_n = wc.shape
-    oh_n, ow_n = oc.shape
+def _dw_flat_geom(kh_n, kw_n, oh_n, ow_n, sh, sw, dh, dw):
+    """Layout of ``_dw_flat``'s scratch: (hp, wp, wq, pe) = rows and columns of the padded
+    plane, the row length of its stride phases, elements per phase (one slack row)."""
     hp = (oh_n - 1) * sh + (kh_n - 1) * dh + 1
     wp = (ow_n - 1) * sw + (kw_n - 1) * dw + 1
-    xp = np.empty((hp, wp), xc.dtype)
-    j0 = min(pw, wp)
-    j1 = max(j0, min(wp, pw + w))
-    for i in range(hp):
-        ih = i - ph
-        d = xp[i]
-        if ih < 0 or ih >= h:
-            for j in range(wp):
-                d[j] = 0
-            continue
-        for j in range(j0):
-            d[j] = 0
-        src = xc[ih][j0 - pw:j1 - pw]
-        dd = d[j0:j1]
-        for j in range(j1 - j0):
-            dd[j] = src[j]
-        for j in range(j1, wp):
-            d[j] = 0
-    unrolled = kh_n == 3 and kw_n == 3 and dh == 1 and dw == 1 and (sw == 1 or sw == 2)
-    if unrolled:
-        w00, w01, w02 = wc[0, 0], wc[0, 1], wc[0, 2]
-        w10, w11, w12 = wc[1, 0], wc[1, 1], wc[1, 2]
-        w20, w21, w22 = wc[2, 0], wc[2, 1], wc[2, 2]
-    for oh in range(oh_n):
-        dst = oc[oh]
-        base = oh * sh
-        if unrolled:
-            r0 = xp[base]
-            r1 = xp[base + 1]
-            r2 = xp[base + 2]
-            if sw == 1:
-                a0, a1, a2 = r0[0:], r0[1:], r0[2:]
-                b0, b1, b2 = r1[0:], r1[1:], r1[2:]
-                c0, c1, c2 = r2[0:], r2[1:], r2[2:]
-                for ow in range(ow_n):
-                    dst[ow] = (bv + w00 * a0[ow] + w01 * a1[ow] + w02 * a2[ow]
-                               + w10 * b0[ow] + w11 * b1[ow] + w12 * b2[ow]
-                               + w20 * c0[ow] + w21 * c1[ow] + w22 * c2[ow])
-            else:
-                for ow in range(ow_n):
-                    j = 2 * ow
-                    dst[ow] = (bv + w00 * r0[j] + w01 * r0[j + 1] + w02 * r0[j + 2]
-                               + w10 * r1[j] + w11 * r1[j + 1] + w12 * r1[j + 2]
-                               + w20 * r2[j] + w21 * r2[j + 1] + w22 * r2[j + 2])
-        else:
-            for ow in range(ow_n):
-                dst[ow] = bv
-            for kh in range(kh_n):
-                r = xp[base + kh * dh]
-                for kw in range(kw_n):
-                    wv = wc[kh, kw]
-                    rs = r[kw * dw:]
-                    if sw == 1:
-                        for ow in range(ow_n):
-                            dst[ow] += wv * rs[ow]
-                    else:
-                        for ow in range(ow_n):
-                            dst[ow] += wv * rs[ow * sw]
-        if has_res or act != 0:
-            _epilogue_row(dst, bv, False, rc[oh], has_res, act, aa, ab)
+    wq = (wp + sw - 1) // sw
+    return hp, wp, wq, (oh_n + ((kh_n - 1) * dh) // sh + 1) * wq
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _dw_task(p, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, aa, ab):
-    c_n = x.shape[1]
-    n = p // c_n
-    c = p - n * c_n
-    bv = b[c] if has_bias else out.dtype.type(0)
-    rc = res[n, c] if has_res else out[n, c]
-    _dw_plane(x[n, c], w[c, 0], out[n, c], bv, rc, has_res, act, aa, ab, sh, sw, ph, pw, dh, dw)
+def _dw_flat_scratch(x, w, out, sh, sw, dh, dw):
+    """Per-worker scratch of ``_dw_flat``: (phase planes, accumulator)."""
+    kh_n, kw_n = w.shape[2], w.shape[3]
+    oh_n, ow_n = out.shape[2], out.shape[3]
+    hp, wp, wq, pe = _dw_flat_geom(kh_n, kw_n, oh_n, ow_n, sh, sw, dh, dw)
+    return np.empty(sh * sw * pe, x.dtype), np.empty(oh_n * wq, x.dtype)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _dw_flat_offsets(kh_n, kw_n, sh, sw, dh, dw, wq, pe):
+    """Offsets of the taps (row-major) in ``_dw_flat``'s phase planes, from output
+    i * wq + j: tap (kh, kw) reads phase (kh*dh % sh, kw*dw % sw) at
+    (i + kh*dh // sh, j + kw*dw // sw)."""
+    offs = np.empty(kh_n * kw_n, np.int64)
+    for kh in range(kh_n):
+        vr = kh * dh
+        for kw in range(kw_n):
+            vc = kw * dw
+            offs[kh * kw_n + kw] = (((vr % sh) * sw + vc % sw) * pe + (vr // sh) * wq
+                                    + vc // sw)
+    return offs
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _dw_flat(p, x, w, b, res, out, xs, acc, offs, sh, sw, ph, pw, dh, dw, has_bias,
+             has_res, act, aa, ab):
+    """Depthwise plane p = n * C + c as one flat stencil.
+
+    The zero-padded plane is split into its sh * sw stride phases (padded pixel (r, j) goes
+    to phase (r % sh, j % sw) at (r // sh, j // sw)), each with rows of ``wq`` elements. In
+    that layout tap (kh, kw) of output (i, j) reads the same offset from i * wq + j for
+    every output (``_dw_flat_offsets``). So the whole plane is one loop over oh * wq
+    positions (the wq - ow extra columns of each row are computed and dropped), long and
+    contiguous whatever the plane's width and stride, where a row-by-row kernel runs loops
+    of ow (7 or 14 in the corpus) and a channels-last one pays two transposes. Bias,
+    residual and activation are applied while the rows are copied out. Every access goes
+    through raw pointers off one base per buffer (no views: their reference counting costs
+    more than a 7x7 plane's arithmetic), and no integer division runs per row."""
+    c_n, h, wd = x.shape[1], x.shape[2], x.shape[3]
+    kh_n, kw_n = w.shape[2], w.shape[3]
+    oh_n, ow_n = out.shape[2], out.shape[3]
+    c = p % c_n
+    hp, wp, wq, pe = _dw_flat_geom(kh_n, kw_n, oh_n, ow_n, sh, sw, dh, dw)
+    z = x.dtype.type(0)
+    xz = eptr(xs, 0)
+    for i in range(sh * sw * pe):
+        xz[i] = z
+    i0 = min(ph, hp)
+    i1 = max(i0, min(hp, ph + h))
+    j0 = min(pw, wp)
+    j1 = max(j0, min(wp, pw + wd))
+    xb = eptr(x, p * h * wd)
+    if sw == 2:
+        # both column phases in one pass over each input row (LLVM vectorizes the pair of
+        # stride-2 loads as one load and a shuffle): padded columns 2jj and 2jj + 1 are both
+        # inside [j0, j1) for jj in [ja, jb); at most one column at either end is not
+        ja = (j0 + 1) // 2
+        jb = max(ja, j1 // 2)
+        pr = i0 % sh
+        row = (i0 // sh) * wq
+        for r in range(i0, i1):
+            so = (r - ph) * wd - pw      # xb[so + j]: padded column j
+            e = pr * 2 * pe + row        # phase (pr, 0); phase (pr, 1) is pe further
+            for jj in range(ja, jb):
+                xz[e + jj] = xb[so + 2 * jj]
+                xz[e + pe + jj] = xb[so + 2 * jj + 1]
+            if j0 % 2 == 1 and j0 < j1:
+                xz[e + pe + j0 // 2] = xb[so + j0]
+            if j1 % 2 == 1 and j1 - 1 >= max(j0, 2 * jb):
+                xz[e + j1 // 2] = xb[so + j1 - 1]
+            pr += 1
+            if pr == sh:
+                pr = 0
+                row += wq
+    else:
+        for f in range(sw):
+            # padded columns j = jj * sw + f in [j0, j1), of every row, to column phase f
+            jj0 = (j0 - f + sw - 1) // sw if j0 > f else 0
+            jj1 = (j1 - f + sw - 1) // sw if j1 > f else 0
+            pr = i0 % sh                 # row phase and row in it, stepped without division
+            row = (i0 // sh) * wq
+            for r in range(i0, i1):
+                so = (r - ph) * wd - pw + f  # xb[so + jj * sw]: padded column jj * sw + f
+                do = (pr * sw + f) * pe + row
+                if sw == 1:
+                    for jj in range(jj0, jj1):
+                        xz[do + jj] = xb[so + jj]
+                else:
+                    for jj in range(jj0, jj1):
+                        xz[do + jj] = xb[so + jj * sw]
+                pr += 1
+                if pr == sh:
+                    pr = 0
+                    row += wq
+    n_acc = oh_n * wq
+    bv = b[c] if has_bias else z
+    a = eptr(acc, 0)
+    if kh_n == 3 and kw_n == 3:
+        o0, o1, o2, o3, o4 = offs[0], offs[1], offs[2], offs[3], offs[4]
+        o5, o6, o7, o8 = offs[5], offs[6], offs[7], offs[8]
+        w0, w1, w2 = w[c, 0, 0, 0], w[c, 0, 0, 1], w[c, 0, 0, 2]
+        w3, w4, w5 = w[c, 0, 1, 0], w[c, 0, 1, 1], w[c, 0, 1, 2]
+        w6, w7, w8 = w[c, 0, 2, 0], w[c, 0, 2, 1], w[c, 0, 2, 2]
+        for q in range(n_acc):
+            a[q] = (bv + w0 * xz[q + o0] + w1 * xz[q + o1] + w2 * xz[q + o2]
+                    + w3 * xz[q + o3] + w4 * xz[q + o4] + w5 * xz[q + o5]
+                    + w6 * xz[q + o6] + w7 * xz[q + o7] + w8 * xz[q + o8])
+    else:
+        for q in range(n_acc):
+            a[q] = bv
+        for kh in range(kh_n):
+            for kw in range(kw_n):
+                o = offs[kh * kw_n + kw]
+                wv = w[c, 0, kh, kw]
+                for q in range(n_acc):
+                    a[q] += wv * xz[q + o]
+    s = oh_n * ow_n
+    ob = eptr(out, p * s)
+    rb = eptr(res, p * s) if has_res else ob
+    ai = 0
+    oi = 0
+    for i in range(oh_n):
+        if act == 1:
+            if has_res:
+                for j in range(ow_n):
+                    v = a[ai + j] + rb[oi + j]
+                    ob[oi + j] = z if v < z else v
+            else:
+                for j in range(ow_n):
+                    v = a[ai + j]
+                    ob[oi + j] = z if v < z else v
+        elif has_res:
+            for j in range(ow_n):
+                ob[oi + j] = a[ai + j] + rb[oi + j]
+        else:
+            for j in range(ow_n):
+                ob[oi + j] = a[ai + j]
+        ai += wq
+        oi += ow_n
+    if act > 1:
+        act_row(out.reshape(-1)[p * s:(p + 1) * s], act, aa, ab)
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
-def _dw_par(nw, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, aa, ab):
-    """nw workers pull (image, channel) planes from a shared counter."""
+def _dw_flat_par(nw, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, aa,
+                 ab):
+    """nw workers, each with its own scratch, pull (image, channel) planes from a shared
+    counter."""
     nplane = x.shape[0] * x.shape[1]
     counter = np.zeros(1, np.int64)
+    kh_n, kw_n = w.shape[2], w.shape[3]
+    hp, wp, wq, pe = _dw_flat_geom(kh_n, kw_n, out.shape[2], out.shape[3], sh, sw, dh, dw)
+    offs = _dw_flat_offsets(kh_n, kw_n, sh, sw, dh, dw, wq, pe)
     for wk in prange(nw):
+        xs, acc = _dw_flat_scratch(x, w, out, sh, sw, dh, dw)
         while True:
             p = next_task(counter)
             if p >= nplane:
                 break
-            _dw_task(p, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act,
-                     aa, ab)
+            _dw_flat(p, x, w, b, res, out, xs, acc, offs, sh, sw, ph, pw, dh, dw, has_bias,
+                     has_res, act, aa, ab)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -601,7 +680,7 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
     nth = num_threads()
     mg = m_n // group
     kdim = cg * kh_n * kw_n
-    if group == c_n and group == m_n and kdim > 0 and s <= _DW_CB_MAX_S:
+    if group == c_n and group == m_n and kdim > 0 and sw > 1 and ow_n <= _DW_CB_MAX_OW:
         ntask = n_n * ((c_n + _DW_CB - 1) // _DW_CB)
         if nth > 1 and n_n * c_n * s * kh_n * kw_n >= _PAR_MIN_DW and ntask > 1:
             _dw_cb_par(min(nth, ntask), ntask, x, w, b, res, out, sh, sw, ph, pw, dh, dw,
@@ -614,12 +693,15 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
         return
     if group == c_n and group == m_n and kdim > 0:
         if nth > 1 and n_n * c_n * s * kh_n * kw_n >= _PAR_MIN_DW and n_n * c_n > 1:
-            _dw_par(min(nth, n_n * c_n), x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias,
-                    has_res, act, aa, ab)
+            _dw_flat_par(min(nth, n_n * c_n), x, w, b, res, out, sh, sw, ph, pw, dh, dw,
+                         has_bias, has_res, act, aa, ab)
         else:
+            xs, acc = _dw_flat_scratch(x, w, out, sh, sw, dh, dw)
+            hp, wp, wq, pe = _dw_flat_geom(kh_n, kw_n, oh_n, ow_n, sh, sw, dh, dw)
+            offs = _dw_flat_offsets(kh_n, kw_n, sh, sw, dh, dw, wq, pe)
             for p in range(n_n * c_n):
-                _dw_task(p, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res,
-                         act, aa, ab)
+                _dw_flat(p, x, w, b, res, out, xs, acc, offs, sh, sw, ph, pw, dh, dw,
+                         has_bias, has_res, act, aa, ab)
         return
     if kdim == 0:
         out3 = out.reshape(n_n, m_n, s)

@@ -85,13 +85,18 @@ CASES = [
     (1, 2, 2, 3, 2, 3, 3, (3, 3), (2, 2, 2, 2), (1, 1), 1),    # big pads
     (1, 2, 4, 4, 2, 2, 2, (1, 1), (0, 0, 1, 1), (1, 1), 1),    # end pads only
     (1, 3, 1, 11, 4, 1, 3, (1, 2), (0, 1, 0, 1), (1, 1), 1),   # conv1d as H=1
-    # depthwise on small planes: blocks of 16 channels, channels last (conv._dw_cblock)
+    # strided depthwise with short output rows: blocks of 16 channels, channels last
+    # (conv._dw_cblock)
     (2, 37, 7, 7, 37, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 37),  # 2 full blocks + 5, stride 2
-    (1, 16, 14, 13, 16, 3, 3, (1, 1), (2, 2, 2, 2), (2, 2), 16),  # dilation, one full block
     (1, 20, 11, 9, 20, 5, 3, (3, 2), (0, 2, 1, 0), (1, 1), 20),   # stride 3, uneven pads
-    (1, 18, 32, 32, 18, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 18),  # 1024 outputs: the limit
-    (1, 18, 33, 32, 18, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 18),  # 1056: per plane
+    # other depthwise: flat stencils over stride phases (conv._dw_flat)
+    (1, 16, 14, 13, 16, 3, 3, (1, 1), (2, 2, 2, 2), (2, 2), 16),  # dilation
+    (1, 18, 32, 32, 18, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 18),
+    (1, 18, 33, 32, 18, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 18),
     (1, 17, 3, 3, 17, 3, 3, (1, 1), (0, 0, 0, 0), (1, 1), 17),   # one output per plane
+    (1, 19, 29, 27, 19, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 19),  # stride 2, odd first column
+    (1, 19, 28, 27, 19, 3, 3, (2, 2), (0, 0, 1, 1), (1, 1), 19),  # stride 2, odd last column
+    (2, 5, 30, 61, 5, 3, 5, (2, 3), (0, 2, 1, 1), (1, 2), 5),     # column stride 3, dilated
 ]
 
 
