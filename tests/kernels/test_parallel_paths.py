@@ -206,8 +206,8 @@ def test_conv2d_parallel(nthreads, case):
     _close(out, ref, np.float32)
 
 
-@pytest.mark.parametrize('case', [CONV_CASES[0], CONV_CASES[4], CONV_CASES[5], CONV_CASES[8],
-                                  CONV_CASES[13]])
+@pytest.mark.parametrize('case', [CONV_CASES[0], CONV_CASES[4], CONV_CASES[5], CONV_CASES[7],
+                                  CONV_CASES[8], CONV_CASES[13]])
 def test_conv2d_parallel_res_relu(nthreads, case):
     out, ref = _conv_run(case, np.float32, act=1, res=True)
     _close(out, ref, np.float32)
