@@ -35,6 +35,11 @@ POOL_CASES = [
     (5, 3, 5, 3, 2, 2, (0, 0, 0, 0), (1, 1), 1),
     (7, 7, 7, 7, 1, 1, (0, 0, 1, 0), (1, 1), 0),     # an end pad: a 2x1 output
     (7, 7, 6, 7, 1, 1, (0, 0, 0, 0), (1, 1), 0),
+    (6, 6, 7, 7, 1, 1, (0, 0, 1, 1), (1, 1), 0),     # end pads (inception v1's last pool)
+    (5, 6, 7, 7, 1, 1, (1, 0, 1, 1), (1, 1), 0),     # begin and end pads
+    # 2x2 stride 2: the taps in one pass (vgg, densenet, zfnet)
+    (8, 10, 2, 2, 2, 2, (0, 0, 0, 0), (1, 1), 0),
+    (7, 9, 2, 2, 2, 2, (1, 0, 0, 1), (1, 1), 1),
 ]
 
 
@@ -155,21 +160,21 @@ def test_pool_planes_split_over_workers(op, threads, ort_node):
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize('stride', [1, 2])
-def test_maxpool_3x3_skips_nan_like_the_generic_loop(stride):
-    """The unrolled 3x3 paths (stride 2: rows first, then columns) skip NaN; an all-NaN window
-    gives -inf. Reference: the maximum over each window's non-NaN values."""
+@pytest.mark.parametrize('k,stride', [(3, 1), (3, 2), (2, 2)])
+def test_maxpool_unrolled_skip_nan_like_the_generic_loop(k, stride):
+    """The unrolled 3x3 paths (stride 2: rows first, then columns) and 2x2/2 skip NaN; an
+    all-NaN window gives -inf. Reference: the maximum over each window's non-NaN values."""
     rng = np.random.default_rng(5)
     x = rng.standard_normal((1, 2, 9, 10)).astype(np.float32)
     x[0, 0, 2:5, 2:5] = np.nan                       # a whole window of NaN
     x[0, 1, rng.random((9, 10)) < 0.3] = np.nan      # scattered
-    oh, ow = (9 - 3) // stride + 1, (10 - 3) // stride + 1
+    oh, ow = (9 - k) // stride + 1, (10 - k) // stride + 1
     out = np.empty((1, 2, oh, ow), np.float32)
-    P.maxpool2d(x, out, 3, 3, stride, stride, 0, 0, 1, 1)
+    P.maxpool2d(x, out, k, k, stride, stride, 0, 0, 1, 1)
     ref = np.full_like(out, -np.inf)
     for i in range(oh):
         for j in range(ow):
-            win = x[0, :, i * stride:i * stride + 3, j * stride:j * stride + 3].reshape(2, -1)
+            win = x[0, :, i * stride:i * stride + k, j * stride:j * stride + k].reshape(2, -1)
             for c in range(2):
                 v = win[c][~np.isnan(win[c])]
                 ref[0, c, i, j] = v.max() if v.size else -np.inf
