@@ -10,11 +10,13 @@ registered with LLVM by name when this module is imported, so cached kernels lin
 whatever this process chose (``BLAS`` names it), in this order of preference:
 
 * ``'mkl'``: Intel MKL's ILP64 ``cblas_?gemm_64`` when the ``mkl`` wheel is installed
-  (``pip install jitort[mkl]``), on its sequential threading layer. On this machine (Xeon,
-  AVX-512, one thread) it took 0.63-0.95 of OpenBLAS's time on the model corpus's shapes
-  (``scripts/compare_blas.py``: the 7x7 stem's row blocks 0.63, 1x1 convolutions and
-  Winograd's gemms 0.77-0.93, transformer projections and MLPs 0.66-0.95). Its results did not
-  depend on the operands' alignment (16 offsets tried), so calls stay bit-reproducible.
+  (``pip install jitort[mkl]``) and the CPU is an Intel one, on its sequential threading
+  layer. On a Xeon (AVX-512, one thread) it took 0.63-0.95 of OpenBLAS's time on the model
+  corpus's shapes (``scripts/compare_blas.py``: the 7x7 stem's row blocks 0.63, 1x1
+  convolutions and Winograd's gemms 0.77-0.93, transformer projections and MLPs 0.66-0.95);
+  on an AMD EPYC (Zen 3, AVX2) 1.02-2.0 of it (bert/gpt2's MLP up 2.0, 1x1 convolutions
+  1.4-1.8), so other vendors get OpenBLAS unless ``JITORT_BLAS=mkl`` asks. Its results did
+  not depend on the operands' alignment (16 offsets tried), so calls stay bit-reproducible.
 * ``'openblas'``: numpy's own OpenBLAS when numpy ships one (the wheels' ILP64
   ``scipy_openblas64_``), a newer build than the one scipy bundles (the library Numba's
   ``np.dot`` binds to), and faster on the shapes of models here.
@@ -32,6 +34,7 @@ by concurrent callers) and restores the user's setting afterwards.
 import ctypes
 import glob
 import os
+import platform
 import site
 import sys
 import threading
@@ -137,11 +140,28 @@ def _mkl():
     return None
 
 
-def _choose(want):
-    """(name, gemm addresses or None, OpenBLAS thread controls or None) for ``JITORT_BLAS``."""
+def cpu_vendor():
+    """'intel', 'amd', or '' when unknown: /proc/cpuinfo's vendor_id, else
+    ``platform.processor()`` (Windows names the vendor there)."""
+    names = {'GenuineIntel': 'intel', 'AuthenticAMD': 'amd'}
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('vendor_id'):
+                    return names.get(line.split(':', 1)[1].strip(), '')
+    except OSError:
+        pass
+    proc = platform.processor()
+    return next((v for k, v in names.items() if k in proc), '')
+
+
+def _choose(want, vendor=None):
+    """(name, gemm addresses or None, OpenBLAS thread controls or None) for ``JITORT_BLAS``;
+    with none asked for, MKL only on an Intel CPU (``vendor``, default ``cpu_vendor()``)."""
     if want not in ('', 'mkl', 'openblas', 'numba'):
         raise ValueError(f"JITORT_BLAS={want!r}: expected mkl, openblas or numba")
-    if want in ('', 'mkl'):
+    if want == 'mkl' or (want == '' and (vendor if vendor is not None
+                                         else cpu_vendor()) == 'intel'):
         found = _mkl()
         if found is not None:
             return 'mkl', found, None
