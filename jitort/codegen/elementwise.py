@@ -200,14 +200,14 @@ def _prelu(n, a, d, o):
 @expr("Elu")
 def _elu(n, a, d, o):
     al = lit(n.attrs.get("alpha", 1.0), o)
-    return f"({a[0]} if {a[0]} >= {lit(0, o)} else {al} * (np.exp({a[0]}) - {lit(1, o)}))"
+    return f"({a[0]} if {a[0]} >= {lit(0, o)} else {al} * ({_exp(n, a, d, o)} - {lit(1, o)}))"
 
 
 @expr("Selu")
 def _selu(n, a, d, o):
     al, g = lit(n.attrs.get("alpha", 1.67326319217681884765625), o), lit(
         n.attrs.get("gamma", 1.05070102214813232421875), o)
-    return f"({g} * ({a[0]} if {a[0]} > {lit(0, o)} else {al} * (np.exp({a[0]}) - {lit(1, o)})))"
+    return f"({g} * ({a[0]} if {a[0]} > {lit(0, o)} else {al} * ({_exp(n, a, d, o)} - {lit(1, o)})))"
 
 
 @expr("HardSigmoid")
