@@ -48,22 +48,36 @@ def gather3_par(data, idx, out):
 
 @njit(cache=True, error_model='numpy')
 def copy3_into(x, out, offset):
-    """out[o, offset + a, i] = x[o, a, i]   (one input of a Concat). x (O, A, I), out (O, B, I)."""
+    """out[o, offset + a, i] = x[o, a, i]   (one input of a Concat). x (O, A, I), out (O, B, I),
+    both C-contiguous.
+
+    For each o both sides are one contiguous run of A * I elements, copied as one slice
+    (a loop nest with I == 1 innermost, a Concat on the last axis, ran ~10x slower)."""
     n_outer, a_len, inner = x.shape
+    row = a_len * inner
+    if row == 0 or n_outer == 0:
+        return
+    x2 = x.reshape(n_outer, row)
+    o2 = out.reshape(n_outer, out.shape[1] * inner)
+    s = offset * inner
     for o in range(n_outer):
-        for a in range(a_len):
-            for i in range(inner):
-                out[o, offset + a, i] = x[o, a, i]
+        o2[o, s:s + row] = x2[o]
 
 
 @njit(cache=True, error_model='numpy')
 def copy3_from(x, out, offset):
-    """out[o, a, i] = x[o, offset + a, i]   (one output of a Split). x (O, B, I), out (O, A, I)."""
+    """out[o, a, i] = x[o, offset + a, i]   (one output of a Split). x (O, B, I), out (O, A, I),
+    both C-contiguous; flat runs per o as in :func:`copy3_into` (gpt2's qkv Split on the
+    last axis, 128 x 768 into three, went from 450 to 50-70 us)."""
     n_outer, a_len, inner = out.shape
+    row = a_len * inner
+    if row == 0 or n_outer == 0:
+        return
+    x2 = x.reshape(n_outer, x.shape[1] * inner)
+    o2 = out.reshape(n_outer, row)
+    s = offset * inner
     for o in range(n_outer):
-        for a in range(a_len):
-            for i in range(inner):
-                out[o, a, i] = x[o, offset + a, i]
+        o2[o, :] = x2[o, s:s + row]
 
 
 @njit(cache=True, error_model='numpy')
