@@ -3,7 +3,8 @@
 x, out: C-contiguous (O, N, I), float32 or float64 (same dtype). The reduction runs over
 N; O and I are independent. Numerically stable (the row max is subtracted). A row that is
 all -inf (or contains NaN or +inf) produces NaN, like numpy. float32 uses the polynomial
-``exp32`` (vectorized), float64 uses libm ``exp``. out may alias x.
+``expneg32`` (vectorized; terms below 2**-126, e.g. a causal mask's, are exactly 0 and never
+denormal), float64 uses libm ``exp``. out may alias x.
 """
 import math
 
@@ -11,7 +12,7 @@ import numpy as np
 from numba import njit, prange
 
 from .gemm import num_threads
-from .mathfn import fexp, wide_vectors
+from .mathfn import fexpneg as fexp, wide_vectors
 
 _PAR_MIN_WORK = 1 << 15
 

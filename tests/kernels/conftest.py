@@ -59,5 +59,5 @@ def pytest_configure(config):
     # silenced by mathfn itself outside pytest, which resets warning filters per test).
     config.addinivalue_line(
         'filterwarnings',
-        r"ignore:(?s).*variable '(exp32|sigmoid32|tanh32|erf32|log32)_v"
+        r"ignore:(?s).*variable '(exp32|expneg32|sigmoid32|tanh32|erf32|log32)_v"
         r':numba.core.errors.NumbaIRAssumptionWarning')

@@ -16,6 +16,12 @@ def _map_exp(x, out):
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _map_expneg(x, out):
+    for i in range(x.shape[0]):
+        out[i] = M.expneg32(x[i])
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def _map_sigmoid(x, out):
     for i in range(x.shape[0]):
         out[i] = M.sigmoid32(x[i])
@@ -100,6 +106,21 @@ def test_exp32():
     den = (ref > 0) & (ref < 1.2e-38)
     assert np.max(np.abs(got[den] - ref[den])) < 3e-45      # smooth denormal underflow
     assert got[x == -np.inf][0] == 0 and got[x == np.inf][0] == np.inf
+
+
+def test_expneg32():
+    """softmax's exp: exp32's accuracy for x in [-87.3, 88]; below, where the result is
+    about 2**-126 or less, exactly 0 (never denormal)."""
+    x = np.concatenate([_grid(-110, 0), np.array([np.nan, -np.inf, -3.4e38, -87.3, -87.31,
+                                                  -87.34, 5.0, 88.0], np.float32)])
+    with np.errstate(all='ignore'):
+        ref = np.exp(x.astype(np.float64))
+    got = _run(_map_expneg, x)
+    normal = (x >= np.float32(-87.3)) & (x <= 88)
+    assert _max_rel(got[normal], ref[normal]) < 1e-6
+    assert (got[x < np.float32(-87.3)] == 0).all()
+    assert np.isnan(got[np.isnan(x)]).all()
+    assert not ((got > 0) & (got < 2.0 ** -126)).any()
 
 
 def test_sigmoid32():

@@ -42,6 +42,23 @@ def test_softmax_special(dtype, log):
     np.testing.assert_allclose(out, _ref(xt, log), rtol=1e-6)
 
 
+@pytest.mark.parametrize('inner', [1, 5])
+def test_softmax_causal_mask(inner):
+    """A causal mask's -3.4e38 (finfo.min) entries become exact zeros, as do terms more than
+    87.3 below the row max (float32 flushes them rather than going through denormals)."""
+    n = 64
+    x = np.random.default_rng(1).standard_normal((1, n, n)).astype(np.float32)
+    x[0][np.triu_indices(n, 1)] = np.finfo(np.float32).min
+    x[0, 3, 0] = -95.0                                     # exp(-95 - max) < 2**-126
+    x3 = np.ascontiguousarray(np.repeat(x.reshape(n, n, 1), inner, axis=2))
+    out = np.empty_like(x3)
+    S.softmax3d(x3, out)
+    np.testing.assert_allclose(out, _ref(x3, False), rtol=1e-5, atol=1e-37)
+    got = out[:, :, 0]
+    assert (got[np.triu_indices(n, 1)] == 0).all() and got[3, 0] == 0
+    np.testing.assert_allclose(got.sum(axis=1), 1, rtol=1e-5)
+
+
 def test_softmax_vs_ort(ort_node):
     x = np.random.default_rng(1).standard_normal((4, 6, 5)).astype(np.float32)
     out = np.empty_like(x)
