@@ -81,4 +81,3 @@ def without_final_softmax(path) -> onnx.ModelProto | None:
     model.graph.output.append(onnx.helper.make_tensor_value_info(
         node.input[0], onnx.TensorProto.FLOAT, None))
     return model
-

@@ -249,20 +249,19 @@ def exp32(x):
 
 
 @njit(inline='always', error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def expneg32(x):
+    """exp(x) for a float32 x <= 89 (softmax's x - max <= 0), with results below 2**-126
+    flushed to exactly 0 (no denormal arithmetic) and inf above ~88.4; NaN gives NaN."""
+    return _exp_normal(_SIG_LO if x < _FTZ_LO else x)
+
+
+@njit(inline='always', error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def sigmoid32(x):
     """1 / (1 + exp(-x)) for a float32 scalar; saturates to exactly 0 and 1 (results below
     ~4e-39, i.e. x < -88.4, are 0)."""
     z = -x
-    z = _EXP_HI if z > _EXP_HI else z
-    z = _SIG_LO if z < _FTZ_LO else z       # exp(z) + 1 == 1 there; no denormal multiply
-    return _ONE / (_ONE + _exp_normal(z))
-
-
-@njit(inline='always', error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def expneg32(x):
-    """exp(x) for a float32 x <= 88 (softmax's x - max <= 0), with results below 2**-126
-    flushed to exactly 0 (no denormal arithmetic); NaN gives NaN."""
-    return _exp_normal(_SIG_LO if x < _FTZ_LO else x)
+    # exp(z) is flushed to 0 where 1 + exp(z) == 1 anyway, and is inf above 88.4 (result 0)
+    return _ONE / (_ONE + expneg32(_EXP_HI if z > _EXP_HI else z))
 
 
 @njit(inline='always', error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})

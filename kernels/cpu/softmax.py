@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit, prange
 
 from .gemm import num_threads
-from .mathfn import fexpneg as fexp, wide_vectors
+from .mathfn import fexpneg, wide_vectors
 
 _PAR_MIN_WORK = 1 << 15
 
@@ -80,13 +80,13 @@ def _softmax_rows(x2, o2, r0, r1, log):
             for j in range(n):
                 d = x2[r, j] - m
                 o2[r, j] = d
-                s += fexp(d)
+                s += fexpneg(d)
             ls = math.log(s)
             for j in range(n):
                 o2[r, j] -= ls
         else:
             for j in range(n):
-                e = fexp(x2[r, j] - m)
+                e = fexpneg(x2[r, j] - m)
                 o2[r, j] = e
                 s += e
             inv = t(1.0) / s
@@ -113,10 +113,10 @@ def _softmax_block(xb, ob, m, s, log):
             for i in range(ni):
                 d = xr[i] - m[i]
                 orow[i] = d
-                s[i] += fexp(d)
+                s[i] += fexpneg(d)
         else:
             for i in range(ni):
-                e = fexp(xr[i] - m[i])
+                e = fexpneg(xr[i] - m[i])
                 orow[i] = e
                 s[i] += e
     if log:
