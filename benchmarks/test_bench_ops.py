@@ -20,6 +20,7 @@ import os
 
 import numba
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 from numba import njit, prange
@@ -194,6 +195,40 @@ def _par_copy(x, out):
         out[i] = x[i]
 
 
+def _model_case(nodes, inputs, outputs, inits=(), opset=17, tol=1e-4):
+    """A small ONNX graph compiled by jitort and run through ``CompiledModel.run`` (feed checks,
+    a fresh output array and the call, as users get it) next to the same graph in onnxruntime.
+    ``inputs``/``inits`` are (name, array) pairs; float32 unless the array says otherwise.
+    Every op family compiled since issue 20 is benchmarked this way."""
+    m = _typed_model(nodes, inputs, outputs, inits, opset)
+    cm = jitort.compile(m, threads=THREADS)
+    if cm.fallback_nodes():
+        raise AssertionError(f"interpreted: {cm.fallback_nodes()}")
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = THREADS
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=['CPUExecutionProvider'])
+    feeds = dict(inputs)
+    return (lambda: cm.run(None, feeds)), (lambda: sess.run(None, feeds)[0]), \
+        (lambda: _check(cm.run(None, feeds)[0], sess.run(None, feeds)[0], tol))
+
+
+def _typed_model(nodes, inputs, outputs, inits=(), opset=17):
+    """``_model`` with each input's and initializer's dtype taken from its array."""
+    from onnx import numpy_helper
+    from onnx.helper import np_dtype_to_tensor_dtype as tt
+    vi = [helper.make_tensor_value_info(n, tt(a.dtype), a.shape) for n, a in inputs]
+    init = [numpy_helper.from_array(np.asarray(a), n) for n, a in inits]
+    g = helper.make_graph(nodes, 'g', vi, [onnx.ValueInfoProto(name=n) for n in outputs],
+                          initializer=init)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', opset)])
+    m.ir_version = 8
+    inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(m).graph.value_info}
+    for o in m.graph.output:  # output types as onnx infers them
+        o.CopyFrom(inferred.get(o.name, o))
+    return m
+
+
 def _fused_case(n):
     """x * sigmoid(1.5 * x + 0.25) as four ONNX nodes, compiled by jitort into one fused loop
     (``tests/test_structure.py`` counts the kernels of such chains) and run through
@@ -245,6 +280,9 @@ CASES = {
     'softmax 3x65x65': (lambda: _softmax_case(3 * 65, 65), 0),
     'fused x*sigmoid(1.5x+.25) 16M': (lambda: _fused_case(1 << 24), 2 * 4 * (1 << 24)),
 }
+
+# --- op families compiled since issue 20: single-node (or small) models through jitort.compile,
+# see _model_case. Each family adds its cases with CASES.update({...}) just above this line.
 
 _built = {}
 

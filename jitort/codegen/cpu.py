@@ -28,6 +28,8 @@ import numpy as np
 from ..ir import Node, Value
 from ..planner import ALIGN, Buffer, MemoryPlan, align, plan_memory
 from . import module as modmgr
+from . import lowerings  # noqa: F401 (each family registers its lowerings on import)
+from .registry import LOWER, SUPPORT, Unlowerable, lowering, registry  # noqa: F401 (re-exported)
 from .symbolic import GuardedHostvals, Sym, SymShapes, Tape, concrete, same_shape
 from .elementwise import (EXPR, FLOATS, Operand, collapse, kernel_source, supports_elementwise,
                           tname)
@@ -36,36 +38,6 @@ from .elementwise import (EXPR, FLOATS, Operand, collapse, kernel_source, suppor
 PARALLEL_MIN = 1 << 16
 #: Most ops in one fused kernel (compile time grows linearly with statements).
 MAX_GROUP = 64
-
-
-class Unlowerable(Exception):
-    """A lowering cannot handle this node for these shapes; the node falls back."""
-
-    def __init__(self, node: Node, why: str):
-        super().__init__(f"{node.label}: {why}")
-        self.node = node
-
-
-Lowering = Callable[["Emitter", Node], None]
-LOWER: dict[tuple[str, str], Lowering] = {}
-SUPPORT: dict[tuple[str, str], Callable[[Node], bool]] = {}
-
-
-def registry(lower: dict, support: dict):
-    """A ``@lowering(*ops, domain=, supports=)`` decorator filling ``lower``/``support``
-    (one per backend: this module's and :mod:`.cuda`'s)."""
-    def lowering(*ops: str, domain: str = "", supports: Callable[[Node], bool] | None = None):
-        """Register a lowering for ``ops`` with a static support predicate (dtypes, attributes)."""
-        def deco(fn):
-            for op in ops:
-                lower[(domain, op)] = fn
-                support[(domain, op)] = supports or (lambda n: True)
-            return fn
-        return deco
-    return lowering
-
-
-lowering = registry(LOWER, SUPPORT)
 
 
 class CpuBackend:
@@ -1236,6 +1208,3 @@ _DEBUG_PRELUDE = (_KERNEL_PRELUDE.replace("from numba import njit,", "from numba
 def _kernel_module(src: str, debug: bool = False) -> str:
     return modmgr.header() + (_DEBUG_PRELUDE if debug else _KERNEL_PRELUDE) + src
 
-
-# lowerings register themselves on import
-from . import lowerings  # noqa: E402,F401

@@ -1,0 +1,77 @@
+"""Helpers the op-family lowerings share: dtype predicates, axis arithmetic, fused activation
+codes and literals."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ...ir import Node
+from ..elementwise import BOOL, FLOATS, NUMERIC
+
+_F = tuple(FLOATS)
+#: dtypes Numba can take as array arguments (float16, bfloat16, float8, int4, strings... cannot)
+_PLAIN = tuple(NUMERIC) + (BOOL,)
+
+
+def _prod(xs) -> int:
+    return math.prod(xs)  # keeps symbolic sizes symbolic (see codegen/symbolic.py)
+
+
+def _is_float(*vals) -> bool:
+    return all(v is not None and v.dtype is not None and np.dtype(v.dtype) in _F for v in vals)
+
+
+def _plain(n: Node) -> bool:
+    """Every present input and output has a dtype the generated code can handle."""
+    return all(v.dtype is not None and np.dtype(v.dtype) in _PLAIN
+               for v in list(n.all_inputs()) + list(n.outputs) if v is not None)
+
+
+def _float_io(n: Node) -> bool:
+    return _is_float(n.inputs[0], *n.outputs[:1])
+
+
+def _axis(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def _3d(shape, axis) -> tuple[int, int, int]:
+    return _prod(shape[:axis]), shape[axis], _prod(shape[axis + 1:])
+
+
+#: Fused activations (``activation`` attribute of MatMulBias / FusedConv) -> the kernels' codes
+#: (``kernels/cpu/epilogue.py``; Gelu is the erf form).
+ACT_CODES = {"": 0, "Relu": 1, "Gelu": 2, "Sigmoid": 3, "Tanh": 4, "LeakyRelu": 5, "Clip": 6}
+
+
+def _conv_pads(n: Node, in_sp, k_sp, strides, dil, out_sp) -> list[int]:
+    """Begin pads per spatial axis, resolving auto_pad."""
+    auto = n.attrs.get("auto_pad", "NOTSET")
+    r = len(in_sp)
+    if auto in ("NOTSET", ""):
+        pads = list(n.attrs.get("pads", [0] * (2 * r)))
+        return pads[:r]
+    if auto == "VALID":
+        return [0] * r
+    begins = []
+    for ax in range(r):
+        total = max(0, (out_sp[ax] - 1) * strides[ax] + (k_sp[ax] - 1) * dil[ax] + 1 - in_sp[ax])
+        begins.append(total // 2 if auto == "SAME_UPPER" else total - total // 2)
+    return begins
+
+
+def act_args(n: Node) -> tuple[int, float, float]:
+    """(code, alpha, beta) of the fused activation of a MatMulBias or FusedConv node."""
+    from ...interpreter.jitort_ops import fused_activation
+    name, params = fused_activation(n)
+    return ACT_CODES[name], params[0], params[1]
+
+
+def float_literal(v: float, dt: str = "np.float64") -> str:
+    """``v`` as generated code (``inf``/``nan`` have no Python literal)."""
+    if math.isnan(v):
+        return f"{dt}(np.nan)"
+    if math.isinf(v):
+        return f"{dt}({'-' if v < 0 else ''}np.inf)"
+    return f"{dt}({v!r})"

@@ -1,0 +1,122 @@
+"""CPU lowerings: convolution: Conv and FusedConv (direct, im2col+GEMM, Winograd)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...ir import Node
+from ..registry import Unlowerable, lowering
+from ..symbolic import concrete
+from ..elementwise import tname
+from .common import (_conv_pads, _is_float, act_args, ACT_CODES, float_literal)
+
+if TYPE_CHECKING:
+    from ..cpu import Emitter
+
+
+def _conv_ok(n: Node) -> bool:
+    return _is_float(n.inputs[0], n.inputs[1], n.outputs[0]) and n.inputs[1].dtype == n.inputs[0].dtype \
+        and (n.input(2) is None or n.inputs[2].dtype == n.inputs[0].dtype)
+
+
+def _conv_geometry(em, n: Node):
+    """Shapes as the 2-D kernels take them (a 1-D conv gets height 1), strides, dilations, begin
+    pads and group of a Conv or FusedConv. Shared by the CPU and CUDA lowerings."""
+    x, w, y = n.inputs[0], n.inputs[1], n.outputs[0]
+    xs, ws, ys = em.shape(x), em.shape(w), em.shape(y)
+    if len(xs) not in (3, 4):
+        raise Unlowerable(n, f"{len(xs) - 2}-D convolution")
+    sp = len(xs) - 2
+    strides = list(n.attrs.get("strides", [1] * sp))
+    dil = list(n.attrs.get("dilations", [1] * sp))
+    pads = _conv_pads(n, xs[2:], ws[2:], strides, dil, ys[2:])
+    if sp == 1:  # 1-D as 2-D with height 1
+        xs, ws, ys = xs[:2] + (1,) + xs[2:], ws[:2] + (1,) + ws[2:], ys[:2] + (1,) + ys[2:]
+        strides, dil, pads = [1] + strides, [1] + dil, [0] + pads
+    return tuple(xs), tuple(ws), tuple(ys), strides, dil, pads, int(n.attrs.get("group", 1))
+
+
+def _use_winograd(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, group) -> int:
+    """Winograd's output tile (2 or 4) for a 3x3 stride-1 convolution with constant weights on
+    a plane where it wins (``kernels.cpu.winograd.winograd_wins`` / ``winograd_tile``), else 0.
+    Decided once per node from the first shape, not guarded: the generated text must not
+    change with the shapes (the kernel is correct for every shape, only its speed depends on
+    them)."""
+    key = ("winograd", id(n))
+    if key not in em.memo:
+        from jitort.kernels.cpu.winograd import winograd_tile, winograd_wins
+        w = n.inputs[1]
+        dims = [concrete(d) for d in (xs4[1], ys4[1], ys4[2], ys4[3])]
+        ok = (w.is_const and tuple(ws4[2:]) == (3, 3) and list(strides) == [1, 1]
+              and list(dil) == [1, 1] and group == 1
+              and np.dtype(w.dtype) in (np.float32, np.float64) and winograd_wins(*dims))
+        em.memo[key] = winograd_tile(*dims) if ok else 0
+    return em.memo[key]
+
+
+def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> None:
+    """Emit one call of the CPU conv kernel for a Conv or FusedConv: plain ``conv2d``, or the
+    variant applying bias (+ residual) + activation to each output block while it is in cache.
+    The residual is read at this step and the output is a fresh buffer (never an in-place reuse,
+    see ``Emitter.out``), so their lifetimes intersect and the planner never overlaps them:
+    ``conv2d_bias_add_act`` requires that ``res`` not alias ``out``."""
+    from jitort.kernels.cpu.conv import conv2d_scratch_elems
+    x, w, y = n.inputs[0], n.inputs[1], n.outputs[0]
+    b = n.input(2)
+    xs4, ws4, ys4, strides, dil, pads, group = _conv_geometry(em, n)
+    c, kh, kw = xs4[1], ws4[2], ws4[3]
+    oh, ow = ys4[2], ys4[3]
+    # Winograd reads its own transformed weights: neither the im2col scratch nor the raw
+    # weights are placed for it
+    tile = _use_winograd(em, n, xs4, ws4, ys4, strides, dil, group)
+    if not tile:
+        col = em.scratch(max(1, conv2d_scratch_elems(c, kh, kw, oh, ow, group, em.threads)),
+                         y.dtype)
+    xv = f"{em.arr(x)}.reshape({em.tuple_expr(xs4)})"
+    wv = None if tile else f"{em.arr(w)}.reshape({em.tuple_expr(ws4)})"
+    bv = em.arr(b) if b is not None else f"np.zeros({ws4[0]}, {tname(y.dtype)})"
+    rv = None if residual is None else f"{em.arr(residual)}.reshape({em.tuple_expr(ys4)}), "
+    yv = em.out(y)
+    if (residual is not None and id(y) not in em.embed  # (a Concat slice: its own bytes)
+            and em.root.get(id(residual), -1) == em.root.get(id(y))):
+        raise Unlowerable(n, "conv residual shares the output's buffer")  # never planned so
+    y4 = f"{yv}.reshape({em.tuple_expr(ys4)})"
+    code, alpha, beta = act
+    epi = f"{code}, {float_literal(alpha)}, {float_literal(beta)}"
+    if tile:
+        from jitort.kernels.cpu.winograd import winograd_scratch_elems, winograd_weights
+        u = em.derived_const(("winograd", tile, id(w.const)),
+                             lambda: winograd_weights(w.const.reshape(ws4), tile))
+        scr = em.scratch(winograd_scratch_elems(c, ws4[0], oh, ow, em.threads, tile), y.dtype)
+        em.call(f"_wino.conv3x3_winograd({xv}, {u}, {bv}, {rv or y4 + ', '}{y4}, {scr}, "
+                f"{em.dim(pads[0])}, {em.dim(pads[1])}, {b is not None}, {residual is not None}, {epi})")
+        return
+    args = ", ".join(em.dim(v) for v in (strides[0], strides[1], pads[0], pads[1], dil[0], dil[1]))
+    if n.op_type == "Conv":
+        em.call(f"_conv.conv2d({xv}, {wv}, {bv}, {y4}, {col}, {args}, {group}, {b is not None})")
+        return
+    if residual is None:
+        em.call(f"_conv.conv2d_bias_act({xv}, {wv}, {bv}, {y4}, {col}, {args}, {group}, "
+                f"{b is not None}, {epi})")
+    else:
+        em.call(f"_conv.conv2d_bias_add_act({xv}, {wv}, {bv}, {rv}{y4}, {col}, {args}, {group}, "
+                f"{b is not None}, {epi})")
+
+
+@lowering("Conv", supports=_conv_ok)
+def lower_conv(em: Emitter, n: Node) -> None:
+    _lower_conv2d(em, n)
+
+
+def _fused_conv_ok(n: Node) -> bool:
+    r = n.input(3)
+    return (_conv_ok(n) and n.attrs.get("activation", "") in ACT_CODES
+            and (r is None or (r.dtype == n.inputs[0].dtype and r.dtype == n.outputs[0].dtype)))
+
+
+@lowering("FusedConv", domain="jitort", supports=_fused_conv_ok)
+def lower_fused_conv(em: Emitter, n: Node) -> None:
+    """``act(conv(x, W) + B [+ residual])`` (see ``passes.patterns.fuse_epilogues``); the shape
+    pass has checked that the residual has the output's shape."""
+    _lower_conv2d(em, n, n.input(3), act_args(n))

@@ -1,0 +1,162 @@
+"""CPU lowerings: views and data movement: Reshape-likes, Transpose, Gather, Concat, Split, Slice."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...ir import Node
+from ..registry import Unlowerable, lowering
+from ..symbolic import concrete
+from .common import (_3d, _axis, _plain, _prod)
+
+if TYPE_CHECKING:
+    from ..cpu import Emitter
+
+
+@lowering("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity",
+          supports=_plain)
+def lower_view(em: Emitter, n: Node) -> None:
+    em.alias(n.outputs[0], n.inputs[0])
+
+
+
+@lowering("Transpose", supports=_plain)
+def lower_transpose(em: Emitter, n: Node) -> None:
+    x, y = n.inputs[0], n.outputs[0]
+    shape = em.shape(x)
+    rank = len(shape)
+    perm = list(n.attrs.get("perm", list(range(rank))[::-1]))
+    # merge runs of input axes that stay adjacent and in order
+    runs: list[list[int]] = []
+    for p in perm:
+        if runs and runs[-1][-1] + 1 == p:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    order = sorted(range(len(runs)), key=lambda i: runs[i][0])  # run index by input position
+    in_shape = [_prod([shape[a] for a in runs[i]]) for i in order]
+    out_shape = [_prod([shape[a] for a in r]) for r in runs]
+    if len(runs) == 1:
+        yv = em.out(y)
+        em.call(f"_data.copy_flat({em.arr(x)}.reshape(-1), {yv}.reshape(-1))")
+        return
+    r = len(runs)
+    pos = {i: j for j, i in enumerate(order)}  # run i sits at input position pos[i]
+    idx_in = ["" for _ in range(r)]
+    for out_axis, run_i in enumerate(range(r)):
+        idx_in[pos[run_i]] = f"i{out_axis}"
+    lines = ["@njit(cache=True, error_model='numpy')", "def __KNAME__(y, x):"]
+    ind = "    "
+    for k in range(r):
+        lines.append(f"{ind}for i{k} in range(y.shape[{k}]):")
+        ind += "    "
+    lines.append(f"{ind}y[{', '.join(f'i{k}' for k in range(r))}] = x[{', '.join(idx_in)}]")
+    kname = em.kernel(f"k_transpose{r}", "\n".join(lines) + "\n")
+    yv = em.out(y)
+    em.call(f"{kname}({yv}.reshape({em.tuple_expr(out_shape)}), "
+            f"{em.arr(x)}.reshape({em.tuple_expr(in_shape)}))")
+
+
+@lowering("Gather", supports=lambda n: _plain(n)
+          and np.dtype(n.inputs[1].dtype) in (np.dtype(np.int32), np.dtype(np.int64)))
+def lower_gather(em: Emitter, n: Node) -> None:
+    data, idx, y = n.inputs[0], n.inputs[1], n.outputs[0]
+    shape = em.shape(data)
+    if not shape:
+        raise Unlowerable(n, "Gather on a scalar")
+    axis = _axis(n.attrs.get("axis", 0), len(shape))
+    o, a, i = _3d(shape, axis)
+    k = _prod(em.shape(idx))
+    yv = em.out(y)
+    # decided once per node (memo) so the generated text does not change with the shapes
+    if ("par", id(n)) not in em.memo:
+        em.memo[("par", id(n))] = concrete(o * k * i) >= (1 << 16)  # once, not a guard
+    par = "_par" if em.memo[("par", id(n))] else ""
+    em.call(f"_data.gather3{par}({em.arr(data)}.reshape({em.tuple_expr((o, a, i))}), "
+            f"{em.arr(idx)}.reshape({em.tuple_expr((k,))}), {yv}.reshape({em.tuple_expr((o, k, i))}))")
+
+
+@lowering("Concat", supports=_plain)
+def lower_concat(em: Emitter, n: Node) -> None:
+    y = n.outputs[0]
+    shape = em.shape(y)
+    axis = _axis(n.attrs["axis"], len(shape))
+    o, total, i = _3d(shape, axis)
+    yv = em.out(y)
+    y3 = f"{yv}.reshape({em.tuple_expr((o, total, i))})"
+    off = 0
+    for v in n.inputs:
+        if v is None:
+            continue
+        a = em.shape(v)[axis]
+        if a and em.embed.get(id(v), (None,))[0] is not y:  # embedded inputs are already there
+            em.call(f"_data.copy3_into({em.arr(v)}.reshape({em.tuple_expr((o, a, i))}), {y3}, "
+                    f"{em.dim(off)})")
+        else:
+            em.arr(v)  # record the read (keeps the shared buffer alive)
+        off += a
+
+
+@lowering("Split", supports=_plain)
+def lower_split(em: Emitter, n: Node) -> None:
+    x = n.inputs[0]
+    shape = em.shape(x)
+    axis = _axis(n.attrs.get("axis", 0), len(shape))
+    o, total, i = _3d(shape, axis)
+    x3 = f"{em.arr(x)}.reshape({em.tuple_expr((o, total, i))})"
+    off = 0
+    for v in n.outputs:
+        a = em.shape(v)[axis]
+        yv = em.out(v)
+        em.call(f"_data.copy3_from({x3}, {yv}.reshape({em.tuple_expr((o, a, i))}), {em.dim(off)})")
+        off += a
+
+
+def slice_start_step(em, n: Node, shape) -> tuple[list, list]:
+    """Per-axis start (clamped as ONNX says) and step of a Slice (opset >= 10) over ``shape``;
+    the ends are implied by the inferred output shape. Shared by the CPU and CUDA lowerings."""
+    vals = [None if v is None else (v.const if v.is_const else em.hostvals.get(id(v)))
+            for v in n.inputs]
+    if any(v is not None and vals[j] is None for j, v in enumerate(n.inputs[1:], 1)):
+        raise Unlowerable(n, "Slice parameters are not known ahead")
+    rank = len(shape)
+    starts = vals[1].astype(np.int64).tolist()
+    axes = vals[3].astype(np.int64).tolist() if len(vals) > 3 and vals[3] is not None else list(range(len(starts)))
+    steps = vals[4].astype(np.int64).tolist() if len(vals) > 4 and vals[4] is not None else [1] * len(starts)
+    start = [0] * rank
+    step = [1] * rank
+    for s, ax, st in zip(starts, axes, steps):
+        ax = _axis(ax, rank)
+        dim = shape[ax]
+        if st == 0:
+            raise Unlowerable(n, "Slice step 0")
+        if s < 0:
+            s += dim
+        s = min(max(s, 0), dim) if st > 0 else min(max(s, -1), dim - 1)
+        start[ax], step[ax] = s, st
+    return start, step
+
+
+@lowering("Slice", supports=lambda n: _plain(n) and n.since_version >= 10)
+def lower_slice(em: Emitter, n: Node) -> None:
+    x, y = n.inputs[0], n.outputs[0]
+    shape = em.shape(x)
+    rank = len(shape)
+    start, step = slice_start_step(em, n, shape)
+    out_shape = em.shape(y)
+    sliced = [k for k in range(rank) if (start[k], step[k]) != (0, 1) or out_shape[k] != shape[k]]
+    lines = ["@njit(cache=True, error_model='numpy')",
+             f"def __KNAME__(y, x{''.join(f', s{k}, t{k}' for k in sliced)}):"]
+    ind = "    "
+    for k in range(rank):
+        lines.append(f"{ind}for i{k} in range(y.shape[{k}]):")
+        ind += "    "
+    ix = ", ".join(f"s{k} + i{k} * t{k}" if k in sliced else f"i{k}" for k in range(rank))
+    lines.append(f"{ind}y[{', '.join(f'i{k}' for k in range(rank))}{',' if rank == 1 else ''}] = x[{ix}{',' if rank == 1 else ''}]")
+    if rank == 0:
+        raise Unlowerable(n, "Slice of a scalar")
+    kname = em.kernel(f"k_slice{rank}", "\n".join(lines) + "\n")
+    args = "".join(f", {em.dim(start[k])}, {em.dim(step[k])}" for k in sliced)
+    yv = em.out(y)
+    em.call(f"{kname}({yv}, {em.arr(x)}{args})")

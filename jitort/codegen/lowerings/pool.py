@@ -1,0 +1,76 @@
+"""CPU lowerings: pooling and LRN."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...ir import Node
+from ..registry import Unlowerable, lowering
+from ..elementwise import tname
+from .common import (_conv_pads, _float_io, _prod)
+
+if TYPE_CHECKING:
+    from ..cpu import Emitter
+
+
+def _pool_ok(n: Node) -> bool:
+    return _float_io(n) and len([o for o in n.outputs if o is not None]) == 1
+
+
+def _pool_geometry(em: Emitter, n: Node):
+    x, y = n.inputs[0], n.outputs[0]
+    xs, ys = em.shape(x), em.shape(y)
+    if len(xs) != 4:
+        raise Unlowerable(n, f"{len(xs) - 2}-D pooling")
+    k = list(n.attrs["kernel_shape"])
+    strides = list(n.attrs.get("strides", [1, 1]))
+    dil = list(n.attrs.get("dilations", [1, 1]))
+    pads_all = list(n.attrs.get("pads", [0, 0, 0, 0]))
+    pads = _conv_pads(n, xs[2:], k, strides, dil, ys[2:])
+    if n.attrs.get("auto_pad", "NOTSET") in ("NOTSET", ""):
+        ends = pads_all[2:4]
+    else:
+        ends = [max(0, (ys[2 + a] - 1) * strides[a] + (k[a] - 1) * dil[a] + 1 - xs[2 + a]) - pads[a]
+                for a in range(2)]
+    return x, y, k, strides, dil, pads, ends
+
+
+@lowering("MaxPool", supports=lambda n: _pool_ok(n) and n.attrs.get("storage_order", 0) == 0)
+def lower_maxpool(em: Emitter, n: Node) -> None:
+    x, y, k, s, dil, pads, _ = _pool_geometry(em, n)
+    yv = em.out(y)
+    args = ", ".join(em.dim(v) for v in (k[0], k[1], s[0], s[1], pads[0], pads[1], dil[0], dil[1]))
+    em.call(f"_pool.maxpool2d({em.arr(x)}, {yv}, {args})")
+
+
+@lowering("AveragePool", supports=lambda n: _pool_ok(n) and list(n.attrs.get("dilations", [1, 1])) == [1, 1])
+def lower_avgpool(em: Emitter, n: Node) -> None:
+    x, y, k, s, dil, pads, ends = _pool_geometry(em, n)
+    yv = em.out(y)
+    args = ", ".join(em.dim(v) for v in (k[0], k[1], s[0], s[1], pads[0], pads[1]))
+    em.call(f"_pool.avgpool2d({em.arr(x)}, {yv}, {args}, "
+            f"{bool(n.attrs.get('count_include_pad', 0))}, {em.dim(ends[0])}, {em.dim(ends[1])})")
+
+
+@lowering("GlobalAveragePool", "GlobalMaxPool", supports=_float_io)
+def lower_global_pool(em: Emitter, n: Node) -> None:
+    x, y = n.inputs[0], n.outputs[0]
+    xs = em.shape(x)
+    if len(xs) < 3:
+        raise Unlowerable(n, "global pooling needs N, C and spatial dims")
+    fn = "global_avgpool" if n.op_type == "GlobalAveragePool" else "global_maxpool"
+    yv = em.out(y)
+    em.call(f"_pool.{fn}({em.arr(x)}.reshape({em.tuple_expr((xs[0], xs[1], _prod(xs[2:])))}), "
+            f"{yv}.reshape({em.tuple_expr((xs[0], xs[1]))}))")
+
+
+@lowering("LRN", supports=_float_io)
+def lower_lrn(em: Emitter, n: Node) -> None:
+    x, y = n.inputs[0], n.outputs[0]
+    xs = em.shape(x)
+    t3 = em.tuple_expr((xs[0], xs[1], _prod(xs[2:])))
+    dt = tname(y.dtype)
+    a = n.attrs
+    yv = em.out(y)
+    em.call(f"_pool.lrn({em.arr(x)}.reshape({t3}), {yv}.reshape({t3}), {int(a['size'])}, "
+            f"{dt}({float(a.get('alpha', 1e-4))!r}), {dt}({float(a.get('beta', 0.75))!r}), "
+            f"{dt}({float(a.get('bias', 1.0))!r}))")

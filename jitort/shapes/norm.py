@@ -1,0 +1,32 @@
+"""Shape functions: normalization."""
+from __future__ import annotations
+
+from .core import (_axis, _get, register)
+
+
+@register("BatchNormalization")
+def _batchnorm(node, shapes, values):
+    x = shapes[0]
+    n = len(node.outputs)
+    if n == 1:
+        return [x]
+    out = [x]
+    for i in range(1, n):
+        src = 3 if i in (1, 3) else 4  # running/saved mean from mean, var from var
+        s = _get(shapes, src) or shapes[1]
+        out.append(s)
+    return out
+
+
+@register("LayerNormalization")
+def _layernorm(node, shapes, values):
+    x = shapes[0]
+    n = len(node.outputs)
+    if n == 1:
+        return [x]
+    r = len(x)
+    a = _axis(node, node.attrs.get("axis", -1), r, shapes)
+    stat = x[:a] + (1,) * (r - a)
+    return [x] + [stat] * (n - 1)
+
+
