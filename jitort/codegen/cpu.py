@@ -29,7 +29,8 @@ from ..ir import Node, Value
 from ..planner import ALIGN, Buffer, MemoryPlan, align, plan_memory
 from . import module as modmgr
 from . import lowerings  # noqa: F401 (each family registers its lowerings on import)
-from .registry import LOWER, SUPPORT, Unlowerable, lowering, registry  # noqa: F401 (re-exported)
+from .registry import (KERNEL_MODULES, LOWER, SUPPORT, Unlowerable, lowering,  # noqa: F401
+                       registry)
 from .symbolic import GuardedHostvals, Sym, SymShapes, Tape, concrete, same_shape
 from .elementwise import (EXPR, FLOATS, Operand, collapse, kernel_source, supports_elementwise,
                           tname)
@@ -998,14 +999,14 @@ class SegmentCompiler:
             parts += ["    return 0"]
         imports = sorted(em.kernels)
         sfx = DEBUG_SUFFIX if self.debug else ""
+        body = "\n".join(parts)
+        libs = sorted(a for a in set(re.findall(r"(?<![\w.])(_[a-z_]+)\.", body)) if a in KERNEL_MODULES)
         src = "\n".join([
             modmgr.header().rstrip(),
             "import math",
             "import numpy as np",
             "from numba import njit",
-            "from jitort.kernels.cpu import data as _data, gemm as _gemm, conv as _conv, "
-            "pool as _pool, softmax as _softmax, norm as _norm, reduce as _reduce, "
-            "winograd as _wino",
+            *[f"from jitort.kernels.cpu import {KERNEL_MODULES[a]} as {a}" for a in libs],
             *[f"from {modmgr.PACKAGE}.{k}{sfx} import {k}" for k in imports],
             *parts,
             "",

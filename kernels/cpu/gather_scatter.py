@@ -1,0 +1,1 @@
+"""CPU kernels: GatherElements, GatherND, ScatterElements, ScatterND, Scatter, OneHot. Imports nothing from jitort."""
