@@ -72,7 +72,7 @@ class JitortBackend(Backend):
             raise RuntimeError(f"jitort cannot run on device {device!r} (CPU only)")
         if isinstance(model, onnx.NodeProto):
             raise TypeError("prepare() takes a model; use run_node() for a single node")
-        options = {k: kwargs[k] for k in ("threads", "base_dir", "optimize") if k in kwargs}
+        options = {k: kwargs[k] for k in ("threads", "base_dir", "optimize", "strict") if k in kwargs}
         return JitortRep(_compile(model, **options))
 
     @classmethod

@@ -85,8 +85,12 @@ class CompiledModel:
 
     def __init__(self, model: Any, *, threads: int | None = None, base_dir=None,
                  optimize: bool = True, backends: Sequence[str] = ("cpu",), debug: bool = False,
-                 profile: bool = False, example_shapes: Sequence[dict] | None = None):
+                 profile: bool = False, example_shapes: Sequence[dict] | None = None,
+                 strict: bool | None = None):
         _configure_blas()
+        #: raise :class:`UnsupportedOp` instead of running a node in the interpreter (default:
+        #: the ``JITORT_STRICT`` environment variable, ``1`` meaning on)
+        self.strict = _strict_default() if strict is None else bool(strict)
         #: compile generated code with bounds checking (IndexError instead of silent corruption)
         self.debug = bool(debug)
         self.threads = None if threads is None else _check_threads(threads)
@@ -107,6 +111,7 @@ class CompiledModel:
         #: per-kernel timings when compiled with ``profile=True`` (see :meth:`end_profiling`)
         self.profiler = Profiler() if profile else None
         self._build_program()
+        self._check_strict()
         for shapes in example_shapes or ():
             self.prepare(shapes)
 
@@ -155,7 +160,22 @@ class CompiledModel:
             runner = self._host_runners[id(n)] = make_runner(n, self.graph.opsets)
         return runner([None if v is None else value_of(v) for v in n.inputs])
 
+    def _check_strict(self) -> None:
+        """In strict mode, refuse a model with any node placed on the interpreter."""
+        if not self.strict:
+            return
+        interp = [n for n in self.graph.nodes if self.placement[id(n)] == INTERP]
+        if interp:
+            names = ", ".join(f"{n.label} ({n.domain + '::' if n.domain else ''}{n.op_type})"
+                              for n in interp[:10])
+            more = f" and {len(interp) - 10} more" if len(interp) > 10 else ""
+            raise UnsupportedOp(f"strict mode: {len(interp)} node(s) would run in the "
+                                f"interpreter, no compiled backend claims them: {names}{more}")
+
     def _fall_back(self, node: Node, why: str) -> None:
+        if self.strict:
+            raise UnsupportedOp(f"strict mode: node {node.label} ({node.op_type}) would fall back "
+                                f"to the interpreter: {why}")
         log.info("node %s falls back to the interpreter: %s", node.label, why)
         self.placement[id(node)] = INTERP
         self.fallback_reasons[node.label] = why
@@ -454,6 +474,15 @@ class CompiledModel:
 def infer_shapes(node: Node, in_shapes: list, in_values: list) -> list[tuple]:
     """Output shapes of a compiled node (:mod:`.shapes`: ONNX ops and jitort's own)."""
     return shape_fns.infer(node, in_shapes, in_values)
+
+
+def _strict_default() -> bool:
+    v = os.environ.get("JITORT_STRICT", "").strip().lower()
+    if v in ("", "0", "false", "no", "off"):
+        return False
+    if v in ("1", "true", "yes", "on"):
+        return True
+    raise ValueError(f"JITORT_STRICT must be 0 or 1, got {v!r}")
 
 
 def available_memory() -> int:

@@ -215,3 +215,19 @@ def test_winograd_layers_keep_only_their_transformed_weights():
     (plan,) = list(cm.plans())
     scratch = winograd_scratch_elems(32, 16, 28, 28, 1, 4) * 4
     assert plan.ws_bytes <= scratch + 64, (plan.ws_bytes, scratch)
+
+
+def test_driver_calls_name_their_onnx_nodes():
+    """Each step of a generated driver is preceded by a comment naming the node(s) it runs, so a
+    reader of the driver knows which layer a line is; a fused group names all its members."""
+    nodes = [helper.make_node("Mul", ["x", "y"], ["t"], name="scale"),
+             helper.make_node("Relu", ["t"], ["u"], name="act"),
+             helper.make_node("Softmax", ["u"], ["z"], name="probs")]
+    cm = _compile_chain_checked(nodes, rows=3, cols=8)
+    (path,) = cm.generated_sources()
+    lines = [line.strip() for line in Path(path).read_text().splitlines()]
+    notes = [line for line in lines if line.startswith("# ")]
+    assert "# Mul(scale); Relu(act)" in notes and "# Softmax(probs)" in notes, notes
+    # the comment sits right above the call it names
+    i = lines.index("# Softmax(probs)")
+    assert lines[i + 1].startswith("_softmax.softmax3d("), lines[i + 1]

@@ -102,6 +102,7 @@ class Emitter:
         self.embed: dict[int, tuple[Value, int]] = {}  # Concat input -> (Concat output, offset)
         self.embed_parents: set[int] = set()
         self.inplace = 0  # outputs written over a dying operand's buffer
+        self.notes: dict[int, str] = {}  # step -> the ONNX node(s) it runs (driver comments)
         self.in_index = {id(v): i for i, v in enumerate(seg.arg_inputs)}
         self.out_index = {id(v): i for i, v in enumerate(seg.arg_outputs)}
         self._count = 0
@@ -946,6 +947,7 @@ class SegmentCompiler:
         em.last_use = last_use
         em.embed = _concat_placements(items, shapes, em, self.placement)
         for item in items:
+            em.notes[em.step] = _node_note(item.nodes if isinstance(item, Group) else [item])
             if isinstance(item, Group):
                 members = {id(n) for n in item.nodes}
 
@@ -979,10 +981,11 @@ class SegmentCompiler:
         params = ", ".join(["ws", "cb", "d"] + [f"h{k}" for k in range(n_host)]
                            + [f"x{i}" for i in range(len(seg.arg_inputs))]
                            + [f"y{i}" for i in range(len(seg.arg_outputs))])
+        calls = _annotated(em.calls, em.notes)
         if self.profiler is None:
-            chunks = _chunks(em.calls)
+            chunks = _chunks(calls)
         else:
-            chunk_steps, chunks = _step_chunks(em.calls)
+            chunk_steps, chunks = _step_chunks(calls)
         parts = []
         for i, lines in enumerate(chunks):
             used = _declared_closure(em.decls, lines)
@@ -1147,8 +1150,29 @@ def _rewrite_reshapes(em: Emitter) -> None:
                       {k: v for k, v in em.kernels.items() if k not in k0})
 
 
+def _node_note(nodes: list[Node]) -> str:
+    """The comment above a step's calls in a driver: the ONNX node(s) it runs."""
+    text = "; ".join(n.label for n in nodes)  # "Op(name)"
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _annotated(calls: list[tuple[int, str]], notes: dict[int, str]) -> list[tuple[int, str]]:
+    """``calls`` with a ``# <node(s)>`` comment line before the first call of each step, so that
+    a reader of a driver knows which layer a line runs."""
+    out: list[tuple[int, str]] = []
+    last = None
+    for step, line in calls:
+        if step != last and step in notes:
+            out.append((step, "# " + notes[step]))
+        out.append((step, line))
+        last = step
+    return out
+
+
 def _chunks(calls: list[tuple[int, str]]) -> list[list[str]]:
-    """Split the call lines into chunks of at most CHUNK_CALLS, cutting between steps."""
+    """Split the call lines into chunks of at most CHUNK_CALLS, cutting between steps
+    (comment lines do not count)."""
     chunks: list[list[str]] = [[]]
     count = 0
     last_step = None
@@ -1157,7 +1181,7 @@ def _chunks(calls: list[tuple[int, str]]) -> list[list[str]]:
             chunks.append([])
             count = 0
         chunks[-1].append(line)
-        count += 1
+        count += not line.startswith("#")
         last_step = step
     if not chunks[-1]:
         chunks[-1].append("pass")
@@ -1181,7 +1205,7 @@ def _step_chunks(calls: list[tuple[int, str]]) -> tuple[list[int | None], list[l
 def _declared_closure(decls: dict[str, str], lines: list[str]) -> set[str]:
     """Names declared in ``decls`` that ``lines`` need, including the views they derive from."""
     need: set[str] = set()
-    todo = [n for line in lines for n in _NAME.findall(line)]
+    todo = [n for line in lines if not line.startswith("#") for n in _NAME.findall(line)]
     while todo:
         n = todo.pop()
         if n in need or n not in decls:
