@@ -3,7 +3,7 @@
     python -m pytest benchmarks/test_bench_models.py --benchmark-only -q
     python scripts/bench_table.py        # runs the above and rewrites benchmarks/README.md's table
 
-bert/gpt2 at B=1 S=128, vit B=1, resnet18 B=1 (../shared/models, skipped when absent) and the
+The ten models of ../shared/models (skipped when absent) at B=1 (text models S=128) and the
 nine onnx "light" models (1x3x224x224). Both runtimes get the same feeds; outputs are checked
 to agree before timing.
 """
@@ -14,11 +14,11 @@ import onnxruntime as ort
 import pytest
 
 import jitort
-from tests.models import (light_models, light_path, shared_feeds, shared_path,
+from tests.models import (SHARED_MODELS, light_models, light_path, shared_feeds, shared_path,
                           without_final_softmax)
 
 ROUNDS = 15
-CASES = [("shared", n) for n in ("bert", "gpt2", "vit", "resnet18")] + \
+CASES = [("shared", n) for n in SHARED_MODELS] + \
         [("light", n) for n in light_models()]
 
 

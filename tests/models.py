@@ -12,7 +12,8 @@ from onnx import numpy_helper
 SHARED = Path(os.environ.get("JITORT_MODEL_DIR", Path(__file__).resolve().parents[1].parent
                              / "shared" / "models"))
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
-SHARED_MODELS = ["bert", "gpt2", "vit", "resnet18"]
+SHARED_MODELS = ["bert", "gpt2", "vit", "resnet18", "roberta", "crnn", "decoder", "resnext26ts",
+                 "mobilevit_xxs", "ghostnet_100"]
 
 
 def light_models() -> list[str]:
@@ -52,8 +53,17 @@ def shared_feeds(name: str, batch: int = 1, seq: int = 128, seed: int = 0) -> di
         mask[:, seq - seq // 4:] = 0 if batch > 1 else 1
         return {"input_ids": rng.integers(0, 8000, (batch, seq)).astype(np.int64),
                 "attention_mask": mask}
+    if name == "roberta":
+        mask = np.ones((batch, seq), np.int64)
+        mask[:, seq - seq // 4:] = 0 if batch > 1 else 1
+        return {"input_ids": rng.integers(0, 4000, (batch, seq)).astype(np.int64),
+                "attention_mask": mask}
     if name == "gpt2":
         return {"input_ids": rng.integers(0, 8000, (batch, seq)).astype(np.int64)}
+    if name == "crnn":
+        return {"image": rng.standard_normal((batch, 1, 32, 128)).astype(np.float32)}
+    if name == "decoder":
+        return {"image": rng.standard_normal((batch, 3, 128, 128)).astype(np.float32)}
     size = 64 if name == "vit" else 224
     return {"pixel_values": rng.standard_normal((batch, 3, size, size)).astype(np.float32)}
 

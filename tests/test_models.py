@@ -1,7 +1,8 @@
-"""Real models: outputs match onnxruntime, >= 95 % of nodes compiled, workspace near the bound.
+"""Real models: outputs match onnxruntime, no node runs in the interpreter, workspace near the bound.
 
-The nine onnx "light" models ship with the onnx package; the four in ../shared/models are used
-when present (skipped with a reason otherwise).
+The nine onnx "light" models ship with the onnx package; the ten in ../shared/models are used
+when present (skipped with a reason otherwise). Every model compiles in strict mode: a node the
+partition leaves to the interpreter, or one a lowering declines at plan time, is an error.
 """
 import numpy as np
 import onnx
@@ -9,7 +10,7 @@ import pytest
 
 import jitort
 
-from .models import (SHARED, light_models, light_path, shared_feeds, shared_path,
+from .models import (SHARED, SHARED_MODELS, light_models, light_path, shared_feeds, shared_path,
                      without_final_softmax)
 
 ort = pytest.importorskip("onnxruntime")
@@ -26,7 +27,7 @@ def _ort_run(model, feeds):
 
 
 def _check(path, feeds, capsys, name):
-    cm = jitort.compile(path)
+    cm = jitort.compile(path, strict=True)
     if callable(feeds):
         feeds = feeds(cm)
     got = cm.run(None, feeds)
@@ -38,7 +39,7 @@ def _check(path, feeds, capsys, name):
     with capsys.disabled():
         print(f"\n{name}: {cm.summary()}; workspace {cm.workspace_bytes} B, "
               f"lower bound {cm.workspace_lower_bound} B")
-    assert share >= 0.95, f"{name}: only {share:.1%} compiled; fallbacks {cm.fallback_nodes()}"
+    assert cm.fallback_nodes() == [] and share == 1.0, f"{name}: interpreted {cm.fallback_nodes()}"
     assert cm.workspace_bytes <= 1.1 * cm.workspace_lower_bound
     return cm
 
@@ -53,7 +54,7 @@ def test_light_model(name, capsys):
 
 
 @pytest.mark.models
-@pytest.mark.parametrize("name", ["bert", "gpt2", "vit", "resnet18"])
+@pytest.mark.parametrize("name", SHARED_MODELS)
 def test_shared_model(name, capsys):
     if not shared_path(name).exists():
         pytest.skip(f"{SHARED} not present (the shared model corpus is optional)")
