@@ -51,5 +51,5 @@ KERNEL_MODULES: dict[str, str] = {
     "_data": "data", "_gemm": "gemm", "_conv": "conv", "_pool": "pool", "_softmax": "softmax",
     "_norm": "norm", "_reduce": "reduce", "_wino": "winograd",
     "_shape_ops": "shape_ops", "_convt": "conv_transpose", "_resize": "resize", "_rnn": "rnn",
-    "_gs": "gather_scatter", "_scan": "scan", "_quant": "quant",
+    "_gs": "gather_scatter", "_scan": "scan", "_quant": "quant", "_attn": "attention",
 }

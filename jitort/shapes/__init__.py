@@ -28,4 +28,5 @@ from __future__ import annotations
 from .core import (DATA_DEPENDENT, ShapeError, ShapeFn, _JITORT_REGISTRY, _REGISTRY, _VALUE_INPUTS,  # noqa: F401
                    broadcast_shapes, has_shape_fn, infer, register, value_inputs)
 # each family module registers its shape functions on import
-from . import conv, elementwise, matmul, norm, reduce, resize, rnn, shape_ops  # noqa: E402,F401
+from . import (attention, conv, elementwise, matmul, norm, reduce, resize, rnn,  # noqa: E402,F401
+               shape_ops)

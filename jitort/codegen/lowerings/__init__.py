@@ -6,7 +6,7 @@ A lowering receives the :class:`~jitort.codegen.cpu.Emitter` and the node; concr
 :class:`~jitort.codegen.registry.Unlowerable` for shapes it does not handle: the node then falls
 back to the interpreter. Kernel modules in ``kernels/cpu/`` carry the same family names.
 """
-from . import (conv, conv_transpose, data, einsum, gather_scatter, matmul, norm, pool,  # noqa: F401
+from . import (attention, conv, conv_transpose, data, einsum, gather_scatter, matmul, norm, pool,  # noqa: F401
                quant, reduce, resize, rnn, scan, shape_ops)
 # shared with the CUDA lowerings
 from .common import (ACT_CODES, _3d, _axis, _conv_pads, _prod, act_args,  # noqa: F401

@@ -1,0 +1,243 @@
+"""CPU kernels: ONNX ``Attention`` (opsets 23-25) and ``RotaryEmbedding`` (23). Imports nothing
+from jitort.
+
+Attention runs one task per (batch, query head): ``S = scale * Q_h @ K_g^T`` by BLAS into a
+per-worker scratch block (the query head's key/value head ``g = h // (Hq // Hkv)``: grouped-query
+attention without repeating K and V), softcap, the additive bias (mask, causal frontier, sliding
+window, per-batch key padding: computed per element, never materialized), a softmax per row
+(fully masked rows give zeros), then ``Y_h = P @ V_g`` by BLAS. Q, K, V and Y are flat arrays
+addressed by (batch, head, row) strides, so the 3-D ``(B, S, H * D)`` layout needs no transpose.
+"""
+import numpy as np
+from numba import njit, prange
+
+from .gemm import num_threads, xgemm
+from .mathfn import fexpneg, ftanh, wide_vectors
+from .softmax import row_max2
+
+_FM = {'reassoc', 'contract', 'arcp'}
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _visible(i, tk, offset, left, right, causal, kv_valid):
+    """[lo, hi): the keys query row i may see -- the causal frontier, the sliding window and the
+    key padding are all intervals (a query at absolute position p = i + offset)."""
+    p = i + offset
+    lo, hi = 0, min(tk, kv_valid)
+    if causal:
+        hi = min(hi, p + 1)
+    if left >= 0:
+        lo = max(lo, p - left)
+    if right >= 0:
+        hi = min(hi, p + right + 1)
+    return lo, max(lo, hi)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _task(t, q, k, v, mask, y, qk, s, hq, hkv, sq, tk, d, dv, qs, ks, vs, ys, has_mask,
+          mask_bool, scale, softcap, causal, offset, left, right, nonpad, has_nonpad, mode):
+    """One (batch, query head) task ``t``; ``s`` is this worker's (sq, tk) scratch."""
+    wide_vectors()
+    b = t // hq
+    h = t - b * hq
+    g = h // (hq // hkv)
+    dt = s.dtype.type
+    neg = dt(-np.inf)
+    xgemm(0, 1, sq, tk, d, scale, q, b * qs[0] + h * qs[1], qs[2],
+          k, b * ks[0] + g * ks[1], ks[2], 0.0, s, 0, tk)
+    mb = b if mask.shape[0] > 1 else 0
+    mh = h if mask.shape[1] > 1 else 0
+    mt = mask.shape[3]
+    kv_valid = tk
+    off = offset
+    if has_nonpad:
+        kv_valid = min(tk, nonpad[b])
+        if causal or left >= 0 or right >= 0:
+            off = nonpad[b] - sq
+    want_qk = qk.size > 0
+    for i in range(sq):
+        mi = i if mask.shape[2] > 1 else 0
+        if softcap > 0:
+            for j in range(tk):
+                s[i, j] = dt(softcap) * ftanh(s[i, j] / dt(softcap))
+        if mode == 1 and want_qk:
+            for j in range(tk):
+                qk[b, h, i, j] = s[i, j]
+        lo, hi = _visible(i, tk, off, left, right, causal, kv_valid)
+        if has_mask:
+            hi2 = min(hi, mt)  # a mask shorter than the keys: the rest is masked
+            if hi2 < hi:
+                hi = max(lo, hi2)
+            if mask_bool:
+                for j in range(lo, hi):
+                    if not mask[mb, mh, mi, j]:
+                        s[i, j] = neg
+            else:
+                for j in range(lo, hi):
+                    s[i, j] += dt(mask[mb, mh, mi, j])
+        for j in range(lo):
+            s[i, j] = neg
+        for j in range(hi, tk):
+            s[i, j] = neg
+        if mode == 2 and want_qk:
+            for j in range(tk):
+                qk[b, h, i, j] = s[i, j]
+        # a row whose bias is -inf everywhere has no visible key: zeros (the spec's convention)
+        visible = hi > lo
+        if visible and has_mask:
+            visible = False
+            for j in range(lo, hi):
+                mv = mask[mb, mh, mi, j]
+                if (mask_bool and mv) or (not mask_bool and mv != neg):
+                    visible = True
+                    break
+        if not visible:
+            for j in range(tk):
+                s[i, j] = 0.0
+        else:
+            m = row_max2(s, i)
+            tot = dt(0.0)
+            for j in range(lo, hi):
+                e = fexpneg(s[i, j] - m)
+                s[i, j] = e
+                tot += e
+            inv = dt(1.0) / tot
+            for j in range(lo, hi):
+                s[i, j] *= inv
+            for j in range(lo):
+                s[i, j] = 0.0
+            for j in range(hi, tk):
+                s[i, j] = 0.0
+        if mode == 3 and want_qk:
+            for j in range(tk):
+                qk[b, h, i, j] = s[i, j]
+    if tk == 0:
+        for i in range(sq):
+            for j in range(dv):
+                y[b * ys[0] + h * ys[1] + i * ys[2] + j] = 0.0
+        return
+    xgemm(0, 0, sq, dv, tk, 1.0, s, 0, tk, v, b * vs[0] + g * vs[1], vs[2], 0.0,
+          y, b * ys[0] + h * ys[1], ys[2])
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
+def _attention_par(nw, q, k, v, mask, y, qk, scr, hq, hkv, sq, tk, d, dv, qs, ks, vs, ys,
+                   has_mask, mask_bool, scale, softcap, causal, offset, left, right, nonpad,
+                   has_nonpad, mode, ntask):
+    for w in prange(nw):
+        s = scr[w * sq * tk:(w + 1) * sq * tk].reshape((sq, tk))
+        for t in range(w, ntask, nw):
+            _task(t, q, k, v, mask, y, qk, s, hq, hkv, sq, tk, d, dv, qs, ks, vs, ys, has_mask,
+                  mask_bool, scale, softcap, causal, offset, left, right, nonpad, has_nonpad,
+                  mode)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def attention(q, k, v, mask, y, qk, scr, b, hq, hkv, sq, tk, d, dv, qs, ks, vs, ys, has_mask,
+              mask_bool, scale, softcap, causal, offset, left, right, nonpad, has_nonpad, mode):
+    """Y = softmax(softcap(scale * Q K^T) + bias) V over flat arrays.
+
+    q, k, v, y: flat; qs/ks/vs/ys: (batch, head, row) strides in elements (the last axis is
+    contiguous). mask: 4-D (Mb, Mh, Mq, Mt) bool or float, each of the first three 1 or full;
+    keys j >= Mt are masked. qk: (B, Hq, sq, tk) output of ``mode`` 0-3 (``qk.size == 0``: not
+    wanted; mode 0 is written by the caller's separate pass, see ``qk_scores``). scr: scratch of
+    at least sq * tk elements per worker. nonpad: int64 (B,) valid key counts (has_nonpad).
+    """
+    ntask = b * hq
+    if ntask == 0 or sq == 0 or dv == 0:
+        return
+    if nonpad.size and has_nonpad:
+        for i in range(b):
+            if nonpad[i] < 0:
+                raise ValueError("Attention: nonpad_kv_seqlen must not be negative")
+    per = max(1, sq * tk)
+    nw = max(1, min(num_threads(), ntask, scr.size // per))
+    if nw == 1 or 2.0 * sq * tk * (d + dv) * ntask < 2e5:
+        s = scr[:sq * tk].reshape((sq, tk))
+        for t in range(ntask):
+            _task(t, q, k, v, mask, y, qk, s, hq, hkv, sq, tk, d, dv, qs, ks, vs, ys, has_mask,
+                  mask_bool, scale, softcap, causal, offset, left, right, nonpad, has_nonpad,
+                  mode)
+    else:
+        _attention_par(nw, q, k, v, mask, y, qk, scr, hq, hkv, sq, tk, d, dv, qs, ks, vs, ys,
+                       has_mask, mask_bool, scale, softcap, causal, offset, left, right, nonpad,
+                       has_nonpad, mode, ntask)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def qk_scores(q, k, qk, hq, hkv, d, qs, ks, scale):
+    """qk (B, Hq, sq, tk) = scale * Q K^T (Attention's qk_matmul_output, mode 0)."""
+    b, _, sq, tk = qk.shape
+    if sq == 0 or tk == 0:
+        return
+    flat = qk.reshape(qk.size)
+    for t in range(b * hq):
+        bb = t // hq
+        h = t - bb * hq
+        g = h // (hq // hkv)
+        xgemm(0, 1, sq, tk, d, scale, q, bb * qs[0] + h * qs[1], qs[2],
+              k, bb * ks[0] + g * ks[1], ks[2], 0.0, flat, t * sq * tk, tk)
+
+
+@njit(cache=True, error_model='numpy')
+def concat_cache(past, x, xs, out):
+    """out (B, H, P + S, D) = concat(past (B, H, P, D), X) over the sequence; X flat with
+    (batch, head, row) strides xs (3-D or 4-D layout)."""
+    bsz, nh, tot, dd = out.shape
+    p = past.shape[2]
+    for b in range(bsz):
+        for h in range(nh):
+            for i in range(p):
+                for j in range(dd):
+                    out[b, h, i, j] = past[b, h, i, j]
+            base = b * xs[0] + h * xs[1]
+            for i in range(tot - p):
+                r = base + i * xs[2]
+                for j in range(dd):
+                    out[b, h, p + i, j] = x[r + j]
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def rotary(x, cos, sin, pos, y, has_pos, interleaved, rot):
+    """ONNX RotaryEmbedding on x (B, S, H, D) (3-D inputs are viewed so; 4-D (B, H, S, D) inputs
+    arrive transposed as strides the caller chose: here x and y are (B, S, H, D) views).
+
+    cos/sin: (P, rot/2) indexed by pos (B, S) when has_pos, else (B, S, rot/2). The first
+    ``rot`` features of each head rotate, the rest pass through."""
+    bsz, sl, nh, dd = x.shape
+    half = rot // 2
+    npos = cos.shape[0]
+    for b in range(bsz):
+        for s_ in range(sl):
+            if has_pos:
+                p = pos[b, s_]
+                if p < 0 or p >= npos:
+                    raise IndexError("RotaryEmbedding: position id out of the cache's range")
+            for h in range(nh):
+                for j in range(half):
+                    if has_pos:
+                        c = cos[p, j]
+                        sn = sin[p, j]
+                    else:
+                        c = cos[b * sl + s_, j]
+                        sn = sin[b * sl + s_, j]
+                    if interleaved:
+                        a0 = x[b, s_, h, 2 * j]
+                        a1 = x[b, s_, h, 2 * j + 1]
+                        y[b, s_, h, 2 * j] = a0 * c - a1 * sn
+                        y[b, s_, h, 2 * j + 1] = a0 * sn + a1 * c
+                    else:
+                        a0 = x[b, s_, h, j]
+                        a1 = x[b, s_, h, j + half]
+                        y[b, s_, h, j] = a0 * c - a1 * sn
+                        y[b, s_, h, j + half] = a0 * sn + a1 * c
+                for j in range(rot, dd):
+                    y[b, s_, h, j] = x[b, s_, h, j]
+
+
+def attention_scratch_elems(sq, tk, ntask, threads):
+    """Scratch elements ``attention`` uses: one (sq, tk) block per worker (plain Python)."""
+    from numba.core.config import NUMBA_NUM_THREADS
+    nt = max(1, NUMBA_NUM_THREADS if threads is None else min(threads, NUMBA_NUM_THREADS))
+    return max(1, sq * tk * max(1, min(nt, ntask)))
+
