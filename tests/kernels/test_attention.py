@@ -39,8 +39,8 @@ def _reference(m, feeds):
         return ReferenceEvaluator(m).run(None, feeds), "onnx.reference"
 
 
-def _check(op, feeds, n_out=1, **attrs):
-    m = _model(op, feeds, n_out, **attrs)
+def _check(op, feeds, n_out=1, opset=23, **attrs):
+    m = _model(op, feeds, n_out, opset=opset, **attrs)
     fd = {n: a for n, a in feeds if a is not None}
     cm = jitort.compile(m, strict=True)
     got = cm.run(None, fd)
@@ -151,3 +151,12 @@ def test_rotary_position_out_of_range_raises():
     with pytest.raises(jitort.JitortError, match="position id"):
         cm.run(None, {"x": x, "c": c, "s": c, "p": np.array([[0, 7]], np.int64)})
 
+
+
+def test_attention_nonpad_kv_seqlen_and_sliding_window():
+    """opset 25: per-batch valid key counts (an external cache) and a causal sliding window."""
+    b, h, sq, skv, d = 2, 2, 3, 6, 4
+    q, k, v = _rn(b, h, sq, d), _rn(b, h, skv, d, seed=1), _rn(b, h, skv, d, seed=2)
+    nonpad = np.array([6, 4], np.int64)
+    _check("Attention", [("q", q), ("k", k), ("v", v), ("m", None), ("pk", None), ("pv", None),
+                         ("n", nonpad)], opset=25, is_causal=1, left_window_size=2)
