@@ -233,6 +233,6 @@ def test_wide_vectors_takes_512_bit_registers_where_the_cpu_has_them():
     np.testing.assert_array_equal(got, want)   # same arithmetic, wider registers
     if platform.machine() not in ('x86_64', 'AMD64') or not _host_has_avx512():
         pytest.skip('no AVX-512 on this CPU: only the results are compared')
-    wide, plain = _asm(_silu_wide), _asm(_silu)
-    assert re.search(r'vfmadd\w+ps\s+%zmm', wide)
-    assert not re.search(r'vfmadd\w+ps\s+%zmm', plain)   # LLVM's own choice: 256-bit
+    # Only the wide variant is asserted: whether LLVM's default already takes zmm registers is
+    # its per-CPU tuning choice (256-bit on Skylake-X and Zen 4; the CI's Zen 5 host takes 512).
+    assert re.search(r'vfmadd\w+ps\s+%zmm', _asm(_silu_wide))
