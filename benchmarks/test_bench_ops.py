@@ -284,6 +284,22 @@ CASES = {
 # --- op families compiled since issue 20: single-node (or small) models through jitort.compile,
 # see _model_case. Each family adds its cases with CASES.update({...}) just above this line.
 
+# Attention (opset 23) and RotaryEmbedding: a decoder layer's attention at S=128, 8 heads of 64
+CASES.update({
+    'attention 4d causal 8x128x64': (lambda: _model_case(
+        [helper.make_node('Attention', ['q', 'k', 'v'], ['y'], is_causal=1)],
+        [('q', _rn(1, 8, 128, 64)), ('k', _rn(1, 8, 128, 64, seed=1)), ('v', _rn(1, 8, 128, 64, seed=2))],
+        ['y'], opset=23), 0),
+    'attention 3d gqa 8q/2kv heads S=128': (lambda: _model_case(
+        [helper.make_node('Attention', ['q', 'k', 'v'], ['y'], q_num_heads=8, kv_num_heads=2)],
+        [('q', _rn(1, 128, 512)), ('k', _rn(1, 128, 128, seed=1)), ('v', _rn(1, 128, 128, seed=2))],
+        ['y'], opset=23), 0),
+    'rotary 3d 8 heads S=128': (lambda: _model_case(
+        [helper.make_node('RotaryEmbedding', ['x', 'c', 's', 'p'], ['y'], num_heads=8)],
+        [('x', _rn(1, 128, 512)), ('c', np.cos(_rn(256, 32))), ('s', np.sin(_rn(256, 32))),
+         ('p', np.arange(128, dtype=np.int64).reshape(1, 128))], ['y'], opset=23), 0),
+})
+
 _built = {}
 
 
