@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from .core import (_axes, _axis, _bcast2, _fail, _get, _ints, _need, _present, _prod, _rank_at_least, _scalar, _str, register)
+from .core import (_VALUE_INPUTS, _axes, _axis, _bcast2, _fail, _get, _ints, _need, _present, _prod, _rank_at_least, _scalar, _str, register)
 
 
 @register("Reshape", values=lambda n: (1,) if n.since_version >= 5 else ())
@@ -217,8 +217,14 @@ def _gather_elements(node, shapes, values):
     x, idx = shapes[0], shapes[1]
     if len(x) != len(idx):
         raise _fail(node, "data and indices must have the same rank", shapes)
-    _axis(node, node.attrs.get("axis", 0), len(x), shapes)
+    a = _axis(node, node.attrs.get("axis", 0), len(x), shapes)
+    if any(idx[k] > x[k] for k in range(len(x)) if k != a):
+        raise _fail(node, "indices dims must not exceed data dims off the axis", shapes)
     return [idx]
+
+
+# CumSum/CumProd (shape function in .elementwise): the axis input is read on the host
+_VALUE_INPUTS.update({"CumSum": (1,), "CumProd": (1,)})
 
 
 @register("GatherND")
