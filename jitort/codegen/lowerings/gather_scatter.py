@@ -1,5 +1,215 @@
 """CPU lowerings: GatherElements, GatherND, ScatterElements, ScatterND, Scatter, OneHot.
 
 Kernels: ``jitort.kernels.cpu.gather_scatter`` (alias ``_gs`` in generated drivers).
+GatherElements and ScatterElements/Scatter get a kernel generated per rank, axis and reduction
+(a loop nest over the indices, their dims may be smaller than the data's); GatherND, ScatterND
+and OneHot call fixed-rank kernels on collapsed views. Scatters first copy the data input into
+the output (or, when the data input dies here and shares its buffer with no other input, write
+over it in place) and then apply the updates in index order.
 """
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...ir import Node
+from ..registry import Unlowerable, lowering
+from ..symbolic import concrete
+from .common import _axis, _plain, _prod
+
+if TYPE_CHECKING:
+    from ..cpu import Emitter
+
+_INT = (np.dtype(np.int32), np.dtype(np.int64))
+
+#: ``reduction`` attribute -> the kernels' codes (kernels/cpu/gather_scatter.py)
+_RED = {"none": 0, "add": 1, "mul": 2, "max": 3, "min": 4}
+
+#: gathered elements from which GatherND runs its rows in a prange
+_PAR_ELEMS = 1 << 16
+
+
+def _str(v, default: str) -> str:
+    if v is None:
+        return default
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _int_input(i: int):
+    """Support predicate: plain dtypes and input ``i`` (the indices) int32/int64."""
+    def pred(n: Node) -> bool:
+        return (_plain(n) and len(n.inputs) > i and n.inputs[i] is not None
+                and np.dtype(n.inputs[i].dtype) in _INT)
+    return pred
+
+
+def _reduction(n: Node) -> int:
+    red = _str(n.attrs.get("reduction"), "none")
+    if red not in _RED:
+        raise Unlowerable(n, f"unknown reduction {red!r}")
+    if red != "none" and np.dtype(n.outputs[0].dtype) == np.dtype(np.bool_):
+        raise Unlowerable(n, f"reduction {red!r} on bool")  # onnxruntime has no such kernel
+    return _RED[red]
+
+
+def _scatter_supported(n: Node) -> bool:
+    if not _int_input(1)(n):
+        return False
+    return _str(n.attrs.get("reduction"), "none") in _RED
+
+
+def _copy_data(em: Emitter, n: Node, data, others) -> str:
+    """Declare the scatter's output as a copy of ``data`` (emitted); write it over ``data``'s own
+    buffer when it dies here and no other input (``others``) is a view of that buffer."""
+    y = n.outputs[0]
+    r = em.root.get(id(data))
+    if (r is not None and em.can_donate(data, y)
+            and all(v is None or em.root.get(id(v)) != r for v in others)):
+        em.arr(data)
+        return em.out(y, reuse=data)
+    src = em.arr(data)
+    yv = em.out(y)
+    if _prod(em.shape(y)) != 0:
+        em.call(f"_data.copy_flat({src}.reshape(-1), {yv}.reshape(-1))")
+    return yv
+
+
+# --- GatherElements / ScatterElements ---------------------------------------------------------
+
+def _elements_kernel(rank: int, axis: int, scatter: bool, reduction: int) -> str:
+    """Source of a GatherElements (``y, x, idx``) or ScatterElements (``y, idx, upd``) kernel of
+    rank ``rank``: loops over the indices' dims; the element's index along ``axis`` is checked
+    (and wrapped) before it is used."""
+    op = "ScatterElements" if scatter else "GatherElements"
+    args = "y, idx, upd" if scatter else "y, x, idx"
+    lines = ["@njit(cache=True, error_model='numpy')", f"def __KNAME__({args}):",
+             f"    n = {'y' if scatter else 'x'}.shape[{axis}]"]
+    ind = "    "
+    for k in range(rank):
+        lines.append(f"{ind}for i{k} in range(idx.shape[{k}]):")
+        ind += "    "
+    at = ", ".join(f"i{k}" for k in range(rank))
+    tgt = ", ".join("j" if k == axis else f"i{k}" for k in range(rank))
+    lines += [f"{ind}j = idx[{at}]",
+              f"{ind}if j < 0:",
+              f"{ind}    j += n",
+              f"{ind}if j < 0 or j >= n:",
+              f"{ind}    raise IndexError('{op}: index out of range')"]
+    if not scatter:
+        lines.append(f"{ind}y[{at}] = x[{tgt}]")
+    elif reduction == 0:
+        lines.append(f"{ind}y[{tgt}] = upd[{at}]")
+    elif reduction in (1, 2):
+        lines.append(f"{ind}y[{tgt}] {'+' if reduction == 1 else '*'}= upd[{at}]")
+    else:
+        lines.append(f"{ind}y[{tgt}] = {'max' if reduction == 3 else 'min'}(y[{tgt}], upd[{at}])")
+    return "\n".join(lines) + "\n"
+
+
+@lowering("GatherElements", supports=_int_input(1))
+def lower_gather_elements(em: Emitter, n: Node) -> None:
+    x, idx, y = n.inputs[0], n.inputs[1], n.outputs[0]
+    shape = em.shape(x)
+    rank = len(shape)
+    if rank == 0:
+        raise Unlowerable(n, "GatherElements on a scalar")
+    axis = _axis(n.attrs.get("axis", 0), rank)
+    yv = em.out(y)
+    if _prod(em.shape(idx)) == 0:
+        return
+    if shape[axis] == 0:
+        raise IndexError(f"{n.label}: indices into an empty axis")
+    kname = em.kernel(f"k_gather_el{rank}", _elements_kernel(rank, axis, False, 0))
+    em.call(f"{kname}({yv}, {em.arr(x)}, {em.arr(idx)})")
+
+
+@lowering("ScatterElements", "Scatter", supports=_scatter_supported)
+def lower_scatter_elements(em: Emitter, n: Node) -> None:
+    data, idx, upd = n.inputs[0], n.inputs[1], n.inputs[2]
+    shape = em.shape(data)
+    rank = len(shape)
+    if rank == 0:
+        raise Unlowerable(n, f"{n.op_type} on a scalar")
+    axis = _axis(n.attrs.get("axis", 0), rank)
+    ishape, ushape = em.shape(idx), em.shape(upd)
+    if (len(ishape) != rank or tuple(ishape) != tuple(ushape)
+            or any(ishape[k] > shape[k] for k in range(rank) if k != axis)):
+        raise ValueError(f"{n.label}: indices {ishape} / updates {ushape} do not fit data {shape}")
+    red = _reduction(n)
+    yv = _copy_data(em, n, data, (idx, upd))
+    if _prod(ishape) == 0:
+        return
+    if shape[axis] == 0:
+        raise IndexError(f"{n.label}: indices into an empty axis")
+    kname = em.kernel(f"k_scatter_el{rank}", _elements_kernel(rank, axis, True, red))
+    em.call(f"{kname}({yv}, {em.arr(idx)}, {em.arr(upd)})")
+
+
+# --- GatherND / ScatterND -----------------------------------------------------------------------
+
+@lowering("GatherND", supports=_int_input(1))
+def lower_gather_nd(em: Emitter, n: Node) -> None:
+    x, idx, y = n.inputs[0], n.inputs[1], n.outputs[0]
+    xs, ishape = em.shape(x), em.shape(idx)
+    b = int(n.attrs.get("batch_dims", 0))
+    k = int(ishape[-1])  # the indices' tuple length shapes the kernel call (pinned)
+    nb = _prod(xs[:b])
+    dims = tuple(xs[b:b + k])
+    inner = _prod(xs[b + k:])
+    m = _prod(ishape[b:-1])
+    yv = em.out(y)
+    if nb * m * inner == 0:
+        return
+    if k and _prod(dims) == 0:
+        raise IndexError(f"{n.label}: indices into an empty dim")
+    key = ("gnd_par", id(n))
+    if key not in em.memo:
+        em.memo[key] = concrete(nb * m * inner) >= _PAR_ELEMS and concrete(nb * m) >= 2
+    par = "_par" if em.memo[key] else ""
+    em.call(f"_gs.gather_nd3{par}({em.arr(x)}.reshape({em.tuple_expr((nb, _prod(dims), inner))}), "
+            f"{em.arr(idx)}.reshape({em.tuple_expr((nb, m, k))}), "
+            f"{yv}.reshape({em.tuple_expr((nb, m, inner))}), {em.tuple_expr(dims + (1,))})")
+
+
+@lowering("ScatterND", supports=_scatter_supported)
+def lower_scatter_nd(em: Emitter, n: Node) -> None:
+    data, idx, upd = n.inputs[0], n.inputs[1], n.inputs[2]
+    xs, ishape, ushape = em.shape(data), em.shape(idx), em.shape(upd)
+    if not ishape:
+        raise ValueError(f"{n.label}: indices must have rank >= 1")
+    k = int(ishape[-1])
+    if k > len(xs) or tuple(ushape) != tuple(ishape[:-1]) + tuple(xs[k:]):
+        raise ValueError(f"{n.label}: indices {ishape} / updates {ushape} do not fit data {xs}")
+    red = _reduction(n)
+    yv = _copy_data(em, n, data, (idx, upd))
+    dims = tuple(xs[:k])
+    inner = _prod(xs[k:])
+    m = _prod(ishape[:-1])
+    if m * inner == 0:
+        return
+    if k and _prod(dims) == 0:
+        raise IndexError(f"{n.label}: indices into an empty dim")
+    em.call(f"_gs.scatter_nd2({yv}.reshape({em.tuple_expr((_prod(dims), inner))}), "
+            f"{em.arr(idx)}.reshape({em.tuple_expr((1, m, k))}), "
+            f"{em.arr(upd)}.reshape({em.tuple_expr((m, inner))}), {em.tuple_expr(dims + (1,))}, "
+            f"{red})")
+
+
+# --- OneHot -------------------------------------------------------------------------------------
+
+@lowering("OneHot", supports=lambda n: _plain(n)
+          and np.dtype(n.inputs[0].dtype) != np.dtype(np.bool_))
+def lower_onehot(em: Emitter, n: Node) -> None:
+    idx, vals, y = n.inputs[0], n.inputs[2], n.outputs[0]
+    ys = em.shape(y)
+    axis = _axis(n.attrs.get("axis", -1), len(ys))
+    o, depth, i = _prod(ys[:axis]), ys[axis], _prod(ys[axis + 1:])
+    if _prod(em.shape(vals)) != 2:
+        raise ValueError(f"{n.label}: values must hold 2 elements (off, on)")
+    yv = em.out(y)
+    if o * depth * i == 0:
+        return
+    em.call(f"_gs.onehot3({em.arr(idx)}.reshape({em.tuple_expr((o, i))}), "
+            f"{yv}.reshape({em.tuple_expr((o, depth, i))}), "
+            f"{em.arr(vals)}.reshape({em.tuple_expr((2,))}))")
