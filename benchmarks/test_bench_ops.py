@@ -300,6 +300,26 @@ CASES.update({
          ('p', np.arange(128, dtype=np.int64).reshape(1, 128))], ['y'], opset=23), 0),
 })
 
+# Pad (shape_ops family): decoder.onnx's three reflect pads, a TF-export zero pad before a
+# stride-2 conv (MobileNet/EfficientNet), an edge pad and a cropping constant pad
+def _pad_case(shape, pads, mode, value=None):
+    ins = ['x', 'p'] + (['v'] if value is not None else [])
+    inits = [('p', np.array(pads, np.int64))] + ([('v', np.array(value, np.float32))]
+                                                 if value is not None else [])
+    return _model_case([helper.make_node('Pad', ins, ['y'], mode=mode)], [('x', _rn(*shape))],
+                       ['y'], inits, opset=19)
+
+
+CASES.update({
+    'pad reflect 1x3x128x128 p3': (lambda: _pad_case((1, 3, 128, 128), [0, 0, 3, 3, 0, 0, 3, 3], 'reflect'), 0),
+    'pad reflect 1x64x64x64 p1': (lambda: _pad_case((1, 64, 64, 64), [0, 0, 1, 1, 0, 0, 1, 1], 'reflect'), 0),
+    'pad reflect 1x32x256x256 p3': (lambda: _pad_case((1, 32, 256, 256), [0, 0, 3, 3, 0, 0, 3, 3], 'reflect'), 0),
+    'pad constant 1x96x112x112 p0/1': (lambda: _pad_case((1, 96, 112, 112), [0, 0, 0, 0, 0, 0, 1, 1], 'constant'), 0),
+    'pad edge 1x64x56x56 p2': (lambda: _pad_case((1, 64, 56, 56), [0, 0, 2, 2, 0, 0, 2, 2], 'edge'), 0),
+    'pad constant crop 8x128x768 v=-1': (lambda: _pad_case((8, 128, 768), [0, -4, 0, 0, 4, 0], 'constant', -1.0), 0),
+})
+
+
 _built = {}
 
 

@@ -1,0 +1,167 @@
+"""Shape ops (jitort/codegen/lowerings/shape_ops.py, kernels/cpu/shape_ops.py) compiled through
+jitort.compile against onnxruntime on the same inputs; every case asserts that nothing ran in
+the interpreter."""
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+from onnx.helper import np_dtype_to_tensor_dtype as _tt
+
+import jitort
+from jitort.kernels.cpu import shape_ops as K
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=19):
+    """``inputs``: (name, array) graph inputs; ``inits``: (name, array) initializers."""
+    vi = [helper.make_tensor_value_info(n, _tt(a.dtype), a.shape) for n, a in inputs]
+    init = [numpy_helper.from_array(np.asarray(a), n) for n, a in inits]
+    g = helper.make_graph(nodes, 'g', vi, [onnx.ValueInfoProto(name=n) for n in outputs],
+                          initializer=init)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', opset)])
+    m.ir_version = 8
+    inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(m).graph.value_info}
+    for o in m.graph.output:  # output types as onnx infers them
+        o.CopyFrom(inferred.get(o.name, o))
+    return m
+
+
+def _check(m, feeds, threads=None):
+    """Run ``m`` in onnxruntime and jitort; assert equal outputs and nothing interpreted."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    ref = ort.InferenceSession(m.SerializeToString(), so,
+                               providers=['CPUExecutionProvider']).run(None, feeds)
+    cm = jitort.compile(m, threads=threads)
+    got = cm.run(None, feeds)
+    assert cm.fallback_nodes() == []
+    for g, r in zip(got, ref):
+        assert g.shape == r.shape and g.dtype == r.dtype
+        if g.dtype.kind == 'f':
+            np.testing.assert_allclose(g, r, rtol=1e-4, atol=0)
+        else:
+            np.testing.assert_array_equal(g, r)
+    return cm
+
+
+def _data(shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype) == np.bool_:
+        return rng.random(shape) < 0.5
+    return (rng.standard_normal(shape) * 50).astype(dtype)
+
+
+def _pad_model(x, pads, mode='constant', value=None, axes=None, opset=19):
+    ins, inits = ['x', 'p'], [('p', np.array(pads, np.int64))]
+    if value is not None or axes is not None:
+        ins.append('' if value is None else 'v')
+        if value is not None:
+            inits.append(('v', np.array(value, x.dtype)))
+    if axes is not None:
+        ins.append('a')
+        inits.append(('a', np.array(axes, np.int64)))
+    return _model([helper.make_node('Pad', ins, ['y'], mode=mode)], [('x', x)], ['y'], inits,
+                  opset)
+
+
+# --- Pad -----------------------------------------------------------------------------------
+
+PAD_CASES = [  # shape, pads (begins then ends)
+    ((2, 3, 5, 6), [0, 0, 1, 2, 0, 0, 3, 1]),       # spatial pads, uneven
+    ((2, 3, 5, 6), [0, 1, -1, 2, 0, 0, 3, -2]),     # crop and pad, a padded channel axis
+    ((2, 3, 5, 6), [1, 0, 0, 0, 0, 2, 0, 0]),       # outer axes only: inner blocks of 30
+    ((7,), [2, 3]),                                 # 1-D
+    ((2, 3, 4, 5, 3), [0, 1, 0, 2, 1, 0, 0, 1, 2, 0]),  # 5-D, alternating padded axes
+]
+
+
+@pytest.mark.parametrize('mode', ['constant', 'reflect', 'edge', 'wrap'])
+@pytest.mark.parametrize('shape,pads', PAD_CASES)
+def test_pad_modes(shape, pads, mode):
+    x = _data(shape, np.float32)
+    _check(_pad_model(x, pads, mode), {'x': x})
+
+
+@pytest.mark.parametrize('mode', ['reflect', 'edge', 'wrap'])
+def test_pad_crop_then_pad(mode):
+    """onnxruntime crops first and pads against what is left: wrap and reflect see the
+    cropped extent."""
+    x = _data((3, 8), np.float32)
+    for pads in ([0, -3, 0, 2], [0, 2, 0, -3], [-1, -2, 1, 5]):
+        _check(_pad_model(x, pads, mode), {'x': x})
+
+
+@pytest.mark.parametrize('dtype', [np.float32, np.float64, np.int64, np.int32, np.uint8, np.bool_])
+def test_pad_dtypes_constant_value(dtype):
+    x = _data((2, 3, 4), dtype)
+    value = True if dtype == np.bool_ else 7
+    _check(_pad_model(x, [0, 1, 2, 0, 2, 1], 'constant', value=value), {'x': x})
+
+
+@pytest.mark.parametrize('dtype', [np.int64, np.bool_])
+def test_pad_dtypes_reflect(dtype):
+    x = _data((3, 4, 5), dtype)
+    _check(_pad_model(x, [0, 2, 1, 0, 1, 3], 'reflect'), {'x': x})
+
+
+def test_pad_axes_input():
+    """Opset 18: pads for the listed axes only, negative axes too."""
+    x = _data((2, 3, 5, 6), np.float32)
+    _check(_pad_model(x, [1, 2, 3, 0], 'constant', value=-1.5, axes=[-1, 1]), {'x': x})
+    _check(_pad_model(x, [1, 2, 3, 1], 'reflect', axes=[2, 3], opset=18), {'x': x})
+
+
+@pytest.mark.parametrize('opset', [11, 13, 21])
+def test_pad_opsets(opset):
+    x = _data((2, 3, 4, 5), np.float32)
+    _check(_pad_model(x, [0, 0, 1, 1, 0, 0, 2, 1], 'edge', opset=opset), {'x': x})
+    _check(_pad_model(x, [0, 0, 1, 1, 0, 0, 2, 1], 'constant', value=0.5, opset=opset), {'x': x})
+
+
+def test_pad_opset2_attributes():
+    x = _data((2, 3, 4, 5), np.float32)
+    for mode in ('constant', 'reflect', 'edge'):
+        node = helper.make_node('Pad', ['x'], ['y'], mode=mode, pads=[0, 0, 1, 2, 0, 0, 2, 1],
+                                value=3.25)
+        _check(_model([node], [('x', x)], ['y'], opset=2), {'x': x})
+
+
+def test_pad_empty():
+    """A constant pad of an empty tensor is all fill; an empty output writes nothing."""
+    x = np.zeros((2, 0, 3), np.float32)
+    _check(_pad_model(x, [0, 1, 0, 0, 2, 1], 'constant', value=4.0), {'x': x})
+    _check(_pad_model(x, [0, 0, 1, 0, 0, 1], 'edge'), {'x': x})  # the empty axis unpadded
+    x = _data((0, 3, 4), np.float32)
+    _check(_pad_model(x, [0, 1, 1, 0, 1, 1], 'reflect'), {'x': x})
+
+
+def test_pad_no_pads_and_scalar_value_input_absent():
+    x = _data((2, 3), np.float32)
+    _check(_pad_model(x, [0, 0, 0, 0], 'constant'), {'x': x})
+
+
+def test_pad_parallel(nthreads):
+    """Above the parallel threshold (the prange over the two outer axes), 1 and 2 threads."""
+    x = _data((2, 4, 130, 130), np.float32)
+    _check(_pad_model(x, [0, 0, 3, 3, 0, 0, 3, 3], 'reflect'), {'x': x}, threads=nthreads)
+    _check(_pad_model(x, [0, 0, 0, 0, 0, 0, 1, 1], 'constant'), {'x': x}, threads=nthreads)
+
+
+def test_pad_pads_from_graph_input():
+    """Pads that arrive as a graph input (known on the host at run time), per call."""
+    x = _data((2, 3, 4), np.float32)
+    m = _model([helper.make_node('Pad', ['x', 'p'], ['y'], mode='reflect')],
+               [('x', x), ('p', np.zeros(6, np.int64))], ['y'])
+    for pads in ([0, 1, 2, 0, 1, 1], [0, 0, 1, 0, 2, 3]):
+        _check(m, {'x': x, 'p': np.array(pads, np.int64)})
+
+
+def test_pad_src_index_map():
+    """The index map against numpy.pad, pads longer than the axis included."""
+    for n in (1, 2, 3, 5):
+        for p in (0, 1, 3, 12):
+            for code, mode in ((1, 'reflect'), (2, 'edge'), (3, 'wrap')):
+                ref = np.zeros(n + 2 * p, int) if (n == 1 and mode == 'reflect') \
+                    else np.pad(np.arange(n), p, mode=mode)
+                got = [K.pad_src(o - p, n, code) for o in range(n + 2 * p)]
+                np.testing.assert_array_equal(got, ref)
