@@ -319,6 +319,30 @@ CASES.update({
     'pad constant crop 8x128x768 v=-1': (lambda: _pad_case((8, 128, 768), [0, -4, 0, 0, 4, 0], 'constant', -1.0), 0),
 })
 
+# ConvTranspose: decoder.onnx's upsampling conv, a U-Net 2x2 stride-2 up-conv, a 1-D audio
+# upsampler, a 3-D (volumetric U-Net) up-conv, a depthwise (group = channels) upsampler
+def _convt_case(xshape, wshape, **attrs):
+    """ConvTranspose with constant weights and bias (shapes from real decoders / U-Nets)."""
+    m = wshape[1] * attrs.get('group', 1)
+    return _model_case([helper.make_node('ConvTranspose', ['x', 'w', 'b'], ['y'], **attrs)],
+                       [('x', _rn(*xshape))], ['y'],
+                       [('w', _rn(*wshape, seed=1)), ('b', _rn(m, seed=2))])
+
+
+CASES.update({
+    'convtranspose 64->32 3x3 s2 p1 op1 64x64': (lambda: _convt_case(
+        (1, 64, 64, 64), (64, 32, 3, 3), strides=[2, 2], pads=[1, 1, 1, 1],
+        output_padding=[1, 1]), 0),
+    'convtranspose 128->64 2x2 s2 32x32': (lambda: _convt_case(
+        (1, 128, 32, 32), (128, 64, 2, 2), strides=[2, 2]), 0),
+    'convtranspose 1d 256->128 k4 s2 L256': (lambda: _convt_case(
+        (1, 256, 256), (256, 128, 4), strides=[2], pads=[1, 1]), 0),
+    'convtranspose 3d 32->16 2x2x2 s2 16^3': (lambda: _convt_case(
+        (1, 32, 16, 16, 16), (32, 16, 2, 2, 2), strides=[2, 2, 2]), 0),
+    'convtranspose depthwise 64ch 4x4 s2 32x32': (lambda: _convt_case(
+        (1, 64, 32, 32), (64, 1, 4, 4), strides=[2, 2], pads=[1, 1, 1, 1], group=64), 0),
+})
+
 
 _built = {}
 
