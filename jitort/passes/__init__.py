@@ -17,7 +17,8 @@ from ..errors import InvalidModel, JitortError
 from ..ir import Graph
 from .simplify import (eliminate_dead_code, eliminate_identities, eliminate_common_subexpressions,
                        fold_constants)
-from .patterns import fold_conv_affine, fold_conv_batchnorm, fuse_epilogues, fuse_matmul_add
+from .patterns import (fold_conv_affine, fold_conv_batchnorm, fold_pad_into_conv, fuse_epilogues,
+                       fuse_matmul_add)
 
 log = logging.getLogger("jitort.passes")
 
@@ -30,6 +31,7 @@ DEFAULT_PIPELINE: list[tuple[str, PassFn]] = [
     ("eliminate_identities", eliminate_identities),
     ("fold_constants", fold_constants),
     ("eliminate_common_subexpressions", eliminate_common_subexpressions),
+    ("fold_pad_into_conv", fold_pad_into_conv),
     ("fold_conv_batchnorm", fold_conv_batchnorm),
     ("fold_conv_affine", fold_conv_affine),
     ("fuse_matmul_add", fuse_matmul_add),

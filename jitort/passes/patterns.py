@@ -1,4 +1,4 @@
-"""Pattern rewrites: Conv+BatchNormalization folding, MatMul+Add -> Gemm-like, epilogue fusion
+"""Pattern rewrites: Pad folding into Conv/pool pads, Conv+BatchNormalization folding, MatMul+Add -> Gemm-like, epilogue fusion
 (bias, residual Add and activation folded into the GEMM/Conv output pass).
 
 Each rewrite follows ORT's safety rule: the intermediate being removed must have exactly one
@@ -65,6 +65,106 @@ def fold_conv_batchnorm(g: Graph) -> int:
     if count:
         g.nodes = [n for n in g.nodes if id(n) not in drop]
         log.info("fused Conv+BN: %d", count)
+    return count
+
+
+def _pad_fold_params(pad: Node) -> tuple[list[int], float, int] | None:
+    """(pads, constant value, rank) of a constant-mode Pad whose pads, value and axes are
+    constants, with the axes resolved to a full ``[begins..., ends...]`` list; else None."""
+    mode = pad.attrs.get("mode", "constant")
+    if (mode.decode() if isinstance(mode, bytes) else mode) != "constant" or len(pad.outputs) != 1:
+        return None
+    x = pad.inputs[0]
+    if pad.since_version >= 11:
+        pv, cv = pad.input(1), pad.input(2)
+        av = pad.input(3) if pad.since_version >= 18 else None
+        if pv is None or not pv.is_const or any(v is not None and not v.is_const for v in (cv, av)):
+            return None
+        pads = [int(p) for p in pv.const.reshape(-1)]
+        if cv is not None and cv.const.size > 1:
+            return None
+        value = float(cv.const.reshape(-1)[0]) if cv is not None and cv.const.size else 0.0
+        axes = None if av is None else [int(a) for a in av.const.reshape(-1)]
+    else:
+        pads = [int(p) for p in pad.attrs.get("pads", pad.attrs.get("paddings", []))]
+        value = float(pad.attrs.get("value", 0.0))
+        axes = None
+    if axes is None:
+        rank = len(pads) // 2
+    else:
+        if x.shape is None:
+            return None
+        rank = len(x.shape)
+        if len(pads) != 2 * len(axes) or any(not -rank <= a < rank for a in axes):
+            return None
+        full = [0] * (2 * rank)
+        for i, a in enumerate(axes):
+            full[a % rank], full[a % rank + rank] = pads[i], pads[i + len(axes)]
+        pads = full
+    if len(pads) != 2 * rank or (x.shape is not None and len(x.shape) != rank):
+        return None
+    return pads, value, rank
+
+
+def fold_pad_into_conv(g: Graph) -> int:
+    """A constant-mode Pad that only pads spatial axes, by non-negative amounts, folds into the
+    ``pads`` attribute of the Conv / jitort.FusedConv / AveragePool (count_include_pad=1, no
+    ceil_mode) reading it when the pad value is 0, or of a MaxPool when it is -inf (pads shorter
+    than the window) -- what onnxruntime does with the explicit Pad that TensorFlow exports put
+    before a stride-2 conv (MobileNetV2, EfficientNet). The consumer's auto_pad must be NOTSET
+    and the Pad output read by it alone, not a graph output."""
+    consumers = g.consumers()
+    drop: set[int] = set()
+    count = 0
+    for pad in g.nodes:
+        if pad.op_type != "Pad" or pad.domain:
+            continue
+        got = _pad_fold_params(pad)
+        if got is None:
+            continue
+        pads, value, rank = got
+        user = _single_use(g, pad.outputs[0], consumers)
+        if (user is None or rank < 3 or user.inputs[0] is not pad.outputs[0]
+                or any(v is pad.outputs[0] for v in user.inputs[1:])):
+            continue
+        x = pad.inputs[0]
+        if not _is_float_value(x) or x.dtype != pad.outputs[0].dtype:
+            continue
+        if any(p < 0 for p in pads) or pads[0] or pads[1] or pads[rank] or pads[rank + 1]:
+            continue
+        at = user.attrs
+        auto = at.get("auto_pad", "NOTSET")
+        if (auto.decode() if isinstance(auto, bytes) else auto) not in ("NOTSET", ""):
+            continue
+        if user.op_type == "Conv" and not user.domain or (user.op_type == "FusedConv"
+                                                          and user.domain == JITORT_DOMAIN):
+            ok = value == 0.0
+        elif user.op_type == "AveragePool" and not user.domain:
+            ok = value == 0.0 and at.get("count_include_pad", 0) == 1 and not at.get("ceil_mode", 0)
+        elif user.op_type == "MaxPool" and not user.domain:
+            k = list(at.get("kernel_shape", []))
+            ok = (value == float("-inf") and len(user.outputs) == 1 and len(k) == rank - 2
+                  and all(pads[2 + a] < k[a] and pads[rank + 2 + a] < k[a]
+                          for a in range(rank - 2)))
+        else:
+            ok = False
+        if not ok:
+            continue
+        sp = rank - 2
+        old = list(at.get("pads", [0] * (2 * sp)))
+        if len(old) != 2 * sp:
+            continue
+        new = [old[a] + pads[2 + a] for a in range(sp)] + [old[sp + a] + pads[rank + 2 + a]
+                                                          for a in range(sp)]
+        user.attrs = dict(at, pads=new)
+        user.inputs = [x] + list(user.inputs[1:])
+        user.proto = None
+        drop.add(id(pad))
+        count += 1
+    if count:
+        g.nodes = [n for n in g.nodes if id(n) not in drop]
+        g.relink()
+        log.info("folded Pad into Conv/pool pads: %d", count)
     return count
 
 
