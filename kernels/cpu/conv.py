@@ -798,3 +798,176 @@ def conv2d_bias_add_act(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, h
     (the GEMM overwrites ``out`` before the residual is read)."""
     _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias,
                  np.int64(1), np.int64(act), np.float64(alpha_act), np.float64(beta_act))
+
+
+# --- 3-D convolution ---------------------------------------------------------------------
+# x (N, C, D, H, W), w (M, C // group, KD, KH, KW), out / res (N, M, OD, OH, OW); ``col`` holds
+# one im2col block per worker: conv3d_scratch_elems(...). Tasks (image, group, block of output
+# rows of the flattened (OD, OH) axis): im2col of the block, one BLAS gemm into ``out`` in
+# place (leading dimension OD*OH*OW), then bias / residual / activation on the block's rows.
+
+def _block_rows3_py(kdim, ow, rows):
+    per_row = max(1, kdim * ow)
+    r = max(_COL_BLOCK_ELEMS // per_row, -(-_MIN_BLOCK_COLS // max(1, ow)))
+    return max(1, min(max(rows, 1), r))
+
+
+_block_rows3 = njit(cache=True)(_block_rows3_py)
+
+
+def conv3d_scratch_elems(C, KD, KH, KW, OD, OH, OW, group, threads=None):
+    """Elements of ``col`` conv3d needs (plain Python, >= 1): one block of output rows per
+    worker (``threads`` workers at most, default NUMBA_NUM_THREADS)."""
+    kdim = (C // group) * KD * KH * KW
+    nt = max(1, NUMBA_NUM_THREADS if threads is None else min(threads, NUMBA_NUM_THREADS))
+    return max(1, kdim * OW * _block_rows3_py(kdim, OW, OD * OH) * nt)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _im2col3(x, n, c0, cg, col, r0, nr, kd_n, kh_n, kw_n, od_n, oh_n, ow_n, sd, sh, sw, pd, ph,
+             pw, dd, dh, dw):
+    """col (cg*KD*KH*KW, nr*OW) = im2col of output rows [r0, r0 + nr) (flattened (OD, OH))."""
+    d_n, h_n, w_n = x.shape[2], x.shape[3], x.shape[4]
+    ncol = nr * ow_n
+    row = 0
+    for c in range(cg):
+        for kd in range(kd_n):
+            for kh in range(kh_n):
+                for kw in range(kw_n):
+                    off_w = kw * dw - pw
+                    ow0, ow1 = _valid_range(off_w, sw, w_n, ow_n)
+                    nv = ow1 - ow0
+                    for i in range(nr):
+                        r = r0 + i
+                        o_d = r // oh_n
+                        o_h = r - o_d * oh_n
+                        i_d = o_d * sd - pd + kd * dd
+                        i_h = o_h * sh - ph + kh * dh
+                        d = eptr(col, row * ncol + i * ow_n)
+                        if (i_d < 0 or i_d >= d_n or i_h < 0 or i_h >= h_n or nv <= 0):
+                            for j in range(ow_n):
+                                d[j] = 0
+                            continue
+                        for j in range(ow0):
+                            d[j] = 0
+                        s = eptr(x, (((n * x.shape[1] + c0 + c) * d_n + i_d) * h_n + i_h) * w_n
+                                 + sw * ow0 + off_w)
+                        dd_ = eptr(col, row * ncol + i * ow_n + ow0)
+                        if sw == 1:
+                            for j in range(nv):
+                                dd_[j] = s[j]
+                        else:
+                            for j in range(nv):
+                                dd_[j] = s[sw * j]
+                        for j in range(ow1, ow_n):
+                            d[j] = 0
+                    row += 1
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _conv3_task(t, nb, bs, x, w, b, res, out, colw, sd, sh, sw, pd, ph, pw, dd, dh, dw,
+                group, has_bias, has_res, act, aa, ab):
+    m_n, cg, kd_n, kh_n, kw_n = w.shape
+    od_n, oh_n, ow_n = out.shape[2], out.shape[3], out.shape[4]
+    rows = od_n * oh_n
+    s = rows * ow_n
+    mg = m_n // group
+    kdim = cg * kd_n * kh_n * kw_n
+    ng = t // nb
+    blk = t - ng * nb
+    n = ng // group
+    g = ng - n * group
+    r0 = blk * bs
+    r1 = min(rows, r0 + bs)
+    if r1 <= r0:
+        return
+    s0 = r0 * ow_n
+    nn = (r1 - r0) * ow_n
+    _im2col3(x, n, g * cg, cg, colw, r0, r1 - r0, kd_n, kh_n, kw_n, od_n, oh_n, ow_n, sd, sh,
+             sw, pd, ph, pw, dd, dh, dw)
+    st = xgemm(0, 0, mg, nn, kdim, 1.0, w, g * mg * kdim, kdim, colw, 0, nn, 0.0, out,
+               (n * m_n + g * mg) * s + s0, s)
+    if st != 0:
+        raise RuntimeError("BLAS gemm failed")
+    if has_bias or has_res or act != 0:
+        o1 = out.reshape(-1)
+        r1d = res.reshape(-1)
+        z = out.dtype.type(0)
+        for mi in range(mg):
+            m = g * mg + mi
+            off = (n * m_n + m) * s + s0
+            _epilogue_row(o1[off:off + nn], b[m] if has_bias else z, has_bias,
+                          r1d[off:off + nn] if has_res else o1[off:off + nn], has_res, act,
+                          aa, ab)
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
+def _conv3_par(nw, ntask, nb, bs, x, w, b, res, out, col, cap, sd, sh, sw, pd, ph, pw, dd,
+               dh, dw, group, has_bias, has_res, act, aa, ab):
+    counter = np.zeros(1, np.int64)
+    for wk in prange(nw):
+        colw = col[wk * cap:(wk + 1) * cap]
+        while True:
+            t = next_task(counter)
+            if t >= ntask:
+                break
+            _conv3_task(t, nb, bs, x, w, b, res, out, colw, sd, sh, sw, pd, ph, pw, dd, dh,
+                        dw, group, has_bias, has_res, act, aa, ab)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def conv3d(x, w, b, res, out, col, sd, sh, sw, pd, ph, pw, dd, dh, dw, group, has_bias,
+           has_res, act, alpha_act, beta_act):
+    """ONNX Conv / FusedConv on 5-D arrays: out = act(conv(x, w) + b [+ res]); ``res`` must
+    not alias ``out`` (pass ``out`` itself with has_res False)."""
+    n_n = x.shape[0]
+    m_n, cg, kd_n, kh_n, kw_n = w.shape
+    od_n, oh_n, ow_n = out.shape[2], out.shape[3], out.shape[4]
+    rows = od_n * oh_n
+    s = rows * ow_n
+    if n_n == 0 or m_n == 0 or s == 0:
+        return
+    sd, sh, sw = np.int64(sd), np.int64(sh), np.int64(sw)
+    pd, ph, pw = np.int64(pd), np.int64(ph), np.int64(pw)
+    dd, dh, dw = np.int64(dd), np.int64(dh), np.int64(dw)
+    group = np.int64(group)
+    has_bias = bool(has_bias)
+    has_res = bool(has_res)
+    act = np.int64(act)
+    aa = np.float64(alpha_act)
+    ab = np.float64(beta_act)
+    kdim = cg * kd_n * kh_n * kw_n
+    if kdim == 0:
+        o3 = out.reshape(n_n, m_n, s)
+        r3 = res.reshape(res.shape[0], res.shape[1], s)
+        for n in range(n_n):
+            for m in range(m_n):
+                row = o3[n, m]
+                for j in range(s):
+                    row[j] = 0
+                _epilogue_row(row, b[m] if has_bias else out.dtype.type(0), has_bias,
+                              r3[n, m] if has_res else row, has_res, act, aa, ab)
+        return
+    nth = num_threads()
+    bs = _block_rows3(kdim, ow_n, rows)
+    par = nth > 1 and 2 * n_n * m_n * kdim * s >= _PAR_MIN_FLOPS
+    n_img = n_n * group
+    if par and n_img * _ceil_div(rows, bs) < 2 * nth:
+        bs = max(1, _ceil_div(rows, _ceil_div(2 * nth, n_img)))
+    per_row = kdim * ow_n
+    avail = col.shape[0] // per_row
+    if avail < 1:
+        raise ValueError("conv3d: col scratch smaller than one output row")
+    bs = min(bs, avail)
+    nb = _ceil_div(rows, bs)
+    ntask = n_img * nb
+    nw = max(1, min(nth, ntask, avail // bs)) if par else 1
+    cap = bs * per_row
+    if nw > 1:
+        _conv3_par(nw, ntask, nb, bs, x, w, b, res, out, col, cap, sd, sh, sw, pd, ph, pw, dd,
+                   dh, dw, group, has_bias, has_res, act, aa, ab)
+    else:
+        colw = col[:cap]
+        for t in range(ntask):
+            _conv3_task(t, nb, bs, x, w, b, res, out, colw, sd, sh, sw, pd, ph, pw, dd, dh,
+                        dw, group, has_bias, has_res, act, aa, ab)

@@ -127,3 +127,71 @@ def test_conv_transpose_empty():
     cm = jitort.compile(m)
     y = cm.run(None, {'x': np.zeros((1, 4, 0, 3), np.float32)})[0]
     assert y.shape == (1, 2, 0, 3)
+
+
+# --- Conv beyond 2-D: 1-D (as 2-D with height 1) and 3-D (conv.conv3d), fused epilogues ------
+def _conv_model(xshape, wshape, bias=True, post=(), **attrs):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(xshape).astype(np.float32)
+    w = rng.standard_normal(wshape).astype(np.float32)
+    b = rng.standard_normal(wshape[0]).astype(np.float32)
+    inits = [numpy_helper.from_array(w, 'w')] + ([numpy_helper.from_array(b, 'b')] if bias else [])
+    nodes = [helper.make_node('Conv', ['x', 'w'] + (['b'] if bias else []), ['c'], **attrs)]
+    vis = [helper.make_tensor_value_info('x', TensorProto.FLOAT, xshape)]
+    feeds = {'x': x}
+    last = 'c'
+    for i, op in enumerate(post):
+        nodes.append(helper.make_node(op, [last], [f'p{i}']))
+        last = f'p{i}'
+    nodes.append(helper.make_node('Identity', [last], ['y']))
+    m = helper.make_model(helper.make_graph(
+        nodes, 'g', vis, [helper.make_tensor_value_info('y', TensorProto.FLOAT, None)], inits),
+        opset_imports=[helper.make_opsetid('', 17)])
+    m.ir_version = 8
+    return m, feeds
+
+
+CONV_CASES = [
+    # 1-D: strides, dilations, pads, groups, auto_pad
+    ((2, 4, 11), (6, 4, 3), dict(pads=[1, 2])),
+    ((1, 4, 12), (6, 2, 3), dict(strides=[2], dilations=[2], group=2, pads=[0, 1])),
+    ((1, 4, 10), (4, 1, 5), dict(group=4, auto_pad='SAME_UPPER')),
+    ((1, 4, 10), (8, 4, 4), dict(strides=[3], auto_pad='SAME_LOWER')),
+    # 3-D
+    ((2, 4, 5, 6, 7), (6, 4, 3, 3, 3), dict(pads=[1, 1, 1, 1, 1, 1])),
+    ((1, 4, 6, 7, 8), (6, 4, 3, 3, 3), dict(strides=[2, 1, 2], dilations=[1, 2, 1],
+                                            pads=[0, 1, 2, 1, 0, 1])),
+    ((1, 4, 5, 6, 7), (6, 2, 3, 3, 3), dict(group=2, auto_pad='SAME_UPPER', strides=[2, 2, 2])),
+    ((1, 4, 5, 6, 7), (6, 4, 1, 1, 1), dict(auto_pad='VALID')),
+]
+
+
+@pytest.mark.parametrize('case', CONV_CASES, ids=[f'{c[0]}-{c[1]}-{sorted(c[2])}' for c in CONV_CASES])
+def test_conv_nd(case):
+    xs, ws, attrs = case
+    _check(*_conv_model(xs, ws, **attrs))
+
+
+def test_conv3d_fused_relu():
+    _check(*_conv_model((1, 4, 5, 6, 7), (6, 4, 3, 3, 3), post=('Relu',), pads=[1] * 6))
+
+
+def test_conv3d_fused_residual():
+    """Conv + Add(residual) + Relu: the residual read by the conv's epilogue."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 4, 5, 6, 7)).astype(np.float32)
+    w = rng.standard_normal((4, 4, 3, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    nodes = [helper.make_node('Conv', ['x', 'w', 'b'], ['c'], pads=[1] * 6),
+             helper.make_node('Add', ['c', 'x'], ['a']), helper.make_node('Relu', ['a'], ['y'])]
+    m = helper.make_model(helper.make_graph(
+        nodes, 'g', [helper.make_tensor_value_info('x', TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, 'w'), numpy_helper.from_array(b, 'b')]),
+        opset_imports=[helper.make_opsetid('', 17)])
+    m.ir_version = 8
+    _check(m, {'x': x})
+
+
+def test_conv3d_threads(nthreads):
+    _check(*_conv_model((1, 8, 12, 12, 12), (16, 8, 3, 3, 3), pads=[1] * 6), threads=nthreads)

@@ -64,6 +64,9 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
     from jitort.kernels.cpu.conv import conv2d_scratch_elems
     x, w, y = n.inputs[0], n.inputs[1], n.outputs[0]
     b = n.input(2)
+    if len(em.shape(x)) == 5:
+        _lower_conv3d(em, n, residual, act)
+        return
     xs4, ws4, ys4, strides, dil, pads, group = _conv_geometry(em, n)
     c, kh, kw = xs4[1], ws4[2], ws4[3]
     oh, ow = ys4[2], ys4[3]
@@ -102,6 +105,37 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
     else:
         em.call(f"_conv.conv2d_bias_add_act({xv}, {wv}, {bv}, {rv}{y4}, {col}, {args}, {group}, "
                 f"{b is not None}, {epi})")
+
+
+def _lower_conv3d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> None:
+    """3-D Conv / FusedConv: ``conv.conv3d`` (im2col of blocks of output rows + BLAS gemm,
+    bias / residual / activation on each block)."""
+    from jitort.kernels.cpu.conv import conv3d_scratch_elems
+    x, w, y = n.inputs[0], n.inputs[1], n.outputs[0]
+    b = n.input(2)
+    xs, ws, ys = em.shape(x), em.shape(w), em.shape(y)
+    group = int(n.attrs.get("group", 1))
+    if len(ws) != 5 or len(ys) != 5 or xs[1] != ws[1] * group or ws[0] % group:
+        raise Unlowerable(n, f"inconsistent shapes X {xs}, W {ws}, group {group}")
+    strides = list(n.attrs.get("strides") or [1, 1, 1])
+    dil = list(n.attrs.get("dilations") or [1, 1, 1])
+    pads = _conv_pads(n, xs[2:], ws[2:], strides, dil, ys[2:])
+    col = em.scratch(max(1, conv3d_scratch_elems(xs[1], *ws[2:], *ys[2:], group, em.threads)),
+                     y.dtype)
+    bv = em.arr(b) if b is not None else f"np.zeros(1, {tname(y.dtype)})"
+    rv = None if residual is None else f"{em.arr(residual)}.reshape({em.tuple_expr(ys)})"
+    yv = em.out(y)
+    if (residual is not None and id(y) not in em.embed
+            and em.root.get(id(residual), -1) == em.root.get(id(y))):
+        raise Unlowerable(n, "conv residual shares the output's buffer")
+    y5 = f"{yv}.reshape({em.tuple_expr(ys)})"
+    rv = rv or y5
+    code, alpha, beta = act
+    args = ", ".join(em.dim(v) for v in (*strides, *pads, *dil))
+    em.call(f"_conv.conv3d({em.arr(x)}.reshape({em.tuple_expr(xs)}), "
+            f"{em.arr(w)}.reshape({em.tuple_expr(ws)}), {bv}, {rv}, {y5}, {col}, {args}, "
+            f"{group}, {b is not None}, {residual is not None}, {code}, {float_literal(alpha)}, "
+            f"{float_literal(beta)})")
 
 
 @lowering("Conv", supports=_conv_ok)
