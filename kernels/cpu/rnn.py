@@ -1,1 +1,669 @@
-"""CPU kernels: LSTM, GRU and RNN (input projection as one GEMM over all steps, then the recurrence). Imports nothing from jitort."""
+"""CPU kernels: LSTM, GRU and RNN (input projection as one GEMM over all steps, then the
+recurrence). Imports nothing from jitort.
+
+Every entry point (``lstm``, ``gru``, ``rnn``) works in two phases:
+
+1. The input projection of all time steps and both directions at once: one GEMM
+   ``XW (rows, nd * G * H) = X (rows, I) @ W (nd * G * H, I)^T + bias`` through the GEMM
+   library's task runner (BLAS, split over threads when big). ``rows`` are X's rows as stored:
+   (t, b) for layout 0, (b, t) for layout 1. The bias folded in is Wb + Rb (GRU: Rb of the z and
+   r gates only, and of h too unless ``linear_before_reset``).
+2. The recurrence, per direction: each step one small product ``h (B, H) @ R^T (H, G * H)``
+   (``_hgemm``: a k-unrolled vector loop over the pre-transposed weights ``rt`` for a few batch
+   rows, BLAS gemm for more), then the gate math of every active batch row fused in one loop
+   (default activations: polynomial sigmoid / tanh of ``mathfn``) or, for other activations,
+   a few vectorized passes with the activation chosen outside each loop (``_act``).
+   Bidirectional layers with two or more threads run their two directions in parallel.
+
+Conventions shared by the three kernels (all arrays C-contiguous, one float dtype):
+``x`` (X0, X1, I) as given; ``rt`` (nd, H, G*H) = R transposed per direction; ``bias``
+(nd, 2*G*H) or shape (1, 0) when absent; ``h0``/``c0`` like Y_h or shape (0, 0, 0) when absent;
+``seqlen`` (B,) integers or shape (0,) when absent; ``y`` (T, nd, B, H) / (B, T, nd, H) and
+``yh``/``yc`` (nd, B, H) / (B, nd, H) by ``layout``, shape all-0 when absent; ``ws`` a scratch of
+``scratch_elems(...)`` elements. ``acts`` is a tuple of activation codes (ACT_*), G' per
+direction (LSTM f, g, h; GRU f, g; RNN f), ``alphas``/``betas`` float tuples of the same length.
+``clip`` bounds every gate's pre-activation to [-clip, clip] (inf: no clip). With sequence
+lengths, a batch row stops at its length: Y is 0 past it, Y_h / Y_c hold its last valid step's
+state (0 for length 0), and the reverse direction runs from its last valid step back, as
+onnxruntime does.
+"""
+import numpy as np
+from numba import njit, prange
+
+from .gemm import _mm_run, num_threads, xgemm
+from .mathfn import fexp, fexpneg, flog, fsigmoid, ftanh
+
+_FM = {'reassoc', 'contract', 'arcp'}
+
+# activation codes (the lowering maps ONNX names to these)
+ACT_SIGMOID = 0
+ACT_TANH = 1
+ACT_RELU = 2
+ACT_LEAKY_RELU = 3
+ACT_THRESHOLDED_RELU = 4
+ACT_SCALED_TANH = 5
+ACT_HARD_SIGMOID = 6
+ACT_ELU = 7
+ACT_SOFTSIGN = 8
+ACT_SOFTPLUS = 9
+ACT_AFFINE = 10
+
+# Batch rows from which a step's h @ R^T goes to BLAS gemm rather than the vector loop (which
+# streams R^T once per batch row; BLAS packs it once per step).
+_BLAS_MIN_ROWS = 4
+# Multiply-adds per direction (T * B * H * G * H) from which two directions run on two threads.
+_PAR_MIN_MACS = 1 << 16
+
+
+def scratch_elems(seq, batch, hidden, gates, nd):
+    """Scratch elements ``lstm``/``gru``/``rnn`` need: the projected inputs (seq*batch rows of
+    nd*G*H), per direction the step product, the state (h, c) and a temporary row block."""
+    gh = gates * hidden
+    return seq * batch * nd * gh + nd * batch * (2 * gh + 2 * hidden) + nd * gh + 64
+
+
+# --- activations -------------------------------------------------------------------------------
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _act(v, code, alpha, beta):
+    """v[:] = act(v) in place (1-D); the branch is outside each loop, so each loop vectorizes."""
+    t_ = v.dtype.type
+    n = v.shape[0]
+    a = t_(alpha)
+    b = t_(beta)
+    zero = t_(0.0)
+    one = t_(1.0)
+    if code == ACT_SIGMOID:
+        for j in range(n):
+            v[j] = fsigmoid(v[j])
+    elif code == ACT_TANH:
+        for j in range(n):
+            v[j] = ftanh(v[j])
+    elif code == ACT_RELU:
+        for j in range(n):
+            x = v[j]
+            v[j] = x if x > zero else zero
+    elif code == ACT_LEAKY_RELU:
+        for j in range(n):
+            x = v[j]
+            v[j] = x if x >= zero else a * x
+    elif code == ACT_THRESHOLDED_RELU:
+        for j in range(n):
+            x = v[j]
+            v[j] = x if x > a else zero
+    elif code == ACT_SCALED_TANH:
+        for j in range(n):
+            v[j] = a * ftanh(b * v[j])
+    elif code == ACT_HARD_SIGMOID:
+        for j in range(n):
+            x = a * v[j] + b
+            x = x if x > zero else zero
+            v[j] = x if x < one else one
+    elif code == ACT_ELU:
+        for j in range(n):
+            x = v[j]
+            xn = x if x < zero else zero
+            v[j] = x if x >= zero else a * (fexp(xn) - one)
+    elif code == ACT_SOFTSIGN:
+        for j in range(n):
+            x = v[j]
+            v[j] = x / (one + abs(x))
+    elif code == ACT_SOFTPLUS:
+        # max(x, 0) + log(1 + exp(-|x|)): no overflow for large x
+        for j in range(n):
+            x = v[j]
+            m = x if x > zero else zero
+            v[j] = m + flog(one + fexpneg(-abs(x)))
+    elif code == ACT_AFFINE:
+        for j in range(n):
+            v[j] = a * v[j] + b
+    else:
+        raise ValueError("unknown RNN activation code")
+
+
+# --- shared pieces ---------------------------------------------------------------------------
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _project(x, w, bsum, xw):
+    """xw (rows, nd*G*H) = x (rows, I) @ w (nd*G*H, I)^T + bsum (nd*G*H)."""
+    rows = xw.shape[0]
+    ncol = xw.shape[1]
+    k = w.shape[2]
+    if rows == 0 or ncol == 0:
+        return
+    z2 = np.zeros((1, 1), xw.dtype)
+    _mm_run(x.reshape(1, rows, k), w.reshape(1, ncol, k), xw.reshape(1, rows, ncol), bsum, z2,
+            np.int64(0), np.int64(1), np.float64(1.0), np.float64(0.0), np.int64(1),
+            np.int64(0), np.float64(0.0), np.float64(0.0))
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _hgemm(a, d, rt, c0, c1, out, rows, nrows):
+    """out[d, b, c0:c1] = a[d, b, :] @ rt[d, :, c0:c1] for the batch rows ``rows[:nrows]``
+    (all rows when ``nrows`` == out.shape[1])."""
+    nb = out.shape[1]
+    kdim = a.shape[2]
+    gh = rt.shape[2]
+    n = c1 - c0
+    if n <= 0 or nrows == 0:
+        return
+    t_ = out.dtype.type
+    if kdim == 0:
+        for bi in range(nrows):
+            o = out[d, rows[bi], c0:c1]
+            for j in range(n):
+                o[j] = t_(0.0)
+        return
+    if nrows >= _BLAS_MIN_ROWS and nrows == nb:
+        xgemm(0, 0, nb, n, kdim, 1.0, a, d * nb * kdim, kdim, rt, d * kdim * gh + c0, gh,
+              0.0, out, d * nb * gh + c0, gh)
+        return
+    r = rt[d]
+    for bi in range(nrows):
+        b = rows[bi]
+        o = out[d, b, c0:c1]
+        h = a[d, b]
+        for j in range(n):
+            o[j] = t_(0.0)
+        k = 0
+        while k + 4 <= kdim:
+            h0 = h[k]
+            h1 = h[k + 1]
+            h2 = h[k + 2]
+            h3 = h[k + 3]
+            r0 = r[k, c0:c1]
+            r1 = r[k + 1, c0:c1]
+            r2 = r[k + 2, c0:c1]
+            r3 = r[k + 3, c0:c1]
+            for j in range(n):
+                o[j] += h0 * r0[j] + h1 * r1[j] + h2 * r2[j] + h3 * r3[j]
+            k += 4
+        while k < kdim:
+            hk = h[k]
+            rk = r[k, c0:c1]
+            for j in range(n):
+                o[j] += hk * rk[j]
+            k += 1
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _dims(x, layout):
+    """(T, B) of x by layout."""
+    if layout == 0:
+        return x.shape[0], x.shape[1]
+    return x.shape[1], x.shape[0]
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _lengths(seqlen, nb, nt):
+    """Per-batch lengths (int64), checked to lie in [0, T]."""
+    lens = np.empty(nb, np.int64)
+    if seqlen.shape[0] == 0:
+        for b in range(nb):
+            lens[b] = nt
+        return lens
+    if seqlen.shape[0] != nb:
+        raise ValueError("RNN: sequence_lens must have batch_size entries")
+    for b in range(nb):
+        v = np.int64(seqlen[b])
+        if v < 0 or v > nt:
+            raise ValueError("RNN: sequence_lens entries must lie in [0, seq_length]")
+        lens[b] = v
+    return lens
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _bias_sum(bias, nd, g, hd, skip_h):
+    """Per direction Wb + Rb of every gate (G*H); with ``skip_h`` the last gate's Rb is left
+    out (GRU with linear_before_reset adds it inside r * (...))."""
+    gh = g * hd
+    out = np.zeros(nd * gh, bias.dtype)
+    if bias.shape[1] == 0:
+        return out
+    for d in range(nd):
+        for j in range(gh):
+            v = bias[d, j]
+            if not (skip_h and j >= gh - hd):
+                v += bias[d, gh + j]
+            out[d * gh + j] = v
+    return out
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _init_state(st, init, layout):
+    """st (nd, B, H) = init (Y_h layout) or 0 when init is absent."""
+    nd, nb, hd = st.shape
+    t_ = st.dtype.type
+    for d in range(nd):
+        for b in range(nb):
+            s = st[d, b]
+            if init.shape[0] == 0:
+                for j in range(hd):
+                    s[j] = t_(0.0)
+            else:
+                src = init[d, b] if layout == 0 else init[b, d]
+                for j in range(hd):
+                    s[j] = src[j]
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _store_state(st, out, lens, layout):
+    """out (Y_h layout) = st, 0 for rows of length 0."""
+    nd, nb, hd = st.shape
+    t_ = st.dtype.type
+    for d in range(nd):
+        for b in range(nb):
+            o = out[d, b] if layout == 0 else out[b, d]
+            if lens[b] == 0:
+                for j in range(hd):
+                    o[j] = t_(0.0)
+            else:
+                s = st[d, b]
+                for j in range(hd):
+                    o[j] = s[j]
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _store_y(y, d, t, b, h, layout):
+    o = y[t, d, b] if layout == 0 else y[b, t, d]
+    for j in range(h.shape[0]):
+        o[j] = h[j]
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _zero_tail(y, d, lens, nt, layout):
+    """Y[t, d, b] = 0 for t >= lens[b]."""
+    nb = lens.shape[0]
+    t_ = y.dtype.type
+    for b in range(nb):
+        for t in range(lens[b], nt):
+            o = y[t, d, b] if layout == 0 else y[b, t, d]
+            for j in range(o.shape[0]):
+                o[j] = t_(0.0)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _active(lens, s, rows):
+    """rows[:n] = the batch rows still running at step s; returns n."""
+    n = 0
+    for b in range(lens.shape[0]):
+        if s < lens[b]:
+            rows[n] = b
+            n += 1
+    return n
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _xrow(t, b, nt, nb, layout):
+    return t * nb + b if layout == 0 else b * nt + t
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _clip(v, c):
+    v = c if v > c else v
+    return -c if v < -c else v
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _views(ws, nt, nb, hd, g, nd, dt):
+    """Carve the scratch: xw (T*B, nd*G*H), hr (nd, B, G*H), tmp (nd, B, G*H),
+    h (nd, B, H), c (nd, B, H)."""
+    gh = g * hd
+    o = 0
+    xw = ws[o:o + nt * nb * nd * gh].reshape(nt * nb, nd * gh)
+    o += nt * nb * nd * gh
+    hr = ws[o:o + nd * nb * gh].reshape(nd, nb, gh)
+    o += nd * nb * gh
+    tmp = ws[o:o + nd * nb * gh].reshape(nd, nb, gh)
+    o += nd * nb * gh
+    hs = ws[o:o + nd * nb * hd].reshape(nd, nb, hd)
+    o += nd * nb * hd
+    cs = ws[o:o + nd * nb * hd].reshape(nd, nb, hd)
+    return xw, hr, tmp, hs, cs
+
+
+# --- LSTM ------------------------------------------------------------------------------------
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _lstm_dir(d, reverse, xw, rt, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, betas,
+              clip, input_forget):
+    """The recurrence of direction ``d`` (it indexes the weights and state; ``reverse``: run
+    from each row's last valid step back)."""
+    nb = hs.shape[1]
+    hd = hs.shape[2]
+    gh = 4 * hd
+    nt = xw.shape[0] // nb if nb > 0 else 0
+    t_ = hs.dtype.type
+    cl = t_(clip)
+    one = t_(1.0)
+    k = 3 * d
+    fc, gc, hc = acts[k], acts[k + 1], acts[k + 2]
+    fast = fc == ACT_SIGMOID and gc == ACT_TANH and hc == ACT_TANH
+    has_p = peep.shape[1] > 0
+    has_y = y.shape[0] > 0 and y.shape[3] > 0
+    rows = np.empty(nb, np.int64)
+    zp = np.zeros(hd, hs.dtype)
+    maxlen = 0
+    for b in range(nb):
+        maxlen = max(maxlen, lens[b])
+    col = d * gh
+    for s in range(maxlen):
+        na = _active(lens, s, rows)
+        _hgemm(hs, d, rt, 0, gh, hr, rows, na)
+        for bi in range(na):
+            b = rows[bi]
+            t = lens[b] - 1 - s if reverse else s
+            xr = xw[_xrow(t, b, nt, nb, layout), col:col + gh]
+            g = hr[d, b]
+            h = hs[d, b]
+            c = cs[d, b]
+            pi = peep[d, 0:hd] if has_p else zp
+            po = peep[d, hd:2 * hd] if has_p else zp
+            pf = peep[d, 2 * hd:3 * hd] if has_p else zp
+            xi, xo, xf, xc = xr[0:hd], xr[hd:2 * hd], xr[2 * hd:3 * hd], xr[3 * hd:gh]
+            gi, go, gf, gc_ = g[0:hd], g[hd:2 * hd], g[2 * hd:3 * hd], g[3 * hd:gh]
+            if fast:
+                for j in range(hd):
+                    cp = c[j]
+                    vi = fsigmoid(_clip(xi[j] + gi[j] + pi[j] * cp, cl))
+                    vf = fsigmoid(_clip(xf[j] + gf[j] + pf[j] * cp, cl))
+                    vf = one - vi if input_forget else vf
+                    vc = ftanh(_clip(xc[j] + gc_[j], cl))
+                    cn = vf * cp + vi * vc
+                    vo = fsigmoid(_clip(xo[j] + go[j] + po[j] * cn, cl))
+                    c[j] = cn
+                    h[j] = vo * ftanh(cn)
+            else:
+                tm = tmp[d, b]
+                ti, to, tf, tc = tm[0:hd], tm[hd:2 * hd], tm[2 * hd:3 * hd], tm[3 * hd:gh]
+                for j in range(hd):
+                    cp = c[j]
+                    ti[j] = _clip(xi[j] + gi[j] + pi[j] * cp, cl)
+                    tf[j] = _clip(xf[j] + gf[j] + pf[j] * cp, cl)
+                    tc[j] = _clip(xc[j] + gc_[j], cl)
+                _act(ti, fc, alphas[k], betas[k])
+                if input_forget:
+                    for j in range(hd):
+                        tf[j] = one - ti[j]
+                else:
+                    _act(tf, fc, alphas[k], betas[k])
+                _act(tc, gc, alphas[k + 1], betas[k + 1])
+                for j in range(hd):
+                    cn = tf[j] * c[j] + ti[j] * tc[j]
+                    c[j] = cn
+                    to[j] = _clip(xo[j] + go[j] + po[j] * cn, cl)
+                    tc[j] = cn
+                _act(to, fc, alphas[k], betas[k])
+                _act(tc, hc, alphas[k + 2], betas[k + 2])
+                for j in range(hd):
+                    h[j] = to[j] * tc[j]
+            if has_y:
+                _store_y(y, d, t, b, h, layout)
+    if has_y:
+        _zero_tail(y, d, lens, nt, layout)
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
+def _lstm_par(xw, rt, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, betas, clip,
+              input_forget):
+    for d in prange(2):
+        _lstm_dir(d, d == 1, xw, rt, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, betas,
+                  clip, input_forget)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def lstm(x, w, rt, bias, peep, h0, c0, seqlen, y, yh, yc, ws, layout, reverse, acts, alphas,
+         betas, clip, input_forget):
+    """ONNX LSTM (gates i, o, f, c); see the module docstring. ``reverse``: a one-direction
+    layer that runs backwards."""
+    nd = w.shape[0]
+    hd = rt.shape[1]
+    nt, nb = _dims(x, layout)
+    xw, hr, tmp, hs, cs = _views(ws, nt, nb, hd, 4, nd, x.dtype)
+    lens = _lengths(seqlen, nb, nt)
+    _init_state(hs, h0, layout)
+    _init_state(cs, c0, layout)
+    bsum = _bias_sum(bias, nd, 4, hd, False)
+    _project(x.reshape(nt * nb, x.shape[2]), w, bsum, xw)
+    if nd == 2 and num_threads() >= 2 and nt * nb * hd * 4 * hd >= _PAR_MIN_MACS:
+        _lstm_par(xw, rt, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, betas, clip,
+                  input_forget)
+    else:
+        for d in range(nd):
+            _lstm_dir(d, reverse or d == 1, xw, rt, peep, hr, tmp, hs, cs, y, lens, layout,
+                      acts, alphas, betas, clip, input_forget)
+    if yh.shape[0] > 0:
+        _store_state(hs, yh, lens, layout)
+    if yc.shape[0] > 0:
+        _store_state(cs, yc, lens, layout)
+
+
+# --- GRU -------------------------------------------------------------------------------------
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _gru_dir(d, reverse, xw, rt, rbh, hr, tmp, hs, y, lens, layout, acts, alphas, betas, clip,
+             linear_before_reset):
+    nb = hs.shape[1]
+    hd = hs.shape[2]
+    gh = 3 * hd
+    nt = xw.shape[0] // nb if nb > 0 else 0
+    t_ = hs.dtype.type
+    cl = t_(clip)
+    one = t_(1.0)
+    k = 2 * d
+    fc, gc = acts[k], acts[k + 1]
+    fast = fc == ACT_SIGMOID and gc == ACT_TANH
+    has_y = y.shape[0] > 0 and y.shape[3] > 0
+    rows = np.empty(nb, np.int64)
+    maxlen = 0
+    for b in range(nb):
+        maxlen = max(maxlen, lens[b])
+    col = d * gh
+    rb = rbh[d]
+    for s in range(maxlen):
+        na = _active(lens, s, rows)
+        # z and r (and h's recurrent product when it comes before the reset)
+        _hgemm(hs, d, rt, 0, gh if linear_before_reset else 2 * hd, hr, rows, na)
+        for bi in range(na):
+            b = rows[bi]
+            t = lens[b] - 1 - s if reverse else s
+            xr = xw[_xrow(t, b, nt, nb, layout), col:col + gh]
+            g = hr[d, b]
+            h = hs[d, b]
+            tm = tmp[d, b]
+            xz, xrr = xr[0:hd], xr[hd:2 * hd]
+            gz, gr = g[0:hd], g[hd:2 * hd]
+            tz, tr = tm[0:hd], tm[hd:2 * hd]
+            if fast:
+                for j in range(hd):
+                    tz[j] = fsigmoid(_clip(xz[j] + gz[j], cl))
+                    tr[j] = fsigmoid(_clip(xrr[j] + gr[j], cl))
+            else:
+                for j in range(hd):
+                    tz[j] = _clip(xz[j] + gz[j], cl)
+                    tr[j] = _clip(xrr[j] + gr[j], cl)
+                _act(tz, fc, alphas[k], betas[k])
+                _act(tr, fc, alphas[k], betas[k])
+            if not linear_before_reset:
+                # (r * h) @ Rh^T: the reset row goes where the product of h will be read
+                rh = tm[2 * hd:gh]
+                for j in range(hd):
+                    rh[j] = tr[j] * h[j]
+        if not linear_before_reset:
+            _hgemm_rh(tmp, d, rt, hd, hr, rows, na)
+        for bi in range(na):
+            b = rows[bi]
+            t = lens[b] - 1 - s if reverse else s
+            xr = xw[_xrow(t, b, nt, nb, layout), col:col + gh]
+            g = hr[d, b]
+            h = hs[d, b]
+            tm = tmp[d, b]
+            xh = xr[2 * hd:gh]
+            gh_ = g[2 * hd:gh]
+            tz, tr, th = tm[0:hd], tm[hd:2 * hd], tm[2 * hd:gh]
+            if linear_before_reset:
+                for j in range(hd):
+                    th[j] = _clip(xh[j] + tr[j] * (gh_[j] + rb[j]), cl)
+            else:
+                for j in range(hd):
+                    th[j] = _clip(xh[j] + gh_[j], cl)
+            if fast:
+                for j in range(hd):
+                    z = tz[j]
+                    h[j] = (one - z) * ftanh(th[j]) + z * h[j]
+            else:
+                _act(th, gc, alphas[k + 1], betas[k + 1])
+                for j in range(hd):
+                    z = tz[j]
+                    h[j] = (one - z) * th[j] + z * h[j]
+            if has_y:
+                _store_y(y, d, t, b, h, layout)
+    if has_y:
+        _zero_tail(y, d, lens, nt, layout)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _hgemm_rh(tmp, d, rt, hd, hr, rows, na):
+    """hr[d, b, 2H:3H] = tmp[d, b, 2H:3H] @ rt[d, :, 2H:3H] (GRU's (r * h) @ Rh^T)."""
+    nb = tmp.shape[1]
+    gh = 3 * hd
+    if na == 0 or hd == 0:
+        return
+    if na >= _BLAS_MIN_ROWS and na == nb:
+        xgemm(0, 0, nb, hd, hd, 1.0, tmp, d * nb * gh + 2 * hd, gh, rt, d * hd * gh + 2 * hd,
+              gh, 0.0, hr, d * nb * gh + 2 * hd, gh)
+        return
+    t_ = hr.dtype.type
+    r = rt[d]
+    for bi in range(na):
+        b = rows[bi]
+        o = hr[d, b, 2 * hd:gh]
+        a = tmp[d, b, 2 * hd:gh]
+        for j in range(hd):
+            o[j] = t_(0.0)
+        k = 0
+        while k + 4 <= hd:
+            h0 = a[k]
+            h1 = a[k + 1]
+            h2 = a[k + 2]
+            h3 = a[k + 3]
+            r0 = r[k, 2 * hd:gh]
+            r1 = r[k + 1, 2 * hd:gh]
+            r2 = r[k + 2, 2 * hd:gh]
+            r3 = r[k + 3, 2 * hd:gh]
+            for j in range(hd):
+                o[j] += h0 * r0[j] + h1 * r1[j] + h2 * r2[j] + h3 * r3[j]
+            k += 4
+        while k < hd:
+            hk = a[k]
+            rk = r[k, 2 * hd:gh]
+            for j in range(hd):
+                o[j] += hk * rk[j]
+            k += 1
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
+def _gru_par(xw, rt, rbh, hr, tmp, hs, y, lens, layout, acts, alphas, betas, clip,
+             linear_before_reset):
+    for d in prange(2):
+        _gru_dir(d, d == 1, xw, rt, rbh, hr, tmp, hs, y, lens, layout, acts, alphas, betas, clip,
+                 linear_before_reset)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def gru(x, w, rt, bias, h0, seqlen, y, yh, ws, layout, reverse, acts, alphas, betas, clip,
+        linear_before_reset):
+    """ONNX GRU (gates z, r, h); see the module docstring."""
+    nd = w.shape[0]
+    hd = rt.shape[1]
+    nt, nb = _dims(x, layout)
+    xw, hr, tmp, hs, _ = _views(ws, nt, nb, hd, 3, nd, x.dtype)
+    lens = _lengths(seqlen, nb, nt)
+    _init_state(hs, h0, layout)
+    lbr = linear_before_reset != 0
+    bsum = _bias_sum(bias, nd, 3, hd, lbr)
+    rbh = np.zeros((nd, hd), x.dtype)
+    if lbr and bias.shape[1] > 0:
+        for d in range(nd):
+            for j in range(hd):
+                rbh[d, j] = bias[d, 5 * hd + j]
+    _project(x.reshape(nt * nb, x.shape[2]), w, bsum, xw)
+    if nd == 2 and num_threads() >= 2 and nt * nb * hd * 3 * hd >= _PAR_MIN_MACS:
+        _gru_par(xw, rt, rbh, hr, tmp, hs, y, lens, layout, acts, alphas, betas, clip, lbr)
+    else:
+        for d in range(nd):
+            _gru_dir(d, reverse or d == 1, xw, rt, rbh, hr, tmp, hs, y, lens, layout,
+                     acts, alphas, betas, clip, lbr)
+    if yh.shape[0] > 0:
+        _store_state(hs, yh, lens, layout)
+
+
+# --- RNN -------------------------------------------------------------------------------------
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _rnn_dir(d, reverse, xw, rt, hr, hs, y, lens, layout, acts, alphas, betas, clip):
+    nb = hs.shape[1]
+    hd = hs.shape[2]
+    nt = xw.shape[0] // nb if nb > 0 else 0
+    t_ = hs.dtype.type
+    cl = t_(clip)
+    fc = acts[d]
+    has_y = y.shape[0] > 0 and y.shape[3] > 0
+    rows = np.empty(nb, np.int64)
+    maxlen = 0
+    for b in range(nb):
+        maxlen = max(maxlen, lens[b])
+    col = d * hd
+    for s in range(maxlen):
+        na = _active(lens, s, rows)
+        _hgemm(hs, d, rt, 0, hd, hr, rows, na)
+        for bi in range(na):
+            b = rows[bi]
+            t = lens[b] - 1 - s if reverse else s
+            xr = xw[_xrow(t, b, nt, nb, layout), col:col + hd]
+            g = hr[d, b]
+            h = hs[d, b]
+            if fc == ACT_TANH:
+                for j in range(hd):
+                    h[j] = ftanh(_clip(xr[j] + g[j], cl))
+            else:
+                for j in range(hd):
+                    h[j] = _clip(xr[j] + g[j], cl)
+                _act(h, fc, alphas[d], betas[d])
+            if has_y:
+                _store_y(y, d, t, b, h, layout)
+    if has_y:
+        _zero_tail(y, d, lens, nt, layout)
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
+def _rnn_par(xw, rt, hr, hs, y, lens, layout, acts, alphas, betas, clip):
+    for d in prange(2):
+        _rnn_dir(d, d == 1, xw, rt, hr, hs, y, lens, layout, acts, alphas, betas, clip)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def rnn(x, w, rt, bias, h0, seqlen, y, yh, ws, layout, reverse, acts, alphas, betas, clip):
+    """ONNX RNN (Ht = f(Xt W^T + Ht-1 R^T + Wb + Rb)); see the module docstring."""
+    nd = w.shape[0]
+    hd = rt.shape[1]
+    nt, nb = _dims(x, layout)
+    xw, hr, _, hs, _ = _views(ws, nt, nb, hd, 1, nd, x.dtype)
+    lens = _lengths(seqlen, nb, nt)
+    _init_state(hs, h0, layout)
+    bsum = _bias_sum(bias, nd, 1, hd, False)
+    _project(x.reshape(nt * nb, x.shape[2]), w, bsum, xw)
+    if nd == 2 and num_threads() >= 2 and nt * nb * hd * hd >= _PAR_MIN_MACS:
+        _rnn_par(xw, rt, hr, hs, y, lens, layout, acts, alphas, betas, clip)
+    else:
+        for d in range(nd):
+            _rnn_dir(d, reverse or d == 1, xw, rt, hr, hs, y, lens, layout, acts, alphas,
+                     betas, clip)
+    if yh.shape[0] > 0:
+        _store_state(hs, yh, lens, layout)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def transpose_r(r, rt):
+    """rt[d] = r[d]^T: (nd, G*H, H) -> (nd, H, G*H), for recurrence weights that are not
+    constants (constant ones are transposed once at compile time)."""
+    nd, gh, hd = r.shape
+    for d in range(nd):
+        for i in range(gh):
+            for k in range(hd):
+                rt[d, k, i] = r[d, i, k]

@@ -1,5 +1,169 @@
 """CPU lowerings: LSTM, GRU and RNN (input projection as one GEMM over all steps, then the recurrence).
 
-Kernels: ``jitort.kernels.cpu.rnn`` (alias ``_rnn`` in generated drivers).
+Kernels: ``jitort.kernels.cpu.rnn`` (alias ``_rnn`` in generated drivers). One kernel call per
+node: ``lstm`` / ``gru`` / ``rnn`` with the recurrence weights transposed once at compile time
+(``R^T`` per direction, (nd, H, G*H)) when they are constants, else by ``transpose_r`` in the
+driver. Every attribute of opsets 1-22 is honoured: direction, layout (14), clip, input_forget,
+linear_before_reset, activations with activation_alpha / activation_beta (consumed in order by
+the activations that take them; a missing one takes onnxruntime's default: LeakyRelu 0.01,
+HardSigmoid 0.2 / 0.5, Elu 1.0, the others 0), any subset of the outputs. opset 1's
+``output_sequence`` only says whether Y is wanted, which the graph already says.
 """
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...ir import Node
+from ..elementwise import tname
+from ..registry import Unlowerable, lowering
+from .common import _is_float, float_literal
+
+if TYPE_CHECKING:
+    from ..cpu import Emitter
+
+_GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+_DEFAULT_ACTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
+#: activation name (lower case) -> kernel code (kernels/cpu/rnn.py ACT_*)
+_ACT_CODES = {"sigmoid": 0, "tanh": 1, "relu": 2, "leakyrelu": 3, "thresholdedrelu": 4,
+              "scaledtanh": 5, "hardsigmoid": 6, "elu": 7, "softsign": 8, "softplus": 9,
+              "affine": 10}
+_USES_ALPHA = {"leakyrelu", "thresholdedrelu", "scaledtanh", "hardsigmoid", "elu", "affine"}
+_USES_BETA = {"scaledtanh", "hardsigmoid", "affine"}
+#: defaults where activation_alpha / activation_beta run out (onnxruntime's, measured: its
+#: ThresholdedRelu, ScaledTanh and Affine take 0)
+_ACT_DEFAULTS = {"leakyrelu": (0.01, 0.0), "hardsigmoid": (0.2, 0.5), "elu": (1.0, 0.0)}
+
+# input indices
+_B, _SEQ, _H0, _C0, _P = 3, 4, 5, 6, 7
+
+
+def _name(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _directions(n: Node) -> int:
+    return 2 if _name(n.attrs.get("direction", "forward")) == "bidirectional" else 1
+
+
+def _activations(n: Node):
+    """(codes, alphas, betas) per activation slot, ``len == G' * directions``, or None."""
+    nd = _directions(n)
+    per = len(_DEFAULT_ACTS[n.op_type])
+    names = [_name(a).lower() for a in n.attrs.get("activations", []) or []]
+    if not names:
+        names = [a.lower() for a in _DEFAULT_ACTS[n.op_type]] * nd
+    elif len(names) == per and nd == 2:
+        names = names * 2
+    if len(names) != per * nd or any(a not in _ACT_CODES for a in names):
+        return None
+    alphas = list(n.attrs.get("activation_alpha", []) or [])
+    betas = list(n.attrs.get("activation_beta", []) or [])
+    codes, al, be = [], [], []
+    for a in names:
+        da, db = _ACT_DEFAULTS.get(a, (0.0, 0.0))
+        if a in _USES_ALPHA and alphas:
+            da = float(alphas.pop(0))
+        if a in _USES_BETA and betas:
+            db = float(betas.pop(0))
+        codes.append(_ACT_CODES[a])
+        al.append(da)
+        be.append(db)
+    return codes, al, be
+
+
+def _wanted(v) -> bool:
+    """An output the graph names (an omitted one is an untyped placeholder value)."""
+    return v is not None and v.dtype is not None and not v.name.startswith("__unused_")
+
+
+def _rnn_ok(n: Node) -> bool:
+    x = n.inputs[0]
+    if not _is_float(x, *[o for o in n.outputs if _wanted(o)]):
+        return False
+    dt = np.dtype(x.dtype)
+    for i, v in enumerate(n.inputs[1:], 1):
+        if v is None:
+            continue
+        if i == _SEQ:
+            if v.dtype is None or np.dtype(v.dtype).kind not in "iu":
+                return False
+        elif v.dtype is None or np.dtype(v.dtype) != dt:
+            return False
+    if any(np.dtype(o.dtype) != dt for o in n.outputs if _wanted(o)):
+        return False
+    return _activations(n) is not None and _name(n.attrs.get("direction", "forward")) in (
+        "forward", "reverse", "bidirectional")
+
+
+@lowering("LSTM", "GRU", "RNN", supports=_rnn_ok)
+def lower_rnn(em: Emitter, n: Node) -> None:
+    from jitort.kernels.cpu.rnn import scratch_elems
+    op = n.op_type
+    g = _GATES[op]
+    x, w, r = n.inputs[:3]
+    xs, rs = em.shape(x), em.shape(r)
+    nd = _directions(n)
+    hd = rs[2]
+    layout = int(n.attrs.get("layout", 0)) if n.since_version >= 14 else 0
+    seq, batch = (xs[1], xs[0]) if layout else (xs[0], xs[1])
+    dt = np.dtype(x.dtype)
+    tn = tname(dt)
+    codes, alphas, betas = _activations(n)
+    reverse = _name(n.attrs.get("direction", "forward")) == "reverse"
+    clip = n.attrs.get("clip")
+    clip = float("inf") if clip is None else float(clip)
+    if clip < 0:
+        raise Unlowerable(n, f"negative clip {clip}")  # onnxruntime rejects it too
+
+    xv = f"{em.arr(x)}.reshape({em.tuple_expr(xs)})"
+    wv = f"{em.arr(w)}.reshape({em.tuple_expr((nd, g * hd, xs[2]))})"
+    if r.is_const:
+        rt = em.derived_const(("rnn_rt", id(r.const)),
+                              lambda: np.ascontiguousarray(r.const.transpose(0, 2, 1)))
+        rtv = f"{rt}.reshape({em.tuple_expr((nd, hd, g * hd))})"
+    else:
+        rts = em.scratch(nd * hd * g * hd, dt)
+        rtv = f"{rts}.reshape({em.tuple_expr((nd, hd, g * hd))})"
+        em.call(f"_rnn.transpose_r({em.arr(r)}.reshape({em.tuple_expr((nd, g * hd, hd))}), {rtv})")
+
+    def opt(i, shape, zero):
+        v = n.input(i)
+        if v is None:
+            return zero
+        return f"{em.arr(v)}.reshape({em.tuple_expr(shape)})"
+
+    yh_shape = (batch, nd, hd) if layout else (nd, batch, hd)
+    bv = opt(_B, (nd, 2 * g * hd), f"np.zeros((1, 0), {tn})")
+    sv = opt(_SEQ, (batch,), "np.zeros(0, np.int32)")
+    h0 = opt(_H0, yh_shape, f"np.zeros((0, 0, 0), {tn})")
+    ws = em.scratch(scratch_elems(seq, batch, hd, g, nd), dt)
+    if op == "LSTM":
+        c0 = opt(_C0, yh_shape, f"np.zeros((0, 0, 0), {tn})")
+        pv = opt(_P, (nd, 3 * hd), f"np.zeros((1, 0), {tn})")
+
+    outs = [o if _wanted(o) else None for o in n.outputs] + [None] * (3 - len(n.outputs))
+    y_shape = (batch, seq, nd, hd) if layout else (seq, nd, batch, hd)
+
+    def out(v, shape):
+        if v is None:
+            return f"np.zeros({(0,) * len(shape)}, {tn})"
+        return f"{em.out(v)}.reshape({em.tuple_expr(shape)})"
+
+    yv = out(outs[0], y_shape)
+    yhv = out(outs[1], yh_shape)
+    acts = "(" + "".join(f"np.int64({c}), " for c in codes) + ")"
+    al = "(" + "".join(float_literal(a) + ", " for a in alphas) + ")"
+    be = "(" + "".join(float_literal(b) + ", " for b in betas) + ")"
+    tail = f"{layout}, {reverse}, {acts}, {al}, {be}, {float_literal(clip)}"
+    if op == "LSTM":
+        ycv = out(outs[2], yh_shape)
+        cif = bool(n.attrs.get("input_forget", 0))
+        em.call(f"_rnn.lstm({xv}, {wv}, {rtv}, {bv}, {pv}, {h0}, {c0}, {sv}, {yv}, {yhv}, "
+                f"{ycv}, {ws}, {tail}, {cif})")
+    elif op == "GRU":
+        lbr = bool(n.attrs.get("linear_before_reset", 0))
+        em.call(f"_rnn.gru({xv}, {wv}, {rtv}, {bv}, {h0}, {sv}, {yv}, {yhv}, {ws}, {tail}, {lbr})")
+    else:
+        em.call(f"_rnn.rnn({xv}, {wv}, {rtv}, {bv}, {h0}, {sv}, {yv}, {yhv}, {ws}, {tail})")

@@ -1,0 +1,80 @@
+#!/usr/bin/env python
+"""Latency of one model, jitort against onnxruntime, measured interleaved in one process.
+
+    python scripts/compare_model.py MODEL [--threads 1] [--batch 1] [--runs 200]
+
+Both engines run on the same random feed (float inputs standard normal; integer inputs ids in
+[0, 100); dynamic dims: --batch for the first, --seq for the others), at the same thread count
+(jitort ``compile(threads=N)``, onnxruntime ``intra_op_num_threads=N``, one inter-op thread).
+After a warm-up, calls alternate jitort / onnxruntime ``--runs`` times; the medians and their
+ratio are printed, with the largest output difference.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _feeds(sess, batch, seq):
+    rng = np.random.default_rng(0)
+    feeds = {}
+    for i in sess.get_inputs():
+        dims = [d if isinstance(d, int) else (batch if k == 0 else seq)
+                for k, d in enumerate(i.shape)]
+        if "int" in i.type:
+            feeds[i.name] = rng.integers(0, 100, dims).astype(np.int64)
+        else:
+            feeds[i.name] = rng.standard_normal(dims).astype(np.float32)
+    return feeds
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--runs", type=int, default=200)
+    a = ap.parse_args(argv)
+    import onnxruntime as ort
+
+    import jitort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = a.threads
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(a.model, so, providers=["CPUExecutionProvider"])
+    feeds = _feeds(sess, a.batch, a.seq)
+    cm = jitort.compile(a.model, threads=a.threads)
+    got = cm.run(None, feeds)
+    want = sess.run(None, feeds)
+    diff = max(float(np.max(np.abs(np.asarray(g, np.float64) - w))) if np.size(w) else 0.0
+               for g, w in zip(got, want))
+    for _ in range(10):
+        cm.run(None, feeds)
+        sess.run(None, feeds)
+    tj, to = [], []
+    for _ in range(a.runs):
+        t0 = time.perf_counter()
+        cm.run(None, feeds)
+        t1 = time.perf_counter()
+        sess.run(None, feeds)
+        t2 = time.perf_counter()
+        tj.append(t1 - t0)
+        to.append(t2 - t1)
+    mj, mo = statistics.median(tj), statistics.median(to)
+    print(f"{Path(a.model).name}: threads {a.threads}, batch {a.batch}, {a.runs} interleaved runs; "
+          f"interpreted nodes: {cm.fallback_nodes()}")
+    print(f"jitort {mj * 1e3:.3f} ms  onnxruntime {mo * 1e3:.3f} ms  ratio {mj / mo:.3f}  "
+          f"max |diff| {diff:.2e}")
+
+
+if __name__ == "__main__":
+    main()
