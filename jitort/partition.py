@@ -137,9 +137,16 @@ def _host_safe(n: Node) -> bool:
                              "RandomUniformLike", "Multinomial", "Bernoulli"}
 
 
+#: ops whose lowerings skip an omitted output (the importer's untyped ``__unused_`` placeholder
+#: for an empty name among the outputs, e.g. an LSTM's Y when only Y_h is wanted)
+_SKIPS_OMITTED_OUTPUTS = {"LSTM", "GRU", "RNN"}
+
+
 def _typed(n: Node) -> bool:
     return all(v.dtype is not None for v in n.all_inputs()) and all(
-        o.dtype is not None for o in n.outputs)
+        o.dtype is not None or (n.op_type in _SKIPS_OMITTED_OUTPUTS and n.domain == ""
+                                and o.name.startswith("__unused_"))
+        for o in n.outputs)
 
 
 def schedule(graph: Graph, placement: dict[int, str]) -> list[Segment | InterpStep]:
