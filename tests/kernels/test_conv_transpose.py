@@ -195,3 +195,37 @@ def test_conv3d_fused_residual():
 
 def test_conv3d_threads(nthreads):
     _check(*_conv_model((1, 8, 12, 12, 12), (16, 8, 3, 3, 3), pads=[1] * 6), threads=nthreads)
+
+
+# --- pools beyond 2-D: 1-D MaxPool / AveragePool (2-D kernels at height 1), global pools ------
+def _pool_check(op, xshape, opset=17, **attrs):
+    x = np.random.default_rng(4).standard_normal(xshape).astype(np.float32)
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node(op, ['x'], ['y'], **attrs)], 'g',
+        [helper.make_tensor_value_info('x', TensorProto.FLOAT, xshape)],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid('', opset)])
+    m.ir_version = 8
+    _check(m, {'x': x})
+
+
+POOL_1D = [
+    ('MaxPool', dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
+    ('MaxPool', dict(kernel_shape=[3], strides=[2], ceil_mode=1)),
+    ('MaxPool', dict(kernel_shape=[2], dilations=[2], pads=[1, 0])),
+    ('MaxPool', dict(kernel_shape=[3], strides=[2], auto_pad='SAME_UPPER')),
+    ('AveragePool', dict(kernel_shape=[3], strides=[1], pads=[1, 1])),
+    ('AveragePool', dict(kernel_shape=[3], strides=[2], pads=[1, 0], count_include_pad=1)),
+    ('AveragePool', dict(kernel_shape=[4], strides=[3], ceil_mode=1)),
+]
+
+
+@pytest.mark.parametrize('op,attrs', POOL_1D, ids=[f'{o}-{sorted(a.items())}' for o, a in POOL_1D])
+def test_pool_1d(op, attrs):
+    _pool_check(op, (2, 3, 11), **attrs)
+
+
+@pytest.mark.parametrize('op', ['GlobalAveragePool', 'GlobalMaxPool'])
+@pytest.mark.parametrize('shape', [(2, 3, 7), (1, 3, 4, 5, 6)])
+def test_global_pool_nd(op, shape):
+    _pool_check(op, shape)

@@ -17,37 +17,50 @@ def _pool_ok(n: Node) -> bool:
 
 
 def _pool_geometry(em: Emitter, n: Node):
+    """x, y, kernel, strides, dilations, begin pads, end pads of a 2-D pool; a 1-D pool
+    (N, C, W) runs as a 2-D one of height 1 (``_pool4`` gives the 4-D views)."""
     x, y = n.inputs[0], n.outputs[0]
     xs, ys = em.shape(x), em.shape(y)
-    if len(xs) != 4:
+    if len(xs) not in (3, 4):
         raise Unlowerable(n, f"{len(xs) - 2}-D pooling")
+    sp = len(xs) - 2
     k = list(n.attrs["kernel_shape"])
-    strides = list(n.attrs.get("strides", [1, 1]))
-    dil = list(n.attrs.get("dilations", [1, 1]))
-    pads_all = list(n.attrs.get("pads", [0, 0, 0, 0]))
+    strides = list(n.attrs.get("strides", [1] * sp))
+    dil = list(n.attrs.get("dilations", [1] * sp))
+    pads_all = list(n.attrs.get("pads", [0] * (2 * sp)))
     pads = _conv_pads(n, xs[2:], k, strides, dil, ys[2:])
     if n.attrs.get("auto_pad", "NOTSET") in ("NOTSET", ""):
-        ends = pads_all[2:4]
+        ends = pads_all[sp:2 * sp]
     else:
         ends = [max(0, (ys[2 + a] - 1) * strides[a] + (k[a] - 1) * dil[a] + 1 - xs[2 + a]) - pads[a]
-                for a in range(2)]
+                for a in range(sp)]
+    if sp == 1:
+        k, strides, dil, pads, ends = [1] + k, [1] + strides, [1] + dil, [0] + pads, [0] + ends
     return x, y, k, strides, dil, pads, ends
+
+
+def _pool4(em: Emitter, v, expr: str) -> str:
+    """``expr`` (the array of value ``v``) as the 4-D array the 2-D pool kernels take."""
+    vs = em.shape(v)
+    if len(vs) == 4:
+        return expr
+    return f"{expr}.reshape({em.tuple_expr((vs[0], vs[1], 1, vs[2]))})"
 
 
 @lowering("MaxPool", supports=lambda n: _pool_ok(n) and n.attrs.get("storage_order", 0) == 0)
 def lower_maxpool(em: Emitter, n: Node) -> None:
     x, y, k, s, dil, pads, _ = _pool_geometry(em, n)
-    yv = em.out(y)
+    yv = _pool4(em, y, em.out(y))
     args = ", ".join(em.dim(v) for v in (k[0], k[1], s[0], s[1], pads[0], pads[1], dil[0], dil[1]))
-    em.call(f"_pool.maxpool2d({em.arr(x)}, {yv}, {args})")
+    em.call(f"_pool.maxpool2d({_pool4(em, x, em.arr(x))}, {yv}, {args})")
 
 
-@lowering("AveragePool", supports=lambda n: _pool_ok(n) and list(n.attrs.get("dilations", [1, 1])) == [1, 1])
+@lowering("AveragePool", supports=lambda n: _pool_ok(n) and all(d == 1 for d in n.attrs.get("dilations", [1])))
 def lower_avgpool(em: Emitter, n: Node) -> None:
     x, y, k, s, dil, pads, ends = _pool_geometry(em, n)
-    yv = em.out(y)
+    yv = _pool4(em, y, em.out(y))
     args = ", ".join(em.dim(v) for v in (k[0], k[1], s[0], s[1], pads[0], pads[1]))
-    em.call(f"_pool.avgpool2d({em.arr(x)}, {yv}, {args}, "
+    em.call(f"_pool.avgpool2d({_pool4(em, x, em.arr(x))}, {yv}, {args}, "
             f"{bool(n.attrs.get('count_include_pad', 0))}, {em.dim(ends[0])}, {em.dim(ends[1])})")
 
 
