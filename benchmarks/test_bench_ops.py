@@ -317,6 +317,23 @@ CASES.update({
     'pad constant 1x96x112x112 p0/1': (lambda: _pad_case((1, 96, 112, 112), [0, 0, 0, 0, 0, 0, 1, 1], 'constant'), 0),
     'pad edge 1x64x56x56 p2': (lambda: _pad_case((1, 64, 56, 56), [0, 0, 2, 2, 0, 0, 2, 2], 'edge'), 0),
     'pad constant crop 8x128x768 v=-1': (lambda: _pad_case((8, 128, 768), [0, -4, 0, 0, 4, 0], 'constant', -1.0), 0),
+    # ESPCN super-resolution head (r = 3), YOLOv5's Focus (SpaceToDepth 2), a batch Tile of
+    # token embeddings, a causal-mask Trilu
+    'depthtospace DCR 1x9x224x224 b3': (lambda: _model_case(
+        [helper.make_node('DepthToSpace', ['x'], ['y'], blocksize=3)], [('x', _rn(1, 9, 224, 224))],
+        ['y'], opset=13), 0),
+    'depthtospace CRD 1x64x56x56 b2': (lambda: _model_case(
+        [helper.make_node('DepthToSpace', ['x'], ['y'], blocksize=2, mode='CRD')],
+        [('x', _rn(1, 64, 56, 56))], ['y'], opset=13), 0),
+    'spacetodepth 1x3x640x640 b2': (lambda: _model_case(
+        [helper.make_node('SpaceToDepth', ['x'], ['y'], blocksize=2)], [('x', _rn(1, 3, 640, 640))],
+        ['y'], opset=13), 0),
+    'tile 1x128x768 x8': (lambda: _model_case(
+        [helper.make_node('Tile', ['x', 'r'], ['y'])], [('x', _rn(1, 128, 768))], ['y'],
+        [('r', np.array([8, 1, 1], np.int64))], opset=13), 0),
+    'trilu upper k=1 8x256x256': (lambda: _model_case(
+        [helper.make_node('Trilu', ['x', 'k'], ['y'])], [('x', _rn(8, 256, 256))], ['y'],
+        [('k', np.array(1, np.int64))], opset=14), 0),
 })
 
 # ConvTranspose: decoder.onnx's upsampling conv, a U-Net 2x2 stride-2 up-conv, a 1-D audio

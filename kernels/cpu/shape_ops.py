@@ -1,6 +1,6 @@
 """CPU kernels: Pad (constant, reflect, edge, wrap), Tile, DepthToSpace, SpaceToDepth, Trilu, EyeLike, Range, ConstantOfShape, CenterCropPad, ReverseSequence. Imports nothing from jitort."""
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 
 # --- Pad ---------------------------------------------------------------------------------------
@@ -74,3 +74,173 @@ def pad_row(yr, xr, c, b, nl, yl, inner, val, mode):
         s = np.uint64((pad_src(o - b, nl, mode) + c) * inner)
         for t in range(np.uint64(inner)):
             yr[d + t] = xr[s + t]
+
+
+# --- Trilu, EyeLike, Range, ConstantOfShape, ReverseSequence -------------------------------------
+
+@njit(cache=True, error_model='numpy')
+def trilu(x, y, k, upper):
+    """y[b, i, j] = x[b, i, j] where j - i >= k (upper) or j - i <= k (lower), else 0.
+    x, y (B, N, M) C-contiguous; each row is a kept run and a zeroed run."""
+    nb, n, m = x.shape
+    zero = y.dtype.type(0)
+    for b in range(nb):
+        for i in range(n):
+            xr = x[b, i]
+            yr = y[b, i]
+            if upper:
+                s = min(max(i + k, 0), m)  # keep j >= i + k
+                for j in range(np.uint64(s)):
+                    yr[j] = zero
+                for j in range(np.uint64(s), np.uint64(m)):
+                    yr[j] = xr[j]
+            else:
+                e = min(max(i + k + 1, 0), m)  # keep j <= i + k
+                for j in range(np.uint64(e)):
+                    yr[j] = xr[j]
+                for j in range(np.uint64(e), np.uint64(m)):
+                    yr[j] = zero
+
+
+@njit(cache=True, error_model='numpy', parallel=True)
+def trilu_par(x, y, k, upper):
+    """:func:`trilu` with the (matrix, row) pairs in a prange, for big inputs."""
+    nb, n, m = x.shape
+    zero = y.dtype.type(0)
+    for t in prange(nb * n):
+        b = t // n
+        i = t - b * n
+        xr = x[b, i]
+        yr = y[b, i]
+        if upper:
+            s = min(max(i + k, 0), m)
+            for j in range(np.uint64(s)):
+                yr[j] = zero
+            for j in range(np.uint64(s), np.uint64(m)):
+                yr[j] = xr[j]
+        else:
+            e = min(max(i + k + 1, 0), m)
+            for j in range(np.uint64(e)):
+                yr[j] = xr[j]
+            for j in range(np.uint64(e), np.uint64(m)):
+                yr[j] = zero
+
+
+@njit(cache=True, error_model='numpy')
+def eye(y, k):
+    """y (N, M): ones on the k-th diagonal, zeros elsewhere."""
+    n, m = y.shape
+    for i in range(n):
+        yr = y[i]
+        for j in range(np.uint64(m)):
+            yr[j] = 0
+        j = i + k
+        if 0 <= j < m:
+            yr[j] = 1
+
+
+@njit(cache=True, error_model='numpy')
+def arange(y, start, delta):
+    """y[i]: start, then delta added once per element (onnxruntime's Range accumulates, so
+    float results match it bit for bit)."""
+    v = start
+    for i in range(y.shape[0]):
+        y[i] = v
+        v += delta
+
+
+@njit(cache=True, error_model='numpy')
+def fill(y, v):
+    """y[:] = v on a flat C-contiguous view."""
+    for i in range(np.uint64(y.shape[0])):
+        y[i] = v
+
+
+@njit(cache=True, error_model='numpy')
+def reverse_sequence(x, lens, y, time_major):
+    """ReverseSequence on (T, B, I) (time_major) or (B, T, I) views: the first lens[b] steps of
+    sequence b reversed, the rest copied. Lengths outside [0, T] raise."""
+    if time_major:
+        nt, nb, inner = x.shape
+    else:
+        nb, nt, inner = x.shape
+    for b in range(nb):
+        if lens[b] < 0 or lens[b] > nt:
+            raise ValueError("ReverseSequence: sequence_lens out of range")
+    for b in range(nb):
+        n = lens[b]
+        for t in range(nt):
+            s = n - 1 - t if t < n else t
+            if time_major:
+                yr = y[t, b]
+                xr = x[s, b]
+            else:
+                yr = y[b, t]
+                xr = x[b, s]
+            for i in range(np.uint64(inner)):
+                yr[i] = xr[i]
+
+
+# --- DepthToSpace / SpaceToDepth: 6-D transposes -------------------------------------------------
+# y (N, C, H, b, W, b) from x (N, b, b, C, H, W) (DCR) or (N, C, b, b, H, W) (CRD); SpaceToDepth
+# is the inverse of DCR. The innermost loop runs along W on the side that is contiguous there.
+
+@njit(cache=True, error_model='numpy')
+def depth_to_space(x, y, crd):
+    nn, nc, nh, nb, nw, _ = y.shape
+    for n in range(nn):
+        for c in range(nc):
+            for h in range(nh):
+                for i in range(nb):
+                    for j in range(nb):
+                        xr = x[n, c, i, j, h] if crd else x[n, i, j, c, h]
+                        yr = y[n, c, h, i]
+                        for w in range(nw):
+                            yr[w, j] = xr[w]
+
+
+@njit(cache=True, error_model='numpy', parallel=True)
+def depth_to_space_par(x, y, crd):
+    """:func:`depth_to_space` with the (image, channel) pairs in a prange."""
+    nn, nc, nh, nb, nw, _ = y.shape
+    for t in prange(nn * nc):
+        n = t // nc
+        c = t - n * nc
+        for h in range(nh):
+            for i in range(nb):
+                for j in range(nb):
+                    xr = x[n, c, i, j, h] if crd else x[n, i, j, c, h]
+                    yr = y[n, c, h, i]
+                    for w in range(nw):
+                        yr[w, j] = xr[w]
+
+
+@njit(cache=True, error_model='numpy')
+def space_to_depth(x, y):
+    """y (N, b, b, C, H, W) from x (N, C, H, b, W, b)."""
+    nn, nb, _, nc, nh, nw = y.shape
+    for n in range(nn):
+        for i in range(nb):
+            for j in range(nb):
+                for c in range(nc):
+                    for h in range(nh):
+                        xr = x[n, c, h, i]
+                        yr = y[n, i, j, c, h]
+                        for w in range(nw):
+                            yr[w] = xr[w, j]
+
+
+@njit(cache=True, error_model='numpy', parallel=True)
+def space_to_depth_par(x, y):
+    """:func:`space_to_depth` with the (image, channel) pairs in a prange."""
+    nn, nb, _, nc, nh, nw = y.shape
+    for t in prange(nn * nc):
+        n = t // nc
+        c = t - n * nc
+        for i in range(nb):
+            for j in range(nb):
+                for h in range(nh):
+                    xr = x[n, c, h, i]
+                    yr = y[n, i, j, c, h]
+                    for w in range(nw):
+                        yr[w] = xr[w, j]

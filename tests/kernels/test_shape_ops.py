@@ -26,12 +26,17 @@ def _model(nodes, inputs, outputs, inits=(), opset=19):
     return m
 
 
-def _check(m, feeds, threads=None):
-    """Run ``m`` in onnxruntime and jitort; assert equal outputs and nothing interpreted."""
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    ref = ort.InferenceSession(m.SerializeToString(), so,
-                               providers=['CPUExecutionProvider']).run(None, feeds)
+def _check(m, feeds, threads=None, reference=False):
+    """Run ``m`` in onnxruntime (onnx.reference where onnxruntime lacks the kernel) and jitort;
+    assert equal outputs and nothing interpreted."""
+    if reference:
+        from onnx.reference import ReferenceEvaluator
+        ref = ReferenceEvaluator(m).run(None, feeds)
+    else:
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        ref = ort.InferenceSession(m.SerializeToString(), so,
+                                   providers=['CPUExecutionProvider']).run(None, feeds)
     cm = jitort.compile(m, threads=threads)
     got = cm.run(None, feeds)
     assert cm.fallback_nodes() == []
@@ -165,3 +170,133 @@ def test_pad_src_index_map():
                     else np.pad(np.arange(n), p, mode=mode)
                 got = [K.pad_src(o - p, n, code) for o in range(n + 2 * p)]
                 np.testing.assert_array_equal(got, ref)
+
+
+# --- Tile, DepthToSpace, SpaceToDepth, Trilu, ReverseSequence, CenterCropPad ------------------
+
+def _one(op, inputs, inits=(), opset=19, threads=None, reference=False, **attrs):
+    names = [n for n, _ in inputs] + [n for n, _ in inits]
+    m = _model([helper.make_node(op, names, ['y'], **attrs)], inputs, ['y'], inits, opset)
+    return _check(m, dict(inputs), threads, reference)
+
+
+@pytest.mark.parametrize('shape,reps', [
+    ((2, 3, 4, 5), [1, 2, 1, 3]),     # repeat axes between unrepeated ones
+    ((2, 3, 4, 5), [2, 1, 2, 1]),     # the unrepeated tail joins the last repeated axis
+    ((5,), [3]),
+    ((2, 3), [0, 2]),                 # an empty output
+    ((2, 3), [1, 1]),                 # a copy
+])
+def test_tile(shape, reps):
+    _one('Tile', [('x', _data(shape, np.float32))], [('r', np.array(reps, np.int64))])
+
+
+@pytest.mark.parametrize('dtype', [np.int64, np.bool_])
+def test_tile_dtypes(dtype):
+    _one('Tile', [('x', _data((1, 4, 3), dtype))], [('r', np.array([3, 1, 2], np.int64))], opset=13)
+
+
+def test_tile_parallel(nthreads):
+    _one('Tile', [('x', _data((8, 64, 64), np.float32))], [('r', np.array([1, 2, 2], np.int64))],
+         threads=nthreads)
+
+
+@pytest.mark.parametrize('mode', ['DCR', 'CRD'])
+def test_depth_to_space(mode):
+    _one('DepthToSpace', [('x', _data((2, 18, 3, 4), np.float32))], blocksize=3, mode=mode)
+
+
+def test_depth_to_space_opsets_int_and_space_to_depth():
+    _one('DepthToSpace', [('x', _data((1, 8, 2, 3), np.float32))], opset=1, blocksize=2)
+    # onnxruntime's CPU provider has no int64 kernels for these: onnx.reference
+    _one('DepthToSpace', [('x', _data((1, 8, 2, 3), np.int64))], opset=13, blocksize=2,
+         mode='CRD', reference=True)
+    _one('SpaceToDepth', [('x', _data((2, 3, 4, 6), np.float32))], opset=1, blocksize=2)
+    _one('SpaceToDepth', [('x', _data((1, 2, 6, 3), np.int64))], opset=13, blocksize=3,
+         reference=True)
+
+
+def test_depth_space_parallel(nthreads):
+    """Above the parallel threshold: a super-resolution head (r = 3) and its inverse."""
+    _one('DepthToSpace', [('x', _data((1, 18, 96, 96), np.float32))], blocksize=3,
+         threads=nthreads)
+    _one('SpaceToDepth', [('x', _data((1, 2, 288, 288), np.float32))], blocksize=3,
+         threads=nthreads)
+
+
+@pytest.mark.parametrize('upper,k', [(1, None), (1, 2), (0, -1), (0, 7), (1, -9)])
+def test_trilu(upper, k):
+    inits = [] if k is None else [('k', np.array(k, np.int64))]
+    _one('Trilu', [('x', _data((2, 4, 6), np.float32))], inits, upper=upper)
+
+
+def test_trilu_k_computed_and_dtypes():
+    """k from a graph input (read at run time), int64 and bool data, a 2-D input."""
+    for dtype in (np.int64, np.bool_):
+        x = _data((5, 3), dtype)
+        m = _model([helper.make_node('Trilu', ['x', 'k'], ['y'], upper=0)],
+                   [('x', x), ('k', np.array(1, np.int64))], ['y'])
+        for k in (1, -2):
+            _check(m, {'x': x, 'k': np.array(k, np.int64)})
+
+
+def test_trilu_empty_and_parallel(nthreads):
+    _one('Trilu', [('x', _data((3, 0, 4), np.float32))])
+    _one('Trilu', [('x', _data((4, 256, 256), np.float32))], [('k', np.array(1, np.int64))],
+         threads=nthreads)
+
+
+@pytest.mark.parametrize('time_axis', [0, 1])
+def test_reverse_sequence(time_axis):
+    x = _data((4, 3, 5) if time_axis == 0 else (3, 4, 5), np.float32)
+    lens = np.array([4, 0, 2], np.int64)
+    _one('ReverseSequence', [('x', x), ('l', lens)], time_axis=time_axis,
+         batch_axis=1 - time_axis)
+
+
+def test_reverse_sequence_int64_2d():
+    _one('ReverseSequence', [('x', _data((3, 6), np.int64)), ('l', np.array([6, 1, 3], np.int64))],
+         time_axis=1, batch_axis=0)
+
+
+def test_reverse_sequence_bad_length_raises():
+    x = _data((4, 2, 3), np.float32)
+    m = _model([helper.make_node('ReverseSequence', ['x', 'l'], ['y'])],
+               [('x', x), ('l', np.array([4, 1], np.int64))], ['y'])
+    cm = jitort.compile(m)
+    assert cm.fallback_nodes() == []
+    with pytest.raises(Exception):
+        cm.run(None, {'x': x, 'l': np.array([5, 1], np.int64)})
+
+
+@pytest.mark.parametrize('sizes,axes', [([3, 2, 7, 4], None), ([8, 1], [-1, 1]), ([2, 5], [0, 3])])
+def test_center_crop_pad(sizes, axes):
+    kw = {} if axes is None else {'axes': axes}
+    _one('CenterCropPad', [('x', _data((2, 3, 4, 5), np.float32))],
+         [('s', np.array(sizes, np.int64))], **kw)
+
+
+# --- EyeLike, Range, ConstantOfShape (on the data path: fed by graph inputs) -------------------
+
+def test_eye_like():
+    _one('EyeLike', [('x', _data((3, 5), np.float32))], k=1)
+    _one('EyeLike', [('x', _data((4, 3), np.float32))], k=-1, dtype=7)   # int64
+    _one('EyeLike', [('x', _data((2, 2), np.int32))], opset=22, k=3)     # an empty diagonal
+
+
+@pytest.mark.parametrize('start,limit,delta', [
+    (np.float32(1.5), np.float32(9.0), np.float32(0.7)),
+    (np.int64(10), np.int64(-3), np.int64(-3)),
+    (np.int32(0), np.int32(5), np.int32(1)),
+    (np.int64(4), np.int64(4), np.int64(1)),      # empty
+])
+def test_range(start, limit, delta):
+    _one('Range', [('a', np.array(start)), ('b', np.array(limit)), ('c', np.array(delta))])
+
+
+def test_constant_of_shape():
+    _one('ConstantOfShape', [('s', np.array([2, 3], np.int64))],
+         value=helper.make_tensor('v', 7, [1], [5]))
+    _one('ConstantOfShape', [('s', np.array([4], np.int64))])
+    _one('ConstantOfShape', [('s', np.array([3, 0], np.int64))],
+         value=helper.make_tensor('v', 1, [1], [2.5]))

@@ -155,6 +155,15 @@ def lower_pad(em: Emitter, n: Node) -> None:
     else:
         v = float(n.attrs.get("value", 0.0)) if n.since_version < 11 else 0
         val = lit(bool(v) if dt == np.bool_ else v, dt)
+    _emit_pad(em, n, x, y, begin, end, mode, val)
+
+
+def _emit_pad(em: Emitter, n: Node, x, y, begin, end, mode: str, val: str) -> None:
+    """The Pad kernel call for begin/end pads per axis (negative: crop, first) and ``val``, the
+    constant's expression. Shared by Pad and CenterCropPad."""
+    xs, ys = em.shape(x), em.shape(y)
+    rank = len(xs)
+    crop = [max(-begin[k], 0) + max(-end[k], 0) for k in range(rank)]
     # canonical form: runs of unpadded axes merged; the unpadded tail is the inner block
     padded = [bool(begin[k] or end[k]) for k in range(rank)]
     last = max(k for k in range(rank) if padded[k])
@@ -187,3 +196,224 @@ def lower_pad(em: Emitter, n: Node) -> None:
     bargs = "".join(f"{em.dim(b)}, {em.dim(c)}, {em.dim(m)}, " for b, c, m in cargs)
     em.call(f"{kname}({yv}.reshape({em.tuple_expr(cy)}), {em.arr(x)}.reshape({em.tuple_expr(cx)}), "
             f"{bargs}{em.dim(ys[last])}, {em.dim(inner)}, {val})")
+
+
+def _scalar_expr(em: Emitter, v) -> str:
+    """Expression reading the one element of a (scalar or 1-element) input at run time."""
+    return f"{em.arr(v)}.reshape({em.tuple_expr((1,))})[0]"
+
+
+def _once(em: Emitter, n: Node, tag: str, cond) -> bool:
+    """A per-node decision on sizes taken once (memo), not a guard on every shape."""
+    key = (tag, id(n))
+    if key not in em.memo:
+        em.memo[key] = bool(cond())
+    return em.memo[key]
+
+
+# --- CenterCropPad -------------------------------------------------------------------------------
+
+@lowering("CenterCropPad", supports=_plain)
+def lower_center_crop_pad(em: Emitter, n: Node) -> None:
+    """Crop or zero-pad each listed axis around its center: a Pad with value 0 whose negative
+    pads crop (the larger half of an odd difference at the end, as onnx's definition says)."""
+    x, y = n.inputs[0], n.outputs[0]
+    xs = em.shape(x)
+    rank = len(xs)
+    sizes = _host(em, n, n.inputs[1]).astype(np.int64).reshape(-1).tolist()
+    axes = n.attrs.get("axes")
+    axes = list(range(rank)) if axes is None else [_axis(int(a), rank) for a in axes]
+    if len(sizes) != len(axes) or any(not 0 <= a < rank for a in axes):
+        raise Unlowerable(n, f"shape {sizes} does not match axes {axes} of rank {rank}")
+    begin, end = [0] * rank, [0] * rank
+    for a, s in zip(axes, sizes):
+        d = concrete(xs[a])
+        if s < d:
+            begin[a] = -((d - s) // 2)
+            end[a] = -(d - s) + (d - s) // 2
+        elif s > d:
+            begin[a] = (s - d) // 2
+            end[a] = (s - d) - (s - d) // 2
+    if not any(begin) and not any(end):
+        em.alias(y, x)
+        return
+    _emit_pad(em, n, x, y, begin, end, "constant", lit(0, y.dtype))
+
+
+# --- Tile --------------------------------------------------------------------------------------
+
+def _broadcast_kernel(kinds: list[str], par: bool) -> str:
+    """Copy kernel ``y[...] = x[...]``: ``kinds[k]`` is "x" where y's axis k indexes x (in
+    order) and "r" where it repeats; the last axis is a contiguous row of both."""
+    r = len(kinds)
+    lines = [f"@njit(cache=True, error_model='numpy'{', parallel=True' if par else ''})",
+             "def __KNAME__(y, x):"]
+    ind = "    "
+    for k in range(r - 1):
+        rng = "prange" if par and k == 0 else "range"
+        lines.append(f"{ind}for a{k} in {rng}(y.shape[{k}]):")
+        ind += "    "
+    yi = ", ".join(f"a{k}" for k in range(r - 1))
+    xi = ", ".join(f"a{k}" for k in range(r - 1) if kinds[k] == "x")
+    lines += [f"{ind}yr = y[{yi}]" if r > 1 else f"{ind}yr = y",
+              f"{ind}xr = x[{xi}]" if xi else f"{ind}xr = x",
+              f"{ind}for t in range(np.uint64(xr.shape[0])):",
+              f"{ind}    yr[t] = xr[t]"]
+    return "\n".join(lines) + "\n"
+
+
+@lowering("Tile", supports=lambda n: _plain(n) and n.since_version >= 6)
+def lower_tile(em: Emitter, n: Node) -> None:
+    x, y = n.inputs[0], n.outputs[0]
+    xs, ys = em.shape(x), em.shape(y)
+    rank = len(xs)
+    reps = _host(em, n, n.inputs[1]).astype(np.int64).reshape(-1).tolist()
+    if len(reps) != rank or any(r < 0 for r in reps):
+        raise Unlowerable(n, f"repeats {reps} for rank {rank}")
+    if rank == 0 or all(r == 1 for r in reps):
+        em.alias(y, x)
+        return
+    yv = em.out(y)
+    if 0 in reps or concrete(_prod(xs)) == 0:
+        return  # an empty output: nothing to write
+    # y viewed as (R0, X0, R1, X1, ...): a repeat axis before each repeated input axis, runs of
+    # unrepeated axes merged, the unrepeated tail joined to the last input axis as the row
+    last = max(k for k in range(rank) if reps[k] != 1)
+    inner = _prod(xs[last + 1:])
+    kinds, ydims, xdims = [], [], []
+    k = 0
+    while k <= last:
+        if reps[k] != 1:
+            kinds += ["r", "x"]
+            ydims += [reps[k], xs[k] * (inner if k == last else 1)]
+            xdims.append(xs[k] * (inner if k == last else 1))
+            k += 1
+            continue
+        j = k
+        while j <= last and reps[j] == 1:
+            j += 1
+        kinds.append("x")
+        ydims.append(_prod(xs[k:j]))
+        xdims.append(_prod(xs[k:j]))
+        k = j
+    par = _once(em, n, "tile_par", lambda: concrete(_prod(ys)) >= _PAR_PAD
+                and concrete(ydims[0]) >= 2)
+    kname = em.kernel(f"k_tile{len(kinds)}", _broadcast_kernel(kinds, par))
+    em.call(f"{kname}({yv}.reshape({em.tuple_expr(ydims)}), "
+            f"{em.arr(x)}.reshape({em.tuple_expr(xdims)}))")
+
+
+# --- DepthToSpace / SpaceToDepth -----------------------------------------------------------------
+
+def _blocksize(n: Node, xs) -> int:
+    if len(xs) != 4:
+        raise Unlowerable(n, f"{n.op_type} of a rank-{len(xs)} input")
+    b = int(n.attrs.get("blocksize", 0))
+    if b < 1:
+        raise Unlowerable(n, f"blocksize {b}")
+    return b
+
+
+@lowering("DepthToSpace", supports=_plain)
+def lower_depth_to_space(em: Emitter, n: Node) -> None:
+    x, y = n.inputs[0], n.outputs[0]
+    xs = em.shape(x)
+    b = _blocksize(n, xs)
+    crd = n.since_version >= 11 and _str(n.attrs.get("mode"), "DCR") == "CRD"
+    nn, c, h, w = xs
+    co = c // (b * b)
+    xd = (nn, co, b, b, h, w) if crd else (nn, b, b, co, h, w)
+    yv = em.out(y)
+    par = _once(em, n, "d2s_par", lambda: concrete(_prod(xs)) >= _PAR_PAD
+                and concrete(nn * co) >= 2)
+    em.call(f"_shape_ops.depth_to_space{'_par' if par else ''}("
+            f"{em.arr(x)}.reshape({em.tuple_expr(xd)}), "
+            f"{yv}.reshape({em.tuple_expr((nn, co, h, b, w, b))}), {crd})")
+
+
+@lowering("SpaceToDepth", supports=_plain)
+def lower_space_to_depth(em: Emitter, n: Node) -> None:
+    x, y = n.inputs[0], n.outputs[0]
+    xs = em.shape(x)
+    b = _blocksize(n, xs)
+    nn, c, h, w = xs
+    ho, wo = h // b, w // b
+    yv = em.out(y)
+    par = _once(em, n, "s2d_par", lambda: concrete(_prod(xs)) >= _PAR_PAD
+                and concrete(nn * c) >= 2)
+    em.call(f"_shape_ops.space_to_depth{'_par' if par else ''}("
+            f"{em.arr(x)}.reshape({em.tuple_expr((nn, c, ho, b, wo, b))}), "
+            f"{yv}.reshape({em.tuple_expr((nn, b, b, c, ho, wo))}))")
+
+
+# --- Trilu, ReverseSequence ----------------------------------------------------------------------
+
+@lowering("Trilu", supports=_plain)
+def lower_trilu(em: Emitter, n: Node) -> None:
+    """k is read at run time (a constant, host value or computed scalar all work)."""
+    x, y = n.inputs[0], n.outputs[0]
+    xs = em.shape(x)
+    if len(xs) < 2:
+        raise Unlowerable(n, "Trilu needs a rank >= 2 input")
+    kv = n.input(1)
+    k = _scalar_expr(em, kv) if kv is not None else "0"
+    upper = bool(n.attrs.get("upper", 1))
+    d3 = em.tuple_expr((_prod(xs[:-2]), xs[-2], xs[-1]))
+    yv = em.out(y)
+    par = _once(em, n, "trilu_par", lambda: concrete(_prod(xs)) >= _PAR_PAD)
+    em.call(f"_shape_ops.trilu{'_par' if par else ''}({em.arr(x)}.reshape({d3}), "
+            f"{yv}.reshape({d3}), {k}, {upper})")
+
+
+@lowering("ReverseSequence", supports=lambda n: _plain(n)
+          and np.dtype(n.inputs[1].dtype) in (np.dtype(np.int64), np.dtype(np.int32)))
+def lower_reverse_sequence(em: Emitter, n: Node) -> None:
+    x, lens, y = n.inputs[0], n.inputs[1], n.outputs[0]
+    xs = em.shape(x)
+    ta, ba = int(n.attrs.get("time_axis", 0)), int(n.attrs.get("batch_axis", 1))
+    if len(xs) < 2 or {ta, ba} != {0, 1}:
+        raise Unlowerable(n, f"time_axis {ta} / batch_axis {ba} of a rank-{len(xs)} input")
+    if concrete(_prod(em.shape(lens))) != concrete(xs[ba]):
+        raise Unlowerable(n, f"sequence_lens of {em.shape(lens)} for batch {xs[ba]}")
+    d3 = em.tuple_expr((xs[0], xs[1], _prod(xs[2:])))
+    yv = em.out(y)
+    em.call(f"_shape_ops.reverse_sequence({em.arr(x)}.reshape({d3}), "
+            f"{em.arr(lens)}.reshape({em.tuple_expr((xs[ba],))}), {yv}.reshape({d3}), {ta == 0})")
+
+
+# --- EyeLike, Range, ConstantOfShape -------------------------------------------------------------
+
+@lowering("EyeLike", supports=_plain)
+def lower_eye_like(em: Emitter, n: Node) -> None:
+    y = n.outputs[0]
+    ys = em.shape(y)
+    if len(ys) != 2:
+        raise Unlowerable(n, f"EyeLike of a rank-{len(ys)} input")
+    yv = em.out(y)
+    em.call(f"_shape_ops.eye({yv}, {int(n.attrs.get('k', 0))})")
+
+
+@lowering("Range", supports=lambda n: _plain(n) and n.since_version >= 11)
+def lower_range(em: Emitter, n: Node) -> None:
+    """start and delta read at run time; the length comes from the shape pass."""
+    y = n.outputs[0]
+    yv = em.out(y)
+    em.call(f"_shape_ops.arange({yv}, {_scalar_expr(em, n.inputs[0])}, "
+            f"{_scalar_expr(em, n.inputs[2])})")
+
+
+def _cos_value(n: Node):
+    value = n.attrs.get("value")
+    value = np.zeros(1, np.float32) if value is None else np.asarray(value)
+    return value if value.size == 1 else None
+
+
+@lowering("ConstantOfShape", supports=lambda n: _plain(n) and _cos_value(n) is not None)
+def lower_constant_of_shape(em: Emitter, n: Node) -> None:
+    y = n.outputs[0]
+    ys = em.shape(y)
+    v = _cos_value(n).reshape(-1)[0]
+    dt = np.dtype(y.dtype)
+    val = lit(bool(v) if dt == np.bool_ else (float(v) if dt.kind == "f" else int(v)), dt)
+    yv = em.out(y)
+    em.call(f"_shape_ops.fill({yv}.reshape({em.tuple_expr((_prod(ys),))}), {val})")
