@@ -115,3 +115,208 @@ def batchnorm3d(x, scale, bias, mean, var, out, eps):
             orow = out[n, c]
             for s in range(s_n):
                 orow[s] = xr[s] * a + b
+
+
+# --- GroupNormalization ----------------------------------------------------------------------
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _groupnorm_group(xg, og, scale, bias, g, eps, per_channel):
+    """Normalize one (n, g) group: xg, og (Cg, S)."""
+    cg, s_n = xg.shape
+    mean, inv = _mean_invstd(xg.reshape(cg * s_n), eps)
+    for c in range(cg):
+        ch = g * cg + c if per_channel else g
+        a = inv * scale[ch]
+        b = bias[ch] - mean * a
+        xr = xg[c]
+        orow = og[c]
+        for j in range(s_n):
+            orow[j] = xr[j] * a + b
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _groupnorm_par(x, scale, bias, out, eps, per_channel):
+    n_n, g_n = x.shape[0], x.shape[1]
+    for p in prange(n_n * g_n):
+        n = p // g_n
+        g = p - n * g_n
+        _groupnorm_group(x[n, g], out[n, g], scale, bias, g, eps, per_channel)
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def groupnorm4d(x, scale, bias, out, eps, per_channel):
+    """GroupNormalization: x, out (N, G, Cg, S); statistics per (n, g) over Cg * S elements.
+
+    scale, bias are (G * Cg,) per channel (opset 21) or (G,) per group (opset 18,
+    ``per_channel`` False). An empty group writes nothing.
+    """
+    n_n, g_n, cg, s_n = x.shape
+    if cg * s_n == 0:
+        return
+    if n_n * g_n * cg * s_n >= _PAR_MIN_WORK and n_n * g_n > 1:
+        _groupnorm_par(x, scale, bias, out, eps, per_channel)
+        return
+    for n in range(n_n):
+        for g in range(g_n):
+            _groupnorm_group(x[n, g], out[n, g], scale, bias, g, eps, per_channel)
+
+
+# --- RMSNormalization ------------------------------------------------------------------------
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _rms_row(r, scale, o, eps):
+    n = r.shape[0]
+    t = r.dtype.type
+    q = t(0.0)
+    for j in range(n):
+        q += r[j] * r[j]
+    inv = t(1.0) / math.sqrt(q / t(n) + t(eps))
+    for j in range(n):
+        o[j] = r[j] * inv * scale[j]
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _rms_par(x, scale, out, eps):
+    for o in prange(x.shape[0]):
+        _rms_row(x[o], scale, out[o], eps)
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def rmsnorm2d(x, scale, out, eps):
+    """RMSNormalization over the last axis: x, out (O, N); scale (N,).
+    out[o] = x[o] / sqrt(mean(x[o]^2) + eps) * scale."""
+    o_n, n = x.shape
+    if n == 0:
+        return
+    if o_n * n >= _PAR_MIN_WORK and o_n > 1:
+        _rms_par(x, scale, out, eps)
+        return
+    for o in range(o_n):
+        _rms_row(x[o], scale, out[o], eps)
+
+
+# --- LpNormalization -------------------------------------------------------------------------
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _lp_block(xb, ob, tmp, p):
+    """ob (A, I) = xb / ||xb||_p over axis 0, per column; tmp (I,) scratch. A zero norm
+    gives 0 (as onnxruntime)."""
+    a_n, ni = xb.shape
+    t = xb.dtype.type
+    for i in range(ni):
+        tmp[i] = t(0.0)
+    for a in range(a_n):
+        xr = xb[a]
+        if p == 1:
+            for i in range(ni):
+                tmp[i] += abs(xr[i])
+        else:
+            for i in range(ni):
+                tmp[i] += xr[i] * xr[i]
+    for i in range(ni):
+        nv = tmp[i] if p == 1 else math.sqrt(tmp[i])
+        tmp[i] = t(1.0) / nv if nv != t(0.0) else t(0.0)
+    for a in range(a_n):
+        xr = xb[a]
+        orow = ob[a]
+        for i in range(ni):
+            orow[i] = xr[i] * tmp[i]
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _lp_row(r, o, p):
+    n = r.shape[0]
+    t = r.dtype.type
+    s = t(0.0)
+    if p == 1:
+        for j in range(n):
+            s += abs(r[j])
+    else:
+        for j in range(n):
+            s += r[j] * r[j]
+        s = math.sqrt(s)
+    k = t(1.0) / s if s != t(0.0) else t(0.0)
+    for j in range(n):
+        o[j] = r[j] * k
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _lp_par(x, out, p):
+    o_n, a_n, ni = x.shape
+    if ni == 1:
+        x2 = x.reshape(o_n, a_n)
+        o2 = out.reshape(o_n, a_n)
+        for o in prange(o_n):
+            _lp_row(x2[o], o2[o], p)
+    else:
+        for o in prange(o_n):
+            tmp = np.empty(ni, x.dtype)
+            _lp_block(x[o], out[o], tmp, p)
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def lpnorm3d(x, out, p):
+    """LpNormalization over axis 1 of x, out (O, A, I); p is 1 or 2."""
+    o_n, a_n, ni = x.shape
+    if o_n * a_n * ni == 0:
+        return
+    if o_n * a_n * ni >= _PAR_MIN_WORK and o_n > 1:
+        _lp_par(x, out, p)
+    elif ni == 1:
+        x2 = x.reshape(o_n, a_n)
+        o2 = out.reshape(o_n, a_n)
+        for o in range(o_n):
+            _lp_row(x2[o], o2[o], p)
+    else:
+        tmp = np.empty(ni, x.dtype)
+        for o in range(o_n):
+            _lp_block(x[o], out[o], tmp, p)
+
+
+# --- MeanVarianceNormalization ---------------------------------------------------------------
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def mvn5d(x, out):
+    """MeanVarianceNormalization over axes 1 and 3 of x, out (P, A, C, B, Q): per (p, c, q)
+    out = (x - mean) / (sqrt(var) + 1e-9), the function body of the ONNX schema.
+    Any reduced axis set with at most two reduced runs maps onto this view."""
+    p_n, a_n, c_n, b_n, q_n = x.shape
+    cnt = a_n * b_n
+    if cnt == 0 or p_n * c_n * q_n == 0:
+        return
+    t = x.dtype.type
+    s = np.zeros((c_n, q_n), x.dtype)
+    for p in range(p_n):
+        xp = x[p]
+        op = out[p]
+        for c in range(c_n):
+            for q in range(q_n):
+                s[c, q] = t(0.0)
+        for a in range(a_n):
+            for c in range(c_n):
+                sr = s[c]
+                for b in range(b_n):
+                    xr = xp[a, c, b]
+                    for q in range(q_n):
+                        sr[q] += xr[q]
+        for c in range(c_n):
+            for q in range(q_n):
+                s[c, q] = s[c, q] / t(cnt)
+        v = np.zeros((c_n, q_n), x.dtype)
+        for a in range(a_n):
+            for c in range(c_n):
+                sr = s[c]
+                vr = v[c]
+                for b in range(b_n):
+                    xr = xp[a, c, b]
+                    for q in range(q_n):
+                        d = xr[q] - sr[q]
+                        vr[q] += d * d
+        for c in range(c_n):
+            for q in range(q_n):
+                v[c, q] = t(1.0) / (math.sqrt(v[c, q] / t(cnt)) + t(1e-9))
+        for a in range(a_n):
+            for c in range(c_n):
+                sr = s[c]
+                vr = v[c]
+                for b in range(b_n):
+                    xr = xp[a, c, b]
+                    orow = op[a, c, b]
+                    for q in range(q_n):
+                        orow[q] = (xr[q] - sr[q]) * vr[q]

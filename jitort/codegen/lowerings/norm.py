@@ -70,14 +70,97 @@ def lower_batchnorm(em: Emitter, n: Node) -> None:
             f"{dt}({float(n.attrs.get('epsilon', 1e-5))!r}))")
 
 
-@lowering("InstanceNormalization", supports=_float_io)
+def _norm_io(n: Node) -> bool:
+    """Float input/output and every other present input of the same dtype."""
+    return _float_io(n) and len(n.outputs) == 1 and all(
+        v is None or v.dtype == n.inputs[0].dtype for v in n.inputs)
+
+
+def _eps(n: Node, dt: str, default: float = 1e-5) -> str:
+    return f"{dt}({float(n.attrs.get('epsilon', default))!r})"
+
+
+@lowering("InstanceNormalization", supports=_norm_io)
 def lower_instnorm(em: Emitter, n: Node) -> None:
     x, y = n.inputs[0], n.outputs[0]
     shape = em.shape(x)
-    if len(shape) < 3 or any(v.dtype != x.dtype for v in n.inputs[1:3]):
-        raise Unlowerable(n, "InstanceNormalization layout")
-    t3 = em.tuple_expr((shape[0], shape[1], _prod(shape[2:])))
+    if len(shape) < 2:
+        raise Unlowerable(n, "InstanceNormalization of rank < 2")
+    c = shape[1]
+    if any(_prod(em.shape(v)) != c for v in n.inputs[1:3]):
+        raise Unlowerable(n, "InstanceNormalization scale/B are not (C,)")
+    t3 = em.tuple_expr((shape[0], c, _prod(shape[2:])))
+    t1 = em.tuple_expr((c,))
     dt = tname(y.dtype)
     yv = em.out(y)
-    em.call(f"_norm.instancenorm3d({em.arr(x)}.reshape({t3}), {em.arr(n.inputs[1])}, "
-            f"{em.arr(n.inputs[2])}, {yv}.reshape({t3}), {dt}({float(n.attrs.get('epsilon', 1e-5))!r}))")
+    em.call(f"_norm.instancenorm3d({em.arr(x)}.reshape({t3}), {em.arr(n.inputs[1])}.reshape({t1}), "
+            f"{em.arr(n.inputs[2])}.reshape({t1}), {yv}.reshape({t3}), {_eps(n, dt)})")
+
+
+@lowering("GroupNormalization", supports=_norm_io)
+def lower_groupnorm(em: Emitter, n: Node) -> None:
+    x, scale, bias, y = n.inputs[0], n.inputs[1], n.inputs[2], n.outputs[0]
+    shape = em.shape(x)
+    if len(shape) < 2:
+        raise Unlowerable(n, "GroupNormalization of rank < 2")
+    g = int(n.attrs["num_groups"])
+    c = shape[1]
+    if g <= 0 or c % g != 0:
+        raise Unlowerable(n, f"GroupNormalization: {c} channels in {g} groups")
+    per_channel = n.since_version >= 21
+    want = c if per_channel else g
+    if _prod(em.shape(scale)) != want or _prod(em.shape(bias)) != want:
+        raise Unlowerable(n, f"GroupNormalization scale/bias are not ({want},)")
+    t4 = em.tuple_expr((shape[0], g, c // g, _prod(shape[2:])))
+    t1 = em.tuple_expr((want,))
+    dt = tname(y.dtype)
+    yv = em.out(y)
+    em.call(f"_norm.groupnorm4d({em.arr(x)}.reshape({t4}), {em.arr(scale)}.reshape({t1}), "
+            f"{em.arr(bias)}.reshape({t1}), {yv}.reshape({t4}), {_eps(n, dt)}, {per_channel})")
+
+
+@lowering("RMSNormalization", supports=_norm_io)
+def lower_rmsnorm(em: Emitter, n: Node) -> None:
+    x, scale, y = n.inputs[0], n.inputs[1], n.outputs[0]
+    shape = em.shape(x)
+    axis = _axis(n.attrs.get("axis", -1), len(shape))
+    outer, inner = _prod(shape[:axis]), _prod(shape[axis:])
+    if _prod(em.shape(scale)) != inner:
+        raise Unlowerable(n, "RMSNormalization scale broadcast")
+    dt = tname(y.dtype)
+    t2 = em.tuple_expr((outer, inner))
+    yv = em.out(y)
+    em.call(f"_norm.rmsnorm2d({em.arr(x)}.reshape({t2}), {em.arr(scale)}.reshape({em.tuple_expr((inner,))}), "
+            f"{yv}.reshape({t2}), {_eps(n, dt)})")
+
+
+@lowering("LpNormalization", supports=lambda n: _norm_io(n) and n.attrs.get("p", 2) in (1, 2))
+def lower_lpnorm(em: Emitter, n: Node) -> None:
+    x, y = n.inputs[0], n.outputs[0]
+    shape = em.shape(x)
+    if not shape:
+        raise Unlowerable(n, "LpNormalization of a scalar")
+    axis = _axis(n.attrs.get("axis", -1), len(shape))
+    t3 = em.tuple_expr(_3d(shape, axis))
+    yv = em.out(y)
+    em.call(f"_norm.lpnorm3d({em.arr(x)}.reshape({t3}), {yv}.reshape({t3}), {int(n.attrs.get('p', 2))})")
+
+
+@lowering("MeanVarianceNormalization", supports=_norm_io)
+def lower_mvn(em: Emitter, n: Node) -> None:
+    from .reduce import canonical_runs
+    x, y = n.inputs[0], n.outputs[0]
+    shape = em.shape(x)
+    axes = sorted({_axis(a, len(shape)) for a in n.attrs.get("axes", [0, 2, 3])})
+    runs = canonical_runs(shape, axes)  # [(size, reduced)], alternating
+    if not any(r for _, r in runs):
+        runs = [(1, True)] + runs  # nothing reduced: mean is x itself, output 0
+    if runs[0][1]:
+        runs = [(1, False)] + runs
+    while len(runs) < 5:
+        runs.append((1, not runs[-1][1]))
+    if len(runs) > 5:
+        raise Unlowerable(n, f"MeanVarianceNormalization over more than two axis runs {axes}")
+    t5 = em.tuple_expr([s for s, _ in runs])
+    yv = em.out(y)
+    em.call(f"_norm.mvn5d({em.arr(x)}.reshape({t5}), {yv}.reshape({t5}))")
