@@ -244,21 +244,37 @@ def lower_center_crop_pad(em: Emitter, n: Node) -> None:
 
 def _broadcast_kernel(kinds: list[str], par: bool) -> str:
     """Copy kernel ``y[...] = x[...]``: ``kinds[k]`` is "x" where y's axis k indexes x (in
-    order) and "r" where it repeats; the last axis is a contiguous row of both."""
+    order) and "r" where it repeats; the last axis is a contiguous row of both. A repeat axis
+    just before the row replicates the row chunk by chunk (16 KB of x stays in L1 for all its
+    copies: 8 copies of a 384 KB row took 46 us row by row, 31 us by chunks)."""
     r = len(kinds)
+    tail_rep = r >= 2 and kinds[-2] == "r"
+    nloop = r - 2 if tail_rep else r - 1  # loops over whole rows
     lines = [f"@njit(cache=True, error_model='numpy'{', parallel=True' if par else ''})",
              "def __KNAME__(y, x):"]
     ind = "    "
-    for k in range(r - 1):
+    for k in range(nloop):
         rng = "prange" if par and k == 0 else "range"
         lines.append(f"{ind}for a{k} in {rng}(y.shape[{k}]):")
         ind += "    "
-    yi = ", ".join(f"a{k}" for k in range(r - 1))
-    xi = ", ".join(f"a{k}" for k in range(r - 1) if kinds[k] == "x")
-    lines += [f"{ind}yr = y[{yi}]" if r > 1 else f"{ind}yr = y",
-              f"{ind}xr = x[{xi}]" if xi else f"{ind}xr = x",
-              f"{ind}for t in range(np.uint64(xr.shape[0])):",
-              f"{ind}    yr[t] = xr[t]"]
+    xi = ", ".join(f"a{k}" for k in range(nloop) if kinds[k] == "x")
+    lines.append(f"{ind}xr = x[{xi}]" if xi else f"{ind}xr = x")
+    if not tail_rep:
+        yi = ", ".join(f"a{k}" for k in range(r - 1))
+        lines += [f"{ind}yr = y[{yi}]" if r > 1 else f"{ind}yr = y",
+                  f"{ind}for t in range(np.uint64(xr.shape[0])):",
+                  f"{ind}    yr[t] = xr[t]"]
+        return "\n".join(lines) + "\n"
+    rng = "prange" if par and nloop == 0 else "range"
+    yi = "".join(f"a{k}, " for k in range(nloop))
+    lines += [f"{ind}n = xr.shape[0]",
+              f"{ind}for c in {rng}((n + 4095) // 4096):",
+              f"{ind}    s = np.uint64(c * 4096)",
+              f"{ind}    e = np.uint64(min(c * 4096 + 4096, n))",
+              f"{ind}    for a{r - 2} in range(y.shape[{r - 2}]):",
+              f"{ind}        yr = y[{yi}a{r - 2}]",
+              f"{ind}        for t in range(s, e):",
+              f"{ind}            yr[t] = xr[t]"]
     return "\n".join(lines) + "\n"
 
 
