@@ -1,5 +1,214 @@
 """CPU lowerings: quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv.
 
 Kernels: ``jitort.kernels.cpu.quant`` (alias ``_quant`` in generated drivers).
+
+Declined (run by the interpreter), by the support predicates: float8 / int4 / uint4 / int2
+quantized types and float16 / bfloat16 operands (Numba has no such arrays), QuantizeLinear /
+DequantizeLinear outputs or scales other than float32, a ``precision`` attribute other than
+float32.
 """
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...ir import Node
+from ..registry import Unlowerable, lowering
+from ..symbolic import concrete
+from .common import _3d, _axis, _prod
+
+if TYPE_CHECKING:
+    from ..cpu import Emitter
+
+_F32 = np.dtype(np.float32)
+_I32 = np.dtype(np.int32)
+#: quantized integer types the kernels take
+_QINT = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.uint16), np.dtype(np.int16))
+_Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
+#: elements from which the elementwise kernels run split over the threads
+_PAR_ELEMS = 1 << 17
+
+
+def _dt(v):
+    return None if v is None or v.dtype is None else np.dtype(v.dtype)
+
+
+def _quantize_ok(n: Node) -> bool:
+    x, s, z = n.inputs[0], n.inputs[1], n.input(2)
+    y = n.outputs[0]
+    return (_dt(x) in (_F32, _I32) and _dt(s) == _F32 and _dt(y) in _QINT
+            and (z is None or _dt(z) == _dt(y)) and n.attrs.get("precision", 0) in (0, 1))
+
+
+def _dequantize_ok(n: Node) -> bool:
+    x, s, z = n.inputs[0], n.inputs[1], n.input(2)
+    return (_dt(x) in _QINT + (_I32,) and _dt(s) == _F32 and _dt(n.outputs[0]) == _F32
+            and (z is None or _dt(z) == _dt(x)))
+
+
+def _par(em: Emitter, n: Node, elems) -> bool:
+    """Split over the threads? Decided once per node from the first shape (speed only)."""
+    key = ("quant_par", id(n))
+    if key not in em.memo:
+        em.memo[key] = concrete(elems) >= _PAR_ELEMS and em.threads != 1
+    return em.memo[key]
+
+
+def _qdq_views(em: Emitter, n: Node):
+    """(x3 shape, s3 shape, block) of a QuantizeLinear / DequantizeLinear (module doc of
+    ``kernels/cpu/quant.py``); checks the scale and zero point shapes."""
+    x, s, z = n.inputs[0], n.inputs[1], n.input(2)
+    xs, ss = tuple(em.shape(x)), tuple(em.shape(s))
+    if z is not None and tuple(em.shape(z)) != ss:
+        raise Unlowerable(n, f"zero point shape {tuple(em.shape(z))} differs from the scale's {ss}")
+    block = int(n.attrs.get("block_size", 0) or 0)
+    total = _prod(xs)
+    if block <= 0 and (len(ss) == 0 or (len(ss) == 1 and ss[0] == 1)):
+        return (1, 1, total), (1, 1, 1), 1
+    rank = len(xs)
+    axis = int(n.attrs.get("axis", 1))
+    if not -rank <= axis < rank:
+        raise Unlowerable(n, f"axis {axis} out of range for rank {rank}")
+    axis = _axis(axis, rank)
+    o, a, i = _3d(xs, axis)
+    if block <= 0:
+        if len(ss) != 1 or ss[0] != xs[axis]:
+            raise Unlowerable(n, f"per-axis scale of shape {ss} for axis {axis} of {xs}")
+        if i == 1:  # the scale varies along the contiguous axis
+            return (o, 1, a), (1, 1, a), 1
+        return (o, a, i), (1, a, 1), 1
+    nb = (xs[axis] + block - 1) // block
+    if len(ss) != rank or ss[axis] != nb or any(ss[k] != xs[k] for k in range(rank) if k != axis):
+        raise Unlowerable(n, f"blocked scale of shape {ss} for {xs}, axis {axis}, block {block}")
+    return (o, a, i), (o, nb, i), block
+
+
+def _zp_arg(em: Emitter, z, s3) -> tuple[str, bool]:
+    if z is None:
+        return "np.zeros((1, 1, 1), np.uint8)", False
+    return f"{em.arr(z)}.reshape({em.tuple_expr(s3)})", True
+
+
+@lowering("QuantizeLinear", supports=_quantize_ok)
+def lower_quantize(em: Emitter, n: Node) -> None:
+    x, s, z, y = n.inputs[0], n.inputs[1], n.input(2), n.outputs[0]
+    x3, s3, blk = _qdq_views(em, n)
+    info = np.iinfo(_dt(y))
+    zv, has = _zp_arg(em, z, s3)
+    yv = em.out(y)
+    fn = "quantize_par" if _par(em, n, _prod(x3)) else "quantize"
+    em.call(f"_quant.{fn}({em.arr(x)}.reshape({em.tuple_expr(x3)}), "
+            f"{em.arr(s)}.reshape({em.tuple_expr(s3)}), {zv}, {yv}.reshape({em.tuple_expr(x3)}), "
+            f"{em.dim(blk)}, {float(info.min)!r}, {float(info.max)!r}, {has})")
+
+
+@lowering("DequantizeLinear", supports=_dequantize_ok)
+def lower_dequantize(em: Emitter, n: Node) -> None:
+    x, s, z, y = n.inputs[0], n.inputs[1], n.input(2), n.outputs[0]
+    x3, s3, blk = _qdq_views(em, n)
+    zv, has = _zp_arg(em, z, s3)
+    yv = em.out(y)
+    fn = "dequantize_par" if _par(em, n, _prod(x3)) else "dequantize"
+    em.call(f"_quant.{fn}({em.arr(x)}.reshape({em.tuple_expr(x3)}), "
+            f"{em.arr(s)}.reshape({em.tuple_expr(s3)}), {zv}, {yv}.reshape({em.tuple_expr(x3)}), "
+            f"{em.dim(blk)}, {has})")
+
+
+@lowering("DynamicQuantizeLinear",
+          supports=lambda n: _dt(n.inputs[0]) == _F32 and _dt(n.outputs[0]) == np.dtype(np.uint8))
+def lower_dynamic_quantize(em: Emitter, n: Node) -> None:
+    x = n.inputs[0]
+    y, ys, yz = n.outputs
+    total = _prod(em.shape(x))
+    yv, sv, zv = em.out(y), em.out(ys), em.out(yz)
+    fn = "dynamic_quantize_par" if _par(em, n, total) else "dynamic_quantize"
+    one = em.tuple_expr((1,))
+    em.call(f"_quant.{fn}({em.arr(x)}.reshape({em.tuple_expr((total,))}), "
+            f"{yv}.reshape({em.tuple_expr((total,))}), {sv}.reshape({one}), {zv}.reshape({one}))")
+
+
+# --- MatMulInteger / QLinearMatMul --------------------------------------------------------------
+
+def _mm_shapes(em: Emitter, n: Node, a, b):
+    """(a3, b3, y3) shapes of a matmul with numpy broadcasting over (a single run of) batches."""
+    sa, sb = tuple(em.shape(a)), tuple(em.shape(b))
+    if not sa or not sb:
+        raise Unlowerable(n, "matmul of a scalar")
+    sa2 = (1,) + sa if len(sa) == 1 else sa
+    sb2 = sb + (1,) if len(sb) == 1 else sb
+    m, k, k2, nn = sa2[-2], sa2[-1], sb2[-2], sb2[-1]
+    if k != k2:
+        raise Unlowerable(n, f"inner dimensions differ: {sa} x {sb}")
+    ba, bb = sa2[:-2], sb2[:-2]
+    if _prod(bb) == 1:
+        return (1, _prod(ba) * m, k), (1, k, nn), (1, _prod(ba) * m, nn)
+    r = max(len(ba), len(bb))
+    ba_, bb_ = (1,) * (r - len(ba)) + ba, (1,) * (r - len(bb)) + bb
+    if ba_ == bb_:
+        t = _prod(ba_)
+        return (t, m, k), (t, k, nn), (t, m, nn)
+    if _prod(ba_) == 1:
+        t = _prod(bb_)
+        return (1, m, k), (t, k, nn), (t, m, nn)
+    raise Unlowerable(n, f"matmul batch broadcast {sa} x {sb}")
+
+
+def _vec(em: Emitter, n: Node, v, allowed, what: str, dtype=np.uint8) -> str:
+    """A scale or zero point as a 1-D view of 1 or ``allowed`` entries (absent: [0])."""
+    if v is None:
+        return f"np.zeros(1, np.{np.dtype(dtype).name})"
+    s = tuple(em.shape(v))
+    cnt = _prod(s)
+    if len(s) > 1 or not (cnt == 1 or (allowed is not None and cnt == allowed)):
+        raise Unlowerable(n, f"{what} of shape {s}")
+    return f"{em.arr(v)}.reshape({em.tuple_expr((cnt,))})"
+
+
+def _lower_qmm(em: Emitter, n: Node, a, za, b, zb, scales, y, zy) -> None:
+    from jitort.kernels.cpu.quant import shift_weights
+    a3, b3, y3 = _mm_shapes(em, n, a, b)
+    m, nn = a3[1], b3[2]
+    zav = _vec(em, n, za, m, "a zero point", _dt(a))
+    zbv = _vec(em, n, zb, nn, "b zero point", _dt(b))
+    const_b = b.is_const and (zb is None or zb.is_const)
+    if const_b:
+        key = ("qmm_b", id(b.const), None if zb is None else id(zb.const))
+        if key not in em.memo:
+            bz = np.zeros(1, np.int32) if zb is None else zb.const.reshape(-1)
+            em.memo[key] = shift_weights(b.const.reshape(tuple(concrete(d) for d in b3)), bz)
+        bcv = em.derived_const(key + ("f32",), lambda: em.memo[key][0])
+        bmax = em.memo[key][1]
+    else:
+        bcv, bmax = "np.zeros((1, 1, 1), np.float32)", 0
+    if scales is None:
+        sa = sb = sy = "np.ones(1, np.float32)"
+        zyv, mode, lo, hi = "np.zeros(1, np.uint8)", 0, 0.0, 0.0
+    else:
+        s_a, s_b, s_y = scales
+        sa = _vec(em, n, s_a, None, "a scale (per-row a scales are not supported)")
+        sb = _vec(em, n, s_b, nn, "b scale")
+        sy = _vec(em, n, s_y, None, "y scale")
+        zyv = _vec(em, n, zy, None, "y zero point", _dt(y))
+        info = np.iinfo(_dt(y))
+        mode, lo, hi = 1, float(info.min), float(info.max)
+    ws = em.scratch(_prod(a3) + _prod(b3) + _prod(y3), np.float64)
+    yv = em.out(y)
+    em.call(f"_quant.qmatmul({em.arr(a)}.reshape({em.tuple_expr(a3)}), {zav}, "
+            f"{em.arr(b)}.reshape({em.tuple_expr(b3)}), {zbv}, {bcv}, {bmax}, {const_b}, "
+            f"{yv}.reshape({em.tuple_expr(y3)}), {ws}, {mode}, {sa}, {sb}, {sy}, {zyv}, "
+            f"{lo!r}, {hi!r})")
+
+
+@lowering("MatMulInteger", supports=lambda n: _dt(n.inputs[0]) in _Q8 and _dt(n.inputs[1]) in _Q8
+          and _dt(n.outputs[0]) == _I32)
+def lower_matmul_integer(em: Emitter, n: Node) -> None:
+    _lower_qmm(em, n, n.inputs[0], n.input(2), n.inputs[1], n.input(3), None, n.outputs[0], None)
+
+
+@lowering("QLinearMatMul", supports=lambda n: _dt(n.inputs[0]) in _Q8 and _dt(n.inputs[3]) in _Q8
+          and _dt(n.outputs[0]) in _Q8
+          and all(_dt(n.inputs[i]) == _F32 for i in (1, 4, 6)))
+def lower_qlinear_matmul(em: Emitter, n: Node) -> None:
+    i = n.inputs
+    _lower_qmm(em, n, i[0], i[2], i[3], i[5], (i[1], i[4], i[6]), n.outputs[0], i[7])
