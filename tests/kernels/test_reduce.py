@@ -106,3 +106,113 @@ def test_argmax_argmin(dtype, shape, select_last, ort_node):
             if select_last and x.size:
                 ref = shape[1] - 1 - ref
         np.testing.assert_array_equal(out, ref)
+
+
+# --- whole Reduce* nodes through jitort.compile (strict: nothing interpreted) vs onnxruntime ----
+import onnxruntime as ort  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+from onnx.helper import np_dtype_to_tensor_dtype as tt  # noqa: E402
+
+import jitort  # noqa: E402
+
+OPS = ['ReduceSum', 'ReduceMean', 'ReduceMax', 'ReduceMin', 'ReduceProd', 'ReduceL1',
+       'ReduceL2', 'ReduceLogSum', 'ReduceLogSumExp', 'ReduceSumSquare']
+
+
+def _run_both(op, x, axes, opset=18, keepdims=1, threads=1, axes_input=None, **attrs):
+    """Compile one Reduce node (axes as input from opset 18, 13 for ReduceSum; else attribute)."""
+    as_input = opset >= (13 if op == 'ReduceSum' else 18) if axes_input is None else axes_input
+    ins, inits = ['x'], []
+    if axes is not None:
+        if as_input:
+            ins.append('a')
+            inits.append(numpy_helper.from_array(np.array(axes, np.int64), 'a'))
+        else:
+            attrs['axes'] = axes
+    node = helper.make_node(op, ins, ['y'], keepdims=keepdims, **attrs)
+    g = helper.make_graph([node], 'g', [helper.make_tensor_value_info('x', tt(x.dtype), x.shape)],
+                          [helper.make_tensor_value_info('y', tt(x.dtype), None)],
+                          initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', opset)])
+    m.ir_version = 10
+    cm = jitort.compile(m, threads=threads, strict=True)
+    got = cm.run(None, {'x': x})[0]
+    assert cm.fallback_nodes() == []
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    ref = ort.InferenceSession(m.SerializeToString(), so,
+                               providers=['CPUExecutionProvider']).run(None, {'x': x})[0]
+    assert got.shape == ref.shape and got.dtype == ref.dtype, (got.shape, ref.shape)
+    if x.dtype.kind == 'f':
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(got, ref)
+    return got
+
+
+def _data(op, shape, dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == 'i':
+        lo = 1 if op in ('ReduceLogSum',) else -4
+        return rng.integers(lo, 5, shape).astype(dtype)
+    if op in ('ReduceProd', 'ReduceLogSum'):
+        return rng.uniform(0.5, 1.5, shape).astype(dtype)
+    return (rng.standard_normal(shape) * 2).astype(dtype)
+
+
+@pytest.mark.parametrize('op', OPS)
+def test_noncontiguous_axes(op):
+    _run_both(op, _data(op, (3, 4, 5)), [0, 2])
+
+
+@pytest.mark.parametrize('op,shape,axes,keepdims,opset', [
+    ('ReduceSum', (2, 3, 4, 5), [1, 3], 0, 13),      # axes input (opset 13 ReduceSum)
+    ('ReduceMean', (2, 3, 4, 5), [0, -2], 1, 11),    # axes attribute, negative axis
+    ('ReduceMax', (2, 3, 4, 5), [0, 3], 0, 18),
+    ('ReduceMean', (2, 3, 1, 5), [1, 2], 1, 18),     # size-1 axes dropped: contiguous
+    ('ReduceSum', (1, 3, 4), [0], 0, 18),            # reduces only a size-1 axis
+    ('ReduceL2', (1, 3, 4), [0], 0, 18),
+    ('ReduceMax', (2, 0, 3), [1], 1, 18),            # empty reductions: identities
+    ('ReduceSum', (2, 0, 3), [1], 0, 18),
+    ('ReduceMin', (0, 3, 2), [0, 2], 1, 18),
+    ('ReduceProd', (3, 0, 2), [0, 1], 0, 18),
+    ('ReduceSum', (2, 3, 0), [0, 2], 0, 18),
+])
+def test_reduce_cases(op, shape, axes, keepdims, opset):
+    _run_both(op, _data(op, shape), axes, opset=opset, keepdims=keepdims)
+
+
+@pytest.mark.parametrize('op,dtype', [
+    (op, np.int64) for op in ('ReduceSum', 'ReduceMean', 'ReduceMax', 'ReduceMin', 'ReduceProd',
+                              'ReduceL1', 'ReduceL2', 'ReduceSumSquare', 'ReduceLogSum')]
+    + [(op, np.int32) for op in ('ReduceSum', 'ReduceMax', 'ReduceMean')])
+def test_int(op, dtype):
+    _run_both(op, _data(op, (3, 4, 5), dtype), [1, 2] if dtype == np.int32 else [0, 2])
+
+
+def test_int_mean_truncates():
+    x = np.array([[-5, 1, 1], [5, -1, -1], [-7, 0, 0]], np.int64)
+    _run_both('ReduceMean', x, [1], keepdims=0)
+
+
+def test_noop_and_all():
+    x = _data('ReduceSum', (2, 3, 4))
+    got = _run_both('ReduceSum', x, None, noop_with_empty_axes=1)
+    np.testing.assert_array_equal(got, x)
+    _run_both('ReduceMax', x, [], keepdims=0)   # empty axes input: reduce everything
+    _run_both('ReduceMean', x, None, opset=13, keepdims=1)
+
+
+def test_lse_inf_noncontiguous():
+    x = np.full((2, 3, 2), -np.inf, np.float32)
+    x[1, :, 0] = [1, 2, 3]
+    _run_both('ReduceLogSumExp', x, [0, 2], keepdims=0)
+
+
+@pytest.mark.parametrize('op', ['ReduceSum', 'ReduceMax'])
+def test_parallel_noncontiguous(op, nthreads):
+    _run_both(op, _data(op, (64, 16, 8, 32)), [1, 3], threads=nthreads)
+
+
+def test_float64():
+    _run_both('ReduceMean', _data('ReduceMean', (3, 4, 5), np.float64), [0, 2])
