@@ -118,9 +118,10 @@ def test_scatter_elements_edges():
     e = np.zeros((0, 3), np.int64)
     _same(*run_both(helper.make_node('ScatterElements', ['x', 'i', 'u'], ['y']),
                     [('x', x), ('i', e), ('u', np.zeros((0, 3), np.float32))], opset=13))
-    # the data input dies at the scatter (written over in place): x + 1 -> scatter
+    # the data input dies at the scatter (written over in place): x + x -> scatter -> Neg
     m_nodes = [helper.make_node('Add', ['x', 'x'], ['t']),
-               helper.make_node('ScatterElements', ['t', 'i', 'u'], ['y'], axis=0)]
+               helper.make_node('ScatterElements', ['t', 'i', 'u'], ['s'], axis=0),
+               helper.make_node('Neg', ['s'], ['y'])]
     import onnx
     g = helper.make_graph(m_nodes, 'g', [helper.make_tensor_value_info('x', 1, (5, 3)),
                                          helper.make_tensor_value_info('i', 7, (2, 3)),
@@ -130,7 +131,8 @@ def test_scatter_elements_edges():
     m.ir_version = 8
     cm = jitort.compile(m, strict=True)
     i64 = idx.astype(np.int64)
-    got = cm.run(None, {'x': x, 'i': i64, 'u': upd})[0]
+    got = -cm.run(None, {'x': x, 'i': i64, 'u': upd})[0]
+    assert 'copy_flat' not in open(next(cm.plans()).source_path).read()  # scattered in place
     ref = 2 * x
     for r in range(2):
         for c in range(3):

@@ -106,6 +106,8 @@ def test_cumprod():
     (np.int64, (5, 4), 0, 1, 1),          # small ints: many ties
     (np.int32, (2, 3, 6), -1, 0, 0),
     (np.float32, (0, 5), 1, 1, 0),        # empty
+    (np.int64, (4, 100), 1, 1, 1),        # long rows (eight running extremes), ties: last
+    (np.int32, (3, 37), -1, 0, 0),        # long rows with a tail, ties: first
 ])
 def test_argmax(op, dtype, shape, axis, keepdims, last, nthreads):
     x = _rn(*shape, dtype=dtype)
@@ -127,6 +129,7 @@ def test_argmax_opset11_and_big():
     (np.float32, (4, 50), 5, 1, 0),
     (np.float32, (3, 8, 6), 8, 1, 1),     # k == axis length, inner > 1
     (np.int64, (3, 20), 7, 1, 1),         # ties: lower index first
+    (np.int64, (2, 70), 9, 1, 0),         # ties across skipped blocks of 16
     (np.int32, (20, 3), 4, 0, 0),
     (np.float32, (3, 9), 0, 1, 1),        # k = 0
     (np.float64, (2, 1, 5), 1, 2, 1),
@@ -164,6 +167,7 @@ def test_topk_big_parallel():
     (11, (3, 4, 5), 1),     # 2-D coercion: rows of 4 * 5
     (11, (3, 4, 5), 0),
     (13, (2, 0, 3), 1),
+    (13, (3, 41), 1),
 ])
 def test_hardmax(opset, shape, axis):
     x = _rn(*shape)

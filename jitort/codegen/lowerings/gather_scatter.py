@@ -193,7 +193,7 @@ def lower_scatter_nd(em: Emitter, n: Node) -> None:
     em.call(f"_gs.scatter_nd2({yv}.reshape({em.tuple_expr((_prod(dims), inner))}), "
             f"{em.arr(idx)}.reshape({em.tuple_expr((1, m, k))}), "
             f"{em.arr(upd)}.reshape({em.tuple_expr((m, inner))}), {em.tuple_expr(dims + (1,))}, "
-            f"{red})")
+            f"{em.dim(red)})")
 
 
 # --- OneHot -------------------------------------------------------------------------------------
