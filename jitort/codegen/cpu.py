@@ -567,7 +567,7 @@ def group_operands(grp: Group, consumers_outside):
     temp_dtypes = []
     for i, n in enumerate(grp.nodes):
         refs = []
-        for v in (n.inputs[:1] if n.op_type == "Expand" else n.inputs):
+        for v in (n.inputs[:1] if n.op_type in ("Expand", "CastLike") else n.inputs):
             if v is None:
                 refs.append(None)
             elif id(v) in produced:

@@ -65,7 +65,6 @@ def _binary(sym):
 
 for _op, _sym in (("Add", "+"), ("Sub", "-"), ("Mul", "*")):
     expr(_op, dtypes=NUMERIC)(_binary(_sym))
-expr("Div")(_binary("/"))
 for _op, _sym in (("Equal", "=="), ("Less", "<"), ("Greater", ">"), ("LessOrEqual", "<="),
                   ("GreaterOrEqual", ">=")):
     expr(_op, dtypes=NUMERIC + (BOOL,))(_binary(_sym))
@@ -81,7 +80,6 @@ expr("Sqrt")(lambda n, a, d, o: f"np.sqrt({a[0]})")
 expr("Floor")(lambda n, a, d, o: f"np.floor({a[0]})")
 expr("Ceil")(lambda n, a, d, o: f"np.ceil({a[0]})")
 expr("Round")(lambda n, a, d, o: f"np.rint({a[0]})")
-expr("Sign")(lambda n, a, d, o: f"np.sign({a[0]})")
 _NP_UNARY = {"Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "arcsin", "Acos": "arccos",
              "Atan": "arctan", "Sinh": "sinh", "Cosh": "cosh", "Asinh": "arcsinh",
              "Acosh": "arccosh", "Atanh": "arctanh"}
@@ -261,17 +259,114 @@ def _cast(n, a, d, o):
     return f"{tname(o)}({a[0]})"
 
 
+# --- integer arithmetic, bitwise ops ----------------------------------------------------------
+SIGNED = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
+UNSIGNED = tuple(np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
+
+
+@expr("Div", dtypes=NUMERIC)
+def _div(n, a, d, o):
+    if np.dtype(o).kind == "f":
+        return f"({a[0]} / {a[1]})"
+    # C division (truncates toward zero), as onnxruntime; Python's // floors
+    t = tname(o)
+    if np.dtype(o) in UNSIGNED:
+        return f"{t}({a[0]} // {a[1]})"
+    return (f"{t}(({a[0]} // {a[1]}) + {t}(({a[0]} % {a[1]} != 0) and "
+            f"(({a[0]} < 0) != ({a[1]} < 0))))")
+
+
+@expr("Mod", dtypes=NUMERIC)
+def _mod(n, a, d, o):
+    t = tname(o)
+    if n.attrs.get("fmod", 0):  # C fmod: the sign of the dividend
+        if np.dtype(o).kind == "f":
+            return f"np.fmod({a[0]}, {a[1]})"
+        if np.dtype(o) in UNSIGNED:
+            return f"{t}({a[0]} % {a[1]})"
+        return f"{t}({a[0]} - {t}({_div(n, a, d, o)} * {a[1]}))"
+    return f"{t}({a[0]} % {a[1]})"  # Python/numpy mod: the sign of the divisor
+
+
+@expr("BitShift", dtypes=UNSIGNED)
+def _bitshift(n, a, d, o):
+    op = "<<" if n.attrs.get("direction", "LEFT") == "LEFT" else ">>"
+    return f"{tname(o)}({a[0]} {op} {a[1]})"
+
+
+for _op, _sym in (("BitwiseAnd", "&"), ("BitwiseOr", "|"), ("BitwiseXor", "^")):
+    expr(_op, dtypes=INTS)(lambda n, a, d, o, _sym=_sym: f"{tname(o)}({a[0]} {_sym} {a[1]})")
+expr("BitwiseNot", dtypes=INTS)(lambda n, a, d, o: f"{tname(o)}(~{a[0]})")
+expr("Sign", dtypes=FLOATS + INTS)(lambda n, a, d, o: f"{tname(o)}(np.sign({a[0]}))")
+
+
+# --- more activations ------------------------------------------------------------------------
+@expr("Celu")
+def _celu(n, a, d, o):
+    al = float(n.attrs.get("alpha", 1.0))
+    e = _exp(n, [f"({a[0]} * {lit(1 / al, o)})"], d, o)
+    return f"({a[0]} if {a[0]} > {lit(0, o)} else {lit(al, o)} * ({e} - {lit(1, o)}))"
+
+
+@expr("Mish")
+def _mish(n, a, d, o):
+    # tanh(softplus(x)) = w / (w + 2), w = e^x (e^x + 2); e^x clamped (the ratio is 1 by then)
+    x = a[0]
+    e = _exp(n, [f"min({x}, {lit(20, o)})"], d, o)
+    return f"({x} * (({e}) * (({e}) + {lit(2, o)})) / (({e}) * (({e}) + {lit(2, o)}) + {lit(2, o)}))"
+
+
+@expr("Swish")
+def _swish(n, a, d, o):
+    al = float(n.attrs.get("alpha", 1.0))
+    arg = a[0] if al == 1.0 else f"({lit(al, o)} * {a[0]})"
+    return f"({a[0]} * {_sigmoid(n, [arg], d, o)})"
+
+
+@expr("Shrink", dtypes=FLOATS + INTS)
+def _shrink(n, a, d, o):
+    x = a[0]
+    lam, bias = float(n.attrs.get("lambd", 0.5)), float(n.attrs.get("bias", 0.0))
+    if np.dtype(o).kind == "f":
+        lo, hi, b = lit(-lam, o), lit(lam, o), lit(bias, o)
+        return f"({x} + {b} if {x} < {lo} else ({x} - {b} if {x} > {hi} else {lit(0, o)}))"
+    # integers: compared and shifted in float64 (lambd and bias are float attributes)
+    t = tname(o)
+    return (f"({t}({x} + {bias!r}) if {x} < {-lam!r} else "
+            f"({t}({x} - {bias!r}) if {x} > {lam!r} else {lit(0, o)}))")
+
+
+@expr("IsInf", dtypes=FLOATS)
+def _isinf(n, a, d, o):
+    pos, neg = n.attrs.get("detect_positive", 1), n.attrs.get("detect_negative", 1)
+    x = a[0]
+    inf = lit(np.inf, d[0])
+    if pos and neg:
+        return f"(abs({x}) == {inf})"
+    if pos:
+        return f"({x} == {inf})"
+    if neg:
+        return f"({x} == -{inf})"
+    return "False"
+
+
+@expr("CastLike", dtypes=NUMERIC + (BOOL,))
+def _castlike(n, a, d, o):
+    return _cast(n, a[:1], d[:1], o)
+
+
 def supports_elementwise(n: Node) -> bool:
     """True when ``n`` renders through the table for its dtypes."""
     if n.domain != "" or n.op_type not in EXPR or len(n.outputs) != 1:
         return False
-    if n.op_type in ("Cast",):
+    if n.op_type in ("Cast", "CastLike"):
         dts = [n.inputs[0].dtype, n.outputs[0].dtype]
         return all(np.dtype(t) in NUMERIC + (BOOL,) for t in dts)
     allowed = DTYPES[n.op_type]
     if n.op_type == "Where":
         ins = [v for v in n.inputs[1:] if v is not None]
-    elif n.op_type in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"):
+    elif n.op_type in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "IsNaN",
+                       "IsInf"):
         ins = [v for v in n.inputs if v is not None]
     else:
         ins = [v for v in n.inputs if v is not None] + list(n.outputs)
@@ -281,6 +376,11 @@ def supports_elementwise(n: Node) -> bool:
             v is not None and v.dtype != n.inputs[0].dtype for v in n.inputs[1:]):
         return False
     if n.op_type == "Pow" and n.inputs[1].dtype != n.inputs[0].dtype:
+        return False
+    if n.op_type == "Mod" and not n.attrs.get("fmod", 0) and np.dtype(n.inputs[0].dtype) in FLOATS:
+        return False  # the spec requires fmod=1 for floats
+    if n.op_type in ("BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Div", "Mod") and (
+            n.inputs[0].dtype != n.inputs[1].dtype):
         return False
     return all(np.dtype(v.dtype) in allowed for v in ins)
 

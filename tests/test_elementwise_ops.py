@@ -1,0 +1,161 @@
+"""Elementwise ops of the fused-loop table (jitort/codegen/elementwise.py) added for issue 20:
+Mod, BitShift, Bitwise*, integer Div and Sign, Celu, Mish, Swish, Shrink, IsInf, IsNaN, CastLike.
+One small model per case, compiled by jitort in strict mode (nothing interpreted) and compared
+with onnxruntime on the same inputs."""
+import numba
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import helper
+from onnx.helper import np_dtype_to_tensor_dtype as tt
+
+import jitort
+
+
+def _run_both(nodes, inputs, out_dtype, opset=18, threads=1, outs=('y',)):
+    vi = [helper.make_tensor_value_info(n, tt(a.dtype), a.shape) for n, a in inputs]
+    vo = [helper.make_tensor_value_info(o, tt(np.dtype(out_dtype)), None) for o in outs]
+    g = helper.make_graph(nodes, 'g', vi, vo)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', opset)])
+    m.ir_version = 10
+    feeds = dict(inputs)
+    cm = jitort.compile(m, threads=threads, strict=True)
+    got = cm.run(None, feeds)
+    assert cm.fallback_nodes() == []
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    ref = ort.InferenceSession(m.SerializeToString(), so,
+                               providers=['CPUExecutionProvider']).run(None, feeds)
+    for a, b in zip(got, ref):
+        assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
+        if a.dtype.kind == 'f':
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(a, b)
+    return got[0]
+
+
+def _node(op, n_in=1, **attrs):
+    return helper.make_node(op, ['a', 'b', 'c'][:n_in], ['y'], **attrs)
+
+
+def _ints(shape, dtype, lo=-20, hi=21, seed=0, nonzero=False):
+    x = np.random.default_rng(seed).integers(lo, hi, shape).astype(dtype)
+    if nonzero:
+        x[x == 0] = 3
+    return x
+
+
+def _f(shape, seed=0, scale=3.0):
+    return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(np.float32)
+
+
+@pytest.mark.parametrize('dtype,fmod', [(np.int64, 0), (np.int32, 1), (np.int64, 1),
+                                        (np.uint8, 0), (np.float32, 1), (np.float64, 1)])
+def test_mod(dtype, fmod):
+    if np.dtype(dtype).kind == 'f':
+        a, b = _f((3, 4)).astype(dtype), (_f((4,), 1) + 0.5).astype(dtype)
+    else:
+        lo = 0 if np.dtype(dtype).kind == 'u' else -20
+        a, b = _ints((3, 4), dtype, lo), _ints((4,), dtype, lo, seed=1, nonzero=True)
+    _run_both([_node('Mod', 2, fmod=fmod)], [('a', a), ('b', b)], dtype, opset=13)
+
+
+@pytest.mark.parametrize('dtype', [np.int32, np.int64])
+def test_int_div_truncates(dtype):
+    a = np.array([7, -7, 7, -7, 0, 9], dtype)
+    b = np.array([2, 2, -2, -2, 5, 3], dtype)
+    _run_both([_node('Div', 2)], [('a', a), ('b', b)], dtype, opset=14)
+
+
+@pytest.mark.parametrize('dtype,direction', [(np.uint8, 'LEFT'), (np.uint32, 'RIGHT'),
+                                             (np.uint64, 'LEFT')])
+def test_bitshift(dtype, direction):
+    a = _ints((2, 5), dtype, 0, 200)
+    b = _ints((5,), dtype, 0, 7, seed=1)
+    _run_both([_node('BitShift', 2, direction=direction)], [('a', a), ('b', b)], dtype, opset=11)
+
+
+@pytest.mark.parametrize('op', ['BitwiseAnd', 'BitwiseOr', 'BitwiseXor'])
+@pytest.mark.parametrize('dtype', [np.int32, np.uint8])
+def test_bitwise(op, dtype):
+    lo = 0 if np.dtype(dtype).kind == 'u' else -100
+    a, b = _ints((3, 4), dtype, lo, 100), _ints((1, 4), dtype, lo, 100, seed=1)
+    _run_both([_node(op, 2)], [('a', a), ('b', b)], dtype)
+
+
+@pytest.mark.parametrize('dtype', [np.int64, np.uint8])
+def test_bitwise_not(dtype):
+    lo = 0 if np.dtype(dtype).kind == 'u' else -100
+    _run_both([_node('BitwiseNot')], [('a', _ints((3, 4), dtype, lo, 100))], dtype)
+
+
+def test_sign_int():
+    _run_both([_node('Sign')], [('a', _ints((3, 4), np.int64))], np.int64, opset=13)
+
+
+@pytest.mark.parametrize('op,attrs,opset', [
+    ('Celu', {}, 12), ('Celu', {'alpha': 2.0}, 12), ('Mish', {}, 18),
+    ('Shrink', {}, 9), ('Shrink', {'lambd': 1.5, 'bias': 0.25}, 9),
+    ('Swish', {}, 24), ('Swish', {'alpha': 0.5}, 24)])
+def test_activation(op, attrs, opset):
+    x = _f((4, 33))
+    x[0, :4] = [0.0, -100.0, 100.0, 25.0]
+    _run_both([_node(op, **attrs)], [('a', x)], np.float32, opset=opset)
+
+
+def test_mish_float64():
+    _run_both([_node('Mish')], [('a', _f((5, 7)).astype(np.float64))], np.float64)
+
+
+def test_shrink_int():
+    _run_both([_node('Shrink', lambd=2.0, bias=1.0)], [('a', _ints((3, 5), np.int32, -5, 6))],
+              np.int32)
+
+
+@pytest.mark.parametrize('pos,neg', [(1, 1), (1, 0), (0, 1), (0, 0)])
+def test_isinf(pos, neg):
+    x = np.array([1.0, np.inf, -np.inf, np.nan, 0.0, -3.0], np.float32)
+    _run_both([_node('IsInf', detect_positive=pos, detect_negative=neg)], [('a', x)], np.bool_,
+              opset=20)
+
+
+def test_isnan():
+    x = np.array([1.0, np.inf, np.nan, -np.nan, 0.0], np.float64)
+    _run_both([_node('IsNaN')], [('a', x)], np.bool_, opset=20)
+
+
+@pytest.mark.parametrize('src,dst', [(np.float32, np.int64), (np.int32, np.float32),
+                                     (np.float32, np.bool_)])
+def test_castlike(src, dst):
+    x = (_f((3, 4)) * 2).astype(src)
+    t = np.zeros((2,), dst)
+    nodes = [helper.make_node('CastLike', ['a', 't'], ['y'])]
+    _run_both(nodes, [('a', x), ('t', t)], dst, opset=19)
+
+
+def test_fused_chain_broadcast_and_empty():
+    """Celu -> Mish -> Mul by a broadcast operand: one fused loop; then the same on an empty
+    input."""
+    nodes = [helper.make_node('Celu', ['a'], ['t'], alpha=0.5),
+             helper.make_node('Mish', ['t'], ['u']),
+             helper.make_node('Mul', ['u', 'b'], ['y'])]
+    _run_both(nodes, [('a', _f((2, 3, 5))), ('b', _f((3, 1), 1))], np.float32)
+    _run_both(nodes, [('a', _f((2, 0, 5))), ('b', _f((1, 1), 1))], np.float32)
+
+
+@pytest.fixture(params=sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)}))
+def nthreads(request):
+    old = numba.get_num_threads()
+    numba.set_num_threads(request.param)
+    yield request.param
+    numba.set_num_threads(old)
+
+
+def test_parallel(nthreads):
+    nodes = [helper.make_node('Mish', ['a'], ['t']),
+             helper.make_node('Mod', ['t', 'b'], ['y'], fmod=1)]
+    _run_both(nodes, [('a', _f((64, 4096))), ('b', np.array([1.5], np.float32))], np.float32,
+              threads=nthreads)
+
+
