@@ -216,24 +216,26 @@ def depth_to_space_par(x, y, crd):
 
 
 @njit(cache=True, error_model='numpy')
-def space_to_depth(x, y):
-    """y (N, b, b, C, H, W) from x (N, C, H, b, W, b)."""
-    nn, nb, _, nc, nh, nw = y.shape
+def space_to_depth(x, y, crd):
+    """y (N, b, b, C, H, W) (DCR) or (N, C, b, b, H, W) (CRD, opset 28) from x (N, C, H, b, W, b)."""
+    nn = x.shape[0]
+    nc, nh, nb, nw = x.shape[1], x.shape[2], x.shape[3], x.shape[4]
     for n in range(nn):
-        for i in range(nb):
-            for j in range(nb):
-                for c in range(nc):
+        for c in range(nc):
+            for i in range(nb):
+                for j in range(nb):
                     for h in range(nh):
                         xr = x[n, c, h, i]
-                        yr = y[n, i, j, c, h]
+                        yr = y[n, c, i, j, h] if crd else y[n, i, j, c, h]
                         for w in range(nw):
                             yr[w] = xr[w, j]
 
 
 @njit(cache=True, error_model='numpy', parallel=True)
-def space_to_depth_par(x, y):
+def space_to_depth_par(x, y, crd):
     """:func:`space_to_depth` with the (image, channel) pairs in a prange."""
-    nn, nb, _, nc, nh, nw = y.shape
+    nn = x.shape[0]
+    nc, nh, nb, nw = x.shape[1], x.shape[2], x.shape[3], x.shape[4]
     for t in prange(nn * nc):
         n = t // nc
         c = t - n * nc
@@ -241,6 +243,6 @@ def space_to_depth_par(x, y):
             for j in range(nb):
                 for h in range(nh):
                     xr = x[n, c, h, i]
-                    yr = y[n, i, j, c, h]
+                    yr = y[n, c, i, j, h] if crd else y[n, i, j, c, h]
                     for w in range(nw):
                         yr[w] = xr[w, j]

@@ -216,6 +216,13 @@ def test_depth_to_space_opsets_int_and_space_to_depth():
          reference=True)
 
 
+def test_space_to_depth_crd_opset28():
+    _one('SpaceToDepth', [('x', _data((2, 3, 4, 6), np.float32))], opset=28, blocksize=2,
+         mode='CRD')
+    _one('DepthToSpace', [('x', _data((2, 12, 2, 3), np.float32))], opset=28, blocksize=2,
+         mode='CRD')
+
+
 def test_depth_space_parallel(nthreads):
     """Above the parallel threshold: a super-resolution head (r = 3) and its inverse."""
     _one('DepthToSpace', [('x', _data((1, 18, 96, 96), np.float32))], blocksize=3,

@@ -354,12 +354,14 @@ def lower_space_to_depth(em: Emitter, n: Node) -> None:
     b = _blocksize(n, xs)
     nn, c, h, w = xs
     ho, wo = h // b, w // b
+    crd = n.since_version >= 28 and _str(n.attrs.get("mode"), "DCR") == "CRD"
+    yd = (nn, c, b, b, ho, wo) if crd else (nn, b, b, c, ho, wo)
     yv = em.out(y)
     par = _once(em, n, "s2d_par", lambda: concrete(_prod(xs)) >= _PAR_PAD
                 and concrete(nn * c) >= 2)
     em.call(f"_shape_ops.space_to_depth{'_par' if par else ''}("
             f"{em.arr(x)}.reshape({em.tuple_expr((nn, c, ho, b, wo, b))}), "
-            f"{yv}.reshape({em.tuple_expr((nn, b, b, c, ho, wo))}))")
+            f"{yv}.reshape({em.tuple_expr(yd)}), {crd})")
 
 
 # --- Trilu, ReverseSequence ----------------------------------------------------------------------
