@@ -654,3 +654,117 @@ def lrn(x, out, size, alpha, beta, bias):
             dst = out[n, c]
             for s in range(s_n):
                 dst[s] = xr[s] / (bi + coef * acc[s]) ** be
+
+
+# --- N-D pools (1-D/2-D/3-D as 5-D views): 3-D Max/Average/LpPool, MaxPool's Indices, -----
+# AveragePool's dilations, LpPool, GlobalLpPool. One window loop per output, taps clipped to
+# the input per axis; ``mode`` 0 max, 1 average, 2 Lp (``p``).
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _taps(o, s, pb, d, k, size):
+    """[lo, hi) of taps t in [0, k) with 0 <= o*s - pb + t*d < size."""
+    start = o * s - pb
+    lo = 0 if start >= 0 else (-start + d - 1) // d
+    hi = 0 if start >= size else min(k, (size - start + d - 1) // d)
+    return lo, max(lo, hi)
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _pool5_plane(q, x, out, idx, mode, want_idx, col_major, kd, kh, kw, sd, sh, sw, pd, ph,
+                 pw, ed, eh, ew, dd, dh, dw, include_pad, p):
+    c_n, d_n, h_n, w_n = x.shape[1], x.shape[2], x.shape[3], x.shape[4]
+    od_n, oh_n, ow_n = out.shape[2], out.shape[3], out.shape[4]
+    n = q // c_n
+    c = q - n * c_n
+    xp = x[n, c]
+    op = out[n, c]
+    base = q * d_n * h_n * w_n
+    t = x.dtype.type
+    for od in range(od_n):
+        a0, a1 = _taps(od, sd, pd, dd, kd, d_n)
+        ad = a1 - a0
+        if include_pad:  # taps inside the padded extent [-pd, d_n + ed)
+            ad = min(kd, (d_n + ed - (od * sd - pd) + dd - 1) // dd)
+        for oh in range(oh_n):
+            b0, b1 = _taps(oh, sh, ph, dh, kh, h_n)
+            ah = b1 - b0
+            if include_pad:
+                ah = min(kh, (h_n + eh - (oh * sh - ph) + dh - 1) // dh)
+            for ow in range(ow_n):
+                c0, c1 = _taps(ow, sw, pw, dw, kw, w_n)
+                if mode == 0:
+                    best = -np.inf
+                    bi = -1
+                    for i in range(a0, a1):
+                        zd = od * sd - pd + i * dd
+                        for j in range(b0, b1):
+                            zh = oh * sh - ph + j * dh
+                            for l in range(c0, c1):
+                                zw = ow * sw - pw + l * dw
+                                v = xp[zd, zh, zw]
+                                if v > best or bi < 0:
+                                    best = v
+                                    if col_major:
+                                        bi = (zw * h_n + zh) * d_n + zd
+                                    else:
+                                        bi = (zd * h_n + zh) * w_n + zw
+                    op[od, oh, ow] = best
+                    if want_idx:
+                        idx[n, c, od, oh, ow] = base + bi
+                else:
+                    acc = 0.0
+                    for i in range(a0, a1):
+                        zd = od * sd - pd + i * dd
+                        for j in range(b0, b1):
+                            zh = oh * sh - ph + j * dh
+                            for l in range(c0, c1):
+                                v = xp[zd, zh, ow * sw - pw + l * dw]
+                                if mode == 1:
+                                    acc += v
+                                elif p == 2:
+                                    acc += v * v
+                                elif p == 1:
+                                    acc += abs(v)
+                                else:
+                                    acc += abs(v) ** p
+                    if mode == 1:
+                        if include_pad:
+                            aw = min(kw, (w_n + ew - (ow * sw - pw) + dw - 1) // dw)
+                            cnt = ad * ah * aw
+                        else:
+                            cnt = (a1 - a0) * (b1 - b0) * (c1 - c0)
+                        op[od, oh, ow] = t(acc / cnt) if cnt > 0 else t(np.nan)
+                    elif p == 2:
+                        op[od, oh, ow] = t(np.sqrt(acc))
+                    elif p == 1:
+                        op[od, oh, ow] = t(acc)
+                    else:
+                        op[od, oh, ow] = t(acc ** (1.0 / p))
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _pool5_par(x, out, idx, mode, want_idx, col_major, kd, kh, kw, sd, sh, sw, pd, ph, pw, ed,
+               eh, ew, dd, dh, dw, include_pad, p):
+    for q in prange(x.shape[0] * x.shape[1]):
+        _pool5_plane(q, x, out, idx, mode, want_idx, col_major, kd, kh, kw, sd, sh, sw, pd, ph,
+                     pw, ed, eh, ew, dd, dh, dw, include_pad, p)
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def pool5d(x, out, idx, mode, want_idx, col_major, kd, kh, kw, sd, sh, sw, pd, ph, pw, ed, eh,
+           ew, dd, dh, dw, include_pad, p):
+    """Max (mode 0; ``idx`` gets the flat input index of each maximum, over the whole
+    tensor, row-major or with ``col_major`` the spatial axes reversed), average (1; the
+    divisor counts pads up to the end pads ``e*`` when ``include_pad``) or Lp (2, ``p``)
+    pooling of x (N, C, D, H, W) into out (N, C, OD, OH, OW); begin pads ``p*``, dilations
+    ``d*``. ``idx`` is int64 of out's shape when ``want_idx``, else any 5-D int64 array."""
+    nplanes = x.shape[0] * x.shape[1]
+    work = out.size * kd * kh * kw
+    args = (np.int64(mode), bool(want_idx), bool(col_major), np.int64(kd), np.int64(kh),
+            np.int64(kw), np.int64(sd), np.int64(sh), np.int64(sw), np.int64(pd), np.int64(ph),
+            np.int64(pw), np.int64(ed), np.int64(eh), np.int64(ew), np.int64(dd), np.int64(dh),
+            np.int64(dw), bool(include_pad), np.int64(p))
+    if num_threads() > 1 and work >= _PAR_MIN_WORK and nplanes > 1:
+        _pool5_par(x, out, idx, *args)
+        return
+    for q in range(nplanes):
+        _pool5_plane(q, x, out, idx, *args)

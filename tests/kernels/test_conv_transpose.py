@@ -229,3 +229,60 @@ def test_pool_1d(op, attrs):
 @pytest.mark.parametrize('shape', [(2, 3, 7), (1, 3, 4, 5, 6)])
 def test_global_pool_nd(op, shape):
     _pool_check(op, shape)
+
+
+POOL_ND = [
+    # 3-D Max / Average / Lp
+    ('MaxPool', (1, 2, 5, 6, 7), dict(kernel_shape=[3, 3, 3], strides=[2, 2, 2], pads=[1] * 6)),
+    ('MaxPool', (1, 2, 5, 6, 7), dict(kernel_shape=[2, 3, 2], ceil_mode=1, strides=[2, 2, 2])),
+    ('AveragePool', (2, 2, 5, 6, 7), dict(kernel_shape=[3, 3, 3], pads=[1, 0, 1, 1, 1, 0])),
+    ('AveragePool', (1, 2, 5, 6, 7), dict(kernel_shape=[3, 2, 3], strides=[2, 2, 2],
+                                          pads=[1] * 6, count_include_pad=1)),
+    ('AveragePool', (1, 2, 5, 6, 7), dict(kernel_shape=[2, 2, 2], strides=[2, 2, 2],
+                                          ceil_mode=1)),
+    # AveragePool dilations (opset 19)
+    ('AveragePool', (1, 2, 9, 8), dict(kernel_shape=[3, 2], dilations=[2, 3], pads=[1, 1, 1, 1])),
+    ('AveragePool', (1, 2, 9), dict(kernel_shape=[3], dilations=[2], count_include_pad=1,
+                                    pads=[2, 1])),
+    # LpPool: p 1, 2, 3; 1-D/2-D/3-D; dilations
+    ('LpPool', (1, 3, 8, 9), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ('LpPool', (1, 3, 10), dict(kernel_shape=[3], p=1)),
+    ('LpPool', (1, 3, 8, 9), dict(kernel_shape=[2, 3], p=3, dilations=[2, 1])),
+    ('LpPool', (1, 2, 4, 5, 6), dict(kernel_shape=[2, 2, 2], strides=[2, 2, 2], p=2)),
+    ('GlobalLpPool', (2, 3, 5, 6), dict()),
+    ('GlobalLpPool', (2, 3, 7), dict(p=1)),
+    ('GlobalLpPool', (1, 3, 3, 4, 5), dict(p=3)),
+]
+
+
+@pytest.mark.parametrize('op,shape,attrs', POOL_ND,
+                         ids=[f'{o}-{s}-{sorted(a.items())}' for o, s, a in POOL_ND])
+def test_pool_nd(op, shape, attrs):
+    _pool_check(op, shape, opset=19, **attrs)
+
+
+@pytest.mark.parametrize('shape,attrs', [
+    ((2, 3, 9), dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
+    ((2, 3, 6, 7), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((2, 3, 6, 7), dict(kernel_shape=[2, 2], strides=[2, 2], storage_order=1)),
+    ((1, 2, 4, 5, 6), dict(kernel_shape=[2, 2, 2], strides=[2, 2, 2])),
+    ((1, 2, 4, 5, 6), dict(kernel_shape=[3, 2, 2], strides=[1, 2, 2], storage_order=1)),
+])
+def test_maxpool_indices(shape, attrs):
+    """MaxPool's second output: flat indices over the whole input (storage_order 1: the
+    spatial axes column-major)."""
+    x = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node('MaxPool', ['x'], ['y', 'i'], **attrs)], 'g',
+        [helper.make_tensor_value_info('x', TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, None),
+         helper.make_tensor_value_info('i', TensorProto.INT64, None)]),
+        opset_imports=[helper.make_opsetid('', 12)])
+    m.ir_version = 8
+    ref = ort.InferenceSession(m.SerializeToString(),
+                               providers=['CPUExecutionProvider']).run(None, {'x': x})
+    cm = jitort.compile(m)
+    assert cm.fallback_nodes() == []
+    got = cm.run(None, {'x': x})
+    np.testing.assert_array_equal(got[0], ref[0])
+    np.testing.assert_array_equal(got[1], ref[1])

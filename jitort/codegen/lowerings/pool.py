@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ...ir import Node
 from ..registry import Unlowerable, lowering
 from ..elementwise import tname
@@ -47,21 +49,85 @@ def _pool4(em: Emitter, v, expr: str) -> str:
     return f"{expr}.reshape({em.tuple_expr((vs[0], vs[1], 1, vs[2]))})"
 
 
-@lowering("MaxPool", supports=lambda n: _pool_ok(n) and n.attrs.get("storage_order", 0) == 0)
+def _pool_nd_geometry(em: Emitter, n: Node, k):
+    """Kernel, strides, begin pads, end pads, dilations of an N-D pool as 3-D lists (leading
+    axes of size 1), and the 5-D views' shapes of x and y."""
+    x, y = n.inputs[0], n.outputs[0]
+    xs, ys = em.shape(x), em.shape(y)
+    sp = len(xs) - 2
+    if sp not in (1, 2, 3) or len(ys) != len(xs) or len(k) != sp:
+        raise Unlowerable(n, f"{sp}-D pooling")
+    strides = list(n.attrs.get("strides") or [1] * sp)
+    dil = list(n.attrs.get("dilations") or [1] * sp)
+    pads_all = list(n.attrs.get("pads") or [0] * (2 * sp))
+    pads = _conv_pads(n, xs[2:], k, strides, dil, ys[2:])
+    if n.attrs.get("auto_pad", "NOTSET") in ("NOTSET", ""):
+        ends = pads_all[sp:2 * sp]
+    else:
+        ends = [max(0, (ys[2 + a] - 1) * strides[a] + (k[a] - 1) * dil[a] + 1 - xs[2 + a]) - pads[a]
+                for a in range(sp)]
+    one, zero = [1] * (3 - sp), [0] * (3 - sp)
+    return (one + list(k), one + strides, zero + list(pads), zero + list(ends), one + dil,
+            tuple(xs[:2]) + tuple(one) + tuple(xs[2:]), tuple(ys[:2]) + tuple(one) + tuple(ys[2:]))
+
+
+def _lower_pool5(em: Emitter, n: Node, mode: int, k, p: int = 2, include_pad: bool = False):
+    """``pool.pool5d``: any 1-D/2-D/3-D Max (with Indices), Average (with dilations) or Lp
+    pool, and GlobalLpPool (one window over the whole input)."""
+    x, y = n.inputs[0], n.outputs[0]
+    k3, s3, p3, e3, d3, xs5, ys5 = _pool_nd_geometry(em, n, k)
+    ind = n.outputs[1] if len(n.outputs) > 1 and n.outputs[1] is not None else None
+    xv = f"{em.arr(x)}.reshape({em.tuple_expr(xs5)})"
+    yv = f"{em.out(y)}.reshape({em.tuple_expr(ys5)})"
+    iv = (f"{em.out(ind)}.reshape({em.tuple_expr(ys5)})" if ind is not None
+          else "np.zeros((1, 1, 1, 1, 1), np.int64)")
+    col_major = int(n.attrs.get("storage_order", 0)) == 1
+    args = ", ".join(em.dim(v) for v in (*k3, *s3, *p3, *e3, *d3))
+    em.call(f"_pool.pool5d({xv}, {yv}, {iv}, {mode}, {ind is not None}, {col_major}, {args}, "
+            f"{include_pad}, {int(p)})")
+
+
+def _maxpool_ok(n: Node) -> bool:
+    ind = n.outputs[1] if len(n.outputs) > 1 else None
+    return _float_io(n) and (ind is None or np.dtype(ind.dtype) == np.int64)
+
+
+@lowering("MaxPool", supports=_maxpool_ok)
 def lower_maxpool(em: Emitter, n: Node) -> None:
+    xs = em.shape(n.inputs[0])
+    if (len(xs) == 5 or (len(n.outputs) > 1 and n.outputs[1] is not None)
+            or int(n.attrs.get("storage_order", 0)) == 1):
+        _lower_pool5(em, n, 0, list(n.attrs["kernel_shape"]))
+        return
     x, y, k, s, dil, pads, _ = _pool_geometry(em, n)
     yv = _pool4(em, y, em.out(y))
     args = ", ".join(em.dim(v) for v in (k[0], k[1], s[0], s[1], pads[0], pads[1], dil[0], dil[1]))
     em.call(f"_pool.maxpool2d({_pool4(em, x, em.arr(x))}, {yv}, {args})")
 
 
-@lowering("AveragePool", supports=lambda n: _pool_ok(n) and all(d == 1 for d in n.attrs.get("dilations", [1])))
+@lowering("AveragePool", supports=_pool_ok)
 def lower_avgpool(em: Emitter, n: Node) -> None:
+    xs = em.shape(n.inputs[0])
+    if len(xs) == 5 or any(d != 1 for d in n.attrs.get("dilations") or [1]):
+        _lower_pool5(em, n, 1, list(n.attrs["kernel_shape"]),
+                     include_pad=bool(n.attrs.get("count_include_pad", 0)))
+        return
     x, y, k, s, dil, pads, ends = _pool_geometry(em, n)
     yv = _pool4(em, y, em.out(y))
     args = ", ".join(em.dim(v) for v in (k[0], k[1], s[0], s[1], pads[0], pads[1]))
     em.call(f"_pool.avgpool2d({_pool4(em, x, em.arr(x))}, {yv}, {args}, "
             f"{bool(n.attrs.get('count_include_pad', 0))}, {em.dim(ends[0])}, {em.dim(ends[1])})")
+
+
+@lowering("LpPool", supports=_pool_ok)
+def lower_lppool(em: Emitter, n: Node) -> None:
+    _lower_pool5(em, n, 2, list(n.attrs["kernel_shape"]), p=int(n.attrs.get("p", 2)))
+
+
+@lowering("GlobalLpPool", supports=_float_io)
+def lower_global_lppool(em: Emitter, n: Node) -> None:
+    xs = em.shape(n.inputs[0])
+    _lower_pool5(em, n, 2, list(xs[2:]), p=int(n.attrs.get("p", 2)))
 
 
 @lowering("GlobalAveragePool", "GlobalMaxPool", supports=_float_io)
