@@ -521,11 +521,17 @@ def hardmax3(x, y, idx):
 # --- TopK -------------------------------------------------------------------------------------
 
 @njit(cache=True, error_model='numpy')
+def _above(v, w):
+    """v > w in TopK's order, where NaN is above every number (as in onnxruntime)."""
+    return (v > w) | ((v != v) & (w == w))
+
+
+@njit(cache=True, error_model='numpy')
 def _worse(v, j, w, k, largest):
-    """Is (v at index j) ranked after (w at index k)? Ties rank the lower index first."""
-    if v == w:
+    """Is (v at index j) ranked after (w at index k)? Ties (NaNs tie) rank the lower index first."""
+    if (v == w) | ((v != v) & (w != w)):
         return j > k
-    return v < w if largest else v > w
+    return _above(w, v) if largest else _above(v, w)
 
 
 @njit(cache=True, error_model='numpy')
@@ -574,16 +580,25 @@ def _topk_row(r, vr, ir, largest, hv, hi):
     while a < n_axis:
         e = min(a + _CHUNK, n_axis)
         c = 0
-        if largest:
+        # _above(r[j], thr) (largest) / _above(thr, r[j]) in one compare per element
+        if thr != thr:  # a NaN root: only numbers beat it (smallest); nothing does (largest)
+            if not largest:
+                for j in range(a, e):
+                    c += r[j] == r[j]
+        elif largest:
             for j in range(a, e):
-                c += r[j] > thr
+                c += not r[j] <= thr
         else:
             for j in range(a, e):
                 c += r[j] < thr
         if c:
             for j in range(a, e):
                 v = r[j]
-                if v > thr if largest else v < thr:
+                if thr != thr:
+                    beats = (not largest) and v == v
+                else:
+                    beats = (not v <= thr) if largest else v < thr
+                if beats:
                     hv[0] = v
                     hi[0] = j
                     _sift_down(hv, hi, 0, k, largest)

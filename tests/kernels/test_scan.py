@@ -174,3 +174,14 @@ def test_hardmax(opset, shape, axis):
     x.reshape(-1)[::7] = 1.5  # ties: the first maximum wins
     node = helper.make_node('Hardmax', ['x'], ['y'], axis=axis)
     _same(*run_both(node, [('x', x)], opset=opset))
+
+
+@pytest.mark.parametrize('largest', [1, 0])
+def test_topk_nan_ranks_above_numbers(largest):
+    # onnxruntime ranks NaN above every number (first when largest, last when smallest)
+    x = np.array([[1, np.nan, 3, 2] * 5 + [5] * 40], np.float32)
+    node = helper.make_node('TopK', ['x', 'k'], ['v', 'i'], largest=largest)
+    for k in (3, 30):
+        got, ref = run_both(node, [('x', x)], [('k', np.array([k], np.int64))], n_out=2)
+        np.testing.assert_array_equal(got[1], ref[1])
+        np.testing.assert_array_equal(got[0], ref[0])  # NaNs compare equal here
