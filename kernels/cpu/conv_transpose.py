@@ -275,3 +275,40 @@ def convt3d(x, w, b, out, col, sd, sh, sw, pd, ph, pw, dd, dh, dw, group, has_bi
         for t in range(ntask):
             _task(t, nmb, mbs, x, w, b, out, colw, sd, sh, sw, pd, ph, pw, dd, dh, dw, group,
                   has_bias)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def col2im3d(x, out, ld, lh, lw, sd, sh, sw, pd, ph, pw, dd, dh, dw):
+    """ONNX Col2Im: x (N, C, KD, KH, KW, L) with L = ld * lh * lw block positions, out
+    (N, C, D, H, W) zeroed then accumulated (the col2im scatter-add of ConvTranspose);
+    begin pads ``p*`` (end pads are implied by the grid size ``l*``)."""
+    n_n, c_n, kd_n, kh_n, kw_n, l_n = x.shape
+    d_n, h_n, w_n = out.shape[2], out.shape[3], out.shape[4]
+    o = out.reshape(-1)
+    for i in range(o.shape[0]):
+        o[i] = 0
+    if l_n != ld * lh * lw:
+        raise ValueError("Col2Im: the block grid does not match the input's last dimension")
+    rows = ld * lh
+    for n in range(n_n):
+        for c in range(c_n):
+            ooff = (n * c_n + c) * d_n * h_n * w_n
+            for kd in range(kd_n):
+                for kh in range(kh_n):
+                    for kw in range(kw_n):
+                        offw = kw * dw - pw
+                        lo, hi = _range(offw, sw, w_n, lw)
+                        if hi <= lo:
+                            continue
+                        src = x[n, c, kd, kh, kw]
+                        for r in range(rows):
+                            i_d = r // lh
+                            i_h = r - i_d * lh
+                            o_d = i_d * sd - pd + kd * dd
+                            o_h = i_h * sh - ph + kh * dh
+                            if o_d < 0 or o_d >= d_n or o_h < 0 or o_h >= h_n:
+                                continue
+                            s = eptr(src, r * lw + lo)
+                            dst = eptr(out, ooff + (o_d * h_n + o_h) * w_n + lo * sw + offw)
+                            for j in range(hi - lo):
+                                dst[sw * j] += s[j]

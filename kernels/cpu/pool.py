@@ -768,3 +768,19 @@ def pool5d(x, out, idx, mode, want_idx, col_major, kd, kh, kw, sd, sh, sw, pd, p
         return
     for q in range(nplanes):
         _pool5_plane(q, x, out, idx, *args)
+
+
+# --- MaxUnpool ---------------------------------------------------------------------------
+@njit(cache=True, error_model='numpy')
+def max_unpool(x, ind, out):
+    """ONNX MaxUnpool on flat views: out = 0, then out[ind[i]] = x[i] (ind: int64 flat
+    indices into out, as MaxPool's Indices output gives them); an index outside
+    [0, out.size) raises IndexError before anything is written past the zeroing."""
+    n = out.shape[0]
+    for i in range(ind.shape[0]):
+        if ind[i] < 0 or ind[i] >= n:
+            raise IndexError("MaxUnpool: index out of range")
+    for i in range(n):
+        out[i] = 0
+    for i in range(x.shape[0]):
+        out[ind[i]] = x[i]

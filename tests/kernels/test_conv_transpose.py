@@ -286,3 +286,85 @@ def test_maxpool_indices(shape, attrs):
     got = cm.run(None, {'x': x})
     np.testing.assert_array_equal(got[0], ref[0])
     np.testing.assert_array_equal(got[1], ref[1])
+
+
+# --- MaxUnpool, Col2Im -----------------------------------------------------------------------
+def _graph_check(nodes, inputs, inits=(), opset=18, n_out=1):
+    """A small graph of ``nodes`` with (name, array) ``inputs`` and ``inits``: jitort
+    (nothing interpreted) against onnxruntime, outputs y0..."""
+    from onnx.helper import np_dtype_to_tensor_dtype as tt
+    m = helper.make_model(helper.make_graph(
+        nodes, 'g', [helper.make_tensor_value_info(k, tt(a.dtype), a.shape) for k, a in inputs],
+        [helper.make_tensor_value_info(f'y{i}', TensorProto.FLOAT, None) for i in range(n_out)],
+        [numpy_helper.from_array(a, k) for k, a in inits]),
+        opset_imports=[helper.make_opsetid('', opset)])
+    m.ir_version = 8
+    feeds = dict(inputs)
+    ref = ort.InferenceSession(m.SerializeToString(),
+                               providers=['CPUExecutionProvider']).run(None, feeds)
+    cm = jitort.compile(m)
+    assert cm.fallback_nodes() == []
+    got = cm.run(None, feeds)
+    for g, r in zip(got, ref):
+        assert g.shape == r.shape
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('shape,attrs,out_shape', [
+    ((2, 3, 6, 8), dict(kernel_shape=[2, 2], strides=[2, 2]), None),
+    ((1, 2, 7, 7), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), None),
+    ((1, 2, 6, 7), dict(kernel_shape=[2, 2], strides=[2, 2]), [1, 2, 7, 8]),
+    ((1, 2, 9), dict(kernel_shape=[3], strides=[3]), None),
+    ((1, 2, 4, 4, 6), dict(kernel_shape=[2, 2, 2], strides=[2, 2, 2]), None),
+])
+def test_max_unpool(shape, attrs, out_shape):
+    """MaxPool's values and indices back through MaxUnpool (with an explicit output_shape)."""
+    x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    ins = ['p', 'i'] + (['s'] if out_shape else [])
+    inits = [('s', np.array(out_shape, np.int64))] if out_shape else []
+    nodes = [helper.make_node('MaxPool', ['x'], ['p', 'i'], **attrs),
+             helper.make_node('MaxUnpool', ins, ['y0'], **attrs)]
+    _graph_check(nodes, [('x', x)], inits, opset=11)
+
+
+@pytest.mark.parametrize('image,block,attrs', [
+    ([5, 5], [1, 5], {}),                                          # onnx's example
+    ([6, 7], [3, 3], dict(pads=[1, 1, 1, 1])),
+    ([9, 8], [3, 2], dict(strides=[2, 3], dilations=[2, 1], pads=[1, 0, 2, 1])),
+    ([10], [3], dict(strides=[2], pads=[1, 1])),
+    ([4, 5, 6], [2, 2, 3], dict(strides=[2, 1, 2], pads=[0, 1, 1, 0, 1, 1])),
+])
+def test_col2im(image, block, attrs):
+    nd = len(image)
+    st = attrs.get('strides', [1] * nd)
+    dl = attrs.get('dilations', [1] * nd)
+    pd = attrs.get('pads', [0] * (2 * nd))
+    grid = [(image[a] + pd[a] + pd[a + nd] - (dl[a] * (block[a] - 1) + 1)) // st[a] + 1
+            for a in range(nd)]
+    c = 2
+    x = np.random.default_rng(8).standard_normal(
+        (2, c * int(np.prod(block)), int(np.prod(grid)))).astype(np.float32)
+    nodes = [helper.make_node('Col2Im', ['x', 'im', 'bl'], ['y0'], **attrs)]
+    _graph_check(nodes, [('x', x)], [('im', np.array(image, np.int64)),
+                                     ('bl', np.array(block, np.int64))])
+
+
+def test_max_unpool_bad_index():
+    """An index outside the output raises (never writes out of bounds)."""
+    x = np.ones((1, 1, 2, 2), np.float32)
+    i = np.array([0, 1, 2, 99], np.int64).reshape(1, 1, 2, 2)
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node('MaxUnpool', ['x', 'i'], ['y'], kernel_shape=[2, 2], strides=[2, 2])],
+        'g', [helper.make_tensor_value_info('x', TensorProto.FLOAT, x.shape),
+              helper.make_tensor_value_info('i', TensorProto.INT64, i.shape)],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid('', 11)])
+    m.ir_version = 8
+    cm = jitort.compile(m)
+    assert cm.fallback_nodes() == []
+    with pytest.raises(Exception, match='out of range'):
+        cm.run(None, {'x': x, 'i': i})
+    i[0, 0, 1, 1] = 3
+    want = np.zeros(16, np.float32)
+    want[:4] = 1
+    np.testing.assert_array_equal(cm.run(None, {'x': x, 'i': i})[0], want.reshape(1, 1, 4, 4))

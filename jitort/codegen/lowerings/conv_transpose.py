@@ -86,3 +86,44 @@ def lower_conv_transpose(em: Emitter, n: Node) -> None:
             f"{em.arr(w)}.reshape({em.tuple_expr(ws5)}), {bv}, "
             f"{yv}.reshape({em.tuple_expr(ys5)}), {col}, {args}, {em.dim(group)}, "
             f"{b is not None})")
+
+
+def _host_ints(em: Emitter, n: Node, i: int, what: str) -> list:
+    v = n.inputs[i]
+    val = v.const if v.is_const else em.hostvals.get(id(v))
+    if val is None:
+        raise Unlowerable(n, f"{what} is not known at plan time")
+    return [int(t) for t in val.reshape(-1)]
+
+
+@lowering("Col2Im", supports=lambda n: _is_float(n.inputs[0], n.outputs[0]))
+def lower_col2im(em: Emitter, n: Node) -> None:
+    """Col2Im (opset 18): the scatter-add of blocks into an image, 1-D/2-D/3-D, as
+    ``conv_transpose.col2im3d`` on (N, C, KD, KH, KW, L) / (N, C, D, H, W) views."""
+    x, y = n.inputs[0], n.outputs[0]
+    xs, ys = em.shape(x), em.shape(y)
+    image = _host_ints(em, n, 1, "image_shape")
+    block = _host_ints(em, n, 2, "block_shape")
+    nd = len(image)
+    if nd not in (1, 2, 3) or len(block) != nd or len(xs) != 3:
+        raise Unlowerable(n, f"{nd}-D Col2Im")
+    strides = list(n.attrs.get("strides") or [1] * nd)
+    dil = list(n.attrs.get("dilations") or [1] * nd)
+    pads = list(n.attrs.get("pads") or [0] * (2 * nd))
+    if len(strides) != nd or len(dil) != nd or len(pads) != 2 * nd or min(strides + dil) < 1:
+        raise Unlowerable(n, "strides / dilations / pads do not match the image's rank")
+    grid = []
+    for a in range(nd):
+        span = image[a] + pads[a] + pads[a + nd] - (dil[a] * (block[a] - 1) + 1)
+        if span < 0:
+            raise Unlowerable(n, f"block larger than the padded image along axis {a}")
+        grid.append(span // strides[a] + 1)
+    if _prod(grid) != xs[2] or _prod(block) * ys[1] != xs[1]:
+        raise Unlowerable(n, f"input {xs} does not match blocks {block} over a {grid} grid")
+    one, zero = [1] * (3 - nd), [0] * (3 - nd)
+    k3, g3 = one + block, one + grid
+    xv = f"{em.arr(x)}.reshape({em.tuple_expr((xs[0], ys[1], *k3, xs[2]))})"
+    yv = f"{em.out(y)}.reshape({em.tuple_expr((ys[0], ys[1], *(one + list(ys[2:]))))})"
+    args = ", ".join(em.dim(v) for v in (*g3, *(one + strides), *(zero + pads[:nd]),
+                                           *(one + dil)))
+    em.call(f"_convt.col2im3d({xv}, {yv}, {args})")

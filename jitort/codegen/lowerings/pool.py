@@ -142,6 +142,20 @@ def lower_global_pool(em: Emitter, n: Node) -> None:
             f"{yv}.reshape({em.tuple_expr((xs[0], xs[1]))}))")
 
 
+@lowering("MaxUnpool", supports=lambda n: _float_io(n) and np.dtype(n.inputs[1].dtype) == np.int64)
+def lower_max_unpool(em: Emitter, n: Node) -> None:
+    """MaxUnpool: zeros, then each input value at its flat index (MaxPool's Indices) of the
+    output, whose shape comes from output_shape or the pool geometry (shape pass)."""
+    x, ind, y = n.inputs[0], n.inputs[1], n.outputs[0]
+    xs, ins, ys = em.shape(x), em.shape(ind), em.shape(y)
+    if tuple(xs) != tuple(ins):
+        raise Unlowerable(n, f"X {xs} and I {ins} differ in shape")
+    yv = em.out(y)
+    em.call(f"_pool.max_unpool({em.arr(x)}.reshape({em.tuple_expr((_prod(xs),))}), "
+            f"{em.arr(ind)}.reshape({em.tuple_expr((_prod(ins),))}), "
+            f"{yv}.reshape({em.tuple_expr((_prod(ys),))}))")
+
+
 @lowering("LRN", supports=_float_io)
 def lower_lrn(em: Emitter, n: Node) -> None:
     x, y = n.inputs[0], n.outputs[0]
