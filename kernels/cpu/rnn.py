@@ -16,7 +16,8 @@ Every entry point (``lstm``, ``gru``, ``rnn``) works in two phases:
    Bidirectional layers with two or more threads run their two directions in parallel.
 
 Conventions shared by the three kernels (all arrays C-contiguous, one float dtype):
-``x`` (X0, X1, I) as given; ``rt`` (nd, H, G*H) = R transposed per direction; ``bias``
+``x`` (X0, X1, I) as given; ``w`` (nd, G*H, I); ``wp`` W packed by ``pack_weights`` (float32
+constant weights) or shape (0, 0, 0); ``rt`` (nd, H, G*H) = R transposed per direction; ``bias``
 (nd, 2*G*H) or shape (1, 0) when absent; ``h0``/``c0`` like Y_h or shape (0, 0, 0) when absent;
 ``seqlen`` (B,) integers or shape (0,) when absent; ``y`` (T, nd, B, H) / (B, T, nd, H) and
 ``yh``/``yc`` (nd, B, H) / (B, nd, H) by ``layout``, shape all-0 when absent; ``ws`` a scratch of
@@ -27,8 +28,13 @@ lengths, a batch row stops at its length: Y is 0 past it, Y_h / Y_c hold its las
 state (0 for length 0), and the reverse direction runs from its last valid step back, as
 onnxruntime does.
 """
+import llvmlite.binding as llb
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+from numba.np.arrayobj import make_array
 
 from .gemm import _mm_run, num_threads, xgemm
 from .mathfn import fexp, fexpneg, flog, fsigmoid, ftanh
@@ -57,9 +63,151 @@ _PAR_MIN_MACS = 1 << 16
 
 def scratch_elems(seq, batch, hidden, gates, nd):
     """Scratch elements ``lstm``/``gru``/``rnn`` need: the projected inputs (seq*batch rows of
-    nd*G*H), per direction the step product, the state (h, c) and a temporary row block."""
+    nd*G*H, padded to whole panels), per direction the step product, the state (h, c) and a
+    temporary row block."""
     gh = gates * hidden
-    return seq * batch * nd * gh + nd * batch * (2 * gh + 2 * hidden) + nd * gh + 64
+    return (seq * batch * (nd * gh + PANEL) + nd * batch * (2 * gh + 2 * hidden) + nd * gh
+            + 64)
+
+
+# --- the input projection: packed weights and a register-blocked micro-kernel ---------------
+# X (M, K) @ W^T is a GEMM with few rows (T * B) and constant weights. BLAS packs all of W on
+# every call; here W^T is packed once at compile time into panels of PANEL columns
+# (``pack_weights``: (N / PANEL, K, PANEL), zero-padded), and ``_mk4`` computes a 4 x PANEL
+# block of the output with its accumulators in vector registers over all of K.
+_VW = 16 if llb.get_host_cpu_features().get('avx512f') else 8  # float32 lanes per vector
+PANEL = 2 * _VW
+
+
+def pack_weights(w):
+    """(nd, N', K) weights -> W^T in panels (ceil(nd*N'/PANEL), K, PANEL), same dtype."""
+    nd, n1, k = w.shape
+    n = nd * n1
+    wt = np.ascontiguousarray(w.reshape(n, k).T)
+    np_ = -(-n // PANEL)
+    out = np.zeros((np_, k, PANEL), w.dtype)
+    for p in range(np_):
+        c = wt[:, p * PANEL:(p + 1) * PANEL]
+        out[p, :, :c.shape[1]] = c
+    return out
+
+
+@intrinsic
+def _mk4(typingctx, x, xoff, ldx, wp, woff, out, ooff, ldo, kc):
+    """out[ooff + r*ldo + (0..PANEL-1)] += sum_k x[xoff + r*ldx + k] * wp[woff + k*PANEL + ..]
+    for r in 0..3 and k in [0, kc): no bounds checks (the caller passes valid offsets), the
+    4 x PANEL float32 accumulators held in 8 vector registers (float64 works, at half speed)."""
+    if not all(isinstance(a, types.Array) for a in (x, wp, out)) or not (
+            x.dtype == wp.dtype == out.dtype and x.dtype in (types.float32, types.float64)):
+        return None
+    sig = types.void(x, xoff, ldx, wp, woff, out, ooff, ldo, kc)
+
+    def codegen(context, builder, sig, args):
+        i64 = ir.IntType(64)
+        tys = sig.args
+        vty = ir.VectorType(context.get_value_type(tys[0].dtype), _VW)
+        vx, vxoff, vldx, vwp, vwoff, vout, vooff, vldo, vkc = args
+
+        def data(k, a):
+            return make_array(tys[k])(context, builder, a).data
+
+        def i(k, v):
+            return context.cast(builder, v, tys[k], types.int64)
+
+        px, pw, po = data(0, vx), data(3, vwp), data(5, vout)
+        xoff_, ldx_, woff_ = i(1, vxoff), i(2, vldx), i(4, vwoff)
+        ooff_, ldo_, kc_ = i(6, vooff), i(7, vldo), i(8, vkc)
+
+        def vptr(base, off):
+            return builder.bitcast(builder.gep(base, [off]), vty.as_pointer())
+
+        optrs = []
+        for r in range(4):
+            row = builder.add(ooff_, builder.mul(ldo_, ir.Constant(i64, r)))
+            for h in range(2):
+                optrs.append(vptr(po, builder.add(row, ir.Constant(i64, h * _VW))))
+        acc0 = [builder.load(p, align=4) for p in optrs]
+        xrows = [builder.gep(px, [builder.add(xoff_, builder.mul(ldx_, ir.Constant(i64, r)))])
+                 for r in range(4)]
+        pre = builder.block
+        loop = builder.append_basic_block('mk4.loop')
+        done = builder.append_basic_block('mk4.done')
+        builder.cbranch(builder.icmp_signed('>', kc_, ir.Constant(i64, 0)), loop, done)
+        builder.position_at_end(loop)
+        kk = builder.phi(i64)
+        kk.add_incoming(ir.Constant(i64, 0), pre)
+        accs = []
+        for a in acc0:
+            ph = builder.phi(vty)
+            ph.add_incoming(a, pre)
+            accs.append(ph)
+        wbase = builder.add(woff_, builder.mul(kk, ir.Constant(i64, PANEL)))
+        w0 = builder.load(vptr(pw, wbase), align=4)
+        w1 = builder.load(vptr(pw, builder.add(wbase, ir.Constant(i64, _VW))), align=4)
+        elt = 'f32' if tys[0].dtype == types.float32 else 'f64'
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty] * 3),
+                                             f'llvm.fma.v{_VW}{elt}')
+        zero_mask = ir.Constant(ir.VectorType(ir.IntType(32), _VW), [0] * _VW)
+        new = []
+        for r in range(4):
+            xv = builder.load(builder.gep(xrows[r], [kk]), align=4)
+            sp = builder.insert_element(ir.Constant(vty, ir.Undefined), xv, ir.Constant(ir.IntType(32), 0))
+            sp = builder.shuffle_vector(sp, ir.Constant(vty, ir.Undefined), zero_mask)
+            new.append(builder.call(fma, [sp, w0, accs[2 * r]]))
+            new.append(builder.call(fma, [sp, w1, accs[2 * r + 1]]))
+        k1 = builder.add(kk, ir.Constant(i64, 1))
+        end = builder.block
+        kk.add_incoming(k1, end)
+        for ph, v in zip(accs, new):
+            ph.add_incoming(v, end)
+        builder.cbranch(builder.icmp_signed('<', k1, kc_), loop, done)
+        builder.position_at_end(done)
+        res = []
+        for a0, v in zip(acc0, new):
+            ph = builder.phi(vty)
+            ph.add_incoming(a0, pre)
+            ph.add_incoming(v, end)
+            res.append(ph)
+        for p, v in zip(optrs, res):
+            builder.store(v, p, align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _proj_panels(x, wp, bsum, out, p0, p1):
+    """out[:, p*PANEL:(p+1)*PANEL] = x @ (panel p) + bsum for panels p0..p1-1; out's rows are
+    padded to whole panels, bsum covers the real columns."""
+    m, k = x.shape
+    ldo = out.shape[1]
+    n = bsum.shape[0]
+    zero = out.dtype.type(0.0)
+    for r in range(m):
+        row = out[r]
+        for j in range(p0 * PANEL, p1 * PANEL):
+            row[j] = bsum[j] if j < n else zero
+    m4 = m - m % 4
+    for p in range(p0, p1):
+        for r in range(0, m4, 4):
+            _mk4(x, r * k, k, wp, p * k * PANEL, out, r * ldo + p * PANEL, ldo, k)
+        for r in range(m4, m):
+            o = out[r, p * PANEL:(p + 1) * PANEL]
+            xr = x[r]
+            for kk in range(k):
+                a = xr[kk]
+                wr = wp[p, kk]
+                for j in range(PANEL):
+                    o[j] += a * wr[j]
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
+def _proj_par(x, wp, bsum, out, nw):
+    npan = wp.shape[0]
+    for t in prange(nw):
+        p0 = t * npan // nw
+        p1 = (t + 1) * npan // nw
+        _proj_panels(x, wp, bsum, out, p0, p1)
 
 
 # --- activations -------------------------------------------------------------------------------
@@ -122,13 +270,27 @@ def _act(v, code, alpha, beta):
 
 # --- shared pieces ---------------------------------------------------------------------------
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _project(x, w, bsum, xw):
-    """xw (rows, nd*G*H) = x (rows, I) @ w (nd*G*H, I)^T + bsum (nd*G*H)."""
+def _project(x, w, wp, bsum, xw):
+    """xw[:, :nd*G*H] = x (rows, I) @ w (nd*G*H, I)^T + bsum (nd*G*H): with the packed panels
+    ``wp`` (``pack_weights``) when given (float32 constant weights), else BLAS. xw's rows are
+    padded to whole panels."""
     rows = xw.shape[0]
-    ncol = xw.shape[1]
+    ncol = bsum.shape[0]
     k = w.shape[2]
     if rows == 0 or ncol == 0:
         return
+    if wp.shape[0] > 0:
+        if wp.shape[1] != k or wp.shape[0] * PANEL > xw.shape[1] or wp.shape[0] * PANEL < ncol:
+            raise ValueError("RNN: packed weights do not match the input")
+        npan = wp.shape[0]
+        nth = num_threads()
+        if nth > 1 and npan > 1 and 2 * rows * k * ncol >= (1 << 21):
+            _proj_par(x, wp, bsum, xw, min(nth, npan))
+        else:
+            _proj_panels(x, wp, bsum, xw, 0, npan)
+        return
+    if xw.shape[1] != ncol:
+        raise ValueError("RNN: projection rows are padded only for packed weights")
     z2 = np.zeros((1, 1), xw.dtype)
     _mm_run(x.reshape(1, rows, k), w.reshape(1, ncol, k), xw.reshape(1, rows, ncol), bsum, z2,
             np.int64(0), np.int64(1), np.float64(1.0), np.float64(0.0), np.int64(1),
@@ -303,13 +465,16 @@ def _clip(v, c):
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _views(ws, nt, nb, hd, g, nd, dt):
-    """Carve the scratch: xw (T*B, nd*G*H), hr (nd, B, G*H), tmp (nd, B, G*H),
-    h (nd, B, H), c (nd, B, H)."""
+def _views(ws, nt, nb, hd, g, nd, npan):
+    """Carve the scratch: xw (T*B, nd*G*H, or npan*PANEL with packed weights), hr, tmp
+    (nd, B, G*H), h, c (nd, B, H)."""
     gh = g * hd
+    ld = npan * PANEL if npan > 0 else nd * gh
+    if ld > nd * gh + PANEL:
+        raise ValueError("RNN: packed weights do not match the hidden size")
     o = 0
-    xw = ws[o:o + nt * nb * nd * gh].reshape(nt * nb, nd * gh)
-    o += nt * nb * nd * gh
+    xw = ws[o:o + nt * nb * ld].reshape(nt * nb, ld)
+    o += nt * nb * ld
     hr = ws[o:o + nd * nb * gh].reshape(nd, nb, gh)
     o += nd * nb * gh
     tmp = ws[o:o + nd * nb * gh].reshape(nd, nb, gh)
@@ -409,19 +574,19 @@ def _lstm_par(xw, rt, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, beta
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def lstm(x, w, rt, bias, peep, h0, c0, seqlen, y, yh, yc, ws, layout, reverse, acts, alphas,
+def lstm(x, w, wp, rt, bias, peep, h0, c0, seqlen, y, yh, yc, ws, layout, reverse, acts, alphas,
          betas, clip, input_forget):
     """ONNX LSTM (gates i, o, f, c); see the module docstring. ``reverse``: a one-direction
     layer that runs backwards."""
     nd = w.shape[0]
     hd = rt.shape[1]
     nt, nb = _dims(x, layout)
-    xw, hr, tmp, hs, cs = _views(ws, nt, nb, hd, 4, nd, x.dtype)
+    xw, hr, tmp, hs, cs = _views(ws, nt, nb, hd, 4, nd, wp.shape[0])
     lens = _lengths(seqlen, nb, nt)
     _init_state(hs, h0, layout)
     _init_state(cs, c0, layout)
     bsum = _bias_sum(bias, nd, 4, hd, False)
-    _project(x.reshape(nt * nb, x.shape[2]), w, bsum, xw)
+    _project(x.reshape(nt * nb, x.shape[2]), w, wp, bsum, xw)
     if nd == 2 and num_threads() >= 2 and nt * nb * hd * 4 * hd >= _PAR_MIN_MACS:
         _lstm_par(xw, rt, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, betas, clip,
                   input_forget)
@@ -567,13 +732,13 @@ def _gru_par(xw, rt, rbh, hr, tmp, hs, y, lens, layout, acts, alphas, betas, cli
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def gru(x, w, rt, bias, h0, seqlen, y, yh, ws, layout, reverse, acts, alphas, betas, clip,
+def gru(x, w, wp, rt, bias, h0, seqlen, y, yh, ws, layout, reverse, acts, alphas, betas, clip,
         linear_before_reset):
     """ONNX GRU (gates z, r, h); see the module docstring."""
     nd = w.shape[0]
     hd = rt.shape[1]
     nt, nb = _dims(x, layout)
-    xw, hr, tmp, hs, _ = _views(ws, nt, nb, hd, 3, nd, x.dtype)
+    xw, hr, tmp, hs, _ = _views(ws, nt, nb, hd, 3, nd, wp.shape[0])
     lens = _lengths(seqlen, nb, nt)
     _init_state(hs, h0, layout)
     lbr = linear_before_reset != 0
@@ -583,7 +748,7 @@ def gru(x, w, rt, bias, h0, seqlen, y, yh, ws, layout, reverse, acts, alphas, be
         for d in range(nd):
             for j in range(hd):
                 rbh[d, j] = bias[d, 5 * hd + j]
-    _project(x.reshape(nt * nb, x.shape[2]), w, bsum, xw)
+    _project(x.reshape(nt * nb, x.shape[2]), w, wp, bsum, xw)
     if nd == 2 and num_threads() >= 2 and nt * nb * hd * 3 * hd >= _PAR_MIN_MACS:
         _gru_par(xw, rt, rbh, hr, tmp, hs, y, lens, layout, acts, alphas, betas, clip, lbr)
     else:
@@ -638,16 +803,16 @@ def _rnn_par(xw, rt, hr, hs, y, lens, layout, acts, alphas, betas, clip):
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def rnn(x, w, rt, bias, h0, seqlen, y, yh, ws, layout, reverse, acts, alphas, betas, clip):
+def rnn(x, w, wp, rt, bias, h0, seqlen, y, yh, ws, layout, reverse, acts, alphas, betas, clip):
     """ONNX RNN (Ht = f(Xt W^T + Ht-1 R^T + Wb + Rb)); see the module docstring."""
     nd = w.shape[0]
     hd = rt.shape[1]
     nt, nb = _dims(x, layout)
-    xw, hr, _, hs, _ = _views(ws, nt, nb, hd, 1, nd, x.dtype)
+    xw, hr, _, hs, _ = _views(ws, nt, nb, hd, 1, nd, wp.shape[0])
     lens = _lengths(seqlen, nb, nt)
     _init_state(hs, h0, layout)
     bsum = _bias_sum(bias, nd, 1, hd, False)
-    _project(x.reshape(nt * nb, x.shape[2]), w, bsum, xw)
+    _project(x.reshape(nt * nb, x.shape[2]), w, wp, bsum, xw)
     if nd == 2 and num_threads() >= 2 and nt * nb * hd * hd >= _PAR_MIN_MACS:
         _rnn_par(xw, rt, hr, hs, y, lens, layout, acts, alphas, betas, clip)
     else:

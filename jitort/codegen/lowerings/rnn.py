@@ -119,6 +119,11 @@ def lower_rnn(em: Emitter, n: Node) -> None:
 
     xv = f"{em.arr(x)}.reshape({em.tuple_expr(xs)})"
     wv = f"{em.arr(w)}.reshape({em.tuple_expr((nd, g * hd, xs[2]))})"
+    if w.is_const:
+        from jitort.kernels.cpu.rnn import pack_weights
+        wpv = em.derived_const(("rnn_wpack", id(w.const)), lambda: pack_weights(w.const))
+    else:
+        wpv = f"np.zeros((0, 0, 0), {tn})"
     if r.is_const:
         rt = em.derived_const(("rnn_rt", id(r.const)),
                               lambda: np.ascontiguousarray(r.const.transpose(0, 2, 1)))
@@ -160,10 +165,10 @@ def lower_rnn(em: Emitter, n: Node) -> None:
     if op == "LSTM":
         ycv = out(outs[2], yh_shape)
         cif = bool(n.attrs.get("input_forget", 0))
-        em.call(f"_rnn.lstm({xv}, {wv}, {rtv}, {bv}, {pv}, {h0}, {c0}, {sv}, {yv}, {yhv}, "
+        em.call(f"_rnn.lstm({xv}, {wv}, {wpv}, {rtv}, {bv}, {pv}, {h0}, {c0}, {sv}, {yv}, {yhv}, "
                 f"{ycv}, {ws}, {tail}, {cif})")
     elif op == "GRU":
         lbr = bool(n.attrs.get("linear_before_reset", 0))
-        em.call(f"_rnn.gru({xv}, {wv}, {rtv}, {bv}, {h0}, {sv}, {yv}, {yhv}, {ws}, {tail}, {lbr})")
+        em.call(f"_rnn.gru({xv}, {wv}, {wpv}, {rtv}, {bv}, {h0}, {sv}, {yv}, {yhv}, {ws}, {tail}, {lbr})")
     else:
-        em.call(f"_rnn.rnn({xv}, {wv}, {rtv}, {bv}, {h0}, {sv}, {yv}, {yhv}, {ws}, {tail})")
+        em.call(f"_rnn.rnn({xv}, {wv}, {wpv}, {rtv}, {bv}, {h0}, {sv}, {yv}, {yhv}, {ws}, {tail})")
