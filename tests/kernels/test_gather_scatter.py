@@ -195,3 +195,26 @@ def test_onehot(ishape, depth, axis, idt, vdt, ddt, nthreads):
     node = helper.make_node('OneHot', ['i', 'd', 'v'], ['y'], axis=axis)
     _same(*run_both(node, [('i', idx), ('v', vals)], [('d', np.array(depth, ddt))],
                     threads=nthreads))
+
+
+def test_one_driver_serves_new_shapes():
+    """Symbolic dims: each new shape replays or re-plans the driver, including empty ones."""
+    from test_scan import _dynamic
+    rng = np.random.default_rng(0)
+    cm, sess = _dynamic(helper.make_node('ScatterND', ['x', 'i', 'u'], ['y']),
+                        [('x', 1, ['N', 'A']), ('i', 7, ['M', 1]), ('u', 1, ['M', 'A'])])
+    for n, a, m in [(4, 5, 2), (6, 5, 3), (2, 3, 0)]:
+        feeds = {'x': rng.random((n, a)).astype(np.float32),
+                 'i': rng.permutation(n)[:m].reshape(m, 1).astype(np.int64),
+                 'u': rng.random((m, a)).astype(np.float32)}
+        _same(cm.run(None, feeds), sess.run(None, feeds))
+    cm, sess = _dynamic(helper.make_node('GatherND', ['x', 'i'], ['y']),
+                        [('x', 1, ['N', 'A']), ('i', 7, ['M', 1])])
+    for n, a, m in [(4, 5, 2), (6, 5, 3), (2, 3, 0), (1, 1, 1)]:
+        feeds = {'x': rng.random((n, a)).astype(np.float32), 'i': rng.integers(0, n, (m, 1))}
+        _same(cm.run(None, feeds), sess.run(None, feeds))
+    cm, sess = _dynamic(helper.make_node('OneHot', ['i', 'd', 'v'], ['y']), [('i', 7, ['N'])],
+                        [('d', np.array(5, np.int64)), ('v', np.array([0, 1], np.float32))])
+    for n in [3, 7, 0, 1]:
+        feeds = {'i': rng.integers(-5, 5, (n,))}
+        _same(cm.run(None, feeds), sess.run(None, feeds))

@@ -185,3 +185,33 @@ def test_topk_nan_ranks_above_numbers(largest):
         got, ref = run_both(node, [('x', x)], [('k', np.array([k], np.int64))], n_out=2)
         np.testing.assert_array_equal(got[1], ref[1])
         np.testing.assert_array_equal(got[0], ref[0])  # NaNs compare equal here
+
+
+def _dynamic(node, ins, inits=(), opset=17, n_out=1):
+    """A one-node model with symbolic input dims: (jitort strict, onnxruntime) sessions."""
+    vi = [helper.make_tensor_value_info(n, t, s) for n, t, s in ins]
+    g = helper.make_graph([node], 'g', vi, [onnx.ValueInfoProto(name=o) for o in node.output[:n_out]],
+                          initializer=[numpy_helper.from_array(a, n) for n, a in inits])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', opset)])
+    m.ir_version = 8
+    return (jitort.compile(m, strict=True),
+            ort.InferenceSession(m.SerializeToString(), providers=['CPUExecutionProvider']))
+
+
+def test_one_driver_serves_new_shapes():
+    """Symbolic dims: each new shape replays or re-plans the driver, including empty ones."""
+    rng = np.random.default_rng(0)
+    cm, sess = _dynamic(helper.make_node('TopK', ['x', 'k'], ['v', 'i']), [('x', 1, ['N', 'A'])],
+                        [('k', np.array([3], np.int64))], n_out=2)
+    for shape in [(2, 50), (5, 50), (1, 7), (3, 200)]:
+        feeds = {'x': rng.random(shape).astype(np.float32)}
+        _same(cm.run(None, feeds), sess.run(None, feeds))
+    cm, sess = _dynamic(helper.make_node('CumSum', ['x', 'a'], ['y']), [('x', 1, ['N', 'A'])],
+                        [('a', np.array(1, np.int64))])
+    for shape in [(2, 50), (5, 50), (1, 1), (3, 0)]:
+        feeds = {'x': rng.random(shape).astype(np.float32)}
+        _same(cm.run(None, feeds), sess.run(None, feeds))
+    cm, sess = _dynamic(helper.make_node('ArgMax', ['x'], ['y'], axis=1), [('x', 1, ['N', 'A', 'B'])])
+    for shape in [(2, 5, 1), (2, 5, 3), (1, 40, 1), (3, 1, 2)]:
+        feeds = {'x': rng.random(shape).astype(np.float32)}
+        _same(cm.run(None, feeds), sess.run(None, feeds))
