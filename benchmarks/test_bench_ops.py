@@ -361,6 +361,65 @@ CASES.update({
 })
 
 
+# Gather/scatter, scans and selections (lowerings/gather_scatter.py, lowerings/scan.py): roberta's
+# position ids (CumSum over the int32 mask, GatherElements), top-p sampling over a vocabulary
+# (CumSum, TopK), greedy decoding (ArgMax), a KV-cache row update (ScatterND), last-token pooling
+# (GatherND batch_dims=1), labels to one-hot
+def _gs_ints(shape, n, seed=1, dtype=np.int64):
+    return np.random.default_rng(seed).integers(0, n, shape).astype(dtype)
+
+
+CASES.update({
+    'cumsum int32 1x128 (roberta)': (lambda: _model_case(
+        [helper.make_node('CumSum', ['x', 'a'], ['y'])],
+        [('x', _gs_ints((1, 128), 2, dtype=np.int32))], ['y'], [('a', np.array(1, np.int64))]), 0),
+    'cumsum 4x32000 last axis': (lambda: _model_case(
+        [helper.make_node('CumSum', ['x', 'a'], ['y'])],
+        [('x', np.abs(_rn(4, 32000)) * 1e-4)], ['y'], [('a', np.array(-1, np.int64))]), 0),
+    'cumsum 64x128x256 axis 1 exclusive': (lambda: _model_case(
+        [helper.make_node('CumSum', ['x', 'a'], ['y'], exclusive=1)],
+        [('x', _rn(64, 128, 256))], ['y'], [('a', np.array(1, np.int64))], tol=1e-3), 0),
+    'gatherelements 1x128 axis 1 (roberta)': (lambda: _model_case(
+        [helper.make_node('GatherElements', ['x', 'i'], ['y'], axis=1)],
+        [('x', _gs_ints((1, 128), 4000)), ('i', _gs_ints((1, 128), 128))], ['y']), 0),
+    'gatherelements 16x1000 axis 1': (lambda: _model_case(
+        [helper.make_node('GatherElements', ['x', 'i'], ['y'], axis=1)],
+        [('x', _rn(16, 1000)), ('i', _gs_ints((16, 1000), 1000))], ['y']), 0),
+    'gathernd 8x128x768 batch_dims=1 last token': (lambda: _model_case(
+        [helper.make_node('GatherND', ['x', 'i'], ['y'], batch_dims=1)],
+        [('x', _rn(8, 128, 768)), ('i', np.full((8, 1), 127, np.int64))], ['y']), 0),
+    'gathernd 4000x256 rows 512': (lambda: _model_case(
+        [helper.make_node('GatherND', ['x', 'i'], ['y'])],
+        [('x', _rn(4000, 256)), ('i', _gs_ints((512, 1), 4000))], ['y']), 0),
+    'scatternd 512x8x64 kv rows 128': (lambda: _model_case(
+        [helper.make_node('ScatterND', ['x', 'i', 'u'], ['y'])],
+        [('x', _rn(512, 8, 64)), ('i', np.arange(128, 256, dtype=np.int64).reshape(128, 1)),
+         ('u', _rn(128, 8, 64, seed=1))], ['y']), 0),
+    'scatterelements 16x1000 axis 1 add k=10': (lambda: _model_case(
+        [helper.make_node('ScatterElements', ['x', 'i', 'u'], ['y'], axis=1, reduction='add')],
+        [('x', _rn(16, 1000)), ('i', _gs_ints((16, 10), 1000)), ('u', _rn(16, 10, seed=1))], ['y'],
+        opset=18), 0),
+    'onehot 128 depth 1000': (lambda: _model_case(
+        [helper.make_node('OneHot', ['i', 'd', 'v'], ['y'])],
+        [('i', _gs_ints((128,), 1000))], ['y'],
+        [('d', np.array(1000, np.int64)), ('v', np.array([0, 1], np.float32))]), 0),
+    'argmax 128x8000 last axis': (lambda: _model_case(
+        [helper.make_node('ArgMax', ['x'], ['y'], axis=-1, keepdims=0)],
+        [('x', _rn(128, 8000))], ['y']), 0),
+    'argmax 64x1000x16 axis 1': (lambda: _model_case(
+        [helper.make_node('ArgMax', ['x'], ['y'], axis=1)],
+        [('x', _rn(64, 1000, 16))], ['y']), 0),
+    'topk 1x32000 k=50': (lambda: _model_case(
+        [helper.make_node('TopK', ['x', 'k'], ['v', 'i'])],
+        [('x', _rn(1, 32000))], ['v', 'i'], [('k', np.array([50], np.int64))]), 0),
+    'topk 128x1000 k=5': (lambda: _model_case(
+        [helper.make_node('TopK', ['x', 'k'], ['v', 'i'])],
+        [('x', _rn(128, 1000))], ['v', 'i'], [('k', np.array([5], np.int64))]), 0),
+    'hardmax 128x1000': (lambda: _model_case(
+        [helper.make_node('Hardmax', ['x'], ['y'])],
+        [('x', _rn(128, 1000))], ['y'], opset=13), 0),
+})
+
 _built = {}
 
 
