@@ -1,1 +1,392 @@
-"""CPU kernels: Resize and Upsample (nearest, linear, cubic; every coordinate transformation), GridSample, AffineGrid. Imports nothing from jitort."""
+"""CPU kernels: Resize and Upsample (nearest, linear, cubic; every coordinate transformation;
+antialias), GridSample, AffineGrid. Imports nothing from jitort.
+
+A resize is separable: every resized axis gets a table (``axis_table``) of source indices and
+weights per output position, computed from the sizes, scale and ROI alone (O(output length), per
+call). The tables are then applied either by one 2-D kernel over (P, H, W) views (nearest and
+linear over the last two axes: the common NCHW case) or one axis at a time by ``resize_pass`` on
+(O, L, I) views. Coordinates are computed in float32 as onnxruntime does, so the nearest indices
+agree at ties.
+
+Codes: mode 0 nearest, 1 linear, 2 cubic. Coordinate transformation 0 half_pixel,
+1 half_pixel_symmetric, 2 pytorch_half_pixel, 3 align_corners, 4 asymmetric,
+5 tf_half_pixel_for_nearest, 6 tf_crop_and_resize. Nearest rounding 0 round_prefer_floor,
+1 round_prefer_ceil, 2 floor, 3 ceil, 4 "simple" (opset < 11: floor up, ceil down).
+"""
+import math
+
+import numpy as np
+from numba import njit, prange
+
+_FM = {'reassoc', 'contract', 'arcp'}
+_F0 = np.float32(0.0)
+_F05 = np.float32(0.5)
+_F1 = np.float32(1.0)
+_F2 = np.float32(2.0)
+
+
+@njit(cache=True, error_model='numpy')
+def _coord(i, scale, lout, lin, rs, re, coord):
+    """Source coordinate (float32) of output position ``i`` (onnxruntime's float32 formulas)."""
+    x = np.float32(i)
+    fo = np.float32(lout)
+    fi = np.float32(lin)
+    if coord == 0:
+        return (x + _F05) / scale - _F05
+    if coord == 1:
+        adj = fo / (scale * fi)
+        center = fi / _F2
+        off = center * (_F1 - adj)
+        return off + (x + _F05) / scale - _F05
+    if coord == 2:
+        if lout > 1:
+            return (x + _F05) / scale - _F05
+        return _F0
+    if coord == 3:
+        if lout == 1:
+            return _F0
+        return x * (fi - _F1) / (fo - _F1)
+    if coord == 4:
+        return x / scale
+    if coord == 5:
+        return (x + _F05) / scale
+    # tf_crop_and_resize
+    if lout > 1:
+        return rs * (fi - _F1) + (x * (re - rs) * (fi - _F1)) / (fo - _F1)
+    return np.float32(0.5 * (np.float64(rs) + np.float64(re)) * (np.float64(fi) - 1.0))
+
+
+@njit(cache=True, error_model='numpy')
+def _round_nearest(c, nearest, down):
+    if nearest <= 1:  # round half to floor / to ceil (std::round for the ceil case)
+        fl = math.floor(c)
+        f = c - np.float32(fl)
+        if f > _F05 or (nearest == 1 and f == _F05):
+            return np.int64(fl) + 1
+        return np.int64(fl)
+    if nearest == 2:
+        return np.int64(math.floor(c))
+    if nearest == 3:
+        return np.int64(math.ceil(c))
+    if down:
+        return np.int64(math.ceil(c))
+    return np.int64(c)
+
+
+@njit(cache=True, error_model='numpy')
+def _cubic_w(t, a):
+    """Keys' cubic convolution weight at distance t."""
+    t = abs(t)
+    if t < _F1:
+        return ((a + _F2) * t - (a + np.float32(3.0))) * t * t + _F1
+    if t < _F2:
+        return ((t - np.float32(5.0)) * t + np.float32(8.0)) * t * a - np.float32(4.0) * a
+    return _F0
+
+
+@njit(cache=True, error_model='numpy')
+def axis_table(lin, lout, scale, rs, re, mode, coord, nearest, cubic_a, exclude, antialias):
+    """(idx (lout, K) int64, w (lout, K) float32, ok (lout,) uint8) of one resized axis.
+
+    ``scale`` <= 0: out/in (a sizes input). ``ok[i] == 0``: position i lies outside the input
+    (tf_crop_and_resize; the output is the extrapolation value there). Indices are always in
+    [0, lin) when lin > 0.
+    """
+    if scale <= 0:
+        scale = np.float32(lout) / np.float32(max(lin, 1))
+    scale = np.float32(scale)
+    rs = np.float32(rs)
+    re = np.float32(re)
+    a = np.float32(cubic_a)
+    hi = np.float32(lin - 1)
+    extra = coord == 6
+    if mode == 0:
+        k = 1
+    elif antialias:
+        sup = np.float32(1.0) if mode == 1 else np.float32(2.0)
+        if scale < _F1:
+            sup = sup / scale
+        k = np.int64(math.ceil(sup)) * 2 + 1
+    else:
+        k = 2 if mode == 1 else 4
+    idx = np.zeros((lout, k), np.int64)
+    w = np.zeros((lout, k), np.float32)
+    ok = np.ones(lout, np.uint8)
+    if lin == 0:
+        return idx, w, ok
+    for i in range(lout):
+        c = _coord(i, scale, lout, lin, rs, re, coord)
+        if extra and (c < _F0 or c > hi):
+            ok[i] = 0
+        if mode == 0:
+            j = _round_nearest(c, nearest, scale < _F1)
+            idx[i, 0] = min(max(j, 0), lin - 1)
+            w[i, 0] = _F1
+        elif antialias:  # Pillow-style filter widened by 1/scale when downscaling
+            inv = np.float32(1.0) / scale if scale < _F1 else _F1
+            sup = (np.float32(1.0) if mode == 1 else np.float32(2.0)) * inv
+            center = (np.float32(i) if scale == _F1 else c) + _F05
+            x0 = np.int64(math.floor(center - sup + _F05))
+            x1 = np.int64(math.floor(center + sup + _F05))
+            x1 = x0 + min(max(x1 - x0, 0), k)
+            if exclude:  # taps outside the input are dropped, else they fold onto the edge
+                x0 = min(max(x0, 0), lin)
+                x1 = min(max(x1, 0), lin)
+            ss = scale if scale < _F1 else _F1
+            tot = _F0
+            for t in range(x1 - x0):
+                d = (np.float32(t + x0) - center + _F05) * ss
+                if mode == 1:
+                    d = abs(d)
+                    wt = _F1 - d if d < _F1 else _F0
+                else:
+                    wt = _cubic_w(d, a)
+                idx[i, t] = min(max(t + x0, 0), lin - 1)
+                w[i, t] = wt
+                tot += wt
+            if tot != _F0:
+                inv_tot = _F1 / tot
+                for t in range(x1 - x0):
+                    w[i, t] = w[i, t] * inv_tot
+        elif mode == 1:
+            cc = min(max(c, _F0), hi)
+            i0 = min(np.int64(cc), lin - 1)
+            i1 = min(i0 + 1, lin - 1)
+            d0 = abs(cc - np.float32(i0))
+            d1 = abs(cc - np.float32(i1))
+            if i0 == i1:
+                d0 = _F05
+                d1 = _F05
+            idx[i, 0] = i0
+            idx[i, 1] = i1
+            w[i, 0] = d1
+            w[i, 1] = d0
+        else:
+            fl = math.floor(c)
+            s = c - np.float32(fl)
+            base = np.int64(fl) - 1
+            tot = _F0
+            for t in range(4):
+                wt = _cubic_w(s - np.float32(t - 1), a)
+                j = base + t
+                if exclude and (j < 0 or j >= lin):
+                    wt = _F0
+                idx[i, t] = min(max(j, 0), lin - 1)
+                w[i, t] = wt
+                tot += wt
+            if exclude and tot != _F0:
+                for t in range(4):
+                    w[i, t] = w[i, t] / tot
+    return idx, w, ok
+
+
+# --- separable pass over one axis: (O, L, I) -> (O, T, I) ---------------------------------------
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _pass_rows(x, y, idx, w, ok, extrap, j0, j1):
+    T = y.shape[1]
+    ni = y.shape[2]
+    k = idx.shape[1]
+    ev = y.dtype.type(extrap)
+    for j in range(j0, j1):
+        o = j // T
+        t = j % T
+        yr = y[o, t]
+        if ok[t] == 0:
+            for q in range(ni):
+                yr[q] = ev
+        elif k == 1:
+            xr = x[o, idx[t, 0]]
+            for q in range(ni):
+                yr[q] = xr[q]
+        else:
+            xr = x[o, idx[t, 0]]
+            wt = w[t, 0]
+            for q in range(ni):
+                yr[q] = xr[q] * wt
+            for m in range(1, k):
+                xr = x[o, idx[t, m]]
+                wt = w[t, m]
+                if wt != 0:
+                    for q in range(ni):
+                        yr[q] += xr[q] * wt
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _pass_last(x, y, idx, w, ok, extrap, o0, o1):
+    """I == 1: the resized axis is the innermost."""
+    T = y.shape[1]
+    k = idx.shape[1]
+    ev = y.dtype.type(extrap)
+    for o in range(o0, o1):
+        xr = x[o, :, 0]
+        yr = y[o, :, 0]
+        if k == 1:
+            for t in range(T):
+                yr[t] = xr[idx[t, 0]] if ok[t] else ev
+        else:
+            for t in range(T):
+                if ok[t]:
+                    s = xr[idx[t, 0]] * w[t, 0]
+                    for m in range(1, k):
+                        s += xr[idx[t, m]] * w[t, m]
+                    yr[t] = s
+                else:
+                    yr[t] = ev
+
+
+@njit(cache=True, error_model='numpy')
+def _pass_any(x, y, idx, w, ok, extrap, a0, a1):
+    if y.shape[2] == 1:
+        _pass_last(x, y, idx, w, ok, extrap, a0, a1)
+    else:
+        _pass_rows(x, y, idx, w, ok, extrap, a0, a1)
+
+
+@njit(cache=True, error_model='numpy')
+def resize_pass(x, y, scale, rs, re, mode, coord, nearest, cubic_a, exclude, antialias, extrap):
+    """Resize axis 1 of x (O, L, I) into y (O, T, I)."""
+    idx, w, ok = axis_table(x.shape[1], y.shape[1], scale, rs, re, mode, coord, nearest,
+                            cubic_a, exclude, antialias)
+    if y.size == 0 or x.shape[1] == 0:
+        return
+    n = y.shape[0] if y.shape[2] == 1 else y.shape[0] * y.shape[1]
+    _pass_any(x, y, idx, w, ok, extrap, 0, n)
+
+
+@njit(cache=True, parallel=True, error_model='numpy')
+def resize_pass_par(x, y, scale, rs, re, mode, coord, nearest, cubic_a, exclude, antialias,
+                    extrap):
+    idx, w, ok = axis_table(x.shape[1], y.shape[1], scale, rs, re, mode, coord, nearest,
+                            cubic_a, exclude, antialias)
+    if y.size == 0 or x.shape[1] == 0:
+        return
+    n = y.shape[0] if y.shape[2] == 1 else y.shape[0] * y.shape[1]
+    nt = min(n, 64)
+    for c in prange(nt):
+        _pass_any(x, y, idx, w, ok, extrap, c * n // nt, (c + 1) * n // nt)
+
+
+# --- 2-D over the last two axes: (P, H, W) -> (P, OH, OW) --------------------------------------
+@njit(cache=True, error_model='numpy')
+def _nearest_planes(x, y, ih, iw, okh, okw, extrap, p0, p1):
+    OH = y.shape[1]
+    OW = y.shape[2]
+    ev = y.dtype.type(extrap)
+    for p in range(p0, p1):
+        for oh in range(OH):
+            yr = y[p, oh]
+            if okh[oh] == 0:
+                for ow in range(OW):
+                    yr[ow] = ev
+            elif oh > 0 and okh[oh - 1] != 0 and ih[oh, 0] == ih[oh - 1, 0]:
+                yp = y[p, oh - 1]
+                for ow in range(OW):
+                    yr[ow] = yp[ow]
+            else:
+                xr = x[p, ih[oh, 0]]
+                for ow in range(OW):
+                    yr[ow] = xr[iw[ow, 0]] if okw[ow] else ev
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _hlerp(xr, t, iw, ww):
+    for ow in range(t.shape[0]):
+        t[ow] = xr[iw[ow, 0]] * ww[ow, 0] + xr[iw[ow, 1]] * ww[ow, 1]
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _linear_planes(x, y, ih, wh, iw, ww, okh, okw, extrap, p0, p1):
+    """Bilinear: each needed input row is interpolated horizontally once (kept while the next
+    output rows still read it), then two rows are blended per output row."""
+    OH = y.shape[1]
+    OW = y.shape[2]
+    ev = y.dtype.type(extrap)
+    t0 = np.empty(OW, y.dtype)
+    t1 = np.empty(OW, y.dtype)
+    anyext = False
+    for ow in range(OW):
+        if okw[ow] == 0:
+            anyext = True
+    for p in range(p0, p1):
+        r0 = -1
+        r1 = -1
+        for oh in range(OH):
+            yr = y[p, oh]
+            if okh[oh] == 0:
+                for ow in range(OW):
+                    yr[ow] = ev
+                continue
+            a = ih[oh, 0]
+            b = ih[oh, 1]
+            if a == r1 and r1 != r0:  # slide: the old second row becomes the first
+                t0, t1 = t1, t0
+                r0, r1 = r1, r0
+            if a != r0:
+                _hlerp(x[p, a], t0, iw, ww)
+                r0 = a
+            if b != r1:
+                if b == r0:
+                    for ow in range(OW):
+                        t1[ow] = t0[ow]
+                else:
+                    _hlerp(x[p, b], t1, iw, ww)
+                r1 = b
+            w0 = wh[oh, 0]
+            w1 = wh[oh, 1]
+            for ow in range(OW):
+                yr[ow] = t0[ow] * w0 + t1[ow] * w1
+            if anyext:
+                for ow in range(OW):
+                    if okw[ow] == 0:
+                        yr[ow] = ev
+
+
+@njit(cache=True, error_model='numpy')
+def _tables2(x, y, sh, sw, rsh, reh, rsw, rew, mode, coord, nearest):
+    ih, wh, okh = axis_table(x.shape[1], y.shape[1], sh, rsh, reh, mode, coord, nearest,
+                             -0.75, False, False)
+    iw, ww, okw = axis_table(x.shape[2], y.shape[2], sw, rsw, rew, mode, coord, nearest,
+                             -0.75, False, False)
+    return ih, wh, okh, iw, ww, okw
+
+
+@njit(cache=True, error_model='numpy')
+def resize2d(x, y, sh, sw, rsh, reh, rsw, rew, mode, coord, nearest, extrap):
+    """Nearest (mode 0) or linear (mode 1) resize of the last two axes: x (P, H, W) ->
+    y (P, OH, OW)."""
+    ih, wh, okh, iw, ww, okw = _tables2(x, y, sh, sw, rsh, reh, rsw, rew, mode, coord, nearest)
+    if y.size == 0 or x.shape[1] == 0 or x.shape[2] == 0:
+        return
+    if mode == 0:
+        _nearest_planes(x, y, ih, iw, okh, okw, extrap, 0, y.shape[0])
+    else:
+        _linear_planes(x, y, ih, wh, iw, ww, okh, okw, extrap, 0, y.shape[0])
+
+
+@njit(cache=True, parallel=True, error_model='numpy')
+def resize2d_par(x, y, sh, sw, rsh, reh, rsw, rew, mode, coord, nearest, extrap):
+    ih, wh, okh, iw, ww, okw = _tables2(x, y, sh, sw, rsh, reh, rsw, rew, mode, coord, nearest)
+    if y.size == 0 or x.shape[1] == 0 or x.shape[2] == 0:
+        return
+    P = y.shape[0]
+    if P == 1:  # one plane: split its rows (each chunk restarts its row cache)
+        OH = y.shape[1]
+        nt = min(OH, 16)
+        for c in prange(nt):
+            h0 = c * OH // nt
+            h1 = (c + 1) * OH // nt
+            yv = y[:, h0:h1]
+            if mode == 0:
+                _nearest_planes(x, yv, ih[h0:h1], iw, okh[h0:h1], okw, extrap, 0, 1)
+            else:
+                _linear_planes(x, yv, ih[h0:h1], wh[h0:h1], iw, ww, okh[h0:h1], okw, extrap,
+                               0, 1)
+        return
+    nt = min(P, 64)
+    for c in prange(nt):
+        p0 = c * P // nt
+        p1 = (c + 1) * P // nt
+        if mode == 0:
+            _nearest_planes(x, y, ih, iw, okh, okw, extrap, p0, p1)
+        else:
+            _linear_planes(x, y, ih, wh, iw, ww, okh, okw, extrap, p0, p1)

@@ -1,0 +1,165 @@
+"""Resize / Upsample compiled by jitort against onnxruntime (one-node models through
+``jitort.compile``; nothing may be interpreted)."""
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper
+
+import jitort
+
+_rng = np.random.default_rng(0)
+X4 = _rng.standard_normal((1, 3, 5, 6)).astype(np.float32)
+X5 = _rng.standard_normal((2, 3, 4, 5, 6)).astype(np.float32)
+X3 = _rng.standard_normal((2, 3, 9)).astype(np.float32)
+
+
+def _model(x, op, opset, scales, sizes, roi, attrs):
+    inits, ins = [], ['x']
+    if op == 'Upsample' and opset < 9:
+        attrs = dict(attrs, scales=[float(s) for s in scales])
+    elif op == 'Upsample' or opset < 11:
+        inits.append(helper.make_tensor('sc', TP.FLOAT, [len(scales)], scales))
+        ins.append('sc')
+    else:
+        if roi is not None:
+            inits.append(helper.make_tensor('roi', TP.FLOAT, [len(roi)], roi))
+            ins.append('roi')
+        elif opset < 13:
+            inits.append(helper.make_tensor('roi', TP.FLOAT, [0], []))
+            ins.append('roi')
+        else:
+            ins.append('')
+        if scales is not None:
+            inits.append(helper.make_tensor('sc', TP.FLOAT, [len(scales)], scales))
+            ins.append('sc')
+        else:
+            ins.append('')
+            inits.append(helper.make_tensor('sz', TP.INT64, [len(sizes)], sizes))
+            ins.append('sz')
+    et = helper.np_dtype_to_tensor_dtype(x.dtype)
+    g = helper.make_graph([helper.make_node(op, ins, ['y'], **attrs)], 'g',
+                          [helper.make_tensor_value_info('x', et, x.shape)],
+                          [helper.make_tensor_value_info('y', et, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', opset)])
+    m.ir_version = 8
+    return m
+
+
+def _check(x, opset=19, scales=None, sizes=None, roi=None, op='Resize', **attrs):
+    import onnxruntime as ort
+    m = _model(x, op, opset, scales, sizes, roi, attrs)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=['CPUExecutionProvider'])
+    ref = sess.run(None, {'x': x})[0]
+    cm = jitort.compile(m)
+    assert cm.fallback_nodes() == []
+    got = cm.run(None, {'x': x})[0]
+    assert got.shape == ref.shape and got.dtype == ref.dtype
+    if np.issubdtype(x.dtype, np.floating):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(got, ref)
+
+
+COORDS = ['half_pixel', 'half_pixel_symmetric', 'pytorch_half_pixel', 'align_corners',
+          'asymmetric']
+
+
+@pytest.mark.parametrize('coord', COORDS)
+@pytest.mark.parametrize('nearest', ['round_prefer_floor', 'round_prefer_ceil', 'floor', 'ceil'])
+def test_nearest_modes(coord, nearest):
+    # up on H, down on W: ties and the downscale side of every rounding
+    _check(X4, scales=[1, 1, 1.5, 0.7], mode='nearest', coordinate_transformation_mode=coord,
+           nearest_mode=nearest)
+
+
+@pytest.mark.parametrize('coord', COORDS)
+@pytest.mark.parametrize('mode', ['linear', 'cubic'])
+def test_linear_cubic_modes(coord, mode):
+    _check(X4, scales=[1, 1, 1.5, 0.7], mode=mode, coordinate_transformation_mode=coord)
+
+
+@pytest.mark.parametrize('mode', ['nearest', 'linear', 'cubic'])
+def test_tf_crop_and_resize(mode):
+    _check(X4, sizes=[1, 3, 7, 4], roi=[0, 0, 0.1, 0.2, 1, 1, 0.9, 1.3], mode=mode,
+           coordinate_transformation_mode='tf_crop_and_resize', extrapolation_value=-3.0)
+
+
+def test_cubic_attrs():
+    _check(X4, scales=[1, 1, 1.7, 2.3], mode='cubic', exclude_outside=1, cubic_coeff_a=-0.5)
+    _check(X4, scales=[1, 1, 0.6, 0.5], mode='cubic', exclude_outside=1)
+
+
+def test_x2_nchw(nthreads):
+    """The real-model cases: nearest x2 floor/asymmetric, bilinear align_corners / half_pixel."""
+    x = _rng.standard_normal((1, 4, 40, 48)).astype(np.float32)  # big enough for the prange path
+    _check(x, scales=[1, 1, 2, 2], mode='nearest', coordinate_transformation_mode='asymmetric',
+           nearest_mode='floor')
+    _check(x, scales=[1, 1, 2, 2], mode='linear', coordinate_transformation_mode='align_corners')
+    _check(x, sizes=[1, 4, 45, 41], mode='linear')
+    _check(x[:1, :1], scales=[1, 1, 4, 4], mode='linear')  # one plane: rows split
+
+
+@pytest.mark.parametrize('opset', [10, 11, 13, 18])
+@pytest.mark.parametrize('mode', ['nearest', 'linear'])
+def test_opsets(opset, mode):
+    _check(X4, opset=opset, scales=[1, 1, 2.5, 0.6], mode=mode)
+
+
+@pytest.mark.parametrize('opset', [7, 9])
+@pytest.mark.parametrize('mode', ['nearest', 'linear'])
+def test_upsample(opset, mode):
+    _check(X4, op='Upsample', opset=opset, scales=[1, 1, 2.5, 1.6], mode=mode)
+
+
+def test_nd_and_axes(nthreads):
+    _check(X5, scales=[1, 1, 1.5, 2, 0.5], mode='linear')  # trilinear
+    _check(X5, scales=[1, 1, 1.5, 2, 0.5], mode='nearest')
+    _check(X5, scales=[2.0, 0.5], axes=[2, 4], mode='nearest')  # axes with a gap
+    _check(X4, scales=[2.0], axes=[-1], mode='linear')  # one axis, innermost
+    _check(X4, scales=[2.0], axes=[2], mode='cubic')  # one axis, rows
+    _check(X3, scales=[1, 1, 2.0], mode='linear')  # 1-D linear
+
+
+def test_int_and_empty():
+    _check((X4 * 10).astype(np.int32), scales=[1, 2, 0.5, 3], mode='nearest')
+    _check(np.zeros((1, 3, 0, 4), np.float32), scales=[1, 1, 2, 2], mode='linear')
+    _check(X4, scales=[1, 1, 1, 1], mode='linear')  # nothing resized: a copy
+
+
+@pytest.mark.parametrize('policy', ['not_larger', 'not_smaller'])
+def test_keep_aspect_ratio(policy):
+    _check(X4, sizes=[9, 9], axes=[2, 3], keep_aspect_ratio_policy=policy, mode='nearest')
+    _check(X4, sizes=[9, 9], axes=[2, 3], keep_aspect_ratio_policy=policy, mode='linear')
+
+
+@pytest.mark.parametrize('mode', ['linear', 'cubic'])
+def test_antialias(mode):
+    for sc in ([1, 1, 0.5, 0.34], [1, 1, 0.7, 1.6]):
+        _check(X4, scales=sc, mode=mode, antialias=1)
+        _check(X4, scales=sc, mode=mode, antialias=1, exclude_outside=1)
+    _check(X4, scales=[1, 1, 0.5, 0.34], mode=mode, antialias=1,
+           coordinate_transformation_mode='align_corners')
+    _check(X4, sizes=[1, 3, 3, 2], roi=[0, 0, 0.1, 0.2, 1, 1, 0.9, 1.3], mode=mode, antialias=1,
+           coordinate_transformation_mode='tf_crop_and_resize', extrapolation_value=-3.0)
+    if mode == 'linear':
+        _check(X5, scales=[1, 1, 0.5, 0.4, 0.5], mode=mode, antialias=1)
+        _check(X3, scales=[1, 1, 0.45], mode=mode, antialias=1)
+
+
+def test_tf_half_pixel_for_nearest():
+    """Gone from onnxruntime and onnx.reference: checked against its formula,
+    index = round((i + 0.5) / scale) clamped."""
+    m = _model(X4, 'Resize', 11, [1, 1, 1.5, 0.7], None, None,
+               dict(mode='nearest', coordinate_transformation_mode='tf_half_pixel_for_nearest'))
+    cm = jitort.compile(m)
+    assert cm.fallback_nodes() == []
+    got = cm.run(None, {'x': X4})[0]
+
+    def idx(n_in, n_out, s):
+        c = (np.arange(n_out, dtype=np.float32) + np.float32(0.5)) / np.float32(s)
+        f = np.floor(c)
+        r = np.where(c - f > 0.5, f + 1, f)  # round_prefer_floor
+        return np.clip(r.astype(np.int64), 0, n_in - 1)
+    ref = X4[:, :, idx(5, 7, 1.5)][:, :, :, idx(6, 4, 0.7)]
+    np.testing.assert_array_equal(got, ref)
