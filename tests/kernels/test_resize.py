@@ -1,7 +1,6 @@
 """Resize / Upsample compiled by jitort against onnxruntime (one-node models through
 ``jitort.compile``; nothing may be interpreted)."""
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto as TP
 from onnx import helper
