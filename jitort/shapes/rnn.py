@@ -81,7 +81,8 @@ def _dft(node, shapes, values):
             raise _fail(node, f"axis {axis} out of range", shapes)
         axis = axis + r if axis < 0 else axis
     else:
-        axis = _axis(node, at.get("axis", 1), r - 1, shapes)
+        a = at.get("axis", 1)  # a negative axis counts from the full rank, as onnxruntime
+        axis = _axis(node, a + r if a < 0 else a, r - 1, shapes)
     onesided, inverse = at.get("onesided", 0), at.get("inverse", 0)
     if _get(shapes, 1) is not None:
         n = _ints(_need(node, values, 1))[0]

@@ -7,7 +7,7 @@ A lowering receives the :class:`~jitort.codegen.cpu.Emitter` and the node; concr
 back to the interpreter. Kernel modules in ``kernels/cpu/`` carry the same family names.
 """
 from . import (attention, conv, conv_transpose, data, einsum, gather_scatter, matmul, norm, pool,  # noqa: F401
-               quant, reduce, resize, rnn, scan, shape_ops)
+               misc, quant, reduce, resize, rnn, scan, shape_ops, signal)
 # shared with the CUDA lowerings
 from .common import (ACT_CODES, _3d, _axis, _conv_pads, _prod, act_args,  # noqa: F401
                      float_literal)

@@ -1,0 +1,158 @@
+"""CPU lowerings: signal processing (DFT, STFT, window functions, MelWeightMatrix).
+
+Kernels: ``jitort.kernels.cpu.signal`` (alias ``_signal`` in generated drivers). A DFT is a
+real GEMM of the signal rows against a twiddle matrix made once at compile time
+(``dft_matrix``, a derived constant keyed on the transform's lengths and flags); an axis other
+than the second-to-last is swapped next to the complex axis through scratch first. STFT frames
+the signal into scratch (times the window, which may be a run-time input) and runs the same
+GEMM. The window generators and MelWeightMatrix usually fold on the host (constant inputs);
+the window kernels cover the cases that are not.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...ir import Node
+from ..registry import Unlowerable, lowering
+from .common import _3d, _is_float
+
+if TYPE_CHECKING:
+    from ..cpu import Emitter
+
+
+def _value(em, n: Node, i: int):
+    """Contents of input ``i`` (None when absent); Unlowerable when not known ahead."""
+    if i >= len(n.inputs) or n.inputs[i] is None:
+        return None
+    v = n.inputs[i]
+    val = v.const if v.is_const else em.hostvals.get(id(v))
+    if val is None:
+        raise Unlowerable(n, f"input {i} ({v.name}) is not known ahead")
+    return np.asarray(val)
+
+
+def dft_matrix(nuse, ndft, nbins, c, cout, inverse, irfft, dtype):
+    """Host-side (numpy) twiddle matrix (nuse*c, nbins*cout) of the DFT described above.
+
+    Forward / inverse complex output (cout 2): y[k] = s * sum_{t<nuse} x[t] e^{-+2 pi i k t / ndft},
+    s = 1/ndft when inverse. ``irfft`` (cout 1, c 2): the real inverse of a one-sided spectrum,
+    y[t] = 1/ndft * sum_{k<nuse} a_k Re(X_k e^{2 pi i k t / ndft}), a_k = 2 except the DC and
+    (even ndft) Nyquist bins. Angles are reduced exactly in integers (k*t mod ndft).
+    """
+    t = np.arange(nuse, dtype=np.int64)[:, None]
+    k = np.arange(nbins, dtype=np.int64)[None, :]
+    if irfft:
+        # rows: input bins (k), columns: output samples (t)
+        kk = np.arange(nuse, dtype=np.int64)[:, None]
+        tt = np.arange(nbins, dtype=np.int64)[None, :]
+        ang = 2.0 * np.pi * ((kk * tt) % ndft) / ndft
+        a = np.full((nuse, 1), 2.0)
+        a[0] = 1.0
+        if ndft % 2 == 0 and ndft // 2 < nuse:
+            a[ndft // 2] = 1.0
+        w = np.empty((nuse, 2, nbins), np.float64)
+        w[:, 0, :] = a * np.cos(ang) / ndft
+        w[:, 1, :] = -a * np.sin(ang) / ndft
+        return np.ascontiguousarray(w.reshape(nuse * 2, nbins).astype(dtype))
+    ang = 2.0 * np.pi * ((t * k) % max(ndft, 1)) / max(ndft, 1)
+    cs, sn = np.cos(ang), np.sin(ang)
+    if not inverse:
+        sn = -sn
+    scale = 1.0 / ndft if inverse else 1.0
+    w = np.empty((nuse, c, nbins, 2), np.float64)
+    w[:, 0, :, 0] = cs * scale
+    w[:, 0, :, 1] = sn * scale
+    if c == 2:  # (a + ib)(cos + i sin) = a cos - b sin + i (a sin + b cos)
+        w[:, 1, :, 0] = -sn * scale
+        w[:, 1, :, 1] = cs * scale
+    return np.ascontiguousarray(w.reshape(nuse * c, nbins * 2).astype(dtype))
+
+
+
+def _twiddle(em, n: Node, nuse, ndft, nbins, c, cout, inverse, irfft, dtype) -> str:
+    key = ("dft", int(nuse), int(ndft), int(nbins), int(c), int(cout), bool(inverse),
+           bool(irfft), np.dtype(dtype).str)
+    return em.derived_const(key, lambda: dft_matrix(*key[1:8], dtype))
+
+
+def _dft_rows(em, n, x2, rows, nlen, c, w, y2, nbins, cout):
+    em.call(f"_signal.dft_rows({x2}.reshape({em.tuple_expr((rows, nlen, c))}), {w}, "
+            f"{y2}.reshape({em.tuple_expr((rows, nbins, cout))}))")
+
+
+@lowering("DFT", supports=lambda n: _is_float(n.inputs[0], n.outputs[0]))
+def lower_dft(em: Emitter, n: Node) -> None:
+    x, y = n.inputs[0], n.outputs[0]
+    xs, ys = em.shape(x), em.shape(y)
+    r = len(xs)
+    if n.since_version >= 20:
+        av = _value(em, n, 2)
+        axis = int(av.reshape(-1)[0]) if av is not None else -2
+    else:
+        axis = int(n.attrs.get("axis", 1))
+    axis = axis + r if axis < 0 else axis
+    if not 0 <= axis < r - 1:
+        raise Unlowerable(n, f"axis {axis} out of range")
+    inverse = bool(n.attrs.get("inverse", 0))
+    onesided = bool(n.attrs.get("onesided", 0))
+    c, cout = int(xs[-1]), int(ys[-1])
+    length = int(xs[axis])
+    nbins = int(ys[axis])
+    dl = _value(em, n, 1)
+    irfft = inverse and onesided
+    if irfft:
+        if c != 2:
+            raise Unlowerable(n, "inverse one-sided DFT needs a complex input")
+        ndft = int(dl.reshape(-1)[0]) if dl is not None else 2 * (length - 1)
+        nuse = min(length, ndft // 2 + 1)
+        if ndft // 2 + 1 != length and (ndft % 2 or ndft // 2 + 1 > length):
+            # onnxruntime does not take the standard irfft here (it mirrors all input bins)
+            raise Unlowerable(n, f"inverse one-sided DFT of {length} bins to length {ndft}")
+    else:
+        ndft = int(dl.reshape(-1)[0]) if dl is not None else length
+        nuse = min(length, ndft)
+    o, _, i = _3d(xs[:-1], axis)
+    w = _twiddle(em, n, nuse, ndft, nbins, c, cout, inverse, irfft, x.dtype)
+    xv = em.arr(x)
+    yv = em.out(y)
+    if i == 1:
+        _dft_rows(em, n, xv, o, length, c, w, yv, nbins, cout)
+        return
+    # the transform axis is not next to the complex axis: swap it there through scratch
+    xt = em.scratch(o * i * length * c, x.dtype)
+    yt = em.scratch(o * i * nbins * cout, x.dtype)
+    em.call(f"_signal.swap12({xv}.reshape({em.tuple_expr((o, length, i, c))}), "
+            f"{xt}.reshape({em.tuple_expr((o, i, length, c))}))")
+    _dft_rows(em, n, xt, o * i, length, c, w, yt, nbins, cout)
+    em.call(f"_signal.swap12({yt}.reshape({em.tuple_expr((o, i, nbins, cout))}), "
+            f"{yv}.reshape({em.tuple_expr((o, nbins, i, cout))}))")
+
+
+@lowering("STFT", supports=lambda n: _is_float(n.inputs[0], n.outputs[0]))
+def lower_stft(em: Emitter, n: Node) -> None:
+    x, y = n.inputs[0], n.outputs[0]
+    xs, ys = em.shape(x), em.shape(y)
+    step = int(_value(em, n, 1).reshape(-1)[0])
+    win = n.inputs[2] if len(n.inputs) > 2 else None
+    b, frames, nbins, _ = ys
+    c = int(xs[2])
+    fl = _value(em, n, 3)
+    if fl is not None:
+        flen = int(fl.reshape(-1)[0])
+    elif win is not None:
+        flen = int(em.shape(win)[0])
+    else:
+        flen = int(xs[1])
+    if win is not None and int(em.shape(win)[0]) != flen:
+        raise Unlowerable(n, "window length differs from frame_length")
+    if step <= 0:
+        raise Unlowerable(n, f"frame_step {step}")
+    w = _twiddle(em, n, flen, flen, nbins, c, 2, False, False, x.dtype)
+    fr = em.scratch(b * frames * flen * c, x.dtype)
+    wv = em.arr(win) if win is not None else f"np.zeros(0, np.{np.dtype(x.dtype).name})"
+    yv = em.out(y)
+    em.call(f"_signal.stft_frames({em.arr(x)}, {wv}, {em.dim(step)}, "
+            f"{fr}.reshape({em.tuple_expr((b, frames, flen, c))}))")
+    _dft_rows(em, n, fr, b * frames, flen, c, w, yv, nbins, 2)

@@ -1,0 +1,1 @@
+"""Kernels of the remaining numeric ops (Det, losses, BitCast, TensorScatter, DeformConv)."""
