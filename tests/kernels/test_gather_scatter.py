@@ -218,3 +218,12 @@ def test_one_driver_serves_new_shapes():
     for n in [3, 7, 0, 1]:
         feeds = {'i': rng.integers(-5, 5, (n,))}
         _same(cm.run(None, feeds), sess.run(None, feeds))
+
+
+def test_updates_that_do_not_fit_raise():
+    from test_scan import _dynamic
+    cm, _ = _dynamic(helper.make_node('ScatterND', ['x', 'i', 'u'], ['y']),
+                     [('x', 1, ['N', 4]), ('i', 7, ['M', 1]), ('u', 1, ['M', 'K'])], opset=13)
+    with pytest.raises(InvalidInput, match=r'updates \(2, 3\)'):
+        cm.run(None, {'x': np.zeros((6, 4), np.float32), 'i': np.array([[1], [4]], np.int64),
+                      'u': np.ones((2, 3), np.float32)})

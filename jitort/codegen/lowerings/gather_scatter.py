@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...errors import InvalidInput
 from ...ir import Node
 from ..registry import Unlowerable, lowering
 from ..symbolic import concrete
@@ -28,6 +29,11 @@ _RED = {"none": 0, "add": 1, "mul": 2, "max": 3, "min": 4}
 
 #: gathered elements from which GatherND runs its rows in a prange
 _PAR_ELEMS = 1 << 16
+
+
+def _dims(shape) -> tuple[int, ...]:
+    """A shape for a message (no guards recorded)."""
+    return tuple(concrete(d) for d in shape)
 
 
 def _str(v, default: str) -> str:
@@ -119,7 +125,7 @@ def lower_gather_elements(em: Emitter, n: Node) -> None:
     if _prod(em.shape(idx)) == 0:
         return
     if shape[axis] == 0:
-        raise IndexError(f"{n.label}: indices into an empty axis")
+        raise InvalidInput(f"{n.label}: indices into an empty axis")
     kname = em.kernel(f"k_gather_el{rank}", _elements_kernel(rank, axis, False, 0))
     em.call(f"{kname}({yv}, {em.arr(x)}, {em.arr(idx)})")
 
@@ -135,13 +141,13 @@ def lower_scatter_elements(em: Emitter, n: Node) -> None:
     ishape, ushape = em.shape(idx), em.shape(upd)
     if (len(ishape) != rank or tuple(ishape) != tuple(ushape)
             or any(ishape[k] > shape[k] for k in range(rank) if k != axis)):
-        raise ValueError(f"{n.label}: indices {ishape} / updates {ushape} do not fit data {shape}")
+        raise InvalidInput(f"{n.label}: indices {_dims(ishape)} / updates {_dims(ushape)} do not fit data {_dims(shape)}")
     red = _reduction(n)
     yv = _copy_data(em, n, data, (idx, upd))
     if _prod(ishape) == 0:
         return
     if shape[axis] == 0:
-        raise IndexError(f"{n.label}: indices into an empty axis")
+        raise InvalidInput(f"{n.label}: indices into an empty axis")
     kname = em.kernel(f"k_scatter_el{rank}", _elements_kernel(rank, axis, True, red))
     em.call(f"{kname}({yv}, {em.arr(idx)}, {em.arr(upd)})")
 
@@ -162,7 +168,7 @@ def lower_gather_nd(em: Emitter, n: Node) -> None:
     if nb * m * inner == 0:
         return
     if k and _prod(dims) == 0:
-        raise IndexError(f"{n.label}: indices into an empty dim")
+        raise InvalidInput(f"{n.label}: indices into an empty dim")
     key = ("gnd_par", id(n))
     if key not in em.memo:
         em.memo[key] = concrete(nb * m * inner) >= _PAR_ELEMS and concrete(nb * m) >= 2
@@ -177,10 +183,10 @@ def lower_scatter_nd(em: Emitter, n: Node) -> None:
     data, idx, upd = n.inputs[0], n.inputs[1], n.inputs[2]
     xs, ishape, ushape = em.shape(data), em.shape(idx), em.shape(upd)
     if not ishape:
-        raise ValueError(f"{n.label}: indices must have rank >= 1")
+        raise InvalidInput(f"{n.label}: indices must have rank >= 1")
     k = int(ishape[-1])
     if k > len(xs) or tuple(ushape) != tuple(ishape[:-1]) + tuple(xs[k:]):
-        raise ValueError(f"{n.label}: indices {ishape} / updates {ushape} do not fit data {xs}")
+        raise InvalidInput(f"{n.label}: indices {_dims(ishape)} / updates {_dims(ushape)} do not fit data {_dims(xs)}")
     red = _reduction(n)
     yv = _copy_data(em, n, data, (idx, upd))
     dims = tuple(xs[:k])
@@ -189,7 +195,7 @@ def lower_scatter_nd(em: Emitter, n: Node) -> None:
     if m * inner == 0:
         return
     if k and _prod(dims) == 0:
-        raise IndexError(f"{n.label}: indices into an empty dim")
+        raise InvalidInput(f"{n.label}: indices into an empty dim")
     em.call(f"_gs.scatter_nd2({yv}.reshape({em.tuple_expr((_prod(dims), inner))}), "
             f"{em.arr(idx)}.reshape({em.tuple_expr((1, m, k))}), "
             f"{em.arr(upd)}.reshape({em.tuple_expr((m, inner))}), {em.tuple_expr(dims + (1,))}, "
@@ -206,7 +212,7 @@ def lower_onehot(em: Emitter, n: Node) -> None:
     axis = _axis(n.attrs.get("axis", -1), len(ys))
     o, depth, i = _prod(ys[:axis]), ys[axis], _prod(ys[axis + 1:])
     if _prod(em.shape(vals)) != 2:
-        raise ValueError(f"{n.label}: values must hold 2 elements (off, on)")
+        raise InvalidInput(f"{n.label}: values must hold 2 elements (off, on)")
     yv = em.out(y)
     if o * depth * i == 0:
         return
