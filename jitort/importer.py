@@ -200,8 +200,29 @@ class GraphBuilder:
             if name == "":
                 name = f"__unused_{index}_{len(outputs)}"
             outputs.append(self._new_value(name))
+        if inputs and inputs[0] is not None and inputs[0].dtype is not None and any(
+                o.dtype is None for o in outputs):
+            self._same_type_outputs(p, domain, inputs[0], outputs)
         return Node(p.op_type, inputs, outputs, attrs, domain, p.name, self._since(p, domain),
                     implicit, proto=p)
+
+    def _same_type_outputs(self, p: onnx.NodeProto, domain: str, x: Value, outputs) -> None:
+        """Type the outputs onnx's inference left untyped (GroupNormalization has no inference
+        function in onnx 1.23, MeanVarianceNormalization's function body fails, and every node
+        after them goes untyped) where the schema gives the output input 0's type parameter."""
+        try:
+            schema = onnx.defs.get_schema(p.op_type, self.opsets.get(domain, 0), domain)
+        except Exception:
+            return
+        if not schema.inputs:
+            return
+        t0 = schema.inputs[0].type_str
+        allowed = {c.type_param_str: c for c in schema.type_constraints}
+        if t0 not in allowed:
+            return
+        for o, fo in zip(outputs, schema.outputs):
+            if o.dtype is None and fo.type_str == t0:
+                o.dtype = x.dtype
 
     def _since(self, p: onnx.NodeProto, domain: str) -> int:
         version = self.opsets.get(domain)

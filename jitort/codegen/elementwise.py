@@ -282,9 +282,10 @@ def _mod(n, a, d, o):
     if n.attrs.get("fmod", 0):  # C fmod: the sign of the dividend
         if np.dtype(o).kind == "f":
             return f"np.fmod({a[0]}, {a[1]})"
-        if np.dtype(o) in UNSIGNED:
-            return f"{t}({a[0]} % {a[1]})"
-        return f"{t}({a[0]} - {t}({_div(n, a, d, o)} * {a[1]}))"
+        # integers: std::fmod on doubles, as onnxruntime; a - trunc(a / b) * b in float64 is
+        # the same for |a|, |b| < 2**53 and vectorizes (integer division does not)
+        fa, fb = f"np.float64({a[0]})", f"np.float64({a[1]})"
+        return f"{t}({fa} - np.trunc({fa} / {fb}) * {fb})"
     return f"{t}({a[0]} % {a[1]})"  # Python/numpy mod: the sign of the divisor
 
 

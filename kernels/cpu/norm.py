@@ -272,6 +272,40 @@ def lpnorm3d(x, out, p):
 
 # --- MeanVarianceNormalization ---------------------------------------------------------------
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _mvn_rows(x4, o4, p, c):
+    """One (p, c) of x4, o4 (P, A, C, B): statistics over its A rows of B elements."""
+    a_n, b_n = x4.shape[1], x4.shape[3]
+    t = x4.dtype.type
+    cnt = t(a_n * b_n)
+    s = t(0.0)
+    for a in range(a_n):
+        r = x4[p, a, c]
+        for b in range(b_n):
+            s += r[b]
+    mean = s / cnt
+    q = t(0.0)
+    for a in range(a_n):
+        r = x4[p, a, c]
+        for b in range(b_n):
+            d = r[b] - mean
+            q += d * d
+    k = t(1.0) / (math.sqrt(q / cnt) + t(1e-9))
+    for a in range(a_n):
+        r = x4[p, a, c]
+        o = o4[p, a, c]
+        for b in range(b_n):
+            o[b] = (r[b] - mean) * k
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _mvn_rows_par(x4, o4):
+    c_n = x4.shape[2]
+    for pc in prange(x4.shape[0] * c_n):
+        p = pc // c_n
+        _mvn_rows(x4, o4, p, pc - p * c_n)
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def mvn5d(x, out):
     """MeanVarianceNormalization over axes 1 and 3 of x, out (P, A, C, B, Q): per (p, c, q)
     out = (x - mean) / (sqrt(var) + 1e-9), the function body of the ONNX schema.
@@ -279,6 +313,16 @@ def mvn5d(x, out):
     p_n, a_n, c_n, b_n, q_n = x.shape
     cnt = a_n * b_n
     if cnt == 0 or p_n * c_n * q_n == 0:
+        return
+    if q_n == 1:  # rows of B contiguous elements
+        x4 = x.reshape(p_n, a_n, c_n, b_n)
+        o4 = out.reshape(p_n, a_n, c_n, b_n)
+        if p_n * c_n > 1 and p_n * a_n * c_n * b_n >= _PAR_MIN_WORK:
+            _mvn_rows_par(x4, o4)
+        else:
+            for p in range(p_n):
+                for c in range(c_n):
+                    _mvn_rows(x4, o4, p, c)
         return
     t = x.dtype.type
     s = np.zeros((c_n, q_n), x.dtype)

@@ -61,7 +61,6 @@ def test_batchnorm(dtype, shape, ort_node):
 
 
 # --- whole nodes through jitort.compile (strict: nothing interpreted) vs onnxruntime ------------
-import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
 from onnx.helper import np_dtype_to_tensor_dtype as tt  # noqa: E402

@@ -154,11 +154,11 @@ def lower_mvn(em: Emitter, n: Node) -> None:
     axes = sorted({_axis(a, len(shape)) for a in n.attrs.get("axes", [0, 2, 3])})
     runs = canonical_runs(shape, axes)  # [(size, reduced)], alternating
     if not any(r for _, r in runs):
-        runs = [(1, True)] + runs  # nothing reduced: mean is x itself, output 0
-    if runs[0][1]:
-        runs = [(1, False)] + runs
+        runs = runs + [(1, True)]  # nothing reduced: the mean is x itself, the output 0
+    if runs[-1][1]:
+        runs = runs + [(1, False)]  # innermost run reduced: Q = 1 (rows of B elements)
     while len(runs) < 5:
-        runs.append((1, not runs[-1][1]))
+        runs = [(1, not runs[0][1])] + runs
     if len(runs) > 5:
         raise Unlowerable(n, f"MeanVarianceNormalization over more than two axis runs {axes}")
     t5 = em.tuple_expr([s for s, _ in runs])
