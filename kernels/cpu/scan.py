@@ -44,16 +44,46 @@ def _scan_plane(x, y, o, exclusive, reverse, prod):
 
 
 @njit(cache=True, error_model='numpy')
+def _scan_row(x, y, exclusive, reverse, prod):
+    """The scan of one contiguous row (the last axis): a running scalar in a register (the
+    plane form, one row view per element, ran at ~2.8 ns per element)."""
+    n = x.shape[0]
+    acc = y.dtype.type(1) if prod else y.dtype.type(0)
+    for t in range(n):
+        a = n - 1 - t if reverse else t
+        v = x[a]
+        if exclusive:
+            y[a] = acc
+        acc = acc * v if prod else acc + v
+        if not exclusive:
+            y[a] = acc
+
+
+@njit(cache=True, error_model='numpy')
 def scan3(x, y, exclusive, reverse, prod):
-    """CumSum (prod=False) / CumProd (prod=True) along axis 1 of x (O, A, I) into y (O, A, I)."""
-    for o in range(x.shape[0]):
+    """CumSum (prod=0) / CumProd (prod=1) along axis 1 of x (O, A, I) into y (O, A, I)."""
+    n_outer, n_axis, inner = x.shape
+    if inner == 1:
+        x2 = x.reshape((n_outer, n_axis))
+        y2 = y.reshape((n_outer, n_axis))
+        for o in range(n_outer):
+            _scan_row(x2[o], y2[o], exclusive, reverse, prod)
+        return
+    for o in range(n_outer):
         _scan_plane(x, y, o, exclusive, reverse, prod)
 
 
 @njit(cache=True, error_model='numpy', parallel=True)
 def scan3_par(x, y, exclusive, reverse, prod):
-    """:func:`scan3` with the outer planes in a prange (big inputs with many planes)."""
-    for o in prange(x.shape[0]):
+    """:func:`scan3` with the outer planes (rows) in a prange (big inputs with many of them)."""
+    n_outer, n_axis, inner = x.shape
+    if inner == 1:
+        x2 = x.reshape((n_outer, n_axis))
+        y2 = y.reshape((n_outer, n_axis))
+        for o in prange(n_outer):
+            _scan_row(x2[o], y2[o], exclusive, reverse, prod)
+        return
+    for o in prange(n_outer):
         _scan_plane(x, y, o, exclusive, reverse, prod)
 
 
