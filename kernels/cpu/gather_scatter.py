@@ -37,6 +37,9 @@ def gather_nd3(data, idx, out, dims):
     for b in range(idx.shape[0]):
         for m in range(idx.shape[1]):
             p = _nd_offset(idx, b, m, dims)
+            if inner == 1:  # whole index tuples: no row views
+                out[b, m, 0] = data[b, p, 0]
+                continue
             src = data[b, p]
             dst = out[b, m]
             for i in range(inner):
@@ -82,6 +85,9 @@ def scatter_nd2(out, idx, upd, dims, reduction):
     inner = out.shape[1]
     for m in range(idx.shape[1]):
         p = _nd_offset(idx, 0, m, dims)
+        if inner == 1:  # whole index tuples: no row views
+            out[p, 0] = _combine(out[p, 0], upd[m, 0], reduction)
+            continue
         dst = out[p]
         src = upd[m]
         if reduction == NONE:
@@ -100,11 +106,11 @@ def onehot3(idx, out, vals):
     n_outer, depth, inner = out.shape
     off = vals[0]
     on = vals[1]
+    flat = out.reshape((n_outer, depth * inner))
     for o in range(n_outer):
-        for d in range(depth):
-            row = out[o, d]
-            for i in range(inner):
-                row[i] = off
+        row = flat[o]
+        for t in range(depth * inner):
+            row[t] = off
         for i in range(inner):
             j = np.int64(idx[o, i])
             if j < 0:
