@@ -420,6 +420,57 @@ CASES.update({
         [('x', _rn(128, 1000))], ['y'], opset=13), 0),
 })
 
+# Normalizations, reductions, new elementwise ops, Einsum: decoder.onnx's InstanceNormalization
+# planes, a diffusion U-Net's GroupNormalization, transformer RMS/Lp norms, BatchNorm-style
+# statistics over (N, H, W), attention-score Einsums
+CASES.update({
+    'instancenorm 1x32x128x128': (lambda: _model_case(
+        [helper.make_node('InstanceNormalization', ['x', 's', 'b'], ['y'])],
+        [('x', _rn(1, 32, 128, 128))], ['y'], [('s', _rn(32, seed=1)), ('b', _rn(32, seed=2))]), 0),
+    'instancenorm 1x64x64x64': (lambda: _model_case(
+        [helper.make_node('InstanceNormalization', ['x', 's', 'b'], ['y'])],
+        [('x', _rn(1, 64, 64, 64))], ['y'], [('s', _rn(64, seed=1)), ('b', _rn(64, seed=2))]), 0),
+    'groupnorm 1x320x32x32 g32': (lambda: _model_case(
+        [helper.make_node('GroupNormalization', ['x', 's', 'b'], ['y'], num_groups=32)],
+        [('x', _rn(1, 320, 32, 32))], ['y'], [('s', _rn(320, seed=1)), ('b', _rn(320, seed=2))],
+        opset=21), 0),
+    'rmsnorm 128x768': (lambda: _model_case(
+        [helper.make_node('RMSNormalization', ['x', 's'], ['y'], epsilon=1e-6)],
+        [('x', _rn(128, 768))], ['y'], [('s', _rn(768, seed=1))], opset=23), 0),
+    'lpnorm p2 128x768': (lambda: _model_case(
+        [helper.make_node('LpNormalization', ['x'], ['y'], axis=-1, p=2)],
+        [('x', _rn(128, 768))], ['y'], opset=13), 0),
+    'mvn 4x64x32x32': (lambda: _model_case(
+        [helper.make_node('MeanVarianceNormalization', ['x'], ['y'])],
+        [('x', _rn(4, 64, 32, 32))], ['y'], opset=13), 0),
+    'reducemean (0,2,3) 8x64x28x28': (lambda: _model_case(
+        [helper.make_node('ReduceMean', ['x'], ['y'], axes=[0, 2, 3])],
+        [('x', _rn(8, 64, 28, 28))], ['y'], opset=13), 0),
+    'reducesum (1,3) 4x64x32x64': (lambda: _model_case(
+        [helper.make_node('ReduceSum', ['x', 'a'], ['y'], keepdims=0)],
+        [('x', _rn(4, 64, 32, 64))], ['y'], [('a', np.array([1, 3], np.int64))], opset=13), 0),
+    'reducemax int64 (1) 64x128x32': (lambda: _model_case(
+        [helper.make_node('ReduceMax', ['x'], ['y'], axes=[1])],
+        [('x', np.random.default_rng(0).integers(-1000, 1000, (64, 128, 32)))], ['y'],
+        opset=13), 0),
+    'mish 1x64x112x112': (lambda: _model_case(
+        [helper.make_node('Mish', ['x'], ['y'])], [('x', _rn(1, 64, 112, 112))], ['y'],
+        opset=18), 0),
+    'mod fmod int64 1M': (lambda: _model_case(
+        [helper.make_node('Mod', ['x', 'b'], ['y'], fmod=1)],
+        [('x', np.random.default_rng(0).integers(-1000, 1000, 1 << 20))], ['y'],
+        [('b', np.array([7], np.int64))], opset=13), 0),
+    'einsum bhqd,bhkd->bhqk 1x12x128x64': (lambda: _model_case(
+        [helper.make_node('Einsum', ['q', 'k'], ['y'], equation='bhqd,bhkd->bhqk')],
+        [('q', _rn(1, 12, 128, 64)), ('k', _rn(1, 12, 128, 64, seed=1))], ['y'], opset=12), 0),
+    'einsum bqhd,bkhd->bhqk 1x128x12x64': (lambda: _model_case(
+        [helper.make_node('Einsum', ['q', 'k'], ['y'], equation='bqhd,bkhd->bhqk')],
+        [('q', _rn(1, 128, 12, 64)), ('k', _rn(1, 128, 12, 64, seed=1))], ['y'], opset=12), 0),
+    'einsum bnd,dh->bnh 4x128x768@768x768': (lambda: _model_case(
+        [helper.make_node('Einsum', ['x', 'w'], ['y'], equation='bnd,dh->bnh')],
+        [('x', _rn(4, 128, 768))], ['y'], [('w', _rn(768, 768, seed=1))], opset=12), 0),
+})
+
 _built = {}
 
 
