@@ -20,6 +20,7 @@ the summation order), otherwise in float64 (exact up to 2**53): results are exac
 import numpy as np
 from numba import njit, prange
 
+from .conv import conv2d
 from .gemm import matmul3d, num_threads
 
 _EXACT32 = float(1 << 24)
@@ -33,7 +34,7 @@ def _q1(v, lo, hi, zp):
         v = lo
     if v > hi:
         v = hi
-    return np.rint(v) + zp
+    return np.int32(np.rint(v) + zp)  # (through int32: a direct float -> 8-bit store is scalar)
 
 
 @njit(cache=True, error_model='numpy')
@@ -61,8 +62,9 @@ def _quant_rows(x3, s3, z3, y3, blk, lo, hi, has_zp, r0, r1):
 @njit(cache=True, error_model='numpy')
 def _quant_flat(x1, sc, zp, y1, lo, hi, i0, i1):
     lz, hz = lo - zp, hi - zp
-    for i in range(i0, i1):
-        y1[i] = _q1(np.float32(x1[i]) / sc, lz, hz, zp)
+    xs, ys = x1[i0:i1], y1[i0:i1]  # (indices from 0: no wraparound checks, the loop vectorizes)
+    for i in range(xs.size):
+        ys[i] = _q1(np.float32(xs[i]) / sc, lz, hz, zp)
 
 
 @njit(cache=True, error_model='numpy')
@@ -104,26 +106,27 @@ def _dequant_rows(x3, s3, z3, y3, blk, has_zp, r0, r1):
         ab = a // blk
         if si:
             for i in range(I):
-                zp = np.int64(z3[oo, ab, i]) if has_zp else np.int64(0)
-                y3[o, a, i] = np.float32(np.int64(x3[o, a, i]) - zp) * np.float32(s3[oo, ab, i])
+                zp = np.int32(z3[oo, ab, i]) if has_zp else np.int32(0)
+                y3[o, a, i] = np.float32(np.int32(x3[o, a, i]) - zp) * np.float32(s3[oo, ab, i])
         else:
-            zp = np.int64(z3[oo, ab, 0]) if has_zp else np.int64(0)
+            zp = np.int32(z3[oo, ab, 0]) if has_zp else np.int32(0)
             sc = np.float32(s3[oo, ab, 0])
             for i in range(I):
-                y3[o, a, i] = np.float32(np.int64(x3[o, a, i]) - zp) * sc
+                y3[o, a, i] = np.float32(np.int32(x3[o, a, i]) - zp) * sc
 
 
 @njit(cache=True, error_model='numpy')
 def _dequant_flat(x1, sc, zp, y1, i0, i1):
-    for i in range(i0, i1):
-        y1[i] = np.float32(np.int64(x1[i]) - zp) * sc
+    xs, ys = x1[i0:i1], y1[i0:i1]
+    for i in range(xs.size):
+        ys[i] = np.float32(np.int32(xs[i]) - zp) * sc
 
 
 @njit(cache=True, error_model='numpy')
 def _dequant_task(x3, s3, z3, y3, blk, has_zp, t, nt):
     if s3.size == 1 and x3.shape[0] * x3.shape[1] == 1:
         n = x3.size
-        zp = np.int64(z3[0, 0, 0]) if has_zp else np.int64(0)
+        zp = np.int32(z3[0, 0, 0]) if has_zp else np.int32(0)
         _dequant_flat(x3.reshape(n), np.float32(s3[0, 0, 0]), zp, y3.reshape(n),
                       n * t // nt, n * (t + 1) // nt)
     else:
@@ -149,15 +152,28 @@ def dequantize_par(x3, s3, z3, y3, blk, has_zp):
 
 # --- DynamicQuantizeLinear ---------------------------------------------------------------------
 
+@njit(cache=True, error_model='numpy', inline='always')
+def _fkey(v):
+    """float32 bits <-> an int32 of the same order (an involution): integer min/max
+    reductions vectorize where float ones (NaN-aware selects) do not."""
+    return v ^ ((v >> 31) & np.int32(0x7fffffff))
+
+
 @njit(cache=True, error_model='numpy')
 def _minmax(x1, i0, i1):
-    lo = np.float32(0.0)
-    hi = np.float32(0.0)
-    for i in range(i0, i1):
-        v = x1[i]
-        lo = min(lo, v)
-        hi = max(hi, v)
-    return lo, hi
+    """(min(0, x), max(0, x)) over float32 x1[i0:i1] (NaN orders above +inf)."""
+    xi = x1[i0:i1].view(np.int32)
+    lo = np.int32(0)
+    hi = np.int32(0)
+    for i in range(xi.size):
+        k = _fkey(xi[i])
+        lo = k if k < lo else lo
+        hi = k if k > hi else hi
+    out = np.empty(2, np.int32)
+    out[0] = _fkey(lo)
+    out[1] = _fkey(hi)
+    f = out.view(np.float32)
+    return f[0], f[1]
 
 
 @njit(cache=True, error_model='numpy')
@@ -259,10 +275,13 @@ def _shift_cols(b3, zb, out3):
                 out3[bi, k, n] = np.int32(b3[bi, k, n]) - np.int32(zb[n if per_col else 0])
 
 
-def shift_weights(b3, zb):
-    """(float32 (Bb, K, N) array of b3 - zb, max |b3 - zb|): constant B prepared at compile
-    time (called by the compiler, not from njit code)."""
-    b = b3.astype(np.int32) - np.asarray(zb).astype(np.int32).reshape(1, 1, -1)
+def shift_weights(b3, zb, axis=-1):
+    """(float32 array of b3 - zb, max |b3 - zb|): constant weights prepared at compile time
+    (called by the compiler, not from njit code). zb: 1 entry, or one per index of ``axis``
+    (B's columns; a conv weight's output channels with axis 0)."""
+    shape = [1] * b3.ndim
+    shape[axis] = -1
+    b = b3.astype(np.int32) - np.asarray(zb).astype(np.int32).reshape(shape)
     return b.astype(np.float32), int(np.abs(b).max()) if b.size else 0
 
 
@@ -342,3 +361,129 @@ def qmatmul(a3, za, b3, zb, bc, bmax, has_bc, y3, ws, mode, sa, sb, sy, zy, lo, 
             _shift_cols(b3, zb, bf)
         _qmm_run(a3, za, ws[:na].reshape(ba, m, k), bf, ws[na + nb:na + nb + nc].reshape(bo, m, n),
                  y3, mode, mult, zz, flo, fhi)
+
+
+# --- ConvInteger / QLinearConv -------------------------------------------------------------------
+
+@njit(cache=True, error_model='numpy')
+def _maxabs_x(x4, zx):
+    z = np.int32(zx[0])
+    lo = np.int32(0)
+    hi = np.int32(0)
+    xf = x4.reshape(x4.size)
+    for i in range(xf.size):
+        v = np.int32(xf[i]) - z
+        lo = v if v < lo else lo
+        hi = v if v > hi else hi
+    return max(-lo, hi)
+
+
+@njit(cache=True, error_model='numpy')
+def _shift_x(x4, zx, out):
+    z = np.int32(zx[0])
+    xf = x4.reshape(x4.size)
+    of = out.reshape(out.size)
+    for i in range(xf.size):
+        of[i] = np.int32(xf[i]) - z
+
+
+@njit(cache=True, error_model='numpy')
+def _shift_w(w4, zw, out):
+    """out[m] = w4[m] - zw[m or 0] (per output channel zero points)."""
+    per = zw.shape[0] > 1
+    for m in range(w4.shape[0]):
+        z = np.int32(zw[m if per else 0])
+        for c in range(w4.shape[1]):
+            for i in range(w4.shape[2]):
+                for j in range(w4.shape[3]):
+                    out[m, c, i, j] = np.int32(w4[m, c, i, j]) - z
+
+
+@njit(cache=True, error_model='numpy')
+def _maxabs_w(w4, zw):
+    per = zw.shape[0] > 1
+    best = 0
+    for m in range(w4.shape[0]):
+        z = np.int32(zw[m if per else 0])
+        for c in range(w4.shape[1]):
+            for i in range(w4.shape[2]):
+                for j in range(w4.shape[3]):
+                    best = max(best, abs(np.int32(w4[m, c, i, j]) - z))
+    return best
+
+
+@njit(cache=True, error_model='numpy')
+def _conv_epilogue(cf, y4, mode, bias, has_bias, mult, zy, lo, hi):
+    """ConvInteger (mode 0): int32(acc). QLinearConv: requantize int32(acc) + bias[m] with the
+    channel's multiplier (onnxruntime: bias added in int32)."""
+    per = mult.shape[0] > 1
+    zp = np.float32(zy)
+    lz, hz = lo - zp, hi - zp
+    for b in range(cf.shape[0]):
+        for m in range(cf.shape[1]):
+            c2 = cf[b, m].reshape(cf.shape[2] * cf.shape[3])
+            y2 = y4[b, m].reshape(cf.shape[2] * cf.shape[3])
+            if mode == 0:
+                for i in range(c2.size):
+                    y2[i] = np.int32(c2[i])
+            else:
+                bm = np.int32(bias[m]) if has_bias else np.int32(0)
+                sc = mult[m if per else 0]
+                for i in range(c2.size):
+                    y2[i] = _q1(np.float32(np.int32(c2[i]) + bm) * sc, lz, hz, zp)
+
+
+@njit(cache=True, error_model='numpy')
+def _qconv_run(x4, zx, wf, cf, col, xf, y4, sh, sw, ph, pw, dh, dw, group, mode, bias,
+               has_bias, mult, zy, lo, hi):
+    _shift_x(x4, zx, xf)
+    conv2d(xf, wf, np.zeros(1, xf.dtype), cf, col, sh, sw, ph, pw, dh, dw, group, False)
+    _conv_epilogue(cf, y4, mode, bias, has_bias, mult, zy, lo, hi)
+
+
+@njit(cache=True, error_model='numpy')
+def qconv2d(x4, zx, w4, zw, wc, wmax, has_wc, y4, ws, ncol, sh, sw, ph, pw, dh, dw, group,
+            mode, sx, swc, sy, zy, bias, has_bias, lo, hi):
+    """ConvInteger (mode 0: int32 y4) or QLinearConv (mode 1: requantized into y4's type).
+
+    x4 (N, C, H, W), w4 (M, C/group, KH, KW), y4 (N, M, OH, OW) integer; zx (1,), zw 1-D of 1
+    or M entries; wc: float32 w4 - zw prepared at compile time when has_wc (wmax its max
+    |.|), else a dummy. ws: float64 scratch of x4.size + w4.size + y4.size + ncol elements
+    (ncol: ``conv.conv2d_scratch_elems``). QLinearConv: sx (1,), swc (1 or M), sy (1,) float32
+    scales, zy (1,), bias int32 (M,) when has_bias, lo/hi the output type's bounds. The
+    convolution (``conv.conv2d``, zero padding = the input's zero point) runs on the shifted
+    operands in float32 when exact (module doc), else float64.
+    """
+    if y4.size == 0:
+        return
+    n, c, h, w = x4.shape
+    m, cg, kh, kw = w4.shape
+    oh, ow = y4.shape[2], y4.shape[3]
+    nx, nw, ny = x4.size, w4.size, y4.size
+    mx = _maxabs_x(x4, zx)
+    mw = wmax if has_wc else _maxabs_w(w4, zw)
+    nm = swc.shape[0]
+    mult = np.empty(nm, np.float32)
+    for i in range(nm):
+        mult[i] = np.float32(sx[0] * swc[i]) / sy[0]
+    zz = np.float32(zy[0]) if mode == 1 else np.float32(0.0)
+    flo, fhi = np.float32(lo), np.float32(hi)
+    if float(cg * kh * kw) * float(mx) * float(mw) < _EXACT32:
+        v = ws.view(np.float32)
+        wf = v[nx:nx + nw].reshape(m, cg, kh, kw)
+        if has_wc:
+            wf = wc
+        else:
+            _shift_w(w4, zw, wf)
+        _qconv_run(x4, zx, wf, v[nx + nw:nx + nw + ny].reshape(n, m, oh, ow),
+                   v[nx + nw + ny:nx + nw + ny + ncol], v[:nx].reshape(n, c, h, w), y4,
+                   sh, sw, ph, pw, dh, dw, group, mode, bias, has_bias, mult, zz, flo, fhi)
+    else:
+        wf = ws[nx:nx + nw].reshape(m, cg, kh, kw)
+        if has_wc:
+            wf[:] = wc
+        else:
+            _shift_w(w4, zw, wf)
+        _qconv_run(x4, zx, wf, ws[nx + nw:nx + nw + ny].reshape(n, m, oh, ow),
+                   ws[nx + nw + ny:nx + nw + ny + ncol], ws[:nx].reshape(n, c, h, w), y4,
+                   sh, sw, ph, pw, dh, dw, group, mode, bias, has_bias, mult, zz, flo, fhi)

@@ -16,7 +16,7 @@ import numpy as np
 from ...ir import Node
 from ..registry import Unlowerable, lowering
 from ..symbolic import concrete
-from .common import _3d, _axis, _prod
+from .common import _3d, _axis, _conv_pads, _prod
 
 if TYPE_CHECKING:
     from ..cpu import Emitter
@@ -212,3 +212,78 @@ def lower_matmul_integer(em: Emitter, n: Node) -> None:
 def lower_qlinear_matmul(em: Emitter, n: Node) -> None:
     i = n.inputs
     _lower_qmm(em, n, i[0], i[2], i[3], i[5], (i[1], i[4], i[6]), n.outputs[0], i[7])
+
+
+# --- ConvInteger / QLinearConv ------------------------------------------------------------------
+
+def _lower_qconv(em: Emitter, n: Node, x, zx, w, zw, scales, bias, y, zy) -> None:
+    from jitort.kernels.cpu.conv import conv2d_scratch_elems
+    from jitort.kernels.cpu.quant import shift_weights
+    xs, ws_, ys = tuple(em.shape(x)), tuple(em.shape(w)), tuple(em.shape(y))
+    if len(xs) not in (3, 4) or len(ws_) != len(xs) or len(ys) != len(xs):
+        raise Unlowerable(n, f"{len(xs) - 2}-D quantized convolution (1-D and 2-D are compiled)")
+    sp = len(xs) - 2
+    strides = list(n.attrs.get("strides") or [1] * sp)
+    dil = list(n.attrs.get("dilations") or [1] * sp)
+    pads = _conv_pads(n, xs[2:], ws_[2:], strides, dil, ys[2:])
+    group = int(n.attrs.get("group", 1))
+    if sp == 1:
+        xs, ws_, ys = xs[:2] + (1,) + xs[2:], ws_[:2] + (1,) + ws_[2:], ys[:2] + (1,) + ys[2:]
+        strides, dil, pads = [1] + strides, [1] + dil, [0] + pads
+    if xs[1] != ws_[1] * group or ws_[0] % group or ys[1] != ws_[0]:
+        raise Unlowerable(n, f"inconsistent shapes X {xs}, W {ws_}, group {group}")
+    m = ws_[0]
+    zxv = _vec(em, n, zx, None, "x zero point (per-channel x zero points are not supported)",
+               _dt(x))
+    zwv = _vec(em, n, zw, m, "w zero point", _dt(w))
+    const_w = w.is_const and (zw is None or zw.is_const)
+    if const_w:
+        key = ("qconv_w", id(w.const), None if zw is None else id(zw.const))
+        if key not in em.memo:
+            wz = np.zeros(1, np.int32) if zw is None else zw.const.reshape(-1)
+            em.memo[key] = shift_weights(w.const.reshape(tuple(concrete(d) for d in ws_)), wz, 0)
+        wcv = em.derived_const(key + ("f32",), lambda: em.memo[key][0])
+        wmax = em.memo[key][1]
+    else:
+        wcv, wmax = "np.zeros((1, 1, 1, 1), np.float32)", 0
+    if scales is None:
+        sx = swv = sy = "np.ones(1, np.float32)"
+        zyv, mode, lo, hi = "np.zeros(1, np.uint8)", 0, 0.0, 0.0
+    else:
+        s_x, s_w, s_y = scales
+        sx = _vec(em, n, s_x, None, "x scale")
+        swv = _vec(em, n, s_w, m, "w scale")
+        sy = _vec(em, n, s_y, None, "y scale")
+        zyv = _vec(em, n, zy, None, "y zero point", _dt(y))
+        info = np.iinfo(_dt(y))
+        mode, lo, hi = 1, float(info.min), float(info.max)
+    if bias is not None:
+        if tuple(em.shape(bias)) != (m,):
+            raise Unlowerable(n, f"bias of shape {tuple(em.shape(bias))}")
+        bv = em.arr(bias)
+    else:
+        bv = "np.zeros(1, np.int32)"
+    ncol = max(1, conv2d_scratch_elems(xs[1], ws_[2], ws_[3], ys[2], ys[3], group, em.threads))
+    scr = em.scratch(_prod(xs) + _prod(ws_) + _prod(ys) + ncol, np.float64)
+    yv = em.out(y)
+    geo = ", ".join(em.dim(v) for v in (strides[0], strides[1], pads[0], pads[1], dil[0], dil[1]))
+    em.call(f"_quant.qconv2d({em.arr(x)}.reshape({em.tuple_expr(xs)}), {zxv}, "
+            f"{em.arr(w)}.reshape({em.tuple_expr(ws_)}), {zwv}, {wcv}, {wmax}, {const_w}, "
+            f"{yv}.reshape({em.tuple_expr(ys)}), {scr}, {em.dim(ncol)}, {geo}, {em.dim(group)}, "
+            f"{mode}, {sx}, {swv}, {sy}, {zyv}, {bv}, {bias is not None}, {lo!r}, {hi!r})")
+
+
+@lowering("ConvInteger", supports=lambda n: _dt(n.inputs[0]) in _Q8 and _dt(n.inputs[1]) in _Q8
+          and _dt(n.outputs[0]) == _I32)
+def lower_conv_integer(em: Emitter, n: Node) -> None:
+    _lower_qconv(em, n, n.inputs[0], n.input(2), n.inputs[1], n.input(3), None, None,
+                 n.outputs[0], None)
+
+
+@lowering("QLinearConv", supports=lambda n: _dt(n.inputs[0]) in _Q8 and _dt(n.inputs[3]) in _Q8
+          and _dt(n.outputs[0]) in _Q8 and all(_dt(n.inputs[i]) == _F32 for i in (1, 4, 6))
+          and (n.input(8) is None or _dt(n.inputs[8]) == _I32))
+def lower_qlinear_conv(em: Emitter, n: Node) -> None:
+    i = n.inputs
+    _lower_qconv(em, n, i[0], i[2], i[3], i[5], (i[1], i[4], i[6]), n.input(8), n.outputs[0],
+                 i[7])
