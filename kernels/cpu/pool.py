@@ -8,7 +8,7 @@ region, so padding never contributes to a max or a sum.
 import numpy as np
 from numba import njit, prange
 
-from .conv import conv2d
+from .conv import _valid_range, conv2d
 from .gemm import eptr, num_threads
 from .softmax import row_max
 
@@ -741,12 +741,97 @@ def _pool5_plane(q, x, out, idx, mode, want_idx, col_major, kd, kh, kw, sd, sh, 
                         op[od, oh, ow] = t(acc ** (1.0 / p))
 
 
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _pool5_rows(q, x, out, acc, mode, kd, kh, kw, sd, sh, sw, pd, ph, pw, ed, eh, ew, dd, dh,
+                dw, include_pad, p):
+    """Plane q of pool5d without indices: per output row, every valid (kd, kh) tap row is
+    folded into the accumulator row ``acc`` (OW) one kernel column at a time, over the
+    output columns that column's taps reach (a strided, vectorizable loop)."""
+    d_n, h_n, w_n = x.shape[2], x.shape[3], x.shape[4]
+    od_n, oh_n, ow_n = out.shape[2], out.shape[3], out.shape[4]
+    base = q * d_n * h_n * w_n
+    obase = q * od_n * oh_n * ow_n
+    t = out.dtype.type
+    a = eptr(acc, 0)
+    for od in range(od_n):
+        a0, a1 = _taps(od, sd, pd, dd, kd, d_n)
+        for oh in range(oh_n):
+            b0, b1 = _taps(oh, sh, ph, dh, kh, h_n)
+            init = -np.inf if mode == 0 else 0.0
+            for ow in range(ow_n):
+                a[ow] = init
+            for i in range(a0, a1):
+                zd = od * sd - pd + i * dd
+                for j in range(b0, b1):
+                    zh = oh * sh - ph + j * dh
+                    for l in range(kw):
+                        off = l * dw - pw
+                        lo, hi = _valid_range(off, sw, w_n, ow_n)
+                        src = eptr(x, base + (zd * h_n + zh) * w_n + lo * sw + off)
+                        dst = eptr(acc, lo)
+                        m = hi - lo
+                        if mode == 0:
+                            if sw == 1:
+                                for u in range(m):
+                                    v = src[u]
+                                    dst[u] = v if v > dst[u] else dst[u]
+                            else:
+                                for u in range(m):
+                                    v = src[u * sw]
+                                    dst[u] = v if v > dst[u] else dst[u]
+                        elif mode == 1 or p == 1:
+                            if mode == 1:
+                                for u in range(m):
+                                    dst[u] += src[u * sw]
+                            else:
+                                for u in range(m):
+                                    dst[u] += abs(src[u * sw])
+                        elif p == 2:
+                            for u in range(m):
+                                v = src[u * sw]
+                                dst[u] += v * v
+                        else:
+                            for u in range(m):
+                                dst[u] += abs(src[u * sw]) ** p
+            o = eptr(out, obase + (od * oh_n + oh) * ow_n)
+            if mode == 0:
+                for ow in range(ow_n):
+                    o[ow] = t(a[ow])
+            elif mode == 1:
+                if include_pad:
+                    ad = min(kd, (d_n + ed - (od * sd - pd) + dd - 1) // dd)
+                    ah = min(kh, (h_n + eh - (oh * sh - ph) + dh - 1) // dh)
+                    for ow in range(ow_n):
+                        aw = min(kw, (w_n + ew - (ow * sw - pw) + dw - 1) // dw)
+                        cnt = ad * ah * aw
+                        o[ow] = t(a[ow] / cnt) if cnt > 0 else t(np.nan)
+                else:
+                    for ow in range(ow_n):
+                        c0, c1 = _taps(ow, sw, pw, dw, kw, w_n)
+                        cnt = (a1 - a0) * (b1 - b0) * (c1 - c0)
+                        o[ow] = t(a[ow] / cnt) if cnt > 0 else t(np.nan)
+            elif p == 2:
+                for ow in range(ow_n):
+                    o[ow] = t(np.sqrt(a[ow]))
+            elif p == 1:
+                for ow in range(ow_n):
+                    o[ow] = t(a[ow])
+            else:
+                for ow in range(ow_n):
+                    o[ow] = t(a[ow] ** (1.0 / p))
+
+
 @njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def _pool5_par(x, out, idx, mode, want_idx, col_major, kd, kh, kw, sd, sh, sw, pd, ph, pw, ed,
                eh, ew, dd, dh, dw, include_pad, p):
     for q in prange(x.shape[0] * x.shape[1]):
-        _pool5_plane(q, x, out, idx, mode, want_idx, col_major, kd, kh, kw, sd, sh, sw, pd, ph,
-                     pw, ed, eh, ew, dd, dh, dw, include_pad, p)
+        if want_idx:
+            _pool5_plane(q, x, out, idx, mode, want_idx, col_major, kd, kh, kw, sd, sh, sw, pd,
+                         ph, pw, ed, eh, ew, dd, dh, dw, include_pad, p)
+        else:
+            acc = np.empty(out.shape[4], out.dtype)
+            _pool5_rows(q, x, out, acc, mode, kd, kh, kw, sd, sh, sw, pd, ph, pw, ed, eh, ew,
+                        dd, dh, dw, include_pad, p)
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
@@ -766,8 +851,13 @@ def pool5d(x, out, idx, mode, want_idx, col_major, kd, kh, kw, sd, sh, sw, pd, p
     if num_threads() > 1 and work >= _PAR_MIN_WORK and nplanes > 1:
         _pool5_par(x, out, idx, *args)
         return
+    if want_idx:
+        for q in range(nplanes):
+            _pool5_plane(q, x, out, idx, *args)
+        return
+    acc = np.empty(out.shape[4], out.dtype)
     for q in range(nplanes):
-        _pool5_plane(q, x, out, idx, *args)
+        _pool5_rows(q, x, out, acc, args[0], *args[3:])
 
 
 # --- MaxUnpool ---------------------------------------------------------------------------
