@@ -159,3 +159,31 @@ def test_parallel(nthreads):
               threads=nthreads)
 
 
+
+
+@pytest.mark.parametrize('opset,training', [(13, None), (12, False), (10, None)])
+def test_dropout_mask(opset, training):
+    """Inference Dropout whose mask is a graph output (the passes remove the others)."""
+    from onnx import numpy_helper
+    x = _f((3, 5))
+    ins = ['a']
+    inits = []
+    if training is not None:
+        ins += ['r', 't']
+        inits = [numpy_helper.from_array(np.array(0.3, np.float32), 'r'),
+                 numpy_helper.from_array(np.array(training), 't')]
+    node = helper.make_node('Dropout', ins, ['y', 'm'])
+    vi = [helper.make_tensor_value_info('a', tt(x.dtype), x.shape)]
+    vo = [helper.make_tensor_value_info('y', tt(x.dtype), None),
+          helper.make_tensor_value_info('m', tt(np.dtype(np.bool_)), None)]
+    m = helper.make_model(helper.make_graph([node], 'g', vi, vo, initializer=inits),
+                          opset_imports=[helper.make_opsetid('', opset)])
+    m.ir_version = 8
+    cm = jitort.compile(m, strict=True)
+    got = cm.run(None, {'a': x})
+    assert cm.fallback_nodes() == []
+    ref = ort.InferenceSession(m.SerializeToString(),
+                               providers=['CPUExecutionProvider']).run(None, {'a': x})
+    np.testing.assert_array_equal(got[0], ref[0])
+    assert got[1].dtype == ref[1].dtype == np.bool_
+    np.testing.assert_array_equal(got[1], ref[1])

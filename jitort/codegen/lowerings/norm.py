@@ -3,10 +3,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ...ir import Node
 from ..registry import Unlowerable, lowering
 from ..elementwise import tname
-from .common import (_3d, _axis, _float_io, _is_float, _prod)
+from .common import (_3d, _axis, _float_io, _is_float, _plain, _prod)
 
 if TYPE_CHECKING:
     from ..cpu import Emitter
@@ -164,3 +166,32 @@ def lower_mvn(em: Emitter, n: Node) -> None:
     t5 = em.tuple_expr([s for s, _ in runs])
     yv = em.out(y)
     em.call(f"_norm.mvn5d({em.arr(x)}.reshape({t5}), {yv}.reshape({t5}))")
+
+
+def _dropout_ok(n: Node) -> bool:
+    """Inference-mode Dropout whose mask is read (passes/simplify.py removes the others):
+    training_mode absent or a constant false, is_test for opsets < 7."""
+    tm = n.input(2)
+    if tm is not None and not (tm.is_const and not tm.const.any()):
+        return False
+    if n.since_version < 7 and not n.attrs.get("is_test", 0):
+        return False
+    return _plain(n)
+
+
+@lowering("Dropout", supports=_dropout_ok)
+def lower_dropout(em: Emitter, n: Node) -> None:
+    """Dropout in inference: the output is the input; the mask all True from opset 12 (the
+    spec), all zeros before (onnxruntime's Dropout 7-11 writes a zero mask)."""
+    x, y = n.inputs[0], n.outputs[0]
+    yv = em.out(y)
+    em.call(f"_data.copy_flat({em.arr(x)}.reshape(-1), {yv}.reshape(-1))")
+    if len(n.outputs) > 1 and n.outputs[1] is not None and not n.outputs[1].name.startswith("__unused_"):
+        m = n.outputs[1]
+        mv = em.out(m)
+        on = n.since_version >= 12
+        one = str(on) if np.dtype(m.dtype) == np.bool_ else f"{tname(m.dtype)}({int(on)})"
+        src = ("@njit(cache=True, error_model='numpy')\ndef __KNAME__(m):\n"
+               "    mf = m.reshape(-1)\n    for i in range(mf.shape[0]):\n"
+               f"        mf[i] = {one}\n")
+        em.call(f"{em.kernel('k_dropout_mask', src)}({mv})")
