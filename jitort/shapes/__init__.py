@@ -29,4 +29,4 @@ from .core import (DATA_DEPENDENT, ShapeError, ShapeFn, _JITORT_REGISTRY, _REGIS
                    broadcast_shapes, has_shape_fn, infer, register, value_inputs)
 # each family module registers its shape functions on import
 from . import (attention, conv, elementwise, matmul, norm, reduce, resize, rnn,  # noqa: E402,F401
-               shape_ops)
+               shape_ops, signal)

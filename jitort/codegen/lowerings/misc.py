@@ -1,5 +1,211 @@
-"""CPU lowerings: the remaining numeric ops (Det, losses, BitCast, TensorScatter, DeformConv).
+"""CPU lowerings: the remaining numeric ops (Det, NegativeLogLikelihoodLoss,
+SoftmaxCrossEntropyLoss, BitCast, TensorScatter, DeformConv).
 
-Kernels: ``jitort.kernels.cpu.misc`` (alias ``_misc`` in generated drivers).
+Kernels: ``jitort.kernels.cpu.misc`` (alias ``_misc`` in generated drivers). Index inputs
+(loss targets, TensorScatter's write_indices) are validated by the kernels (IndexError, which
+the runtime reports as invalid input), never read out of range.
 """
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...ir import Node
+from ..registry import Unlowerable, lowering
+from ..symbolic import concrete
+from .common import _PLAIN, _axis, _conv_pads, _is_float, _prod
+
+if TYPE_CHECKING:
+    from ..cpu import Emitter
+
+_I = (np.dtype(np.int32), np.dtype(np.int64))
+_PAR_MIN_WORK = 1 << 16
+
+
+def _npdt(v) -> str:
+    return f"np.{np.dtype(v.dtype).name}"
+
+
+@lowering("Det", supports=lambda n: _is_float(n.inputs[0], n.outputs[0]))
+def lower_det(em: Emitter, n: Node) -> None:
+    x, y = n.inputs[0], n.outputs[0]
+    xs = em.shape(x)
+    b, m = _prod(xs[:-2]), xs[-1]
+    yv = em.out(y)
+    em.call(f"_misc.det({em.arr(x)}.reshape({em.tuple_expr((b, m, m))}), "
+            f"{yv}.reshape({em.tuple_expr((b,))}))")
+
+
+def _loss_ok(n: Node) -> bool:
+    ins = n.inputs
+    return (_is_float(ins[0], *[o for o in n.outputs if o is not None])
+            and ins[1] is not None and ins[1].dtype is not None and np.dtype(ins[1].dtype) in _I
+            and (len(ins) < 3 or ins[2] is None or _is_float(ins[2])))
+
+
+_RED = {"none": 0, "sum": 1, "mean": 2}
+
+
+def _red(n: Node) -> int:
+    r = n.attrs.get("reduction", "mean")
+    r = r.decode() if isinstance(r, bytes) else r
+    if r not in _RED:
+        raise Unlowerable(n, f"reduction {r!r}")
+    return _RED[r]
+
+
+def _loss_common(em, n: Node, x_expr: str, xs):
+    """The NLL call over a (N, C, D) view of log-probabilities ``x_expr``."""
+    t, y = n.inputs[1], n.outputs[0]
+    w = n.inputs[2] if len(n.inputs) > 2 else None
+    nn, c, d = xs[0], xs[1], _prod(xs[2:])
+    ts = em.shape(t)
+    if tuple(ts) != (xs[0],) + tuple(xs[2:]):
+        raise Unlowerable(n, f"target shape {ts} does not match input {xs}")
+    if w is not None and tuple(em.shape(w)) != (c,):
+        raise Unlowerable(n, "weight must have shape (C,)")
+    red = _red(n)
+    ign = n.attrs.get("ignore_index")
+    wv = em.arr(w) if w is not None else f"np.zeros(1, {_npdt(y)})"
+    yv = em.out(y)
+    ys = (nn, d) if red == 0 else (1, 1)
+    em.call(f"_misc.nll({x_expr}, {em.arr(t)}.reshape({em.tuple_expr((nn, d))}), {wv}, "
+            f"{em.dim(int(w is not None))}, {em.dim(int(ign) if ign is not None else 0)}, "
+            f"{em.dim(int(ign is not None))}, "
+            f"{em.dim(red)}, {yv}.reshape({em.tuple_expr(ys)}))")
+
+
+@lowering("NegativeLogLikelihoodLoss", supports=_loss_ok)
+def lower_nll(em: Emitter, n: Node) -> None:
+    x = n.inputs[0]
+    xs = em.shape(x)
+    if len(xs) < 2:
+        raise Unlowerable(n, "input must be at least 2-D")
+    _loss_common(em, n, f"{em.arr(x)}.reshape({em.tuple_expr((xs[0], xs[1], _prod(xs[2:])))})",
+                 xs)
+
+
+@lowering("SoftmaxCrossEntropyLoss", supports=_loss_ok)
+def lower_sce(em: Emitter, n: Node) -> None:
+    x = n.inputs[0]
+    xs = em.shape(x)
+    if len(xs) < 2:
+        raise Unlowerable(n, "scores must be at least 2-D")
+    x3 = (xs[0], xs[1], _prod(xs[2:]))
+    lpo = n.outputs[1] if len(n.outputs) > 1 and n.outputs[1] is not None else None
+    if lpo is not None:
+        lp = f"{em.out(lpo)}.reshape({em.tuple_expr(x3)})"
+    else:
+        lp = f"{em.scratch(_prod(x3), x.dtype)}.reshape({em.tuple_expr(x3)})"
+    em.call(f"_misc.log_softmax1({em.arr(x)}.reshape({em.tuple_expr(x3)}), {lp})")
+    _loss_common(em, n, lp, xs)
+
+
+def _bitcast_ok(n: Node) -> bool:
+    x, y = n.inputs[0], n.outputs[0]
+    return (x.dtype is not None and y.dtype is not None and np.dtype(x.dtype) in _PLAIN
+            and np.dtype(y.dtype) in _PLAIN
+            and np.dtype(x.dtype).itemsize == np.dtype(y.dtype).itemsize)
+
+
+@lowering("BitCast", supports=_bitcast_ok)
+def lower_bitcast(em: Emitter, n: Node) -> None:
+    x, y = n.inputs[0], n.outputs[0]
+    size = _prod(em.shape(x))
+    # same item size: reinterpret the input's bytes as the output type and copy
+    src = ("@njit(cache=True, error_model='numpy')\n"
+           "def __KNAME__(y, x):\n"
+           f"    xv = x.view({_npdt(y)})\n"
+           "    for i in range(y.shape[0]):\n"
+           "        y[i] = xv[i]\n")
+    k = em.kernel(f"k_bitcast_{np.dtype(x.dtype).name}_{np.dtype(y.dtype).name}", src)
+    yv = em.out(y)
+    em.call(f"{k}({yv}.reshape({em.tuple_expr((size,))}), "
+            f"{em.arr(x)}.reshape({em.tuple_expr((size,))}))")
+
+
+def _ts_ok(n: Node) -> bool:
+    ins = n.inputs
+    return (all(v.dtype is not None and np.dtype(v.dtype) in _PLAIN for v in ins[:2])
+            and (len(ins) < 3 or ins[2] is None or np.dtype(ins[2].dtype) == np.int64))
+
+
+@lowering("TensorScatter", supports=_ts_ok)
+def lower_tensor_scatter(em: Emitter, n: Node) -> None:
+    past, upd, y = n.inputs[0], n.inputs[1], n.outputs[0]
+    idx = n.inputs[2] if len(n.inputs) > 2 else None
+    ps, us = em.shape(past), em.shape(upd)
+    r = len(ps)
+    if r < 2 or len(us) != r:
+        raise Unlowerable(n, "past_cache and update must have the same rank >= 2")
+    axis = _axis(int(n.attrs.get("axis", -2)), r)
+    if axis < 1 or axis >= r:
+        raise Unlowerable(n, f"axis {axis} (must not be the batch axis)")
+    mode = n.attrs.get("mode", "linear")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("linear", "circular"):
+        raise Unlowerable(n, f"mode {mode!r}")
+    for k in range(r):
+        if k != axis and us[k] != ps[k]:
+            raise Unlowerable(n, f"update dim {k} ({us[k]}) differs from the cache's ({ps[k]})")
+    if us[axis] > ps[axis]:
+        raise Unlowerable(n, "update longer than the cache")
+    if idx is not None and tuple(em.shape(idx)) != (ps[0],):
+        raise Unlowerable(n, "write_indices must have shape (batch,)")
+    b, p, i = ps[0], _prod(ps[1:axis]), _prod(ps[axis + 1:])
+    iv = em.arr(idx) if idx is not None else "np.zeros(1, np.int64)"
+    yv = em.out(y)
+    em.call(f"_misc.tensor_scatter({em.arr(past)}.reshape({em.tuple_expr((b, p, ps[axis], i))}), "
+            f"{em.arr(upd)}.reshape({em.tuple_expr((b, p, us[axis], i))}), {iv}, "
+            f"{em.dim(int(idx is not None))}, {em.dim(int(mode == 'circular'))}, "
+            f"{yv}.reshape({em.tuple_expr((b, p, ps[axis], i))}))")
+
+
+def _deform_ok(n: Node) -> bool:
+    return _is_float(*[v for v in n.inputs if v is not None], n.outputs[0])
+
+
+@lowering("DeformConv", supports=_deform_ok)
+def lower_deform_conv(em: Emitter, n: Node) -> None:
+    x, w, off, y = n.inputs[0], n.inputs[1], n.inputs[2], n.outputs[0]
+    bias = n.inputs[3] if len(n.inputs) > 3 else None
+    mask = n.inputs[4] if len(n.inputs) > 4 else None
+    xs, ws, offs, ys = em.shape(x), em.shape(w), em.shape(off), em.shape(y)
+    if len(xs) not in (3, 4):
+        raise Unlowerable(n, f"{len(xs) - 2}-D DeformConv")
+    sp = len(xs) - 2
+    strides = list(n.attrs.get("strides", [1] * sp))
+    dil = list(n.attrs.get("dilations", [1] * sp))
+    pads = _conv_pads(n, xs[2:], ws[2:], strides, dil, ys[2:])
+    grp, og = int(n.attrs.get("group", 1)), int(n.attrs.get("offset_group", 1))
+    ms = em.shape(mask) if mask is not None else None
+    if sp == 1:  # 1-D as 2-D with height 1 (offsets gain a zero dy per tap)
+        raise Unlowerable(n, "1-D DeformConv")
+    kh, kw = ws[2], ws[3]
+    c, oc = xs[1], ws[0]
+    # validate everything the kernel indexes (Numba does not bounds-check)
+    if og <= 0 or grp <= 0 or c % og or c % grp or oc % grp or ws[1] * grp != c:
+        raise Unlowerable(n, "channels do not split into group / offset_group")
+    if tuple(offs) != (xs[0], og * 2 * kh * kw, ys[2], ys[3]):
+        raise Unlowerable(n, f"offset shape {offs}")
+    if ms is not None and tuple(ms) != (xs[0], og * kh * kw, ys[2], ys[3]):
+        raise Unlowerable(n, f"mask shape {ms}")
+    if bias is not None and tuple(em.shape(bias)) != (oc,):
+        raise Unlowerable(n, "bias must have shape (OC,)")
+    ohw = ys[2] * ys[3]
+    key = ("deform_par", id(n))
+    if key not in em.memo:
+        em.memo[key] = (concrete(xs[0]) >= 2 and em.threads != 1
+                        and concrete(c * kh * kw * ohw * oc) >= _PAR_MIN_WORK)
+    par = em.memo[key]
+    col = em.scratch(c * kh * kw * ohw * (xs[0] if par else 1), x.dtype)
+    dt = _npdt(x)
+    mv = em.arr(mask) if mask is not None else f"np.zeros((1, 1, 1, 1), {dt})"
+    bv = em.arr(bias) if bias is not None else f"np.zeros(1, {dt})"
+    yv = em.out(y)
+    args = ", ".join(em.dim(v) for v in (kh, kw, strides[0], strides[1], pads[0], pads[1],
+                                          dil[0], dil[1], og, grp))
+    em.call(f"_misc.deform_conv2d({em.arr(x)}, {em.arr(w)}, {em.arr(off)}, {mv}, "
+            f"{em.dim(int(mask is not None))}, {bv}, {em.dim(int(bias is not None))}, {yv}, {col}, "
+            f"{args}, {em.dim(int(par))})")
