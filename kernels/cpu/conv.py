@@ -826,42 +826,49 @@ def conv3d_scratch_elems(C, KD, KH, KW, OD, OH, OW, group, threads=None):
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def _im2col3(x, n, c0, cg, col, r0, nr, kd_n, kh_n, kw_n, od_n, oh_n, ow_n, sd, sh, sw, pd, ph,
              pw, dd, dh, dw):
-    """col (cg*KD*KH*KW, nr*OW) = im2col of output rows [r0, r0 + nr) (flattened (OD, OH))."""
+    """col (cg*KD*KH*KW, nr*OW) = im2col of output rows [r0, r0 + nr) (flattened (OD, OH)).
+    Per (kd, kh) tap and output row the source row is found once for all channels and kw
+    taps; raw pointers throughout (no views, no per-element index arithmetic)."""
     d_n, h_n, w_n = x.shape[2], x.shape[3], x.shape[4]
     ncol = nr * ow_n
-    row = 0
-    for c in range(cg):
+    kk = kd_n * kh_n * kw_n
+    plane = d_n * h_n * w_n
+    xb = (n * x.shape[1] + c0) * plane
+    z = col.dtype.type(0)
+    o_d = r0 // oh_n
+    o_h = r0 - o_d * oh_n
+    for i in range(nr):
         for kd in range(kd_n):
+            i_d = o_d * sd - pd + kd * dd
             for kh in range(kh_n):
+                i_h = o_h * sh - ph + kh * dh
+                inside = 0 <= i_d < d_n and 0 <= i_h < h_n
+                srow = xb + (i_d * h_n + i_h) * w_n
                 for kw in range(kw_n):
                     off_w = kw * dw - pw
                     ow0, ow1 = _valid_range(off_w, sw, w_n, ow_n)
-                    nv = ow1 - ow0
-                    for i in range(nr):
-                        r = r0 + i
-                        o_d = r // oh_n
-                        o_h = r - o_d * oh_n
-                        i_d = o_d * sd - pd + kd * dd
-                        i_h = o_h * sh - ph + kh * dh
-                        d = eptr(col, row * ncol + i * ow_n)
-                        if (i_d < 0 or i_d >= d_n or i_h < 0 or i_h >= h_n or nv <= 0):
-                            for j in range(ow_n):
-                                d[j] = 0
-                            continue
+                    if not inside:
+                        ow0 = ow1 = 0
+                    tap = (kd * kh_n + kh) * kw_n + kw
+                    for c in range(cg):
+                        d = eptr(col, (c * kk + tap) * ncol + i * ow_n)
                         for j in range(ow0):
-                            d[j] = 0
-                        s = eptr(x, (((n * x.shape[1] + c0 + c) * d_n + i_d) * h_n + i_h) * w_n
-                                 + sw * ow0 + off_w)
-                        dd_ = eptr(col, row * ncol + i * ow_n + ow0)
-                        if sw == 1:
-                            for j in range(nv):
-                                dd_[j] = s[j]
-                        else:
-                            for j in range(nv):
-                                dd_[j] = s[sw * j]
-                        for j in range(ow1, ow_n):
-                            d[j] = 0
-                    row += 1
+                            d[j] = z
+                        if ow1 > ow0:
+                            s = eptr(x, srow + c * plane + sw * ow0 + off_w)
+                            dd_ = eptr(col, (c * kk + tap) * ncol + i * ow_n + ow0)
+                            if sw == 1:
+                                for j in range(ow1 - ow0):
+                                    dd_[j] = s[j]
+                            else:
+                                for j in range(ow1 - ow0):
+                                    dd_[j] = s[sw * j]
+                        for j in range(max(ow0, ow1), ow_n):
+                            d[j] = z
+        o_h += 1
+        if o_h == oh_n:
+            o_h = 0
+            o_d += 1
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
