@@ -368,3 +368,27 @@ def test_max_unpool_bad_index():
     want = np.zeros(16, np.float32)
     want[:4] = 1
     np.testing.assert_array_equal(cm.run(None, {'x': x, 'i': i})[0], want.reshape(1, 1, 4, 4))
+
+
+def test_conv_transpose_float64():
+    """float64 (onnxruntime's CPU provider has no double ConvTranspose: onnx.reference, which
+    has no groups)."""
+    from onnx.reference import ReferenceEvaluator
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 4, 5, 6))
+    w = rng.standard_normal((4, 3, 3, 3))
+    b = rng.standard_normal(3)
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node('ConvTranspose', ['x', 'w', 'b'], ['y'], strides=[2, 2],
+                          pads=[1, 0, 1, 1], output_padding=[1, 0])], 'g',
+        [helper.make_tensor_value_info('x', TensorProto.DOUBLE, x.shape)],
+        [helper.make_tensor_value_info('y', TensorProto.DOUBLE, None)],
+        [numpy_helper.from_array(w, 'w'), numpy_helper.from_array(b, 'b')]),
+        opset_imports=[helper.make_opsetid('', 17)])
+    m.ir_version = 8
+    ref = ReferenceEvaluator(m).run(None, {'x': x})[0]
+    cm = jitort.compile(m)
+    assert cm.fallback_nodes() == []
+    got = cm.run(None, {'x': x})[0]
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10)
