@@ -644,6 +644,51 @@ def _topk_row(r, vr, ir, largest, hv, hi):
 
 
 @njit(cache=True, error_model='numpy')
+def _topk_sorted(r, vr, ir, largest):
+    """TopK of row r by a stable sort: ascending for the smallest (ties: lower index first, NaN
+    last); for the largest, ascending over the reversed row read backwards (ties: lower index
+    first, NaN first)."""
+    n = r.shape[0]
+    k = vr.shape[0]
+    if largest:
+        order = np.argsort(r[::-1], kind='mergesort')
+        for t in range(k):
+            j = n - 1 - order[n - 1 - t]
+            ir[t] = j
+            vr[t] = r[j]
+    else:
+        order = np.argsort(r, kind='mergesort')
+        for t in range(k):
+            j = order[t]
+            ir[t] = j
+            vr[t] = r[j]
+
+
+@njit(cache=True, error_model='numpy')
+def _topk_any(r, vr, ir, largest, hv, hi):
+    """The heap for k below half the row, a full stable sort above (128 rows of 1000, k=500:
+    heap 20 ms, sort 17 ms; k=250: heap 9-14 ms, sort 15 ms)."""
+    if 2 * vr.shape[0] >= r.shape[0]:
+        _topk_sorted(r, vr, ir, largest)
+    else:
+        _topk_row(r, vr, ir, largest, hv, hi)
+
+
+@njit(cache=True, error_model='numpy')
+def _topk_plane(x, vals, idx, o, largest, hv, hi, tmp, tv, ti):
+    """TopK of the I strided rows x[o, :, i]: each copied into the contiguous ``tmp`` first."""
+    n_axis, inner = x.shape[1], x.shape[2]
+    k = vals.shape[1]
+    for i in range(inner):
+        for a in range(n_axis):
+            tmp[a] = x[o, a, i]
+        _topk_any(tmp, tv, ti, largest, hv, hi)
+        for t in range(k):
+            vals[o, t, i] = tv[t]
+            idx[o, t, i] = ti[t]
+
+
+@njit(cache=True, error_model='numpy')
 def topk3(x, vals, idx, largest):
     """TopK along axis 1 of x (O, A, I) into vals / idx (O, K, I), sorted best first."""
     n_outer, n_axis, inner = x.shape
@@ -655,16 +700,18 @@ def topk3(x, vals, idx, largest):
         v2 = vals.reshape((n_outer, k))
         i2 = idx.reshape((n_outer, k))
         for o in range(n_outer):
-            _topk_row(x2[o], v2[o], i2[o], largest, hv, hi)
+            _topk_any(x2[o], v2[o], i2[o], largest, hv, hi)
         return
+    tmp = np.empty(n_axis, x.dtype)
+    tv = np.empty(k, x.dtype)
+    ti = np.empty(k, np.int64)
     for o in range(n_outer):
-        for i in range(inner):
-            _topk_row(x[o, :, i], vals[o, :, i], idx[o, :, i], largest, hv, hi)
+        _topk_plane(x, vals, idx, o, largest, hv, hi, tmp, tv, ti)
 
 
 @njit(cache=True, error_model='numpy', parallel=True)
 def topk3_par(x, vals, idx, largest):
-    """:func:`topk3` with the rows in a prange (one heap per row)."""
+    """:func:`topk3` with the rows (or the planes) in a prange."""
     n_outer, n_axis, inner = x.shape
     k = vals.shape[1]
     if inner == 1:
@@ -674,11 +721,12 @@ def topk3_par(x, vals, idx, largest):
         for o in prange(n_outer):
             hv = np.empty(k, x.dtype)
             hi = np.empty(k, np.int64)
-            _topk_row(x2[o], v2[o], i2[o], largest, hv, hi)
+            _topk_any(x2[o], v2[o], i2[o], largest, hv, hi)
         return
-    for r in prange(n_outer * inner):
-        o = r // inner
-        i = r - o * inner
+    for o in prange(n_outer):
         hv = np.empty(k, x.dtype)
         hi = np.empty(k, np.int64)
-        _topk_row(x[o, :, i], vals[o, :, i], idx[o, :, i], largest, hv, hi)
+        tmp = np.empty(n_axis, x.dtype)
+        tv = np.empty(k, x.dtype)
+        ti = np.empty(k, np.int64)
+        _topk_plane(x, vals, idx, o, largest, hv, hi, tmp, tv, ti)

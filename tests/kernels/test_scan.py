@@ -130,6 +130,8 @@ def test_argmax_opset11_and_big():
     (np.float32, (3, 8, 6), 8, 1, 1),     # k == axis length, inner > 1
     (np.int64, (3, 20), 7, 1, 1),         # ties: lower index first
     (np.int64, (2, 70), 9, 1, 0),         # ties across skipped blocks of 16
+    (np.int64, (3, 30), 20, 1, 0),        # k >= half the axis: a stable sort, ties
+    (np.int32, (6, 4), 5, 0, 1),          # sort path over strided columns
     (np.int32, (20, 3), 4, 0, 0),
     (np.float32, (3, 9), 0, 1, 1),        # k = 0
     (np.float64, (2, 1, 5), 1, 2, 1),

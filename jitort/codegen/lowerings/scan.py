@@ -137,7 +137,7 @@ def lower_topk(em: Emitter, n: Node) -> None:
     vv, iv = em.out(vals), em.out(idx)
     if o * k * i == 0:
         return
-    par = _par(em, n, o * a * i, o * i)
+    par = _par(em, n, o * a * i, o)
     sk = em.tuple_expr((o, k, i))
     em.call(f"_scan.topk3{par}({em.arr(x)}.reshape({em.tuple_expr((o, a, i))}), "
             f"{vv}.reshape({sk}), {iv}.reshape({sk}), {_flag(em, largest)})")
