@@ -187,3 +187,12 @@ def test_dropout_mask(opset, training):
     np.testing.assert_array_equal(got[0], ref[0])
     assert got[1].dtype == ref[1].dtype == np.bool_
     np.testing.assert_array_equal(got[1], ref[1])
+
+
+@pytest.mark.parametrize('base,exp', [(np.int64, np.int64), (np.int32, np.int64),
+                                      (np.float32, np.int64), (np.int64, np.float32),
+                                      (np.float32, np.float32)])
+def test_pow_types(base, exp):
+    a = np.array([[1, 2, 3, -2], [0, 5, 7, -3]], base)
+    b = np.array([3, 2, 0, 3], exp)
+    _run_both([_node('Pow', 2)], [('a', a), ('b', b)], base, opset=15)

@@ -152,19 +152,22 @@ def _mean(n, a, d, o):
     return f"(({' + '.join(a)}) / {lit(len(a), o)})"
 
 
-@expr("Pow")
+@expr("Pow", dtypes=NUMERIC)
 def _pow(n, a, d, o):
     e = n.inputs[1]
+    is_f = np.dtype(o).kind == "f"
     if e.is_const and e.const.size == 1:
         v = float(e.const.reshape(-1)[0])
         if v == 2.0:
             return f"({a[0]} * {a[0]})"
         if v == 1.0:
             return a[0]
-        if v == 0.5:
+        if v == 0.5 and is_f:
             return f"np.sqrt({a[0]})"
         if v == 3.0:
             return f"({a[0]} * {a[0]} * {a[0]})"
+    if not is_f:  # integer base: std::pow on doubles, truncated, as onnxruntime
+        return f"{tname(o)}(np.float64({a[0]}) ** np.float64({a[1]}))"
     return f"({a[0]} ** {tname(o)}({a[1]}))"
 
 
@@ -376,8 +379,9 @@ def supports_elementwise(n: Node) -> bool:
     if n.op_type == "Clip" and n.since_version >= 11 and any(
             v is not None and v.dtype != n.inputs[0].dtype for v in n.inputs[1:]):
         return False
-    if n.op_type == "Pow" and n.inputs[1].dtype != n.inputs[0].dtype:
-        return False
+    if n.op_type == "Pow" and np.dtype(n.inputs[0].dtype) not in FLOATS + (
+            np.dtype(np.int32), np.dtype(np.int64)):
+        return False  # (the exponent may be any numeric type)
     if n.op_type == "Mod" and not n.attrs.get("fmod", 0) and np.dtype(n.inputs[0].dtype) in FLOATS:
         return False  # the spec requires fmod=1 for floats
     if n.op_type in ("BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Div", "Mod") and (
