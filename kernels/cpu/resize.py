@@ -190,25 +190,24 @@ def _pass_rows(x, y, idx, w, ok, extrap, j0, j1):
     for j in range(j0, j1):
         o = j // T
         t = j % T
-        yr = y[o, t]
         if ok[t] == 0:
             for q in range(ni):
-                yr[q] = ev
+                y[o, t, q] = ev
         elif k == 1:
-            xr = x[o, idx[t, 0]]
+            s = idx[t, 0]
             for q in range(ni):
-                yr[q] = xr[q]
+                y[o, t, q] = x[o, s, q]
         else:
-            xr = x[o, idx[t, 0]]
+            s = idx[t, 0]
             wt = w[t, 0]
             for q in range(ni):
-                yr[q] = xr[q] * wt
+                y[o, t, q] = x[o, s, q] * wt
             for m in range(1, k):
-                xr = x[o, idx[t, m]]
+                s = idx[t, m]
                 wt = w[t, m]
                 if wt != 0:
                     for q in range(ni):
-                        yr[q] += xr[q] * wt
+                        y[o, t, q] += x[o, s, q] * wt
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -218,20 +217,18 @@ def _pass_last(x, y, idx, w, ok, extrap, o0, o1):
     k = idx.shape[1]
     ev = y.dtype.type(extrap)
     for o in range(o0, o1):
-        xr = x[o, :, 0]
-        yr = y[o, :, 0]
         if k == 1:
             for t in range(T):
-                yr[t] = xr[idx[t, 0]] if ok[t] else ev
+                y[o, t, 0] = x[o, idx[t, 0], 0] if ok[t] else ev
         else:
             for t in range(T):
                 if ok[t]:
-                    s = xr[idx[t, 0]] * w[t, 0]
+                    s = x[o, idx[t, 0], 0] * w[t, 0]
                     for m in range(1, k):
-                        s += xr[idx[t, m]] * w[t, m]
-                    yr[t] = s
+                        s += x[o, idx[t, m], 0] * w[t, m]
+                    y[o, t, 0] = s
                 else:
-                    yr[t] = ev
+                    y[o, t, 0] = ev
 
 
 @njit(cache=True, error_model='numpy')
@@ -268,10 +265,56 @@ def resize_pass_par(x, y, scale, rs, re, mode, coord, nearest, cubic_a, exclude,
 
 # --- 2-D over the last two axes: (P, H, W) -> (P, OH, OW) --------------------------------------
 @njit(cache=True, error_model='numpy')
+def _repeat_factor(iw, okw, lin):
+    """f when iw[o] == o // f for every o (an integer upscale, in bounds), else 0."""
+    n = iw.shape[0]
+    if lin == 0 or n % lin != 0:
+        return 0
+    f = n // lin
+    for o in range(n):
+        if okw[o] == 0 or iw[o, 0] != o // f:
+            return 0
+    return f
+
+
+@njit(cache=True, error_model='numpy')
+def _nearest_int_planes(x, y, fh, fw, p0, p1):
+    """Integer upscale by (fh, fw): each input row repeated fw times per element into the first
+    of its fh output rows, which are then copies (near memcpy speed)."""
+    W = x.shape[2]
+    for p in range(p0, p1):
+        for h in range(x.shape[1]):
+            xr = x[p, h]
+            y0 = y[p, h * fh]
+            if fw == 2:
+                for j in range(W):
+                    v = xr[j]
+                    y0[2 * j] = v
+                    y0[2 * j + 1] = v
+            else:
+                for j in range(W):
+                    v = xr[j]
+                    for t in range(fw):
+                        y0[j * fw + t] = v
+            for q in range(1, fh):
+                y1 = y[p, h * fh + q]
+                for j in range(y0.shape[0]):
+                    y1[j] = y0[j]
+
+
+@njit(cache=True, error_model='numpy')
 def _nearest_planes(x, y, ih, iw, okh, okw, extrap, p0, p1):
+    """Each output row is made once from its source row (a x2 / xf column repeat or a gather)
+    and copied to the next output rows with the same source row."""
     OH = y.shape[1]
     OW = y.shape[2]
+    W = x.shape[2]
     ev = y.dtype.type(extrap)
+    f = _repeat_factor(iw, okw, W)
+    fh = _repeat_factor(ih, okh, x.shape[1])
+    if f > 0 and fh > 0:
+        _nearest_int_planes(x, y, fh, f, p0, p1)
+        return
     for p in range(p0, p1):
         for oh in range(OH):
             yr = y[p, oh]
@@ -284,61 +327,73 @@ def _nearest_planes(x, y, ih, iw, okh, okw, extrap, p0, p1):
                     yr[ow] = yp[ow]
             else:
                 xr = x[p, ih[oh, 0]]
-                for ow in range(OW):
-                    yr[ow] = xr[iw[ow, 0]] if okw[ow] else ev
-
-
-@njit(cache=True, error_model='numpy', fastmath=_FM)
-def _hlerp(xr, t, iw, ww):
-    for ow in range(t.shape[0]):
-        t[ow] = xr[iw[ow, 0]] * ww[ow, 0] + xr[iw[ow, 1]] * ww[ow, 1]
+                if f == 2:
+                    for j in range(xr.shape[0]):
+                        v = xr[j]
+                        yr[2 * j] = v
+                        yr[2 * j + 1] = v
+                elif f == 1:
+                    for ow in range(OW):
+                        yr[ow] = xr[ow]
+                elif f > 2:
+                    for j in range(W):
+                        v = xr[j]
+                        for t in range(f):
+                            yr[j * f + t] = v
+                else:
+                    for ow in range(OW):
+                        yr[ow] = xr[iw[ow, 0]] if okw[ow] else ev
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def _linear_planes(x, y, ih, wh, iw, ww, okh, okw, extrap, p0, p1):
-    """Bilinear: each needed input row is interpolated horizontally once (kept while the next
-    output rows still read it), then two rows are blended per output row."""
+    """Bilinear: each needed input row is interpolated horizontally once into one of two
+    cached rows (kept while the next output rows still read it), then two rows are blended
+    per output row. N-D indexing throughout (no row views: small planes stay cheap)."""
     OH = y.shape[1]
     OW = y.shape[2]
     ev = y.dtype.type(extrap)
-    t0 = np.empty(OW, y.dtype)
-    t1 = np.empty(OW, y.dtype)
+    t = np.empty((2, OW), y.dtype)
     anyext = False
     for ow in range(OW):
         if okw[ow] == 0:
             anyext = True
     for p in range(p0, p1):
-        r0 = -1
-        r1 = -1
+        src0 = -1  # input row held in t[0] / t[1]
+        src1 = -1
         for oh in range(OH):
-            yr = y[p, oh]
             if okh[oh] == 0:
                 for ow in range(OW):
-                    yr[ow] = ev
+                    y[p, oh, ow] = ev
                 continue
             a = ih[oh, 0]
             b = ih[oh, 1]
-            if a == r1 and r1 != r0:  # slide: the old second row becomes the first
-                t0, t1 = t1, t0
-                r0, r1 = r1, r0
-            if a != r0:
-                _hlerp(x[p, a], t0, iw, ww)
-                r0 = a
-            if b != r1:
-                if b == r0:
-                    for ow in range(OW):
-                        t1[ow] = t0[ow]
+            sa = 0 if src0 == a else (1 if src1 == a else -1)
+            if sa < 0:  # fill the slot not holding b
+                sa = 1 if src0 == b and src0 != src1 else 0
+                for ow in range(OW):
+                    t[sa, ow] = x[p, a, iw[ow, 0]] * ww[ow, 0] + x[p, a, iw[ow, 1]] * ww[ow, 1]
+                if sa == 0:
+                    src0 = a
                 else:
-                    _hlerp(x[p, b], t1, iw, ww)
-                r1 = b
+                    src1 = a
+            sb = 0 if src0 == b else (1 if src1 == b else -1)
+            if sb < 0:
+                sb = 1 - sa
+                for ow in range(OW):
+                    t[sb, ow] = x[p, b, iw[ow, 0]] * ww[ow, 0] + x[p, b, iw[ow, 1]] * ww[ow, 1]
+                if sb == 0:
+                    src0 = b
+                else:
+                    src1 = b
             w0 = wh[oh, 0]
             w1 = wh[oh, 1]
             for ow in range(OW):
-                yr[ow] = t0[ow] * w0 + t1[ow] * w1
+                y[p, oh, ow] = t[sa, ow] * w0 + t[sb, ow] * w1
             if anyext:
                 for ow in range(OW):
                     if okw[ow] == 0:
-                        yr[ow] = ev
+                        y[p, oh, ow] = ev
 
 
 @njit(cache=True, error_model='numpy')

@@ -28,6 +28,7 @@ _COORDS = {"half_pixel": 0, "half_pixel_symmetric": 1, "pytorch_half_pixel": 2,
            "tf_crop_and_resize": 6}
 _NEAREST = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "ceil": 3}
 _PAR_MIN = 1 << 16  # output elements from which the prange variants run
+_PAR_MIN_COPY = 1 << 22  # the same for nearest
 
 
 def _s(v, default: str) -> str:
@@ -144,7 +145,8 @@ def lower_resize(em: Emitter, n: Node) -> None:
         return
     key = ("resize_par", id(n))
     if key not in em.memo:
-        em.memo[key] = concrete(_prod(ys)) >= _PAR_MIN
+        # nearest is a copy: memory bound, a second thread pays only on big outputs
+        em.memo[key] = concrete(_prod(ys)) >= (_PAR_MIN if mode else _PAR_MIN_COPY)
     par = "_par" if em.memo[key] else ""
     ev = float_literal(extrap)
     if (len(active) == 2 and active[1] == active[0] + 1 and mode in (0, 1) and not antialias
