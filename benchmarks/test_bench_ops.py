@@ -471,6 +471,78 @@ CASES.update({
         [('x', _rn(4, 128, 768))], ['y'], [('w', _rn(768, 768, seed=1))], opset=12), 0),
 })
 
+# Resize: decoder's nearest x2, mobilevit's bilinear 7<->8, U-Net bilinear x2, bicubic, antialias
+def _resize_case(shape, mode, scales=None, sizes=None, **attrs):
+    ins = ['x', '', 'sc' if scales is not None else '', 'sz' if sizes is not None else '']
+    inits = ([('sc', np.asarray(scales, np.float32))] if scales is not None
+             else [('sz', np.asarray(sizes, np.int64))])
+    return _model_case([helper.make_node('Resize', ins[:3 if sizes is None else 4], ['y'],
+                                         mode=mode, **attrs)],
+                       [('x', _rn(*shape))], ['y'], inits, opset=18)
+
+
+CASES.update({
+    'resize nearest x2 1x32x128x128 (decoder)': (lambda: _resize_case(
+        (1, 32, 128, 128), 'nearest', [1, 1, 2, 2], coordinate_transformation_mode='asymmetric',
+        nearest_mode='floor'), 0),
+    'resize bilinear 1x96x7x7->8x8 (mobilevit)': (lambda: _resize_case(
+        (1, 96, 7, 7), 'linear', sizes=[1, 96, 8, 8]), 0),
+    'resize bilinear 1x96x8x8->7x7 (mobilevit)': (lambda: _resize_case(
+        (1, 96, 8, 8), 'linear', sizes=[1, 96, 7, 7]), 0),
+    'resize bilinear align_corners x2 1x64x128x128': (lambda: _resize_case(
+        (1, 64, 128, 128), 'linear', [1, 1, 2, 2], coordinate_transformation_mode='align_corners'), 0),
+    'resize bilinear align_corners x2 1x512x16x16': (lambda: _resize_case(
+        (1, 512, 16, 16), 'linear', [1, 1, 2, 2], coordinate_transformation_mode='align_corners'), 0),
+    'resize bicubic x2 1x3x224x224': (lambda: _resize_case(
+        (1, 3, 224, 224), 'cubic', [1, 1, 2, 2]), 0),
+    'resize linear antialias 1x3x448x448->224': (lambda: _resize_case(
+        (1, 3, 448, 448), 'linear', [1, 1, 0.5, 0.5], antialias=1), 0),
+})
+
+CASES.update({  # signal: DFT / STFT (audio front-ends: Whisper log-mel is STFT n_fft 400 hop 160)
+    'stft whisper 30s n_fft=400 hop=160 hann': (lambda: _model_case(
+        [helper.make_node('STFT', ['x', 's', 'w'], ['y'], onesided=1)],
+        [('x', _rn(1, 480000, 1))], ['y'],
+        [('s', np.array(160, np.int64)), ('w', np.hanning(401)[:400].astype(np.float32))],
+        tol=5e-3), 0),  # onnxruntime's Bluestein FFT errs by 1.6e-3 against float64 (jitort 2.4e-5)
+    'stft 4x1s n_fft=512 hop=128': (lambda: _model_case(
+        [helper.make_node('STFT', ['x', 's', 'w'], ['y'], onesided=1)],
+        [('x', _rn(4, 16000, 1))], ['y'],
+        [('s', np.array(128, np.int64)), ('w', np.hanning(513)[:512].astype(np.float32))]), 0),
+    'dft rfft 1000x512 frames': (lambda: _model_case(
+        [helper.make_node('DFT', ['x'], ['y'], onesided=1, axis=1)],
+        [('x', _rn(1000, 512, 1))], ['y']), 0),
+    'dft complex inverse 64x256': (lambda: _model_case(
+        [helper.make_node('DFT', ['x'], ['y'], inverse=1, axis=1)],
+        [('x', _rn(64, 256, 2))], ['y']), 0),
+    'det 1024x3x3': (lambda: _model_case(
+        [helper.make_node('Det', ['x'], ['y'])], [('x', _rn(1024, 3, 3))], ['y']), 0),
+    'det 64x16x16': (lambda: _model_case(
+        [helper.make_node('Det', ['x'], ['y'])], [('x', _rn(64, 16, 16))], ['y'], tol=1e-3), 0),
+    'softmax cross entropy 512x8000 mean': (lambda: _model_case(
+        [helper.make_node('SoftmaxCrossEntropyLoss', ['x', 't'], ['y'])],
+        [('x', _rn(512, 8000)),
+         ('t', np.random.default_rng(1).integers(0, 8000, 512).astype(np.int64))], ['y']), 0),
+    'nll loss 512x8000 weighted mean': (lambda: _model_case(
+        [helper.make_node('NegativeLogLikelihoodLoss', ['x', 't', 'w'], ['y'])],
+        [('x', _rn(512, 8000)),
+         ('t', np.random.default_rng(1).integers(0, 8000, 512).astype(np.int64))], ['y'],
+        [('w', np.abs(_rn(8000)))]), 0),
+    'tensor scatter kv cache 1x8x1024x64 +1': (lambda: _model_case(
+        [helper.make_node('TensorScatter', ['p', 'u', 'i'], ['y'])],
+        [('p', _rn(1, 8, 1024, 64)), ('u', _rn(1, 8, 1, 64)), ('i', np.array([500], np.int64))],
+        ['y'], opset=24), 0),
+    'bitcast float32->int32 1x128x768': (lambda: _model_case(
+        [helper.make_node('BitCast', ['x'], ['y'], to=6)], [('x', _rn(1, 128, 768))], ['y'],
+        opset=26), 0),
+    'deform conv 1x64x56x56 3x3 mask': (lambda: _model_case(
+        [helper.make_node('DeformConv', ['x', 'w', 'o', 'b', 'm'], ['y'], kernel_shape=[3, 3],
+                          pads=[1, 1, 1, 1])],
+        [('x', _rn(1, 64, 56, 56)), ('o', _rn(1, 18, 56, 56)),
+         ('m', np.random.default_rng(2).random((1, 9, 56, 56)).astype(np.float32))], ['y'],
+        [('w', _rn(64, 64, 3, 3) * 0.05), ('b', _rn(64))], opset=19, tol=1e-3), 0),
+})
+
 _built = {}
 
 
