@@ -73,7 +73,13 @@ def test_einsum_threads(nthreads):
     _run_both('bhqd,bhkd->bhqk', [_r(1, 4, 64, 32), _r(1, 4, 64, 32, seed=1)], threads=nthreads)
 
 
-def test_diagonal_declines():
-    """A repeated letter (trace) is declined at compile time: strict mode names the node."""
+@pytest.mark.parametrize('eq,shapes', [('ii->i', [(4, 4)]), ('ii->', [(4, 4)]),
+                                        ('bii->bi', [(2, 3, 3)]), ('iij,jk->ik', [(3, 3, 4), (4, 5)])])
+def test_diagonal(eq, shapes):
+    _run_both(eq, [_r(*s, seed=i) for i, s in enumerate(shapes)])
+
+
+def test_three_operands_decline():
+    """Three operands are declined at compile time: strict mode names the node."""
     with pytest.raises(Exception, match='Einsum'):
-        _run_both('ii->', [_r(3, 3)])
+        _run_both('ij,jk,kl->il', [_r(2, 3), _r(3, 4, seed=1), _r(4, 5, seed=2)])

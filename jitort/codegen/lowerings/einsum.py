@@ -8,8 +8,9 @@ first). The operands are used in place when their axes already read as (batch, M
 (batch, K, M) and (batch, K, N) / (batch, N, K) -- the GEMM takes either with its transpose
 flags -- and copied into that order otherwise; the product is written straight into the output
 when its letters read (batch, M, N) or (batch, N, M) (the operands swap), else through a
-scratch buffer and a transpose. Declined: three or more operands, a letter repeated within one
-operand (diagonals, traces), batch letters whose sizes differ (broadcast), integer data.
+scratch buffer and a transpose. A letter repeated within one operand is taken as a diagonal
+first (a gathered copy). Declined: three or more operands, batch letters whose sizes differ
+(broadcast), integer data.
 """
 from __future__ import annotations
 
@@ -64,8 +65,6 @@ def _parse(n: Node, ranks: list[int]) -> tuple[list[str], str]:
     for t, r in zip(letters, ranks):
         if len(t) != r:
             raise Unlowerable(n, f"Einsum: term {t!r} for an operand of rank {r}")
-        if len(set(t)) != len(t):
-            raise Unlowerable(n, f"Einsum: repeated letter in {t!r} (diagonal) is not compiled")
     if len(set(out)) != len(out):
         raise Unlowerable(n, f"Einsum: repeated output letter in {out!r}")
     return letters, out
@@ -110,6 +109,25 @@ def _permute(em: Emitter, src: str, shape, perm, dtype, dst: str | None = None) 
     return f"{dst}.reshape({em.tuple_expr(out_shape)})"
 
 
+def _diagonal(em: Emitter, src: str, letters: str, shape, dtype):
+    """The diagonal of ``src`` over its repeated letters (``ii->i``): a gathered copy in
+    scratch; returns (expression, letters, shape) with each letter once."""
+    uniq = "".join(dict.fromkeys(letters))
+    ushape = [shape[letters.index(c)] for c in uniq]
+    dst = em.scratch(_prod(ushape), dtype)
+    r = len(uniq)
+    lines = ["@njit(cache=True, error_model='numpy')", "def __KNAME__(y, x):"]
+    ind = "    "
+    for k in range(r):
+        lines.append(f"{ind}for i{k} in range(y.shape[{k}]):")
+        ind += "    "
+    xi = ", ".join(f"i{uniq.index(c)}" for c in letters)
+    lines.append(f"{ind}y[{', '.join(f'i{k}' for k in range(r))},] = x[{xi},]")
+    kname = em.kernel(f"k_einsum_diag{r}_{len(letters)}", "\n".join(lines) + "\n")
+    em.call(f"{kname}({dst}.reshape({em.tuple_expr(ushape)}), {src})")
+    return f"{dst}.reshape({em.tuple_expr(ushape)})", uniq, ushape
+
+
 def _sum_out(em: Emitter, n: Node, src: str, letters: str, shape, drop: set, dtype):
     """Sum ``src`` over the letters in ``drop``; returns (expression, letters, shape) left."""
     axes = [k for k, c in enumerate(letters) if c in drop]
@@ -144,6 +162,9 @@ def lower_einsum(em: Emitter, n: Node) -> None:
             dims[c] = d
     dt = y.dtype
     srcs = [em.arr(v) for v in n.inputs]
+    for j, t in enumerate(letters):  # diagonals first: each letter once per operand
+        if len(set(t)) != len(t):
+            srcs[j], letters[j], shapes[j] = _diagonal(em, srcs[j], t, shapes[j], dt)
     # letters summed within one operand only
     for j, t in enumerate(letters):
         others = set(out).union(*[set(u) for i, u in enumerate(letters) if i != j])
