@@ -152,8 +152,8 @@ def _run_both(op, x, axes, opset=18, keepdims=1, threads=1, axes_input=None, **a
 
 def _data(op, shape, dtype=np.float32, seed=0):
     rng = np.random.default_rng(seed)
-    if np.dtype(dtype).kind == 'i':
-        lo = 1 if op in ('ReduceLogSum',) else -4
+    if np.dtype(dtype).kind in 'iu':
+        lo = 1 if op in ('ReduceLogSum',) or np.dtype(dtype).kind == 'u' else -4
         return rng.integers(lo, 5, shape).astype(dtype)
     if op in ('ReduceProd', 'ReduceLogSum'):
         return rng.uniform(0.5, 1.5, shape).astype(dtype)
@@ -185,7 +185,8 @@ def test_reduce_cases(op, shape, axes, keepdims, opset):
 @pytest.mark.parametrize('op,dtype', [
     (op, np.int64) for op in ('ReduceSum', 'ReduceMean', 'ReduceMax', 'ReduceMin', 'ReduceProd',
                               'ReduceL1', 'ReduceL2', 'ReduceSumSquare', 'ReduceLogSum')]
-    + [(op, np.int32) for op in ('ReduceSum', 'ReduceMax', 'ReduceMean')])
+    + [(op, np.int32) for op in ('ReduceSum', 'ReduceMax', 'ReduceMean')]
+    + [('ReduceMax', np.int8), ('ReduceMin', np.uint8)])
 def test_int(op, dtype):
     _run_both(op, _data(op, (3, 4, 5), dtype), [1, 2] if dtype == np.int32 else [0, 2])
 

@@ -34,12 +34,17 @@ def _axes_from_input(n: Node) -> bool:
     return n.since_version >= (13 if n.op_type == "ReduceSum" else 18)
 
 
+#: 8-bit integers: ReduceMax/ReduceMin only (as onnxruntime registers them)
+_BYTES = (np.dtype(np.int8), np.dtype(np.uint8))
+
+
 def _reduce_ok(n: Node) -> bool:
     x, y = n.inputs[0], n.outputs[0]
     if x.dtype is None or y.dtype is None or x.dtype != y.dtype:
         return False
     dt = np.dtype(x.dtype)
-    return dt in FLOATS or (dt in _INTS and n.op_type in _INT_OK)
+    return dt in FLOATS or (dt in _INTS and n.op_type in _INT_OK) or (
+        dt in _BYTES and n.op_type in ("ReduceMax", "ReduceMin"))
 
 
 def canonical_runs(shape, axes) -> list[tuple[int, bool]]:
