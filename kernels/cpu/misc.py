@@ -10,8 +10,10 @@ import numpy as np
 from numba import njit, prange
 
 from .gemm import num_threads, xgemm
+from .mathfn import fexpneg
 
 _PAR_MIN_WORK = 1 << 16
+_FM = {'reassoc', 'contract', 'arcp'}
 
 
 @njit(cache=True, error_model='numpy')
@@ -56,9 +58,10 @@ def det(x, y):
 
 
 @njit(cache=True, error_model='numpy')
-def nll(x, t, w, has_w, ignore, has_ignore, red, loss):
-    """NegativeLogLikelihoodLoss of x (N, C, D) (log-probabilities) at targets t (N, D) (int32
-    or int64), class weights w (C,) when has_w; red 0: loss (N, D), 1 sum / 2 mean: loss (1,)."""
+def nll(x, t, w, has_w, ignore, has_ignore, red, lse, has_lse, loss):
+    """NegativeLogLikelihoodLoss of x (N, C, D) (log-probabilities; x - lse (N, D) when
+    has_lse: SoftmaxCrossEntropyLoss) at targets t (N, D) (int32 or int64), class weights w (C,)
+    when has_w; red 0: loss (N, D), 1 sum / 2 mean: loss (1, 1)."""
     n_n, c_n, d_n = x.shape
     total = 0.0
     wsum = 0.0
@@ -72,7 +75,10 @@ def nll(x, t, w, has_w, ignore, has_ignore, red, loss):
             if c < 0 or c >= c_n:
                 raise IndexError("NegativeLogLikelihoodLoss: target out of [0, C)")
             wc = w[c] if has_w else 1.0
-            v = -x[n, c, d] * wc
+            xv = np.float64(x[n, c, d])
+            if has_lse:
+                xv -= lse[n, d]
+            v = -xv * wc
             if red == 0:
                 loss[n, d] = v
             else:
@@ -84,12 +90,25 @@ def nll(x, t, w, has_w, ignore, has_ignore, red, loss):
         loss[0, 0] = total / wsum
 
 
-@njit(cache=True, error_model='numpy')
-def _log_softmax_rows(x, lp, n0, n1):
-    """lp[n] (C, D) = log_softmax of x[n] over axis 0, for n in [n0, n1)."""
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _lse_rows(x, lse, n0, n1):
+    """lse[n, d] = log(sum_c exp(x[n, c, d])) for n in [n0, n1) (max-shifted)."""
     _, c_n, d_n = x.shape
-    mx = np.empty(d_n, np.float64)
-    sm = np.empty(d_n, np.float64)
+    if d_n == 1:  # contiguous rows: vectorizable max and polynomial exp
+        x2 = x.reshape(x.shape[0], c_n)
+        for n in range(n0, n1):
+            row = x2[n]
+            m = row[0] if c_n > 0 else row.dtype.type(-np.inf)
+            for c in range(c_n):
+                v = row[c]
+                m = v if v > m else m
+            acc = row.dtype.type(0.0)
+            for c in range(c_n):
+                acc += fexpneg(row[c] - m)
+            lse[n, 0] = np.float64(m) + math.log(np.float64(acc))
+        return
+    mx = np.empty(d_n, x.dtype)
+    sm = np.empty(d_n, x.dtype)
     for n in range(n0, n1):
         for d in range(d_n):
             mx[d] = -np.inf
@@ -97,35 +116,41 @@ def _log_softmax_rows(x, lp, n0, n1):
         for c in range(c_n):
             for d in range(d_n):
                 v = x[n, c, d]
-                if v > mx[d]:
-                    mx[d] = v
+                mx[d] = v if v > mx[d] else mx[d]
         for c in range(c_n):
             for d in range(d_n):
-                sm[d] += math.exp(x[n, c, d] - mx[d])
+                sm[d] += fexpneg(x[n, c, d] - mx[d])
         for d in range(d_n):
-            sm[d] = mx[d] + math.log(sm[d])
-        for c in range(c_n):
-            for d in range(d_n):
-                lp[n, c, d] = x[n, c, d] - sm[d]
+            lse[n, d] = np.float64(mx[d]) + math.log(np.float64(sm[d]))
 
 
 @njit(cache=True, parallel=True, error_model='numpy')
-def _log_softmax_par(x, lp, nb):
+def _lse_par(x, lse, nb):
     n_n = x.shape[0]
     bs = (n_n + nb - 1) // nb
     for b in prange(nb):
-        _log_softmax_rows(x, lp, b * bs, min(n_n, (b + 1) * bs))
+        _lse_rows(x, lse, b * bs, min(n_n, (b + 1) * bs))
 
 
 @njit(cache=True, error_model='numpy')
-def log_softmax1(x, lp):
-    """lp (N, C, D) = log_softmax of x (N, C, D) over axis 1 (float64 sums)."""
+def log_sum_exp1(x, lse):
+    """lse (N, D) (float64) = log-sum-exp of x (N, C, D) over axis 1."""
     n_n, c_n, d_n = x.shape
     nth = num_threads()
     if nth > 1 and n_n >= 2 and n_n * c_n * d_n >= _PAR_MIN_WORK:
-        _log_softmax_par(x, lp, min(n_n, nth))
+        _lse_par(x, lse, min(n_n, nth))
     else:
-        _log_softmax_rows(x, lp, 0, n_n)
+        _lse_rows(x, lse, 0, n_n)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def sub_lse(x, lse, lp):
+    """lp (N, C, D) = x - lse[:, None, :] (the log-softmax)."""
+    n_n, c_n, d_n = x.shape
+    for n in range(n_n):
+        for c in range(c_n):
+            for d in range(d_n):
+                lp[n, c, d] = x[n, c, d] - lse[n, d]
 
 
 @njit(cache=True, error_model='numpy')
@@ -152,102 +177,159 @@ def tensor_scatter(past, upd, idx, has_idx, circular, out):
                     out[b, p, r, i] = upd[b, p, j, i]
 
 
-@njit(cache=True, error_model='numpy')
-def _bilinear(xp, h, w, y, x):
-    """Bilinear sample of plane xp (H, W) at (y, x), zero outside (as onnxruntime)."""
-    if y <= -1.0 or y >= h or x <= -1.0 or x >= w:
-        return 0.0
-    y0 = math.floor(y)
-    x0 = math.floor(x)
-    ly = y - y0
-    lx = x - x0
-    iy = int(y0)
-    ix = int(x0)
-    v = 0.0
-    if iy >= 0 and ix >= 0:
-        v += (1.0 - ly) * (1.0 - lx) * xp[iy, ix]
-    if iy >= 0 and ix + 1 < w:
-        v += (1.0 - ly) * lx * xp[iy, ix + 1]
-    if iy + 1 < h and ix >= 0:
-        v += ly * (1.0 - lx) * xp[iy + 1, ix]
-    if iy + 1 < h and ix + 1 < w:
-        v += ly * lx * xp[iy + 1, ix + 1]
-    return v
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _deform_taps(off, msk, has_mask, n, g, h, w, kh, kw, sh, sw, ph, pw, dh, dw, s0, s1, idx,
+                 wts):
+    """For offset group g of image n and output pixels [s0, s1): each tap's four bilinear
+    corners: flat plane indices ``idx`` (kk, s1 - s0, 4) and weights ``wts`` with the mask
+    folded in, zero for corners outside the image (as onnxruntime)."""
+    ow = off.shape[3]
+    kk = kh * kw
+    zero = wts.dtype.type(0.0)
+    for i in range(kh):
+        for j in range(kw):
+            k = i * kw + j
+            ob = (g * kk + k) * 2
+            for s in range(s0, s1):
+                oy = s // ow
+                ox = s - oy * ow
+                t = s - s0
+                yy = np.float64(oy * sh - ph + i * dh) + off[n, ob, oy, ox]
+                xx = np.float64(ox * sw - pw + j * dw) + off[n, ob + 1, oy, ox]
+                m = np.float64(msk[n, g * kk + k, oy, ox]) if has_mask else 1.0
+                for q in range(4):
+                    idx[k, t, q] = 0
+                    wts[k, t, q] = zero
+                if yy <= -1.0 or yy >= h or xx <= -1.0 or xx >= w:
+                    continue
+                y0 = math.floor(yy)
+                x0 = math.floor(xx)
+                ly = yy - y0
+                lx = xx - x0
+                iy = int(y0)
+                ix = int(x0)
+                if iy >= 0 and ix >= 0:
+                    idx[k, t, 0] = iy * w + ix
+                    wts[k, t, 0] = (1.0 - ly) * (1.0 - lx) * m
+                if iy >= 0 and ix + 1 < w:
+                    idx[k, t, 1] = iy * w + ix + 1
+                    wts[k, t, 1] = (1.0 - ly) * lx * m
+                if iy + 1 < h and ix >= 0:
+                    idx[k, t, 2] = (iy + 1) * w + ix
+                    wts[k, t, 2] = ly * (1.0 - lx) * m
+                if iy + 1 < h and ix + 1 < w:
+                    idx[k, t, 3] = (iy + 1) * w + ix + 1
+                    wts[k, t, 3] = ly * lx * m
 
 
-@njit(cache=True, error_model='numpy')
-def _deform_col(x, off, msk, has_mask, n, col, kh, kw, sh, sw, ph, pw, dh, dw, og):
-    """col (C*kh*kw, OH*OW) = deformed im2col of image n of x (N, C, H, W)."""
-    _, c_n, h, w = x.shape
-    oh, ow = off.shape[2], off.shape[3]
-    cpg = c_n // og
-    for c in range(c_n):
-        g = c // cpg
-        xp = x[n, c]
-        for i in range(kh):
-            for j in range(kw):
-                k = i * kw + j
-                row = (c * kh + i) * kw + j
-                ob = (g * kh * kw + k) * 2
-                for oy in range(oh):
-                    for ox in range(ow):
-                        yy = oy * sh - ph + i * dh + off[n, ob, oy, ox]
-                        xx = ox * sw - pw + j * dw + off[n, ob + 1, oy, ox]
-                        v = _bilinear(xp, h, w, yy, xx)
-                        if has_mask:
-                            v *= msk[n, g * kh * kw + k, oy, ox]
-                        col[row, oy * ow + ox] = v
-
-
-@njit(cache=True, error_model='numpy')
-def _deform_image(x, wt, off, msk, has_mask, bias, has_bias, y, col, n, kh, kw, sh, sw, ph, pw,
-                  dh, dw, og, grp):
-    _deform_col(x, off, msk, has_mask, n, col, kh, kw, sh, sw, ph, pw, dh, dw, og)
-    oc = wt.shape[0]
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _deform_block(xt, wp, off, msk, has_mask, bias, has_bias, yf, n, s0, s1, h, w, kh, kw,
+                  sh, sw, ph, pw, dh, dw, og, grp):
+    """Output pixels [s0, s1) of image n: per offset group the tap corners, then the sampled
+    columns colT (pixels, grp, kk, C/grp) as weighted sums of four channel rows of the
+    channels-last image xt[n] (HW, C); per conv group Y = W' @ colT^T (BLAS, B transposed)
+    with W' (OC, kk, C/grp) the weights taps-outermost; bias added on the block."""
+    c_n = xt.shape[2]
+    oc = wp.shape[0]
     ocg = oc // grp
-    kd = wt.shape[1] * kh * kw
-    ohw = y.shape[2] * y.shape[3]
-    yf = y.reshape(y.shape[0], oc, ohw)
-    if kd > 0 and ohw > 0 and ocg > 0:
+    cg = c_n // grp
+    cpo = c_n // og
+    kk = kh * kw
+    kd = kk * cg
+    ohw = yf.shape[2]
+    bs = s1 - s0
+    colt = np.empty((bs, grp, kk, cg), xt.dtype)
+    idx = np.empty((kk, bs, 4), np.int64)
+    wts = np.empty((kk, bs, 4), xt.dtype)
+    xn = xt[n]
+    for g in range(og):
+        _deform_taps(off, msk, has_mask, n, g, h, w, kh, kw, sh, sw, ph, pw, dh, dw, s0, s1,
+                     idx, wts)
+        c0 = g * cpo
+        c1 = c0 + cpo
+        while c0 < c1:  # channel runs inside one conv group
+            gg = c0 // cg
+            e = min(c1, (gg + 1) * cg)
+            a = c0 - gg * cg
+            b = e - gg * cg
+            base = gg * cg
+            for t in range(bs):
+                for k in range(kk):
+                    r0 = xn[idx[k, t, 0]]
+                    r1 = xn[idx[k, t, 1]]
+                    r2 = xn[idx[k, t, 2]]
+                    r3 = xn[idx[k, t, 3]]
+                    w0, w1, w2, w3 = wts[k, t, 0], wts[k, t, 1], wts[k, t, 2], wts[k, t, 3]
+                    dst = colt[t, gg, k]
+                    for cl in range(a, b):
+                        cc = base + cl
+                        dst[cl] = w0 * r0[cc] + w1 * r1[cc] + w2 * r2[cc] + w3 * r3[cc]
+            c0 = e
+    if kd > 0 and ocg > 0:
         for g in range(grp):
-            xgemm(0, 0, ocg, ohw, kd, 1.0, wt, g * ocg * kd, kd, col, g * kd * ohw, ohw, 0.0,
-                  yf, (n * oc + g * ocg) * ohw, ohw)
-    elif ohw > 0:
+            xgemm(0, 1, ocg, bs, kd, 1.0, wp, g * ocg * kd, kd, colt, g * kd, grp * kd, 0.0,
+                  yf, (n * oc + g * ocg) * ohw + s0, ohw)
+    else:
         for o in range(oc):
-            for s in range(ohw):
+            for s in range(s0, s1):
                 yf[n, o, s] = 0.0
     if has_bias:
         for o in range(oc):
             bo = bias[o]
-            for s in range(ohw):
+            for s in range(s0, s1):
                 yf[n, o, s] += bo
 
 
 @njit(cache=True, parallel=True, error_model='numpy')
-def _deform_par(x, wt, off, msk, has_mask, bias, has_bias, y, col, kh, kw, sh, sw, ph, pw,
-                dh, dw, og, grp):
-    n_n = x.shape[0]
-    per = col.shape[0] // n_n
-    for n in prange(n_n):
-        c2 = col[n * per:(n + 1) * per].reshape(x.shape[1] * kh * kw, y.shape[2] * y.shape[3])
-        _deform_image(x, wt, off, msk, has_mask, bias, has_bias, y, c2, n, kh, kw, sh, sw, ph,
-                      pw, dh, dw, og, grp)
+def _deform_par(xt, wp, off, msk, has_mask, bias, has_bias, yf, nblk, bsz, h, w, kh, kw, sh,
+                sw, ph, pw, dh, dw, og, grp):
+    ohw = yf.shape[2]
+    for task in prange(yf.shape[0] * nblk):
+        n = task // nblk
+        s0 = (task - n * nblk) * bsz
+        _deform_block(xt, wp, off, msk, has_mask, bias, has_bias, yf, n, s0, min(ohw, s0 + bsz),
+                      h, w, kh, kw, sh, sw, ph, pw, dh, dw, og, grp)
+
+
+_DEFORM_BLOCK = 256
 
 
 @njit(cache=True, error_model='numpy')
-def deform_conv2d(x, wt, off, msk, has_mask, bias, has_bias, y, col, kh, kw, sh, sw, ph, pw,
-                  dh, dw, og, grp, par):
-    """DeformConv (2-D) of x (N, C, H, W) with weights wt (OC, C/grp * kh * kw) and offsets off
+def deform_conv2d(x, wt, off, msk, has_mask, bias, has_bias, y, kh, kw, sh, sw, ph, pw,
+                  dh, dw, og, grp):
+    """DeformConv (2-D) of x (N, C, H, W) with weights wt (OC, C/grp, kh, kw) and offsets off
     (N, og*2*kh*kw, OH, OW) (dy, dx pairs), mask (N, og*kh*kw, OH, OW) when has_mask, bias (OC,)
-    when has_bias, into y (N, OC, OH, OW). col: scratch of C*kh*kw*OH*OW elements per image
-    (N of them when par)."""
-    n_n = x.shape[0]
-    if par:
-        _deform_par(x, wt, off, msk, has_mask, bias, has_bias, y, col, kh, kw, sh, sw, ph, pw,
-                    dh, dw, og, grp)
+    when has_bias, into y (N, OC, OH, OW). Tasks of 256 output pixels (one image each) run in
+    parallel when there is enough work."""
+    n_n, c_n, h, w = x.shape
+    oc = wt.shape[0]
+    ohw = y.shape[2] * y.shape[3]
+    if n_n == 0 or oc == 0 or ohw == 0:
         return
-    ck = x.shape[1] * kh * kw
-    c2 = col[:ck * y.shape[2] * y.shape[3]].reshape(ck, y.shape[2] * y.shape[3])
+    yf = y.reshape(n_n, oc, ohw)
+    xt = np.empty((n_n, h * w, c_n), x.dtype)
     for n in range(n_n):
-        _deform_image(x, wt, off, msk, has_mask, bias, has_bias, y, c2, n, kh, kw, sh, sw, ph,
-                      pw, dh, dw, og, grp)
+        for c in range(c_n):
+            for i in range(h):
+                for j in range(w):
+                    xt[n, i * w + j, c] = x[n, c, i, j]
+    cg = wt.shape[1]
+    kk = kh * kw
+    wp = np.empty((oc, kk, cg), x.dtype)
+    for o in range(oc):
+        for c in range(cg):
+            for i in range(kh):
+                for j in range(kw):
+                    wp[o, i * kw + j, c] = wt[o, c, i, j]
+    bsz = _DEFORM_BLOCK
+    nblk = (ohw + bsz - 1) // bsz
+    nth = num_threads()
+    if nth > 1 and n_n * nblk > 1 and n_n * ohw * oc * kk * cg >= _PAR_MIN_WORK:
+        _deform_par(xt, wp, off, msk, has_mask, bias, has_bias, yf, nblk, bsz, h, w, kh, kw, sh,
+                    sw, ph, pw, dh, dw, og, grp)
+    else:
+        for n in range(n_n):
+            for b in range(nblk):
+                _deform_block(xt, wp, off, msk, has_mask, bias, has_bias, yf, n, b * bsz,
+                              min(ohw, (b + 1) * bsz), h, w, kh, kw, sh, sw, ph, pw, dh, dw, og,
+                              grp)

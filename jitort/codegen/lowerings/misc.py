@@ -13,14 +13,12 @@ import numpy as np
 
 from ...ir import Node
 from ..registry import Unlowerable, lowering
-from ..symbolic import concrete
 from .common import _PLAIN, _axis, _conv_pads, _is_float, _prod
 
 if TYPE_CHECKING:
     from ..cpu import Emitter
 
 _I = (np.dtype(np.int32), np.dtype(np.int64))
-_PAR_MIN_WORK = 1 << 16
 
 
 def _npdt(v) -> str:
@@ -55,8 +53,9 @@ def _red(n: Node) -> int:
     return _RED[r]
 
 
-def _loss_common(em, n: Node, x_expr: str, xs):
-    """The NLL call over a (N, C, D) view of log-probabilities ``x_expr``."""
+def _loss_common(em, n: Node, x_expr: str, xs, lse=None):
+    """The NLL call over a (N, C, D) view ``x_expr`` of log-probabilities (of scores when
+    ``lse``, the (N, D) log-sum-exp, is given)."""
     t, y = n.inputs[1], n.outputs[0]
     w = n.inputs[2] if len(n.inputs) > 2 else None
     nn, c, d = xs[0], xs[1], _prod(xs[2:])
@@ -70,10 +69,11 @@ def _loss_common(em, n: Node, x_expr: str, xs):
     wv = em.arr(w) if w is not None else f"np.zeros(1, {_npdt(y)})"
     yv = em.out(y)
     ys = (nn, d) if red == 0 else (1, 1)
+    lv = lse if lse is not None else "np.zeros((1, 1), np.float64)"
     em.call(f"_misc.nll({x_expr}, {em.arr(t)}.reshape({em.tuple_expr((nn, d))}), {wv}, "
             f"{em.dim(int(w is not None))}, {em.dim(int(ign) if ign is not None else 0)}, "
-            f"{em.dim(int(ign is not None))}, "
-            f"{em.dim(red)}, {yv}.reshape({em.tuple_expr(ys)}))")
+            f"{em.dim(int(ign is not None))}, {em.dim(red)}, {lv}, {em.dim(int(lse is not None))}, "
+            f"{yv}.reshape({em.tuple_expr(ys)}))")
 
 
 @lowering("NegativeLogLikelihoodLoss", supports=_loss_ok)
@@ -88,18 +88,21 @@ def lower_nll(em: Emitter, n: Node) -> None:
 
 @lowering("SoftmaxCrossEntropyLoss", supports=_loss_ok)
 def lower_sce(em: Emitter, n: Node) -> None:
+    """log-sum-exp per sample (float64), then the loss reads x - lse at the targets only; the
+    log_prob output, when wanted, is x - lse everywhere."""
     x = n.inputs[0]
     xs = em.shape(x)
     if len(xs) < 2:
         raise Unlowerable(n, "scores must be at least 2-D")
     x3 = (xs[0], xs[1], _prod(xs[2:]))
+    xv = f"{em.arr(x)}.reshape({em.tuple_expr(x3)})"
+    lse = f"{em.scratch(x3[0] * x3[2], np.float64)}.reshape({em.tuple_expr((x3[0], x3[2]))})"
+    em.call(f"_misc.log_sum_exp1({xv}, {lse})")
     lpo = n.outputs[1] if len(n.outputs) > 1 and n.outputs[1] is not None else None
     if lpo is not None:
         lp = f"{em.out(lpo)}.reshape({em.tuple_expr(x3)})"
-    else:
-        lp = f"{em.scratch(_prod(x3), x.dtype)}.reshape({em.tuple_expr(x3)})"
-    em.call(f"_misc.log_softmax1({em.arr(x)}.reshape({em.tuple_expr(x3)}), {lp})")
-    _loss_common(em, n, lp, xs)
+        em.call(f"_misc.sub_lse({xv}, {lse}, {lp})")
+    _loss_common(em, n, xv, xs, lse)
 
 
 def _bitcast_ok(n: Node) -> bool:
@@ -193,13 +196,6 @@ def lower_deform_conv(em: Emitter, n: Node) -> None:
         raise Unlowerable(n, f"mask shape {ms}")
     if bias is not None and tuple(em.shape(bias)) != (oc,):
         raise Unlowerable(n, "bias must have shape (OC,)")
-    ohw = ys[2] * ys[3]
-    key = ("deform_par", id(n))
-    if key not in em.memo:
-        em.memo[key] = (concrete(xs[0]) >= 2 and em.threads != 1
-                        and concrete(c * kh * kw * ohw * oc) >= _PAR_MIN_WORK)
-    par = em.memo[key]
-    col = em.scratch(c * kh * kw * ohw * (xs[0] if par else 1), x.dtype)
     dt = _npdt(x)
     mv = em.arr(mask) if mask is not None else f"np.zeros((1, 1, 1, 1), {dt})"
     bv = em.arr(bias) if bias is not None else f"np.zeros(1, {dt})"
@@ -207,5 +203,5 @@ def lower_deform_conv(em: Emitter, n: Node) -> None:
     args = ", ".join(em.dim(v) for v in (kh, kw, strides[0], strides[1], pads[0], pads[1],
                                           dil[0], dil[1], og, grp))
     em.call(f"_misc.deform_conv2d({em.arr(x)}, {em.arr(w)}, {em.arr(off)}, {mv}, "
-            f"{em.dim(int(mask is not None))}, {bv}, {em.dim(int(bias is not None))}, {yv}, {col}, "
-            f"{args}, {em.dim(int(par))})")
+            f"{em.dim(int(mask is not None))}, {bv}, {em.dim(int(bias is not None))}, {yv}, "
+            f"{args})")
