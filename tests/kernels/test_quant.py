@@ -165,11 +165,15 @@ def test_dequantize_empty_and_big_split(nthreads):
 
 # --- DynamicQuantizeLinear -----------------------------------------------------------------------
 
-@pytest.mark.parametrize('case', ['mixed', 'positive', 'negative', 'zeros', 'big'])
-def test_dynamic_quantize(case, nthreads):
+@pytest.mark.parametrize('case', ['mixed', 'positive', 'negative', 'zeros', 'empty'])
+def test_dynamic_quantize(case):
     x = {'mixed': _f(3, 17), 'positive': np.abs(_f(40)) + 1, 'negative': -np.abs(_f(6, 5)) - 0.5,
-         'zeros': np.zeros((4, 4), np.float32), 'big': _f(256, 700)}[case]
-    check(helper.make_node('DynamicQuantizeLinear', ['x'], ['y', 'ys', 'yz']), [('x', x)],
+         'zeros': np.zeros((4, 4), np.float32), 'empty': np.zeros((0, 3), np.float32)}[case]
+    check(helper.make_node('DynamicQuantizeLinear', ['x'], ['y', 'ys', 'yz']), [('x', x)])
+
+
+def test_dynamic_quantize_big_split(nthreads):
+    check(helper.make_node('DynamicQuantizeLinear', ['x'], ['y', 'ys', 'yz']), [('x', _f(256, 700))],
           threads=nthreads)
 
 
@@ -192,7 +196,7 @@ def _mmi(a, b, za, zb, const_b=True):
 
 @pytest.mark.parametrize('case', ['u8s8_const', 'u8u8_dynamic', 'per_col_zb', 'no_zp', 's8s8',
                                   'batched_b', 'vector_a', 'exact_f64'])
-def test_matmul_integer(case, nthreads):
+def test_matmul_integer(case):
     rng = np.random.default_rng(0)
     a, b = _q((2, 16, 48)), _q((48, 24), np.int8, 1)
     za, zb, const_b = np.uint8(131), np.int8(-2), True
@@ -213,6 +217,12 @@ def test_matmul_integer(case, nthreads):
         a[1, ::3] = 0
         b, za, zb = _q((600, 5), np.int8, 1, lo=-128, hi=-120), np.uint8(0), np.int8(0)
     node, ins, inits = _mmi(a, b, za, zb, const_b)
+    check(node, ins, inits)
+
+
+def test_matmul_integer_threads(nthreads):
+    # big enough for the gemm to split over the threads
+    node, ins, inits = _mmi(_q((64, 96)), _q((96, 128), np.int8, 1), np.uint8(120), np.int8(1))
     check(node, ins, inits, threads=nthreads)
 
 
@@ -237,7 +247,7 @@ def _qlmm(a, sa, za, b, sb, zb, sy, zy, const_b=True):
 
 @pytest.mark.parametrize('case,opset', [('u8', 10), ('u8s8_percol', 21), ('s8', 21),
                                         ('u8_dynamic', 10)])
-def test_qlinear_matmul(case, opset, nthreads):
+def test_qlinear_matmul(case, opset):
     rng = np.random.default_rng(3)
     a = _q((2, 12, 40))
     sa, za = np.float32(0.02), np.uint8(128)
@@ -253,7 +263,7 @@ def test_qlinear_matmul(case, opset, nthreads):
         b, zb = _q((40, 20), np.int8, 1), np.int8(2)
         zy = np.int8(-5)
     node, ins, inits = _qlmm(a, sa, za, b, sb, zb, sy, zy, const_b)
-    check(node, ins, inits, opset=opset, threads=nthreads)
+    check(node, ins, inits, opset=opset)
 
 
 # --- ConvInteger / QLinearConv -------------------------------------------------------------------
@@ -285,10 +295,10 @@ def _conv_nodes(op, attrs, const_w=True, per_channel=False, bias=False, xdt=np.u
 @pytest.mark.parametrize('attrs', [dict(pads=[1, 1, 1, 1]),
                                    dict(strides=[2, 2], pads=[0, 1, 1, 0], dilations=[1, 2]),
                                    dict(auto_pad='SAME_UPPER', group=2)])
-def test_conv_integer(attrs, nthreads):
+def test_conv_integer(attrs):
     wshape = (6, 2, 3, 3) if attrs.get('group') else (6, 4, 3, 3)
     node, ins, inits = _conv_nodes('ConvInteger', attrs, wshape=wshape)
-    check(node, ins, inits, opset=10, threads=nthreads)
+    check(node, ins, inits, opset=10)
 
 
 def test_conv_integer_dynamic_w_1d():
@@ -299,7 +309,7 @@ def test_conv_integer_dynamic_w_1d():
 
 
 @pytest.mark.parametrize('case', ['u8s8_bias_perchannel', 'u8u8', 's8s8_depthwise', 'dynamic_w'])
-def test_qlinear_conv(case, nthreads):
+def test_qlinear_conv(case):
     kw = dict(attrs=dict(pads=[1, 1, 1, 1]))
     if case == 'u8s8_bias_perchannel':
         kw.update(per_channel=True, bias=True)
@@ -311,6 +321,12 @@ def test_qlinear_conv(case, nthreads):
     else:
         kw.update(const_w=False, per_channel=True)
     node, ins, inits = _conv_nodes('QLinearConv', kw.pop('attrs'), **kw)
+    check(node, ins, inits, opset=10)
+
+
+def test_qlinear_conv_threads(nthreads):
+    node, ins, inits = _conv_nodes('QLinearConv', dict(pads=[1, 1, 1, 1]), per_channel=True,
+                                   bias=True, shape=(1, 16, 40, 40), wshape=(32, 16, 3, 3))
     check(node, ins, inits, opset=10, threads=nthreads)
 
 
