@@ -445,3 +445,176 @@ def resize2d_par(x, y, sh, sw, rsh, reh, rsw, rew, mode, coord, nearest, extrap)
             _nearest_planes(x, y, ih, iw, okh, okw, extrap, p0, p1)
         else:
             _linear_planes(x, y, ih, wh, iw, ww, okh, okw, extrap, p0, p1)
+
+
+# --- GridSample ------------------------------------------------------------------------------
+# A plan per batch item: for every output point K flat plane indices and weights (nearest 1,
+# linear 2**D, cubic 16 taps), padding applied at plan time (zeros: weight 0; border: clamped
+# index; reflection: reflected index), then applied to every channel. Coordinates as
+# onnxruntime: unnormalized, not clipped; padding per tap.
+
+@njit(cache=True, error_model='numpy')
+def _gs_denorm(v, length, align):
+    if align:
+        return (v + 1.0) / 2.0 * (length - 1)
+    return ((v + 1.0) * length - 1.0) / 2.0
+
+
+@njit(cache=True, error_model='numpy')
+def _gs_reflect(x, lo, hi):
+    rng = hi - lo
+    if x < lo:
+        dx = lo - x
+        n = int(dx / rng)
+        r = dx - n * rng
+        return lo + r if n % 2 == 0 else hi - r
+    if x > hi:
+        dx = x - hi
+        n = int(dx / rng)
+        r = dx - n * rng
+        return hi - r if n % 2 == 0 else lo + r
+    return x
+
+
+@njit(cache=True, error_model='numpy')
+def _gs_tap(i, length, pad, align):
+    """(index, valid) of integer tap i along an axis of ``length`` under the padding mode."""
+    if pad == 0:
+        if i < 0 or i >= length:
+            return 0, False
+        return i, True
+    if pad == 1:
+        return min(max(i, 0), length - 1), True
+    lo, hi = (0.0, length - 1.0) if align else (-0.5, length - 0.5)
+    j = np.int64(_gs_reflect(np.float64(i), lo, hi))
+    return min(max(j, 0), length - 1), True
+
+
+@njit(cache=True, error_model='numpy')
+def _gs_cubic(t):
+    a = -0.75
+    c0 = ((a * (t + 1) - 5 * a) * (t + 1) + 8 * a) * (t + 1) - 4 * a
+    c1 = ((a + 2) * t - (a + 3)) * t * t + 1
+    c2 = ((a + 2) * (1 - t) - (a + 3)) * (1 - t) * (1 - t) + 1
+    c3 = ((a * (2 - t) - 5 * a) * (2 - t) + 8 * a) * (2 - t) - 4 * a
+    return c0, c1, c2, c3
+
+
+@njit(cache=True, error_model='numpy')
+def gridsample_plan(g, dims, mode, pad, align):
+    """g (P, D) grid points (x first: reversed axis order), dims the D input sizes (outer first)
+    -> idx (P, K) flat indices, w (P, K) float64."""
+    P = g.shape[0]
+    D = g.shape[1]
+    if mode == 0:
+        K = 1
+    elif mode == 1:
+        K = 1 << D
+    else:
+        K = 4 ** D
+    idx = np.zeros((P, K), np.int64)
+    w = np.zeros((P, K), np.float64)
+    base = np.zeros(D, np.int64)
+    frac = np.zeros(D, np.float64)
+    cw = np.zeros((D, 4), np.float64)
+    for p in range(P):
+        for d in range(D):
+            L = dims[d]
+            c = _gs_denorm(np.float64(g[p, D - 1 - d]), L, align)
+            if mode == 0:
+                base[d] = np.int64(np.rint(c))
+            elif mode == 1:
+                f = np.floor(c)
+                base[d] = np.int64(f)
+                frac[d] = c - f
+            else:
+                f = np.floor(c)
+                base[d] = np.int64(f) - 1
+                c0, c1, c2, c3 = _gs_cubic(c - f)
+                cw[d, 0] = c0
+                cw[d, 1] = c1
+                cw[d, 2] = c2
+                cw[d, 3] = c3
+        for k in range(K):
+            flat = 0
+            wt = 1.0
+            ok = True
+            r = k
+            for d in range(D - 1, -1, -1):  # digit of k per axis, innermost axis fastest
+                if mode == 0:
+                    off = 0
+                elif mode == 1:
+                    off = r & 1
+                    r >>= 1
+                    wt *= frac[d] if off else 1.0 - frac[d]
+                else:
+                    off = r & 3
+                    r >>= 2
+                    wt *= cw[d, off]
+                j, valid = _gs_tap(base[d] + off, dims[d], pad, align)
+                ok = ok and valid
+                stride = 1
+                for e in range(d + 1, D):
+                    stride *= dims[e]
+                flat += j * stride
+            idx[p, k] = flat
+            w[p, k] = wt if ok else 0.0
+    return idx, w
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _gs_apply(x, y, idx, w, c0, c1):
+    P = idx.shape[0]
+    K = idx.shape[1]
+    for c in range(c0, c1):
+        for p in range(P):
+            s = 0.0
+            for k in range(K):
+                wt = w[p, k]
+                if wt != 0.0:
+                    s += wt * x[c, idx[p, k]]
+            y[c, p] = s
+
+
+@njit(cache=True, error_model='numpy')
+def gridsample(x, g, y, dims, mode, pad, align):
+    """x (N, C, S) with S = prod(dims), g (N, P, D), y (N, C, P)."""
+    for n in range(x.shape[0]):
+        idx, w = gridsample_plan(g[n], dims, mode, pad, align)
+        _gs_apply(x[n], y[n], idx, w, 0, x.shape[1])
+
+
+@njit(cache=True, parallel=True, error_model='numpy')
+def gridsample_par(x, g, y, dims, mode, pad, align):
+    C = x.shape[1]
+    for n in range(x.shape[0]):
+        idx, w = gridsample_plan(g[n], dims, mode, pad, align)
+        nt = min(C, 64)
+        for t in prange(nt):
+            _gs_apply(x[n], y[n], idx, w, t * C // nt, (t + 1) * C // nt)
+
+
+@njit(cache=True, error_model='numpy')
+def affine_grid(theta, out, dims, align):
+    """theta (N, D, D+1), out (N, P, D) with P = prod(dims) (outer axis first); point p's
+    base coordinates (innermost axis first) in [-1, 1], then out = theta @ [coords, 1]."""
+    N = theta.shape[0]
+    D = theta.shape[1]
+    P = out.shape[1]
+    base = np.zeros(D, np.float64)
+    for p in range(P):
+        r = p
+        for a in range(D):  # a = 0: innermost axis (x)
+            L = dims[D - 1 - a]
+            i = r % L
+            r //= L
+            if align:
+                base[a] = -1.0 + 2.0 * i / (L - 1) if L > 1 else 1.0  # onnxruntime's 1-point linspace
+            else:
+                base[a] = (2.0 * i + 1.0) / L - 1.0
+        for n in range(N):
+            for e in range(D):
+                s = theta[n, e, D] + 0.0
+                for a in range(D):
+                    s += theta[n, e, a] * base[a]
+                out[n, p, e] = s

@@ -162,3 +162,72 @@ def test_tf_half_pixel_for_nearest():
         return np.clip(r.astype(np.int64), 0, n_in - 1)
     ref = X4[:, :, idx(5, 7, 1.5)][:, :, :, idx(6, 4, 0.7)]
     np.testing.assert_array_equal(got, ref)
+
+
+def _run_both(nodes_model, feeds):
+    import onnxruntime as ort
+    ref = ort.InferenceSession(nodes_model.SerializeToString(),
+                               providers=['CPUExecutionProvider']).run(None, feeds)[0]
+    cm = jitort.compile(nodes_model)
+    assert cm.fallback_nodes() == []
+    got = cm.run(None, feeds)[0]
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+
+
+def _gs_model(xshape, gshape, opset, **attrs):
+    g = helper.make_graph([helper.make_node('GridSample', ['x', 'g'], ['y'], **attrs)], 'g',
+                          [helper.make_tensor_value_info('x', TP.FLOAT, xshape),
+                           helper.make_tensor_value_info('g', TP.FLOAT, gshape)],
+                          [helper.make_tensor_value_info('y', TP.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', opset)])
+    m.ir_version = 8
+    return m
+
+
+GS_X = _rng.standard_normal((2, 3, 5, 6)).astype(np.float32)
+GS_G = (_rng.random((2, 4, 7, 2)) * 2.6 - 1.3).astype(np.float32)  # reaches outside [-1, 1]
+
+
+@pytest.mark.parametrize('mode', ['linear', 'nearest', 'cubic'])
+@pytest.mark.parametrize('pad', ['zeros', 'border', 'reflection'])
+@pytest.mark.parametrize('align', [0, 1])
+def test_gridsample_2d(mode, pad, align):
+    m = _gs_model(GS_X.shape, GS_G.shape, 20, mode=mode, padding_mode=pad, align_corners=align)
+    _run_both(m, {'x': GS_X, 'g': GS_G})
+
+
+@pytest.mark.parametrize('mode', ['bilinear', 'nearest', 'bicubic'])
+def test_gridsample_opset16(mode):
+    m = _gs_model(GS_X.shape, GS_G.shape, 16, mode=mode, padding_mode='border')
+    _run_both(m, {'x': GS_X, 'g': GS_G})
+
+
+@pytest.mark.parametrize('mode', ['linear', 'nearest'])
+def test_gridsample_3d(mode, nthreads):
+    x = _rng.standard_normal((2, 3, 4, 5, 6)).astype(np.float32)
+    g = (_rng.random((2, 3, 4, 5, 3)) * 2.6 - 1.3).astype(np.float32)
+    for pad, align in (('zeros', 0), ('reflection', 1)):
+        m = _gs_model(x.shape, g.shape, 20, mode=mode, padding_mode=pad, align_corners=align)
+        _run_both(m, {'x': x, 'g': g})
+
+
+def test_gridsample_big(nthreads):
+    """Enough output for the prange variant."""
+    x = _rng.standard_normal((1, 16, 32, 32)).astype(np.float32)
+    g = (_rng.random((1, 64, 64, 2)) * 2.2 - 1.1).astype(np.float32)
+    _run_both(_gs_model(x.shape, g.shape, 20), {'x': x, 'g': g})
+
+
+@pytest.mark.parametrize('align', [0, 1])
+def test_affine_grid(align):
+    for tshape, size in (((2, 2, 3), [2, 3, 5, 6]), ((2, 3, 4), [2, 3, 4, 5, 6]),
+                         ((1, 2, 3), [1, 1, 1, 6])):
+        g = helper.make_graph(
+            [helper.make_node('AffineGrid', ['t', 's'], ['y'], align_corners=align)], 'g',
+            [helper.make_tensor_value_info('t', TP.FLOAT, tshape)],
+            [helper.make_tensor_value_info('y', TP.FLOAT, None)],
+            [helper.make_tensor('s', TP.INT64, [len(size)], size)])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 20)])
+        m.ir_version = 8
+        _run_both(m, {'t': _rng.standard_normal(tshape).astype(np.float32)})

@@ -17,7 +17,7 @@ import numpy as np
 from ...ir import Node
 from ..registry import Unlowerable, lowering
 from ..symbolic import concrete
-from .common import _F, _PLAIN, _prod, float_literal
+from .common import _F, _PLAIN, _is_float, _prod, float_literal
 
 if TYPE_CHECKING:
     from ..cpu import Emitter
@@ -177,3 +177,59 @@ def lower_resize(em: Emitter, n: Node) -> None:
         em.call(f"_resize.resize_pass{par}({xv}, {yv}, {s!r}, {rs!r}, {re!r}, {mode}, {coord}, "
                 f"{nearest}, {cubic_a!r}, {exclude}, {antialias}, {ev})")
         cur, src = nxt, dst
+
+
+_GS_MODES = {"nearest": 0, "linear": 1, "bilinear": 1, "cubic": 2, "bicubic": 2}
+_GS_PADS = {"zeros": 0, "border": 1, "reflection": 2}
+
+
+def _gridsample_ok(n: Node) -> bool:
+    x, g, y = n.inputs[0], n.inputs[1], n.outputs[0]
+    return (all(v is not None and v.dtype is not None and np.dtype(v.dtype) in _F for v in (x, g, y))
+            and _s(n.attrs.get("mode"), "bilinear") in _GS_MODES
+            and _s(n.attrs.get("padding_mode"), "zeros") in _GS_PADS)
+
+
+@lowering("GridSample", supports=_gridsample_ok)
+def lower_gridsample(em: Emitter, n: Node) -> None:
+    x, g, y = n.inputs[0], n.inputs[1], n.outputs[0]
+    xs, gs, ys = tuple(em.shape(x)), tuple(em.shape(g)), tuple(em.shape(y))
+    D = len(xs) - 2
+    if D < 1 or len(gs) != D + 2 or gs[-1] != D or gs[0] != xs[0]:
+        raise Unlowerable(n, f"grid {gs} does not match input {xs}")
+    mode = _GS_MODES[_s(n.attrs.get("mode"), "bilinear")]
+    pad = _GS_PADS[_s(n.attrs.get("padding_mode"), "zeros")]
+    align = bool(n.attrs.get("align_corners", 0))
+    S, P = _prod(xs[2:]), _prod(gs[1:-1])
+    if mode == 2 and D > 3:
+        raise Unlowerable(n, "cubic GridSample over more than 3 axes (4**D taps)")
+    if S == 0 and _prod(ys) != 0:
+        raise Unlowerable(n, "GridSample of an empty image")
+    yv = em.out(y)
+    if _prod(ys) == 0:
+        em.arr(x), em.arr(g)
+        return
+    key = ("gs_par", id(n))
+    if key not in em.memo:
+        em.memo[key] = concrete(_prod(ys)) * (1 << D if mode == 1 else 1) >= _PAR_MIN
+    par = "_par" if em.memo[key] else ""
+    em.call(f"_resize.gridsample{par}({em.arr(x)}.reshape({em.tuple_expr((xs[0], xs[1], S))}), "
+            f"{em.arr(g)}.reshape({em.tuple_expr((gs[0], P, D))}), "
+            f"{yv}.reshape({em.tuple_expr((xs[0], xs[1], P))}), {em.tuple_expr(xs[2:])}, "
+            f"{mode}, {pad}, {align})")
+
+
+@lowering("AffineGrid", supports=lambda n: _is_float(n.inputs[0], n.outputs[0]))
+def lower_affine_grid(em: Emitter, n: Node) -> None:
+    th, y = n.inputs[0], n.outputs[0]
+    ts, ys = tuple(em.shape(th)), tuple(em.shape(y))
+    D = len(ys) - 2
+    if D not in (2, 3) or ts != (ys[0], D, D + 1) or ys[-1] != D:
+        raise Unlowerable(n, f"theta {ts} does not match grid {ys}")
+    yv = em.out(y)
+    if _prod(ys) == 0:
+        em.arr(th)
+        return
+    P = _prod(ys[1:-1])
+    em.call(f"_resize.affine_grid({em.arr(th)}, {yv}.reshape({em.tuple_expr((ys[0], P, D))}), "
+            f"{em.tuple_expr(ys[1:-1])}, {bool(n.attrs.get('align_corners', 0))})")
