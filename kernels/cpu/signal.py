@@ -10,6 +10,7 @@ truncation, inverse real output and the dft_length padding / truncation (only th
 All arrays C-contiguous float32 or float64 (one dtype per call).
 """
 
+import numpy as np
 from numba import njit, prange
 
 from .gemm import num_threads, xgemm
@@ -81,3 +82,107 @@ def stft_frames(x, win, step, fr):
                 for t in range(l_n):
                     for ch in range(c_n):
                         fr[b, f, t, ch] = x[b, s + t, ch]
+
+
+# --- radix-2 FFT (power-of-two lengths) -------------------------------------------------------
+_FFT_PAR_MIN = 1 << 17
+_FFT_LANES = 8  # rows transformed together (one SIMD lane each)
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _fft_rows(x, tw, rev, y, ndft, inverse, herm, r0, r1, re, im):
+    """Rows [r0, r1) of x (M, N, c) -> y (M, K, cout) by an iterative radix-2 FFT of length
+    ndft, ``_FFT_LANES`` rows at a time: the work rows ``re``/``im`` (ndft, lanes) hold one
+    row per lane, so every butterfly is a vector operation across rows. herm: x holds the
+    first bins of a Hermitian spectrum (inverse one-sided): the rest is mirrored, the real part
+    written."""
+    n_in, c = x.shape[1], x.shape[2]
+    k_out, cout = y.shape[1], y.shape[2]
+    lanes = re.shape[1]
+    nuse = min(n_in, ndft)
+    half_n = ndft // 2
+    t0 = re.dtype.type
+    scale = t0(1.0 / ndft if inverse else 1.0)
+    sgn = 1.0 if inverse else -1.0
+    for rb in range(r0, r1, lanes):
+        nl = min(lanes, r1 - rb)
+        for t in range(ndft):  # load in bit-reversed order
+            rv = rev[t]
+            for l in range(lanes):
+                re[rv, l] = 0.0
+                im[rv, l] = 0.0
+            if herm:
+                if t <= half_n:
+                    if t < nuse:
+                        for l in range(nl):
+                            re[rv, l] = x[rb + l, t, 0]
+                            im[rv, l] = x[rb + l, t, 1]
+                elif ndft - t < nuse:
+                    for l in range(nl):
+                        re[rv, l] = x[rb + l, ndft - t, 0]
+                        im[rv, l] = -x[rb + l, ndft - t, 1]
+            elif t < nuse:
+                for l in range(nl):
+                    re[rv, l] = x[rb + l, t, 0]
+                if c == 2:
+                    for l in range(nl):
+                        im[rv, l] = x[rb + l, t, 1]
+        size = 2
+        while size <= ndft:
+            h = size // 2
+            step = ndft // size
+            for j in range(h):
+                wr = t0(tw[0, j * step])
+                wi = t0(sgn * tw[1, j * step])
+                for st in range(0, ndft, size):
+                    p = st + j
+                    q = p + h
+                    for l in range(lanes):
+                        tr = wr * re[q, l] - wi * im[q, l]
+                        ti = wr * im[q, l] + wi * re[q, l]
+                        re[q, l] = re[p, l] - tr
+                        im[q, l] = im[p, l] - ti
+                        re[p, l] += tr
+                        im[p, l] += ti
+            size *= 2
+        for l in range(nl):
+            if cout == 2:
+                for k in range(k_out):
+                    y[rb + l, k, 0] = re[k, l] * scale
+                    y[rb + l, k, 1] = im[k, l] * scale
+            else:
+                for k in range(k_out):
+                    y[rb + l, k, 0] = re[k, l] * scale
+
+
+@njit(cache=True, parallel=True, error_model='numpy')
+def _fft_par(x, tw, rev, y, ndft, inverse, herm, nb):
+    m = x.shape[0]
+    bs = (m + nb - 1) // nb
+    for b in prange(nb):
+        re = np.empty((ndft, _FFT_LANES), y.dtype)
+        im = np.empty((ndft, _FFT_LANES), y.dtype)
+        _fft_rows(x, tw, rev, y, ndft, inverse, herm, b * bs, min(m, (b + 1) * bs), re, im)
+
+
+@njit(cache=True, error_model='numpy')
+def fft_rows(x, tw, y, ndft, inverse, herm):
+    """y (M, K, cout) = the DFT of length ndft (a power of two) of rows of x (M, N, c), as
+    ``dft_rows`` computes it, by a radix-2 FFT; tw (2, ndft/2) float64: cos / sin of
+    2 pi j / ndft."""
+    m = x.shape[0]
+    if m == 0 or y.shape[1] == 0:
+        return
+    bits = 0
+    while (1 << bits) < ndft:
+        bits += 1
+    rev = np.zeros(ndft, np.int64)
+    for t in range(1, ndft):
+        rev[t] = (rev[t >> 1] >> 1) | ((t & 1) << (bits - 1))
+    nth = num_threads()
+    if nth > 1 and m >= 2 and m * ndft * 8 >= _FFT_PAR_MIN:
+        _fft_par(x, tw, rev, y, ndft, inverse, herm, min(m, 4 * nth))
+    else:
+        re = np.empty((ndft, _FFT_LANES), y.dtype)
+        im = np.empty((ndft, _FFT_LANES), y.dtype)
+        _fft_rows(x, tw, rev, y, ndft, inverse, herm, 0, m, re, im)

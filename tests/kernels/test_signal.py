@@ -82,8 +82,9 @@ def test_dft_float64_and_new_shapes():
 
 
 def test_dft_many_rows_threads(nthreads):
-    # big enough to split the GEMM over threads
+    # big enough to split the work over threads: FFT (power of two) and GEMM
     _check('DFT', _r(300, 256, 1), [], {'onesided': 1}, 20, threads=nthreads)
+    _check('DFT', _r(300, 200, 2), [], {'inverse': 1}, 20, threads=nthreads)
 
 
 def test_dft_matches_numpy():

@@ -77,9 +77,29 @@ def _twiddle(em, n: Node, nuse, ndft, nbins, c, cout, inverse, irfft, dtype) -> 
     return em.derived_const(key, lambda: dft_matrix(*key[1:8], dtype))
 
 
-def _dft_rows(em, n, x2, rows, nlen, c, w, y2, nbins, cout):
-    em.call(f"_signal.dft_rows({x2}.reshape({em.tuple_expr((rows, nlen, c))}), {w}, "
-            f"{y2}.reshape({em.tuple_expr((rows, nbins, cout))}))")
+def _fft_twiddles(ndft: int) -> np.ndarray:
+    j = np.arange(ndft // 2, dtype=np.int64)
+    ang = 2.0 * np.pi * j / ndft
+    return np.stack([np.cos(ang), np.sin(ang)])
+
+
+def _dft_rows(em, n, x2, rows, nlen, c, w, y2, nbins, cout, fft=None):
+    """One transform call over (rows, nlen, c) -> (rows, nbins, cout): the twiddle-matrix GEMM
+    (``w``), or when ``fft`` = (ndft, inverse, herm) the radix-2 FFT (a power-of-two length:
+    O(n log n) beats the O(n^2) GEMM from the shortest lengths)."""
+    xe = f"{x2}.reshape({em.tuple_expr((rows, nlen, c))})"
+    ye = f"{y2}.reshape({em.tuple_expr((rows, nbins, cout))})"
+    if fft is None:
+        em.call(f"_signal.dft_rows({xe}, {w}, {ye})")
+        return
+    ndft, inverse, herm = fft
+    tw = em.derived_const(("fft_tw", int(ndft)), lambda: _fft_twiddles(int(ndft)))
+    em.call(f"_signal.fft_rows({xe}, {tw}, {ye}, {em.dim(ndft)}, {em.dim(int(inverse))}, "
+            f"{em.dim(int(herm))})")
+
+
+def _fft_len(ndft: int) -> bool:
+    return ndft >= 2 and ndft & (ndft - 1) == 0
 
 
 @lowering("DFT", supports=lambda n: _is_float(n.inputs[0], n.outputs[0]))
@@ -114,18 +134,19 @@ def lower_dft(em: Emitter, n: Node) -> None:
         ndft = int(dl.reshape(-1)[0]) if dl is not None else length
         nuse = min(length, ndft)
     o, _, i = _3d(xs[:-1], axis)
-    w = _twiddle(em, n, nuse, ndft, nbins, c, cout, inverse, irfft, x.dtype)
+    fft = (ndft, inverse, irfft) if _fft_len(ndft) else None
+    w = None if fft else _twiddle(em, n, nuse, ndft, nbins, c, cout, inverse, irfft, x.dtype)
     xv = em.arr(x)
     yv = em.out(y)
     if i == 1:
-        _dft_rows(em, n, xv, o, length, c, w, yv, nbins, cout)
+        _dft_rows(em, n, xv, o, length, c, w, yv, nbins, cout, fft)
         return
     # the transform axis is not next to the complex axis: swap it there through scratch
     xt = em.scratch(o * i * length * c, x.dtype)
     yt = em.scratch(o * i * nbins * cout, x.dtype)
     em.call(f"_signal.swap12({xv}.reshape({em.tuple_expr((o, length, i, c))}), "
             f"{xt}.reshape({em.tuple_expr((o, i, length, c))}))")
-    _dft_rows(em, n, xt, o * i, length, c, w, yt, nbins, cout)
+    _dft_rows(em, n, xt, o * i, length, c, w, yt, nbins, cout, fft)
     em.call(f"_signal.swap12({yt}.reshape({em.tuple_expr((o, i, nbins, cout))}), "
             f"{yv}.reshape({em.tuple_expr((o, nbins, i, cout))}))")
 
@@ -149,10 +170,11 @@ def lower_stft(em: Emitter, n: Node) -> None:
         raise Unlowerable(n, "window length differs from frame_length")
     if step <= 0:
         raise Unlowerable(n, f"frame_step {step}")
-    w = _twiddle(em, n, flen, flen, nbins, c, 2, False, False, x.dtype)
+    fft = (flen, False, False) if _fft_len(flen) else None
+    w = None if fft else _twiddle(em, n, flen, flen, nbins, c, 2, False, False, x.dtype)
     fr = em.scratch(b * frames * flen * c, x.dtype)
     wv = em.arr(win) if win is not None else f"np.zeros(0, np.{np.dtype(x.dtype).name})"
     yv = em.out(y)
     em.call(f"_signal.stft_frames({em.arr(x)}, {wv}, {em.dim(step)}, "
             f"{fr}.reshape({em.tuple_expr((b, frames, flen, c))}))")
-    _dft_rows(em, n, fr, b * frames, flen, c, w, yv, nbins, 2)
+    _dft_rows(em, n, fr, b * frames, flen, c, w, yv, nbins, 2, fft)
