@@ -499,6 +499,50 @@ CASES.update({
         (1, 3, 448, 448), 'linear', [1, 1, 0.5, 0.5], antialias=1), 0),
 })
 
+CASES.update({  # signal: DFT / STFT (audio front-ends: Whisper log-mel is STFT n_fft 400 hop 160)
+    'stft whisper 30s n_fft=400 hop=160 hann': (lambda: _model_case(
+        [helper.make_node('STFT', ['x', 's', 'w'], ['y'], onesided=1)],
+        [('x', _rn(1, 480000, 1))], ['y'],
+        [('s', np.array(160, np.int64)), ('w', np.hanning(401)[:400].astype(np.float32))],
+        tol=5e-3), 0),  # onnxruntime's Bluestein FFT errs by 1.6e-3 against float64 (jitort 2.4e-5)
+    'stft 4x1s n_fft=512 hop=128': (lambda: _model_case(
+        [helper.make_node('STFT', ['x', 's', 'w'], ['y'], onesided=1)],
+        [('x', _rn(4, 16000, 1))], ['y'],
+        [('s', np.array(128, np.int64)), ('w', np.hanning(513)[:512].astype(np.float32))]), 0),
+    'dft rfft 1000x512 frames': (lambda: _model_case(
+        [helper.make_node('DFT', ['x'], ['y'], onesided=1, axis=1)],
+        [('x', _rn(1000, 512, 1))], ['y']), 0),
+    'dft complex inverse 64x256': (lambda: _model_case(
+        [helper.make_node('DFT', ['x'], ['y'], inverse=1, axis=1)],
+        [('x', _rn(64, 256, 2))], ['y']), 0),
+    'det 1024x3x3': (lambda: _model_case(
+        [helper.make_node('Det', ['x'], ['y'])], [('x', _rn(1024, 3, 3))], ['y']), 0),
+    'det 64x16x16': (lambda: _model_case(
+        [helper.make_node('Det', ['x'], ['y'])], [('x', _rn(64, 16, 16))], ['y'], tol=1e-3), 0),
+    'softmax cross entropy 512x8000 mean': (lambda: _model_case(
+        [helper.make_node('SoftmaxCrossEntropyLoss', ['x', 't'], ['y'])],
+        [('x', _rn(512, 8000)),
+         ('t', np.random.default_rng(1).integers(0, 8000, 512).astype(np.int64))], ['y']), 0),
+    'nll loss 512x8000 weighted mean': (lambda: _model_case(
+        [helper.make_node('NegativeLogLikelihoodLoss', ['x', 't', 'w'], ['y'])],
+        [('x', _rn(512, 8000)),
+         ('t', np.random.default_rng(1).integers(0, 8000, 512).astype(np.int64))], ['y'],
+        [('w', np.abs(_rn(8000)))]), 0),
+    'tensor scatter kv cache 1x8x1024x64 +1': (lambda: _model_case(
+        [helper.make_node('TensorScatter', ['p', 'u', 'i'], ['y'])],
+        [('p', _rn(1, 8, 1024, 64)), ('u', _rn(1, 8, 1, 64)), ('i', np.array([500], np.int64))],
+        ['y'], opset=24), 0),
+    'bitcast float32->int32 1x128x768': (lambda: _model_case(
+        [helper.make_node('BitCast', ['x'], ['y'], to=6)], [('x', _rn(1, 128, 768))], ['y'],
+        opset=26), 0),
+    'deform conv 1x64x56x56 3x3 mask': (lambda: _model_case(
+        [helper.make_node('DeformConv', ['x', 'w', 'o', 'b', 'm'], ['y'], kernel_shape=[3, 3],
+                          pads=[1, 1, 1, 1])],
+        [('x', _rn(1, 64, 56, 56)), ('o', _rn(1, 18, 56, 56)),
+         ('m', np.random.default_rng(2).random((1, 9, 56, 56)).astype(np.float32))], ['y'],
+        [('w', _rn(64, 64, 3, 3) * 0.05), ('b', _rn(64))], opset=19, tol=1e-3), 0),
+})
+
 _built = {}
 
 
