@@ -10,7 +10,7 @@ import numpy as np
 from numba import njit, prange
 
 from .gemm import num_threads, xgemm
-from .mathfn import fexpneg
+from .mathfn import fexpneg, fsigmoid
 
 _PAR_MIN_WORK = 1 << 16
 _FM = {'reassoc', 'contract', 'arcp'}
@@ -333,3 +333,51 @@ def deform_conv2d(x, wt, off, msk, has_mask, bias, has_bias, y, kh, kw, sh, sw, 
                 _deform_block(xt, wp, off, msk, has_mask, bias, has_bias, yf, n, b * bsz,
                               min(ohw, (b + 1) * bsz), h, w, kh, kw, sh, sw, ph, pw, dh, dw, og,
                               grp)
+
+
+# --- CausalConvWithState (opset 27) ----------------------------------------------------------
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _causal_rows(x, w, bias, has_b, past, has_past, act, y, st, r0, r1):
+    _, c_n, l_n = x.shape
+    k = w.shape[2]
+    km = k - 1
+    pad = np.empty(km + l_n, x.dtype)
+    for r in range(r0, r1):
+        b = r // c_n
+        c = r - b * c_n
+        for j in range(km):
+            pad[j] = past[b, c, j] if has_past else 0.0
+        for t in range(l_n):
+            pad[km + t] = x[b, c, t]
+        bb = bias[c] if has_b else x.dtype.type(0.0)
+        for t in range(l_n):
+            acc = bb
+            for j in range(k):
+                acc += w[c, 0, j] * pad[t + j]
+            if act:
+                acc = acc * fsigmoid(acc)
+            y[b, c, t] = acc
+        for j in range(km):
+            st[b, c, j] = pad[l_n + j]
+
+
+@njit(cache=True, parallel=True, error_model='numpy')
+def _causal_par(x, w, bias, has_b, past, has_past, act, y, st, nb):
+    rows = x.shape[0] * x.shape[1]
+    bs = (rows + nb - 1) // nb
+    for i in prange(nb):
+        _causal_rows(x, w, bias, has_b, past, has_past, act, y, st, i * bs,
+                     min(rows, (i + 1) * bs))
+
+
+@njit(cache=True, error_model='numpy')
+def causal_conv(x, w, bias, has_b, past, has_past, act, y, st):
+    """CausalConvWithState: y (B, C, L) = depthwise causal conv of [past | x] with w (C, 1, k)
+    (+ bias (C,) when has_b; past (B, C, k-1) when has_past, else zeros), SiLU when act;
+    st (B, C, k-1) = the last k-1 positions of [past | x]."""
+    rows = x.shape[0] * x.shape[1]
+    nth = num_threads()
+    if nth > 1 and rows >= 2 and rows * (x.shape[2] + w.shape[2]) * w.shape[2] >= _PAR_MIN_WORK:
+        _causal_par(x, w, bias, has_b, past, has_past, act, y, st, min(rows, nth))
+    else:
+        _causal_rows(x, w, bias, has_b, past, has_past, act, y, st, 0, rows)

@@ -184,3 +184,24 @@ def test_deform_conv(n, c, h, w, oc, k, attrs, mask, bias, nthreads):
     while ins[-1] is None:
         ins.pop()
     _check('DeformConv', ins, dict(attrs, kernel_shape=[k, k]), opset=19, threads=nthreads)
+
+
+# --- CausalConvWithState (opset 27) ----------------------------------------------------------
+@pytest.mark.parametrize('b,c,length,k,bias,past,act', [
+    (2, 4, 8, 3, True, True, 'silu'),
+    (1, 4, 1, 4, True, True, 'none'),      # decode step: one token, state carried
+    (2, 3, 2, 4, False, False, 'swish'),   # input shorter than k - 1: zero padding in state
+    (1, 2, 5, 1, False, True, 'none'),     # k = 1: empty state
+])
+def test_causal_conv_with_state(b, c, length, k, bias, past, act):
+    ins = [_r(b, c, length), _r(c, 1, k, seed=1), _r(c, seed=2) if bias else None,
+           _r(b, c, k - 1, seed=3) if past else None]
+    while ins[-1] is None:
+        ins.pop()
+    _check('CausalConvWithState', ins, {'activation': act}, opset=27, n_out=2)
+
+
+def test_causal_conv_threads(nthreads):
+    ins = [_r(2, 64, 300), _r(64, 1, 4, seed=1), _r(64, seed=2), _r(2, 64, 3, seed=3)]
+    _check('CausalConvWithState', ins, {'activation': 'silu'}, opset=27, n_out=2,
+           threads=nthreads)

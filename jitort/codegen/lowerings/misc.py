@@ -205,3 +205,27 @@ def lower_deform_conv(em: Emitter, n: Node) -> None:
     em.call(f"_misc.deform_conv2d({em.arr(x)}, {em.arr(w)}, {em.arr(off)}, {mv}, "
             f"{em.dim(int(mask is not None))}, {bv}, {em.dim(int(bias is not None))}, {yv}, "
             f"{args})")
+
+
+@lowering("CausalConvWithState",
+          supports=lambda n: _is_float(*[v for v in n.inputs if v is not None],
+                                       *[o for o in n.outputs if o is not None]))
+def lower_causal_conv(em: Emitter, n: Node) -> None:
+    x, w = n.inputs[0], n.inputs[1]
+    bias = n.inputs[2] if len(n.inputs) > 2 else None
+    past = n.inputs[3] if len(n.inputs) > 3 else None
+    act = n.attrs.get("activation", "none")
+    act = act.decode() if isinstance(act, bytes) else act
+    if act not in ("none", "silu", "swish"):
+        raise Unlowerable(n, f"activation {act!r}")
+    xs, ws = em.shape(x), em.shape(w)
+    st_shape = (xs[0], xs[1], ws[2] - 1)
+    dt = _npdt(x)
+    yv = em.out(n.outputs[0])
+    st = n.outputs[1] if len(n.outputs) > 1 else None
+    sv = em.out(st) if st is not None else \
+        f"{em.scratch(_prod(st_shape), x.dtype)}.reshape({em.tuple_expr(st_shape)})"
+    bv = em.arr(bias) if bias is not None else f"np.zeros(1, {dt})"
+    pv = em.arr(past) if past is not None else f"np.zeros((1, 1, 1), {dt})"
+    em.call(f"_misc.causal_conv({em.arr(x)}, {em.arr(w)}, {bv}, {em.dim(int(bias is not None))}, "
+            f"{pv}, {em.dim(int(past is not None))}, {em.dim(int(act != 'none'))}, {yv}, {sv})")
