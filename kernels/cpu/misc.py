@@ -338,25 +338,37 @@ def deform_conv2d(x, wt, off, msk, has_mask, bias, has_bias, y, kh, kw, sh, sw, 
 # --- CausalConvWithState (opset 27) ----------------------------------------------------------
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def _causal_rows(x, w, bias, has_b, past, has_past, act, y, st, r0, r1):
+    """Rows [r0, r1) of (batch * channel): one tap at a time over the whole row (vectorized
+    loops), then the activation over the row."""
     _, c_n, l_n = x.shape
     k = w.shape[2]
     km = k - 1
     pad = np.empty(km + l_n, x.dtype)
+    acc = np.empty(l_n, x.dtype)
+    zero = x.dtype.type(0.0)
     for r in range(r0, r1):
         b = r // c_n
         c = r - b * c_n
         for j in range(km):
-            pad[j] = past[b, c, j] if has_past else 0.0
+            pad[j] = past[b, c, j] if has_past else zero
+        xr = x[b, c]
         for t in range(l_n):
-            pad[km + t] = x[b, c, t]
-        bb = bias[c] if has_b else x.dtype.type(0.0)
+            pad[km + t] = xr[t]
+        bb = bias[c] if has_b else zero
         for t in range(l_n):
-            acc = bb
-            for j in range(k):
-                acc += w[c, 0, j] * pad[t + j]
-            if act:
-                acc = acc * fsigmoid(acc)
-            y[b, c, t] = acc
+            acc[t] = bb
+        for j in range(k):
+            wj = w[c, 0, j]
+            for t in range(l_n):
+                acc[t] += wj * pad[t + j]
+        yr = y[b, c]
+        if act:
+            for t in range(l_n):
+                a = acc[t]
+                yr[t] = a * fsigmoid(a)
+        else:
+            for t in range(l_n):
+                yr[t] = acc[t]
         for j in range(km):
             st[b, c, j] = pad[l_n + j]
 
