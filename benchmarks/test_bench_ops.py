@@ -541,6 +541,15 @@ CASES.update({  # signal: DFT / STFT (audio front-ends: Whisper log-mel is STFT 
         [('x', _rn(1, 64, 56, 56)), ('o', _rn(1, 18, 56, 56)),
          ('m', np.random.default_rng(2).random((1, 9, 56, 56)).astype(np.float32))], ['y'],
         [('w', _rn(64, 64, 3, 3) * 0.05), ('b', _rn(64))], opset=19, tol=1e-3), 0),
+    'causal conv with state prefill 1x2048x512 k=4 silu': (lambda: _model_case(
+        [helper.make_node('CausalConvWithState', ['x', 'w', 'b', 'p'], ['y', 's'],
+                          activation='silu')],
+        [('x', _rn(1, 2048, 512)), ('p', _rn(1, 2048, 3))], ['y', 's'],
+        [('w', _rn(2048, 1, 4)), ('b', _rn(2048))], opset=27), 0),
+    'causal conv with state decode 4x2048x1 k=4': (lambda: _model_case(
+        [helper.make_node('CausalConvWithState', ['x', 'w', 'b', 'p'], ['y', 's'])],
+        [('x', _rn(4, 2048, 1)), ('p', _rn(4, 2048, 3))], ['y', 's'],
+        [('w', _rn(2048, 1, 4)), ('b', _rn(2048))], opset=27), 0),
 })
 
 _built = {}
