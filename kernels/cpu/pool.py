@@ -8,7 +8,7 @@ region, so padding never contributes to a max or a sum.
 import numpy as np
 from numba import njit, prange
 
-from .conv import _valid_range, conv2d
+from .conv import conv2d
 from .gemm import eptr, num_threads
 from .softmax import row_max
 
@@ -742,96 +742,116 @@ def _pool5_plane(q, x, out, idx, mode, want_idx, col_major, kd, kh, kw, sd, sh, 
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def _pool5_rows(q, x, out, acc, mode, kd, kh, kw, sd, sh, sw, pd, ph, pw, ed, eh, ew, dd, dh,
-                dw, include_pad, p):
-    """Plane q of pool5d without indices: per output row, every valid (kd, kh) tap row is
-    folded into the accumulator row ``acc`` (OW) one kernel column at a time, over the
-    output columns that column's taps reach (a strided, vectorizable loop)."""
+def _axis_taps(n_out, s, pb, pe, d, k, size, include_pad):
+    """Per output index along one axis: first / last valid tap and the divisor share
+    (valid taps, or with ``include_pad`` the taps inside the padded extent)."""
+    t = np.empty((n_out, 3), np.int64)
+    for o in range(n_out):
+        lo, hi = _taps(o, s, pb, d, k, size)
+        t[o, 0] = lo
+        t[o, 1] = hi
+        if include_pad:
+            t[o, 2] = min(k, (size + pe - (o * s - pb) + d - 1) // d)
+        else:
+            t[o, 2] = hi - lo
+    return t
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _fold_rows(o, src, n, mode, first, p):
+    """o[:n] = combine(o, f(src)) for max (mode 0) or sums (f = |.|**p for Lp's first
+    stage, ``first``)."""
+    if mode == 0:
+        for u in range(n):
+            v = src[u]
+            o[u] = v if v > o[u] else o[u]
+    elif mode == 1 or not first:
+        for u in range(n):
+            o[u] += src[u]
+    elif p == 1:
+        for u in range(n):
+            o[u] += abs(src[u])
+    elif p == 2:
+        for u in range(n):
+            v = src[u]
+            o[u] += v * v
+    else:
+        for u in range(n):
+            o[u] += abs(src[u]) ** p
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _pool5_sep(q, x, out, t1, t2, tw, th, td, mode, sd, sh, sw, pd, ph, pw, dd, dh, dw, p):
+    """Plane q of pool5d without indices, separably: max and sums over a box go axis by
+    axis. D first (x -> t1 (OD, H, W)) and H next (-> t2 (OD, OH, W)), each over whole
+    contiguous rows, so the strided W pass runs on the smallest tensor. An average divides
+    by each axis' share of the divisor (``t*[:, 2]``; their product is the window's count),
+    Lp takes |x|**p in the first pass and the root in the last."""
     d_n, h_n, w_n = x.shape[2], x.shape[3], x.shape[4]
     od_n, oh_n, ow_n = out.shape[2], out.shape[3], out.shape[4]
     base = q * d_n * h_n * w_n
     obase = q * od_n * oh_n * ow_n
-    t = out.dtype.type
-    a = eptr(acc, 0)
+    ty = out.dtype.type
+    init = -np.inf if mode == 0 else 0.0
+    pl = h_n * w_n
     for od in range(od_n):
-        a0, a1 = _taps(od, sd, pd, dd, kd, d_n)
+        o = eptr(t1, od * pl)
+        for u in range(pl):
+            o[u] = init
+        for i in range(td[od, 0], td[od, 1]):
+            _fold_rows(o, eptr(x, base + (od * sd - pd + i * dd) * pl), pl, mode, True, p)
+        if mode == 1:
+            inv = 1.0 / td[od, 2]
+            for u in range(pl):
+                o[u] = o[u] * inv
+    for od in range(od_n):
         for oh in range(oh_n):
-            b0, b1 = _taps(oh, sh, ph, dh, kh, h_n)
-            init = -np.inf if mode == 0 else 0.0
-            for ow in range(ow_n):
-                a[ow] = init
-            for i in range(a0, a1):
-                zd = od * sd - pd + i * dd
-                for j in range(b0, b1):
-                    zh = oh * sh - ph + j * dh
-                    for l in range(kw):
-                        off = l * dw - pw
-                        lo, hi = _valid_range(off, sw, w_n, ow_n)
-                        src = eptr(x, base + (zd * h_n + zh) * w_n + lo * sw + off)
-                        dst = eptr(acc, lo)
-                        m = hi - lo
-                        if mode == 0:
-                            if sw == 1:
-                                for u in range(m):
-                                    v = src[u]
-                                    dst[u] = v if v > dst[u] else dst[u]
-                            else:
-                                for u in range(m):
-                                    v = src[u * sw]
-                                    dst[u] = v if v > dst[u] else dst[u]
-                        elif mode == 1 or p == 1:
-                            if mode == 1:
-                                for u in range(m):
-                                    dst[u] += src[u * sw]
-                            else:
-                                for u in range(m):
-                                    dst[u] += abs(src[u * sw])
-                        elif p == 2:
-                            for u in range(m):
-                                v = src[u * sw]
-                                dst[u] += v * v
-                        else:
-                            for u in range(m):
-                                dst[u] += abs(src[u * sw]) ** p
-            o = eptr(out, obase + (od * oh_n + oh) * ow_n)
-            if mode == 0:
-                for ow in range(ow_n):
-                    o[ow] = t(a[ow])
-            elif mode == 1:
-                if include_pad:
-                    ad = min(kd, (d_n + ed - (od * sd - pd) + dd - 1) // dd)
-                    ah = min(kh, (h_n + eh - (oh * sh - ph) + dh - 1) // dh)
-                    for ow in range(ow_n):
-                        aw = min(kw, (w_n + ew - (ow * sw - pw) + dw - 1) // dw)
-                        cnt = ad * ah * aw
-                        o[ow] = t(a[ow] / cnt) if cnt > 0 else t(np.nan)
+            o = eptr(t2, (od * oh_n + oh) * w_n)
+            for u in range(w_n):
+                o[u] = init
+            for j in range(th[oh, 0], th[oh, 1]):
+                _fold_rows(o, eptr(t1, (od * h_n + oh * sh - ph + j * dh) * w_n), w_n, mode,
+                           False, p)
+            if mode == 1:
+                inv = 1.0 / th[oh, 2]
+                for u in range(w_n):
+                    o[u] = o[u] * inv
+    for r in range(od_n * oh_n):
+        src = eptr(t2, r * w_n)
+        o = eptr(out, obase + r * ow_n)
+        for ow in range(ow_n):
+            st = ow * sw - pw
+            acc = ty(init)
+            for l in range(tw[ow, 0], tw[ow, 1]):
+                v = src[st + l * dw]
+                if mode == 0:
+                    acc = v if v > acc else acc
                 else:
-                    for ow in range(ow_n):
-                        c0, c1 = _taps(ow, sw, pw, dw, kw, w_n)
-                        cnt = (a1 - a0) * (b1 - b0) * (c1 - c0)
-                        o[ow] = t(a[ow] / cnt) if cnt > 0 else t(np.nan)
-            elif p == 2:
-                for ow in range(ow_n):
-                    o[ow] = t(np.sqrt(a[ow]))
-            elif p == 1:
-                for ow in range(ow_n):
-                    o[ow] = t(a[ow])
-            else:
-                for ow in range(ow_n):
-                    o[ow] = t(a[ow] ** (1.0 / p))
+                    acc += v
+            if mode == 1:
+                acc = acc / tw[ow, 2]
+            elif mode == 2 and p == 2:
+                acc = np.sqrt(acc)
+            elif mode == 2 and p != 1:
+                acc = acc ** (1.0 / p)
+            o[ow] = acc
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def _pool5_par(x, out, idx, mode, want_idx, col_major, kd, kh, kw, sd, sh, sw, pd, ph, pw, ed,
                eh, ew, dd, dh, dw, include_pad, p):
+    tw = _axis_taps(out.shape[4], sw, pw, ew, dw, kw, x.shape[4], include_pad)
+    th = _axis_taps(out.shape[3], sh, ph, eh, dh, kh, x.shape[3], include_pad)
+    td = _axis_taps(out.shape[2], sd, pd, ed, dd, kd, x.shape[2], include_pad)
     for q in prange(x.shape[0] * x.shape[1]):
         if want_idx:
             _pool5_plane(q, x, out, idx, mode, want_idx, col_major, kd, kh, kw, sd, sh, sw, pd,
                          ph, pw, ed, eh, ew, dd, dh, dw, include_pad, p)
         else:
-            acc = np.empty(out.shape[4], out.dtype)
-            _pool5_rows(q, x, out, acc, mode, kd, kh, kw, sd, sh, sw, pd, ph, pw, ed, eh, ew,
-                        dd, dh, dw, include_pad, p)
+            t1 = np.empty(max(1, out.shape[2] * x.shape[3] * x.shape[4]), out.dtype)
+            t2 = np.empty(max(1, out.shape[2] * out.shape[3] * x.shape[4]), out.dtype)
+            _pool5_sep(q, x, out, t1, t2, tw, th, td, mode, sd, sh, sw, pd, ph, pw, dd, dh, dw,
+                       p)
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
@@ -855,9 +875,15 @@ def pool5d(x, out, idx, mode, want_idx, col_major, kd, kh, kw, sd, sh, sw, pd, p
         for q in range(nplanes):
             _pool5_plane(q, x, out, idx, *args)
         return
-    acc = np.empty(out.shape[4], out.dtype)
+    tw = _axis_taps(out.shape[4], sw, pw, ew, dw, kw, x.shape[4], include_pad)
+    th = _axis_taps(out.shape[3], sh, ph, eh, dh, kh, x.shape[3], include_pad)
+    td = _axis_taps(out.shape[2], sd, pd, ed, dd, kd, x.shape[2], include_pad)
+    t1 = np.empty(max(1, out.shape[2] * x.shape[3] * x.shape[4]), out.dtype)
+    t2 = np.empty(max(1, out.shape[2] * out.shape[3] * x.shape[4]), out.dtype)
     for q in range(nplanes):
-        _pool5_rows(q, x, out, acc, args[0], *args[3:])
+        _pool5_sep(q, x, out, t1, t2, tw, th, td, np.int64(mode), np.int64(sd), np.int64(sh),
+                   np.int64(sw), np.int64(pd), np.int64(ph), np.int64(pw), np.int64(dd),
+                   np.int64(dh), np.int64(dw), np.int64(p))
 
 
 # --- MaxUnpool ---------------------------------------------------------------------------
