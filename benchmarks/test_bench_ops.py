@@ -358,6 +358,14 @@ CASES.update({
         (1, 32, 16, 16, 16), (32, 16, 2, 2, 2), strides=[2, 2, 2]), 0),
     'convtranspose depthwise 64ch 4x4 s2 32x32': (lambda: _convt_case(
         (1, 64, 32, 32), (64, 1, 4, 4), strides=[2, 2], pads=[1, 1, 1, 1], group=64), 0),
+    # 3-D Conv (video / volumetric nets: 3x3x3, 32 channels, 16^3) and a 3-D MaxPool
+    'conv3d 3x3x3 32->32 16^3': (lambda: _model_case(
+        [helper.make_node('Conv', ['x', 'w', 'b'], ['y'], pads=[1] * 6)],
+        [('x', _rn(1, 32, 16, 16, 16))], ['y'],
+        [('w', _rn(32, 32, 3, 3, 3, seed=1)), ('b', _rn(32, seed=2))]), 0),
+    'maxpool3d 3x3x3/2 32x16^3': (lambda: _model_case(
+        [helper.make_node('MaxPool', ['x'], ['y'], kernel_shape=[3, 3, 3], strides=[2, 2, 2],
+                          pads=[1] * 6)], [('x', _rn(1, 32, 16, 16, 16))], ['y']), 0),
 })
 
 
