@@ -393,3 +393,81 @@ def causal_conv(x, w, bias, has_b, past, has_past, act, y, st):
         _causal_par(x, w, bias, has_b, past, has_past, act, y, st, min(rows, nth))
     else:
         _causal_rows(x, w, bias, has_b, past, has_past, act, y, st, 0, rows)
+
+
+# --- LinearAttention (opset 27) --------------------------------------------------------------
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _lin_attn_head(q, k, v, past, has_past, dec, has_dec, bet, has_bet, scale, out, st, b, h):
+    """The recurrence of kv head h of batch b over all steps (state st[b, h] (dk, dv)); query
+    heads h*grp .. (h+1)*grp - 1 read it."""
+    t_n, hq, dk = q.shape[1], q.shape[2], q.shape[3]
+    hkv, dv = k.shape[2], v.shape[3]
+    grp = hq // hkv
+    s = st[b, h]
+    for d in range(dk):
+        for m in range(dv):
+            s[d, m] = past[b, h, d, m] if has_past else 0.0
+    vt = np.empty(dv, st.dtype)
+    o = np.empty(dv, st.dtype)
+    dg = dec.shape[3]
+    nbh = bet.shape[2]
+    for t in range(t_n):
+        if has_dec:
+            for d in range(dk):
+                gd = math.exp(dec[b, t, h, d if dg > 1 else 0])
+                for m in range(dv):
+                    s[d, m] *= gd
+        if has_bet:
+            for m in range(dv):
+                vt[m] = 0.0
+            for d in range(dk):
+                kd = k[b, t, h, d]
+                for m in range(dv):
+                    vt[m] += s[d, m] * kd
+            be = bet[b, t, h if nbh > 1 else 0]
+            for m in range(dv):
+                vt[m] = be * (v[b, t, h, m] - vt[m])
+        else:
+            for m in range(dv):
+                vt[m] = v[b, t, h, m]
+        for d in range(dk):
+            kd = k[b, t, h, d]
+            for m in range(dv):
+                s[d, m] += kd * vt[m]
+        for qh in range(h * grp, (h + 1) * grp):
+            for m in range(dv):
+                o[m] = 0.0
+            for d in range(dk):
+                qd = q[b, t, qh, d]
+                for m in range(dv):
+                    o[m] += qd * s[d, m]
+            for m in range(dv):
+                out[b, t, qh, m] = scale * o[m]
+
+
+@njit(cache=True, parallel=True, error_model='numpy')
+def _lin_attn_par(q, k, v, past, has_past, dec, has_dec, bet, has_bet, scale, out, st):
+    hkv = k.shape[2]
+    for i in prange(q.shape[0] * hkv):
+        _lin_attn_head(q, k, v, past, has_past, dec, has_dec, bet, has_bet, scale, out, st,
+                       i // hkv, i % hkv)
+
+
+@njit(cache=True, error_model='numpy')
+def linear_attention(q, k, v, past, has_past, dec, has_dec, bet, has_bet, scale, out, st):
+    """LinearAttention: q (B, T, Hq, dk), k (B, T, Hkv, dk), v (B, T, Hkv, dv); state st
+    (B, Hkv, dk, dv) (from past when has_past, else zeros) decayed by exp(dec (B, T, Hkv, 1|dk))
+    when has_dec, delta-corrected with bet (B, T, Hkv|1) when has_bet; out (B, T, Hq, dv) =
+    scale * q . state (scale 0: 1/sqrt(dk))."""
+    b_n, t_n, hq, dk = q.shape
+    hkv, dv = k.shape[2], v.shape[3]
+    if scale == 0.0:
+        scale = 1.0 / math.sqrt(dk)
+    nth = num_threads()
+    if nth > 1 and b_n * hkv >= 2 and b_n * t_n * hq * dk * dv * 3 >= _PAR_MIN_WORK:
+        _lin_attn_par(q, k, v, past, has_past, dec, has_dec, bet, has_bet, scale, out, st)
+    else:
+        for b in range(b_n):
+            for h in range(hkv):
+                _lin_attn_head(q, k, v, past, has_past, dec, has_dec, bet, has_bet, scale, out,
+                               st, b, h)

@@ -205,3 +205,32 @@ def test_causal_conv_threads(nthreads):
     ins = [_r(2, 64, 300), _r(64, 1, 4, seed=1), _r(64, seed=2), _r(2, 64, 3, seed=3)]
     _check('CausalConvWithState', ins, {'activation': 'silu'}, opset=27, n_out=2,
            threads=nthreads)
+
+
+# --- LinearAttention (opset 27) --------------------------------------------------------------
+@pytest.mark.parametrize('rule,b,t,hq,hkv,dk,dv,past,dec_dk,beta1,scale', [
+    ('gated_delta', 2, 5, 4, 2, 8, 6, True, False, False, 0.0),     # GQA, per-head decay
+    ('gated_delta', 1, 3, 2, 2, 4, 4, False, True, True, 0.5),      # per-key decay, shared beta
+    ('linear', 2, 4, 2, 1, 4, 3, True, False, False, 0.0),          # multi-query
+    ('gated', 1, 6, 2, 2, 4, 5, False, False, False, 0.0),
+    ('delta', 1, 1, 3, 3, 4, 4, True, False, False, 0.0),           # decode step
+])
+def test_linear_attention(rule, b, t, hq, hkv, dk, dv, past, dec_dk, beta1, scale):
+    gating, delta = rule in ('gated', 'gated_delta'), rule in ('delta', 'gated_delta')
+    ins = [_r(b, t, hq * dk), _r(b, t, hkv * dk, seed=1) * 0.3, _r(b, t, hkv * dv, seed=2),
+           _r(b, hkv, dk, dv, seed=3) if past else None,
+           -np.abs(_r(b, t, hkv * dk if dec_dk else hkv, seed=4)) if gating else None,
+           np.random.default_rng(5).random((b, t, 1 if beta1 else hkv)).astype(np.float32)
+           if delta else None]
+    while ins[-1] is None:
+        ins.pop()
+    _check('LinearAttention', ins, {'q_num_heads': hq, 'kv_num_heads': hkv, 'update_rule': rule,
+                                    'scale': scale}, opset=27, n_out=2)
+
+
+def test_linear_attention_threads(nthreads):
+    ins = [_r(2, 32, 4 * 16), _r(2, 32, 2 * 16, seed=1) * 0.3, _r(2, 32, 2 * 16, seed=2), None,
+           -np.abs(_r(2, 32, 2, seed=4)),
+           np.random.default_rng(5).random((2, 32, 2)).astype(np.float32)]
+    _check('LinearAttention', ins, {'q_num_heads': 4, 'kv_num_heads': 2}, opset=27, n_out=2,
+           threads=nthreads)

@@ -13,7 +13,7 @@ import numpy as np
 
 from ...ir import Node
 from ..registry import Unlowerable, lowering
-from .common import _PLAIN, _axis, _conv_pads, _is_float, _prod
+from .common import _PLAIN, _axis, _conv_pads, _is_float, _prod, float_literal
 
 if TYPE_CHECKING:
     from ..cpu import Emitter
@@ -229,3 +229,51 @@ def lower_causal_conv(em: Emitter, n: Node) -> None:
     pv = em.arr(past) if past is not None else f"np.zeros((1, 1, 1), {dt})"
     em.call(f"_misc.causal_conv({em.arr(x)}, {em.arr(w)}, {bv}, {em.dim(int(bias is not None))}, "
             f"{pv}, {em.dim(int(past is not None))}, {em.dim(int(act != 'none'))}, {yv}, {sv})")
+
+
+@lowering("LinearAttention",
+          supports=lambda n: _is_float(*[v for v in n.inputs if v is not None],
+                                       *[o for o in n.outputs if o is not None])
+          and len({np.dtype(v.dtype) for v in n.inputs if v is not None}) == 1)
+def lower_linear_attention(em: Emitter, n: Node) -> None:
+    """The recurrence per (batch, kv head) with the state in the present_state output (or
+    scratch); query heads of a group read their kv head's state (GQA)."""
+    q, k, v = n.inputs[:3]
+    opt = list(n.inputs[3:]) + [None] * (6 - len(n.inputs))
+    past, dec, bet = opt[0], opt[1], opt[2]
+    rule = n.attrs.get("update_rule", "gated_delta")
+    rule = rule.decode() if isinstance(rule, bytes) else rule
+    if rule not in ("linear", "gated", "delta", "gated_delta"):
+        raise Unlowerable(n, f"update_rule {rule!r}")
+    gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    if gating != (dec is not None) or delta != (bet is not None):
+        raise Unlowerable(n, f"update_rule {rule!r} with decay/beta present: "
+                             f"{dec is not None}/{bet is not None}")
+    hq, hkv = int(n.attrs["q_num_heads"]), int(n.attrs["kv_num_heads"])
+    qs, vs = em.shape(q), em.shape(v)
+    b, t = qs[0], qs[1]
+    dk, dv = qs[2] // hq, vs[2] // hkv
+    scale = float(n.attrs.get("scale", 0.0) or 0.0)  # 0: the kernel takes 1/sqrt(d_k)
+    dt = _npdt(q)
+    state_shape = (b, hkv, dk, dv)
+    yv = em.out(n.outputs[0])
+    so = n.outputs[1] if len(n.outputs) > 1 else None
+    sv = em.out(so) if so is not None else \
+        f"{em.scratch(_prod(state_shape), q.dtype)}.reshape({em.tuple_expr(state_shape)})"
+    pv = em.arr(past) if past is not None else f"np.zeros((1, 1, 1, 1), {dt})"
+    if dec is not None:
+        ds = em.shape(dec)
+        dg = ds[2] // hkv
+        gv = f"{em.arr(dec)}.reshape({em.tuple_expr((b, t, hkv, dg))})"
+    else:
+        gv = f"np.zeros((1, 1, 1, 1), {dt})"
+    if bet is not None:
+        bv = f"{em.arr(bet)}.reshape({em.tuple_expr(em.shape(bet))})"
+    else:
+        bv = f"np.zeros((1, 1, 1), {dt})"
+    em.call(f"_misc.linear_attention({em.arr(q)}.reshape({em.tuple_expr((b, t, hq, dk))}), "
+            f"{em.arr(k)}.reshape({em.tuple_expr((b, t, hkv, dk))}), "
+            f"{em.arr(v)}.reshape({em.tuple_expr((b, t, hkv, dv))}), {pv}, "
+            f"{em.dim(int(past is not None))}, {gv}, {em.dim(int(dec is not None))}, {bv}, "
+            f"{em.dim(int(bet is not None))}, {float_literal(scale)}, "
+            f"{yv}.reshape({em.tuple_expr((b, t, hq, dv))}), {sv})")
