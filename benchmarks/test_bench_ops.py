@@ -558,6 +558,20 @@ CASES.update({  # signal: DFT / STFT (audio front-ends: Whisper log-mel is STFT 
         [helper.make_node('CausalConvWithState', ['x', 'w', 'b', 'p'], ['y', 's'])],
         [('x', _rn(4, 2048, 1)), ('p', _rn(4, 2048, 3))], ['y', 's'],
         [('w', _rn(2048, 1, 4)), ('b', _rn(2048))], opset=27), 0),
+    'linear attention gated_delta decode 1x1 16 heads 128x128': (lambda: _model_case(
+        [helper.make_node('LinearAttention', ['q', 'k', 'v', 'p', 'g', 'b'], ['y', 's'],
+                          q_num_heads=16, kv_num_heads=16)],
+        [('q', _rn(1, 1, 2048)), ('k', _rn(1, 1, 2048) * 0.1), ('v', _rn(1, 1, 2048)),
+         ('p', _rn(1, 16, 128, 128)), ('g', -np.abs(_rn(1, 1, 16))),
+         ('b', np.random.default_rng(3).random((1, 1, 16)).astype(np.float32))], ['y', 's'],
+        opset=27), 0),
+    'linear attention gated_delta prefill 1x128 16 heads 128x128': (lambda: _model_case(
+        [helper.make_node('LinearAttention', ['q', 'k', 'v', '', 'g', 'b'], ['y', 's'],
+                          q_num_heads=16, kv_num_heads=16)],
+        [('q', _rn(1, 128, 2048)), ('k', _rn(1, 128, 2048) * 0.1), ('v', _rn(1, 128, 2048)),
+         ('g', -np.abs(_rn(1, 128, 16))),
+         ('b', np.random.default_rng(3).random((1, 128, 16)).astype(np.float32))], ['y', 's'],
+        opset=27, tol=1e-3), 0),
 })
 
 _built = {}
