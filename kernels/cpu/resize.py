@@ -501,9 +501,10 @@ def _gs_cubic(t):
 
 
 @njit(cache=True, error_model='numpy')
-def gridsample_plan(g, dims, mode, pad, align):
+def gridsample_plan(g, dims, mode, pad, align, wdt):
     """g (P, D) grid points (x first: reversed axis order), dims the D input sizes (outer first)
-    -> idx (P, K) flat indices, w (P, K) float64."""
+    -> idx (P, K) flat indices, w (P, K) of wdt's dtype, full (P,) 1 where every tap is inside
+    (else the outside taps have weight 0 and must not be read)."""
     P = g.shape[0]
     D = g.shape[1]
     if mode == 0:
@@ -513,7 +514,41 @@ def gridsample_plan(g, dims, mode, pad, align):
     else:
         K = 4 ** D
     idx = np.zeros((P, K), np.int64)
-    w = np.zeros((P, K), np.float64)
+    w = np.zeros((P, K), wdt.dtype)
+    full = np.ones(P, np.uint8)
+    if D == 2 and mode == 1:
+        H = dims[0]
+        W = dims[1]
+        for p in range(P):
+            cx = _gs_denorm(np.float64(g[p, 0]), W, align)
+            cy = _gs_denorm(np.float64(g[p, 1]), H, align)
+            fx = np.floor(cx)
+            fy = np.floor(cy)
+            ax = cx - fx
+            ay = cy - fy
+            x0 = np.int64(fx)
+            y0 = np.int64(fy)
+            if pad == 0 and x0 >= 0 and y0 >= 0 and x0 + 1 < W and y0 + 1 < H:  # inside
+                idx[p, 0] = y0 * W + x0
+                idx[p, 1] = y0 * W + x0 + 1
+                idx[p, 2] = (y0 + 1) * W + x0
+                idx[p, 3] = (y0 + 1) * W + x0 + 1
+                w[p, 0] = (1.0 - ay) * (1.0 - ax)
+                w[p, 1] = (1.0 - ay) * ax
+                w[p, 2] = ay * (1.0 - ax)
+                w[p, 3] = ay * ax
+                continue
+            for k in range(4):
+                oy = k >> 1
+                ox = k & 1
+                jy, vy = _gs_tap(y0 + oy, H, pad, align)
+                jx, vx = _gs_tap(x0 + ox, W, pad, align)
+                idx[p, k] = jy * W + jx
+                if vy and vx:
+                    w[p, k] = (ay if oy else 1.0 - ay) * (ax if ox else 1.0 - ax)
+                else:
+                    full[p] = 0
+        return idx, w, full
     base = np.zeros(D, np.int64)
     frac = np.zeros(D, np.float64)
     cw = np.zeros((D, 4), np.float64)
@@ -559,62 +594,103 @@ def gridsample_plan(g, dims, mode, pad, align):
                 flat += j * stride
             idx[p, k] = flat
             w[p, k] = wt if ok else 0.0
-    return idx, w
+            if not ok:
+                full[p] = 0
+    return idx, w, full
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _gs_apply(x, y, idx, w, c0, c1):
+def _gs_apply(x, y, idx, w, full, c0, c1):
     P = idx.shape[0]
     K = idx.shape[1]
     for c in range(c0, c1):
-        for p in range(P):
-            s = 0.0
-            for k in range(K):
-                wt = w[p, k]
-                if wt != 0.0:
-                    s += wt * x[c, idx[p, k]]
-            y[c, p] = s
+        if K == 4:  # bilinear: the common case, unrolled
+            for p in range(P):
+                if full[p]:
+                    y[c, p] = (w[p, 0] * x[c, idx[p, 0]] + w[p, 1] * x[c, idx[p, 1]]
+                               + w[p, 2] * x[c, idx[p, 2]] + w[p, 3] * x[c, idx[p, 3]])
+                else:
+                    s = y.dtype.type(0)
+                    for k in range(4):
+                        if w[p, k] != 0:
+                            s += w[p, k] * x[c, idx[p, k]]
+                    y[c, p] = s
+        elif K == 1:
+            for p in range(P):
+                y[c, p] = x[c, idx[p, 0]] if full[p] else y.dtype.type(0)
+        else:
+            for p in range(P):
+                s = y.dtype.type(0)
+                for k in range(K):
+                    wt = w[p, k]
+                    if wt != 0:
+                        s += wt * x[c, idx[p, k]]
+                y[c, p] = s
 
 
 @njit(cache=True, error_model='numpy')
 def gridsample(x, g, y, dims, mode, pad, align):
     """x (N, C, S) with S = prod(dims), g (N, P, D), y (N, C, P)."""
     for n in range(x.shape[0]):
-        idx, w = gridsample_plan(g[n], dims, mode, pad, align)
-        _gs_apply(x[n], y[n], idx, w, 0, x.shape[1])
+        idx, w, full = gridsample_plan(g[n], dims, mode, pad, align, y[0, 0, :1])
+        _gs_apply(x[n], y[n], idx, w, full, 0, x.shape[1])
 
 
 @njit(cache=True, parallel=True, error_model='numpy')
 def gridsample_par(x, g, y, dims, mode, pad, align):
     C = x.shape[1]
     for n in range(x.shape[0]):
-        idx, w = gridsample_plan(g[n], dims, mode, pad, align)
+        idx, w, full = gridsample_plan(g[n], dims, mode, pad, align, y[0, 0, :1])
         nt = min(C, 64)
         for t in prange(nt):
-            _gs_apply(x[n], y[n], idx, w, t * C // nt, (t + 1) * C // nt)
+            _gs_apply(x[n], y[n], idx, w, full, t * C // nt, (t + 1) * C // nt)
 
 
 @njit(cache=True, error_model='numpy')
+def _ag_base(L, align):
+    b = np.empty(L, np.float64)
+    for i in range(L):
+        if align:
+            b[i] = -1.0 + 2.0 * i / (L - 1) if L > 1 else 1.0  # onnxruntime's 1-point linspace
+        else:
+            b[i] = (2.0 * i + 1.0) / L - 1.0
+    return b
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
 def affine_grid(theta, out, dims, align):
-    """theta (N, D, D+1), out (N, P, D) with P = prod(dims) (outer axis first); point p's
-    base coordinates (innermost axis first) in [-1, 1], then out = theta @ [coords, 1]."""
+    """theta (N, D, D+1), out (N, P, D) with P = prod(dims) (dims: 3 sizes, outer first, a leading 1 when D = 2);
+    out[n, p] = theta[n] @ [x, y(, z), 1] with the base coordinates of point p in [-1, 1]."""
     N = theta.shape[0]
     D = theta.shape[1]
-    P = out.shape[1]
-    base = np.zeros(D, np.float64)
-    for p in range(P):
-        r = p
-        for a in range(D):  # a = 0: innermost axis (x)
-            L = dims[D - 1 - a]
-            i = r % L
-            r //= L
-            if align:
-                base[a] = -1.0 + 2.0 * i / (L - 1) if L > 1 else 1.0  # onnxruntime's 1-point linspace
-            else:
-                base[a] = (2.0 * i + 1.0) / L - 1.0
+    if D == 2:
+        H = dims[1]
+        W = dims[2]
+        by = _ag_base(H, align)
+        bx = _ag_base(W, align)
+        o = out.reshape((N, H, W, 2))
         for n in range(N):
-            for e in range(D):
-                s = theta[n, e, D] + 0.0
-                for a in range(D):
-                    s += theta[n, e, a] * base[a]
-                out[n, p, e] = s
+            for h in range(H):
+                r0 = theta[n, 0, 1] * by[h] + theta[n, 0, 2]
+                r1 = theta[n, 1, 1] * by[h] + theta[n, 1, 2]
+                a0 = theta[n, 0, 0]
+                a1 = theta[n, 1, 0]
+                for w in range(W):
+                    o[n, h, w, 0] = a0 * bx[w] + r0
+                    o[n, h, w, 1] = a1 * bx[w] + r1
+        return
+    Z = dims[0]
+    H = dims[1]
+    W = dims[2]
+    bz = _ag_base(Z, align)
+    by = _ag_base(H, align)
+    bx = _ag_base(W, align)
+    o = out.reshape((N, Z, H, W, 3))
+    for n in range(N):
+        for z in range(Z):
+            for h in range(H):
+                for e in range(3):
+                    r = theta[n, e, 1] * by[h] + theta[n, e, 2] * bz[z] + theta[n, e, 3]
+                    a = theta[n, e, 0]
+                    for w in range(W):
+                        o[n, z, h, w, e] = a * bx[w] + r

@@ -232,4 +232,4 @@ def lower_affine_grid(em: Emitter, n: Node) -> None:
         return
     P = _prod(ys[1:-1])
     em.call(f"_resize.affine_grid({em.arr(th)}, {yv}.reshape({em.tuple_expr((ys[0], P, D))}), "
-            f"{em.tuple_expr(ys[1:-1])}, {bool(n.attrs.get('align_corners', 0))})")
+            f"{em.tuple_expr((1,) * (3 - D) + ys[1:-1])}, {bool(n.attrs.get('align_corners', 0))})")
