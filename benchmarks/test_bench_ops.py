@@ -505,6 +505,27 @@ CASES.update({
         (1, 3, 224, 224), 'cubic', [1, 1, 2, 2]), 0),
     'resize linear antialias 1x3x448x448->224': (lambda: _resize_case(
         (1, 3, 448, 448), 'linear', [1, 1, 0.5, 0.5], antialias=1), 0),
+    # GridSample: flow warping of features (zeros, the onnxruntime fast path) and STN-style
+    'gridsample bilinear zeros 1x64x64x64': (lambda: _model_case(
+        [helper.make_node('GridSample', ['x', 'g'], ['y'], mode='linear')],
+        [('x', _rn(1, 64, 64, 64)), ('g', np.clip(_rn(1, 64, 64, 2, seed=1) * 0.6, -1.1, 1.1))],
+        ['y'], opset=20), 0),
+    'gridsample bilinear border align 4x32x56x56': (lambda: _model_case(
+        [helper.make_node('GridSample', ['x', 'g'], ['y'], mode='linear', padding_mode='border',
+                          align_corners=1)],
+        [('x', _rn(4, 32, 56, 56)), ('g', np.clip(_rn(4, 56, 56, 2, seed=1) * 0.6, -1.1, 1.1))],
+        ['y'], opset=20), 0),
+    'gridsample nearest 1x64x64x64': (lambda: _model_case(
+        [helper.make_node('GridSample', ['x', 'g'], ['y'], mode='nearest')],
+        [('x', _rn(1, 64, 64, 64)), ('g', np.clip(_rn(1, 64, 64, 2, seed=1) * 0.6, -1.1, 1.1))],
+        ['y'], opset=20), 0),
+    'gridsample bicubic 1x16x64x64': (lambda: _model_case(
+        [helper.make_node('GridSample', ['x', 'g'], ['y'], mode='cubic')],
+        [('x', _rn(1, 16, 64, 64)), ('g', np.clip(_rn(1, 64, 64, 2, seed=1) * 0.6, -1.1, 1.1))],
+        ['y'], opset=20), 0),
+    'affinegrid 8x2x3 -> 8x224x224': (lambda: _model_case(
+        [helper.make_node('AffineGrid', ['t', 's'], ['y'])], [('t', _rn(8, 2, 3))], ['y'],
+        [('s', np.array([8, 3, 224, 224], np.int64))], opset=20), 0),
 })
 
 CASES.update({  # signal: DFT / STFT (audio front-ends: Whisper log-mel is STFT n_fft 400 hop 160)
