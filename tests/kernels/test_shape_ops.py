@@ -71,39 +71,42 @@ def _pad_model(x, pads, mode='constant', value=None, axes=None, opset=19):
 
 # --- Pad -----------------------------------------------------------------------------------
 
-PAD_CASES = [  # shape, pads (begins then ends)
-    ((2, 3, 5, 6), [0, 0, 1, 2, 0, 0, 3, 1]),       # spatial pads, uneven
-    ((2, 3, 5, 6), [0, 1, -1, 2, 0, 0, 3, -2]),     # crop and pad, a padded channel axis
-    ((2, 3, 5, 6), [1, 0, 0, 0, 0, 2, 0, 0]),       # outer axes only: inner blocks of 30
-    ((7,), [2, 3]),                                 # 1-D
-    ((2, 3, 4, 5, 3), [0, 1, 0, 2, 1, 0, 0, 1, 2, 0]),  # 5-D, alternating padded axes
+_SP, _CROP = [0, 0, 1, 2, 0, 0, 3, 1], [0, 1, -1, 2, 0, 0, 3, -2]
+PAD_CASES = [  # shape, pads (begins then ends), mode
+    *[((2, 3, 5, 6), _SP, m) for m in ('constant', 'reflect', 'edge', 'wrap')],  # spatial pads
+    *[((2, 3, 5, 6), _CROP, m) for m in ('constant', 'reflect', 'edge', 'wrap')],  # crops too
+    ((2, 3, 5, 6), [1, 0, 0, 0, 0, 2, 0, 0], 'constant'),   # outer axes only: inner blocks of 30
+    ((2, 3, 5, 6), [1, 0, 0, 0, 0, 2, 0, 0], 'edge'),
+    ((7,), [2, 3], 'reflect'),                               # 1-D
+    ((7,), [2, 3], 'wrap'),
+    ((2, 3, 4, 5, 3), [0, 1, 0, 2, 1, 0, 0, 1, 2, 0], 'constant'),  # 5-D, alternating axes
+    ((2, 3, 4, 5, 3), [0, 1, 0, 2, 1, 0, 0, 1, 2, 0], 'reflect'),
 ]
 
 
-@pytest.mark.parametrize('mode', ['constant', 'reflect', 'edge', 'wrap'])
-@pytest.mark.parametrize('shape,pads', PAD_CASES)
+@pytest.mark.parametrize('shape,pads,mode', PAD_CASES)
 def test_pad_modes(shape, pads, mode):
     x = _data(shape, np.float32)
     _check(_pad_model(x, pads, mode), {'x': x})
 
 
-@pytest.mark.parametrize('mode', ['reflect', 'edge', 'wrap'])
-def test_pad_crop_then_pad(mode):
+@pytest.mark.parametrize('mode,pads', [('wrap', [0, -3, 0, 2]), ('reflect', [0, 2, 0, -3]),
+                                       ('edge', [-1, -2, 1, 5]), ('wrap', [-1, -2, 1, 5])])
+def test_pad_crop_then_pad(mode, pads):
     """onnxruntime crops first and pads against what is left: wrap and reflect see the
     cropped extent."""
     x = _data((3, 8), np.float32)
-    for pads in ([0, -3, 0, 2], [0, 2, 0, -3], [-1, -2, 1, 5]):
-        _check(_pad_model(x, pads, mode), {'x': x})
+    _check(_pad_model(x, pads, mode), {'x': x})
 
 
-@pytest.mark.parametrize('dtype', [np.float32, np.float64, np.int64, np.int32, np.uint8, np.bool_])
+@pytest.mark.parametrize('dtype', [np.int32, np.uint8, np.bool_])
 def test_pad_dtypes_constant_value(dtype):
     x = _data((2, 3, 4), dtype)
     value = True if dtype == np.bool_ else 7
     _check(_pad_model(x, [0, 1, 2, 0, 2, 1], 'constant', value=value), {'x': x})
 
 
-@pytest.mark.parametrize('dtype', [np.int64, np.bool_])
+@pytest.mark.parametrize('dtype', [np.int64])
 def test_pad_dtypes_reflect(dtype):
     x = _data((3, 4, 5), dtype)
     _check(_pad_model(x, [0, 2, 1, 0, 1, 3], 'reflect'), {'x': x})
@@ -148,8 +151,7 @@ def test_pad_no_pads_and_scalar_value_input_absent():
 def test_pad_parallel(nthreads):
     """Above the parallel threshold (the prange over the two outer axes), 1 and 2 threads."""
     x = _data((2, 4, 130, 130), np.float32)
-    _check(_pad_model(x, [0, 0, 3, 3, 0, 0, 3, 3], 'reflect'), {'x': x}, threads=nthreads)
-    _check(_pad_model(x, [0, 0, 0, 0, 0, 0, 1, 1], 'constant'), {'x': x}, threads=nthreads)
+    _check(_pad_model(x, [0, 0, 3, -2, 0, 0, 3, 1], 'reflect'), {'x': x}, threads=nthreads)
 
 
 def test_pad_pads_from_graph_input():

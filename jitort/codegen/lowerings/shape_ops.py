@@ -59,37 +59,39 @@ def _pad_params(em: Emitter, n: Node, rank: int) -> tuple[list[int], list[int]]:
     return begin, end
 
 
-def _pad_kernel(rank: int, padded: list[bool], mode: str, par: bool) -> str:
+def _pad_kernel(rank: int, padded: list[bool], par: bool) -> str:
     """Source of a Pad kernel over canonical views: ``y`` (Y0, ..., Y[L-1], YL * I) and ``x``
     (X0, ..., X[L-1], XL * I), where the last axis joins the last padded axis L with the
     unpadded inner block of I elements. Per padded axis k: ``b{k}`` (>= 0, the begin pad),
     ``c{k}`` (>= 0, elements cropped at the start) and ``n{k}`` (the input extent left after
     cropping, which the pad modes refer to, as onnxruntime crops first); then ``yl`` (YL),
-    ``inner`` (I) and ``val`` (the constant). Rows of the last axis are copied as one contiguous slice for the
-    interior and block by block for the borders; ``par`` runs the two outermost axes (or the
-    only one) in a prange."""
+    ``inner`` (I), ``val`` (the constant) and ``mode`` (0 constant, 1 reflect, 2 edge, 3 wrap:
+    an argument, so that one compiled kernel serves every mode). Rows of the last axis are
+    copied as one contiguous slice for the interior and block by block for the borders; ``par``
+    runs the two outermost axes (or the only one) in a prange."""
     L = rank - 1
     args = "".join(f"b{k}, c{k}, n{k}, " for k in range(rank) if padded[k])
     lines = ["from jitort.kernels.cpu.shape_ops import pad_row as _pad_row, pad_src as _pad_src",
              "", "",
              f"@njit(cache=True, error_model='numpy'{', parallel=True' if par else ''})",
-             f"def __KNAME__(y, x, {args}yl, inner, val):"]
+             f"def __KNAME__(y, x, {args}yl, inner, val, mode):"]
 
     def src(k: int, ind: str, depth: int | None = None) -> list[str]:
         """Lines mapping output index o{k} to input index i{k}; in constant mode an index out
         of range fills y[o0, ..., o{depth}] (default: depth k) and continues."""
         if not padded[k]:
             return [f"{ind}i{k} = o{k}"]
-        if mode == "constant":
-            sub = ", ".join(f"o{j}" for j in range((k if depth is None else depth) + 1))
-            return [f"{ind}i{k} = o{k} - b{k}",
-                    f"{ind}if i{k} < 0 or i{k} >= n{k}:",
-                    f"{ind}    f = y[{sub}].reshape(-1)",
-                    f"{ind}    for t in range(f.shape[0]):",
-                    f"{ind}        f[t] = val",
-                    f"{ind}    continue",
-                    f"{ind}i{k} += c{k}"]
-        return [f"{ind}i{k} = _pad_src(o{k} - b{k}, n{k}, {_MODES[mode]}) + c{k}"]
+        sub = ", ".join(f"o{j}" for j in range((k if depth is None else depth) + 1))
+        return [f"{ind}i{k} = o{k} - b{k}",
+                f"{ind}if mode == 0:",
+                f"{ind}    if i{k} < 0 or i{k} >= n{k}:",
+                f"{ind}        f = y[{sub}].reshape(-1)",
+                f"{ind}        for t in range(f.shape[0]):",
+                f"{ind}            f[t] = val",
+                f"{ind}        continue",
+                f"{ind}    i{k} += c{k}",
+                f"{ind}else:",
+                f"{ind}    i{k} = _pad_src(i{k}, n{k}, mode) + c{k}"]
 
     ind = "    "
     lines.append(f"{ind}if y.size == 0:")
@@ -110,7 +112,7 @@ def _pad_kernel(rank: int, padded: list[bool], mode: str, par: bool) -> str:
     pre = "".join(f"o{k}, " for k in range(L))
     prei = "".join(f"i{k}, " for k in range(L))
     yr, xr = (f"y[{pre[:-2]}]", f"x[{prei[:-2]}]") if L else ("y", "x")
-    lines += [f"{ind}_pad_row({yr}, {xr}, c{L}, b{L}, n{L}, yl, inner, val, {_MODES[mode]})"]
+    lines += [f"{ind}_pad_row({yr}, {xr}, c{L}, b{L}, n{L}, yl, inner, val, mode)"]
     return "\n".join(lines) + "\n"
 
 
@@ -191,11 +193,11 @@ def _emit_pad(em: Emitter, n: Node, x, y, begin, end, mode: str, val: str) -> No
     key = ("pad_par", id(n))
     if key not in em.memo:
         em.memo[key] = concrete(_prod(ys)) >= _PAR_PAD and r >= 2
-    kname = em.kernel(f"k_pad{r}_{mode}", _pad_kernel(r, cp, mode, em.memo[key]))
+    kname = em.kernel(f"k_pad{r}", _pad_kernel(r, cp, em.memo[key]))
     yv = em.out(y)
     bargs = "".join(f"{em.dim(b)}, {em.dim(c)}, {em.dim(m)}, " for b, c, m in cargs)
     em.call(f"{kname}({yv}.reshape({em.tuple_expr(cy)}), {em.arr(x)}.reshape({em.tuple_expr(cx)}), "
-            f"{bargs}{em.dim(ys[last])}, {em.dim(inner)}, {val})")
+            f"{bargs}{em.dim(ys[last])}, {em.dim(inner)}, {val}, {_MODES[mode]})")
 
 
 def _scalar_expr(em: Emitter, v) -> str:
