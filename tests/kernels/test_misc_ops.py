@@ -166,9 +166,8 @@ def test_tensor_scatter_int64_and_bad_index():
      False),
     (2, 4, 6, 6, 6, 2, {'group': 2, 'offset_group': 2}, True, True),
     (1, 2, 5, 5, 2, 1, {}, False, True),
-    (2, 8, 16, 16, 16, 3, {'pads': [1, 1, 1, 1]}, True, True),  # images in parallel
 ])
-def test_deform_conv(n, c, h, w, oc, k, attrs, mask, bias, nthreads):
+def test_deform_conv(n, c, h, w, oc, k, attrs, mask, bias, nthreads=1):
     g = attrs.get('group', 1)
     og = attrs.get('offset_group', 1)
     x = _r(n, c, h, w)
@@ -184,6 +183,11 @@ def test_deform_conv(n, c, h, w, oc, k, attrs, mask, bias, nthreads):
     while ins[-1] is None:
         ins.pop()
     _check('DeformConv', ins, dict(attrs, kernel_shape=[k, k]), opset=19, threads=nthreads)
+
+
+def test_deform_conv_threads(nthreads):
+    # enough work for (image, pixel block) tasks in parallel
+    test_deform_conv(2, 8, 16, 16, 16, 3, {'pads': [1, 1, 1, 1]}, True, True, nthreads)
 
 
 # --- CausalConvWithState (opset 27) ----------------------------------------------------------
