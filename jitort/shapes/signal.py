@@ -2,7 +2,7 @@
 (DFT and STFT live in :mod:`.rnn`, Det and the losses in :mod:`.shape_ops`)."""
 from __future__ import annotations
 
-from .core import _fail, register
+from .core import _fail, _ints, _need, register
 
 
 @register("BitCast")
@@ -52,3 +52,12 @@ def _linear_attention(node, shapes, values):
     if be is not None and (len(be) != 3 or be[:2] != q[:2] or be[2] not in (hkv, 1)):
         raise _fail(node, "beta must be (B, T, kv_num_heads or 1)", shapes)
     return [(q[0], q[1], hq * dv), state][:len(node.outputs)]
+
+
+@register("MelWeightMatrix", values=(0, 1))
+def _mel_weight_matrix(node, shapes, values):
+    nmel = _ints(_need(node, values, 0))[0]
+    dft = _ints(_need(node, values, 1))[0]
+    if nmel < 0 or dft < 0:
+        raise _fail(node, f"negative num_mel_bins {nmel} or dft_length {dft}", shapes)
+    return [(dft // 2 + 1, nmel)]

@@ -10,6 +10,8 @@ truncation, inverse real output and the dft_length padding / truncation (only th
 All arrays C-contiguous float32 or float64 (one dtype per call).
 """
 
+import math
+
 import numpy as np
 from numba import njit, prange
 
@@ -186,3 +188,53 @@ def fft_rows(x, tw, y, ndft, inverse, herm):
         re = np.empty((ndft, _FFT_LANES), y.dtype)
         im = np.empty((ndft, _FFT_LANES), y.dtype)
         _fft_rows(x, tw, rev, y, ndft, inverse, herm, 0, m, re, im)
+
+
+# --- window and mel-weight generators (when their inputs are not constants) -----------------
+@njit(cache=True, error_model='numpy')
+def window(y, kind, periodic):
+    """y (n,) = Hann (kind 0), Hamming (1) or Blackman (2) window, periodic or symmetric
+    (denominator n or n - 1), computed in float64 and cast to y's dtype."""
+    n = y.shape[0]
+    den = n if periodic else n - 1
+    for i in range(n):
+        a = 2.0 * math.pi * i / den
+        if kind == 0:
+            v = 0.5 - 0.5 * math.cos(a)
+        elif kind == 1:
+            v = 25.0 / 46.0 - (21.0 / 46.0) * math.cos(a)
+        else:
+            v = 0.42 - 0.5 * math.cos(a) + 0.08 * math.cos(2.0 * a)
+        y[i] = v
+
+
+@njit(cache=True, error_model='numpy')
+def mel_weight_matrix(y, dft_length, sample_rate, lower_hz, upper_hz):
+    """y (dft_length // 2 + 1, num_mel_bins) = triangular mel filters, peak 1, edges at mel
+    steps between lower_hz and upper_hz (1-element arrays, read at run time); bin edges
+    floor((dft_length + 1) * f / sample_rate); entries beyond the spectrum are dropped."""
+    nspec, nmel = y.shape
+    sr = np.float64(sample_rate.reshape(-1)[0])
+    lo = np.float64(lower_hz.reshape(-1)[0])
+    hi = np.float64(upper_hz.reshape(-1)[0])
+    for i in range(nspec):
+        for j in range(nmel):
+            y[i, j] = 0
+    lo_mel = 2595.0 * math.log1p(lo / 700.0) / math.log(10.0)
+    hi_mel = 2595.0 * math.log1p(hi / 700.0) / math.log(10.0)
+    step = (hi_mel - lo_mel) / (nmel + 2)
+    edges = np.empty(nmel + 2, np.int64)
+    for k in range(nmel + 2):
+        f = 700.0 * math.expm1((k * step + lo_mel) / 2595.0 * math.log(10.0))
+        edges[k] = np.int64(math.floor(((dft_length + 1) * f) / sr))
+    for i in range(nmel):
+        lo_b, c_b, hi_b = edges[i], edges[i + 1], edges[i + 2]
+        if c_b - lo_b == 0:
+            if 0 <= c_b < nspec:
+                y[c_b, i] = 1
+        else:
+            for j in range(max(lo_b, 0), min(c_b + 1, nspec)):
+                y[j, i] = (j - lo_b) / (c_b - lo_b)
+        if hi_b - c_b > 0:
+            for j in range(max(c_b, 0), min(hi_b, nspec)):
+                y[j, i] = (hi_b - j) / (hi_b - c_b)

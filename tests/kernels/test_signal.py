@@ -135,3 +135,35 @@ def test_log_mel_front_end():
     got = cm.run(None, {'x': x})[0]
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())
     assert cm.fallback_nodes() == []
+
+
+def _run_generators(nodes, feeds, outs):
+    vis = [helper.make_tensor_value_info(k, tt(v.dtype), []) for k, v in feeds.items()]
+    g = helper.make_graph(nodes, 'g', vis,
+                          [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None)
+                           for o in outs])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)])
+    m.ir_version = 8
+    for o in m.graph.output:  # output types as onnx infers them
+        o.ClearField('type')
+    ref = ort.InferenceSession(m.SerializeToString(),
+                               providers=['CPUExecutionProvider']).run(None, feeds)
+    cm = jitort.compile(m, strict=True)
+    got = cm.run(None, feeds)
+    for a, b in zip(got, ref):
+        assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, b.shape, a.dtype, b.dtype)
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert cm.fallback_nodes() == []
+
+
+def test_windows_and_mel_with_runtime_sizes():
+    """Window sizes and mel parameters fed at run time: the generators run compiled."""
+    nodes = [helper.make_node('HannWindow', ['n'], ['hann']),
+             helper.make_node('HammingWindow', ['n'], ['hamming'], periodic=0),
+             helper.make_node('BlackmanWindow', ['n'], ['blackman'], output_datatype=11),
+             helper.make_node('HannWindow', ['n'], ['hann_sym'], periodic=0, output_datatype=11),
+             helper.make_node('MelWeightMatrix', ['nm', 'nd', 'sr', 'lo', 'hi'], ['mel'])]
+    feeds = {'n': np.array(16, I64), 'nm': np.array(10, I64), 'nd': np.array(64, I64),
+             'sr': np.array(16000, I64), 'lo': np.array(20., np.float32),
+             'hi': np.array(7000., np.float32)}
+    _run_generators(nodes, feeds, ['hann', 'hamming', 'blackman', 'hann_sym', 'mel'])

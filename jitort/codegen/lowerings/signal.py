@@ -16,7 +16,7 @@ import numpy as np
 
 from ...ir import Node
 from ..registry import Unlowerable, lowering
-from .common import _3d, _is_float
+from .common import _3d, _PLAIN, _is_float
 
 if TYPE_CHECKING:
     from ..cpu import Emitter
@@ -178,3 +178,32 @@ def lower_stft(em: Emitter, n: Node) -> None:
     em.call(f"_signal.stft_frames({em.arr(x)}, {wv}, {em.dim(step)}, "
             f"{fr}.reshape({em.tuple_expr((b, frames, flen, c))}))")
     _dft_rows(em, n, fr, b * frames, flen, c, w, yv, nbins, 2, fft)
+
+
+def _gen_ok(n: Node) -> bool:
+    y = n.outputs[0]
+    return y.dtype is not None and np.dtype(y.dtype) in _PLAIN
+
+
+_WINDOW_KIND = {"HannWindow": 0, "HammingWindow": 1, "BlackmanWindow": 2}
+
+
+@lowering("HannWindow", "HammingWindow", "BlackmanWindow", supports=_gen_ok)
+def lower_window(em: Emitter, n: Node) -> None:
+    """Only reached when the size is not a constant (constant windows fold on the host): the
+    length comes from the output shape."""
+    yv = em.out(n.outputs[0])
+    em.call(f"_signal.window({yv}, {em.dim(_WINDOW_KIND[n.op_type])}, "
+            f"{em.dim(int(n.attrs.get('periodic', 1)))})")
+
+
+@lowering("MelWeightMatrix", supports=_gen_ok)
+def lower_mel(em: Emitter, n: Node) -> None:
+    """Only reached when some input is not a constant: num_mel_bins and dft_length are known
+    ahead (they shape the output), the rates and edges are read at run time."""
+    dl = _value(em, n, 1)
+    if dl is None:
+        raise Unlowerable(n, "dft_length missing")
+    yv = em.out(n.outputs[0])
+    em.call(f"_signal.mel_weight_matrix({yv}, {em.dim(int(dl.reshape(-1)[0]))}, "
+            f"{em.arr(n.inputs[2])}, {em.arr(n.inputs[3])}, {em.arr(n.inputs[4])})")
