@@ -22,7 +22,8 @@ constant weights) or shape (0, 0, 0); ``rt`` (nd, H, G*H) = R transposed per dir
 ``seqlen`` (B,) integers or shape (0,) when absent; ``y`` (T, nd, B, H) / (B, T, nd, H) and
 ``yh``/``yc`` (nd, B, H) / (B, nd, H) by ``layout``, shape all-0 when absent; ``ws`` a scratch of
 ``scratch_elems(...)`` elements. ``acts`` is a tuple of activation codes (ACT_*), G' per
-direction (LSTM f, g, h; GRU f, g; RNN f), ``alphas``/``betas`` float tuples of the same length.
+direction (LSTM f, g, h; GRU f, g; RNN f; the lowering pads it to 6), ``alphas``/``betas``
+float tuples of the same length.
 ``clip`` bounds every gate's pre-activation to [-clip, clip] (inf: no clip). With sequence
 lengths, a batch row stops at its length: Y is 0 past it, Y_h / Y_c hold its last valid step's
 state (0 for length 0), and the reverse direction runs from its last valid step back, as
@@ -66,8 +67,8 @@ def scratch_elems(seq, batch, hidden, gates, nd):
     nd*G*H, padded to whole panels), per direction the step product, the state (h, c) and a
     temporary row block."""
     gh = gates * hidden
-    return (seq * batch * (nd * gh + PANEL) + nd * batch * (2 * gh + 2 * hidden) + nd * gh
-            + 64)
+    return (seq * batch * (nd * gh + PANEL) + nd * batch * (2 * gh + PANEL + 2 * hidden)
+            + nd * gh + 64)
 
 
 # --- the input projection: packed weights and a register-blocked micro-kernel ---------------
@@ -77,6 +78,7 @@ def scratch_elems(seq, batch, hidden, gates, nd):
 # block of the output with its accumulators in vector registers over all of K.
 _VW = 16 if llb.get_host_cpu_features().get('avx512f') else 8  # float32 lanes per vector
 PANEL = 2 * _VW
+_PROJ_ROWS = 64
 
 
 def pack_weights(w):
@@ -188,9 +190,13 @@ def _proj_panels(x, wp, bsum, out, p0, p1):
         for j in range(p0 * PANEL, p1 * PANEL):
             row[j] = bsum[j] if j < n else zero
     m4 = m - m % 4
+    # row blocks of _PROJ_ROWS: their rows of x stay in cache while every panel passes
+    for r0 in range(0, m4, _PROJ_ROWS):
+        r1 = min(m4, r0 + _PROJ_ROWS)
+        for p in range(p0, p1):
+            for r in range(r0, r1, 4):
+                _mk4(x, r * k, k, wp, p * k * PANEL, out, r * ldo + p * PANEL, ldo, k)
     for p in range(p0, p1):
-        for r in range(0, m4, 4):
-            _mk4(x, r * k, k, wp, p * k * PANEL, out, r * ldo + p * PANEL, ldo, k)
         for r in range(m4, m):
             o = out[r, p * PANEL:(p + 1) * PANEL]
             xr = x[r]
@@ -297,8 +303,44 @@ def _project(x, w, wp, bsum, xw):
             np.int64(0), np.float64(0.0), np.float64(0.0))
 
 
+def pack_recurrence(r):
+    """(nd, G*H, H) recurrence weights -> R^T of each direction in panels
+    (nd, ceil(G*H/PANEL), H, PANEL), zero-padded."""
+    return np.stack([pack_weights(r[d:d + 1]) for d in range(r.shape[0])])
+
+
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _hgemm(a, d, rt, c0, c1, out, rows, nrows):
+def _hgemm_packed(a, aoff, lda, rp, d, c0, c1, out, nb):
+    """out[d, b, panels covering c0:c1] = a[aoff + b*lda + (0..H-1)] @ R^T[d] for all nb batch
+    rows (columns of those panels outside c0:c1 are overwritten too; out's rows are padded)."""
+    hd = rp.shape[2]
+    npan = rp.shape[1]
+    ldo = out.shape[2]
+    p0 = c0 // PANEL
+    p1 = (c1 + PANEL - 1) // PANEL
+    zero = out.dtype.type(0.0)
+    for b in range(nb):
+        o = out[d, b]
+        for j in range(p0 * PANEL, p1 * PANEL):
+            o[j] = zero
+    nb4 = nb - nb % 4
+    af = a.reshape(-1)
+    for p in range(p0, p1):
+        woff = (d * npan + p) * hd * PANEL
+        for b in range(0, nb4, 4):
+            _mk4(a, aoff + b * lda, lda, rp, woff, out, (d * nb + b) * ldo + p * PANEL, ldo, hd)
+        for b in range(nb4, nb):
+            o = out[d, b, p * PANEL:(p + 1) * PANEL]
+            wpan = rp[d, p]
+            for k in range(hd):
+                x = af[aoff + b * lda + k]
+                wr = wpan[k]
+                for j in range(PANEL):
+                    o[j] += x * wr[j]
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _hgemm(a, d, rt, rp, c0, c1, out, rows, nrows):
     """out[d, b, c0:c1] = a[d, b, :] @ rt[d, :, c0:c1] for the batch rows ``rows[:nrows]``
     (all rows when ``nrows`` == out.shape[1])."""
     nb = out.shape[1]
@@ -315,8 +357,11 @@ def _hgemm(a, d, rt, c0, c1, out, rows, nrows):
                 o[j] = t_(0.0)
         return
     if nrows >= _BLAS_MIN_ROWS and nrows == nb:
-        xgemm(0, 0, nb, n, kdim, 1.0, a, d * nb * kdim, kdim, rt, d * kdim * gh + c0, gh,
-              0.0, out, d * nb * gh + c0, gh)
+        if rp.shape[0] > 0:
+            _hgemm_packed(a, d * nb * kdim, kdim, rp, d, c0, c1, out, nb)
+        else:
+            xgemm(0, 0, nb, n, kdim, 1.0, a, d * nb * kdim, kdim, rt, d * kdim * gh + c0, gh,
+                  0.0, out, d * nb * out.shape[2] + c0, out.shape[2])
         return
     r = rt[d]
     for bi in range(nrows):
@@ -465,18 +510,19 @@ def _clip(v, c):
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _views(ws, nt, nb, hd, g, nd, npan):
-    """Carve the scratch: xw (T*B, nd*G*H, or npan*PANEL with packed weights), hr, tmp
-    (nd, B, G*H), h, c (nd, B, H)."""
+def _views(ws, nt, nb, hd, g, nd, npan, npan_r):
+    """Carve the scratch: xw (T*B, nd*G*H, or npan*PANEL with packed weights), hr (nd, B, G*H
+    or npan_r*PANEL with packed recurrence weights), tmp (nd, B, G*H), h, c (nd, B, H)."""
     gh = g * hd
     ld = npan * PANEL if npan > 0 else nd * gh
-    if ld > nd * gh + PANEL:
+    ldh = npan_r * PANEL if npan_r > 0 else gh
+    if ld > nd * gh + PANEL or ldh > gh + PANEL:
         raise ValueError("RNN: packed weights do not match the hidden size")
     o = 0
     xw = ws[o:o + nt * nb * ld].reshape(nt * nb, ld)
     o += nt * nb * ld
-    hr = ws[o:o + nd * nb * gh].reshape(nd, nb, gh)
-    o += nd * nb * gh
+    hr = ws[o:o + nd * nb * ldh].reshape(nd, nb, ldh)
+    o += nd * nb * ldh
     tmp = ws[o:o + nd * nb * gh].reshape(nd, nb, gh)
     o += nd * nb * gh
     hs = ws[o:o + nd * nb * hd].reshape(nd, nb, hd)
@@ -487,7 +533,7 @@ def _views(ws, nt, nb, hd, g, nd, npan):
 
 # --- LSTM ------------------------------------------------------------------------------------
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _lstm_dir(d, reverse, xw, rt, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, betas,
+def _lstm_dir(d, reverse, xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, betas,
               clip, input_forget):
     """The recurrence of direction ``d`` (it indexes the weights and state; ``reverse``: run
     from each row's last valid step back)."""
@@ -511,7 +557,7 @@ def _lstm_dir(d, reverse, xw, rt, peep, hr, tmp, hs, cs, y, lens, layout, acts, 
     col = d * gh
     for s in range(maxlen):
         na = _active(lens, s, rows)
-        _hgemm(hs, d, rt, 0, gh, hr, rows, na)
+        _hgemm(hs, d, rt, rp, 0, gh, hr, rows, na)
         for bi in range(na):
             b = rows[bi]
             t = lens[b] - 1 - s if reverse else s
@@ -566,33 +612,33 @@ def _lstm_dir(d, reverse, xw, rt, peep, hr, tmp, hs, cs, y, lens, layout, acts, 
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
-def _lstm_par(xw, rt, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, betas, clip,
+def _lstm_par(xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, betas, clip,
               input_forget):
     for d in prange(2):
-        _lstm_dir(d, d == 1, xw, rt, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, betas,
+        _lstm_dir(d, d == 1, xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, betas,
                   clip, input_forget)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def lstm(x, w, wp, rt, bias, peep, h0, c0, seqlen, y, yh, yc, ws, layout, reverse, acts, alphas,
+def lstm(x, w, wp, rt, rp, bias, peep, h0, c0, seqlen, y, yh, yc, ws, layout, reverse, acts, alphas,
          betas, clip, input_forget):
     """ONNX LSTM (gates i, o, f, c); see the module docstring. ``reverse``: a one-direction
     layer that runs backwards."""
     nd = w.shape[0]
     hd = rt.shape[1]
     nt, nb = _dims(x, layout)
-    xw, hr, tmp, hs, cs = _views(ws, nt, nb, hd, 4, nd, wp.shape[0])
+    xw, hr, tmp, hs, cs = _views(ws, nt, nb, hd, 4, nd, wp.shape[0], rp.shape[1])
     lens = _lengths(seqlen, nb, nt)
     _init_state(hs, h0, layout)
     _init_state(cs, c0, layout)
     bsum = _bias_sum(bias, nd, 4, hd, False)
     _project(x.reshape(nt * nb, x.shape[2]), w, wp, bsum, xw)
     if nd == 2 and num_threads() >= 2 and nt * nb * hd * 4 * hd >= _PAR_MIN_MACS:
-        _lstm_par(xw, rt, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, betas, clip,
+        _lstm_par(xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, betas, clip,
                   input_forget)
     else:
         for d in range(nd):
-            _lstm_dir(d, reverse or d == 1, xw, rt, peep, hr, tmp, hs, cs, y, lens, layout,
+            _lstm_dir(d, reverse != 0 or d == 1, xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout,
                       acts, alphas, betas, clip, input_forget)
     if yh.shape[0] > 0:
         _store_state(hs, yh, lens, layout)
@@ -602,7 +648,7 @@ def lstm(x, w, wp, rt, bias, peep, h0, c0, seqlen, y, yh, yc, ws, layout, revers
 
 # --- GRU -------------------------------------------------------------------------------------
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _gru_dir(d, reverse, xw, rt, rbh, hr, tmp, hs, y, lens, layout, acts, alphas, betas, clip,
+def _gru_dir(d, reverse, xw, rt, rp, rbh, hr, tmp, hs, y, lens, layout, acts, alphas, betas, clip,
              linear_before_reset):
     nb = hs.shape[1]
     hd = hs.shape[2]
@@ -624,7 +670,7 @@ def _gru_dir(d, reverse, xw, rt, rbh, hr, tmp, hs, y, lens, layout, acts, alphas
     for s in range(maxlen):
         na = _active(lens, s, rows)
         # z and r (and h's recurrent product when it comes before the reset)
-        _hgemm(hs, d, rt, 0, gh if linear_before_reset else 2 * hd, hr, rows, na)
+        _hgemm(hs, d, rt, rp, 0, gh if linear_before_reset else 2 * hd, hr, rows, na)
         for bi in range(na):
             b = rows[bi]
             t = lens[b] - 1 - s if reverse else s
@@ -651,7 +697,7 @@ def _gru_dir(d, reverse, xw, rt, rbh, hr, tmp, hs, y, lens, layout, acts, alphas
                 for j in range(hd):
                     rh[j] = tr[j] * h[j]
         if not linear_before_reset:
-            _hgemm_rh(tmp, d, rt, hd, hr, rows, na)
+            _hgemm_rh(tmp, d, rt, rp, hd, hr, rows, na)
         for bi in range(na):
             b = rows[bi]
             t = lens[b] - 1 - s if reverse else s
@@ -684,15 +730,19 @@ def _gru_dir(d, reverse, xw, rt, rbh, hr, tmp, hs, y, lens, layout, acts, alphas
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _hgemm_rh(tmp, d, rt, hd, hr, rows, na):
+def _hgemm_rh(tmp, d, rt, rp, hd, hr, rows, na):
     """hr[d, b, 2H:3H] = tmp[d, b, 2H:3H] @ rt[d, :, 2H:3H] (GRU's (r * h) @ Rh^T)."""
     nb = tmp.shape[1]
     gh = 3 * hd
     if na == 0 or hd == 0:
         return
     if na >= _BLAS_MIN_ROWS and na == nb:
-        xgemm(0, 0, nb, hd, hd, 1.0, tmp, d * nb * gh + 2 * hd, gh, rt, d * hd * gh + 2 * hd,
-              gh, 0.0, hr, d * nb * gh + 2 * hd, gh)
+        if rp.shape[0] > 0:
+            _hgemm_packed(tmp, d * nb * gh + 2 * hd, gh, rp, d, 2 * hd, gh, hr, nb)
+        else:
+            ldh = hr.shape[2]
+            xgemm(0, 0, nb, hd, hd, 1.0, tmp, d * nb * gh + 2 * hd, gh, rt,
+                  d * hd * gh + 2 * hd, gh, 0.0, hr, d * nb * ldh + 2 * hd, ldh)
         return
     t_ = hr.dtype.type
     r = rt[d]
@@ -724,21 +774,21 @@ def _hgemm_rh(tmp, d, rt, hd, hr, rows, na):
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
-def _gru_par(xw, rt, rbh, hr, tmp, hs, y, lens, layout, acts, alphas, betas, clip,
+def _gru_par(xw, rt, rp, rbh, hr, tmp, hs, y, lens, layout, acts, alphas, betas, clip,
              linear_before_reset):
     for d in prange(2):
-        _gru_dir(d, d == 1, xw, rt, rbh, hr, tmp, hs, y, lens, layout, acts, alphas, betas, clip,
+        _gru_dir(d, d == 1, xw, rt, rp, rbh, hr, tmp, hs, y, lens, layout, acts, alphas, betas, clip,
                  linear_before_reset)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def gru(x, w, wp, rt, bias, h0, seqlen, y, yh, ws, layout, reverse, acts, alphas, betas, clip,
+def gru(x, w, wp, rt, rp, bias, h0, seqlen, y, yh, ws, layout, reverse, acts, alphas, betas, clip,
         linear_before_reset):
     """ONNX GRU (gates z, r, h); see the module docstring."""
     nd = w.shape[0]
     hd = rt.shape[1]
     nt, nb = _dims(x, layout)
-    xw, hr, tmp, hs, _ = _views(ws, nt, nb, hd, 3, nd, wp.shape[0])
+    xw, hr, tmp, hs, _ = _views(ws, nt, nb, hd, 3, nd, wp.shape[0], rp.shape[1])
     lens = _lengths(seqlen, nb, nt)
     _init_state(hs, h0, layout)
     lbr = linear_before_reset != 0
@@ -750,10 +800,10 @@ def gru(x, w, wp, rt, bias, h0, seqlen, y, yh, ws, layout, reverse, acts, alphas
                 rbh[d, j] = bias[d, 5 * hd + j]
     _project(x.reshape(nt * nb, x.shape[2]), w, wp, bsum, xw)
     if nd == 2 and num_threads() >= 2 and nt * nb * hd * 3 * hd >= _PAR_MIN_MACS:
-        _gru_par(xw, rt, rbh, hr, tmp, hs, y, lens, layout, acts, alphas, betas, clip, lbr)
+        _gru_par(xw, rt, rp, rbh, hr, tmp, hs, y, lens, layout, acts, alphas, betas, clip, lbr)
     else:
         for d in range(nd):
-            _gru_dir(d, reverse or d == 1, xw, rt, rbh, hr, tmp, hs, y, lens, layout,
+            _gru_dir(d, reverse != 0 or d == 1, xw, rt, rp, rbh, hr, tmp, hs, y, lens, layout,
                      acts, alphas, betas, clip, lbr)
     if yh.shape[0] > 0:
         _store_state(hs, yh, lens, layout)
@@ -761,7 +811,7 @@ def gru(x, w, wp, rt, bias, h0, seqlen, y, yh, ws, layout, reverse, acts, alphas
 
 # --- RNN -------------------------------------------------------------------------------------
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _rnn_dir(d, reverse, xw, rt, hr, hs, y, lens, layout, acts, alphas, betas, clip):
+def _rnn_dir(d, reverse, xw, rt, rp, hr, hs, y, lens, layout, acts, alphas, betas, clip):
     nb = hs.shape[1]
     hd = hs.shape[2]
     nt = xw.shape[0] // nb if nb > 0 else 0
@@ -776,7 +826,7 @@ def _rnn_dir(d, reverse, xw, rt, hr, hs, y, lens, layout, acts, alphas, betas, c
     col = d * hd
     for s in range(maxlen):
         na = _active(lens, s, rows)
-        _hgemm(hs, d, rt, 0, hd, hr, rows, na)
+        _hgemm(hs, d, rt, rp, 0, hd, hr, rows, na)
         for bi in range(na):
             b = rows[bi]
             t = lens[b] - 1 - s if reverse else s
@@ -797,27 +847,27 @@ def _rnn_dir(d, reverse, xw, rt, hr, hs, y, lens, layout, acts, alphas, betas, c
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
-def _rnn_par(xw, rt, hr, hs, y, lens, layout, acts, alphas, betas, clip):
+def _rnn_par(xw, rt, rp, hr, hs, y, lens, layout, acts, alphas, betas, clip):
     for d in prange(2):
-        _rnn_dir(d, d == 1, xw, rt, hr, hs, y, lens, layout, acts, alphas, betas, clip)
+        _rnn_dir(d, d == 1, xw, rt, rp, hr, hs, y, lens, layout, acts, alphas, betas, clip)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def rnn(x, w, wp, rt, bias, h0, seqlen, y, yh, ws, layout, reverse, acts, alphas, betas, clip):
+def rnn(x, w, wp, rt, rp, bias, h0, seqlen, y, yh, ws, layout, reverse, acts, alphas, betas, clip):
     """ONNX RNN (Ht = f(Xt W^T + Ht-1 R^T + Wb + Rb)); see the module docstring."""
     nd = w.shape[0]
     hd = rt.shape[1]
     nt, nb = _dims(x, layout)
-    xw, hr, _, hs, _ = _views(ws, nt, nb, hd, 1, nd, wp.shape[0])
+    xw, hr, _, hs, _ = _views(ws, nt, nb, hd, 1, nd, wp.shape[0], rp.shape[1])
     lens = _lengths(seqlen, nb, nt)
     _init_state(hs, h0, layout)
     bsum = _bias_sum(bias, nd, 1, hd, False)
     _project(x.reshape(nt * nb, x.shape[2]), w, wp, bsum, xw)
     if nd == 2 and num_threads() >= 2 and nt * nb * hd * hd >= _PAR_MIN_MACS:
-        _rnn_par(xw, rt, hr, hs, y, lens, layout, acts, alphas, betas, clip)
+        _rnn_par(xw, rt, rp, hr, hs, y, lens, layout, acts, alphas, betas, clip)
     else:
         for d in range(nd):
-            _rnn_dir(d, reverse or d == 1, xw, rt, hr, hs, y, lens, layout, acts, alphas,
+            _rnn_dir(d, reverse != 0 or d == 1, xw, rt, rp, hr, hs, y, lens, layout, acts, alphas,
                      betas, clip)
     if yh.shape[0] > 0:
         _store_state(hs, yh, lens, layout)

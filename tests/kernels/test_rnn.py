@@ -133,6 +133,7 @@ def test_lstm_output_subsets_no_bias():
     _check("LSTM", feeds, outs=["", "", "yc"], hidden_size=4)
 
 
+@pytest.mark.slow  # its own float64 specialization of every kernel (~20 s of compile)
 def test_lstm_float64_runtime_weights():
     # W, R, B as graph inputs: R is transposed in the driver, not at compile time; float64
     # against onnxruntime's float32 (it has no float64 LSTM)

@@ -125,6 +125,11 @@ def lower_rnn(em: Emitter, n: Node) -> None:
     else:
         wpv = f"np.zeros((0, 0, 0), {tn})"
     if r.is_const:
+        from jitort.kernels.cpu.rnn import pack_recurrence
+        rpv = em.derived_const(("rnn_rpack", id(r.const)), lambda: pack_recurrence(r.const))
+    else:
+        rpv = f"np.zeros((0, 0, 0, 0), {tn})"
+    if r.is_const:
         rt = em.derived_const(("rnn_rt", id(r.const)),
                               lambda: np.ascontiguousarray(r.const.transpose(0, 2, 1)))
         rtv = f"{rt}.reshape({em.tuple_expr((nd, hd, g * hd))})"
@@ -158,17 +163,21 @@ def lower_rnn(em: Emitter, n: Node) -> None:
 
     yv = out(outs[0], y_shape)
     yhv = out(outs[1], yh_shape)
+    # padded to 6 slots: one tuple type for every op and direction count (fewer specializations)
+    pad = 6 - len(codes)
+    codes, alphas, betas = codes + [0] * pad, alphas + [0.0] * pad, betas + [0.0] * pad
     acts = "(" + "".join(f"np.int64({c}), " for c in codes) + ")"
     al = "(" + "".join(float_literal(a) + ", " for a in alphas) + ")"
     be = "(" + "".join(float_literal(b) + ", " for b in betas) + ")"
-    tail = f"{layout}, {reverse}, {acts}, {al}, {be}, {float_literal(clip)}"
+    # flags travel in the d array: a literal would compile one specialization per value
+    tail = f"{em.dim(layout)}, {em.dim(int(reverse))}, {acts}, {al}, {be}, {float_literal(clip)}"
     if op == "LSTM":
         ycv = out(outs[2], yh_shape)
-        cif = bool(n.attrs.get("input_forget", 0))
-        em.call(f"_rnn.lstm({xv}, {wv}, {wpv}, {rtv}, {bv}, {pv}, {h0}, {c0}, {sv}, {yv}, {yhv}, "
+        cif = em.dim(int(bool(n.attrs.get("input_forget", 0))))
+        em.call(f"_rnn.lstm({xv}, {wv}, {wpv}, {rtv}, {rpv}, {bv}, {pv}, {h0}, {c0}, {sv}, {yv}, {yhv}, "
                 f"{ycv}, {ws}, {tail}, {cif})")
     elif op == "GRU":
-        lbr = bool(n.attrs.get("linear_before_reset", 0))
-        em.call(f"_rnn.gru({xv}, {wv}, {wpv}, {rtv}, {bv}, {h0}, {sv}, {yv}, {yhv}, {ws}, {tail}, {lbr})")
+        lbr = em.dim(int(bool(n.attrs.get("linear_before_reset", 0))))
+        em.call(f"_rnn.gru({xv}, {wv}, {wpv}, {rtv}, {rpv}, {bv}, {h0}, {sv}, {yv}, {yhv}, {ws}, {tail}, {lbr})")
     else:
-        em.call(f"_rnn.rnn({xv}, {wv}, {wpv}, {rtv}, {bv}, {h0}, {sv}, {yv}, {yhv}, {ws}, {tail})")
+        em.call(f"_rnn.rnn({xv}, {wv}, {wpv}, {rtv}, {rpv}, {bv}, {h0}, {sv}, {yv}, {yhv}, {ws}, {tail})")
