@@ -502,7 +502,8 @@ def _gs_cubic(t):
 
 @njit(cache=True, error_model='numpy')
 def gridsample_plan(g, dims, mode, pad, align, wdt):
-    """g (P, D) grid points (x first: reversed axis order), dims the D input sizes (outer first)
+    """g (P, D) grid points (x first: reversed axis order), dims the input sizes (3, outer first,
+    leading 1s when D < 3)
     -> idx (P, K) flat indices, w (P, K) of wdt's dtype, full (P,) 1 where every tap is inside
     (else the outside taps have weight 0 and must not be read)."""
     P = g.shape[0]
@@ -516,9 +517,10 @@ def gridsample_plan(g, dims, mode, pad, align, wdt):
     idx = np.zeros((P, K), np.int64)
     w = np.zeros((P, K), wdt.dtype)
     full = np.ones(P, np.uint8)
+    o3 = 3 - D
     if D == 2 and mode == 1:
-        H = dims[0]
-        W = dims[1]
+        H = dims[1]
+        W = dims[2]
         for p in range(P):
             cx = _gs_denorm(np.float64(g[p, 0]), W, align)
             cy = _gs_denorm(np.float64(g[p, 1]), H, align)
@@ -554,7 +556,7 @@ def gridsample_plan(g, dims, mode, pad, align, wdt):
     cw = np.zeros((D, 4), np.float64)
     for p in range(P):
         for d in range(D):
-            L = dims[d]
+            L = dims[o3 + d]
             c = _gs_denorm(np.float64(g[p, D - 1 - d]), L, align)
             if mode == 0:
                 base[d] = np.int64(np.rint(c))
@@ -586,11 +588,11 @@ def gridsample_plan(g, dims, mode, pad, align, wdt):
                     off = r & 3
                     r >>= 2
                     wt *= cw[d, off]
-                j, valid = _gs_tap(base[d] + off, dims[d], pad, align)
+                j, valid = _gs_tap(base[d] + off, dims[o3 + d], pad, align)
                 ok = ok and valid
                 stride = 1
                 for e in range(d + 1, D):
-                    stride *= dims[e]
+                    stride *= dims[o3 + e]
                 flat += j * stride
             idx[p, k] = flat
             w[p, k] = wt if ok else 0.0

@@ -212,6 +212,25 @@ def test_gridsample_3d(mode, nthreads):
         _run_both(m, {'x': x, 'g': g})
 
 
+def test_gridsample_1d():
+    """1-D sampling (onnxruntime runs only 2-D/3-D): with border padding it equals the 2-D
+    sampling of a height-1 image at y = 0, which onnxruntime runs. (onnx.reference differs
+    from onnxruntime for cubic/border outside the image; jitort follows onnxruntime.)"""
+    import onnxruntime as ort
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 7)).astype(np.float32)
+    g = (rng.random((2, 5, 1)) * 2.6 - 1.3).astype(np.float32)
+    g2 = np.concatenate([g, np.zeros_like(g)], axis=-1)[:, None]  # (2, 1, 5, 2)
+    for mode in ('linear', 'nearest', 'cubic'):
+        m = _gs_model(x.shape, g.shape, 20, mode=mode, padding_mode='border')
+        cm = jitort.compile(m)
+        assert cm.fallback_nodes() == []
+        m2 = _gs_model((2, 3, 1, 7), g2.shape, 20, mode=mode, padding_mode='border')
+        ref = ort.InferenceSession(m2.SerializeToString(), providers=['CPUExecutionProvider']).run(
+            None, {'x': x[:, :, None], 'g': g2})[0][:, :, 0]
+        np.testing.assert_allclose(cm.run(None, {'x': x, 'g': g})[0], ref, rtol=1e-4, atol=1e-5)
+
+
 def test_gridsample_big(nthreads):
     """Enough output for the prange variant."""
     x = _rng.standard_normal((1, 16, 32, 32)).astype(np.float32)

@@ -201,8 +201,10 @@ def lower_gridsample(em: Emitter, n: Node) -> None:
     pad = _GS_PADS[_s(n.attrs.get("padding_mode"), "zeros")]
     align = bool(n.attrs.get("align_corners", 0))
     S, P = _prod(xs[2:]), _prod(gs[1:-1])
-    if mode == 2 and D > 3:
-        raise Unlowerable(n, "cubic GridSample over more than 3 axes (4**D taps)")
+    if D > 3:
+        raise Unlowerable(n, f"{D}-D GridSample (onnxruntime runs 2-D and 3-D)")
+    if mode == 2 and D == 3:
+        raise Unlowerable(n, "3-D cubic GridSample (onnxruntime rejects it; no reference to match)")
     if S == 0 and _prod(ys) != 0:
         raise Unlowerable(n, "GridSample of an empty image")
     yv = em.out(y)
@@ -215,7 +217,7 @@ def lower_gridsample(em: Emitter, n: Node) -> None:
     par = "_par" if em.memo[key] else ""
     em.call(f"_resize.gridsample{par}({em.arr(x)}.reshape({em.tuple_expr((xs[0], xs[1], S))}), "
             f"{em.arr(g)}.reshape({em.tuple_expr((gs[0], P, D))}), "
-            f"{yv}.reshape({em.tuple_expr((xs[0], xs[1], P))}), {em.tuple_expr(xs[2:])}, "
+            f"{yv}.reshape({em.tuple_expr((xs[0], xs[1], P))}), {em.tuple_expr((1,) * (3 - D) + xs[2:])}, "
             f"{mode}, {pad}, {align})")
 
 
