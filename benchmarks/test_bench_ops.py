@@ -479,6 +479,36 @@ CASES.update({
         [('x', _rn(4, 128, 768))], ['y'], [('w', _rn(768, 768, seed=1))], opset=12), 0),
 })
 
+# LSTM / GRU / RNN (opset 14): crnn's first bidirectional LSTM (T=32, B=1, 512 -> 128, initial
+# states given), and single layers of 256 -> 256 at batch 1 and 16
+def _rnn_case(op, seq, batch, inp, hidden, direction='forward', states=False):
+    g = {'LSTM': 4, 'GRU': 3, 'RNN': 1}[op]
+    nd = 2 if direction == 'bidirectional' else 1
+    ins = ['x', 'w', 'r', 'b']
+    feeds = [('x', _rn(seq, batch, inp))]
+    if states:
+        ins += ['', 'h0'] + (['c0'] if op == 'LSTM' else [])
+        feeds += [('h0', _rn(nd, batch, hidden, seed=4) * 0.1)]
+        feeds += [('c0', _rn(nd, batch, hidden, seed=5) * 0.1)] if op == 'LSTM' else []
+    inits = [('w', _rn(nd, g * hidden, inp, seed=1) * 0.05),
+             ('r', _rn(nd, g * hidden, hidden, seed=2) * 0.05),
+             ('b', _rn(nd, 2 * g * hidden, seed=3) * 0.05)]
+    outs = ['y', 'yh'] + (['yc'] if op == 'LSTM' else [])
+    return _model_case([helper.make_node(op, ins, outs, hidden_size=hidden, direction=direction)],
+                       feeds, outs, inits, opset=14)
+
+
+CASES.update({
+    'lstm bidir T=32 B=1 512->128 (crnn)': (lambda: _rnn_case('LSTM', 32, 1, 512, 128,
+                                                              'bidirectional', True), 0),
+    'lstm T=64 B=1 256->256': (lambda: _rnn_case('LSTM', 64, 1, 256, 256), 0),
+    'lstm T=64 B=16 256->256': (lambda: _rnn_case('LSTM', 64, 16, 256, 256), 0),
+    'gru T=128 B=1 256->256': (lambda: _rnn_case('GRU', 128, 1, 256, 256), 0),
+    'gru bidir T=64 B=16 256->256': (lambda: _rnn_case('GRU', 64, 16, 256, 256,
+                                                       'bidirectional'), 0),
+    'rnn T=64 B=16 256->256': (lambda: _rnn_case('RNN', 64, 16, 256, 256), 0),
+})
+
 # Resize: decoder's nearest x2, mobilevit's bilinear 7<->8, U-Net bilinear x2, bicubic, antialias
 def _resize_case(shape, mode, scales=None, sizes=None, **attrs):
     ins = ['x', '', 'sc' if scales is not None else '', 'sz' if sizes is not None else '']
