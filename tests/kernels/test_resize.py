@@ -64,8 +64,12 @@ COORDS = ['half_pixel', 'half_pixel_symmetric', 'pytorch_half_pixel', 'align_cor
           'asymmetric']
 
 
-@pytest.mark.parametrize('coord', COORDS)
-@pytest.mark.parametrize('nearest', ['round_prefer_floor', 'round_prefer_ceil', 'floor', 'ceil'])
+NEAREST = ['round_prefer_floor', 'round_prefer_ceil', 'floor', 'ceil']
+
+
+@pytest.mark.parametrize('coord,nearest',
+                         [(c, m) for c in ('half_pixel', 'asymmetric') for m in NEAREST]
+                         + [(c, 'round_prefer_ceil') for c in COORDS[1:4]])
 def test_nearest_modes(coord, nearest):
     # up on H, down on W: ties and the downscale side of every rounding
     _check(X4, scales=[1, 1, 1.5, 0.7], mode='nearest', coordinate_transformation_mode=coord,
@@ -91,12 +95,14 @@ def test_cubic_attrs():
 
 def test_x2_nchw(nthreads):
     """The real-model cases: nearest x2 floor/asymmetric, bilinear align_corners / half_pixel."""
-    x = _rng.standard_normal((1, 4, 40, 48)).astype(np.float32)  # big enough for the prange path
+    x = _rng.standard_normal((1, 4, 64, 64)).astype(np.float32)  # x2: the prange path (64K)
     _check(x, scales=[1, 1, 2, 2], mode='nearest', coordinate_transformation_mode='asymmetric',
            nearest_mode='floor')
     _check(x, scales=[1, 1, 2, 2], mode='linear', coordinate_transformation_mode='align_corners')
-    _check(x, sizes=[1, 4, 45, 41], mode='linear')
-    _check(x[:1, :1], scales=[1, 1, 4, 4], mode='linear')  # one plane: rows split
+    _check(x, sizes=[1, 4, 150, 111], mode='linear')
+    _check(x[:1, :1], scales=[1, 1, 4, 4], mode='linear')  # one plane: its rows split
+    big = _rng.standard_normal((1, 2, 1024, 1024)).astype(np.float32)  # nearest's prange (4M)
+    _check(big, scales=[1, 1, 1.5, 1.5], mode='nearest')
 
 
 @pytest.mark.parametrize('opset', [10, 11, 13, 18])
