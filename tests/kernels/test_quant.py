@@ -337,3 +337,31 @@ def test_qlinear_conv_exact_f64():
     w = np.full((3, 64, 3, 3), -128, np.int8)
     node = helper.make_node('ConvInteger', ['x', 'w', 'zx', 'zw'], ['y'], pads=[1, 1, 1, 1])
     check(node, [('x', x)], [('w', w), ('zx', np.uint8(0)), ('zw', np.int8(0))], opset=10)
+
+
+# --- host evaluation (constant folding) ----------------------------------------------------------
+
+@pytest.mark.parametrize('opset', [13, 21])
+def test_qdq_on_constants_folded_on_host(opset):
+    # DequantizeLinear(QuantizeLinear(constant)) is evaluated on the host (onnx.reference has no
+    # implementation before opset 19); the result feeds a compiled Add
+    w = _f(4, 6)
+    nodes = [helper.make_node('QuantizeLinear', ['w', 's', 'z'], ['q'], axis=1),
+             helper.make_node('DequantizeLinear', ['q', 's', 'z'], ['dq'], axis=1),
+             helper.make_node('Add', ['x', 'dq'], ['y'])]
+    inits = [numpy_helper.from_array(w, 'w'),
+             numpy_helper.from_array(np.linspace(0.02, 0.2, 6).astype(np.float32), 's'),
+             numpy_helper.from_array(np.arange(-3, 3).astype(np.int8), 'z')]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('x', onnx.TensorProto.FLOAT,
+                                                                     (4, 6))],
+                          [helper.make_tensor_value_info('y', onnx.TensorProto.FLOAT, (4, 6))],
+                          initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', opset)])
+    m.ir_version = 8 if opset < 21 else 10
+    x = _f(4, 6, seed=1)
+    cm = jitort.compile(m, strict=True)
+    got = cm.run(None, {'x': x})[0]
+    assert cm.fallback_nodes() == []
+    ref = ort.InferenceSession(m.SerializeToString(), providers=['CPUExecutionProvider']).run(
+        None, {'x': x})[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)

@@ -287,3 +287,64 @@ def lower_qlinear_conv(em: Emitter, n: Node) -> None:
     i = n.inputs
     _lower_qconv(em, n, i[0], i[2], i[3], i[5], (i[1], i[4], i[6]), n.input(8), n.outputs[0],
                  i[7])
+
+
+# --- host evaluation ----------------------------------------------------------------------------
+# QuantizeLinear / DequantizeLinear on host-known values (constant weights, constant-index
+# Gathers in models from onnxruntime's quantizer) run in the interpreter, and onnx.reference has
+# no implementation before opset 19: these numpy fast paths (registered with the interpreter's
+# registry from here, the family's module) follow the kernels' arithmetic.
+
+from ...interpreter.registry import Defer, fast  # noqa: E402
+
+
+def _np_scale(x, s, axis, block):
+    """``s`` broadcastable against ``x`` (per-tensor, per-axis or blocked)."""
+    if s.size == 1 and block <= 0:
+        return s.reshape(())
+    axis = _axis(axis, x.ndim)
+    if block <= 0:
+        shape = [1] * x.ndim
+        shape[axis] = -1
+        return s.reshape(shape)
+    return np.take(np.repeat(s, block, axis=axis), np.arange(x.shape[axis]), axis=axis)
+
+
+@fast("QuantizeLinear", since=10)
+def _host_quantize(node):
+    axis, block = node.attr("axis", 1), int(node.attr("block_size", 0) or 0)
+    out_attr = node.attr("output_dtype", 0)
+
+    def run(a):
+        x, s, z = a[0], a[1], (a[2] if len(a) > 2 else None)
+        if out_attr:
+            from onnx.helper import tensor_dtype_to_np_dtype
+            dt = np.dtype(tensor_dtype_to_np_dtype(out_attr))
+        else:
+            dt = np.dtype(np.uint8) if z is None else z.dtype
+        if dt not in _QINT or s.dtype != _F32 or x.dtype not in (_F32, _I32):
+            raise Defer
+        info = np.iinfo(dt)
+        zp = np.float32(0) if z is None else _np_scale(x, z, axis, block).astype(np.float32)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            v = x.astype(np.float32) / _np_scale(x, s, axis, block)
+            lo, hi = np.float32(info.min) - zp, np.float32(info.max) - zp
+            v = np.where(v >= lo, v, lo)
+            v = np.minimum(v, hi)
+        return [np.asarray((np.rint(v) + zp).astype(np.int32).astype(dt))]
+    return run
+
+
+@fast("DequantizeLinear", since=10)
+def _host_dequantize(node):
+    axis, block = node.attr("axis", 1), int(node.attr("block_size", 0) or 0)
+
+    def run(a):
+        x, s, z = a[0], a[1], (a[2] if len(a) > 2 else None)
+        if x.dtype not in _QINT + (_I32,) or s.dtype != _F32 or node.attr("output_dtype", 0) not in (0, 1):
+            raise Defer
+        v = x.astype(np.int32)
+        if z is not None:
+            v = v - _np_scale(x, z, axis, block).astype(np.int32)
+        return [np.asarray(v.astype(np.float32) * _np_scale(x, s, axis, block))]
+    return run
