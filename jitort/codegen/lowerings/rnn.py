@@ -1,9 +1,10 @@
 """CPU lowerings: LSTM, GRU and RNN (input projection as one GEMM over all steps, then the recurrence).
 
 Kernels: ``jitort.kernels.cpu.rnn`` (alias ``_rnn`` in generated drivers). One kernel call per
-node: ``lstm`` / ``gru`` / ``rnn`` with the recurrence weights transposed once at compile time
-(``R^T`` per direction, (nd, H, G*H)) when they are constants, else by ``transpose_r`` in the
-driver. Every attribute of opsets 1-22 is honoured: direction, layout (14), clip, input_forget,
+node: ``lstm`` / ``gru`` / ``rnn``. Constant weights are prepared once at compile time: W and R
+packed into panels for the kernels' micro-kernel (``pack_weights`` / ``pack_recurrence``) and
+``R^T`` per direction, (nd, H, G*H), for the few-row step loop; weights that are not constants
+take BLAS, with R transposed by ``transpose_r`` in the driver. Every attribute of opsets 1-22 is honoured: direction, layout (14), clip, input_forget,
 linear_before_reset, activations with activation_alpha / activation_beta (consumed in order by
 the activations that take them; a missing one takes onnxruntime's default: LeakyRelu 0.01,
 HardSigmoid 0.2 / 0.5, Elu 1.0, the others 0), any subset of the outputs. opset 1's
