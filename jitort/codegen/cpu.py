@@ -618,7 +618,9 @@ def lower_group(em: Emitter, grp: Group, consumers_outside) -> None:
         y = grp.nodes[i].outputs[0]
         donor = None if id(y) in em.embed or id(y) in em.embed_parents else next(
             (j for j, (v, f) in enumerate(zip(operands, flags))
-             if not any(f) and em.can_donate(v, y) and em.root[id(v)] not in taken), None)
+             if not any(f) and em.can_donate(v, y) and em.root[id(v)] not in taken
+             # the kernel stores through the operand's own (typed) view: same dtype only
+             and np.dtype(v.dtype) == np.dtype(y.dtype)), None)
         if donor is not None:
             taken.add(em.root[id(operands[donor])])
             inplace[k] = donor
