@@ -365,3 +365,31 @@ def test_qdq_on_constants_folded_on_host(opset):
     ref = ort.InferenceSession(m.SerializeToString(), providers=['CPUExecutionProvider']).run(
         None, {'x': x})[0]
     np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_matmul_integer_then_cast_chain():
+    # quantize_dynamic's pattern: the int32 product dies into a fused Cast -> Mul (never written
+    # in place over the int32 buffer: that stored ints read back as float bits), then a
+    # Reshape -> Transpose into attention heads
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node('MatMulInteger', ['a', 'b', 'za', 'zb'], ['y']),
+             helper.make_node('Cast', ['y'], ['yf'], to=onnx.TensorProto.FLOAT),
+             helper.make_node('Mul', ['yf', 's'], ['m']),
+             helper.make_node('Reshape', ['m', 'shp'], ['r']),
+             helper.make_node('Transpose', ['r'], ['out'], perm=[0, 2, 1, 3])]
+    inits = [numpy_helper.from_array(_q((32, 32), np.int8, 1), 'b'),
+             numpy_helper.from_array(np.array(0, np.int8), 'zb'),
+             numpy_helper.from_array(np.array(0.001, np.float32), 's'),
+             numpy_helper.from_array(np.array([1, 16, 4, 8], np.int64), 'shp')]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info('a', onnx.TensorProto.UINT8, (1, 16, 32)),
+                                       helper.make_tensor_value_info('za', onnx.TensorProto.UINT8, ())],
+                          [helper.make_tensor_value_info('out', onnx.TensorProto.FLOAT, None)],
+                          initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)])
+    m.ir_version = 8
+    feeds = {'a': rng.integers(0, 256, (1, 16, 32)).astype(np.uint8), 'za': np.array(120, np.uint8)}
+    cm = jitort.compile(m, strict=True)
+    got = cm.run(None, feeds)[0]
+    ref = ort.InferenceSession(m.SerializeToString(), providers=['CPUExecutionProvider']).run(
+        None, feeds)[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
