@@ -336,6 +336,7 @@ CASES.update({
         [('k', np.array(1, np.int64))], opset=14), 0),
 })
 
+
 # ConvTranspose: decoder.onnx's upsampling conv, a U-Net 2x2 stride-2 up-conv, a 1-D audio
 # upsampler, a 3-D (volumetric U-Net) up-conv, a depthwise (group = channels) upsampler
 def _convt_case(xshape, wshape, **attrs):
@@ -367,7 +368,6 @@ CASES.update({
         [helper.make_node('MaxPool', ['x'], ['y'], kernel_shape=[3, 3, 3], strides=[2, 2, 2],
                           pads=[1] * 6)], [('x', _rn(1, 32, 16, 16, 16))], ['y']), 0),
 })
-
 
 # Gather/scatter, scans and selections (lowerings/gather_scatter.py, lowerings/scan.py): roberta's
 # position ids (CumSum over the int32 mask, GatherElements), top-p sampling over a vocabulary
@@ -426,6 +426,65 @@ CASES.update({
     'hardmax 128x1000': (lambda: _model_case(
         [helper.make_node('Hardmax', ['x'], ['y'])],
         [('x', _rn(128, 1000))], ['y'], opset=13), 0),
+})
+
+# Quantization (onnxruntime quantizer output): QDQ activations of a CNN, bert-style dynamic
+# quantization (DynamicQuantizeLinear + MatMulInteger), QLinearMatMul / QLinearConv
+def _q8(shape, lo=0, hi=256, seed=0, dtype=np.uint8):
+    return np.random.default_rng(seed).integers(lo, hi, shape).astype(dtype)
+
+
+def _qmm_case(m, k, n):
+    return _model_case([helper.make_node('MatMulInteger', ['a', 'b', 'za', 'zb'], ['y'])],
+                       [('a', _q8((1, m, k)))], ['y'],
+                       [('b', _q8((k, n), -128, 128, 1, np.int8)), ('za', np.uint8(131)),
+                        ('zb', np.int8(0))])
+
+
+def _qlmm_case(m, k, n):
+    return _model_case([helper.make_node('QLinearMatMul', ['a', 'sa', 'za', 'b', 'sb', 'zb', 'sy',
+                                                           'zy'], ['y'])],
+                       [('a', _q8((1, m, k)))], ['y'],
+                       [('sa', np.float32(0.02)), ('za', np.uint8(131)),
+                        ('b', _q8((k, n), -128, 128, 1, np.int8)), ('sb', np.float32(0.004)),
+                        ('zb', np.int8(0)), ('sy', np.float32(0.5)), ('zy', np.uint8(128))], opset=21)
+
+
+def _qlconv_case(c, h, m, k, p):
+    rng = np.random.default_rng(2)
+    return _model_case([helper.make_node('QLinearConv', ['x', 'sx', 'zx', 'w', 'sw', 'zw', 'sy',
+                                                         'zy', 'b'], ['y'], pads=[p] * 4)],
+                       [('x', _q8((1, c, h, h)))], ['y'],
+                       [('sx', np.float32(0.02)), ('zx', np.uint8(131)),
+                        ('w', _q8((m, c, k, k), -128, 128, 1, np.int8)),
+                        ('sw', rng.uniform(0.001, 0.004, m).astype(np.float32)),
+                        ('zw', np.zeros(m, np.int8)), ('sy', np.float32(0.5)),
+                        ('zy', np.uint8(128)), ('b', rng.integers(-500, 500, m).astype(np.int32))],
+                       opset=13)
+
+
+CASES.update({
+    'qlinearconv u8s8 3x3 64->64 56x56': (lambda: _qlconv_case(64, 56, 64, 3, 1),
+                                          2 * 64 * 64 * 9 * 56 * 56),
+    'qlinearconv u8s8 1x1 256->64 56x56': (lambda: _qlconv_case(256, 56, 64, 1, 0),
+                                           2 * 256 * 64 * 56 * 56),
+    'quantizelinear u8 1x64x56x56': (lambda: _model_case(
+        [helper.make_node('QuantizeLinear', ['x', 's', 'z'], ['y'])], [('x', _rn(1, 64, 56, 56))],
+        ['y'], [('s', np.float32(0.02)), ('z', np.uint8(128))], opset=13), 0),
+    'dequantizelinear u8 1x64x56x56': (lambda: _model_case(
+        [helper.make_node('DequantizeLinear', ['x', 's', 'z'], ['y'])], [('x', _q8((1, 64, 56, 56)))],
+        ['y'], [('s', np.float32(0.02)), ('z', np.uint8(128))], opset=13), 0),
+    'dequantizelinear i8 per-channel 1x256x14x14': (lambda: _model_case(
+        [helper.make_node('DequantizeLinear', ['x', 's', 'z'], ['y'], axis=1)],
+        [('x', _q8((1, 256, 14, 14), -128, 128, 0, np.int8))], ['y'],
+        [('s', np.linspace(0.01, 0.02, 256).astype(np.float32)), ('z', np.zeros(256, np.int8))],
+        opset=13), 0),
+    'dynamicquantizelinear 1x128x768': (lambda: _model_case(
+        [helper.make_node('DynamicQuantizeLinear', ['x'], ['y', 'ys', 'yz'])],
+        [('x', _rn(1, 128, 768))], ['y'], opset=13), 0),
+    'matmulinteger u8s8 128x256@256x1024': (lambda: _qmm_case(128, 256, 1024), 2 * 128 * 256 * 1024),
+    'matmulinteger u8s8 128x768@768x768': (lambda: _qmm_case(128, 768, 768), 2 * 128 * 768 * 768),
+    'qlinearmatmul u8s8 128x768@768x768': (lambda: _qlmm_case(128, 768, 768), 2 * 128 * 768 * 768),
 })
 
 # Normalizations, reductions, new elementwise ops, Einsum: decoder.onnx's InstanceNormalization
