@@ -109,8 +109,12 @@ def axis_table(lin, lout, scale, rs, re, mode, coord, nearest, cubic_a, exclude,
         k = np.int64(math.ceil(sup)) * 2 + 1
     else:
         k = 2 if mode == 1 else 4
-    idx = np.zeros((lout, k), np.int64)
-    w = np.zeros((lout, k), np.float32)
+    if antialias or lin == 0:  # short windows leave zeros behind
+        idx = np.zeros((lout, k), np.int64)
+        w = np.zeros((lout, k), np.float32)
+    else:  # every entry is written below
+        idx = np.empty((lout, k), np.int64)
+        w = np.empty((lout, k), np.float32)
     ok = np.ones(lout, np.uint8)
     if lin == 0:
         return idx, w, ok
