@@ -97,6 +97,11 @@ CASES = [
     (1, 19, 29, 27, 19, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 19),  # stride 2, odd first column
     (1, 19, 28, 27, 19, 3, 3, (2, 2), (0, 0, 1, 1), (1, 1), 19),  # stride 2, odd last column
     (2, 5, 30, 61, 5, 3, 5, (2, 3), (0, 2, 1, 1), (1, 2), 5),     # column stride 3, dilated
+    # at most 4 output channels per group, rows >= 16 wide, column stride 1: direct
+    # (conv._direct_rows, no im2col)
+    (1, 6, 9, 20, 3, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1), 1),      # an image head, 7x7
+    (2, 4, 11, 18, 1, 3, 3, (2, 1), (0, 2, 1, 0), (2, 1), 1),     # row stride/dilation
+    (1, 6, 8, 17, 4, 3, 5, (1, 1), (1, 2, 1, 2), (1, 2), 2),      # groups, dilated columns
 ]
 
 
@@ -120,8 +125,8 @@ def test_conv2d_empty(dtype):
 
 
 def test_conv2d_big_parallel_paths(ort_node):
-    """Shapes big enough to take the prange im2col / depthwise paths."""
-    for group, m in ((1, 16), (16, 16)):
+    """Shapes big enough to take the prange im2col / depthwise / direct paths."""
+    for group, m in ((1, 16), (16, 16), (1, 3)):
         case = (1, 16, 40, 40, m, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), group)
         n, c, h, w, m, kh, kw, stride, pads, dil, group = case
         x, wt, b, _, out = _run(np.float32, n, c, h, w, m, kh, kw, stride, pads, dil, group)
