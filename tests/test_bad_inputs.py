@@ -330,7 +330,8 @@ def huge_expand():
     _run(m, np.ones(1, np.float32), np.array([1 << 19, 1 << 19], np.int64))
 
 
-@case("JitortError", r"ConstantOfShape")
+# compiled since issue 20: the plan's memory check refuses the shape before any allocation
+@case("JitortError", r"ConstantOfShape|exceeds available memory")
 def huge_constant_of_shape():
     m = _model([helper.make_node("ConstantOfShape", ["s"], ["y"])],
                [("s", I64, [2])], [("y", F32, None)])

@@ -89,17 +89,19 @@ def test_cpu_fallback_between_cuda_segments_counts_copies(cuda):
 
 
 def test_interpreter_fallback_and_host_shape_nodes(cuda):
-    # Shape -> Gather -> Unsqueeze -> Concat is a host computation feeding a Reshape; Mod has
-    # no compiled lowering on either backend and runs in the interpreter
+    # Shape -> Gather -> Unsqueeze -> Concat is a host computation feeding a Reshape; Compress
+    # (a data-dependent output shape) has no compiled lowering on either backend and runs in
+    # the interpreter
     nodes = [helper.make_node("Shape", ["x"], ["s"]),
              helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
              helper.make_node("Unsqueeze", ["b", "zero1"], ["b1"]),
              helper.make_node("Concat", ["b1", "minus1"], ["shape"], axis=0),
              helper.make_node("Reshape", ["x", "shape"], ["r"]),
-             helper.make_node("Mod", ["r", "k"], ["md"], fmod=1),
+             helper.make_node("Compress", ["r", "keep"], ["md"], axis=1),
              helper.make_node("Exp", ["md"], ["y"])]
     inits = {"zero": np.array(0, np.int64), "zero1": np.array([0], np.int64),
-             "minus1": np.array([-1], np.int64), "k": np.float32([0.7])}
+             "minus1": np.array([-1], np.int64),
+             "keep": np.array([True, False, True, True, False, True])}
     m = make_model(nodes, [("x", F32, ["N", 2, 3])], [("y", F32, None)], inits)
     cm = jitort.compile(m, device="cuda")
     counts = cm.placement_counts()

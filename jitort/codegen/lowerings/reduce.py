@@ -48,11 +48,14 @@ def _reduce_ok(n: Node) -> bool:
 
 
 def canonical_runs(shape, axes) -> list[tuple[int, bool]]:
-    """``shape`` as runs of (size, reduced): size-1 axes dropped, neighbours with the same status
-    merged. Shared with MeanVarianceNormalization."""
+    """``shape`` as runs of (size, reduced): axes of static size 1 dropped, neighbours with the
+    same status merged. Shared with MeanVarianceNormalization. A symbolic size is never tested
+    for 1: that would make a guard, and a new input shape with that dim 1 would lower to
+    another kernel (one compiled driver serves every shape; tests/test_dynamic.py)."""
+    from ..symbolic import Sym
     runs: list[list] = []
     for k, d in enumerate(shape):
-        if d == 1:
+        if not isinstance(d, Sym) and d == 1:
             continue
         red = k in axes
         if runs and runs[-1][1] == red:
