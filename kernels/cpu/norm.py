@@ -66,6 +66,41 @@ def layernorm2d(x, scale, bias, out, eps, has_bias):
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _layernorm_stats_row(x, scale, bias, out, mean, inv, eps, has_bias, o):
+    m, v = _mean_invstd(x[o], eps)
+    mean[o] = m
+    inv[o] = v
+    r = x[o]
+    w = out[o]
+    if has_bias:
+        for j in range(r.shape[0]):
+            w[j] = (r[j] - m) * v * scale[j] + bias[j]
+    else:
+        for j in range(r.shape[0]):
+            w[j] = (r[j] - m) * v * scale[j]
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _layernorm_stats_par(x, scale, bias, out, mean, inv, eps, has_bias):
+    for o in prange(x.shape[0]):
+        _layernorm_stats_row(x, scale, bias, out, mean, inv, eps, has_bias, o)
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def layernorm2d_stats(x, scale, bias, out, mean, inv, eps, has_bias):
+    """layernorm2d that also writes each row's mean and 1/sqrt(var + eps) to mean[o], inv[o]
+    (LayerNormalization's optional Mean and InvStdDev outputs)."""
+    o_n, n = x.shape
+    if n == 0:
+        return
+    if o_n * n >= _PAR_MIN_WORK and o_n > 1:
+        _layernorm_stats_par(x, scale, bias, out, mean, inv, eps, has_bias)
+        return
+    for o in range(o_n):
+        _layernorm_stats_row(x, scale, bias, out, mean, inv, eps, has_bias, o)
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def _instnorm_row(r, a, b, o, eps):
     mean, inv = _mean_invstd(r, eps)
     k = inv * a

@@ -136,3 +136,31 @@ def test_rmsnorm(shape, axis, nthreads):
     node = helper.make_node('RMSNormalization', ['x', 's'], ['y'], axis=axis, epsilon=1e-6)
     _run_both(node, [('x', _x(*shape))], [('s', _x(inner, seed=3).reshape(shape[axis:]))],
               opset=23, threads=nthreads)
+
+
+@pytest.mark.parametrize('shape,axis,nout,bias', [
+    ((2, 3, 5), -1, 3, True), ((2, 3, 5), 1, 2, False), ((4, 6), 0, 3, True),
+    ((64, 1024), -1, 3, True)])   # the last one big enough for the parallel rows
+def test_layernorm_mean_invstd_outputs(shape, axis, nout, bias, nthreads):
+    """LayerNormalization's optional Mean / InvStdDev outputs, shaped like x with the
+    normalized axes set to 1, against onnxruntime; strict compile (nothing interpreted)."""
+    a = axis % len(shape)
+    x, sc, bi = _x(*shape), _x(*shape[a:], seed=1), _x(*shape[a:], seed=2)
+    names = ['y', 'mean', 'inv'][:nout]
+    node = helper.make_node('LayerNormalization', ['x', 's'] + (['b'] if bias else []), names,
+                            axis=axis, epsilon=1e-3)
+    outs = [helper.make_tensor_value_info(nm, tt(np.dtype(np.float32)), None) for nm in names]
+    g = helper.make_graph([node], 'g', [helper.make_tensor_value_info('x', tt(np.dtype(np.float32)), shape)],
+                          outs, initializer=[numpy_helper.from_array(sc, 's')]
+                          + ([numpy_helper.from_array(bi, 'b')] if bias else []))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)])
+    m.ir_version = 10
+    cm = jitort.compile(m, threads=nthreads, strict=True)
+    got = cm.run(None, {'x': x})
+    assert cm.fallback_nodes() == []
+    want = ort.InferenceSession(m.SerializeToString(),
+                                providers=['CPUExecutionProvider']).run(None, {'x': x})
+    assert len(got) == nout
+    for gv, wv in zip(got, want):
+        assert gv.shape == wv.shape and gv.dtype == wv.dtype
+        np.testing.assert_allclose(gv, wv, rtol=1e-4, atol=2e-5)

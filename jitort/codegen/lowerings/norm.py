@@ -34,8 +34,10 @@ def lower_softmax(em: Emitter, n: Node) -> None:
 
 
 def _ln_ok(n: Node) -> bool:
-    return _float_io(n) and len(n.outputs) == 1 and all(
-        v is None or v.dtype == n.inputs[0].dtype for v in n.inputs)
+    """Float data; the optional Mean / InvStdDev outputs in the input's dtype (the stash type
+    of a float32 model)."""
+    return _float_io(n) and len(n.outputs) <= 3 and all(
+        v is None or v.dtype == n.inputs[0].dtype for v in list(n.inputs) + list(n.outputs))
 
 
 @lowering("LayerNormalization", supports=_ln_ok)
@@ -53,8 +55,18 @@ def lower_layernorm(em: Emitter, n: Node) -> None:
     sv = f"{em.arr(scale)}.reshape({t1})"
     bv = f"{em.arr(bias)}.reshape({t1})" if bias is not None else sv
     yv = em.out(y)
-    em.call(f"_norm.layernorm2d({em.arr(x)}.reshape({t2}), {sv}, {bv}, {yv}.reshape({t2}), "
-            f"{dt}({float(n.attrs.get('epsilon', 1e-5))!r}), {bias is not None})")
+    eps = f"{dt}({float(n.attrs.get('epsilon', 1e-5))!r})"
+    if len(n.outputs) == 1:
+        em.call(f"_norm.layernorm2d({em.arr(x)}.reshape({t2}), {sv}, {bv}, {yv}.reshape({t2}), "
+                f"{eps}, {bias is not None})")
+        return
+    # Mean and InvStdDev: (outer,) values, shaped like x with the normalized axes set to 1
+    to = em.tuple_expr((outer,))
+    stats = [f"{em.out(v)}.reshape({to})" for v in n.outputs[1:]]
+    if len(stats) == 1:
+        stats.append(f"{em.scratch(outer, y.dtype)}.reshape({to})")
+    em.call(f"_norm.layernorm2d_stats({em.arr(x)}.reshape({t2}), {sv}, {bv}, {yv}.reshape({t2}), "
+            f"{stats[0]}, {stats[1]}, {eps}, {bias is not None})")
 
 
 @lowering("BatchNormalization", supports=lambda n: _float_io(n) and len(n.outputs) == 1
