@@ -47,6 +47,17 @@ EXCLUDED: list[tuple[str, list[str]]] = [
      "comparison recurses into the sequence output and calls len() on a 0-d element "
      "(not yet understood; tracked)",
      [r"^test_loop16_seq_none_"]),
+    ("dft_inverse: the stored output has float32 rounding noise of 1.9e-7 where the exact value "
+     "is 0, and the comparison's atol is 1e-7; jitort's compiled DFT gives 3e-15 there "
+     "(onnxruntime misses the stored output by 1.9e-5)",
+     [r"^test_dft_inverse_"]),
+    ("onnxruntime semantics kept, which onnx.reference does not share: MaxUnpool with "
+     "output_shape reads the indices as flat positions in the output_shape plane (as PyTorch's "
+     "max_unpool does), not in the inferred plane padded afterwards; Resize align_corners with "
+     "downsampling scales uses the integer output length. jitort's outputs equal "
+     "onnxruntime's on these cases (tests/kernels/test_resize.py, test_conv_transpose.py)",
+     [r"^test_maxunpool_export_with_output_shape_",
+      r"^test_resize_downsample_scales_(cubic|linear)_align_corners_"]),
 ]
 
 
