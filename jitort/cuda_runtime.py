@@ -121,6 +121,8 @@ class CudaCompiledModel(CompiledModel):
         self._all_outputs = list(range(len(self.graph.outputs)))
         input_ids = {id(v) for v in self.graph.inputs}
         self._output_needs_copy = [v.is_const or id(v) in input_ids for v in self.graph.outputs]
+        self._fresh_outputs = self._fast = None  # outputs may stay on the device
+        self._pin_blas = True
         self._runners, self._host_runners, self._compilers, self._plans = {}, {}, {}, {}
         self._program = []
         for step in self.steps:
@@ -136,7 +138,7 @@ class CudaCompiledModel(CompiledModel):
                                        threads=getattr(self, "threads", None))
                 comp.profiler = getattr(self, "profiler", None)
             self._compilers[id(step)] = comp
-            self._plans[id(step)] = OrderedDict()
+            self._plans[id(step)] = step.plans = OrderedDict()
             step.input_ids = [id(v) for v in step.inputs]
             step.arg_ids = [id(v) for v in step.arg_inputs]
             step.output_ids = [id(v) for v in step.arg_outputs]

@@ -330,6 +330,16 @@ def huge_expand():
     _run(m, np.ones(1, np.float32), np.array([1 << 19, 1 << 19], np.int64))
 
 
+@case("InvalidInput", r"'x' \(shape \(1000000000000, 16\), a non-contiguous view\).*exceeds "
+                      r"available memory")
+def huge_broadcast_view_feed():
+    # a zero-stride view of 10^12 rows would need a 58 TiB contiguous copy: refused, not a
+    # MemoryError from numpy
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, ["N", 16])],
+               [("y", F32, None)])
+    _run(m, np.broadcast_to(np.ones((1, 16), np.float32), (10 ** 12, 16)))
+
+
 # compiled since issue 20: the plan's memory check refuses the shape before any allocation
 @case("JitortError", r"ConstantOfShape|exceeds available memory")
 def huge_constant_of_shape():

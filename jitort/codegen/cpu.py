@@ -654,6 +654,9 @@ class Plan:
     new_modules: int
     #: profile mode only: one entry per driver chunk (= one step), see jitort/profiling.py
     parts: list | None = None
+    #: the driver calls a kernel module that can reach the BLAS (``kernels.cpu.blas.calls_blas``):
+    #: the runtime pins numpy's OpenBLAS to one thread around it
+    uses_blas: bool = True
 
 
 #: Recordings kept per segment (one per distinct lowering outcome: structure, unit dims...).
@@ -696,7 +699,7 @@ class _Record:
         exports = {id(v): hostvals[id(v)] for v in seg.outputs if id(v) in hostvals}
         return Plan(p.driver, d, o, pb, mem.workspace_bytes, mem,
                     [shapes[id(v)] for v in seg.arg_outputs], exports, p.kernel_names,
-                    p.source_path, 0)
+                    p.source_path, 0, uses_blas=p.uses_blas)
 
 
 #: Entries of a segment's shape-inference memo before it is cleared (each is a few shapes).
@@ -1030,13 +1033,15 @@ class SegmentCompiler:
                                 self.memo.get("orders"))
         _promote(self.memo.setdefault("orders", []), mem.choice)
         out_shapes = [shapes[id(v)] for v in seg.arg_outputs]
+        from ..kernels.cpu.blas import calls_blas
+        uses_blas = any(calls_blas(KERNEL_MODULES[a]) for a in libs)
         if self.profiler is None:
             return Plan(mod.call, d, o, pb, mem.workspace_bytes, mem,
-                        out_shapes, exports, imports, mod.__file__, new)
+                        out_shapes, exports, imports, mod.__file__, new, uses_blas=uses_blas)
         parts = self.profiler.parts(self, [getattr(mod, f"part{i}") for i in range(len(chunks))],
                                     chunks, chunk_steps, shapes)
         return Plan(self.profiler.driver(parts), d, o, pb, mem.workspace_bytes, mem,
-                    out_shapes, exports, imports, mod.__file__, new, parts)
+                    out_shapes, exports, imports, mod.__file__, new, parts, uses_blas=uses_blas)
 
 
 def _host_bytes(host) -> np.ndarray:

@@ -205,26 +205,66 @@ _depth = 0
 _saved = None
 
 
-class single_threaded:
-    """``with single_threaded():`` -- the kernels' BLAS runs one thread inside the block.
+def pin() -> None:
+    """Run the kernels' BLAS one thread until the matching :func:`unpin` (re-entrant, shared
+    by concurrent callers: the first one in pins, the last one out restores the setting it
+    found, which is what numpy's own matmul uses elsewhere in the program)."""
+    global _depth, _saved
+    with _lock:
+        if _depth == 0:
+            _saved = get_threads()
+            if _saved not in (None, 1):
+                set_threads(1)
+        _depth += 1
 
-    Re-entrant and shared: the first caller in pins it, the last one out restores the
-    previous setting (what numpy's own matmul uses elsewhere in the program)."""
+
+def unpin() -> None:
+    global _depth
+    with _lock:
+        _depth -= 1
+        if _depth == 0 and _saved not in (None, 1):
+            set_threads(_saved)
+
+
+class single_threaded:
+    """``with single_threaded():`` -- :func:`pin` for the block."""
 
     def __enter__(self):
-        global _depth, _saved
-        with _lock:
-            if _depth == 0:
-                _saved = get_threads()
-                if _saved not in (None, 1):
-                    set_threads(1)
-            _depth += 1
+        pin()
         return self
 
     def __exit__(self, *exc):
-        global _depth
-        with _lock:
-            _depth -= 1
-            if _depth == 0 and _saved not in (None, 1):
-                set_threads(_saved)
+        unpin()
         return False
+
+
+_calls_blas_memo: dict = {}
+
+
+def calls_blas(module) -> bool:
+    """Whether kernel module ``module`` (a name under ``kernels.cpu``, or the module) can reach
+    ``xgemm``: it is ``gemm``/``blas`` itself or uses a function of a module that can.
+
+    Callers skip ``single_threaded()`` (two ctypes calls and a lock per model call) for
+    programs that never call the BLAS."""
+    import importlib
+    import types as _pytypes
+    pkg = __name__.rsplit('.', 1)[0]
+    if isinstance(module, str):
+        module = importlib.import_module(f'{pkg}.{module}')
+    name = module.__name__
+    if name in _calls_blas_memo:
+        return _calls_blas_memo[name]
+    _calls_blas_memo[name] = False  # a cycle of imports answers from what the rest finds
+    found = name.rsplit('.', 1)[-1] in ('gemm', 'blas')
+    if not found:
+        deps = set()
+        for v in vars(module).values():
+            m = v if isinstance(v, _pytypes.ModuleType) else getattr(v, '__module__', None)
+            m = m.__name__ if isinstance(m, _pytypes.ModuleType) else m
+            if isinstance(m, str) and m.startswith(pkg + '.') and m != name:
+                deps.add(m)
+        found = any(calls_blas(sys.modules.get(d) or importlib.import_module(d))
+                    for d in sorted(deps))
+    _calls_blas_memo[name] = found
+    return found
