@@ -67,7 +67,7 @@ def main():
     shapes = json.dumps([s[:3] for s in SHAPES])
     best = {}
     for _ in range(args.reps):
-        for lib in ("mkl", "openblas", "numba"):
+        for lib in ("mkl", "openblas", "openblas-shared", "numba"):
             env = dict(os.environ, JITORT_BLAS=lib, NUMBA_NUM_THREADS="1",
                        OPENBLAS_NUM_THREADS="1")  # numpy's and scipy's alike
             r = subprocess.run([sys.executable, "-c", _CHILD, shapes], env=env,
@@ -78,7 +78,7 @@ def main():
             for key, t in got["times"].items():
                 cur = best.setdefault(lib, {})
                 cur[key] = min(cur.get(key, 1e9), t)
-    libs = [lib for lib in ("mkl", "openblas", "numba") if lib in best]
+    libs = [lib for lib in ("mkl", "openblas", "openblas-shared", "numba") if lib in best]
     print("| M x K x N | " + " | ".join(f"{lib} GF/s" for lib in libs)
           + " | mkl/openblas time | shape |")
     print("|---" * (len(libs) + 3) + "|")

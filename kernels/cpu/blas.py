@@ -17,19 +17,23 @@ whatever this process chose (``BLAS`` names it), in this order of preference:
   on an AMD EPYC (Zen 3, AVX2) 1.02-2.0 of it (bert/gpt2's MLP up 2.0, 1x1 convolutions
   1.4-1.8), so other vendors get OpenBLAS unless ``JITORT_BLAS=mkl`` asks. Its results did
   not depend on the operands' alignment (16 offsets tried), so calls stay bit-reproducible.
-* ``'openblas'``: numpy's own OpenBLAS when numpy ships one (the wheels' ILP64
-  ``scipy_openblas64_``), a newer build than the one scipy bundles (the library Numba's
-  ``np.dot`` binds to), and faster on the shapes of models here.
+* ``'openblas'``: a private instance of numpy's OpenBLAS when numpy ships one (the wheels'
+  ILP64 ``scipy_openblas64_``, a newer build than the one scipy bundles, which Numba's
+  ``np.dot`` binds to): a copy loaded on its own with one thread and the CPU's own kernels
+  (``_private_openblas`` says why). ``'openblas-shared'``: numpy's instance itself, when the
+  copy cannot be made.
 * ``'numba'``: a small ``cfunc`` with that signature over Numba's own gemm helper (scipy's
   BLAS).
 
-``JITORT_BLAS=mkl|openblas|numba`` in the environment forces one (an error if it is missing).
+``JITORT_BLAS=mkl|openblas|openblas-shared|numba`` in the environment forces one (an error
+if it is missing); ``CORE`` names the OpenBLAS kernels in use.
 
 jitort's kernels bring their own threads (``prange`` tasks), so that BLAS must run one
 thread per caller while they do. MKL is loaded sequential (it never starts threads; it is not
-used when the process already runs MKL threaded). numpy's OpenBLAS is shared with the user's
-own matmuls, so ``single_threaded()`` pins it for the duration of a call (re-entrant, shared
-by concurrent callers) and restores the user's setting afterwards.
+used when the process already runs MKL threaded); the private OpenBLAS never starts any.
+numpy's own OpenBLAS ('openblas-shared') is shared with the user's matmuls, so
+``single_threaded()`` pins it for the duration of a call (re-entrant, shared by concurrent
+callers) and restores the user's setting afterwards; for the others it does nothing.
 """
 import ctypes
 import glob
@@ -50,21 +54,100 @@ ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 SYMBOLS = {'s': 'jitort_cblas_sgemm', 'd': 'jitort_cblas_dgemm'}
 
 
-def _numpy_openblas():
-    """(gemm addresses by kind, set_num_threads, get_num_threads) of numpy's bundled ILP64
-    OpenBLAS, or None when numpy has none (another BLAS, or a build linked differently)."""
+def _numpy_openblas_paths():
     libdir = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), 'numpy.libs')
-    for path in sorted(glob.glob(os.path.join(libdir, 'libscipy_openblas64_*'))):
+    return sorted(glob.glob(os.path.join(libdir, 'libscipy_openblas64_*')))
+
+
+def _openblas_entry_points(lib):
+    gemm = {k: getattr(lib, f'scipy_cblas_{k}gemm64_') for k in 'sd'}
+    setn = lib.scipy_openblas_set_num_threads64_
+    getn = lib.scipy_openblas_get_num_threads64_
+    core = lib.scipy_openblas_get_corename64_
+    setn.argtypes, setn.restype = [ctypes.c_int], None
+    getn.argtypes, getn.restype = [], ctypes.c_int
+    core.argtypes, core.restype = [], ctypes.c_char_p
+    addrs = {k: ctypes.cast(f, ctypes.c_void_p).value for k, f in gemm.items()}
+    return addrs, setn, getn, core().decode(errors='replace')
+
+
+def _numpy_openblas():
+    """(gemm addresses by kind, set_num_threads, get_num_threads, core name) of numpy's
+    bundled ILP64 OpenBLAS -- the instance numpy itself uses -- or None when numpy has none
+    (another BLAS, or a build linked differently)."""
+    for path in _numpy_openblas_paths():
         try:
-            lib = ctypes.CDLL(path)
-            gemm = {k: getattr(lib, f'scipy_cblas_{k}gemm64_') for k in 'sd'}
-            setn = lib.scipy_openblas_set_num_threads64_
-            getn = lib.scipy_openblas_get_num_threads64_
+            return _openblas_entry_points(ctypes.CDLL(path))
         except (OSError, AttributeError):
             continue
-        setn.argtypes, setn.restype = [ctypes.c_int], None
-        getn.argtypes, getn.restype = [], ctypes.c_int
-        return {k: ctypes.cast(f, ctypes.c_void_p).value for k, f in gemm.items()}, setn, getn
+    return None
+
+
+def _cache_dir():
+    """jitort's cache directory (``JITORT_CACHE_DIR``, else ``$XDG_CACHE_HOME/jitort``), as
+    ``jitort.codegen.module`` picks it (this package never imports jitort)."""
+    d = os.environ.get('JITORT_CACHE_DIR')
+    if d:
+        return d
+    return os.path.join(os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache'),
+                        'jitort')
+
+
+def _private_openblas():
+    """(gemm addresses by kind, core name) of a second, private instance of numpy's OpenBLAS:
+    a copy of the library under the cache directory, loaded by its own path (so the dynamic
+    linker maps it anew) with ``OPENBLAS_NUM_THREADS=1`` and the core type below. None when it
+    cannot be made (no numpy OpenBLAS, a read-only cache, a loader that refuses it).
+
+    Why a copy: numpy's instance is the user's -- its thread count (which jitort would have
+    to pin around every call) and its ``OPENBLAS_CORETYPE`` (read once, when it loads). A
+    machine may set ``OPENBLAS_CORETYPE=Haswell`` for numpy (this project's AMD EPYC Zen 5
+    does), which runs AVX2 kernels on an AVX-512 CPU: 136 GFLOP/s sgemm at one thread where
+    the library's own detection (SkylakeX kernels) gives 220-270, onnxruntime's MLAS ~210.
+    The private instance detects the CPU itself unless ``JITORT_OPENBLAS_CORETYPE`` names a
+    core (``inherit``: the process's ``OPENBLAS_CORETYPE``); it never starts threads, so
+    nothing needs pinning, and numpy's instance is left exactly as the user set it."""
+    import shutil
+    import tempfile
+    want = os.environ.get('JITORT_OPENBLAS_CORETYPE', '').strip()
+    for path in _numpy_openblas_paths():
+        try:
+            st = os.stat(path)
+            d = os.path.join(_cache_dir(), 'blas')
+            dst = os.path.join(d, f'{st.st_size}-{int(st.st_mtime)}-{os.path.basename(path)}')
+            if not os.path.exists(dst):
+                os.makedirs(d, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=d, prefix='.tmp-')
+                try:
+                    os.close(fd)
+                    shutil.copyfile(path, tmp)
+                    os.chmod(tmp, 0o755)
+                    os.replace(tmp, dst)  # atomic: a concurrent process sees all or nothing
+                finally:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+            env = {'OPENBLAS_NUM_THREADS': '1'}
+            if want.lower() != 'inherit':
+                env['OPENBLAS_CORETYPE'] = want or None  # None: the library detects the CPU
+            saved = {k: os.environ.get(k) for k in env}
+            try:
+                for k, v in env.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+                lib = ctypes.CDLL(dst)  # its constructor reads the variables above
+            finally:
+                for k, v in saved.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+            addrs, setn, getn, core = _openblas_entry_points(lib)
+            setn(1)
+            return addrs, core
+        except (OSError, AttributeError):
+            continue
     return None
 
 
@@ -156,29 +239,37 @@ def cpu_vendor():
 
 
 def _choose(want, vendor=None):
-    """(name, gemm addresses or None, OpenBLAS thread controls or None) for ``JITORT_BLAS``;
-    with none asked for, MKL only on an Intel CPU (``vendor``, default ``cpu_vendor()``)."""
-    if want not in ('', 'mkl', 'openblas', 'numba'):
-        raise ValueError(f"JITORT_BLAS={want!r}: expected mkl, openblas or numba")
+    """(name, gemm addresses or None, OpenBLAS thread controls or None, core) for
+    ``JITORT_BLAS``; with none asked for, MKL only on an Intel CPU (``vendor``, default
+    ``cpu_vendor()``), else jitort's private OpenBLAS instance, else numpy's own."""
+    if want not in ('', 'mkl', 'openblas', 'openblas-shared', 'numba'):
+        raise ValueError(f"JITORT_BLAS={want!r}: expected mkl, openblas, openblas-shared or "
+                         "numba")
     if want == 'mkl' or (want == '' and (vendor if vendor is not None
                                          else cpu_vendor()) == 'intel'):
         found = _mkl()
         if found is not None:
-            return 'mkl', found, None
+            return 'mkl', found, None, ''
         if want:
             raise RuntimeError("JITORT_BLAS=mkl, but no usable MKL (pip install mkl; it must "
                                "not already run threaded in this process)")
     if want in ('', 'openblas'):
+        found = _private_openblas()
+        if found is not None:
+            return 'openblas', found[0], None, found[1]
+    if want in ('', 'openblas', 'openblas-shared'):
         found = _numpy_openblas()
         if found is not None:
-            return 'openblas', found[0], found[1:]
+            return 'openblas-shared', found[0], found[1:3], found[3]
         if want:
-            raise RuntimeError("JITORT_BLAS=openblas, but numpy ships no ILP64 OpenBLAS here")
-    return 'numba', None, None
+            raise RuntimeError(f"JITORT_BLAS={want}, but numpy ships no ILP64 OpenBLAS here")
+    return 'numba', None, None, ''
 
 
-#: which BLAS the kernels' gemm calls: 'mkl', 'openblas' (numpy's) or 'numba' (scipy's)
-BLAS, _addrs, _threads = _choose(os.environ.get('JITORT_BLAS', '').strip().lower())
+#: which BLAS the kernels' gemm calls: 'mkl', 'openblas' (jitort's private instance of numpy's
+#: OpenBLAS), 'openblas-shared' (numpy's own instance, its threads pinned while a model runs)
+#: or 'numba' (scipy's, through Numba's helper)
+BLAS, _addrs, _threads, CORE = _choose(os.environ.get('JITORT_BLAS', '').strip().lower())
 _fallbacks = {}
 if _addrs is not None:
     for _k, _addr in _addrs.items():

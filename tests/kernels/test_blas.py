@@ -1,6 +1,7 @@
-"""The BLAS behind gemm.xgemm (kernels.cpu.blas): MKL when installed on an Intel CPU, numpy's
-OpenBLAS where numpy ships one, else a cfunc over Numba's helper (JITORT_BLAS forces one in a subprocess),
-and the pinning of numpy's OpenBLAS threads."""
+"""The BLAS behind gemm.xgemm (kernels.cpu.blas): MKL when installed on an Intel CPU, a private
+instance of numpy's OpenBLAS where numpy ships one (or numpy's own instance), else a cfunc over
+Numba's helper (JITORT_BLAS forces one in a subprocess), and the pinning of numpy's OpenBLAS
+threads when the kernels share it."""
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from jitort.kernels.cpu import blas
 _PINNING = """
 import threading
 from jitort.kernels.cpu import blas
-assert blas.BLAS == "openblas"
+assert blas.BLAS == "openblas-shared"
 before = blas.get_threads()
 blas.set_threads(2)
 with blas.single_threaded():
@@ -92,8 +93,8 @@ print("ok")
 """
 
 
-def _run(script, which, *args):
-    env = dict(os.environ, JITORT_BLAS=which)
+def _run(script, which, *args, **env_extra):
+    env = dict(os.environ, JITORT_BLAS=which, **env_extra)
     return subprocess.run([sys.executable, "-c", script, *args], env=env,
                           capture_output=True, text=True, timeout=600)
 
@@ -101,12 +102,12 @@ def _run(script, which, *args):
 def _available(which):
     if which == "mkl":
         return blas._mkl() is not None or blas.BLAS == "mkl"
-    if which == "openblas":
+    if which in ("openblas", "openblas-shared"):
         return blas._numpy_openblas() is not None
     return True
 
 
-@pytest.mark.parametrize("which", ["mkl", "openblas", "numba"])
+@pytest.mark.parametrize("which", ["mkl", "openblas", "openblas-shared", "numba"])
 def test_each_blas_computes_the_same_gemm(which):
     """Every library the kernels can link (JITORT_BLAS forces one): all transposes, both
     dtypes, a sub-block with leading dimensions and its neighbours untouched, a big product."""
@@ -137,12 +138,12 @@ def test_default_choice_by_vendor():
 def test_numpy_openblas_is_pinned_during_calls_and_restored():
     if not _available("openblas"):
         pytest.skip("numpy ships no ILP64 OpenBLAS here")
-    r = _run(_PINNING, "openblas")
+    r = _run(_PINNING, "openblas-shared")
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
 
 
 def test_mkl_and_scipy_blas_have_no_thread_count_to_pin():
-    if blas.BLAS == "openblas":
+    if blas.BLAS == "openblas-shared":
         pytest.skip("the kernels use numpy's OpenBLAS here (pinning tested above)")
     assert blas.get_threads() is None
     with blas.single_threaded():
@@ -152,7 +153,7 @@ def test_mkl_and_scipy_blas_have_no_thread_count_to_pin():
 def test_unknown_or_missing_blas_is_a_clear_error():
     r = _run("import jitort.kernels.cpu.blas", "atlas")
     assert r.returncode != 0 and "JITORT_BLAS='atlas'" in r.stderr, r.stderr[-2000:]
-    with pytest.raises(ValueError, match="expected mkl, openblas or numba"):
+    with pytest.raises(ValueError, match="expected mkl, openblas, openblas-shared or numba"):
         blas._choose("goto")
 
 
@@ -171,3 +172,36 @@ def test_model_call_leaves_the_callers_thread_settings_alone():
     np.testing.assert_allclose(cm(x)[0], x @ w, rtol=1e-5, atol=1e-5)
     assert blas.get_threads() == before
     assert numba.get_num_threads() == numba_before   # the caller's Numba threads too
+
+
+_PRIVATE = """
+import sys
+import numpy as np
+from threadpoolctl import threadpool_info
+from jitort.kernels.cpu import blas
+numpy_arch = [i.get("architecture") for i in threadpool_info() if i["internal_api"] == "openblas"]
+print(blas.BLAS, blas.CORE, blas.get_threads(), numpy_arch[0] if numpy_arch else None)
+"""
+
+
+def test_private_openblas_instance_leaves_numpys_alone():
+    """jitort's OpenBLAS is its own instance: its core type comes from the CPU (or
+    JITORT_OPENBLAS_CORETYPE), numpy's keeps OPENBLAS_CORETYPE, and it has no thread count to
+    pin (it never starts threads)."""
+    if not _available("openblas"):
+        pytest.skip("numpy ships no ILP64 OpenBLAS here")
+    r = _run(_PRIVATE, "openblas", OPENBLAS_CORETYPE="Sandybridge")
+    assert r.returncode == 0, r.stderr[-2000:]
+    name, core, threads, numpy_core = r.stdout.split()
+    assert (name, threads) == ("openblas", "None")
+    assert numpy_core.lower() == "sandybridge"  # numpy's instance: as the environment says
+    assert core.lower() != "sandybridge"  # jitort's: detected from the CPU
+    r = _run(_PRIVATE, "openblas", OPENBLAS_CORETYPE="Sandybridge",
+             JITORT_OPENBLAS_CORETYPE="inherit")
+    assert r.returncode == 0 and r.stdout.split()[1].lower() == "sandybridge", \
+        r.stdout + r.stderr[-2000:]
+    r = _run(_PRIVATE, "openblas", JITORT_OPENBLAS_CORETYPE="Sandybridge")
+    assert r.returncode == 0 and r.stdout.split()[1].lower() == "sandybridge", \
+        r.stdout + r.stderr[-2000:]
+    r = _run(_GEMM, "openblas", "openblas", JITORT_OPENBLAS_CORETYPE="Sandybridge")
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
