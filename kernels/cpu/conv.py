@@ -19,7 +19,8 @@ module: the code generator lowers them to ``winograd.conv3x3_winograd``):
   16 channels copied channels-last into a zero-padded scratch and computed with every tap
   vectorized across the block's channels, the result copied back to NCHW (``_dw_cblock``).
 * pointwise (1x1, stride 1, no pad, OH == H, OW == W): BLAS gemm straight on the input,
-  in column blocks of the spatial axis.
+  in column blocks of the spatial axis; split over output channels instead when threads share
+  few images and a group has more output channels than positions (_PW_MSPLIT_MIN).
 * small planes (OH*OW <= 1024, >= 32 output channels per group): tasks (image, group,
   block of output channels); each worker im2cols the whole plane into its slice of ``col``
   and runs one gemm per channel block (deep layers: the weights dominate, so they are split,
@@ -85,6 +86,12 @@ _COL_BLOCK_ELEMS = 1 << 17
 # Pointwise: output elements per task (1 MB of float32: the epilogue pass stays in L2; fewer,
 # larger gemms repack the weights less often).
 _OUT_BLOCK_ELEMS = 1 << 18
+# Pointwise convolutions split over threads by output channels (each worker packs only its
+# share of the weights, all of the few columns) rather than by columns, when a group has at
+# least as many output channels as output positions (small planes, wide layers) and at least
+# 2 * _PW_MSPLIT_MIN of them. sgemm at one thread on the halves (SkylakeX OpenBLAS, Zen 5):
+# 2048x512x49 M-half 197 GF/s, N-half 155; 1024x256x196 245 / 228; 64x147x12544 198 / 234.
+_PW_MSPLIT_MIN = 32
 
 
 # Output positions per im2col block at least (gemm N): measured on this machine, sgemm with
@@ -160,6 +167,9 @@ def _im2col_rows(xg, col3, r0, kh_n, kw_n, sh, sw, ph, pw, dh, dw):
     cg, h, wd = xg.shape
     nr = col3.shape[1]
     ow_n = col3.shape[2]
+    if sw == 2:
+        _im2col_rows_s2(xg, col3, r0, kh_n, kw_n, sh, ph, pw, dh, dw)
+        return
     for c in range(cg):
         for kh in range(kh_n):
             for kw in range(kw_n):
@@ -181,12 +191,53 @@ def _im2col_rows(xg, col3, r0, kh_n, kw_n, sh, sw, ph, pw, dh, dw):
                     if sw == 1:
                         for j in range(nv):
                             dd[j] = ss[j]
-                    elif sw == 2:
-                        for j in range(nv):
-                            dd[j] = ss[2 * j]
                     else:
                         for j in range(nv):
                             dd[j] = ss[sw * j]
+                    for ow in range(ow1, ow_n):
+                        d[ow] = 0
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _im2col_rows_s2(xg, col3, r0, kh_n, kw_n, sh, ph, pw, dh, dw):
+    """_im2col_rows for column stride 2: each input row a tap reads is split once into its
+    even and odd columns, and every kernel column then copies a contiguous run of one half
+    (a strided read per tap made the stride-2 im2col ~2x slower than the stride-1 one)."""
+    cg, h, wd = xg.shape
+    nr = col3.shape[1]
+    ow_n = col3.shape[2]
+    ne = (wd + 1) // 2
+    half = np.empty(wd + 1, xg.dtype)
+    hp = eptr(half, 0)
+    for c in range(cg):
+        for kh in range(kh_n):
+            for i in range(nr):
+                ih = (r0 + i) * sh - ph + kh * dh
+                inside = 0 <= ih < h
+                if inside:
+                    src = eptr(xg, (c * h + ih) * wd)
+                    for j in range(ne):
+                        hp[j] = src[2 * j]
+                    for j in range(wd - ne):
+                        hp[ne + j] = src[2 * j + 1]
+                for kw in range(kw_n):
+                    row = (c * kh_n + kh) * kw_n + kw
+                    d = eptr(col3, (row * nr + i) * ow_n)
+                    off_w = kw * dw - pw
+                    ow0, ow1 = _valid_range(off_w, 2, wd, ow_n)
+                    if not inside or ow1 <= ow0:
+                        for ow in range(ow_n):
+                            d[ow] = 0
+                        continue
+                    for ow in range(ow0):
+                        d[ow] = 0
+                    # input column 2 * ow + off_w: even half at ow + off_w // 2, odd half at
+                    # ow + (off_w - 1) // 2
+                    base = off_w // 2 if off_w % 2 == 0 else ne + (off_w - 1) // 2
+                    ss = eptr(half, base + ow0)
+                    dd = eptr(col3, (row * nr + i) * ow_n + ow0)
+                    for j in range(ow1 - ow0):
+                        dd[j] = ss[j]
                     for ow in range(ow1, ow_n):
                         d[ow] = 0
 
@@ -267,6 +318,8 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
 
     path 0 (rows): output rows [blk * bs, ...), im2col of just those rows into colw.
     path 1 (pointwise): spatial columns [blk * bs, ...), gemm straight on x.
+    path 4 (pointwise, split over output channels): output channels [blk * bs, ...) of the
+    group, all columns, gemm straight on x.
     path 3 (direct): output rows [blk * bs, ...) by _direct_rows, no im2col (few output
     channels per group).
     path 2 (plane): output channels [blk * bs, ...) of the group; colw holds the im2col of
@@ -304,6 +357,15 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
             return
         st = xgemm(0, 0, mg, s1 - s0, kdim, 1.0, w, g * mg * kdim, kdim,
                    x, (n * c_n + g * cg) * s + s0, s, 0.0, out, (n * m_n + g * mg) * s + s0, s)
+    elif path == 4:
+        m0 = blk * bs
+        m1 = min(mg, m0 + bs)
+        if m1 <= m0:
+            return
+        s0 = 0
+        s1 = s
+        st = xgemm(0, 0, m1 - m0, s, kdim, 1.0, w, (g * mg + m0) * kdim, kdim,
+                   x, (n * c_n + g * cg) * s, s, 0.0, out, (n * m_n + g * mg + m0) * s, s)
     elif path == 2:
         m0 = blk * bs
         m1 = min(mg, m0 + bs)
@@ -786,7 +848,7 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
     if par and n_img < 4 * nth:
         parts = nth // _gcd(n_img, nth)
     cc = _plane_chunk(cg, kh_n * kw_n, s)
-    plane = (not pointwise and s <= _PLANE_MAX_S and mg >= _PLANE_MIN_M
+    plane = (not pointwise and s <= _PLANE_MAX_S and mg >= _PLANE_MIN_M and mg >= s
              and col.shape[0] >= cc * kh_n * kw_n * s)
     small = _SMALL_MNK // max(1, mg * kdim) if kdim <= _SMALL_K_PW else 0  # columns
     direct = (not pointwise and mg <= _DIRECT_MAX_M and ow_n >= _DIRECT_MIN_OW and sw == 1)
@@ -795,6 +857,11 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
         bs = _DIRECT_ROWS
         extent = oh_n
         cap = 0
+    elif pointwise and parts > 1 and mg >= s and mg >= 2 * _PW_MSPLIT_MIN:
+        path = 4
+        bs = mg
+        extent = mg
+        cap = 1
     elif pointwise:
         path = 1
         bs = max(16, min(s, _OUT_BLOCK_ELEMS // max(1, mg)))

@@ -169,6 +169,8 @@ CONV_CASES = [
     (1, 700, 7, 7, 33, 5, 5, (1, 1), (2, 2, 2, 2), (1, 1), 1),    # 5x5: 3 chunks, odd M
     (1, 3, 60, 60, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),    # short K: small-gemm rows
     (2, 16, 40, 40, 64, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),   # short K pointwise blocks
+    (1, 96, 7, 7, 130, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),    # pointwise split by M, odd
+    (1, 128, 8, 8, 200, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 2),   # ... grouped
 ]
 
 
@@ -207,7 +209,7 @@ def test_conv2d_parallel(nthreads, case):
 
 
 @pytest.mark.parametrize('case', [CONV_CASES[0], CONV_CASES[4], CONV_CASES[5], CONV_CASES[7],
-                                  CONV_CASES[8], CONV_CASES[13]])
+                                  CONV_CASES[8], CONV_CASES[13], CONV_CASES[-2]])
 def test_conv2d_parallel_res_relu(nthreads, case):
     out, ref = _conv_run(case, np.float32, act=1, res=True)
     _close(out, ref, np.float32)
