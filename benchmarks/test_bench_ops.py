@@ -369,6 +369,76 @@ CASES.update({
                           pads=[1] * 6)], [('x', _rn(1, 32, 16, 16, 16))], ['y']), 0),
 })
 
+# Convolution as a family (issue 21): groups (dense, grouped, depthwise) x kernel x stride x
+# plane x channels, compiled by jitort.compile as a user gets it (the code generator's own choice
+# of kernel), with a bias and, on some cases, the Relu / residual-Add epilogue onnxruntime also
+# fuses. Channel counts follow the plane as in the CNN families (wide on small planes, narrow on
+# large ones) so that every case is a layer shape real models have. Run only these with
+# ``-k "convsweep"``.
+def _convsweep_case(c, m, h, k, s, group=1, dil=1, epi=None):
+    p = dil * (k - 1) // 2
+    w = (_rn(m, c // group, k, k, seed=1) * (1.0 / np.sqrt(c // group * k * k))).astype(np.float32)
+    nodes = [helper.make_node('Conv', ['x', 'w', 'b'], ['y' if epi is None else 'c'],
+                              strides=[s, s], pads=[p] * 4, dilations=[dil, dil], group=group)]
+    inputs = [('x', _rn(1, c, h, h))]
+    if epi == 'relu':
+        nodes.append(helper.make_node('Relu', ['c'], ['y']))
+    elif epi == 'add+relu':     # a residual block's tail: relu(conv(x) + skip)
+        oh = _out_size(h, k, s, p, dil)
+        inputs.append(('r', _rn(1, m, oh, oh, seed=3)))
+        nodes += [helper.make_node('Add', ['c', 'r'], ['a']), helper.make_node('Relu', ['a'], ['y'])]
+    return _model_case(nodes, inputs, ['y'], [('w', w), ('b', _rn(m, seed=2))], tol=1e-3)
+
+
+def _convsweep_cases():
+    cases = {}
+
+    def add(tag, *args, **kw):
+        c, m, h, k, s = args
+        dil = kw.get('dil', 1)
+        oh = _out_size(h, k, s, dil * (k - 1) // 2, dil)
+        flops = 2 * c // kw.get('group', 1) * m * k * k * oh * oh
+        cases[f'convsweep {tag} {k}x{k}/{s} {c}->{m} {h}x{h}'
+              + (f' d{dil}' if dil > 1 else '')
+              + (f" +{kw['epi']}" if kw.get('epi') else '')] = (
+            (lambda: _convsweep_case(*args, **kw)), flops)
+
+    wide = {7: 512, 14: 256, 28: 128, 56: 64}          # dense: channels by plane
+    for h, ch in wide.items():
+        for k in (1, 3):
+            for s in (1, 2):
+                add('dense', ch, ch if s == 1 else 2 * ch, h, k, s)
+    add('dense', 3, 64, 224, 7, 2)                      # the ResNet stem
+    add('dense', 3, 32, 224, 3, 2)                      # the MobileNet / EfficientNet stem
+    add('dense', 3, 16, 112, 3, 1)
+    add('dense', 96, 96, 28, 5, 1)
+    add('dense', 64, 64, 56, 7, 1)                      # a ConvNeXt-style large kernel, dense
+    add('dense', 256, 256, 28, 3, 1, dil=2)             # DeepLab-style dilation
+    add('dense', 512, 512, 14, 3, 1, dil=2)
+    add('dense', 64, 256, 56, 1, 1, epi='relu')
+    add('dense', 64, 64, 56, 3, 1, epi='add+relu')
+    add('dense', 256, 256, 14, 3, 1, epi='add+relu')
+    add('dense', 1024, 256, 14, 1, 1, epi='relu')
+    dw = {112: 32, 56: 144, 28: 240, 14: 480, 7: 960}   # depthwise: channels by plane
+    for h, ch in dw.items():
+        for k in (3, 5):
+            for s in (1, 2):
+                add('depthwise', ch, ch, h, k, s, group=ch)
+    for h in (56, 14, 7):                               # ConvNeXt's 7x7 depthwise
+        ch = {56: 96, 14: 384, 7: 768}[h]
+        add('depthwise', ch, ch, h, 7, 1, group=ch)
+    add('depthwise', 144, 144, 56, 3, 1, group=144, epi='relu')
+    for gw in (8, 16, 32):                              # grouped: channels per group
+        for h, ch in {56: 128, 28: 256, 14: 512, 7: 1024}.items():
+            for s in ((1, 2) if h > 7 else (1,)):
+                add(f'grouped {gw}/group', ch, ch, h, 3, s, group=ch // gw)
+    add('grouped 64/group', 128, 128, 28, 3, 1, group=2)      # AlexNet-style two towers
+    add('grouped 64/group', 256, 256, 14, 1, 1, group=4)      # ShuffleNet's grouped 1x1
+    return cases
+
+
+CASES.update(_convsweep_cases())
+
 # Gather/scatter, scans and selections (lowerings/gather_scatter.py, lowerings/scan.py): roberta's
 # position ids (CumSum over the int32 mask, GatherElements), top-p sampling over a vocabulary
 # (CumSum, TopK), greedy decoding (ArgMax), a KV-cache row update (ScatterND), last-token pooling

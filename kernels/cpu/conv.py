@@ -27,6 +27,12 @@ module: the code generator lowers them to ``winograd.conv3x3_winograd``):
   not repacked per column block). A plane whose im2col matrix exceeds _PLANE_CHUNK_ELEMS is
   done in chunks of input channels (rows of the matrix), accumulating the gemms (beta = 1):
   the scratch stays ~1 MB per worker however deep the layer.
+* short output rows (OW <= _FLAT_MAX_OW) where the gemm's extra columns cost little (few
+  output channels per group: grouped convolutions, or OW == W at stride 1): the small-plane
+  and row-block paths im2col "flat" (``_im2col_flat``): every im2col row is one contiguous
+  copy, from the input plane itself at stride 1, else from the zero-padded stride phases of
+  the input copied once; the gemm writes rows of wq >= OW columns into scratch and
+  ``_flat_store`` compacts them into ``out`` with the epilogue.
 * otherwise: tasks (image, group, block of output rows); each does im2col of its rows into a
   per-worker slice of ``col`` (~L2-sized, but at least _MIN_BLOCK_COLS output positions wide:
   narrower gemms run far below BLAS peak) and one BLAS gemm that writes the block in place in
@@ -94,6 +100,26 @@ _OUT_BLOCK_ELEMS = 1 << 18
 _PW_MSPLIT_MIN = 32
 
 
+# Output rows of at most _FLAT_MAX_OW positions are im2col'ed "flat" (``_im2col_flat``): the
+# input planes are copied once, zero-padded and split into their stride phases, and every
+# (channel, kh, kw) row of the im2col matrix is then one contiguous run of nr * wq elements
+# (wq >= OW: the gemm computes (wq - OW) / wq extra columns, dropped when the block is
+# compacted into ``out`` with the epilogue). The row-by-row im2col copies runs of OW elements,
+# each with its own bounds arithmetic: at OW = 7-14 that cost 0.3-0.9 ns per element, more than
+# the gemm (512->512 3x3/2 14x14 in 32 groups: im2col 197 us of the conv's 259).
+_FLAT_MAX_OW = 32
+# ... and only where the gemm's extra columns cost less than the row-by-row copies saved: at
+# most _FLAT_MAX_WASTE * OW extra multiply-adds per im2col element (mg * (wq - OW) <=
+# _FLAT_MAX_WASTE * OW). Measured 2026-11-25 at 1 thread (Zen 5, OpenBLAS), flat / row-by-row:
+# 512->512 3x3 7x7 (mg 512, wq 9) 1892 / 1299 us (sgemm N = 63 runs at 164 GF/s, N = 49 at
+# 203); 256->512 3x3/2 14x14 (mg 512, wq 8) 688 / 680; grouped 16 channels per group 512 3x3/2
+# 14x14 156 / 253, 3x3 7x7 1024 in 64 groups 273 / 370; 128->128 in 8 groups 3x3/2 56x56
+# 328 / 518; dense 64->128 3x3/2 56x56 666 / 690, 96->96 5x5 28x28 1780 / 1838.
+_FLAT_MAX_WASTE = 32
+
+
+
+
 # Output positions per im2col block at least (gemm N): measured on this machine, sgemm with
 # N = 56 or 112 runs at 60-75 % of its speed at N = 224..448.
 _MIN_BLOCK_COLS = 224
@@ -134,7 +160,46 @@ _block_rows = njit(cache=True)(_block_rows_py)
 _plane_chunk = njit(cache=True)(_plane_chunk_py)
 
 
-def conv2d_scratch_elems(C, KH, KW, OH, OW, group, threads=None):
+def _flat_geom_py(nr, kh_n, kw_n, ow_n, sh, sw, dh, dw, wd):
+    """(wq, hq) of the flat im2col for nr output rows: output (i, j) at column i * wq + j.
+    Stride 1 with OW <= W: wq = W and hq = 0, each im2col row is copied straight from the
+    input plane (no phase planes). Otherwise each of a channel's sh * sw stride phases is hq
+    rows of wq elements (one slack row), see ``_im2col_flat``."""
+    if sh == 1 and sw == 1 and ow_n <= wd:
+        return wd, 0
+    wp = (ow_n - 1) * sw + (kw_n - 1) * dw + 1
+    return (wp + sw - 1) // sw, nr + ((kh_n - 1) * dh) // sh + 1
+
+
+def _flat_cap_py(cg, mg, kh_n, kw_n, nr, ow_n, sh, sw, dh, dw, wd):
+    """Scratch elements of one flat-im2col task over nr output rows: the im2col matrix
+    (cg*kh*kw rows of nr*wq), the phase planes of cg channels and the gemm's output block
+    (mg rows of nr*wq) before it is compacted into ``out``."""
+    if sh == 1 and sw == 1 and ow_n <= wd:          # as _flat_geom_py
+        wq, hq = wd, 0
+    else:
+        wq = ((ow_n - 1) * sw + (kw_n - 1) * dw + sw) // sw
+        hq = nr + ((kh_n - 1) * dh) // sh + 1
+    nq = nr * wq
+    return cg * kh_n * kw_n * nq + cg * sh * sw * hq * wq + mg * nq
+
+
+def _flat_wins_py(mg, kw_n, ow_n, sh, sw, dw, wd):
+    """Whether output rows of ow_n positions take the flat im2col (see _FLAT_MAX_OW)."""
+    if sh == 1 and sw == 1 and ow_n <= wd:          # as _flat_geom_py
+        wq = wd
+    else:
+        wq = ((ow_n - 1) * sw + (kw_n - 1) * dw + sw) // sw
+    return 0 < ow_n <= _FLAT_MAX_OW and mg * (wq - ow_n) <= _FLAT_MAX_WASTE * ow_n
+
+
+_flat_geom = njit(cache=True)(_flat_geom_py)
+_flat_cap = njit(cache=True)(_flat_cap_py)
+_flat_wins = njit(cache=True)(_flat_wins_py)
+
+
+def conv2d_scratch_elems(C, KH, KW, OH, OW, group, threads=None, M=None, strides=(1, 1),
+                         dilations=(1, 1), W=None):
     """Number of ``col`` scratch elements conv2d needs (plain Python, >= 1).
 
     One im2col block per worker; ``threads`` workers at most (default NUMBA_NUM_THREADS, the
@@ -142,7 +207,11 @@ def conv2d_scratch_elems(C, KH, KW, OH, OW, group, threads=None):
     positions a chunk of the whole-plane matrix (at most _PLANE_CHUNK_ELEMS unless one input
     channel needs more), never more than the full (C/group*KH*KW, OH*OW) matrix per worker.
     The kernel copes with less (fewer workers, smaller blocks) down to one output row,
-    kdim * OW elements.
+    kdim * OW elements. Given the output channels ``M`` (and the strides and dilations),
+    rows of at most _FLAT_MAX_OW positions also get what the flat im2col needs (its
+    matrix, the phase planes and the gemm block); without ``M`` the kernel uses the
+    row-by-row im2col wherever the scratch is too small for the flat one. The input width
+    ``W`` lets stride-1 rows use the flat im2col without phase planes (``_flat_geom_py``).
     """
     cg = C // group
     kdim = cg * KH * KW
@@ -152,8 +221,20 @@ def conv2d_scratch_elems(C, KH, KW, OH, OW, group, threads=None):
     if OH * OW <= _PLANE_MAX_S:
         kc = _plane_chunk_py(cg, KH * KW, OH * OW) * KH * KW
         # (row blocks serve planes with fewer than _PLANE_MIN_M channels per group: capped)
-        return max(1, kc * OH * OW * nt, min(row_need, _PLANE_CHUNK_ELEMS * nt), kdim * OW)
-    return max(1, row_need, kdim * OW * rows)
+        need = max(1, kc * OH * OW * nt, min(row_need, _PLANE_CHUNK_ELEMS * nt), kdim * OW)
+    else:
+        need = max(1, row_need, kdim * OW * rows)
+    (sh, sw), (dh, dw) = strides, dilations
+    wd = -1 if W is None else W
+    if M is not None and OH > 0 and kdim > 0 and _flat_wins_py(M // group, KW, OW, sh, sw, dw,
+                                                               wd):
+        mg = M // group
+        flat = _flat_cap_py(cg, mg, KH, KW, max(1, min(OH, rows)), OW, sh, sw, dh, dw, wd)
+        if OH * OW <= _PLANE_MAX_S:
+            cc = _plane_chunk_py(cg, KH * KW, OH * OW)
+            flat = max(flat, _flat_cap_py(cc, mg, KH, KW, OH, OW, sh, sw, dh, dw, wd))
+        need = max(need, flat * nt)
+    return need
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -240,6 +321,167 @@ def _im2col_rows_s2(xg, col3, r0, kh_n, kw_n, sh, ph, pw, dh, dw):
                         dd[j] = ss[j]
                     for ow in range(ow1, ow_n):
                         d[ow] = 0
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _im2col_flat_s1(xg, colw, coff, r0, nr, kh_n, kw_n, ph, pw, dh, dw):
+    """``_im2col_flat`` at stride 1 with OW <= W: output (i, j) at column i * W + j, so tap
+    (kh, kw) reads the input plane at a fixed offset (kh * dh - ph) * W + kw * dw - pw from
+    it: one contiguous copy of the tap's valid rows, then the columns that wrapped around a
+    row end (input column outside [0, W)) are zeroed, a few per row. Columns j >= OW are
+    computed and dropped."""
+    cg, h, wd = xg.shape
+    nq = nr * wd
+    hw = h * wd
+    z = xg.dtype.type(0)
+    for c in range(cg):
+        for kh in range(kh_n):
+            ro = kh * dh - ph
+            ia = min(max(r0, -ro), r0 + nr)      # output rows whose input row is in [0, H)
+            ib = max(ia, min(r0 + nr, h - ro))
+            qa = (ia - r0) * wd
+            qb = (ib - r0) * wd
+            for kw in range(kw_n):
+                co = kw * dw - pw
+                d = eptr(colw, coff + ((c * kh_n + kh) * kw_n + kw) * nq)
+                base = (r0 + ro) * wd + co       # input index of column q: base + q
+                lo = min(max(qa, -base), qb)     # (never read outside the plane)
+                hi = max(lo, min(qb, hw - base))
+                for q in range(lo):
+                    d[q] = z
+                src = eptr(xg, c * hw + base)
+                for q in range(lo, hi):
+                    d[q] = src[q]
+                for q in range(hi, nq):
+                    d[q] = z
+                if co < 0:                       # left columns read the previous row's end
+                    nz = min(-co, wd)
+                    for i in range(ia - r0, ib - r0):
+                        for j in range(nz):
+                            d[i * wd + j] = z
+                elif co > 0:                     # right columns read the next row's start
+                    j0 = max(0, wd - co)
+                    for i in range(ia - r0, ib - r0):
+                        for j in range(j0, wd):
+                            d[i * wd + j] = z
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _im2col_flat(xg, colw, coff, poff, r0, nr, kh_n, kw_n, ow_n, sh, sw, ph, pw, dh, dw):
+    """Flat im2col of output rows [r0, r0 + nr) from xg (Cg', H, W) into colw[coff:]:
+    (Cg' * KH * KW) rows of nr * wq elements, output (i, j) at column i * wq + j.
+
+    The channels' zero-padded input rows are first copied once into colw[poff:], split into
+    stride phases (padded pixel (r0 * sh + rr * sh + a, jj * sw + b) goes to phase (a, b) at
+    (rr, jj)). Tap (kh, kw) of output (i, j) then reads phase (kh * dh % sh, kw * dw % sw) at
+    (i + kh * dh // sh, j + kw * dw // sw): the same offset from i * wq + j for every output,
+    so each im2col row is one contiguous copy."""
+    cg, h, wd = xg.shape
+    wq, hq = _flat_geom(nr, kh_n, kw_n, ow_n, sh, sw, dh, dw, wd)
+    pe = hq * wq
+    nq = nr * wq
+    z = xg.dtype.type(0)
+    if hq == 0:
+        _im2col_flat_s1(xg, colw, coff, r0, nr, kh_n, kw_n, ph, pw, dh, dw)
+        return
+    pz = eptr(colw, poff)
+    for i in range(cg * sh * sw * pe):   # one contiguous fill: the padding stays zero
+        pz[i] = z
+    # input rows and columns that land in the phase planes (padded row R = ih + ph - r0 * sh
+    # in [0, hq * sh), padded column J = j + pw in [0, wq * sw))
+    ih0 = max(0, r0 * sh - ph)
+    ih1 = min(h, r0 * sh - ph + hq * sh)
+    j0 = max(0, -pw)
+    j1 = min(wd, wq * sw - pw)
+    if ih1 <= ih0 or j1 <= j0:
+        ih1 = ih0
+    jl = j0 + pw                         # [jl, jh): padded columns copied
+    jh = j1 + pw
+    t0 = (jl + 1) // 2                   # stride 2: whole (even, odd) pairs 2t, 2t + 1
+    t1 = jh // 2
+    # only the phases some tap reads are filled (a strided 1x1 reads one of sh * sw)
+    rows_used = np.zeros(sh, np.bool_)
+    for kh in range(kh_n):
+        rows_used[(kh * dh) % sh] = True
+    cols_used = 0
+    for kw in range(kw_n):
+        cols_used |= 1 << ((kw * dw) % sw) if sw <= 62 else 0
+    both = sw == 2 and cols_used == 3
+    for c in range(cg):
+        r = ih0 + ph - r0 * sh
+        a = r % sh
+        rr = r // sh
+        for ih in range(ih0, ih1):
+            src = eptr(xg, (c * h + ih) * wd - pw)       # src[J]: padded column J
+            d = eptr(colw, poff + (c * sh + a) * sw * pe + rr * wq)  # phase (a, 0), row rr
+            if not rows_used[a]:
+                pass
+            elif sw == 1:
+                for jj in range(jl, jh):
+                    d[jj] = src[jj]
+            elif sw == 2 and not both:
+                f = 0 if cols_used == 1 else 1
+                do = eptr(colw, poff + ((c * sh + a) * sw + f) * pe + rr * wq)
+                for t in range((jl - f + 1) // 2, (jh - f + 1) // 2):
+                    do[t] = src[2 * t + f]
+            elif sw == 2:
+                # both column phases in one pass (LLVM loads each pair of columns once)
+                for t in range(t0, t1):
+                    d[t] = src[2 * t]
+                    d[pe + t] = src[2 * t + 1]
+                if jl % 2 == 1:
+                    d[pe + jl // 2] = src[jl]
+                if jh % 2 == 1 and jh - 1 >= jl:
+                    d[(jh - 1) // 2] = src[jh - 1]
+            else:
+                for jj in range(jl, jh):
+                    d[(jj % sw) * pe + jj // sw] = src[jj]
+            a += 1
+            if a == sh:
+                a = 0
+                rr += 1
+    for c in range(cg):
+        for kh in range(kh_n):
+            vr = kh * dh
+            for kw in range(kw_n):
+                vc = kw * dw
+                src = eptr(colw, poff + ((c * sh + vr % sh) * sw + vc % sw) * pe
+                           + (vr // sh) * wq + vc // sw)
+                dst = eptr(colw, coff + ((c * kh_n + kh) * kw_n + kw) * nq)
+                for q in range(nq):
+                    dst[q] = src[q]
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _flat_store(colw, toff, out, res, b, n, m0, m1, r0, nr, wq, has_bias, has_res, act, aa,
+                ab):
+    """Output channels [m0, m1) of image n from the flat gemm block colw[toff:] (row m - m0
+    of nr * wq columns) into output rows [r0, r0 + nr), dropping the wq - OW extra columns of
+    each row, with bias, residual and activation."""
+    m_n = out.shape[1]
+    oh_n, ow_n = out.shape[2], out.shape[3]
+    s = oh_n * ow_n
+    nq = nr * wq
+    z = out.dtype.type(0)
+    for m in range(m0, m1):
+        src = eptr(colw, toff + (m - m0) * nq)
+        off = (n * m_n + m) * s + r0 * ow_n
+        d = eptr(out, off)
+        rp = eptr(res, off) if has_res else d
+        bv = b[m] if has_bias else z
+        for i in range(nr):
+            si = i * wq
+            di = i * ow_n
+            if act == 1:
+                for j in range(ow_n):
+                    v = src[si + j] + bv + (rp[di + j] if has_res else z)
+                    d[di + j] = z if v < z else v
+            else:
+                for j in range(ow_n):
+                    d[di + j] = src[si + j] + bv + (rp[di + j] if has_res else z)
+        if act > 1:
+            o1 = out.reshape(-1)
+            act_row(o1[off:off + nr * ow_n], act, aa, ab)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -386,6 +628,40 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
             st |= xgemm(0, 0, m1 - m0, s, kr, 1.0, w, (g * mg + m0) * kdim + c0 * khw, kdim,
                         colw, 0, s, 0.0 if c0 == 0 else 1.0, out,
                         (n * m_n + g * mg + m0) * s, s)
+    elif path == 5 or path == 6:
+        # flat im2col (_im2col_flat): colw = [im2col | phase planes | gemm block], the block
+        # compacted into out with the epilogue by _flat_store
+        if path == 5:
+            r0 = blk * bs
+            nr = min(oh_n, r0 + bs) - r0
+            m0, m1, kc = 0, mg, cg
+        else:
+            r0, nr = 0, oh_n
+            m0 = blk * bs
+            m1 = min(mg, m0 + bs)
+            kc = cc
+        if nr <= 0 or m1 <= m0:
+            return
+        khw = kh_n * kw_n
+        wq, hq = _flat_geom(nr, kh_n, kw_n, ow_n, sh, sw, dh, dw, wd)
+        nq = nr * wq
+        poff = kc * khw * nq
+        toff = poff + kc * sh * sw * hq * wq
+        st = 0
+        for c0 in range(0, cg, kc):
+            c1 = min(cg, c0 + kc)
+            if path == 5 or kc < cg or last[0] != ng:
+                _im2col_flat(x[n, g * cg + c0:g * cg + c1], colw, 0, poff, r0, nr, kh_n,
+                             kw_n, ow_n, sh, sw, ph, pw, dh, dw)
+                last[0] = ng
+            st |= xgemm(0, 0, m1 - m0, nq, (c1 - c0) * khw, 1.0, w,
+                        (g * mg + m0) * kdim + c0 * khw, kdim, colw, 0, nq,
+                        0.0 if c0 == 0 else 1.0, colw, toff, nq)
+        if st != 0:
+            raise RuntimeError("BLAS gemm failed")
+        _flat_store(colw, toff, out, res, b, n, g * mg + m0, g * mg + m1, r0, nr, wq,
+                    has_bias, has_res, act, aa, ab)
+        return
     else:
         r0 = blk * bs
         r1 = min(oh_n, r0 + bs)
@@ -901,6 +1177,26 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
         cap = cap * bs
     elif path == 2:
         nw = max(1, min(nw, col.shape[0] // cap))
+    if path == 0 and _flat_wins(mg, kw_n, ow_n, sh, sw, dw, wd):
+        fbs = bs
+        fcap = _flat_cap(cg, mg, kh_n, kw_n, fbs, ow_n, sh, sw, dh, dw, wd)
+        while fbs > 1 and fcap > col.shape[0]:
+            fbs = (fbs + 1) // 2
+            fcap = _flat_cap(cg, mg, kh_n, kw_n, fbs, ow_n, sh, sw, dh, dw, wd)
+        if fcap <= col.shape[0]:
+            path = 5
+            bs = fbs
+            cap = fcap
+            nb = _ceil_div(oh_n, bs)
+            ntask = n_img * nb
+            nw = max(1, min(min(nth, ntask) if par else 1, col.shape[0] // cap))
+    elif path == 2 and _flat_wins(mg, kw_n, ow_n, sh, sw, dw, wd):
+        wq, hq = _flat_geom(oh_n, kh_n, kw_n, ow_n, sh, sw, dh, dw, wd)
+        fcap = cc * kh_n * kw_n * oh_n * wq + cc * sh * sw * hq * wq + bs * oh_n * wq
+        if fcap <= col.shape[0]:
+            path = 6
+            cap = fcap
+            nw = max(1, min(min(nth, ntask) if par else 1, col.shape[0] // cap))
     if nw > 1:
         _conv_par(nw, ntask, nb, bs, x, w, b, res, out, col, cap, sh, sw, ph, pw, dh, dw,
                   group, has_bias, has_res, act, aa, ab, path, cc)

@@ -19,7 +19,8 @@ def _run(dtype, n, c, h, w, m, kh, kw, stride=(1, 1), pads=(0, 0, 0, 0), dil=(1,
     oh = _out_size(h, kh, stride[0], pads[0], pads[2], dil[0])
     ow = _out_size(w, kw, stride[1], pads[1], pads[3], dil[1])
     out = np.full((n, m, oh, ow), np.nan, dtype)
-    col = np.full(CV.conv2d_scratch_elems(c, kh, kw, oh, ow, group), np.nan, dtype)
+    col = np.full(CV.conv2d_scratch_elems(c, kh, kw, oh, ow, group, None, m, stride, dil, w), np.nan,
+                  dtype)
     args = (stride[0], stride[1], pads[0], pads[1], dil[0], dil[1], group, bias)
     r = rng.standard_normal(out.shape).astype(dtype)
     if res:
@@ -102,6 +103,17 @@ CASES = [
     (1, 6, 9, 20, 3, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1), 1),      # an image head, 7x7
     (2, 4, 11, 18, 1, 3, 3, (2, 1), (0, 2, 1, 0), (2, 1), 1),     # row stride/dilation
     (1, 6, 8, 17, 4, 3, 5, (1, 1), (1, 2, 1, 2), (1, 2), 2),      # groups, dilated columns
+    # output rows of at most conv._FLAT_MAX_OW positions, few output channels per group: the
+    # flat im2col (conv._im2col_flat; stride 1 with OW <= W straight from the plane)
+    (1, 32, 14, 14, 32, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 4),     # grouped, same padding
+    (2, 32, 14, 14, 32, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 4),     # stride 2: phase planes
+    (1, 24, 9, 11, 24, 3, 3, (2, 2), (0, 1, 1, 0), (1, 1), 3),      # odd widths, uneven pads
+    (1, 16, 10, 12, 16, 5, 3, (1, 1), (2, 0, 2, 2), (1, 1), 2),     # pads on one side only
+    (1, 16, 12, 12, 32, 3, 3, (1, 1), (2, 2, 2, 2), (2, 2), 4),     # dilated, same size
+    (1, 8, 6, 6, 8, 3, 3, (1, 1), (2, 2, 2, 2), (1, 1), 2),         # OW > W: phase planes
+    (1, 12, 7, 7, 12, 3, 3, (3, 3), (1, 1, 1, 1), (1, 1), 3),       # stride 3
+    (1, 64, 7, 7, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),       # dense, OW == W
+    (1, 8, 3, 20, 8, 3, 3, (1, 2), (1, 1, 1, 1), (2, 1), 2),        # rows fewer than taps
 ]
 
 

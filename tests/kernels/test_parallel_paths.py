@@ -171,6 +171,10 @@ CONV_CASES = [
     (2, 16, 40, 40, 64, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),   # short K pointwise blocks
     (1, 96, 7, 7, 130, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),    # pointwise split by M, odd
     (1, 128, 8, 8, 200, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 2),   # ... grouped
+    # flat im2col (conv._im2col_flat): row blocks and whole planes, stride 1 and 2
+    (1, 512, 14, 14, 512, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 32),  # 16 channels per group
+    (2, 256, 28, 28, 256, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 16),
+    (1, 64, 30, 30, 64, 3, 3, (2, 2), (1, 0, 1, 1), (1, 1), 8),     # row blocks, uneven pads
 ]
 
 
@@ -183,7 +187,8 @@ def _conv_run(case, dtype, act=0, res=False, col_elems=None, seed=0):
     oh = _out_size(h, kh, stride[0], pads[0], pads[2], dil[0])
     ow = _out_size(w, kw, stride[1], pads[1], pads[3], dil[1])
     out = np.full((n, m, oh, ow), np.nan, dtype)
-    ne = col_elems if col_elems is not None else CV.conv2d_scratch_elems(c, kh, kw, oh, ow, group)
+    ne = col_elems if col_elems is not None else CV.conv2d_scratch_elems(c, kh, kw, oh, ow, group,
+                                                                         None, m, stride, dil, w)
     col = np.full(ne, np.nan, dtype)
     r = rng.standard_normal(out.shape).astype(dtype)
     args = (stride[0], stride[1], pads[0], pads[1], dil[0], dil[1], group, True)
@@ -248,6 +253,18 @@ def test_conv2d_scratch_elems_bounds():
         assert max(1, kdim * ow) <= e1 <= max(1, kdim * ow * max(oh, 1))
         if 0 < oh * ow <= CV._PLANE_MAX_S:
             assert e1 <= max(CV._PLANE_CHUNK_ELEMS, k * k * oh * ow, kdim * ow * oh)
+
+
+def test_flat_im2col_rule():
+    # short output rows take the flat im2col where the gemm's extra columns are few per
+    # output channel: grouped layers, and stride 1 with OW == W (no extra column at all)
+    assert CV._flat_wins_py(16, 3, 7, 2, 2, 1, 14)         # 16 channels per group, 3x3/2
+    assert CV._flat_wins_py(512, 3, 7, 1, 1, 1, 7)         # dense 3x3 'same' on 7x7
+    assert not CV._flat_wins_py(512, 3, 7, 2, 2, 1, 14)    # dense 3x3/2: wq = 8 > OW = 7
+    assert not CV._flat_wins_py(16, 3, 56, 1, 1, 1, 56)    # long rows: row-by-row im2col
+    # the scratch asked for covers the flat task it enables, per worker
+    need = CV.conv2d_scratch_elems(512, 3, 3, 7, 7, 32, 1, 512, (2, 2), (1, 1), 14)
+    assert need >= CV._flat_cap_py(16, 16, 3, 3, 7, 7, 2, 2, 1, 1, 14)
 
 
 def test_short_k_convolutions_take_small_gemm_blocks():

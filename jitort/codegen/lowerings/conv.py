@@ -74,7 +74,8 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
     # weights are placed for it
     tile = _use_winograd(em, n, xs4, ws4, ys4, strides, dil, group)
     if not tile:
-        col = em.scratch(max(1, conv2d_scratch_elems(c, kh, kw, oh, ow, group, em.threads)),
+        col = em.scratch(max(1, conv2d_scratch_elems(c, kh, kw, oh, ow, group, em.threads,
+                                                     ws4[0], strides, dil, xs4[3])),
                          y.dtype)
     xv = f"{em.arr(x)}.reshape({em.tuple_expr(xs4)})"
     wv = None if tile else f"{em.arr(w)}.reshape({em.tuple_expr(ws4)})"
