@@ -93,6 +93,15 @@ def _cache_dir():
                         'jitort')
 
 
+def _set_environ(values):
+    """Set each variable of ``values`` in os.environ; a value of None unsets it."""
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 def _private_openblas():
     """(gemm addresses by kind, core name) of a second, private instance of numpy's OpenBLAS:
     a copy of the library under the cache directory, loaded by its own path (so the dynamic
@@ -131,18 +140,10 @@ def _private_openblas():
                 env['OPENBLAS_CORETYPE'] = want or None  # None: the library detects the CPU
             saved = {k: os.environ.get(k) for k in env}
             try:
-                for k, v in env.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
+                _set_environ(env)
                 lib = ctypes.CDLL(dst)  # its constructor reads the variables above
             finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
+                _set_environ(saved)
             addrs, setn, getn, core = _openblas_entry_points(lib)
             setn(1)
             return addrs, core

@@ -118,8 +118,6 @@ _FLAT_MAX_OW = 32
 _FLAT_MAX_WASTE = 32
 
 
-
-
 # Output positions per im2col block at least (gemm N): measured on this machine, sgemm with
 # N = 56 or 112 runs at 60-75 % of its speed at N = 224..448.
 _MIN_BLOCK_COLS = 224
@@ -171,11 +169,17 @@ def _flat_geom_py(nr, kh_n, kw_n, ow_n, sh, sw, dh, dw, wd):
     return (wp + sw - 1) // sw, nr + ((kh_n - 1) * dh) // sh + 1
 
 
+_flat_geom = njit(cache=True)(_flat_geom_py)
+
+
 def _flat_cap_py(cg, mg, kh_n, kw_n, nr, ow_n, sh, sw, dh, dw, wd):
     """Scratch elements of one flat-im2col task over nr output rows: the im2col matrix
     (cg*kh*kw rows of nr*wq), the phase planes of cg channels and the gemm's output block
     (mg rows of nr*wq) before it is compacted into ``out``."""
-    if sh == 1 and sw == 1 and ow_n <= wd:          # as _flat_geom_py
+    # (the geometry of _flat_geom_py written out: conv2d_scratch_elems calls this in Python
+    # with the code generator's symbolic ints, which a jitted _flat_geom cannot take, and a
+    # jitted function cannot call the plain-Python one)
+    if sh == 1 and sw == 1 and ow_n <= wd:
         wq, hq = wd, 0
     else:
         wq = ((ow_n - 1) * sw + (kw_n - 1) * dw + sw) // sw
@@ -186,14 +190,13 @@ def _flat_cap_py(cg, mg, kh_n, kw_n, nr, ow_n, sh, sw, dh, dw, wd):
 
 def _flat_wins_py(mg, kw_n, ow_n, sh, sw, dw, wd):
     """Whether output rows of ow_n positions take the flat im2col (see _FLAT_MAX_OW)."""
-    if sh == 1 and sw == 1 and ow_n <= wd:          # as _flat_geom_py
+    if sh == 1 and sw == 1 and ow_n <= wd:          # as _flat_cap_py
         wq = wd
     else:
         wq = ((ow_n - 1) * sw + (kw_n - 1) * dw + sw) // sw
     return 0 < ow_n <= _FLAT_MAX_OW and mg * (wq - ow_n) <= _FLAT_MAX_WASTE * ow_n
 
 
-_flat_geom = njit(cache=True)(_flat_geom_py)
 _flat_cap = njit(cache=True)(_flat_cap_py)
 _flat_wins = njit(cache=True)(_flat_wins_py)
 
@@ -583,6 +586,13 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
     g = ng - n * group
     m0 = 0
     m1 = mg
+    if path == 2 or path == 4 or path == 6:   # a block of the group's output channels
+        m0 = blk * bs
+        m1 = min(mg, m0 + bs)
+        if m1 <= m0:
+            return
+        s0 = 0
+        s1 = s
     if path == 3:
         r0 = blk * bs
         r1 = min(oh_n, r0 + bs)
@@ -600,21 +610,9 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
         st = xgemm(0, 0, mg, s1 - s0, kdim, 1.0, w, g * mg * kdim, kdim,
                    x, (n * c_n + g * cg) * s + s0, s, 0.0, out, (n * m_n + g * mg) * s + s0, s)
     elif path == 4:
-        m0 = blk * bs
-        m1 = min(mg, m0 + bs)
-        if m1 <= m0:
-            return
-        s0 = 0
-        s1 = s
         st = xgemm(0, 0, m1 - m0, s, kdim, 1.0, w, (g * mg + m0) * kdim, kdim,
                    x, (n * c_n + g * cg) * s, s, 0.0, out, (n * m_n + g * mg + m0) * s, s)
     elif path == 2:
-        m0 = blk * bs
-        m1 = min(mg, m0 + bs)
-        if m1 <= m0:
-            return
-        s0 = 0
-        s1 = s
         khw = kh_n * kw_n
         st = 0
         for c0 in range(0, cg, cc):
@@ -634,14 +632,12 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
         if path == 5:
             r0 = blk * bs
             nr = min(oh_n, r0 + bs) - r0
-            m0, m1, kc = 0, mg, cg
+            kc = cg
+            if nr <= 0:
+                return
         else:
             r0, nr = 0, oh_n
-            m0 = blk * bs
-            m1 = min(mg, m0 + bs)
             kc = cc
-        if nr <= 0 or m1 <= m0:
-            return
         khw = kh_n * kw_n
         wq, hq = _flat_geom(nr, kh_n, kw_n, ow_n, sh, sw, dh, dw, wd)
         nq = nr * wq
@@ -1189,14 +1185,13 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
             cap = fcap
             nb = _ceil_div(oh_n, bs)
             ntask = n_img * nb
-            nw = max(1, min(min(nth, ntask) if par else 1, col.shape[0] // cap))
     elif path == 2 and _flat_wins(mg, kw_n, ow_n, sh, sw, dw, wd):
-        wq, hq = _flat_geom(oh_n, kh_n, kw_n, ow_n, sh, sw, dh, dw, wd)
-        fcap = cc * kh_n * kw_n * oh_n * wq + cc * sh * sw * hq * wq + bs * oh_n * wq
+        fcap = _flat_cap(cc, bs, kh_n, kw_n, oh_n, ow_n, sh, sw, dh, dw, wd)
         if fcap <= col.shape[0]:
             path = 6
             cap = fcap
-            nw = max(1, min(min(nth, ntask) if par else 1, col.shape[0] // cap))
+    if path >= 5:
+        nw = max(1, min(min(nth, ntask) if par else 1, col.shape[0] // cap))
     if nw > 1:
         _conv_par(nw, ntask, nb, bs, x, w, b, res, out, col, cap, sh, sw, ph, pw, dh, dw,
                   group, has_bias, has_res, act, aa, ab, path, cc)
