@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from . import serialize
 from . import shapes as shape_fns
 from .codegen import module as modmgr
 from .codegen.cpu import CpuBackend, Plan, SegmentCompiler, Unlowerable, aligned_empty
@@ -87,6 +88,8 @@ class CompiledModel:
                  optimize: bool = True, backends: Sequence[str] = ("cpu",), debug: bool = False,
                  profile: bool = False, example_shapes: Sequence[dict] | None = None,
                  strict: bool | None = None):
+        # what a pickle rebuilds it from: the model as given, every keyword option (serialize.py)
+        self._source, self._options = serialize.capture(model, locals())
         _configure_blas()
         #: raise :class:`UnsupportedOp` instead of running a node in the interpreter (default:
         #: the ``JITORT_STRICT`` environment variable, ``1`` meaning on)
@@ -116,6 +119,11 @@ class CompiledModel:
         self._check_strict()
         for shapes in example_shapes or ():
             self.prepare(shapes)
+
+    def __reduce__(self):
+        """Pickles as the model and its compile options; unpickling compiles again, with the
+        generated code and Numba's machine code loaded from the on-disk cache."""
+        return serialize.reduce(self)
 
     # --- program ---------------------------------------------------------------------------
     def _build_program(self) -> None:
