@@ -4,8 +4,12 @@ At the end of the session a table of ratios (jitort median / onnxruntime median,
 printed: the number every performance claim in this project quotes.
 """
 import math
+import os
 import sys
 from pathlib import Path
+
+# benchmarks time the compiled program: no interpreter tier (jitort/tiering.py)
+os.environ.setdefault("JITORT_TIERED", "0")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 

@@ -251,7 +251,7 @@ def warmup_model(path: str, shape_sets: list[dict], threads=None, position: int 
     numba.core.event.register("numba:compile", listener)
     t = time.perf_counter()
     try:
-        cm = jitort.compile(path, threads=threads)
+        cm = jitort.compile(path, threads=threads, tiered=False)
         for shapes in shape_sets:
             cm.run(None, _feeds_for(cm, [], shapes=shapes))
     finally:
@@ -276,7 +276,8 @@ def cmd_memory(args) -> int:
     import jitort
     from jitort.memory import memory_report, plot_plan
     shape_sets = parse_shapes(args.shape)
-    cm = jitort.compile(args.model, example_shapes=shape_sets if args.shape else None)
+    cm = jitort.compile(args.model, example_shapes=shape_sets if args.shape else None,
+                        tiered=False)
     if not args.shape:
         cm.run(None, _feeds_for(cm, [], shapes={}))
     for row in memory_report(cm):

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import serialize
+from . import serialize, tiering
 from . import shapes as shape_fns
 from .codegen import module as modmgr
 from .codegen.cpu import CpuBackend, Plan, SegmentCompiler, Unlowerable, aligned_empty
@@ -82,12 +82,18 @@ class CompiledModel:
 
     Call it with positional or keyword numpy arrays to get the outputs as a list in graph
     output order, or use :meth:`run` with onnxruntime's calling convention.
+
+    Tiered (the default; ``tiered=False`` or ``JITORT_TIERED=0`` turns it off): until the
+    generated program is compiled, in a background process, calls run in the numpy
+    interpreter; :meth:`wait_compiled` waits for the switch (see :mod:`jitort.tiering`).
     """
+
+    device = "cpu"
 
     def __init__(self, model: Any, *, threads: int | None = None, base_dir=None,
                  optimize: bool = True, backends: Sequence[str] = ("cpu",), debug: bool = False,
                  profile: bool = False, example_shapes: Sequence[dict] | None = None,
-                 strict: bool | None = None):
+                 strict: bool | None = None, tiered: bool | None = None):
         # what a pickle rebuilds it from: the model as given, every keyword option (serialize.py)
         self._source, self._options = serialize.capture(model, locals())
         _configure_blas()
@@ -117,8 +123,48 @@ class CompiledModel:
         self.profiler = Profiler() if profile else None
         self._build_program()
         self._check_strict()
+        self._tiering = self._tier0 = None
+        if tiering.enabled_by_default() if tiered is None else tiered:
+            self._start_tiering()
         for shapes in example_shapes or ():
             self.prepare(shapes)
+
+    def _start_tiering(self) -> None:
+        """Serve calls from the interpreter until the compiled program is ready (jitort/tiering.py).
+
+        Not for profiled models, nor where nothing would compile, nor where the interpreter
+        cannot run every node. A model whose inputs are all of fixed shape starts compiling now;
+        others on their first call, when the shapes are known."""
+        if (self.profiler is not None or self.device != "cpu"
+                or all(isinstance(st, InterpStep) for st in self.steps)):
+            return
+        try:
+            self._tiering = tiering.Tiering(self)
+        except UnsupportedOp:
+            return
+        self._tier0 = self._tiering
+        specs = self._input_specs
+        if all(not s.untyped and s.shape is not None and not s.symbolic for s in specs):
+            self._tiering.start([np.zeros(s.shape, s.dtype) for s in specs])
+
+    @property
+    def tier(self) -> str:
+        """``"compiled"``, or ``"interpreter"`` while a tiered model's program compiles (see
+        :meth:`wait_compiled`)."""
+        return "interpreter" if self._tier0 is not None else "compiled"
+
+    def wait_compiled(self, timeout: float | None = None) -> bool:
+        """Block until calls run on the compiled program; True when they do.
+
+        For benchmarks and servers that warm up first. A model compiled with ``tiered=False``
+        returns True at once. False when ``timeout`` (seconds) passed first, or when the
+        background compilation failed (with a :class:`jitort.tiering.TieringWarning`; calls go
+        on running on the interpreter). Raises :class:`JitortError` when nothing is compiling
+        yet: a model with symbolic input dims starts on its first call (or ``example_shapes``).
+        """
+        if self._tiering is None:
+            return True
+        return self._tiering.wait(timeout)
 
     def __reduce__(self):
         """Pickles as the model and its compile options; unpickling compiles again, with the
@@ -235,13 +281,19 @@ class CompiledModel:
         return self._execute(feeds, output_names)
 
     def _execute(self, feeds: dict, output_names) -> list[np.ndarray]:
+        t = self._tier0  # read once: the whole call runs on one tier
+        if t is not None:
+            return t.call(feeds, output_names)
+        return self._execute_compiled(feeds, output_names)
+
+    def _execute_compiled(self, feeds: dict, output_names) -> list[np.ndarray]:
         if self._fast is not None and output_names is None:
             outs = self._run_fast(feeds)
             if outs is not None:
                 return outs
         env = dict(zip(self._input_ids, self._validate(feeds)))
         if not self._run_program(env):
-            return self._execute(feeds, output_names)
+            return self._execute_compiled(feeds, output_names)
         return self._collect(env, output_names)
 
     def _run_program(self, env: dict) -> bool:
@@ -342,6 +394,8 @@ class CompiledModel:
         if plan is None:
             with self._lock:
                 plan = self._compilers[id(seg)].plan(env)
+                if getattr(self._tls, "probe", False) and not tiering.plan_cached(plan):
+                    raise tiering._NotCached  # the tiering thread compiles it in a process
                 self._check_memory(plan, seg, env)
                 seg.cb = self._compilers[id(seg)].consts.materialize()
                 plans[key] = plan
@@ -727,6 +781,12 @@ def compile(model: Any, *, threads: int | None = None, base_dir=None, optimize: 
 
     ``device="cuda"`` runs what the CUDA backend supports on the GPU (or numba's CUDA
     simulator) and the rest on the CPU (:class:`jitort.cuda_runtime.CudaCompiledModel`).
+
+    Returns at once on the CPU: the first calls run in the numpy interpreter while the program
+    compiles in a background process, then calls switch to it (``model.wait_compiled()`` waits
+    for that; ``tiered=False`` or ``JITORT_TIERED=0`` compiles on the first call instead).
+    Other options: ``strict``, ``debug``, ``profile``, ``example_shapes`` (see
+    :class:`CompiledModel`).
     """
     if device == "cuda":
         from .cuda_runtime import CudaCompiledModel  # imports numba.cuda only when asked

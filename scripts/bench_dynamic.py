@@ -62,7 +62,7 @@ def grid_report(name: str, calls: int) -> dict:
     # the reference runs between jitort's calls: its idle pool must not spin against them
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-    cm = jitort.compile(path)
+    cm = jitort.compile(path, tiered=False)
     plan_ms: list[float] = []
     plan_wall: list[float] = []
     orig = cpu.SegmentCompiler.plan
@@ -153,7 +153,7 @@ if engine.startswith("ort"):
     run = lambda f: s.run(None, f)
 else:
     import jitort
-    m = jitort.compile(shared_path(name), threads=1)
+    m = jitort.compile(shared_path(name), threads=1, tiered=False)
     run = lambda f: m.run(None, f)
 if tuple(small) != tuple(shape):
     run(feeds_for(name, *small))

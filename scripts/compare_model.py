@@ -52,7 +52,7 @@ def main(argv=None):
     so.inter_op_num_threads = 1
     sess = ort.InferenceSession(a.model, so, providers=["CPUExecutionProvider"])
     feeds = _feeds(sess, a.batch, a.seq)
-    cm = jitort.compile(a.model, threads=a.threads)
+    cm = jitort.compile(a.model, threads=a.threads, tiered=False)
     got = cm.run(None, feeds)
     want = sess.run(None, feeds)
     diff = max(float(np.max(np.abs(np.asarray(g, np.float64) - w))) if np.size(w) else 0.0

@@ -2,8 +2,8 @@
 
 A compiled backend runs them; these are for when it cannot (a lowering declines the shapes, so
 the node falls back to the interpreter) and for constant folding. ``MatMulBias`` is
-``act(a @ b + bias)``; ``FusedConv`` is ``act(Conv(x, W, B) [+ residual])`` with the Conv on
-``onnx.reference`` (see :func:`jitort.passes.patterns.fuse_epilogues` for the attributes).
+``act(a @ b + bias)``; ``FusedConv`` is ``act(Conv(x, W, B) [+ residual])`` with the Conv of
+:mod:`.numpy_conv` (``onnx.reference`` for the forms it defers) (see :func:`jitort.passes.patterns.fuse_epilogues` for the attributes).
 """
 from __future__ import annotations
 
@@ -72,18 +72,25 @@ def _matmul_bias(node: ir.Node):
 
 @fast("FusedConv", domain="jitort")
 def _fused_conv(node: ir.Node):
+    from .numpy_conv import conv
     from .reference import ReferenceRunner
     name, params = _act_attrs(node)
     attrs = {k: v for k, v in node.attrs.items() if k not in ("activation", "activation_params")}
-    conv = ir.Node("Conv", list(node.inputs[:3]), list(node.outputs[:1]), attrs, "", node.name, 11)
-    runner = ReferenceRunner(conv, {"": 11})
+    plain = ir.Node("Conv", list(node.inputs[:3]), list(node.outputs[:1]), attrs, "", node.name, 11)
+    runner = None
 
     def run(a):
+        nonlocal runner
         x = a[0]
         if kind(x.dtype) != "f":
             raise Defer
-        conv_in = list(a[:3]) + [None] * (3 - len(a[:3]))
-        y = np.asarray(runner(conv_in)[0]).astype(x.dtype, copy=False)
+        b = a[2] if len(a) > 2 else None
+        try:
+            y = conv(x, a[1], b, plain)
+        except Defer:  # a form the numpy path leaves to the reference
+            if runner is None:
+                runner = ReferenceRunner(plain, {"": 11})
+            y = np.asarray(runner([x, a[1], b])[0]).astype(x.dtype, copy=False)
         if len(a) > 3 and a[3] is not None:
             r = a[3]
             if r.shape != y.shape:

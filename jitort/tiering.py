@@ -1,0 +1,338 @@
+"""Tiered execution: a first result in seconds, the compiled program when it is ready.
+
+Compiling a model's generated code with Numba takes seconds to minutes on a cold machine (the
+kernel library too when its cache is empty). A tiered :class:`~jitort.CompiledModel` does not
+make its caller wait for that:
+
+* **Tier 0** runs the optimized graph in the numpy interpreter (:mod:`jitort.interpreter`, with
+  its im2col/window paths for convolutions and pools): no model-specific compilation at all.
+* On the first call (at ``compile()`` already when every input shape is fixed), a background
+  thread runs the compiled program once in *probe* mode: each segment's plan is made (cheap),
+  and if a plan's driver is not yet in Numba's on-disk cache the probe stops and a **separate
+  process** (``python -m jitort.tiering SPEC``) compiles the model for those inputs, writing
+  the generated modules and Numba's machine code into the cache (Numba compiles holding the
+  GIL, so a thread would stall the callers). The thread then loads the program from the cache,
+  runs it once on the same inputs, and **switches** the model to it: a call reads the tier
+  once when it starts, so every call runs wholly on one tier, also with other threads calling.
+* A warm cache skips the process: the probe finds every driver cached and the switch follows
+  within about a second of the first call.
+
+The background process outlives its parent if the parent exits first, so that the next process
+finds the cache warm (Numba writes its index and data files by atomic rename: a process killed
+at any point leaves no damaged entry). A compilation that fails leaves the model on tier 0 and
+warns (:class:`TieringWarning`) on the next call or :meth:`~jitort.CompiledModel.wait_compiled`.
+
+Turn it off with ``compile(model, tiered=False)`` or ``JITORT_TIERED=0``; profiled models and
+models that the interpreter cannot run whole are never tiered.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InvalidInput, JitortError
+from .interpreter import make_runner
+
+log = logging.getLogger("jitort.tiering")
+
+#: environment variable: ``0`` turns tiering off by default (``compile(tiered=...)`` overrides)
+ENV = "JITORT_TIERED"
+
+
+class TieringWarning(UserWarning):
+    """The background compilation failed: the model keeps running on the interpreter tier."""
+
+
+class _NotCached(Exception):
+    """Raised inside a probe run: this plan's driver would have to be compiled."""
+
+
+def enabled_by_default() -> bool:
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off", "")
+
+
+class Tiering:
+    """The interpreter tier of one model and the background switch to its compiled tier."""
+
+    def __init__(self, cm):
+        self.cm = cm
+        g = cm.graph
+        self.nodes = list(g.nodes)
+        # builds every runner now: raises UnsupportedOp when the interpreter lacks an op
+        self.runners = [make_runner(n, g.opsets) for n in self.nodes]
+        keep = {id(v) for v in g.outputs}
+        last: dict[int, int] = {}
+        for i, n in enumerate(self.nodes):
+            for v in n.all_inputs():
+                if not v.is_const:
+                    last[id(v)] = i
+        self.free_after: list[list[int]] = [[] for _ in self.nodes]
+        for vid, i in last.items():
+            if vid not in keep:
+                self.free_after[i].append(vid)
+        self.state = "interpreter"  # -> "compiling" -> "compiled" | "failed"
+        self.error: BaseException | None = None
+        self._warned = False
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._done = threading.Event()
+        #: monotonic times: "created", "started" (background began), "compiled" (switched)
+        self.times = {"created": time.monotonic()}
+        #: whether the background needed a compile process (False: everything was cached)
+        self.compiled_in_child: bool | None = None
+
+    # --- tier 0 ----------------------------------------------------------------------------
+    def call(self, feeds: dict, output_names) -> list[np.ndarray]:
+        cm = self.cm
+        arrays = cm._validate(feeds)
+        if self._thread is None:
+            self.start(arrays)
+        elif self.state == "failed":
+            self._warn_once()
+        env = dict(zip(cm._input_ids, arrays))
+        self.interpret(env)
+        return self._collect(env, output_names)
+
+    def interpret(self, env: dict, free: bool = True) -> dict:
+        """Run every node on ``env`` (value id -> array, the graph inputs set); with ``free``,
+        values are dropped after their last reader (only the graph outputs remain)."""
+        for node, run, drop in zip(self.nodes, self.runners, self.free_after):
+            ins = [None if v is None else (v.const if v.is_const else env[id(v)])
+                   for v in node.inputs]
+            ins += [v.const if v.is_const else env[id(v)] for v in node.implicit]
+            outs = run(ins)
+            for o, r in zip(node.outputs, outs):
+                if o is not None:
+                    env[id(o)] = r
+            if free:
+                for vid in drop:
+                    env.pop(vid, None)
+        return env
+
+    def _collect(self, env: dict, output_names) -> list[np.ndarray]:
+        cm = self.cm
+        if output_names is None:
+            wanted = range(len(cm.output_names))
+        else:
+            index = {n: i for i, n in enumerate(cm.output_names)}
+            missing = [n for n in output_names if n not in index]
+            if missing:
+                raise InvalidInput(f"unknown output name(s) {missing}; outputs are "
+                                   f"{cm.output_names}")
+            wanted = [index[n] for n in output_names]
+        result, seen = [], set()
+        for i in wanted:
+            v = cm.graph.outputs[i]
+            a = v.const if v.is_const else env[id(v)]
+            if isinstance(a, np.ndarray):
+                # the caller owns what it gets: no views of inputs, constants or each other
+                if not a.flags.owndata or not a.flags.c_contiguous or v.is_const or id(a) in seen:
+                    a = np.array(a, copy=True, order="C")
+                seen.add(id(a))
+            result.append(a)
+        return result
+
+    # --- background ------------------------------------------------------------------------
+    def start(self, arrays: list) -> None:
+        """Start the background switch for these inputs (once per model)."""
+        with self._lock:
+            if self._thread is not None:
+                return
+            feeds = {n: np.array(a, copy=True) if isinstance(a, np.ndarray) else a
+                     for n, a in zip(self.cm.input_names, arrays)}
+            self.state = "compiling"
+            self.times["started"] = time.monotonic()
+            self._thread = threading.Thread(target=self._background, args=(feeds,),
+                                            name="jitort-tiering", daemon=True)
+            self._thread.start()
+
+    def _background(self, feeds: dict) -> None:
+        cm = self.cm
+        try:
+            try:
+                cm._tls.probe = True
+                cm._execute_compiled(feeds, None)
+                self.compiled_in_child = False
+            except _NotCached:
+                self.compiled_in_child = True
+                compile_in_process(cm, feeds)
+            finally:
+                cm._tls.probe = False
+            cm._execute_compiled(feeds, None)  # from the cache now: loads, runs once
+            self.state = "compiled"
+            self.times["compiled"] = time.monotonic()
+            cm._tier0 = None  # the switch: calls that start from now on run compiled
+        except BaseException as e:  # noqa: BLE001 - reported to the caller, tier 0 goes on
+            self.error = e
+            self.state = "failed"
+            log.warning("background compilation failed, staying on the interpreter: %s", e)
+        finally:
+            self._done.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the compiled tier runs (True) or the background failed (False, with a
+        :class:`TieringWarning`); ``timeout`` seconds at most (then False)."""
+        if self._thread is None:
+            raise JitortError("nothing is compiling yet: call the model once (or compile it "
+                              "with example_shapes) so that the input shapes are known")
+        self._done.wait(timeout)
+        if self.state == "failed":
+            self._warn_once()
+        return self.state == "compiled"
+
+    def _warn_once(self) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"jitort: compiling the model failed, it keeps running on the "
+                          f"interpreter tier: {self.error}", TieringWarning, stacklevel=4)
+
+
+def plan_cached(plan) -> bool:
+    """Whether every Numba function of ``plan``'s driver module has an entry in the on-disk
+    cache (so running it loads machine code instead of compiling)."""
+    from .codegen import module as modmgr
+    mod = modmgr._loaded.get(Path(plan.source_path).stem)
+    if mod is None:
+        return False
+    parts = [getattr(mod, a) for a in vars(mod) if re.fullmatch(r"part\d+", a)]
+    return bool(parts) and all(_dispatcher_cached(d) for d in parts)
+
+
+def _dispatcher_cached(disp) -> bool:
+    cache = getattr(disp, "_cache", None)
+    impl = getattr(cache, "_cache_file", None)
+    if impl is None:
+        return False
+    try:
+        return bool(impl._load_index())
+    except Exception:  # an unreadable index: not usable, let the compile process redo it
+        return False
+
+
+# --- the compile process ----------------------------------------------------------------------
+def compile_jobs() -> int:
+    """Compile processes to start: ``JITORT_COMPILE_JOBS``, else the CPUs this process may use
+    (at most 4: each also loads the model and Numba)."""
+    env = os.environ.get("JITORT_COMPILE_JOBS")
+    if env:
+        return max(1, int(env))
+    try:
+        n = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        n = os.cpu_count() or 1
+    return max(1, min(4, n))
+
+
+def compile_in_process(cm, feeds: dict, jobs: int | None = None) -> None:
+    """Compile ``cm``'s program for ``feeds`` in ``jobs`` child processes (into the on-disk
+    cache), each taking a share of the driver functions; raise
+    :class:`JitortError` with the tail of a process's log when one fails."""
+    from . import serialize
+    from .codegen import module as modmgr
+    jobs = compile_jobs() if jobs is None else jobs
+    _, (source, options, device) = serialize.reduce(cm)
+    options = dict(options, tiered=False, example_shapes=None, profile=False)
+    work = modmgr.cache_dir() / "tiering"
+    work.mkdir(parents=True, exist_ok=True)
+    fd, spec = tempfile.mkstemp(dir=work, prefix="spec-", suffix=".pkl")
+    with os.fdopen(fd, "wb") as f:
+        pickle.dump({"source": source, "options": options, "device": device, "feeds": feeds},
+                    f, protocol=pickle.HIGHEST_PROTOCOL)
+    env = dict(os.environ, **{ENV: "0"})
+    logs = [f"{spec[:-4]}-{k}.log" for k in range(jobs)]
+    procs = []
+    try:
+        for k, logpath in enumerate(logs):
+            with open(logpath, "wb") as logf:
+                # its own session: a Ctrl-C in the caller's terminal does not kill it half-way,
+                # and it finishes filling the cache if the caller exits first
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "jitort.tiering", spec, str(k), str(jobs)],
+                    stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, env=env,
+                    start_new_session=True))
+        cm._tiering_child = procs[0]  # tests kill it through this
+        cm._tiering_children = procs
+        failed = [(k, rc) for k, rc in enumerate(p.wait() for p in procs) if rc != 0]
+        if failed:
+            k, rc = failed[0]
+            tail = Path(logs[k]).read_text(errors="replace")[-2000:]
+            raise JitortError(f"the compile process exited with status {rc}: {tail.strip()}")
+    finally:
+        for p in [spec, *logs]:
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+
+
+def compile_share(cm, feeds: dict, k: int, jobs: int) -> int:
+    """In a compile process: plan every segment for ``feeds`` (the interpreter gives the values
+    between segments) and compile this process's share of the driver functions (:func:`_share`),
+    for the exact argument types a call passes. Returns how many it compiled."""
+    import numba
+    from .codegen import module as modmgr
+    from .codegen.cpu import aligned_empty
+    from .partition import InterpStep
+    env = dict(zip(cm._input_ids, cm._validate(feeds)))
+    Tiering(cm).interpret(env, free=False)
+    parts = []
+    for seg in cm.steps:
+        if isinstance(seg, InterpStep):
+            continue
+        plan = cm._compilers[id(seg)].plan(env)
+        cb = cm._compilers[id(seg)].consts.materialize()
+        outs = [np.empty(sh, dt) for sh, dt in zip(plan.out_shapes, seg.output_dtypes)]
+        args = [aligned_empty(max(plan.ws_bytes, 64)), cb, plan.d, *plan.pb,
+                *[env[i] for i in seg.arg_ids], *outs]
+        sig = tuple(numba.typeof(a) for a in args)
+        mod = modmgr._loaded[Path(plan.source_path).stem]
+        names = sorted((a for a in vars(mod) if re.fullmatch(r"part\d+", a)),
+                       key=lambda a: int(a[4:]))
+        parts += [(getattr(mod, a), sig) for a in names]
+    mine = [parts[i] for i in _share(parts, jobs)[k]]
+    for disp, sig in mine:
+        disp.compile(sig)
+    return len(mine)
+
+
+def _share(parts: list, jobs: int) -> list[list[int]]:
+    """Driver functions per process, longest first onto the least loaded process: Numba's time
+    grows with a function's statements (every process computes the same split)."""
+    import inspect
+    cost = []
+    for disp, _ in parts:
+        try:
+            cost.append(len(inspect.getsource(disp.py_func).splitlines()))
+        except (OSError, TypeError):
+            cost.append(1)
+    load, share = [0] * jobs, [[] for _ in range(jobs)]
+    for i in sorted(range(len(parts)), key=lambda i: (-cost[i], i)):
+        j = min(range(jobs), key=lambda j: (load[j], j))
+        load[j] += cost[i]
+        share[j].append(i)
+    return [sorted(s) for s in share]
+
+
+def _child(spec: str, k: int = 0, jobs: int = 1) -> int:
+    with open(spec, "rb") as f:
+        job = pickle.load(f)
+    import jitort
+    cm = jitort.compile(job["source"], device=job["device"], **job["options"])
+    compile_share(cm, job["feeds"], k, jobs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1], *[int(a) for a in sys.argv[2:4]]))
+

@@ -1,0 +1,201 @@
+"""Tiered execution (jitort/tiering.py): interpreter first, compiled program after the switch.
+
+Each test builds its own small model (a distinct chain, so a distinct generated module) and
+points ``JITORT_CACHE_DIR`` at a fresh folder, so the background really compiles in a process.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import jitort
+from jitort import tiering
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _model(seed: float, batch="N") -> onnx.ModelProto:
+    """x [batch, 8] -> Relu(x @ W + b) * seed ... + x @ V: two GEMMs and a fused chain of
+    ``int(seed)`` multiplications, so that each test's generated code is its own (weights and
+    scalars live in the constants buffer, not in the text)."""
+    rng = np.random.default_rng(int(seed * 1000))
+    w = rng.standard_normal((8, 8)).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    v = rng.standard_normal((8, 8)).astype(np.float32)
+    inits = [helper.make_tensor(n, TensorProto.FLOAT, a.shape, a.ravel())
+             for n, a in (("w", w), ("b", b), ("v", v))]
+    inits.append(helper.make_tensor("s", TensorProto.FLOAT, [], [seed]))
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]),
+             helper.make_node("Add", ["xw", "b"], ["h"]),
+             helper.make_node("Relu", ["h"], ["r"]),
+             *[helper.make_node("Mul", ["r" if k == 0 else f"r{k}", "s"],
+                                ["rs" if k == int(seed) - 1 else f"r{k + 1}"])
+               for k in range(int(seed))],
+             helper.make_node("MatMul", ["x", "v"], ["xv"]),
+             helper.make_node("Add", ["rs", "xv"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                     [batch, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 8])],
+                          inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _ort(m, x):
+    return ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("JITORT_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_results_equal_before_and_after_the_switch(fresh_cache):
+    m = _model(1.5)
+    x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    cm = jitort.compile(m, tiered=True)
+    assert cm.tier == "interpreter"
+    before = compiles = jitort.compile_count()
+    first = cm(x)[0]
+    assert jitort.compile_count() == compiles  # tier 0 compiles nothing in this process
+    assert cm.wait_compiled(timeout=300)
+    assert cm.tier == "compiled" and cm._tiering.compiled_in_child
+    after = cm(x)[0]
+    want = _ort(m, x)
+    np.testing.assert_allclose(first, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(after, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(first, after, rtol=1e-5, atol=1e-6)
+    # the process compiled it: this one only loaded machine code from the cache
+    assert jitort.compile_count() == before
+    # a new shape after the switch runs compiled too (same generated code, replayed plan)
+    x2 = np.ones((5, 8), np.float32)
+    np.testing.assert_allclose(cm(x2)[0], _ort(m, x2), rtol=1e-5, atol=1e-6)
+
+    # a second model of the same graph finds the cache warm: no process, a quick switch
+    cm2 = jitort.compile(m, tiered=True)
+    t = time.monotonic()
+    np.testing.assert_allclose(cm2(x)[0], want, rtol=1e-5, atol=1e-6)
+    assert cm2.wait_compiled(timeout=120)
+    assert cm2._tiering.compiled_in_child is False
+    assert time.monotonic() - t < 30
+    assert jitort.compile_count() == before
+
+
+def test_concurrent_callers_across_the_switch(fresh_cache):
+    m = _model(2.5)
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((b, 8)).astype(np.float32) for b in (1, 2, 3, 4)]
+    wants = [_ort(m, x) for x in xs]
+    cm = jitort.compile(m, tiered=True)
+    errors, seen = [], [set() for _ in xs]
+    stop = threading.Event()
+
+    def caller(k):
+        try:
+            while not stop.is_set():
+                tier = cm.tier
+                got = cm(xs[k])[0]
+                np.testing.assert_allclose(got, wants[k], rtol=1e-5, atol=1e-6)
+                seen[k].add(tier)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(len(xs))]
+    for t in threads:
+        t.start()
+    try:
+        assert cm.wait_compiled(timeout=300)
+        time.sleep(0.5)  # calls on the compiled tier too
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not errors, errors[0]
+    assert all(s == {"interpreter", "compiled"} for s in seen), seen
+
+
+def test_a_failed_compile_leaves_the_interpreter_running_and_warns(fresh_cache, monkeypatch):
+    m = _model(3.5)
+    x = np.ones((2, 8), np.float32)
+    # the compile process is a program that fails at once
+    monkeypatch.setattr(tiering.sys, "executable", "/bin/false")
+    cm = jitort.compile(m, tiered=True)
+    first = cm(x)[0]
+    with pytest.warns(tiering.TieringWarning, match="exited with status 1"):
+        assert cm.wait_compiled(timeout=60) is False
+    assert cm.tier == "interpreter" and cm._tiering.state == "failed"
+    np.testing.assert_allclose(cm(x)[0], first)
+    np.testing.assert_allclose(first, _ort(m, x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_killed_compile_process_leaves_no_broken_cache_entry(fresh_cache):
+    m = _model(4.5)
+    x = np.ones((2, 8), np.float32)
+    cm = jitort.compile(m, tiered=True)
+    cm(x)
+    deadline = time.monotonic() + 60
+    while getattr(cm, "_tiering_child", None) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc = cm._tiering_child
+    # kill it as soon as Numba has written its first cache entry: mid-way through the cache
+    while not list(fresh_cache.rglob("*.nbi")) and proc.poll() is None:
+        time.sleep(0.005)
+    assert proc.poll() is None, "the compile process finished before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tiering.TieringWarning)
+        ok = cm.wait_compiled(timeout=60)
+    assert not ok and cm._tiering.state == "failed"
+    written = len(list(fresh_cache.rglob("*.nbi")))
+    np.testing.assert_allclose(cm(x)[0], _ort(m, x), rtol=1e-5, atol=1e-6)
+    # a fresh process on the same cache: every entry loads or compiles cleanly (a damaged one
+    # would give a jitort CacheWarning, an error here) and the result is right
+    path = fresh_cache.parent / "m.onnx"
+    onnx.save(m, path)
+    code = ("import sys, warnings, numpy as np, jitort\n"
+            "from jitort.codegen.module import CacheWarning\n"
+            "warnings.simplefilter('error', CacheWarning)\n"
+            "cm = jitort.compile(sys.argv[1], tiered=False)\n"
+            "print(repr(cm(np.ones((2, 8), np.float32))[0].tolist()))\n")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                         env=dict(os.environ), cwd=str(fresh_cache.parent), timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert len(list(fresh_cache.rglob("*.nbi"))) > written  # it finished what the kill cut
+    np.testing.assert_allclose(np.array(eval(out.stdout.strip().splitlines()[-1])),
+                               _ort(m, x), rtol=1e-5, atol=1e-6)
+
+
+def test_fixed_shapes_start_compiling_at_compile_and_tiering_can_be_turned_off(fresh_cache,
+                                                                               monkeypatch):
+    m = _model(5.5, batch=2)
+    cm = jitort.compile(m, tiered=True)
+    assert cm._tiering._thread is not None  # shapes known: started without a call
+    assert cm.wait_compiled(timeout=300)
+    x = np.ones((2, 8), np.float32)
+    np.testing.assert_allclose(cm(x)[0], _ort(m, x), rtol=1e-5, atol=1e-6)
+
+    off = jitort.compile(m, tiered=False)
+    assert off.tier == "compiled" and off.wait_compiled() is True
+    monkeypatch.setenv("JITORT_TIERED", "0")
+    assert jitort.compile(m).tier == "compiled"
+    monkeypatch.setenv("JITORT_TIERED", "1")
+    on = jitort.compile(_model(6.5))
+    assert on.tier == "interpreter"
+    with pytest.raises(jitort.JitortError, match="nothing is compiling yet"):
+        on.wait_compiled(timeout=0)
+    # bad input is refused the same way on tier 0
+    with pytest.raises(jitort.InvalidInput, match="dtype"):
+        on(np.ones((2, 8), np.float64))
+    with pytest.raises(jitort.InvalidInput, match="rank"):
+        on(np.ones(8, np.float32))
