@@ -10,6 +10,7 @@ import os
 import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -716,14 +717,25 @@ def _configure_blas() -> None:
 
 def _call_driver(plan: Plan, ws: np.ndarray, cb: np.ndarray, args: list, outs: list) -> None:
     """Run one segment's generated driver; its errors as jitort's."""
+    if plan.fp is None:  # first call of this plan: the kernel-library addresses
+        plan.fp = _link(plan, [ws, cb, plan.d, _FP0, *plan.pb, *args, *outs])
     try:
-        plan.driver(ws, cb, plan.d, *plan.pb, *args, *outs)
+        plan.driver(ws, cb, plan.d, plan.fp, *plan.pb, *args, *outs)
     except IndexError as e:
         raise InvalidInput(f"{e} (an index input is out of range)") from None
     except JitortError:
         raise
     except Exception as e:
         raise ExecutionError(f"compiled segment failed: {type(e).__name__}: {e}") from e
+
+
+_FP0 = np.zeros(1, np.int64)  # stands for the fp table when typing a driver's arguments
+
+
+def _link(plan: Plan, args: list) -> np.ndarray:
+    """The fp table of ``plan``'s driver for these argument types (codegen/native.py)."""
+    from .codegen import native
+    return native.link(modmgr._loaded[Path(plan.source_path).stem], plan.n_sites, args)
 
 
 def _blas_pin():

@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import re
 import subprocess
 import sys
 import tempfile
@@ -205,8 +204,10 @@ def plan_cached(plan) -> bool:
     mod = modmgr._loaded.get(Path(plan.source_path).stem)
     if mod is None:
         return False
-    parts = [getattr(mod, a) for a in vars(mod) if re.fullmatch(r"part\d+", a)]
-    return bool(parts) and all(_dispatcher_cached(d) for d in parts)
+    from .codegen import native
+    parts = native.part_names(mod)
+    return bool(parts) and all(_dispatcher_cached(getattr(mod, p))
+                               and native.records_exist(mod, p) for p in parts)
 
 
 def _dispatcher_cached(disp) -> bool:
@@ -282,6 +283,7 @@ def compile_share(cm, feeds: dict, k: int, jobs: int) -> int:
     for the exact argument types a call passes. Returns how many it compiled."""
     import numba
     from .codegen import module as modmgr
+    from .codegen import native
     from .codegen.cpu import aligned_empty
     from .partition import InterpStep
     env = dict(zip(cm._input_ids, cm._validate(feeds)))
@@ -293,16 +295,15 @@ def compile_share(cm, feeds: dict, k: int, jobs: int) -> int:
         plan = cm._compilers[id(seg)].plan(env)
         cb = cm._compilers[id(seg)].consts.materialize()
         outs = [np.empty(sh, dt) for sh, dt in zip(plan.out_shapes, seg.output_dtypes)]
-        args = [aligned_empty(max(plan.ws_bytes, 64)), cb, plan.d, *plan.pb,
+        args = [aligned_empty(max(plan.ws_bytes, 64)), cb, plan.d,
+                np.zeros(max(plan.n_sites, 1), np.int64), *plan.pb,
                 *[env[i] for i in seg.arg_ids], *outs]
         sig = tuple(numba.typeof(a) for a in args)
         mod = modmgr._loaded[Path(plan.source_path).stem]
-        names = sorted((a for a in vars(mod) if re.fullmatch(r"part\d+", a)),
-                       key=lambda a: int(a[4:]))
-        parts += [(getattr(mod, a), sig) for a in names]
+        parts += [(mod, p, sig) for p in native.part_names(mod)]
     mine = [parts[i] for i in _share(parts, jobs)[k]]
-    for disp, sig in mine:
-        disp.compile(sig)
+    for mod, part, sig in mine:
+        native.compile_part(mod, part, sig)  # writes the call sites' record beside it
     return len(mine)
 
 
@@ -311,9 +312,9 @@ def _share(parts: list, jobs: int) -> list[list[int]]:
     grows with a function's statements (every process computes the same split)."""
     import inspect
     cost = []
-    for disp, _ in parts:
+    for mod, part, _ in parts:
         try:
-            cost.append(len(inspect.getsource(disp.py_func).splitlines()))
+            cost.append(len(inspect.getsource(getattr(mod, part).py_func).splitlines()))
         except (OSError, TypeError):
             cost.append(1)
     load, share = [0] * jobs, [[] for _ in range(jobs)]

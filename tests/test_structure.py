@@ -13,10 +13,11 @@ from .models import shared_feeds, shared_path
 
 
 def _kernel_calls(cm):
-    """Kernel function calls in the generated drivers (generated kernels start with k_)."""
+    """Kernel function calls in the generated drivers (generated kernels start with k_;
+    drivers call them through the fp table: ``_nc(k_..., "site", fp[k], (args,))``)."""
     calls = []
     for path in cm.generated_sources():
-        calls += re.findall(r"^\s+(k_\w+)\(", Path(path).read_text(), re.M)
+        calls += re.findall(r"^\s+_nc\((k_\w+), ", Path(path).read_text(), re.M)
     return calls
 
 
@@ -176,8 +177,8 @@ def test_3x3_convolutions_take_winograd_where_it_wins():
             before = jitort.compile_count()
     assert jitort.compile_count() == before
     src = "".join(Path(p).read_text() for p in cm.generated_sources())
-    assert len(re.findall(r"_wino\.conv3x3_winograd\(", src)) == 1
-    assert len(re.findall(r"_conv\.conv2d\w*\(", src)) == 2
+    assert len(re.findall(r"_nc\(_wino\.conv3x3_winograd, ", src)) == 1
+    assert len(re.findall(r"_nc\(_conv\.conv2d\w*, ", src)) == 2
 
 
 def test_big_planes_take_winograd_f4x4():
@@ -230,4 +231,4 @@ def test_driver_calls_name_their_onnx_nodes():
     assert "# Mul(scale); Relu(act)" in notes and "# Softmax(probs)" in notes, notes
     # the comment sits right above the call it names
     i = lines.index("# Softmax(probs)")
-    assert lines[i + 1].startswith("_softmax.softmax3d("), lines[i + 1]
+    assert lines[i + 1].startswith("_nc(_softmax.softmax3d, "), lines[i + 1]

@@ -29,6 +29,7 @@ from ..ir import Node, Value
 from ..planner import ALIGN, Buffer, MemoryPlan, align, plan_memory
 from . import module as modmgr
 from . import lowerings  # noqa: F401 (each family registers its lowerings on import)
+from . import native
 from .registry import (KERNEL_MODULES, LOWER, SUPPORT, Unlowerable, lowering,  # noqa: F401
                        registry)
 from .symbolic import GuardedHostvals, Sym, SymShapes, Tape, concrete, same_shape
@@ -657,6 +658,10 @@ class Plan:
     #: the driver calls a kernel module that can reach the BLAS (``kernels.cpu.blas.calls_blas``):
     #: the runtime pins numpy's OpenBLAS to one thread around it
     uses_blas: bool = True
+    #: kernel-library call sites of the driver, and their addresses once linked in this
+    #: process (``fp``, see jitort/codegen/native.py)
+    n_sites: int = 0
+    fp: np.ndarray | None = None
 
 
 #: Recordings kept per segment (one per distinct lowering outcome: structure, unit dims...).
@@ -699,7 +704,7 @@ class _Record:
         exports = {id(v): hostvals[id(v)] for v in seg.outputs if id(v) in hostvals}
         return Plan(p.driver, d, o, pb, mem.workspace_bytes, mem,
                     [shapes[id(v)] for v in seg.arg_outputs], exports, p.kernel_names,
-                    p.source_path, 0, uses_blas=p.uses_blas)
+                    p.source_path, 0, uses_blas=p.uses_blas, n_sites=p.n_sites, fp=p.fp)
 
 
 #: Entries of a segment's shape-inference memo before it is cleared (each is a few shapes).
@@ -983,7 +988,7 @@ class SegmentCompiler:
         _rewrite_reshapes(em)
         _rewrite_offsets(em)
         n_host = sum(r.kind == "pb" for r in em.rows)
-        params = ", ".join(["ws", "cb", "d"] + [f"h{k}" for k in range(n_host)]
+        params = ", ".join(["ws", "cb", "d", "fp"] + [f"h{k}" for k in range(n_host)]
                            + [f"x{i}" for i in range(len(seg.arg_inputs))]
                            + [f"y{i}" for i in range(len(seg.arg_outputs))])
         calls = _annotated(em.calls, em.notes)
@@ -992,7 +997,11 @@ class SegmentCompiler:
         else:
             chunk_steps, chunks = _step_chunks(calls)
         parts = []
+        # kernel-library and fused-kernel calls go through the fp table (codegen/native.py)
+        n_sites, fused = 0, {k for k in em.kernels if k.startswith("k_")}
         for i, lines in enumerate(chunks):
+            lines, n_sites = native.rewrite_calls(lines, KERNEL_MODULES, fused, _DRIVER_KEY,
+                                                  n_sites)
             used = _declared_closure(em.decls, lines)
             body = [f"    {n} = {em.decls[n]}" for n in em.decls if n in used]
             body += [f"    {line}" for line in lines]
@@ -1009,11 +1018,17 @@ class SegmentCompiler:
         sfx = DEBUG_SUFFIX if self.debug else ""
         body = "\n".join(parts)
         libs = sorted(a for a in set(re.findall(r"(?<![\w.])(_[a-z_]+)\.", body)) if a in KERNEL_MODULES)
+        # The argument types are part of the text: a driver module is compiled for one
+        # signature, so its fp table (one kernel overload per call site) fits every call.
+        argtypes = ", ".join(f"{np.dtype(v.dtype).name}[{len(shapes[id(v)])}]"
+                             for v in [*seg.arg_inputs, *seg.arg_outputs])
         src = "\n".join([
             modmgr.header().rstrip(),
+            f"# arguments: {argtypes}",
             "import math",
             "import numpy as np",
             "from numba import njit",
+            *(["from jitort.codegen.native import native_call as _nc"] if n_sites else []),
             *[f"from jitort.kernels.cpu import {KERNEL_MODULES[a]} as {a}" for a in libs],
             *[f"from {modmgr.PACKAGE}.{k}{sfx} import {k}" for k in imports],
             *parts,
@@ -1024,6 +1039,8 @@ class SegmentCompiler:
             if name + sfx not in modmgr._loaded:
                 new += 1
             modmgr.load(name + sfx, _kernel_module(ksrc, self.debug))
+        # call-site keys: a hash of the text around them (the module's name hashes the result)
+        src = src.replace(_DRIVER_KEY, modmgr.module_name("sites", src))
         dname = modmgr.module_name("driver", src)
         if dname not in modmgr._loaded:
             new += 1
@@ -1037,11 +1054,13 @@ class SegmentCompiler:
         uses_blas = any(calls_blas(KERNEL_MODULES[a]) for a in libs)
         if self.profiler is None:
             return Plan(mod.call, d, o, pb, mem.workspace_bytes, mem,
-                        out_shapes, exports, imports, mod.__file__, new, uses_blas=uses_blas)
+                        out_shapes, exports, imports, mod.__file__, new, uses_blas=uses_blas,
+                        n_sites=n_sites)
         parts = self.profiler.parts(self, [getattr(mod, f"part{i}") for i in range(len(chunks))],
                                     chunks, chunk_steps, shapes)
         return Plan(self.profiler.driver(parts), d, o, pb, mem.workspace_bytes, mem,
-                    out_shapes, exports, imports, mod.__file__, new, parts, uses_blas=uses_blas)
+                    out_shapes, exports, imports, mod.__file__, new, parts, uses_blas=uses_blas,
+                    n_sites=n_sites)
 
 
 def _host_bytes(host) -> np.ndarray:
@@ -1094,6 +1113,8 @@ def _layout(rows: list[Row], dims: list[int], sizes: list[int], hosts: list,
 #: Driver flags. (``_dbg_optnone`` would cut ~30 % of its compile time but makes Numba refuse
 #: to cache the function, so the driver is optimized like everything else.)
 DRIVER_FLAGS = "cache=True, error_model='numpy'"
+#: stands for the driver's call-site key prefix until the text around it is hashed
+_DRIVER_KEY = "@DRIVER@"
 #: Debug mode (``jitort.compile(m, debug=True)``): generated code checks every index. The flag is
 #: written into the text (Numba's cache does not key on flags) and debug kernel modules get
 #: their own names, so debug and normal builds never share a module or a cache entry.

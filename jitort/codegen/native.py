@@ -1,0 +1,189 @@
+"""Kernel-library calls from generated drivers through a table of function pointers.
+
+When one Numba function calls another, Numba links the callee's LLVM module into the caller's
+and optimizes and emits the whole again: every driver that calls ``conv2d`` re-optimized and
+re-emitted the convolution kernel's six paths (resnet18's driver: 12 s of LLVM time for a
+dozen lines of calls, bert's four driver chunks 2-7 s each). Drivers call the kernel library
+through :func:`native_call` instead: at typing time it resolves the kernel's signature (loading
+it from Numba's cache like any call), at lowering time it emits an indirect call through an
+address read from the ``fp`` array the driver receives, so nothing is linked and the driver
+compiles in well under a second. The addresses are only known at run time in each process,
+which keeps the driver's machine code cacheable: :func:`link` fills ``fp`` before a driver's
+first call.
+
+What each call site calls (kernel and argument types) is recorded while the driver is typed
+and written beside the generated module (``<module>.part<i>.sigs``), because a driver loaded
+from Numba's cache is not typed again. A driver function that is cached without its record
+(a process killed in between) is typed once more by an uncached copy, to recover the record.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import re
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ..errors import ExecutionError
+
+#: (driver's site prefix, call-site index) -> (kernel module, kernel name, argument types),
+#: recorded by :func:`native_call`'s typer in this process
+_RECORDS: dict[tuple[str, int], tuple[str, str, tuple]] = {}
+#: (driver module name, argument types) -> its ``fp`` table, once linked in this process
+_TABLES: dict[tuple, np.ndarray] = {}
+_lock = threading.RLock()
+
+#: a call-site key in generated text: ``"<prefix>:<k>"`` (the prefix is unique to the driver)
+_KEY = re.compile(r'_nc\([\w.]+, "(\w+):(\d+)"')
+
+
+@intrinsic
+def native_call(typingctx, kernel, key, fpk, args):
+    """``kernel(*args)`` through the address ``fpk``; ``key`` ("prefix:k") names the site."""
+    if not isinstance(kernel, types.Dispatcher) or not isinstance(key, types.StringLiteral):
+        return None
+    # the argument types exactly as a direct call would see them (literals included), so the
+    # kernel resolves to the same overload and the same cache entry
+    argtys = tuple(args.types) if isinstance(args, types.BaseTuple) else ()
+    csig = typingctx.resolve_function_type(kernel, argtys, {})
+    if csig is None:
+        return None
+    disp = kernel.dispatcher
+    prefix, k = key.literal_value.rsplit(":", 1)
+    _RECORDS[(prefix, int(k))] = (disp.py_func.__module__, disp.py_func.__name__, tuple(csig.args))
+    n = len(argtys)
+
+    def codegen(context, builder, signature, llargs):
+        fpv, tup = llargs[2], llargs[3]
+        vals = [builder.extract_value(tup, i) for i in range(n)]
+        vals = [context.cast(builder, v, ft, tt) for v, ft, tt in zip(vals, argtys, csig.args)]
+        fnty = context.call_conv.get_function_type(csig.return_type, csig.args)
+        fn = builder.inttoptr(fpv, fnty.as_pointer())
+        status, res = context.call_conv.call_function(builder, fn, csig.return_type, csig.args,
+                                                      vals)
+        with cgutils.if_unlikely(builder, status.is_error):
+            context.call_conv.return_status_propagate(builder, status)
+        return res
+    return csig.return_type(kernel, key, fpk, args), codegen
+
+
+_CALL = re.compile(r"^(\s*)((?:_[a-z_]+\.)?\w+)\((.*)\)\s*$")
+
+
+def rewrite_calls(lines: list[str], modules, kernels, placeholder: str,
+                  start: int) -> tuple[list[str], int]:
+    """Driver lines with each statement-level call of a kernel-library function
+    (``_mod.fn(args)``, ``_mod`` in ``modules``) or of a generated kernel (a name in
+    ``kernels``) turned into a :func:`native_call` through ``fp[k]``, k counting from
+    ``start``; returns the lines and the next k."""
+    out, k = [], start
+    for line in lines:
+        m = _CALL.match(line)
+        callee = m and m.group(2)
+        if not callee or not (callee in kernels or callee.split(".")[0] in modules
+                              and "." in callee):
+            out.append(line)
+            continue
+        ind, _, args = m.groups()
+        tup = f"({args},)" if args.strip() else "()"
+        out.append(f'{ind}_nc({callee}, "{placeholder}:{k}", fp[{k}], {tup})')
+        k += 1
+    return out, k
+
+
+# --- sidecar records ----------------------------------------------------------------------
+def _sigs_path(mod, part: str) -> Path:
+    return Path(mod.__file__).with_name(f"{mod.__name__.rsplit('.', 1)[-1]}.{part}.sigs")
+
+
+def _keys(disp) -> list[tuple[str, int]]:
+    import inspect
+    return [(p, int(k)) for p, k in _KEY.findall(inspect.getsource(disp.py_func))]
+
+
+def _read(path: Path):
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except FileNotFoundError:
+        return None
+    except Exception:  # damaged: recovered by typing again
+        return None
+
+
+def _write(path: Path, recs: dict) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".sigs")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(recs, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def records_exist(mod, part: str) -> bool:
+    return _sigs_path(mod, part).exists()
+
+
+def compile_part(mod, part: str, sig: tuple) -> dict:
+    """Compile (or load from the cache) driver function ``part`` of ``mod`` for ``sig`` and
+    return its call sites' records, writing them beside the module when typed here."""
+    disp = getattr(mod, part)
+    keys = _keys(disp)
+    with _lock:
+        disp.compile(sig)
+        recs = {k: _RECORDS.get(key) for key in keys for k in [key[1]]}
+        if all(r is not None for r in recs.values()):
+            if not records_exist(mod, part):
+                _write(_sigs_path(mod, part), recs)
+            return recs
+        saved = _read(_sigs_path(mod, part))
+        if saved is not None and all(k in saved for _, k in keys):
+            return saved
+        # cached machine code without its record: type an uncached copy to recover it
+        from numba import njit
+        njit(error_model="numpy")(disp.py_func).compile(sig)
+        recs = {key[1]: _RECORDS[key] for key in keys}
+        _write(_sigs_path(mod, part), recs)
+        return recs
+
+
+def part_names(mod) -> list[str]:
+    return sorted((a for a in vars(mod) if re.fullmatch(r"part\d+", a)), key=lambda a: int(a[4:]))
+
+
+def link(mod, n_sites: int, args: list) -> np.ndarray:
+    """The ``fp`` table of driver module ``mod`` (``n_sites`` call sites) for the types of
+    ``args`` (a call's arguments, ``fp`` included), its functions compiled or loaded for them.
+    Once per driver and argument types in a process: a plan keeps its table."""
+    from numba import typeof
+    name = mod.__name__.rsplit(".", 1)[-1]
+    sig = tuple(typeof(a) for a in args)
+    with _lock:
+        table = _TABLES.get((name, sig))
+        if table is not None:
+            return table
+        table = np.zeros(max(n_sites, 1), np.int64)
+        for part in part_names(mod):
+            for k, (kmod, kname, argtys) in compile_part(mod, part, sig).items():
+                table[k] = address(kmod, kname, argtys)
+        if n_sites and not table[:n_sites].all():
+            raise ExecutionError(f"driver {name}: a kernel call site has no address")
+        _TABLES[(name, sig)] = table
+        return table
+
+
+def address(kmod: str, kname: str, argtys: tuple) -> int:
+    """Address of the native entry of kernel ``kmod.kname`` compiled for ``argtys``."""
+    disp = getattr(importlib.import_module(kmod), kname)
+    disp.compile(argtys)
+    cres = disp.overloads[tuple(argtys)]
+    return cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
