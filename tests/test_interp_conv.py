@@ -86,3 +86,27 @@ def test_numpy_conv_paths_match_onnxruntime(op, x_shape, w_shape, attrs, bias):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     # and through the interpreter's runner (what tier 0 and fallbacks call)
     np.testing.assert_allclose(make_runner(node, g.opsets)(args)[0], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("opset", [9, 14])
+def test_inference_batchnorm_uses_running_statistics(opset):
+    """onnx.reference's opset-9 BatchNormalization takes batch statistics (its momentum default
+    switches it to training); jitort's interpreter runs it as onnxruntime does."""
+    rng = np.random.default_rng(2)
+    c = 5
+    params = {n: (rng.standard_normal(c) * s + o).astype(np.float32)
+              for n, s, o in (("s", 1, 0), ("b", 1, 0), ("m", 1, 0), ("v", 0.5, 2))}
+    params["v"] = np.abs(params["v"])
+    inits = [helper.make_tensor(n, TensorProto.FLOAT, [c], a) for n, a in params.items()]
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-3)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                      [2, c, 3, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    x = rng.standard_normal((2, c, 3, 4)).astype(np.float32)
+    want = ort.InferenceSession(m.SerializeToString(),
+                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    gi = import_model(m)
+    n = gi.nodes[0]
+    got = make_runner(n, gi.opsets)([x] + [v.const for v in n.inputs[1:]])[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

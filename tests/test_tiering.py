@@ -199,3 +199,41 @@ def test_fixed_shapes_start_compiling_at_compile_and_tiering_can_be_turned_off(f
         on(np.ones((2, 8), np.float64))
     with pytest.raises(jitort.InvalidInput, match="rank"):
         on(np.ones(8, np.float32))
+
+
+def test_a_cached_driver_without_its_call_site_record_is_recovered(fresh_cache):
+    """A process killed after Numba cached a driver function but before the record of its
+    call sites (``*.sigs``, jitort/codegen/native.py) was written: the next process types the
+    function again to recover the record instead of calling through an empty table."""
+    m = _model(7.5)
+    x = np.full((3, 8), 0.5, np.float32)
+    path = fresh_cache.parent / "m.onnx"
+    onnx.save(m, path)
+    code = ("import sys, numpy as np, jitort\n"
+            "cm = jitort.compile(sys.argv[1], tiered=False)\n"
+            "print(repr(cm(np.full((3, 8), 0.5, np.float32))[0].tolist()))\n"
+            "print('compiles', jitort.compile_count())\n")
+
+    def fresh_process():
+        out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                             text=True, env=dict(os.environ), cwd=str(fresh_cache.parent),
+                             timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        lines = out.stdout.strip().splitlines()
+        return np.array(eval(lines[-2])), int(lines[-1].split()[1])
+
+    want = _ort(m, x)
+    got, _ = fresh_process()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    records = list(fresh_cache.rglob("driver_*.sigs"))
+    assert records
+    for r in records:
+        r.unlink()
+    got, compiles = fresh_process()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert compiles >= 1  # typed again (uncached copy) to rebuild the record
+    assert sorted(p.name for p in fresh_cache.rglob("driver_*.sigs")) == \
+        sorted(p.name for p in records)
+    got, compiles = fresh_process()  # and from then on a plain cache load
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert compiles == 0

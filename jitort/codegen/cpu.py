@@ -1000,8 +1000,9 @@ class SegmentCompiler:
         # kernel-library and fused-kernel calls go through the fp table (codegen/native.py)
         n_sites, fused = 0, {k for k in em.kernels if k.startswith("k_")}
         for i, lines in enumerate(chunks):
-            lines, n_sites = native.rewrite_calls(lines, KERNEL_MODULES, fused, _DRIVER_KEY,
-                                                  n_sites)
+            if not native.DIRECT_CALLS:
+                lines, n_sites = native.rewrite_calls(lines, KERNEL_MODULES, fused, _DRIVER_KEY,
+                                                      n_sites)
             used = _declared_closure(em.decls, lines)
             body = [f"    {n} = {em.decls[n]}" for n in em.decls if n in used]
             body += [f"    {line}" for line in lines]

@@ -33,6 +33,10 @@ from numba.extending import intrinsic
 
 from ..errors import ExecutionError
 
+#: ``JITORT_DIRECT_CALLS=1``: drivers call kernels directly (linked into them, as before the
+#: table; slower to compile), for comparisons and as a way around a problem with the table
+DIRECT_CALLS = os.environ.get("JITORT_DIRECT_CALLS", "0") not in ("0", "")
+
 #: (driver's site prefix, call-site index) -> (kernel module, kernel name, argument types),
 #: recorded by :func:`native_call`'s typer in this process
 _RECORDS: dict[tuple[str, int], tuple[str, str, tuple]] = {}
