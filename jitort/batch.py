@@ -586,14 +586,20 @@ def run(model, input, output, *, engine: str = "local", workers: int | None = No
                        steady, Path(output))
 
 
-def _run_local(cm, files: list[Path], sink: Sink, batch_size: int) -> None:
+def read_batches(files: list[Path], layouts: list[InputLayout], batch_size: int):
+    """The input columns of ``files`` as Arrow tables of at most ``batch_size`` rows, in order."""
     pa = _pa()
     import pyarrow.parquet as pq
-    predict = Predictor(cm)
-    names = [i.name for i in predict.layouts]
+    names = [i.name for i in layouts]
     for f in files:
         for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_size, columns=names):
-            sink.write(predict(pa.Table.from_batches([batch])))
+            yield pa.Table.from_batches([batch])
+
+
+def _run_local(cm, files: list[Path], sink: Sink, batch_size: int) -> None:
+    predict = Predictor(cm)
+    for table in read_batches(files, predict.layouts, batch_size):
+        sink.write(predict(table))
 
 
 def read_output(path) -> dict[str, np.ndarray]:

@@ -1,0 +1,119 @@
+"""Batch inference throughput: ``jitort batch`` rows/s, local engine and Ray Data actor pools.
+
+    python scripts/bench_batch.py [--model bert.onnx] [--rows 8192] [--seq 64] [--batch-size 128]
+
+Writes a bert dataset (input_ids, attention_mask int64 [S] per row) as Parquet in a temporary
+folder, warms the on-disk cache, then runs ``jitort.batch.run`` (what ``jitort batch`` runs) on:
+
+* ``--engine local`` at 1 thread and at every core;
+* ``--engine ray`` with 1 worker and with 2 workers, 1 thread each, on a local Ray started once
+  with ``num_cpus`` = the cores (its start-up is not counted; each run's input read, actor
+  start-up and model load are).
+
+For each: the whole run (seconds, rows/s) and the rate after the first result came back (the
+steady state, without the fixed start-up). Prints the 2-worker / 1-worker ratio of both; the
+issue's target is >= 1.6 on a 2-core machine. Models compile with ``tiered=False`` so every row
+runs compiled code. Each configuration runs ``--repeat`` times; the best run is reported.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def default_model() -> str:
+    base = Path(os.environ.get("JITORT_MODEL_DIR", ROOT.parent / "shared" / "models"))
+    return str(base / "bert.onnx")
+
+
+def write_dataset(folder: Path, rows: int, seq: int, files: int = 4) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from jitort.batch import to_arrow
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, 8000, (rows, seq)).astype(np.int64)
+    mask = np.ones((rows, seq), np.int64)
+    mask[::3, seq - seq // 4:] = 0
+    folder.mkdir(parents=True)
+    for k in range(files):
+        sl = slice(k * rows // files, (k + 1) * rows // files)
+        pq.write_table(pa.table({"input_ids": to_arrow(ids[sl]),
+                                 "attention_mask": to_arrow(mask[sl])}),
+                       folder / f"part-{k}.parquet")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=default_model())
+    p.add_argument("--rows", type=int, default=8192)
+    p.add_argument("--seq", type=int, default=64)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--repeat", type=int, default=2)
+    p.add_argument("--no-ray", action="store_true", help="the local engine only")
+    args = p.parse_args(argv)
+    if not Path(args.model).exists():
+        print(f"model not found: {args.model} (set JITORT_MODEL_DIR or --model)")
+        return 2
+
+    import jitort
+    from jitort import batch
+    cores = os.cpu_count() or 1
+    tmp = Path(tempfile.mkdtemp(prefix="jitort-bench-batch-"))
+    try:
+        data = tmp / "in"
+        write_dataset(data, args.rows, args.seq)
+        # warm the on-disk cache for both thread counts (the generated text depends on them)
+        for threads in sorted({1, cores}):
+            cm = jitort.compile(args.model, threads=threads, tiered=False)
+            cm.run(None, {"input_ids": np.zeros((args.batch_size, args.seq), np.int64),
+                          "attention_mask": np.ones((args.batch_size, args.seq), np.int64)})
+        configs = [("local", None, 1), ("local", None, cores)]
+        if not args.no_ray:
+            import ray
+            ray.init(num_cpus=cores, include_dashboard=False, logging_level="WARNING")
+            ray.data.DataContext.get_current().enable_progress_bars = False
+            configs += [("ray", 1, 1), ("ray", 2, 1)]
+        print(f"{args.model}: {args.rows} rows, S={args.seq}, batch size {args.batch_size}, "
+              f"{cores} cores, load average {os.getloadavg()[0]:.2f}", flush=True)
+        print(f"{'engine':<8}{'workers':>8}{'threads':>8}{'seconds':>9}{'rows/s':>9}"
+              f"{'steady rows/s':>15}   (each run)")
+        best = {}
+        for engine, workers, threads in configs:
+            runs = []
+            for k in range(args.repeat):
+                out = tmp / f"out-{engine}-{workers}-{threads}-{k}"
+                r = batch.run(args.model, data, out, engine=engine, workers=workers,
+                              threads_per_worker=threads, batch_size=args.batch_size,
+                              progress=False, tiered=False)
+                assert r.written == args.rows, r
+                runs.append(r)
+                shutil.rmtree(out)
+            b = max(runs, key=lambda r: r.steady_rows_per_s)
+            best[(engine, workers, threads)] = b
+            each = ", ".join(f"{r.rows_per_s:.0f}/{r.steady_rows_per_s:.0f}" for r in runs)
+            print(f"{engine:<8}{workers or 1:>8}{threads:>8}{b.seconds:>9.1f}{b.rows_per_s:>9.0f}"
+                  f"{b.steady_rows_per_s:>15.0f}   ({each})", flush=True)
+        if not args.no_ray:
+            one, two = best[("ray", 1, 1)], best[("ray", 2, 1)]
+            print(f"ray 2 workers / 1 worker: {two.steady_rows_per_s / one.steady_rows_per_s:.2f}x "
+                  f"steady, {two.rows_per_s / one.rows_per_s:.2f}x whole run "
+                  f"(load average now {os.getloadavg()[0]:.2f})")
+            ray.shutdown()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
