@@ -6,16 +6,18 @@ make its caller wait for that:
 
 * **Tier 0** runs the optimized graph in the numpy interpreter (:mod:`jitort.interpreter`, with
   its im2col/window paths for convolutions and pools): no model-specific compilation at all.
-* On the first call (at ``compile()`` already when every input shape is fixed), a background
-  thread runs the compiled program once in *probe* mode: each segment's plan is made (cheap),
-  and if a plan's driver is not yet in Numba's on-disk cache the probe stops and a **separate
-  process** (``python -m jitort.tiering SPEC``) compiles the model for those inputs, writing
-  the generated modules and Numba's machine code into the cache (Numba compiles holding the
-  GIL, so a thread would stall the callers). The thread then loads the program from the cache,
-  runs it once on the same inputs, and **switches** the model to it: a call reads the tier
-  once when it starts, so every call runs wholly on one tier, also with other threads calling.
-* A warm cache skips the process: the probe finds every driver cached and the switch follows
-  within about a second of the first call.
+* On the first call (at ``compile()`` already when every input shape is fixed) the compiled
+  program runs once in *probe* mode, in the calling thread: each segment's plan is made
+  (cheap) and run when its driver is in Numba's on-disk cache. A warm cache thus switches at
+  once (the call returns the compiled program's result, after about a second of loading).
+* At the first driver that is not cached the probe stops, and a background thread starts
+  **separate processes** (``python -m jitort.tiering SPEC K JOBS``) that compile the program for
+  those inputs, each a share of the driver functions, writing the generated modules and
+  Numba's machine code into the cache (Numba compiles holding the GIL, so a thread would stall
+  the callers); meanwhile calls run on tier 0. The thread then loads the program from the
+  cache, runs it once on the same inputs, and **switches** the model to it: a call reads the
+  tier once when it starts, so every call runs wholly on one tier, also with other threads
+  calling.
 
 The background process outlives its parent if the parent exits first, so that the next process
 finds the cache warm (Numba writes its index and data files by atomic rename: a process killed
@@ -86,6 +88,7 @@ class Tiering:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
+        self.starting = False  # a first call has begun probing the cache
         #: monotonic times: "created", "started" (background began), "compiled" (switched)
         self.times = {"created": time.monotonic()}
         #: whether the background needed a compile process (False: everything was cached)
@@ -96,7 +99,9 @@ class Tiering:
         cm = self.cm
         arrays = cm._validate(feeds)
         if self._thread is None:
-            self.start(arrays)
+            outs = self.start(arrays, output_names)
+            if outs is not None:  # everything was cached: this call ran compiled
+                return outs
         elif self.state == "failed":
             self._warn_once()
         env = dict(zip(cm._input_ids, arrays))
@@ -143,35 +148,51 @@ class Tiering:
         return result
 
     # --- background ------------------------------------------------------------------------
-    def start(self, arrays: list) -> None:
-        """Start the background switch for these inputs (once per model)."""
+    def start(self, arrays: list, output_names=None) -> list | None:
+        """Probe the cache for these inputs in the calling thread; when every driver is cached,
+        switch now and return the compiled program's outputs. Otherwise start the background
+        compile and return None (once per model)."""
+        cm = self.cm
         with self._lock:
             if self._thread is not None:
-                return
-            feeds = {n: np.array(a, copy=True) if isinstance(a, np.ndarray) else a
-                     for n, a in zip(self.cm.input_names, arrays)}
-            self.state = "compiling"
+                return None
+            self.starting = True
             self.times["started"] = time.monotonic()
-            self._thread = threading.Thread(target=self._background, args=(feeds,),
+            feeds = dict(zip(cm.input_names, arrays))
+            try:
+                # loads what is cached and runs it; stops at the first driver to compile
+                cm._tls.probe = True
+                outs = cm._execute_compiled(feeds, output_names)
+            except _NotCached:
+                outs = None
+            finally:
+                cm._tls.probe = False
+            if outs is not None:
+                self.compiled_in_child = False
+                self._thread = threading.current_thread()
+                self._switch()
+                self._done.set()
+                return outs
+            self.compiled_in_child = True
+            self.state = "compiling"
+            copies = {n: np.array(a, copy=True) if isinstance(a, np.ndarray) else a
+                      for n, a in feeds.items()}
+            self._thread = threading.Thread(target=self._background, args=(copies,),
                                             name="jitort-tiering", daemon=True)
             self._thread.start()
+            return None
+
+    def _switch(self) -> None:
+        self.state = "compiled"
+        self.times["compiled"] = time.monotonic()
+        self.cm._tier0 = None  # calls that start from now on run compiled
 
     def _background(self, feeds: dict) -> None:
         cm = self.cm
         try:
-            try:
-                cm._tls.probe = True
-                cm._execute_compiled(feeds, None)
-                self.compiled_in_child = False
-            except _NotCached:
-                self.compiled_in_child = True
-                compile_in_process(cm, feeds)
-            finally:
-                cm._tls.probe = False
+            compile_in_process(cm, feeds)
             cm._execute_compiled(feeds, None)  # from the cache now: loads, runs once
-            self.state = "compiled"
-            self.times["compiled"] = time.monotonic()
-            cm._tier0 = None  # the switch: calls that start from now on run compiled
+            self._switch()
         except BaseException as e:  # noqa: BLE001 - reported to the caller, tier 0 goes on
             self.error = e
             self.state = "failed"
@@ -182,6 +203,9 @@ class Tiering:
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the compiled tier runs (True) or the background failed (False, with a
         :class:`TieringWarning`); ``timeout`` seconds at most (then False)."""
+        if self._thread is None and self.starting:  # a first call is probing the cache
+            with self._lock:
+                pass
         if self._thread is None:
             raise JitortError("nothing is compiling yet: call the model once (or compile it "
                               "with example_shapes) so that the input shapes are known")

@@ -115,6 +115,8 @@ def test_concurrent_callers_across_the_switch(fresh_cache):
     for t in threads:
         t.start()
     try:
+        while not cm._tiering.starting:  # the first call has begun
+            time.sleep(0.001)
         assert cm.wait_compiled(timeout=300)
         time.sleep(0.5)  # calls on the compiled tier too
     finally:

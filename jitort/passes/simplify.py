@@ -65,7 +65,11 @@ def fold_constants(g: Graph) -> int:
 
     folded = 0
     keep = []
+    repl: dict[int, Value] = {}  # folded value -> its constant (nodes are in topological order)
     for n in g.nodes:
+        if repl:
+            n.inputs = [repl.get(id(v), v) if v is not None else None for v in n.inputs]
+            n.implicit = [repl.get(id(v), v) for v in n.implicit]
         ins = [v for v in n.inputs if v is not None]
         if not (_is_pure(n) and all(v.is_const for v in ins)
                 and all(v.const.size <= FOLD_LIMIT for v in ins)):
@@ -81,9 +85,11 @@ def fold_constants(g: Graph) -> int:
             keep.append(n)
             continue
         for out, r in zip(n.outputs, results):
-            g.replace_uses(out, const_value(out.name, r))
+            repl[id(out)] = const_value(out.name, r)
         folded += 1
     g.nodes = keep
+    if repl:  # one pass for the graph outputs (node inputs were rewritten on the way)
+        g.outputs = [repl.get(id(v), v) for v in g.outputs]
     return folded
 
 
