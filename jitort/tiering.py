@@ -11,7 +11,7 @@ make its caller wait for that:
   (cheap) and run when its driver is in Numba's on-disk cache. A warm cache thus switches at
   once (the call returns the compiled program's result, after about a second of loading).
 * At the first driver that is not cached the probe stops, and a background thread starts
-  **separate processes** (``python -m jitort.tiering SPEC K JOBS``) that compile the program for
+  **separate processes** (``python -m jitort.tiering K JOBS LOG``, the job on stdin) that compile the program for
   those inputs, each a share of the driver functions, writing the generated modules and
   Numba's machine code into the cache (Numba compiles holding the GIL, so a thread would stall
   the callers); meanwhile calls run on tier 0. The thread then loads the program from the
@@ -34,7 +34,6 @@ import os
 import pickle
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import warnings
@@ -270,12 +269,12 @@ def compile_in_process(cm, feeds: dict, jobs: int | None = None) -> None:
     options = dict(options, tiered=False, example_shapes=None, profile=False)
     work = modmgr.cache_dir() / "tiering"
     work.mkdir(parents=True, exist_ok=True)
-    fd, spec = tempfile.mkstemp(dir=work, prefix="spec-", suffix=".pkl")
-    with os.fdopen(fd, "wb") as f:
-        pickle.dump({"source": source, "options": options, "device": device, "feeds": feeds},
-                    f, protocol=pickle.HIGHEST_PROTOCOL)
+    # the job goes through each child's stdin (no file to leave behind if this process dies)
+    job = pickle.dumps({"source": source, "options": options, "device": device, "feeds": feeds},
+                       protocol=pickle.HIGHEST_PROTOCOL)
     env = dict(os.environ, **{ENV: "0"})
-    logs = [f"{spec[:-4]}-{k}.log" for k in range(jobs)]
+    stem = f"{os.getpid()}-{time.monotonic_ns()}"
+    logs = [str(work / f"compile-{stem}-{k}.log") for k in range(jobs)]
     procs = []
     try:
         for k, logpath in enumerate(logs):
@@ -283,18 +282,24 @@ def compile_in_process(cm, feeds: dict, jobs: int | None = None) -> None:
                 # its own session: a Ctrl-C in the caller's terminal does not kill it half-way,
                 # and it finishes filling the cache if the caller exits first
                 procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "jitort.tiering", spec, str(k), str(jobs)],
-                    stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, env=env,
+                    [sys.executable, "-m", "jitort.tiering", str(k), str(jobs), logpath],
+                    stdin=subprocess.PIPE, stdout=logf, stderr=logf, env=env,
                     start_new_session=True))
         cm._tiering_child = procs[0]  # tests kill it through this
         cm._tiering_children = procs
+        for p in procs:
+            try:
+                p.stdin.write(job)
+                p.stdin.close()
+            except BrokenPipeError:  # it died already: its exit status tells
+                pass
         failed = [(k, rc) for k, rc in enumerate(p.wait() for p in procs) if rc != 0]
         if failed:
             k, rc = failed[0]
             tail = Path(logs[k]).read_text(errors="replace")[-2000:]
             raise JitortError(f"the compile process exited with status {rc}: {tail.strip()}")
     finally:
-        for p in [spec, *logs]:
+        for p in logs:
             try:
                 os.unlink(p)
             except FileNotFoundError:
@@ -349,15 +354,17 @@ def _share(parts: list, jobs: int) -> list[list[int]]:
     return [sorted(s) for s in share]
 
 
-def _child(spec: str, k: int = 0, jobs: int = 1) -> int:
-    with open(spec, "rb") as f:
-        job = pickle.load(f)
+def _child(k: int, jobs: int, logpath: str) -> int:
+    job = pickle.loads(sys.stdin.buffer.read())
     import jitort
     cm = jitort.compile(job["source"], device=job["device"], **job["options"])
     compile_share(cm, job["feeds"], k, jobs)
+    try:
+        os.unlink(logpath)  # done: nothing to report (the parent may be gone)
+    except FileNotFoundError:
+        pass
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1], *[int(a) for a in sys.argv[2:4]]))
-
+    sys.exit(_child(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]))

@@ -71,6 +71,7 @@ def test_results_equal_before_and_after_the_switch(fresh_cache):
     assert jitort.compile_count() == compiles  # tier 0 compiles nothing in this process
     assert cm.wait_compiled(timeout=300)
     assert cm.tier == "compiled" and cm._tiering.compiled_in_child
+    assert not list((fresh_cache / "tiering").iterdir())  # no job or log files left behind
     after = cm(x)[0]
     want = _ort(m, x)
     np.testing.assert_allclose(first, want, rtol=1e-5, atol=1e-6)
