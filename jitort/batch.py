@@ -349,10 +349,11 @@ class Predictor:
             yield rows[inverse == g]
 
     def _feeds(self, cells: dict, rows: np.ndarray) -> dict:
-        r0 = rows[0]
-        return {i.name: _gather(cells[i.name], rows, tuple(int(d) for d in cells[i.name].shape[r0]),
-                                i.dtype)
-                for i in self.layouts}
+        feeds = {}
+        for i in self.layouts:
+            c = cells[i.name]
+            feeds[i.name] = _gather(c, rows, tuple(int(d) for d in c.shape[rows[0]]), i.dtype)
+        return feeds
 
     def _run(self, rows: np.ndarray, cells: dict, problem: list) -> list:
         try:
@@ -549,7 +550,12 @@ def run(model, input, output, *, engine: str = "local", workers: int | None = No
         batch_size: int = 256, threads_per_worker: int | None = None, on_error: str = "raise",
         progress: bool | None = None, **compile_options) -> BatchResult:
     """Run ``model`` (a path, bytes, ModelProto or :class:`~jitort.CompiledModel`) over every
-    row of the Parquet ``input``; write ``output`` (see the module docstring)."""
+    row of the Parquet ``input``; write ``output`` (see the module docstring).
+
+    ``engine="ray"`` ships the model to its workers as bytes with the external data inside (a
+    CompiledModel given as ``model`` travels as it pickles: as its path when compiled from
+    one). Other keyword arguments go to :func:`jitort.compile` (``tiered=False`` to run every
+    row on compiled code)."""
     import jitort
     if engine not in ("local", "ray"):
         raise ValueError(f"engine must be 'local' or 'ray', got {engine!r}")
@@ -560,6 +566,8 @@ def run(model, input, output, *, engine: str = "local", workers: int | None = No
                          "(use --threads-per-worker for its threads)")
     t0 = time.perf_counter()
     threads = threads_per_worker if threads_per_worker or engine == "local" else 1
+    if engine == "ray" and not isinstance(model, jitort.CompiledModel):
+        model = _portable(model, compile_options.pop("base_dir", None))
     cm = (model if isinstance(model, jitort.CompiledModel)
           else jitort.compile(model, threads=threads, **compile_options))
     layouts = input_layouts(cm)
@@ -594,6 +602,13 @@ def read_batches(files: list[Path], layouts: list[InputLayout], batch_size: int)
     for f in files:
         for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_size, columns=names):
             yield pa.Table.from_batches([batch])
+
+
+def _portable(model, base_dir=None):
+    """The model as bytes with its external data inside: what the Ray engine ships to its
+    workers (a compiled model pickles as its source), so that no node needs the file."""
+    from .importer import load_model
+    return load_model(model, base_dir).SerializeToString()
 
 
 def _run_local(cm, files: list[Path], sink: Sink, batch_size: int) -> None:

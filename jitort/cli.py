@@ -366,7 +366,8 @@ def cmd_batch(args) -> int:
     except (JitortError, ValueError) as e:
         print(f"jitort batch: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    skipped = f", {r.errors} skipped ({r.output / batch.ERRORS_FILE})" if args.on_error == "skip" else ""
+    skipped = (f", {r.errors} skipped ({r.output / batch.ERRORS_FILE})"
+               if args.on_error == "skip" else "")
     workers = f", {r.workers} workers" if r.engine == "ray" else ""
     print(f"{r.rows} rows in {r.seconds:.1f} s ({r.rows_per_s:.1f} rows/s; "
           f"{r.steady_rows_per_s:.1f} rows/s after the first result), engine {r.engine}"
