@@ -156,7 +156,8 @@ def run_files(cm, files, sink, *, workers: int | None, batch_size: int,
     ray = _ray()
     started = not ray.is_initialized()
     if started:
-        ray.init(address=os.environ.get("RAY_ADDRESS") or None, include_dashboard=False,
+        # "local": a new instance, not a cluster that `ray start` left running on this machine
+        ray.init(address=os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False,
                  logging_level=logging.WARNING)
     ctx = ray.data.DataContext.get_current()
     saved = ctx.execution_options.preserve_order, ctx.enable_progress_bars

@@ -28,7 +28,7 @@ def local_ray():
     """One local Ray for the module: two CPUs, as the issue asks (this machine has two cores)."""
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING")
     ctx = ray.data.DataContext.get_current()
     ctx.enable_progress_bars = False
     yield
@@ -135,17 +135,26 @@ def test_bert_4096_rows_on_ray_match_onnxruntime(tmp_path, bert_warm):
 
 
 def _actor_pids() -> list[int]:
-    """Processes of jitort's Ray Data actors (their title names the callable class)."""
-    pids = []
+    """Processes of jitort's Ray Data actors (their title names the callable class) that
+    descend from this process (the local Ray it started), never another session's."""
+    parent, actors = {}, []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
                 cmd = (d / "cmdline").read_bytes()
-            except OSError:
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
                 continue
             if b"MapBatches(JitortPredictor)" in cmd:
-                pids.append(int(d.name))
-    return pids
+                actors.append(int(d.name))
+
+    def ours(pid):
+        while pid > 1:
+            pid = parent.get(pid, 0)
+            if pid == os.getpid():
+                return True
+        return False
+    return [pid for pid in actors if ours(pid)]
 
 
 @pytest.mark.slow
