@@ -24,6 +24,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -53,13 +54,27 @@ def write_dataset(folder: Path, rows: int, seq: int, files: int = 4) -> None:
                        folder / f"part-{k}.parquet")
 
 
-def _cpu_seconds() -> tuple[float, float]:
-    """(busy CPU seconds of the whole machine, of this process and its descendants (Ray's
-    raylet and workers included), reaped children counted) so far; (nan, nan) without /proc."""
-    try:
-        tick = os.sysconf("SC_CLK_TCK")
+class CpuWatch(threading.Thread):
+    """Samples, every 0.2 s, the busy CPU seconds of the whole machine (``/proc/stat``) and of
+    every process descending from this one (Ray's raylet and workers included), so that
+    :meth:`others` can tell the CPU time processes outside the benchmark took. Processes are
+    sampled while alive: a Ray worker that exits is not reaped into its parent's times."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.seen: dict[int, float] = {}  # descendant pid -> its last CPU seconds
+        self.done = threading.Event()
+        self._sample()
+        self._start = dict(self.seen)
+        self.t0 = self._machine()
+        self.start()
+
+    def _machine(self) -> float:
         fields = Path("/proc/stat").read_text().split("\n")[0].split()[1:]
-        total = sum(int(x) for i, x in enumerate(fields) if i not in (3, 4)) / tick  # - idle, iowait
+        return sum(int(x) for i, x in enumerate(fields) if i not in (3, 4)) / self.tick
+
+    def _sample(self) -> None:
         parent, times = {}, {}
         for d in Path("/proc").iterdir():
             if d.name.isdigit():
@@ -68,16 +83,26 @@ def _cpu_seconds() -> tuple[float, float]:
                 except OSError:
                     continue
                 parent[int(d.name)] = int(st[1])
-                times[int(d.name)] = sum(int(x) for x in st[11:15]) / tick
-        ours, me = 0.0, os.getpid()
+                times[int(d.name)] = sum(int(x) for x in st[11:15]) / self.tick
+        me = os.getpid()
         for pid, t in times.items():
             p = pid
             while p > 1 and p != me:
                 p = parent.get(p, 0)
-            ours += t if p == me else 0.0
-        return total, ours
-    except (OSError, ValueError):
-        return float("nan"), float("nan")
+            if p == me:
+                self.seen[pid] = t
+
+    def run(self) -> None:
+        while not self.done.wait(0.2):
+            self._sample()
+
+    def others(self, seconds: float) -> float:
+        """Stop; cores' worth of CPU time that other processes used over ``seconds``."""
+        self.done.set()
+        self.join()
+        self._sample()
+        machine = self._machine() - self.t0
+        return (machine - sum(self.seen.values()) + sum(self._start.values())) / seconds
 
 
 def main(argv=None) -> int:
@@ -122,14 +147,13 @@ def main(argv=None) -> int:
             runs = []
             for k in range(args.repeat):
                 out = tmp / f"out-{engine}-{workers}-{threads}-{k}"
-                c0 = _cpu_seconds()
+                watch = CpuWatch()
                 r = batch.run(args.model, data, out, engine=engine, workers=workers,
                               threads_per_worker=threads, batch_size=args.batch_size,
                               progress=False, tiered=False)
                 assert r.written == args.rows, r
-                c1 = _cpu_seconds()
                 # CPU time other processes took during the run: this machine is shared
-                r.others = ((c1[0] - c0[0]) - (c1[1] - c0[1])) / r.seconds
+                r.others = watch.others(r.seconds)
                 runs.append(r)
                 shutil.rmtree(out)
             b = max(runs, key=lambda r: r.steady_rows_per_s)
