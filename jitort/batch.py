@@ -566,8 +566,11 @@ def run(model, input, output, *, engine: str = "local", workers: int | None = No
                          "(use --threads-per-worker for its threads)")
     t0 = time.perf_counter()
     threads = threads_per_worker if threads_per_worker or engine == "local" else 1
-    if engine == "ray" and not isinstance(model, jitort.CompiledModel):
-        model = _portable(model, compile_options.pop("base_dir", None))
+    if engine == "ray":
+        from . import ray as jray
+        jray.require()  # a clear error before anything is read or written
+        if not isinstance(model, jitort.CompiledModel):
+            model = _portable(model, compile_options.pop("base_dir", None))
     cm = (model if isinstance(model, jitort.CompiledModel)
           else jitort.compile(model, threads=threads, **compile_options))
     layouts = input_layouts(cm)
@@ -579,7 +582,6 @@ def run(model, input, output, *, engine: str = "local", workers: int | None = No
         if engine == "local":
             _run_local(cm, files, sink, batch_size)
         else:
-            from . import ray as jray
             n_workers = jray.run_files(cm, files, sink, workers=workers, batch_size=batch_size,
                                        threads_per_worker=threads)
     except BaseException:

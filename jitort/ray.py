@@ -42,7 +42,8 @@ from . import batch as _batch
 from .errors import InvalidInput, JitortError
 
 
-def _ray():
+def require():
+    """The ``ray`` module, Ray Data loaded; :class:`~jitort.JitortError` if not installed."""
     try:
         import ray
         import ray.data  # noqa: F401
@@ -135,7 +136,7 @@ def map_dataset(ds, model: Any, *, workers: int | None = None, batch_size: int =
     Rows come out in input order only with ``DataContext.execution_options.preserve_order``.
     If ``workers x threads_per_worker`` is every CPU of the cluster, ``materialize()`` ``ds``
     first: its read tasks would wait for a CPU forever (see the module docstring)."""
-    ray = _ray()
+    ray = require()
     threads = int(threads_per_worker)
     if workers is None:
         workers = max(1, int(ray.cluster_resources().get("CPU", 1)) // threads)
@@ -153,7 +154,7 @@ def run_files(cm, files, sink, *, workers: int | None, batch_size: int,
     into ``sink`` (:class:`jitort.batch.Sink`) in input order. Joins the cluster at
     ``RAY_ADDRESS`` or starts a local Ray unless Ray is already initialized. Returns the number
     of workers."""
-    ray = _ray()
+    ray = require()
     started = not ray.is_initialized()
     if started:
         # "local": a new instance, not a cluster that `ray start` left running on this machine

@@ -1,6 +1,7 @@
 """Batch inference over Parquet (issue 23), local engine: rows in, rows out, in order; every
 bad row named or recorded, every bad column named. The Ray engine: tests/test_ray.py."""
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -311,3 +312,16 @@ def test_bert_local_engine_matches_onnxruntime(tmp_path):
     np.testing.assert_array_equal(out["row"], np.arange(256))
     assert out["out"].shape == (256, 64, 256)
     assert_matches_onnxruntime(path, ids, mask, out["out"])
+
+
+def test_engine_ray_without_ray_installed_is_a_clear_error(seq, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    monkeypatch.setitem(sys.modules, "ray.data", None)
+    ids, mask = seq_rows(3)
+    write(tmp_path / "in.parquet", ids=ids, mask=mask)
+    with pytest.raises(jitort.JitortError, match=r"pip install 'jitort\[ray\]'"):
+        run(seq_model().SerializeToString(), tmp_path / "in.parquet", tmp_path / "out",
+            engine="ray")
+    assert not (tmp_path / "out").exists()
+    run(seq, tmp_path / "in.parquet", tmp_path / "out")  # the local engine needs no Ray
+    assert len(batch.read_output(tmp_path / "out")["row"]) == 3
