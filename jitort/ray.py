@@ -9,7 +9,9 @@ One compiled model per actor of a Ray Data actor pool; Ray Data schedules, retri
                          fn_constructor_kwargs={"model": "bert.onnx", "threads": 1},
                          concurrency=2, num_cpus=1, batch_size=256, batch_format="pyarrow")
 
-(with two actors of one CPU on a 2-CPU Ray, ``materialize()`` the read first: see below)
+(Ray >= 2.51 warns that ``concurrency=N`` is deprecated for
+``compute=ray.data.ActorPoolStrategy(size=N)``, which :func:`map_dataset` uses; with two actors
+of one CPU on a 2-CPU Ray, ``materialize()`` the read first: see below)
 
 or :func:`map_dataset` (the same with the pool and thread settings filled in). Rows are read as in
 :mod:`jitort.batch` (one sample per row, lists reshaped to the per-sample shape) and each output
