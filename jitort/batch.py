@@ -554,8 +554,8 @@ def run(model, input, output, *, engine: str = "local", workers: int | None = No
 
     ``engine="ray"`` ships the model to its workers as bytes with the external data inside (a
     CompiledModel given as ``model`` travels as it pickles: as its path when compiled from
-    one). Other keyword arguments go to :func:`jitort.compile` (``tiered=False`` to run every
-    row on compiled code)."""
+    one). Other keyword arguments go to :func:`jitort.compile`; ``tiered`` defaults to False, so
+    that every row comes from the compiled program."""
     import jitort
     if engine not in ("local", "ray"):
         raise ValueError(f"engine must be 'local' or 'ray', got {engine!r}")
@@ -565,6 +565,8 @@ def run(model, input, output, *, engine: str = "local", workers: int | None = No
         raise ValueError("--workers applies to --engine ray; the local engine is one process "
                          "(use --threads-per-worker for its threads)")
     t0 = time.perf_counter()
+    # every row from the compiled program (not some from the interpreter tier before the switch)
+    compile_options.setdefault("tiered", False)
     threads = threads_per_worker if threads_per_worker or engine == "local" else 1
     if engine == "ray":
         from . import ray as jray

@@ -96,6 +96,7 @@ class JitortPredictor:
         if on_error not in ("raise", "record"):
             raise ValueError(f"on_error must be 'raise' or 'record', got {on_error!r}")
         self._limits = pin_threads(threads)
+        compile_options.setdefault("tiered", False)  # every row from the compiled program
         import jitort
         self.model = (model if isinstance(model, jitort.CompiledModel)
                       else jitort.compile(model, threads=threads, **compile_options))
