@@ -10,7 +10,6 @@ import os
 import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -21,7 +20,7 @@ from .codegen import module as modmgr
 from .codegen.cpu import CpuBackend, Plan, SegmentCompiler, Unlowerable, aligned_empty
 from .errors import ExecutionError, InvalidInput, JitortError, UnsupportedOp
 from .importer import import_model
-from .interpreter import make_runner
+from .interpreter import make_runner, node_inputs
 from .ir import Graph, Node, Value
 from .partition import HOST, INTERP, InterpStep, Segment, assign, schedule
 from .profiling import Profiler, op_label
@@ -373,10 +372,8 @@ class CompiledModel:
         self._interp(step.node, env)
 
     def _interp(self, n: Node, env: dict) -> None:
-        ins = [None if v is None else (v.const if v.is_const else env[id(v)]) for v in n.inputs]
-        ins += [v.const if v.is_const else env[id(v)] for v in n.implicit]
         try:
-            outs = self._runners[id(n)](ins)
+            outs = self._runners[id(n)](node_inputs(n, env))
         except JitortError:
             raise
         except Exception as e:
@@ -508,8 +505,10 @@ class CompiledModel:
         for plans in self._plans.values():
             plans.clear()
 
-    def _collect(self, env: dict, output_names) -> list[np.ndarray]:
-        if output_names is None and self._fresh_outputs is not None:
+    def _collect(self, env: dict, output_names, fresh: bool = True) -> list[np.ndarray]:
+        """The outputs the caller asked for, each an array the caller owns. ``fresh=False``
+        (the interpreter tier): no output is known to be a fresh array of a compiled segment."""
+        if fresh and output_names is None and self._fresh_outputs is not None:
             return [env[i] for i in self._fresh_outputs]
         if output_names is None:
             wanted = self._all_outputs
@@ -523,8 +522,9 @@ class CompiledModel:
         for i in wanted:
             v = self.graph.outputs[i]
             a = v.const if v.is_const else env[id(v)]
-            if self._output_needs_copy[i] or (isinstance(a, np.ndarray) and not a.flags.owndata):
-                a = np.array(a, copy=True)  # the caller owns what we return
+            if self._output_needs_copy[i] or (isinstance(a, np.ndarray) and not (
+                    a.flags.owndata and a.flags.c_contiguous)):
+                a = np.array(a, copy=True, order="C")  # the caller owns what we return
             result.append(a)
         if len(result) > 1:  # the same array twice (an output listed twice): give each its own
             seen = set()
@@ -735,7 +735,7 @@ _FP0 = np.zeros(1, np.int64)  # stands for the fp table when typing a driver's a
 def _link(plan: Plan, args: list) -> np.ndarray:
     """The fp table of ``plan``'s driver for these argument types (codegen/native.py)."""
     from .codegen import native
-    return native.link(modmgr._loaded[Path(plan.source_path).stem], plan.n_sites, args)
+    return native.link(native.driver_module(plan), plan.n_sites, args)
 
 
 def _blas_pin():

@@ -41,8 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InvalidInput, JitortError
-from .interpreter import make_runner
+from .errors import JitortError
+from .interpreter import make_runner, node_inputs
 
 log = logging.getLogger("jitort.tiering")
 
@@ -88,8 +88,6 @@ class Tiering:
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
         self.starting = False  # a first call has begun probing the cache
-        #: monotonic times: "created", "started" (background began), "compiled" (switched)
-        self.times = {"created": time.monotonic()}
         #: whether the background needed a compile process (False: everything was cached)
         self.compiled_in_child: bool | None = None
 
@@ -109,16 +107,13 @@ class Tiering:
             self.interpret(env)
         finally:
             _numpy_blas_unpin()
-        return self._collect(env, output_names)
+        return cm._collect(env, output_names, fresh=False)
 
     def interpret(self, env: dict, free: bool = True) -> dict:
         """Run every node on ``env`` (value id -> array, the graph inputs set); with ``free``,
         values are dropped after their last reader (only the graph outputs remain)."""
         for node, run, drop in zip(self.nodes, self.runners, self.free_after):
-            ins = [None if v is None else (v.const if v.is_const else env[id(v)])
-                   for v in node.inputs]
-            ins += [v.const if v.is_const else env[id(v)] for v in node.implicit]
-            outs = run(ins)
+            outs = run(node_inputs(node, env))
             for o, r in zip(node.outputs, outs):
                 if o is not None:
                     env[id(o)] = r
@@ -126,29 +121,6 @@ class Tiering:
                 for vid in drop:
                     env.pop(vid, None)
         return env
-
-    def _collect(self, env: dict, output_names) -> list[np.ndarray]:
-        cm = self.cm
-        if output_names is None:
-            wanted = range(len(cm.output_names))
-        else:
-            index = {n: i for i, n in enumerate(cm.output_names)}
-            missing = [n for n in output_names if n not in index]
-            if missing:
-                raise InvalidInput(f"unknown output name(s) {missing}; outputs are "
-                                   f"{cm.output_names}")
-            wanted = [index[n] for n in output_names]
-        result, seen = [], set()
-        for i in wanted:
-            v = cm.graph.outputs[i]
-            a = v.const if v.is_const else env[id(v)]
-            if isinstance(a, np.ndarray):
-                # the caller owns what it gets: no views of inputs, constants or each other
-                if not a.flags.owndata or not a.flags.c_contiguous or v.is_const or id(a) in seen:
-                    a = np.array(a, copy=True, order="C")
-                seen.add(id(a))
-            result.append(a)
-        return result
 
     # --- background ------------------------------------------------------------------------
     def start(self, arrays: list, output_names=None) -> list | None:
@@ -160,7 +132,6 @@ class Tiering:
             if self._thread is not None:
                 return None
             self.starting = True
-            self.times["started"] = time.monotonic()
             feeds = dict(zip(cm.input_names, arrays))
             try:
                 # loads what is cached and runs it; stops at the first driver to compile
@@ -187,7 +158,6 @@ class Tiering:
 
     def _switch(self) -> None:
         self.state = "compiled"
-        self.times["compiled"] = time.monotonic()
         self.cm._tier0 = None  # calls that start from now on run compiled
 
     def _background(self, feeds: dict) -> None:
@@ -267,11 +237,10 @@ def _numpy_blas_unpin() -> None:
 def plan_cached(plan) -> bool:
     """Whether every Numba function of ``plan``'s driver module has an entry in the on-disk
     cache (so running it loads machine code instead of compiling)."""
-    from .codegen import module as modmgr
-    mod = modmgr._loaded.get(Path(plan.source_path).stem)
+    from .codegen import native
+    mod = native.driver_module(plan)
     if mod is None:
         return False
-    from .codegen import native
     parts = native.part_names(mod)
     return bool(parts) and all(_dispatcher_cached(getattr(mod, p))
                                and native.records_exist(mod, p) for p in parts)
@@ -355,7 +324,6 @@ def compile_share(cm, feeds: dict, k: int, jobs: int) -> int:
     between segments) and compile this process's share of the driver functions (:func:`_share`),
     for the exact argument types a call passes. Returns how many it compiled."""
     import numba
-    from .codegen import module as modmgr
     from .codegen import native
     from .codegen.cpu import aligned_empty
     from .partition import InterpStep
@@ -372,7 +340,7 @@ def compile_share(cm, feeds: dict, k: int, jobs: int) -> int:
                 np.zeros(max(plan.n_sites, 1), np.int64), *plan.pb,
                 *[env[i] for i in seg.arg_ids], *outs]
         sig = tuple(numba.typeof(a) for a in args)
-        mod = modmgr._loaded[Path(plan.source_path).stem]
+        mod = native.driver_module(plan)
         parts += [(mod, p, sig) for p in native.part_names(mod)]
     mine = [parts[i] for i in _share(parts, jobs)[k]]
     for mod, part, sig in mine:

@@ -240,3 +240,25 @@ def test_a_cached_driver_without_its_call_site_record_is_recovered(fresh_cache):
     got, compiles = fresh_process()  # and from then on a plain cache load
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert compiles == 0
+
+
+def test_interpreter_tier_outputs_are_the_callers_own(fresh_cache):
+    """An output that is a graph input (or a constant) comes back as a copy on both tiers,
+    never as the caller's array itself."""
+    one = helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])
+    g = helper.make_graph([helper.make_node("Add", ["x", "one"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8]),
+                           helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8]),
+                           helper.make_tensor_value_info("one", TensorProto.FLOAT, [])],
+                          [one])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.arange(16, dtype=np.float32).reshape(2, 8)
+    cm = jitort.compile(m, tiered=True)
+    for tier in ("interpreter", "compiled"):
+        assert cm.tier == tier
+        y, xo, c = cm(x)
+        np.testing.assert_array_equal(y, x + 1)
+        np.testing.assert_array_equal(xo, x)
+        assert not np.shares_memory(xo, x) and float(c) == 1.0
+        assert cm.wait_compiled(timeout=300)

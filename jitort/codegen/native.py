@@ -116,9 +116,7 @@ def _read(path: Path):
     try:
         with open(path, "rb") as f:
             return pickle.load(f)
-    except FileNotFoundError:
-        return None
-    except Exception:  # damaged: recovered by typing again
+    except Exception:  # absent or damaged: recovered by typing again
         return None
 
 
@@ -144,7 +142,7 @@ def compile_part(mod, part: str, sig: tuple) -> dict:
     keys = _keys(disp)
     with _lock:
         disp.compile(sig)
-        recs = {k: _RECORDS.get(key) for key in keys for k in [key[1]]}
+        recs = {k: _RECORDS.get((p, k)) for p, k in keys}
         if all(r is not None for r in recs.values()):
             if not records_exist(mod, part):
                 _write(_sigs_path(mod, part), recs)
@@ -155,9 +153,15 @@ def compile_part(mod, part: str, sig: tuple) -> dict:
         # cached machine code without its record: type an uncached copy to recover it
         from numba import njit
         njit(error_model="numpy")(disp.py_func).compile(sig)
-        recs = {key[1]: _RECORDS[key] for key in keys}
+        recs = {k: _RECORDS[(p, k)] for p, k in keys}
         _write(_sigs_path(mod, part), recs)
         return recs
+
+
+def driver_module(plan):
+    """The loaded generated module of ``plan``'s driver (None if not loaded here)."""
+    from . import module as modmgr
+    return modmgr._loaded.get(Path(plan.source_path).stem)
 
 
 def part_names(mod) -> list[str]:

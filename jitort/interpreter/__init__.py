@@ -33,7 +33,7 @@ from . import jitort_ops  # noqa: F401  (jitort's own ops: MatMulBias, FusedConv
 from .reference import ReferenceRunner
 from .registry import lookup, registered_ops
 
-__all__ = ["make_runner", "supports", "registered_ops"]
+__all__ = ["make_runner", "node_inputs", "supports", "registered_ops"]
 
 Runner = Callable[[list], list]
 
@@ -117,6 +117,15 @@ def make_runner(node: ir.Node, opsets: dict[str, int]) -> Runner:
         except Exception as e:
             raise _failed(node, e) from e
     return run_fast
+
+
+def node_inputs(node: ir.Node, env: dict) -> list:
+    """What a :func:`make_runner` runner takes for ``node``: its inputs (None where omitted),
+    then its implicit outer-scope values; constants from the IR, the rest from ``env``
+    (value id -> array)."""
+    ins = [None if v is None else (v.const if v.is_const else env[id(v)]) for v in node.inputs]
+    ins += [v.const if v.is_const else env[id(v)] for v in node.implicit]
+    return ins
 
 
 def supports(node: ir.Node, opsets: dict[str, int]) -> bool:

@@ -3,7 +3,8 @@
 A compiled backend runs them; these are for when it cannot (a lowering declines the shapes, so
 the node falls back to the interpreter) and for constant folding. ``MatMulBias`` is
 ``act(a @ b + bias)``; ``FusedConv`` is ``act(Conv(x, W, B) [+ residual])`` with the Conv of
-:mod:`.numpy_conv` (``onnx.reference`` for the forms it defers) (see :func:`jitort.passes.patterns.fuse_epilogues` for the attributes).
+:mod:`.numpy_conv`, or ``onnx.reference`` for the forms it defers (see
+:func:`jitort.passes.patterns.fuse_epilogues` for the attributes).
 """
 from __future__ import annotations
 
