@@ -781,60 +781,93 @@ def _fold_rows(o, src, n, mode, first, p):
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def _pool5_sep(q, x, out, t1, t2, tw, th, td, mode, sd, sh, sw, pd, ph, pw, dd, dh, dw, p):
+def _pool5_scratch(x, out, sh):
+    """Element counts of _pool5_sep's scratch: the D pass's plane (H x W), and the H and W
+    passes' (E x W) planes, E = (OH - 1) * SH + 1 window rows."""
+    return (max(1, x.shape[3] * x.shape[4]),
+            max(1, ((out.shape[3] - 1) * sh + 1) * x.shape[4]))
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _pool5_sep(q, x, out, t1, g, f, tw, th, td, mode, kh, kw, sd, sh, sw, pd, ph, pw, dd,
+               dh, dw, p):
     """Plane q of pool5d without indices, separably: max and sums over a box go axis by
-    axis. D first (x -> t1 (OD, H, W)) and H next (-> t2 (OD, OH, W)), each over whole
-    contiguous rows, so the strided W pass runs on the smallest tensor. An average divides
-    by each axis' share of the divisor (``t*[:, 2]``; their product is the window's count),
-    Lp takes |x|**p in the first pass and the root in the last."""
-    d_n, h_n, w_n = x.shape[2], x.shape[3], x.shape[4]
+    axis, every pass one flat loop over many contiguous rows. Per output depth od: D folds the input planes of od's window into t1 (H, W); H folds,
+    tap by tap, t1's rows into g (E, W), row e holding the window that starts at row
+    e - ph (each tap's valid rows are one contiguous range, so clipping is exact); W folds
+    g flat, f[u] = g[u] (+) ... (+) g[u + (kw-1) dw], where rows' ends read the next row;
+    outputs whose window lies inside the row read f at (oh*sh, ow*sw - pw), the clipped
+    ones at the row ends fold g directly. An average divides by the product of each axis'
+    share of the divisor (``t*[:, 2]``), Lp takes |x|**p in the first pass and the root in
+    the last. Measured at one thread on 'maxpool3d 3x3x3/2 32x16^3': 146 -> 86 us
+    (onnxruntime 92) against the passes this replaced, a loop per 16-wide row for H and a
+    max chain per output for W (its tap count read per output): those were 3/4 of the
+    time."""
+    h_n, w_n = x.shape[3], x.shape[4]
     od_n, oh_n, ow_n = out.shape[2], out.shape[3], out.shape[4]
-    base = q * d_n * h_n * w_n
+    pl = h_n * w_n
+    base = q * x.shape[2] * pl
     obase = q * od_n * oh_n * ow_n
     ty = out.dtype.type
     init = -np.inf if mode == 0 else 0.0
-    pl = h_n * w_n
+    e_n = (oh_n - 1) * sh + 1
+    ew = e_n * w_n
+    span = (kw - 1) * dw
+    # outputs [w0, w1) have every tap inside the row
+    w0 = min(ow_n, (pw + sw - 1) // sw)
+    w1 = max(w0, min(ow_n, (w_n - 1 + pw - span) // sw + 1))  # floor: <= 0 when no such
     for od in range(od_n):
-        o = eptr(t1, od * pl)
+        o = eptr(t1, 0)
         for u in range(pl):
             o[u] = init
         for i in range(td[od, 0], td[od, 1]):
             _fold_rows(o, eptr(x, base + (od * sd - pd + i * dd) * pl), pl, mode, True, p)
-        if mode == 1:
-            inv = 1.0 / td[od, 2]
-            for u in range(pl):
-                o[u] = o[u] * inv
-    for od in range(od_n):
+        go = eptr(g, 0)
+        for u in range(ew):
+            go[u] = init
+        for j in range(kh):
+            # rows e with 0 <= e - ph + j*dh < h_n
+            e0 = max(0, ph - j * dh)
+            e1 = min(e_n, h_n + ph - j * dh)
+            if e1 > e0:
+                _fold_rows(eptr(g, e0 * w_n), eptr(t1, (e0 - ph + j * dh) * w_n),
+                           (e1 - e0) * w_n, mode, False, p)
+        fo = eptr(f, 0)
+        nf = ew - span
+        if w1 > w0 and nf > 0:
+            for u in range(nf):
+                fo[u] = go[u]
+            for l in range(1, kw):
+                _fold_rows(fo, eptr(g, l * dw), nf, mode, False, p)
+        dv = td[od, 2]
         for oh in range(oh_n):
-            o = eptr(t2, (od * oh_n + oh) * w_n)
-            for u in range(w_n):
-                o[u] = init
-            for j in range(th[oh, 0], th[oh, 1]):
-                _fold_rows(o, eptr(t1, (od * h_n + oh * sh - ph + j * dh) * w_n), w_n, mode,
-                           False, p)
+            e = oh * sh
+            ob = eptr(out, obase + (od * oh_n + oh) * ow_n)
+            fr = e * w_n - pw
+            for ow in range(w0, w1):
+                ob[ow] = fo[fr + ow * sw]
+            src = eptr(g, e * w_n)
+            for k in range(ow_n - (w1 - w0)):  # the clipped windows: [0, w0), [w1, ow_n)
+                ow = k if k < w0 else k + w1 - w0
+                st = ow * sw - pw
+                acc = ty(init)
+                for l in range(tw[ow, 0], tw[ow, 1]):
+                    v = src[st + l * dw]
+                    if mode == 0:
+                        acc = v if v > acc else acc
+                    else:
+                        acc += v
+                ob[ow] = acc
             if mode == 1:
-                inv = 1.0 / th[oh, 2]
-                for u in range(w_n):
-                    o[u] = o[u] * inv
-    for r in range(od_n * oh_n):
-        src = eptr(t2, r * w_n)
-        o = eptr(out, obase + r * ow_n)
-        for ow in range(ow_n):
-            st = ow * sw - pw
-            acc = ty(init)
-            for l in range(tw[ow, 0], tw[ow, 1]):
-                v = src[st + l * dw]
-                if mode == 0:
-                    acc = v if v > acc else acc
-                else:
-                    acc += v
-            if mode == 1:
-                acc = acc / tw[ow, 2]
+                dvh = dv * th[oh, 2]
+                for ow in range(ow_n):
+                    ob[ow] = ob[ow] / (dvh * tw[ow, 2])
             elif mode == 2 and p == 2:
-                acc = np.sqrt(acc)
+                for ow in range(ow_n):
+                    ob[ow] = np.sqrt(ob[ow])
             elif mode == 2 and p != 1:
-                acc = acc ** (1.0 / p)
-            o[ow] = acc
+                for ow in range(ow_n):
+                    ob[ow] = ob[ow] ** (1.0 / p)
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
@@ -843,15 +876,17 @@ def _pool5_par(x, out, idx, mode, want_idx, col_major, kd, kh, kw, sd, sh, sw, p
     tw = _axis_taps(out.shape[4], sw, pw, ew, dw, kw, x.shape[4], include_pad)
     th = _axis_taps(out.shape[3], sh, ph, eh, dh, kh, x.shape[3], include_pad)
     td = _axis_taps(out.shape[2], sd, pd, ed, dd, kd, x.shape[2], include_pad)
+    sizes = _pool5_scratch(x, out, sh)
     for q in prange(x.shape[0] * x.shape[1]):
         if want_idx:
             _pool5_plane(q, x, out, idx, mode, want_idx, col_major, kd, kh, kw, sd, sh, sw, pd,
                          ph, pw, ed, eh, ew, dd, dh, dw, include_pad, p)
         else:
-            t1 = np.empty(max(1, out.shape[2] * x.shape[3] * x.shape[4]), out.dtype)
-            t2 = np.empty(max(1, out.shape[2] * out.shape[3] * x.shape[4]), out.dtype)
-            _pool5_sep(q, x, out, t1, t2, tw, th, td, mode, sd, sh, sw, pd, ph, pw, dd, dh, dw,
-                       p)
+            t1 = np.empty(sizes[0], out.dtype)
+            g = np.empty(sizes[1], out.dtype)
+            f = np.empty(sizes[1], out.dtype)
+            _pool5_sep(q, x, out, t1, g, f, tw, th, td, mode, kh, kw, sd, sh, sw, pd, ph, pw,
+                       dd, dh, dw, p)
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
@@ -878,12 +913,14 @@ def pool5d(x, out, idx, mode, want_idx, col_major, kd, kh, kw, sd, sh, sw, pd, p
     tw = _axis_taps(out.shape[4], sw, pw, ew, dw, kw, x.shape[4], include_pad)
     th = _axis_taps(out.shape[3], sh, ph, eh, dh, kh, x.shape[3], include_pad)
     td = _axis_taps(out.shape[2], sd, pd, ed, dd, kd, x.shape[2], include_pad)
-    t1 = np.empty(max(1, out.shape[2] * x.shape[3] * x.shape[4]), out.dtype)
-    t2 = np.empty(max(1, out.shape[2] * out.shape[3] * x.shape[4]), out.dtype)
+    sizes = _pool5_scratch(x, out, sh)
+    t1 = np.empty(sizes[0], out.dtype)
+    g = np.empty(sizes[1], out.dtype)
+    f = np.empty(sizes[1], out.dtype)
     for q in range(nplanes):
-        _pool5_sep(q, x, out, t1, t2, tw, th, td, np.int64(mode), np.int64(sd), np.int64(sh),
-                   np.int64(sw), np.int64(pd), np.int64(ph), np.int64(pw), np.int64(dd),
-                   np.int64(dh), np.int64(dw), np.int64(p))
+        _pool5_sep(q, x, out, t1, g, f, tw, th, td, np.int64(mode), np.int64(kh), np.int64(kw),
+                   np.int64(sd), np.int64(sh), np.int64(sw), np.int64(pd), np.int64(ph),
+                   np.int64(pw), np.int64(dd), np.int64(dh), np.int64(dw), np.int64(p))
 
 
 # --- MaxUnpool ---------------------------------------------------------------------------

@@ -198,7 +198,7 @@ def test_conv3d_threads(nthreads):
 
 
 # --- pools beyond 2-D: 1-D MaxPool / AveragePool (2-D kernels at height 1), global pools ------
-def _pool_check(op, xshape, opset=17, **attrs):
+def _pool_check(op, xshape, opset=17, threads=None, **attrs):
     x = np.random.default_rng(4).standard_normal(xshape).astype(np.float32)
     m = helper.make_model(helper.make_graph(
         [helper.make_node(op, ['x'], ['y'], **attrs)], 'g',
@@ -206,7 +206,7 @@ def _pool_check(op, xshape, opset=17, **attrs):
         [helper.make_tensor_value_info('y', TensorProto.FLOAT, None)]),
         opset_imports=[helper.make_opsetid('', opset)])
     m.ir_version = 8
-    _check(m, {'x': x})
+    _check(m, {'x': x}, threads=threads)
 
 
 POOL_1D = [
@@ -259,6 +259,52 @@ POOL_ND = [
                          ids=[f'{o}-{s}-{sorted(a.items())}' for o, s, a in POOL_ND])
 def test_pool_nd(op, shape, attrs):
     _pool_check(op, shape, opset=19, **attrs)
+
+
+POOL_3D_EDGES = [
+    # windows clipped on both sides of short rows (no window inside a row), stride 3
+    ('MaxPool', (1, 3, 4, 3, 2), dict(kernel_shape=[3, 3, 3], strides=[3, 3, 3], pads=[2] * 6)),
+    # dilated windows, stride 1, asymmetric pads
+    ('MaxPool', (1, 3, 7, 8, 9), dict(kernel_shape=[2, 3, 3], dilations=[2, 2, 3],
+                                      pads=[1, 2, 0, 0, 1, 2])),
+    # kernel wider than the row (W = 2), ceil mode leaving a window in the end pad
+    ('MaxPool', (2, 2, 5, 6, 2), dict(kernel_shape=[2, 2, 3], strides=[2, 2, 2], ceil_mode=1,
+                                      pads=[0, 0, 1, 0, 0, 1])),
+    ('AveragePool', (1, 3, 6, 7, 9), dict(kernel_shape=[3, 3, 3], strides=[1, 2, 3],
+                                          dilations=[1, 2, 2], pads=[1, 2, 0, 2, 1, 2],
+                                          count_include_pad=1)),
+    ('AveragePool', (1, 3, 6, 7, 9), dict(kernel_shape=[3, 2, 4], strides=[2, 1, 2],
+                                          pads=[0, 1, 3, 1, 0, 2])),
+    ('LpPool', (1, 3, 5, 6, 7), dict(kernel_shape=[3, 3, 3], strides=[2, 2, 2], p=3,
+                                     pads=[1] * 6)),
+    # big enough for the parallel path at 2 threads
+    ('MaxPool', (2, 8, 12, 12, 12), dict(kernel_shape=[3, 3, 3], strides=[2, 2, 2],
+                                         pads=[1] * 6)),
+    ('AveragePool', (1, 8, 12, 13, 14), dict(kernel_shape=[3, 3, 3], pads=[1] * 6)),
+]
+
+
+@pytest.mark.parametrize('op,shape,attrs', POOL_3D_EDGES,
+                         ids=[f'{o}-{s}-{sorted(a.items())}' for o, s, a in POOL_3D_EDGES])
+def test_pool_3d_edges(op, shape, attrs, nthreads):
+    """pool.pool5d's separable passes where windows are clipped (at every output, on one side,
+    by a row shorter than the window), dilated, strided past the kernel, at 1 and 2
+    threads."""
+    _pool_check(op, shape, opset=19, threads=nthreads, **attrs)
+
+
+@pytest.mark.parametrize('op', ['MaxPool', 'AveragePool'])
+def test_pool_3d_empty_batch(op):
+    attrs = dict(kernel_shape=[3, 3, 3], strides=[2, 2, 2], pads=[1] * 6)
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node(op, ['x'], ['y'], **attrs)], 'g',
+        [helper.make_tensor_value_info('x', TensorProto.FLOAT, ['N', 2, 5, 6, 7])],
+        [helper.make_tensor_value_info('y', TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid('', 19)])
+    m.ir_version = 8
+    cm = jitort.compile(m)
+    assert cm.fallback_nodes() == []
+    assert cm.run(None, {'x': np.zeros((0, 2, 5, 6, 7), np.float32)})[0].shape == (0, 2, 3, 3, 4)
 
 
 @pytest.mark.parametrize('shape,attrs', [
