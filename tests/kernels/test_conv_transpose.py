@@ -59,6 +59,11 @@ CASES = [
     # stride 3, dilation 3 (odd, pairs taps), even dilation (no pairs)
     ((1, 3, 4, 5), (3, 2, 3, 3), True, dict(strides=[3, 2], dilations=[1, 3])),
     ((1, 3, 4, 5), (3, 2, 3, 3), True, dict(strides=[2, 2], dilations=[2, 2], pads=[2, 1, 0, 3])),
+    # stride-2 tap pairs cropped at both ends of the row, a one-column input, odd dilation 3
+    # with pads (pairs offset by one input column, ends that one tap of a pair reaches)
+    ((1, 4, 5, 6), (4, 2, 2, 2), False, dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 4, 5, 1), (4, 2, 2, 2), False, dict(strides=[2, 2], pads=[1, 0, 0, 1])),
+    ((1, 4, 3, 6), (4, 2, 5, 5), True, dict(strides=[2, 2], dilations=[1, 3], pads=[2, 4, 1, 3])),
     # auto_pad: the odd total pad goes to the end for SAME_UPPER, to the begin for SAME_LOWER
     ((1, 4, 5, 5), (4, 2, 3, 3), True, dict(strides=[2, 2], auto_pad='SAME_UPPER')),
     ((1, 4, 5, 5), (4, 2, 4, 4), True, dict(strides=[3, 3], auto_pad='SAME_UPPER')),
