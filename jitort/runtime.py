@@ -24,7 +24,7 @@ from .interpreter import make_runner, node_inputs
 from .ir import Graph, Node, Value
 from .partition import HOST, INTERP, InterpStep, Segment, assign, schedule
 from .profiling import Profiler, op_label
-from .passes import PassReport, run_pipeline
+from .passes import CPU_PIPELINE, PassReport, run_pipeline
 
 log = logging.getLogger("jitort")
 
@@ -113,7 +113,9 @@ class CompiledModel:
         self._fast_validate = not any(spec.untyped for spec in self._input_specs)
         self._valid_shapes: dict[tuple, bool] = {}  # shape tuples _validate_full accepted
         self.original_node_count = len(self.graph.nodes)
-        self.pass_report: PassReport = run_pipeline(self.graph) if optimize else PassReport()
+        self.pass_report: PassReport = (
+            run_pipeline(self.graph, CPU_PIPELINE if self.device == "cpu" else None)
+            if optimize else PassReport())
         self._backends = [CpuBackend()] if "cpu" in backends else []
         self.placement = assign(self.graph, self._backends)
         self._lock = threading.RLock()

@@ -21,3 +21,13 @@ def run_reference(model, feeds):
 
 F32 = TensorProto.FLOAT
 I64 = TensorProto.INT64
+
+
+def x_model(nodes, xs, inits, outputs=("y",), opset=17):
+    """One float32 input "x" of shape ``xs``; float32 outputs of unknown shape."""
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, list(xs))],
+                          [helper.make_tensor_value_info(o, F32, None) for o in outputs],
+                          initializer=[numpy_helper.from_array(a, n) for n, a in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m

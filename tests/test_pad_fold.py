@@ -5,12 +5,13 @@ onnxruntime."""
 import numpy as np
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import jitort
 from jitort.importer import import_model
 from jitort.passes import run_pipeline
 from jitort.passes.patterns import fold_pad_into_conv
+from .helpers import x_model
 
 F32 = TensorProto.FLOAT
 RNG = np.random.default_rng(5)
@@ -20,13 +21,7 @@ def _arr(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-def _model(nodes, xs, inits, outputs=("y",), opset=17):
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, list(xs))],
-                          [helper.make_tensor_value_info(o, F32, None) for o in outputs],
-                          initializer=[numpy_helper.from_array(a, n) for n, a in inits.items()])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = 8
-    return m
+_model = x_model
 
 
 def _pad_conv(pads, *, value=None, conv_pads=None, xs=(1, 3, 9, 9), tail=None, opset=17,

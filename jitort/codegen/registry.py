@@ -49,7 +49,7 @@ lowering = registry(LOWER, SUPPORT)
 #: calls name. A new op family adds its module here.
 KERNEL_MODULES: dict[str, str] = {
     "_data": "data", "_gemm": "gemm", "_conv": "conv", "_pool": "pool", "_softmax": "softmax",
-    "_norm": "norm", "_reduce": "reduce", "_wino": "winograd",
+    "_norm": "norm", "_reduce": "reduce", "_wino": "winograd", "_cnhwc": "conv_nhwc",
     "_shape_ops": "shape_ops", "_convt": "conv_transpose", "_resize": "resize", "_rnn": "rnn",
     "_gs": "gather_scatter", "_scan": "scan", "_quant": "quant", "_attn": "attention",
     "_signal": "signal", "_misc": "misc",

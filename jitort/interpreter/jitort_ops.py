@@ -99,3 +99,22 @@ def _fused_conv(node: ir.Node):
             y = (y + r).astype(x.dtype, copy=False)
         return [activation(y, name, params)]
     return run
+
+
+@fast("FusedConvNHWC", domain="jitort")
+def _fused_conv_nhwc(node: ir.Node):
+    """The channels-last FusedConv of ``passes.layout``: NHWC input/residual/output, HWIO
+    weights, run as the NCHW FusedConv."""
+    attrs = dict(node.attrs)
+    nchw = _fused_conv(ir.Node("FusedConv", list(node.inputs), list(node.outputs), attrs,
+                               "jitort", node.name, 1))
+
+    def run(a):
+        x = np.ascontiguousarray(np.transpose(a[0], (0, 3, 1, 2)))
+        w = np.ascontiguousarray(np.transpose(a[1], (3, 2, 0, 1)))
+        args = [x, w] + list(a[2:3])
+        if len(a) > 3 and a[3] is not None:
+            args.append(np.ascontiguousarray(np.transpose(a[3], (0, 3, 1, 2))))
+        y = nchw(args)[0]
+        return [np.ascontiguousarray(np.transpose(y, (0, 2, 3, 1)))]
+    return run

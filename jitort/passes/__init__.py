@@ -17,6 +17,7 @@ from ..errors import InvalidModel, JitortError
 from ..ir import Graph
 from .simplify import (eliminate_dead_code, eliminate_identities, eliminate_common_subexpressions,
                        fold_constants)
+from .layout import convert_to_channels_last
 from .patterns import (fold_conv_affine, fold_conv_batchnorm, fold_pad_into_conv, fuse_epilogues,
                        fuse_matmul_add)
 
@@ -38,6 +39,12 @@ DEFAULT_PIPELINE: list[tuple[str, PassFn]] = [
     ("fuse_epilogues", fuse_epilogues),
     ("eliminate_dead_code", eliminate_dead_code),
 ]
+
+#: The CPU backend's recipe: the default one, plus the channels-last regions of depthwise
+#: convolutions (:mod:`.layout`) once the epilogues are fused.
+CPU_PIPELINE: list[tuple[str, PassFn]] = (
+    DEFAULT_PIPELINE[:-1] + [("convert_to_channels_last", convert_to_channels_last)]
+    + DEFAULT_PIPELINE[-1:])
 
 
 @dataclass

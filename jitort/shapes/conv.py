@@ -77,6 +77,23 @@ def _fused_conv(node, shapes, values):
 _JITORT_REGISTRY["FusedConv"] = _fused_conv
 
 
+def _fused_conv_nhwc(node, shapes, values):
+    """jitort.FusedConvNHWC (``passes.layout``): FusedConv on an NHWC input with HWIO weights."""
+    x, w = shapes[0], shapes[1]
+    if len(x) != 4 or len(w) != 4:
+        raise _fail(node, "FusedConvNHWC takes a 4-D input and 4-D HWIO weights", shapes)
+    n, c, h, wd = _conv_core(node, shapes, (x[0], x[3], x[1], x[2]), (w[3], w[2], w[0], w[1]))[0]
+    out = (n, h, wd, c)
+    res = _get(shapes, 3)
+    if res is not None and tuple(res) != out:
+        raise _fail(node, f"residual shape {tuple(res)} differs from the conv output {out}",
+                    shapes)
+    return [out]
+
+
+_JITORT_REGISTRY["FusedConvNHWC"] = _fused_conv_nhwc
+
+
 @register("QLinearConv")
 def _qlinear_conv(node, shapes, values):
     return _conv_core(node, shapes, shapes[0], shapes[3])

@@ -6,6 +6,11 @@ so one rank-3 kernel serves every rank.
 import numpy as np
 from numba import njit, prange
 
+from .gemm import eptr
+
+#: runs of at most this many elements are copied by raw pointers (``copy3_into``)
+_SHORT_ROW = 1024
+
 
 @njit(cache=True, error_model='numpy')
 def gather3(data, idx, out):
@@ -57,9 +62,19 @@ def copy3_into(x, out, offset):
     row = a_len * inner
     if row == 0 or n_outer == 0:
         return
+    s = offset * inner
+    if row <= _SHORT_ROW:
+        # many short runs (a channels-last Concat: one run of C values per pixel): raw
+        # pointer loops, no slice views (their reference counting costs ~50 ns a run)
+        ldo = out.shape[1] * inner
+        for o in range(n_outer):
+            src = eptr(x, o * row)
+            dst = eptr(out, o * ldo + s)
+            for j in range(row):
+                dst[j] = src[j]
+        return
     x2 = x.reshape(n_outer, row)
     o2 = out.reshape(n_outer, out.shape[1] * inner)
-    s = offset * inner
     for o in range(n_outer):
         o2[o, s:s + row] = x2[o]
 

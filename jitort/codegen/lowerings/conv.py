@@ -155,3 +155,38 @@ def lower_fused_conv(em: Emitter, n: Node) -> None:
     """``act(conv(x, W) + B [+ residual])`` (see ``passes.patterns.fuse_epilogues``); the shape
     pass has checked that the residual has the output's shape."""
     _lower_conv2d(em, n, n.input(3), act_args(n))
+
+
+def _fused_conv_nhwc_ok(n: Node) -> bool:
+    from ...passes.layout import nhwc_kind
+    return _fused_conv_ok(n) and nhwc_kind(n) != ""
+
+
+@lowering("FusedConvNHWC", domain="jitort", supports=_fused_conv_nhwc_ok)
+def lower_fused_conv_nhwc(em: Emitter, n: Node) -> None:
+    """A channels-last depthwise or pointwise convolution (``passes.layout``):
+    ``conv_nhwc.dwconv_nhwc`` / ``pwconv_nhwc`` with the FusedConv epilogue."""
+    from ...passes.layout import nhwc_kind
+    x, w, y = n.inputs[0], n.inputs[1], n.outputs[0]
+    b, residual = n.input(2), n.input(3)
+    xs, ws, ys = em.shape(x), em.shape(w), em.shape(y)
+    strides = list(n.attrs.get("strides") or [1, 1])
+    dil = list(n.attrs.get("dilations") or [1, 1])
+    pads = _conv_pads(n, xs[1:3], ws[0:2], strides, dil, ys[1:3])
+    bv = em.arr(b) if b is not None else f"np.zeros({ws[3]}, {tname(y.dtype)})"
+    xv = f"{em.arr(x)}.reshape({em.tuple_expr(xs)})"
+    wv = f"{em.arr(w)}.reshape({em.tuple_expr(ws)})"
+    yv = em.out(y)
+    if (residual is not None and id(y) not in em.embed
+            and em.root.get(id(residual), -1) == em.root.get(id(y))):
+        raise Unlowerable(n, "conv residual shares the output's buffer")
+    y4 = f"{yv}.reshape({em.tuple_expr(ys)})"
+    rv = y4 if residual is None else f"{em.arr(residual)}.reshape({em.tuple_expr(ys)})"
+    code, alpha, beta = act_args(n)
+    epi = f"{code}, {float_literal(alpha)}, {float_literal(beta)}"
+    flags = f"{b is not None}, {residual is not None}"
+    if nhwc_kind(n) == "pointwise":
+        em.call(f"_cnhwc.pwconv_nhwc({xv}, {wv}, {bv}, {rv}, {y4}, {flags}, {epi})")
+        return
+    args = ", ".join(em.dim(v) for v in (strides[0], strides[1], pads[0], pads[1], dil[0], dil[1]))
+    em.call(f"_cnhwc.dwconv_nhwc({xv}, {wv}, {bv}, {rv}, {y4}, {args}, {flags}, {epi})")

@@ -1,0 +1,274 @@
+"""Layout: run chains of depthwise and pointwise convolutions channels-last (NHWC).
+
+On small planes the NCHW depthwise kernels spend more on loop setup per row of 7-14 pixels than
+on arithmetic; channels-last, every tap is one contiguous multiply-add over a pixel's channels
+and a pointwise convolution is a plain gemm (``kernels/cpu/conv_nhwc.py``). onnxruntime gets
+the same from its NCHWc transformer: the layout is decided for a region of the graph, with one
+reorder where it starts and one where it ends, not by each kernel.
+
+The pass finds the connected regions of 4-D nodes that can run channels-last — depthwise and
+pointwise Conv / FusedConv, elementwise ops (constant operands are permuted, size-1 ones
+broadcast alike in both layouts), Concat, keepdims reductions and global pools over known axes
+— joined by the non-constant 4-D tensors between them, and converts each region that holds a
+depthwise convolution (the op that gains; a region of pointwise convolutions alone would only
+add transposes). Convolutions become ``jitort.FusedConvNHWC`` with HWIO weights; a tensor that
+enters a region gets one Transpose to NHWC, one that leaves it (or is a graph output) one back
+to NCHW, keeping its name. Dense and grouped convolutions, pools and everything else stay NCHW.
+
+``JITORT_LAYOUT=nchw`` turns the pass off (for comparisons). The CUDA backend's pipeline does
+not include it.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+import numpy as np
+
+from ..ir import Graph, Node, Value, const_value
+
+log = logging.getLogger("jitort.passes")
+
+JITORT_DOMAIN = "jitort"
+ENV = "JITORT_LAYOUT"
+
+TO_NHWC = [0, 2, 3, 1]
+TO_NCHW = [0, 3, 1, 2]
+#: NCHW axis -> its position in NHWC
+_AXIS = {0: 0, 1: 3, 2: 1, 3: 2}
+
+_ELEMENTWISE = {
+    "Abs", "Acos", "Acosh", "Add", "And", "Asin", "Asinh", "Atan", "Atanh", "Cast", "Ceil",
+    "Celu", "Clip", "Cos", "Cosh", "Div", "Elu", "Equal", "Erf", "Exp", "Floor", "Gelu",
+    "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish", "Identity", "IsInf", "IsNaN",
+    "LeakyRelu", "Less", "LessOrEqual", "Log", "Max", "Mean", "Min", "Mish", "Mod", "Mul", "Neg",
+    "Not", "Or", "PRelu", "Pow", "Reciprocal", "Relu", "Round", "Selu", "Shrink", "Sigmoid",
+    "Sign", "Sin", "Sinh", "Softplus", "Softsign", "Sqrt", "Sub", "Sum", "Swish", "Tan",
+    "Tanh", "ThresholdedRelu", "Where", "Xor",
+}
+#: Convolutions run channels-last only on output planes of at most this many pixels. Measured
+#: 2026-11-26 at 1 thread (Zen 5) on GhostNet's 61 distinct depthwise / pointwise layer shapes,
+#: channels-last kernel time / NCHW kernel time: planes 7x7 and 14x14 (and 14x14 outputs of
+#: stride-2 depthwise on 28x28) 0.16-0.99 for depthwise, 0.64-1.05 for pointwise except
+#: 1.16-1.27 where only 56 output channels; 28x28: depthwise 0.91-2.66 and pointwise 1.0-1.5;
+#: 56x56 and 112x112 with 8-48 channels: 0.8-5.5 (a pixel's few channels are a short vector,
+#: where NCHW rows are long, and a pointwise gemm with 8-24 output columns runs far below
+#: BLAS peak).
+MAX_PLANE = 256
+_REDUCE = {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd", "ReduceL1",
+           "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}
+_GLOBAL_POOL = {"GlobalAveragePool": "ReduceMean", "GlobalMaxPool": "ReduceMax"}
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "").strip().lower() != "nchw"
+
+
+def _rank4(v: Value | None) -> bool:
+    return v is not None and v.shape is not None and len(v.shape) == 4
+
+
+def _size1(v: Value) -> bool:
+    return v.shape is not None and len(v.shape) <= 4 and all(d == 1 for d in v.shape)
+
+
+def _float(v: Value | None) -> bool:
+    return v is not None and v.dtype is not None and np.dtype(v.dtype) in (
+        np.dtype(np.float32), np.dtype(np.float64))
+
+
+def conv_kind(n: Node) -> str:
+    """"depthwise", "pointwise" or "" for a Conv / FusedConv this pass can run channels-last."""
+    if not ((n.op_type == "Conv" and not n.domain)
+            or (n.op_type == "FusedConv" and n.domain == JITORT_DOMAIN)):
+        return ""
+    x, w = n.inputs[0], n.input(1)
+    if not (_rank4(x) and _rank4(n.outputs[0]) and w is not None and w.is_const
+            and w.const.ndim == 4 and _float(x) and w.dtype == x.dtype
+            and n.outputs[0].dtype == x.dtype):
+        return ""
+    b = n.input(2)
+    if b is not None and not (b.dtype == x.dtype and b.shape is not None and len(b.shape) == 1):
+        return ""
+    if n.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID", b"NOTSET", b"VALID"):
+        return ""
+    m, cg, kh, kw = w.const.shape
+    group = int(n.attrs.get("group", 1))
+    c = x.shape[1]
+    oh, ow = n.outputs[0].shape[2:]
+    if not (isinstance(oh, int) and isinstance(ow, int) and oh * ow <= MAX_PLANE):
+        return ""
+    return _kind(n, m, cg, kh, kw) if c == m or group == 1 else ""
+
+
+def nhwc_kind(n: Node) -> str:
+    """"depthwise" or "pointwise" for a jitort.FusedConvNHWC (HWIO weights), else ""."""
+    w = n.input(1)
+    if w is None or w.shape is None or len(w.shape) != 4:
+        return ""
+    kh, kw, cg, m = w.shape
+    return _kind(n, m, cg, kh, kw)
+
+
+def _kind(n: Node, m, cg, kh, kw) -> str:
+    """The kind of a convolution with ``m`` output channels and ``cg`` input channels per
+    group (a depthwise one must also have as many input channels as outputs)."""
+    group = int(n.attrs.get("group", 1))
+    if group > 1 and cg == 1 and group == m:
+        return "depthwise"
+    pads = list(n.attrs.get("pads") or [0] * 4)
+    if (group == 1 and (kh, kw) == (1, 1) and list(n.attrs.get("strides") or [1, 1]) == [1, 1]
+            and not any(pads)):
+        return "pointwise"
+    return ""
+
+
+def _const_axes(n: Node) -> list[int] | None:
+    """A reduction's axes (attribute, or constant input 1 from opset 18), or None if unknown."""
+    if len(n.inputs) > 1 and n.inputs[1] is not None:
+        a = n.inputs[1]
+        return [int(v) for v in a.const.reshape(-1)] if a.is_const else None
+    axes = n.attrs.get("axes")
+    return None if axes is None else [int(v) for v in axes]
+
+
+def _convertible(n: Node) -> bool:
+    if conv_kind(n):
+        return True
+    if n.domain or not n.outputs or not all(_rank4(o) for o in n.outputs):
+        return False
+    op = n.op_type
+    if op in _ELEMENTWISE:
+        return all(v is None or _rank4(v) or v.is_const and (v.shape is not None
+                                                            and len(v.shape) <= 4)
+                   or _size1(v) for v in n.inputs) and not n.implicit
+    if op == "Concat":
+        return all(_rank4(v) for v in n.inputs) and int(n.attrs.get("axis", 0)) in range(-4, 4)
+    if op in _GLOBAL_POOL:
+        return _rank4(n.inputs[0])
+    if op in _REDUCE:
+        axes = _const_axes(n)
+        return (_rank4(n.inputs[0]) and int(n.attrs.get("keepdims", 1)) == 1 and bool(axes)
+                and not int(n.attrs.get("noop_with_empty_axes", 0)))
+    return False
+
+
+def _permute_const(v: Value, g: Graph) -> Value:
+    a = v.const
+    a4 = a.reshape((1,) * (4 - a.ndim) + a.shape)
+    return const_value(g.fresh_name(v.name + "_nhwc"), np.ascontiguousarray(a4.transpose(TO_NHWC)))
+
+
+def convert_to_channels_last(g: Graph) -> int:
+    """Rewrite every convertible region holding a depthwise convolution (module docstring);
+    returns the number of regions converted."""
+    if not enabled():
+        return 0
+    nodes = g.nodes
+    ok = [_convertible(n) for n in nodes]
+    if not any(ok[i] and conv_kind(n) == "depthwise" for i, n in enumerate(nodes)):
+        return 0
+    index = {id(n): i for i, n in enumerate(nodes)}
+    parent = list(range(len(nodes)))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    consumers = g.consumers()
+    for i, n in enumerate(nodes):
+        if not ok[i]:
+            continue
+        for v in n.inputs:
+            if v is None or v.is_const or not _rank4(v) or v.producer is None:
+                continue
+            j = index.get(id(v.producer))
+            if j is not None and ok[j]:
+                parent[find(i)] = find(j)
+    keep = {find(i) for i, n in enumerate(nodes) if ok[i] and conv_kind(n) == "depthwise"}
+    region = [ok[i] and find(i) in keep for i in range(len(nodes))]
+    outputs = g.output_ids()
+
+    cl: dict[int, Value] = {}          # id(NCHW value) -> its NHWC twin
+    new_nodes: list[Node] = []
+
+    def nhwc(v: Value) -> Value:
+        """The NHWC twin of a 4-D value read in a region (a Transpose in, made once)."""
+        t = cl.get(id(v))
+        if t is None:
+            t = Value(g.fresh_name(v.name + "_nhwc"), v.dtype,
+                      tuple(v.shape[p] for p in TO_NHWC))
+            new_nodes.append(Node("Transpose", [v], [t], {"perm": list(TO_NHWC)}, "",
+                                  g.fresh_name("to_nhwc"), 1))
+            cl[id(v)] = t
+        return t
+
+    def operand(v: Value | None) -> Value | None:
+        if v is None:
+            return None
+        if v.is_const:
+            return _permute_const(v, g) if v.shape is not None and len(v.shape) >= 1 \
+                and not _size1(v) else v
+        if _rank4(v):
+            return nhwc(v)
+        return v   # size 1: the same in both layouts
+
+    count = 0
+    for i, n in enumerate(nodes):
+        if not region[i]:
+            new_nodes.append(n)
+            continue
+        count += 1
+        outs = []
+        for o in n.outputs:
+            t = Value(g.fresh_name(o.name + "_nhwc"), o.dtype, tuple(o.shape[p] for p in TO_NHWC))
+            outs.append(t)
+        kind = conv_kind(n)
+        if kind:
+            w = n.inputs[1]
+            hwio = const_value(g.fresh_name(w.name + "_hwio"),
+                               np.ascontiguousarray(w.const.transpose(2, 3, 1, 0)))
+            ins = [nhwc(n.inputs[0]), hwio, n.input(2)]
+            if n.input(3) is not None:
+                ins.append(nhwc(n.inputs[3]))
+            attrs = {k: v for k, v in n.attrs.items() if k != "kernel_shape"}
+            attrs.setdefault("activation", "")
+            attrs.setdefault("activation_params", [0.0, 0.0])
+            new = Node("FusedConvNHWC", ins, outs, attrs, JITORT_DOMAIN, n.name, 1)
+        elif n.op_type in _GLOBAL_POOL:
+            new = _reduce_node(g, _GLOBAL_POOL[n.op_type], nhwc(n.inputs[0]), outs, [1, 2], n)
+        elif n.op_type in _REDUCE:
+            axes = sorted(_AXIS[a % 4] for a in _const_axes(n))
+            new = _reduce_node(g, n.op_type, nhwc(n.inputs[0]), outs, axes, n)
+        elif n.op_type == "Concat":
+            new = Node("Concat", [nhwc(v) for v in n.inputs], outs,
+                       dict(n.attrs, axis=_AXIS[int(n.attrs.get("axis", 0)) % 4]), "", n.name,
+                       n.since_version)
+        else:
+            new = Node(n.op_type, [operand(v) for v in n.inputs], outs, dict(n.attrs), n.domain,
+                       n.name, n.since_version)
+        new_nodes.append(new)
+        for o, t in zip(n.outputs, outs):
+            cl[id(o)] = t
+            readers = consumers.get(id(o), [])
+            if id(o) in outputs or any(not region[index[id(r)]] for r in readers):
+                new_nodes.append(Node("Transpose", [t], [o], {"perm": list(TO_NCHW)}, "",
+                                      g.fresh_name("to_nchw"), 1))
+    g.nodes = new_nodes
+    g.relink()
+    log.info("channels-last regions: %d nodes", count)
+    return count
+
+
+def _reduce_node(g: Graph, op: str, x: Value, outs: list[Value], axes: list[int], n: Node) -> Node:
+    """``op`` over ``axes`` with keepdims, in the graph's opset form (axes an input from 18 on,
+    13 for ReduceSum)."""
+    opset = g.opsets.get("", 17)
+    since = 13 if op == "ReduceSum" else 18
+    attrs = {"keepdims": 1}
+    if opset >= since:
+        ax = const_value(g.fresh_name("axes"), np.array(axes, np.int64))
+        return Node(op, [x, ax], outs, attrs, "", n.name, since)
+    return Node(op, [x], outs, dict(attrs, axes=axes), "", n.name, 13 if op != "ReduceSum" else 11)

@@ -1,0 +1,165 @@
+"""The channels-last pass (jitort.passes.layout) and its NHWC kernels, against onnxruntime."""
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import jitort
+from jitort.importer import import_model
+from jitort.passes import CPU_PIPELINE, run_pipeline
+from .helpers import x_model
+
+F32 = TensorProto.FLOAT
+RNG = np.random.default_rng(7)
+
+
+def _arr(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+_model = x_model
+
+
+def _check(m, threads=1, rtol=1e-4, atol=1e-4):
+    shape = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
+    feeds = {"x": _arr(*shape)}
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    want = ort.InferenceSession(m.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+    cm = jitort.compile(m, threads=threads, tiered=False)
+    got = cm.run(None, feeds)
+    assert cm.fallback_nodes() == []
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    return cm
+
+
+def _optimized(m):
+    g = import_model(m)
+    run_pipeline(g, CPU_PIPELINE)
+    g.verify()
+    return g
+
+
+def _ops(g):
+    return [n.op_type for n in g.nodes]
+
+
+def _mobile_block(c=16, e=48, hw=14, k=3, stride=1, opset=17, se=True, residual=True):
+    """An inverted residual block: pw expand + Relu, depthwise k x k + Relu, squeeze-excite
+    (global pool, two pw convs, HardSigmoid, Mul), pw project, residual Add."""
+    inits = {"w1": _arr(e, c, 1, 1) * 0.3, "b1": _arr(e), "wd": _arr(e, 1, k, k) * 0.3,
+             "bd": _arr(e), "ws1": _arr(8, e, 1, 1) * 0.3, "bs1": _arr(8),
+             "ws2": _arr(e, 8, 1, 1) * 0.3, "bs2": _arr(e), "w2": _arr(c, e, 1, 1) * 0.3,
+             "b2": _arr(c)}
+    p = k // 2
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["a"]),
+             helper.make_node("Relu", ["a"], ["ar"]),
+             helper.make_node("Conv", ["ar", "wd", "bd"], ["d"], group=e, pads=[p] * 4,
+                              strides=[stride, stride]),
+             helper.make_node("Relu", ["d"], ["dr"])]
+    t = "dr"
+    if se:
+        if opset >= 18:
+            inits["axes"] = np.array([2, 3], np.int64)
+            nodes.append(helper.make_node("ReduceMean", ["dr", "axes"], ["s0"], keepdims=1))
+        else:
+            nodes.append(helper.make_node("GlobalAveragePool", ["dr"], ["s0"]))
+        nodes += [helper.make_node("Conv", ["s0", "ws1", "bs1"], ["s1"]),
+                  helper.make_node("Relu", ["s1"], ["s2"]),
+                  helper.make_node("Conv", ["s2", "ws2", "bs2"], ["s3"]),
+                  helper.make_node("HardSigmoid", ["s3"], ["s4"]),
+                  helper.make_node("Mul", ["dr", "s4"], ["se"])]
+        t = "se"
+    nodes.append(helper.make_node("Conv", [t, "w2", "b2"], ["pj"]))
+    if residual and stride == 1:
+        nodes.append(helper.make_node("Add", ["pj", "x"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Identity", ["pj"], ["y"]))
+    return _model(nodes, (1, c, hw, hw), inits, opset=opset)
+
+
+def test_block_runs_channels_last_with_two_transposes():
+    g = _optimized(_mobile_block())
+    ops = _ops(g)
+    assert ops.count("Transpose") == 2, ops        # one in, one out
+    assert ops.count("FusedConvNHWC") == 5, ops    # every conv of the block
+    assert "Conv" not in ops and "FusedConv" not in ops
+    assert "GlobalAveragePool" not in ops and "ReduceMean" in ops
+
+
+def test_no_depthwise_no_conversion():
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])]
+    g = _optimized(_model(nodes, (1, 8, 5, 5), {"w": _arr(8, 8, 1, 1), "b": _arr(8)}))
+    assert "Transpose" not in _ops(g) and "FusedConvNHWC" not in _ops(g)
+
+
+def test_env_turns_it_off(monkeypatch):
+    monkeypatch.setenv("JITORT_LAYOUT", "nchw")
+    g = _optimized(_mobile_block())
+    assert "FusedConvNHWC" not in _ops(g)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("k,stride,hw", [(3, 1, 14), (3, 2, 14), (5, 1, 7), (5, 2, 9), (7, 1, 7),
+                                         (3, 1, 1), (3, 2, 2)])
+def test_block_matches_onnxruntime(k, stride, hw, threads):
+    _check(_mobile_block(k=k, stride=stride, hw=hw), threads=threads)
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+def test_reduce_axes_forms(opset):
+    _check(_mobile_block(opset=opset))
+
+
+def test_concat_constant_operands_and_graph_outputs():
+    """A GhostNet module: pw conv, depthwise on its output, channel Concat; a per-channel
+    constant Mul and a scalar Add inside the region; an intermediate that is also a graph
+    output (transposed back under its own name)."""
+    inits = {"w1": _arr(6, 4, 1, 1), "wd": _arr(6, 1, 3, 3), "bd": _arr(6),
+             "s": _arr(12, 1, 1), "one": np.array(1.5, np.float32)}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]),
+             helper.make_node("Conv", ["a", "wd", "bd"], ["d"], group=6, pads=[1, 1, 1, 1],
+                              dilations=[1, 1]),
+             helper.make_node("Concat", ["a", "d"], ["cat"], axis=1),
+             helper.make_node("Mul", ["cat", "s"], ["m"]),
+             helper.make_node("Add", ["m", "one"], ["y"])]
+    m = _model(nodes, (2, 4, 6, 5), inits, outputs=("y", "a"))
+    g = _optimized(m)
+    assert _ops(g).count("FusedConvNHWC") == 2
+    _check(m)
+
+
+@pytest.mark.parametrize("pads,strides,dil", [([1, 2, 1, 0], [1, 1], [2, 2]),
+                                              ([0, 0, 0, 0], [2, 1], [1, 1]),
+                                              ([2, 2, 2, 2], [2, 2], [1, 2])])
+def test_depthwise_attribute_edges(pads, strides, dil):
+    inits = {"wd": _arr(5, 1, 3, 3), "bd": _arr(5)}
+    nodes = [helper.make_node("Conv", ["x", "wd", "bd"], ["c"], group=5, pads=pads,
+                              strides=strides, dilations=dil),
+             helper.make_node("Clip", ["c"], ["y"])]
+    _check(_model(nodes, (1, 5, 9, 8), inits))
+
+
+def test_empty_batch():
+    m = _mobile_block()
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    cm = jitort.compile(m, tiered=False)
+    y = cm.run(None, {"x": np.zeros((0, 16, 14, 14), np.float32)})[0]
+    assert y.shape == (0, 16, 14, 14)
+
+
+def test_interpreter_tier_matches():
+    """Tier 0 (the interpreter) runs FusedConvNHWC through the NCHW conv, equal to the
+    compiled program."""
+    from jitort.tiering import Tiering
+    cm = jitort.compile(_mobile_block(hw=9), tiered=False)
+    assert "FusedConvNHWC" in _ops(cm.graph)
+    x = _arr(1, 16, 9, 9)
+    t = Tiering(cm)
+    env = t.interpret({id(cm.graph.inputs[0]): x})
+    got = env[id(cm.graph.outputs[0])]
+    np.testing.assert_allclose(got, cm.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
