@@ -5,6 +5,7 @@
     jitort explain MODEL [--input ...] [--shape ...]        passes, fusion, fallbacks, memory,
                                                             FLOPs and GFLOP/s per kernel vs peak
     jitort warmup MODEL ... [--shape name=1x128] [--jobs N] compile into the on-disk cache
+    jitort warmup --library [--jobs N] [--only KERNEL]      the kernel library, in N processes
     jitort cache info|clear                                 the on-disk cache of generated code
     jitort batch MODEL --input PATH --output DIR [--engine local|ray] [--workers N]
                  [--batch-size B] [--threads-per-worker T] [--on-error raise|skip]
@@ -300,7 +301,29 @@ def cmd_memory(args) -> int:
     return 0
 
 
+def cmd_warmup_library(args) -> int:
+    """``jitort warmup --library``: the kernel library's entries into Numba's on-disk cache."""
+    from . import library
+    only = [o for item in args.only or [] for o in item.split(",") if o]
+    es = library.entries(only=only)
+    if not es:
+        print(f"no library entries match {only}")
+        return 1
+    r = library.compile_entries(es, jobs=args.jobs, progress=False if args.quiet else None)
+    print(f"kernel library: {r['entries']} entries, {r['compiled']} compiled in {r['jobs']} "
+          f"processes, {r['cached']} were cached, {r['seconds']:.1f} s")
+    worst = sorted(r["per_entry"].items(), key=lambda kv: -kv[1])[:10]
+    for text, secs in worst:
+        print(f"  {secs:6.1f} s  {text.split('(', 1)[0]}")
+    return 0
+
+
 def cmd_warmup(args) -> int:
+    if args.library:
+        return cmd_warmup_library(args)
+    if args.only:
+        raise SystemExit("--only goes with --library")
+    args.jobs = args.jobs or 1
     models = args.models or _light_models()
     shape_sets = parse_shapes(args.shape)
     progress = False if args.quiet else None  # None: tqdm decides (a TTY shows bars)
@@ -408,8 +431,15 @@ def main(argv=None) -> int:
     w.add_argument("models", nargs="*")
     w.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
                    help="declared input shape (repeat a name for several shapes)")
-    w.add_argument("--jobs", "-j", type=int, default=1,
-                   help="models compiled in parallel processes")
+    w.add_argument("--jobs", "-j", type=int, default=None,
+                   help="parallel processes: models (default 1), or with --library library "
+                        "entries (default: the CPUs)")
+    w.add_argument("--library", action="store_true",
+                   help="compile the kernel library's entries (jitort/library_signatures.txt "
+                        "and the cache's call-site records) instead of models")
+    w.add_argument("--only", action="append", default=[], metavar="KERNEL",
+                   help="with --library: only kernels whose module.name contains this "
+                        "(repeatable, or comma-separated), e.g. --only conv_transpose")
     w.add_argument("--threads", type=int, default=None)
     w.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
     w.set_defaults(fn=cmd_warmup)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import threading
@@ -283,10 +284,12 @@ def compile_in_process(cm, feeds: dict, jobs: int | None = None) -> None:
     work = modmgr.cache_dir() / "tiering"
     work.mkdir(parents=True, exist_ok=True)
     # the job goes through each child's stdin (no file to leave behind if this process dies)
-    job = pickle.dumps({"source": source, "options": options, "device": device, "feeds": feeds},
-                       protocol=pickle.HIGHEST_PROTOCOL)
-    env = dict(os.environ, **{ENV: "0"})
     stem = f"{os.getpid()}-{time.monotonic_ns()}"
+    sync = work / f"sync-{stem}"  # the children's steps (library kernels before drivers)
+    sync.mkdir()
+    job = pickle.dumps({"source": source, "options": options, "device": device, "feeds": feeds,
+                        "sync": str(sync)}, protocol=pickle.HIGHEST_PROTOCOL)
+    env = dict(os.environ, **{ENV: "0"})
     logs = [str(work / f"compile-{stem}-{k}.log") for k in range(jobs)]
     procs = []
     try:
@@ -317,12 +320,14 @@ def compile_in_process(cm, feeds: dict, jobs: int | None = None) -> None:
                 os.unlink(p)
             except FileNotFoundError:
                 pass
+        if all(p.poll() is not None for p in procs):  # else the children still use it
+            shutil.rmtree(sync, ignore_errors=True)
 
 
-def compile_share(cm, feeds: dict, k: int, jobs: int) -> int:
-    """In a compile process: plan every segment for ``feeds`` (the interpreter gives the values
-    between segments) and compile this process's share of the driver functions (:func:`_share`),
-    for the exact argument types a call passes. Returns how many it compiled."""
+def driver_parts(cm, feeds: dict) -> list:
+    """Plan every segment of ``cm`` for ``feeds`` (the interpreter gives the values between
+    segments): ``(module, driver function name, argument types)`` of each driver function,
+    for the exact argument types a call passes."""
     import numba
     from .codegen import native
     from .codegen.cpu import aligned_empty
@@ -342,10 +347,104 @@ def compile_share(cm, feeds: dict, k: int, jobs: int) -> int:
         sig = tuple(numba.typeof(a) for a in args)
         mod = native.driver_module(plan)
         parts += [(mod, p, sig) for p in native.part_names(mod)]
+    return parts
+
+
+def compile_share(cm, feeds: dict, k: int, jobs: int, sync: str | None = None) -> int:
+    """In a compile process: plan every segment for ``feeds`` and compile this process's share
+    of the driver functions (:func:`_share`). With ``sync`` (a folder shared by the ``jobs``
+    processes) the library kernels the drivers call and the cache lacks are compiled first,
+    shared out between the processes (:func:`_kernels_first`). Returns how many driver
+    functions it compiled."""
+    from .codegen import native
+    parts = driver_parts(cm, feeds)
     mine = [parts[i] for i in _share(parts, jobs)[k]]
+    if sync is not None and jobs > 1 and not _library_warm(parts):
+        _kernels_first(mine, k, jobs, Path(sync))
     for mod, part, sig in mine:
         native.compile_part(mod, part, sig)  # writes the call sites' record beside it
     return len(mine)
+
+
+def _library_warm(parts: list) -> bool:
+    """Whether every library entry known for the kernels the drivers name (jitort's list and
+    the cache's records) is in Numba's cache: then the drivers are typed straight away (typing
+    them twice would cost more than what is left to compile)."""
+    import inspect
+    import re
+    from . import library
+    names = set()
+    for mod, part, _ in parts:
+        src = inspect.getsource(getattr(mod, part).py_func)
+        for alias, k in set(re.findall(r"_nc\((\w+)\.(\w+),", src)):
+            disp = getattr(mod, alias).__dict__.get(k)
+            fwd = library.forward(disp) if disp is not None else None
+            fn = (fwd[0] if fwd else disp).py_func
+            names.add(f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}")
+    if not names:
+        return True
+    es = [e for e in library.entries() if e.kernel in names]
+    return {e.kernel for e in es} >= names and all(library.is_cached(e) for e in es)
+
+
+def _kernels_first(mine: list, k: int, jobs: int, sync: Path) -> None:
+    """Compile the library entries the program's drivers need and the cache lacks, split
+    between the ``jobs`` compile processes, before any process types a driver (which would
+    compile the kernels it calls one after the other, and in every process that calls them).
+
+    Each process types its own driver functions without compiling kernels
+    (:func:`~jitort.codegen.native.infer_records`) and writes the uncached entries to
+    ``sync/need-k``; when all have (nobody compiles before that, so every process sees the
+    same list) each compiles its share (:func:`jitort.library.split`, deterministic) and
+    writes ``sync/done-k``; drivers wait for every ``done``. A process that fails still
+    writes its files; waits end after ``_SYNC_WAIT_S`` (then the drivers compile what is
+    missing themselves)."""
+    from . import library
+    from .codegen import native
+    need: set = set()
+    try:  # best effort: whatever fails here, the drivers' typing compiles it
+        for mod, part, sig in mine:
+            for rec in native.infer_records(mod, part, sig).values():
+                e = library.from_record(*rec)
+                if e is not None and not library.is_cached(e):
+                    need.add(e.text())
+    except Exception as e:  # noqa: BLE001
+        log.warning("typing the drivers for their kernels failed: %s", e)
+    _sync_write(sync / f"need-{k}", "\n".join(sorted(need)))
+    try:
+        _sync_wait(sync, "need", jobs)
+        union = set()
+        for j in range(jobs):
+            path = sync / f"need-{j}"
+            if path.exists():
+                union |= {ln for ln in path.read_text().splitlines() if ln}
+        todo = [library.Entry.parse(t) for t in sorted(union)]
+        for e in library.split(todo, jobs)[k] if todo else []:
+            library.compile_entry(e)
+    except Exception as e:  # noqa: BLE001
+        log.warning("compiling the library kernels first failed: %s", e)
+    finally:
+        _sync_write(sync / f"done-{k}", "")
+    _sync_wait(sync, "done", jobs)
+
+
+#: how long a compile process waits for its siblings at a step of :func:`_kernels_first`
+_SYNC_WAIT_S = 900.0
+
+
+def _sync_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _sync_wait(sync: Path, step: str, jobs: int) -> None:
+    end = time.monotonic() + _SYNC_WAIT_S
+    while time.monotonic() < end:
+        if all((sync / f"{step}-{j}").exists() for j in range(jobs)):
+            return
+        time.sleep(0.05)
+    log.warning("compile processes: gave up waiting for the others at %r", step)
 
 
 def _share(parts: list, jobs: int) -> list[list[int]]:
@@ -374,7 +473,7 @@ def _child(k: int, jobs: int, logpath: str) -> int:
     job = pickle.loads(sys.stdin.buffer.read())
     import jitort
     cm = jitort.compile(job["source"], device=job["device"], **job["options"])
-    compile_share(cm, job["feeds"], k, jobs)
+    compile_share(cm, job["feeds"], k, jobs, job.get("sync"))
     try:
         os.unlink(logpath)  # done: nothing to report (the parent may be gone)
     except FileNotFoundError:

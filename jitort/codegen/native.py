@@ -40,6 +40,9 @@ DIRECT_CALLS = os.environ.get("JITORT_DIRECT_CALLS", "0") not in ("0", "")
 #: (driver's site prefix, call-site index) -> (kernel module, kernel name, argument types),
 #: recorded by :func:`native_call`'s typer in this process
 _RECORDS: dict[tuple[str, int], tuple[str, str, tuple]] = {}
+#: set by :func:`infer_records` while it types a driver: the call sites' records go into
+#: ``_INFER["records"]`` and no kernel is compiled
+_INFER: dict = {}
 #: (driver module name, argument types) -> its ``fp`` table, once linked in this process
 _TABLES: dict[tuple, np.ndarray] = {}
 _lock = threading.RLock()
@@ -53,21 +56,49 @@ def native_call(typingctx, kernel, key, fpk, args):
     """``kernel(*args)`` through the address ``fpk``; ``key`` ("prefix:k") names the site."""
     if not isinstance(kernel, types.Dispatcher) or not isinstance(key, types.StringLiteral):
         return None
-    # the argument types exactly as a direct call would see them (literals included), so the
-    # kernel resolves to the same overload and the same cache entry
+    # the argument types as a direct call would see them (literals included), then made
+    # plain where the kernel cannot tell (below), so a kernel resolves to the same overload
+    # and the same cache entry for every call site whose arrays and scalars agree
     argtys = tuple(args.types) if isinstance(args, types.BaseTuple) else ()
-    csig = typingctx.resolve_function_type(kernel, argtys, {})
+    kernel_ty, disp = kernel, kernel.dispatcher
+    from ..library import forward, plain_args, recipe_type
+    # a thin wrapper (conv2d -> _conv2d_core) is skipped: its target is called directly, so
+    # the target's code is not linked into and emitted again with the wrapper
+    fwd = None if DIRECT_CALLS else forward(disp)
+    recipe = fwd[1] if fwd else tuple(("arg", i) for i in range(len(argtys)))
+    if fwd:
+        disp = fwd[0]
+        kernel = types.Dispatcher(disp)
+    srctys = tuple(recipe_type(r, argtys) for r in recipe)
+    # a literal whose value the kernel only converts is passed plain: one compilation for
+    # every value instead of one per value (jitort.library.literal_free)
+    calltys = plain_args(disp, srctys)
+    prefix, k = key.literal_value.rsplit(":", 1)
+    if _INFER.get("records") is not None:  # typing only (infer_records): compile nothing
+        _, folded = disp._compiler.fold_argument_types(calltys, {})
+        _INFER["records"][int(k)] = (disp.py_func.__module__, disp.py_func.__name__,
+                                     tuple(folded))
+        return types.none(kernel_ty, key, fpk, args), lambda *a: None
+    csig = typingctx.resolve_function_type(kernel, calltys, {})
     if csig is None:
         return None
-    disp = kernel.dispatcher
-    prefix, k = key.literal_value.rsplit(":", 1)
     _RECORDS[(prefix, int(k))] = (disp.py_func.__module__, disp.py_func.__name__, tuple(csig.args))
     n = len(argtys)
+
+    def value(context, builder, vals, r):
+        if r[0] == "arg":
+            return vals[r[1]]
+        if r[0] == "const":  # a literal's data model is its value type's
+            return context.get_constant(types.unliteral(recipe_type(r, argtys)), r[1])
+        return context.cast(builder, value(context, builder, vals, r[2]),
+                            types.unliteral(recipe_type(r[2], argtys)), r[1])
 
     def codegen(context, builder, signature, llargs):
         fpv, tup = llargs[2], llargs[3]
         vals = [builder.extract_value(tup, i) for i in range(n)]
-        vals = [context.cast(builder, v, ft, tt) for v, ft, tt in zip(vals, argtys, csig.args)]
+        vals = [value(context, builder, vals, r) for r in recipe]
+        vals = [v if ft == tt else context.cast(builder, v, ft, tt)
+                for v, ft, tt in zip(vals, srctys, csig.args)]
         fnty = context.call_conv.get_function_type(csig.return_type, csig.args)
         fn = builder.inttoptr(fpv, fnty.as_pointer())
         status, res = context.call_conv.call_function(builder, fn, csig.return_type, csig.args,
@@ -75,7 +106,7 @@ def native_call(typingctx, kernel, key, fpk, args):
         with cgutils.if_unlikely(builder, status.is_error):
             context.call_conv.return_status_propagate(builder, status)
         return res
-    return csig.return_type(kernel, key, fpk, args), codegen
+    return csig.return_type(kernel_ty, key, fpk, args), codegen
 
 
 _CALL = re.compile(r"^(\s*)((?:_[a-z_]+\.)?\w+)\((.*)\)\s*$")
@@ -156,6 +187,73 @@ def compile_part(mod, part: str, sig: tuple) -> dict:
         recs = {k: _RECORDS[(p, k)] for p, k in keys}
         _write(_sigs_path(mod, part), recs)
         return recs
+
+
+def infer_records(mod, part: str, sig: tuple) -> dict:
+    """The call-site records of driver function ``part`` of ``mod`` for argument types
+    ``sig`` by type inference alone: no kernel is compiled and nothing is cached, so the
+    kernels a driver needs can be compiled (in parallel processes) before the driver.
+
+    Types in a typing context of its own, new each time: the intrinsic's typing results are
+    cached per context, and these (returning ``none`` without compiling the kernel) must
+    never serve a real compilation, nor a later call here (whose typer would not run)."""
+    from numba.core import compiler, typing
+    from numba.core.registry import cpu_target
+    with _lock:
+        flags = compiler.Flags()
+        flags.nrt = True
+        flags.no_cpython_wrapper = True
+        flags.error_model = "numpy"
+        _INFER["records"] = recs = {}
+        try:
+            compiler.compile_extra(typing.Context(), cpu_target.target_context,
+                                   getattr(mod, part).py_func, sig, None, flags, {},
+                                   pipeline_class=_type_only())
+        except Exception:  # a pipeline without lowering ends asking for the compile result
+            if not _INFER.get("typed"):
+                raise
+        finally:
+            _INFER.pop("records", None)
+            _INFER.pop("typed", None)
+    return recs
+
+
+_PIPELINE: list = []
+
+
+def _type_only():
+    """A Numba compiler class whose pipeline stops after type inference (then marks
+    ``_INFER["typed"]``)."""
+    if _PIPELINE:
+        return _PIPELINE[0]
+    from numba.core import compiler
+    from numba.core.compiler_machinery import AnalysisPass, register_pass
+    from numba.core.typed_passes import NopythonTypeInference
+    from numba.core.untyped_passes import (FixupArgs, IRProcessing, TranslateByteCode,
+                                           WithLifting)
+
+    @register_pass(mutates_CFG=False, analysis_only=True)
+    class Typed(AnalysisPass):
+        _name = "jitort_typed"
+
+        def __init__(self):
+            AnalysisPass.__init__(self)
+
+        def run_pass(self, state):
+            _INFER["typed"] = True
+            return False
+
+    class TypeOnly(compiler.CompilerBase):
+        def define_pipelines(self):
+            pm = compiler.PassManager("jitort_type_only")
+            for cls, what in ((TranslateByteCode, "bytecode"), (FixupArgs, "args"),
+                              (IRProcessing, "ir"), (WithLifting, "with"),
+                              (NopythonTypeInference, "types"), (Typed, "typed")):
+                pm.add_pass(cls, what)
+            pm.finalize()
+            return [pm]
+    _PIPELINE.append(TypeOnly)
+    return TypeOnly
 
 
 def driver_module(plan):

@@ -1,0 +1,93 @@
+#!/usr/bin/env python
+"""Where the kernel library's compile time goes: every Numba compilation, per function.
+
+    python scripts/profile_library_compile.py [--only KERNEL ...] [--passes N] [--json OUT]
+
+Compiles the entries of ``jitort warmup --library`` (jitort/library_signatures.txt) one after
+the other in this process, with empty temporary ``NUMBA_CACHE_DIR``/``JITORT_CACHE_DIR``
+(unless set), and prints per entry its seconds, then per compiled function (module.name and
+argument types) its inclusive and exclusive seconds (exclusive: without the callees compiled
+during it). Numba links each callee's LLVM module into its caller and optimizes and emits it
+again, so a function's exclusive time includes re-emitting its callees. With ``--passes N``
+(sets ``NUMBA_LLVM_PASS_TIMINGS=1``) the N functions with the most exclusive time also get
+their LLVM pass timings (``dispatcher.get_metadata(sig)['llvm_pass_timings']``). Print the
+host load beside the numbers: on a shared machine they move with it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--only", action="append", default=[])
+    ap.add_argument("--passes", type=int, default=0, help="LLVM pass timings of the N worst")
+    ap.add_argument("--top", type=int, default=30, help="functions listed")
+    ap.add_argument("--json", default=None, help="write every compilation here")
+    a = ap.parse_args(argv)
+    tmp = tempfile.mkdtemp(prefix="jitort-prof-")
+    os.environ.setdefault("NUMBA_CACHE_DIR", f"{tmp}/numba")
+    os.environ.setdefault("JITORT_CACHE_DIR", f"{tmp}/jitort")
+    if a.passes:
+        os.environ["NUMBA_LLVM_PASS_TIMINGS"] = "1"
+    from numba.core import event
+
+    from jitort import library
+    stack, rows = [], []
+
+    class Timer(event.Listener):
+        def on_start(self, ev):
+            stack.append([time.perf_counter(), 0.0])
+
+        def on_end(self, ev):
+            t0, inner = stack.pop()
+            dt = time.perf_counter() - t0
+            if stack:
+                stack[-1][1] += dt
+            d = ev.data["dispatcher"]
+            rows.append({"fn": f"{d.py_func.__module__.rsplit('.', 1)[-1]}.{d.py_func.__name__}",
+                         "sig": str(ev.data.get("args")), "incl": dt, "excl": dt - inner,
+                         "parallel": bool(d.targetoptions.get("parallel")), "disp": d,
+                         "args": ev.data.get("args")})
+    event.register("numba:compile", Timer())
+    es = library.entries(only=[o for item in a.only for o in item.split(",") if o],
+                         with_cache=False)
+    print(f"load {os.getloadavg()[0]:.1f}; {len(es)} entries")
+    t_all = time.perf_counter()
+    for e in es:
+        secs = library.compile_entry(e)
+        print(f"{secs:8.1f} s  {e.text()[:110]}", flush=True)
+    total = time.perf_counter() - t_all
+    print(f"total {total:.1f} s (load {os.getloadavg()[0]:.1f})\n")
+    rows.sort(key=lambda r: -r["excl"])
+    print(f"{'excl s':>8}{'incl s':>8}  function (argument types)")
+    for r in rows[:a.top]:
+        par = " [parallel]" if r["parallel"] else ""
+        print(f"{r['excl']:8.1f}{r['incl']:8.1f}  {r['fn']}{par} {r['sig'][:90]}")
+    print(f"{len(rows)} compilations, {sum(r['excl'] for r in rows):.1f} s; parallel functions "
+          f"{sum(r['excl'] for r in rows if r['parallel']):.1f} s")
+    for r in rows[:a.passes]:
+        md = r["disp"].get_metadata(r["args"]) if r["args"] is not None else {}
+        timings = md.get("llvm_pass_timings")
+        print(f"\nLLVM pass timings of {r['fn']} ({r['excl']:.1f} s exclusive):")
+        if timings is None:
+            print("  (none recorded)")
+            continue
+        for rec in timings:
+            print(f"  {rec.name}: {rec.timings.get_total_time():.2f} s")
+            for p in rec.timings.list_top(5):
+                print(f"      {p.wall_time:6.2f} s  {p.pass_name}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump([{k: v for k, v in r.items() if k not in ("disp", "args")} for r in rows],
+                      f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
