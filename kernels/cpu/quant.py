@@ -22,6 +22,7 @@ from numba import njit, prange
 
 from .conv import conv2d
 from .gemm import matmul3d, num_threads
+from .qgemm import igemm, pack_p, pack_v, packed_sizes
 
 _EXACT32 = float(1 << 24)
 
@@ -361,6 +362,56 @@ def qmatmul(a3, za, b3, zb, bc, bmax, has_bc, y3, ws, mode, sa, sb, sy, zy, lo, 
             _shift_cols(b3, zb, bf)
         _qmm_run(a3, za, ws[:na].reshape(ba, m, k), bf, ws[na + nb:na + nb + nc].reshape(bo, m, n),
                  y3, mode, mult, zz, flo, fhi)
+
+
+def prepack_b(b3, zb):
+    """Constant B (1, K, N) of 8-bit integers with zero points zb (1 or N entries) as the
+    vector operand of ``qgemm.igemm`` in the int8 domain (called by the compiler): packed
+    bytes, column sums, zero points as int32."""
+    b2 = np.ascontiguousarray(b3[0])
+    flip = b2.dtype == np.uint8
+    k, n = b2.shape
+    pv = np.empty(packed_sizes(1, k, n)[1], np.uint8)
+    cs = np.empty(n, np.int32)
+    pack_v(b2, flip, True, pv, cs)
+    zv = np.asarray(zb).reshape(-1).astype(np.int32) - (128 if flip else 0)
+    return pv, cs, zv
+
+
+@njit(cache=True, error_model='numpy')
+def qmatmul_i8(a3, za, a_signed, pv, colsum, zv, y3, ws, mode, sa, sb, sy, zy, lo, hi):
+    """``qmatmul`` with constant B prepacked (``prepack_b``) on the integer gemm
+    (``qgemm.igemm``, where the host has VNNI): A (Ba, M, K) packed per batch into the uint8
+    domain (``a_signed``: A is int8, flipped, its zero point moved by +128), y3 (Ba, M, N)
+    int32 (mode 0) written by the gemm, or requantized (mode 1) from int32 products. ws:
+    float64 scratch as ``qmatmul``'s, used for the packed A and the products when it holds
+    them. Exact: the same int32 products as onnxruntime's."""
+    if y3.size == 0:
+        return
+    ba, m, k = a3.shape
+    n = y3.shape[2]
+    npk = packed_sizes(m, k, n)[0]
+    need = npk + 4 * m * n * (mode != 0) + 64
+    wb = ws.view(np.uint8) if ws.size * 8 >= need else np.empty(need, np.uint8)
+    pp = wb[:npk]
+    c2 = wb[(npk + 63) // 64 * 64:(npk + 63) // 64 * 64 + 4 * m * n].view(np.int32).reshape(m, n)
+    rowsum = np.empty(m, np.int32)
+    zp = np.empty(za.shape[0], np.int32)
+    for i in range(za.shape[0]):
+        zp[i] = np.int32(za[i]) + (128 if a_signed else 0)
+    nm = sb.shape[0]
+    mult = np.empty(nm, np.float32)
+    for i in range(nm):
+        mult[i] = np.float32(sa[0] * sb[i]) / sy[0]
+    zz = np.float32(zy[0]) if mode == 1 else np.float32(0.0)
+    for bi in range(ba):
+        pack_p(a3[bi], a_signed, False, pp, rowsum)
+        if mode == 0:
+            igemm(pp, rowsum, zp, pv, colsum, zv, y3[bi], k, True)
+        else:
+            igemm(pp, rowsum, zp, pv, colsum, zv, c2, k, True)
+            _requant_rows(c2.reshape(1, m, n), y3[bi:bi + 1], mult, zz, np.float32(lo),
+                          np.float32(hi))
 
 
 # --- ConvInteger / QLinearConv -------------------------------------------------------------------

@@ -236,6 +236,53 @@ def test_matmul_integer_empty():
     assert got.dtype == np.int32 and got.shape == (3, 4) and not got.any()
 
 
+@pytest.mark.parametrize('m,k,n,pdt,vdt,per', [
+    (13, 33, 70, np.uint8, np.int8, False), (6, 64, 64, np.uint8, np.int8, True),
+    (1, 1, 1, np.int8, np.uint8, True), (7, 2, 65, np.int8, np.int8, False),
+    (5, 3, 17, np.uint8, np.uint8, True), (20, 4000, 9, np.uint8, np.int8, False)])
+def test_integer_gemm_exact(m, k, n, pdt, vdt, per):
+    """kernels/cpu/qgemm.py against int64 numpy: every operand type (the int8 <-> uint8 flip
+    with its zero point moved), per-row / per-column zero points, tiles cut at M, N and K
+    (K % 4), and sums beyond float32's exact range (K 4000 of 255 x -128)."""
+    from jitort.kernels.cpu import qgemm as Q
+    rng = np.random.default_rng(m * 7 + k)
+    i_p, i_v = np.iinfo(pdt), np.iinfo(vdt)
+    p = rng.integers(i_p.min, i_p.max + 1, (m, k)).astype(pdt)
+    v = rng.integers(i_v.min, i_v.max + 1, (k, n)).astype(vdt)
+    if k == 4000:
+        p[:], v[:] = 255, -128
+    zp = rng.integers(i_p.min, i_p.max + 1, m if per else 1).astype(pdt)
+    zv = rng.integers(i_v.min, i_v.max + 1, n if per else 1).astype(vdt)
+    ref = ((p.astype(np.int64) - zp.astype(np.int64)[:, None])
+           @ (v.astype(np.int64) - zv.astype(np.int64)[None, :]))
+    fp, fv = pdt == np.int8, vdt == np.uint8      # P into uint8, V into int8
+    sp, sv = Q.packed_sizes(m, k, n)
+    pp, pv = np.empty(sp, np.uint8), np.empty(sv, np.uint8)
+    rs, cs = np.empty(m, np.int32), np.empty(n, np.int32)
+    Q.pack_p(p, fp, False, pp, rs)
+    Q.pack_v(v, fv, True, pv, cs)
+    c = np.empty((m, n), np.int32)
+    Q.igemm(pp, rs, zp.astype(np.int32) + (128 if fp else 0), pv, cs,
+            zv.astype(np.int32) - (128 if fv else 0), c, k, True)
+    np.testing.assert_array_equal(c, ref.astype(np.int32))
+
+
+@pytest.mark.parametrize('case', ['u8_b', 's8_a_odd'])
+def test_matmul_integer_const_b_shapes(case, nthreads):
+    """Constant B (the prepacked integer gemm where the host has VNNI): a uint8 B, int8 A,
+    per-column B zero points, sizes that cut every tile (onnxruntime takes no per-row A zero
+    points: test_integer_gemm_exact has them)."""
+    rng = np.random.default_rng(5)
+    if case == 'u8_b':
+        a, b = _q((7, 37)), _q((37, 70), np.uint8, 1)
+        za, zb = np.uint8(200), np.uint8(77)
+    else:
+        a, b = _q((13, 5), np.int8), _q((5, 3), np.int8, 1)
+        za, zb = np.int8(-7), rng.integers(-128, 128, 3).astype(np.int8)
+    node, ins, inits = _mmi(a, b, za, zb)
+    check(node, ins, inits, threads=nthreads)
+
+
 def _qlmm(a, sa, za, b, sb, zb, sy, zy, const_b=True):
     ins = [('a', a)] + ([] if const_b else [('b', b)])
     inits = [('sa', sa), ('za', za), ('sb', sb), ('zb', zb), ('sy', sy), ('zy', zy)]
@@ -246,7 +293,7 @@ def _qlmm(a, sa, za, b, sb, zb, sy, zy, const_b=True):
 
 
 @pytest.mark.parametrize('case,opset', [('u8', 10), ('u8s8_percol', 21), ('s8', 21),
-                                        ('u8_dynamic', 10)])
+                                        ('u8_dynamic', 10), ('u8_one_row_odd', 10)])
 def test_qlinear_matmul(case, opset):
     rng = np.random.default_rng(3)
     a = _q((2, 12, 40))
@@ -262,6 +309,8 @@ def test_qlinear_matmul(case, opset):
         a, za = _q((2, 12, 40), np.int8), np.int8(-3)
         b, zb = _q((40, 20), np.int8, 1), np.int8(2)
         zy = np.int8(-5)
+    elif case == 'u8_one_row_odd':  # a single row of A, tiles cut in K and N
+        a, b = _q((1, 1, 41)), _q((41, 67), np.uint8, 1)
     node, ins, inits = _qlmm(a, sa, za, b, sb, zb, sy, zy, const_b)
     check(node, ins, inits, opset=opset)
 

@@ -166,13 +166,16 @@ def _vec(em: Emitter, n: Node, v, allowed, what: str, dtype=np.uint8) -> str:
 
 
 def _lower_qmm(em: Emitter, n: Node, a, za, b, zb, scales, y, zy) -> None:
+    from jitort.kernels.cpu.qgemm import HAS_VNNI
     from jitort.kernels.cpu.quant import shift_weights
     a3, b3, y3 = _mm_shapes(em, n, a, b)
     m, nn = a3[1], b3[2]
     zav = _vec(em, n, za, m, "a zero point", _dt(a))
     zbv = _vec(em, n, zb, nn, "b zero point", _dt(b))
     const_b = b.is_const and (zb is None or zb.is_const)
-    if const_b:
+    # constant B, one batch of it, and VNNI: the integer gemm (kernels/cpu/qgemm.py)
+    use_i8 = const_b and HAS_VNNI and b3[0] == 1
+    if const_b and not use_i8:
         key = ("qmm_b", id(b.const), None if zb is None else id(zb.const))
         if key not in em.memo:
             bz = np.zeros(1, np.int32) if zb is None else zb.const.reshape(-1)
@@ -194,6 +197,18 @@ def _lower_qmm(em: Emitter, n: Node, a, za, b, zb, scales, y, zy) -> None:
         mode, lo, hi = 1, float(info.min), float(info.max)
     ws = em.scratch(_prod(a3) + _prod(b3) + _prod(y3), np.float64)
     yv = em.out(y)
+    if use_i8:  # B packed once here
+        from jitort.kernels.cpu.quant import prepack_b
+        pkey = ("qmm_b_i8", id(b.const), None if zb is None else id(zb.const))
+        if pkey not in em.memo:
+            bz = np.zeros(1, np.int32) if zb is None else zb.const.reshape(-1)
+            em.memo[pkey] = prepack_b(b.const.reshape(tuple(concrete(d) for d in b3)), bz)
+        pv, cs, zv = (em.derived_const(pkey + (i,), lambda i=i: em.memo[pkey][i])
+                      for i in range(3))
+        em.call(f"_quant.qmatmul_i8({em.arr(a)}.reshape({em.tuple_expr(a3)}), {zav}, "
+                f"{_dt(a) == np.int8}, {pv}, {cs}, {zv}, {yv}.reshape({em.tuple_expr(y3)}), "
+                f"{ws}, {mode}, {sa}, {sb}, {sy}, {zyv}, {lo!r}, {hi!r})")
+        return
     em.call(f"_quant.qmatmul({em.arr(a)}.reshape({em.tuple_expr(a3)}), {zav}, "
             f"{em.arr(b)}.reshape({em.tuple_expr(b3)}), {zbv}, {bcv}, {bmax}, {const_b}, "
             f"{yv}.reshape({em.tuple_expr(y3)}), {ws}, {mode}, {sa}, {sb}, {sy}, {zyv}, "

@@ -1,0 +1,243 @@
+"""CPU kernels: an exact 8-bit integer gemm (u8 x s8 -> int32) for MatMulInteger, QLinearMatMul,
+ConvInteger and QLinearConv. Imports nothing from jitort.
+
+    C[m, n] = sum_k (P[m, k] - zp[m]) * (V[k, n] - zv[n])          (int32, as onnxruntime)
+
+P is the *broadcast* operand (rows m: MatMul's A, a convolution's weights), V the *vector*
+operand (columns n: MatMul's B, a convolution's im2col columns); zp has 1 or M entries, zv 1 or
+N. Either operand may be uint8 or int8: flipping the top bit (x ^ 0x80) maps int8 to uint8 with
+the zero point moved by +128 (and uint8 to int8 by -128), so every product runs as unsigned x
+signed bytes, the form of AVX-512 VNNI's ``vpdpbusd`` (64 byte products summed in groups of 4
+into 16 int32 lanes, no saturation), and the zero points come back as rank-one corrections:
+
+    C = S - zp[m] * colsum(V)[n] - zv[n] * rowsum(P)[m] + K * zp[m] * zv[n],   S = P @ V.
+
+Micro-kernel (``_tile``, LLVM IR through ``numba.extending.intrinsic``): an MR x (NV * 16)
+tile of S in 24 zmm accumulators over K in steps of 4; P packed as [tile][k/4][MR][4] bytes
+(one 4-byte broadcast per row and step), V as [panel][k/4][NV*16][4] (NV 64-byte loads per
+step); K, M and N padded with zeros. Where the host has no VNNI (llvmlite's host features),
+the same IR computes each ``vpdpbusd`` portably (widened products summed in groups of 4); the
+callers keep their float gemm path there (``HAS_VNNI``).
+"""
+import llvmlite.binding as llvm
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+from numba.np.arrayobj import make_array
+
+from .gemm import eptr
+
+_FEATURES = llvm.get_host_cpu_features()
+HAS_VNNI = bool(_FEATURES.get('avx512vnni', False) and _FEATURES.get('avx512bw', False))
+
+MR = 6       # rows of a tile (broadcast operand)
+NV = 4       # 16-lane vectors per tile row: NR = 64 columns
+NR = NV * 16
+
+
+def _dpbusd(builder, acc, u8v, s8v):
+    """acc + (groups of 4 of u8v * s8v), each operand <16 x i32> of packed bytes."""
+    v16 = ir.VectorType(ir.IntType(32), 16)
+    if HAS_VNNI:
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16] * 3),
+                                            "llvm.x86.avx512.vpdpbusd.512")
+        return builder.call(fn, [acc, u8v, s8v])
+    b64, i64x = ir.VectorType(ir.IntType(8), 64), ir.VectorType(ir.IntType(32), 64)
+    p = builder.mul(builder.zext(builder.bitcast(u8v, b64), i64x),
+                    builder.sext(builder.bitcast(s8v, b64), i64x))
+    for q in range(4):
+        part = builder.shuffle_vector(p, p, ir.Constant(ir.VectorType(ir.IntType(32), 16),
+                                                       [4 * j + q for j in range(16)]))
+        acc = builder.add(acc, part)
+    return acc
+
+
+def _ptr(context, builder, arrty, arr, off, elt):
+    data = make_array(arrty)(context, builder, arr).data
+    p = builder.gep(data, [context.cast(builder, off, types.int64, types.intp)])
+    return builder.bitcast(p, elt.as_pointer())
+
+
+@intrinsic
+def _tile(typingctx, c, coff, pp, poff, pv, voff, kq, bcast_u8):
+    """c[coff : coff + MR*NR] (int32, row-major MR x NR) = the tile's S over kq >= 1 steps of
+    4: pp[poff:] packed P ([kq][MR][4] bytes), pv[voff:] packed V ([kq][NR][4]). When
+    ``bcast_u8`` (a literal) P holds the unsigned bytes, else V does."""
+    if not isinstance(bcast_u8, types.BooleanLiteral):
+        return None
+    p_is_u8 = bcast_u8.literal_value
+    sig = types.void(c, coff, pp, poff, pv, voff, kq, bcast_u8)
+
+    def codegen(context, builder, sig, args):
+        c_, coff_, pp_, poff_, pv_, voff_, kq_, _ = args
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        v16 = ir.VectorType(i32, 16)
+        cbase = _ptr(context, builder, sig.args[0], c_, coff_, v16)
+        pbase = _ptr(context, builder, sig.args[2], pp_, poff_, i32)
+        vbase = _ptr(context, builder, sig.args[4], pv_, voff_, v16)
+        kq64 = context.cast(builder, kq_, sig.args[6], types.int64)
+        zero = ir.Constant(v16, None)
+        pre = builder.block
+        loop = builder.append_basic_block("qtile.loop")
+        done = builder.append_basic_block("qtile.done")
+        builder.branch(loop)
+        builder.position_at_end(loop)
+        i = builder.phi(i64)
+        i.add_incoming(ir.Constant(i64, 0), pre)
+        accs = []
+        for _ in range(MR * NV):
+            a = builder.phi(v16)
+            a.add_incoming(zero, pre)
+            accs.append(a)
+        vecs = [builder.load(builder.gep(vbase, [builder.add(builder.mul(i, ir.Constant(i64, NV)),
+                                                             ir.Constant(i64, v))]), align=1)
+                for v in range(NV)]
+        new = []
+        for r in range(MR):
+            s = builder.load(builder.gep(pbase, [builder.add(builder.mul(i, ir.Constant(i64, MR)),
+                                                             ir.Constant(i64, r))]), align=1)
+            bc = builder.shuffle_vector(builder.insert_element(ir.Constant(v16, ir.Undefined), s,
+                                                              ir.Constant(i32, 0)),
+                                       ir.Constant(v16, ir.Undefined), ir.Constant(v16, None))
+            for v in range(NV):
+                acc = accs[r * NV + v]
+                new.append(_dpbusd(builder, acc, bc, vecs[v]) if p_is_u8
+                           else _dpbusd(builder, acc, vecs[v], bc))
+        inext = builder.add(i, ir.Constant(i64, 1))
+        end = builder.block
+        i.add_incoming(inext, end)
+        for a, n in zip(accs, new):
+            a.add_incoming(n, end)
+        builder.cbranch(builder.icmp_signed('<', inext, kq64), loop, done)
+        builder.position_at_end(done)
+        for j, n in enumerate(new):
+            builder.store(n, builder.gep(cbase, [ir.Constant(i64, j)]), align=4)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@njit(cache=True, error_model='numpy')
+def packed_sizes(m, k, n):
+    """Bytes of packed P and packed V for an (m, k) @ (k, n) product."""
+    kq = (k + 3) // 4
+    return ((m + MR - 1) // MR) * kq * MR * 4, ((n + NR - 1) // NR) * kq * NR * 4
+
+
+@njit(cache=True, error_model='numpy')
+def _row_sum(src, n, flip, to_signed):
+    """Sum of n bytes at pointer src (^ 0x80 when ``flip``), read as int8 when ``to_signed``."""
+    s = np.int32(0)
+    if to_signed:
+        for j in range(n):
+            s += np.int32(np.int8(src[j] ^ flip))
+    else:
+        for j in range(n):
+            s += np.int32(src[j] ^ flip)
+    return s
+
+
+@njit(cache=True, error_model='numpy')
+def pack_p(p2, flip, to_signed, out, rowsum):
+    """Pack P (M, K) of 8-bit integers, C-contiguous (their bytes ^ 0x80 when ``flip``) into
+    out, and the row sums of the packed values (read as int8 when ``to_signed``) into rowsum
+    (M,)."""
+    m_n, k_n = p2.shape
+    pu = p2.view(np.uint8)
+    kq = (k_n + 3) // 4
+    fx = np.uint8(0x80) if flip else np.uint8(0)
+    o = eptr(out, 0)
+    for t in range((m_n + MR - 1) // MR):
+        base = t * kq * MR * 4
+        for r in range(MR):
+            m = t * MR + r
+            if m >= m_n:
+                for q in range(kq):
+                    for j in range(4):
+                        o[base + (q * MR + r) * 4 + j] = 0
+                continue
+            src = eptr(pu, m * k_n)
+            rowsum[m] = _row_sum(src, k_n, fx, to_signed)
+            for q in range(k_n // 4):
+                d = base + (q * MR + r) * 4
+                o[d] = src[4 * q] ^ fx
+                o[d + 1] = src[4 * q + 1] ^ fx
+                o[d + 2] = src[4 * q + 2] ^ fx
+                o[d + 3] = src[4 * q + 3] ^ fx
+            if k_n % 4:
+                q = k_n // 4
+                d = base + (q * MR + r) * 4
+                for j in range(4):
+                    o[d + j] = src[4 * q + j] ^ fx if 4 * q + j < k_n else 0
+
+
+@njit(cache=True, error_model='numpy')
+def pack_v(v2, flip, to_signed, out, colsum):
+    """Pack V (K, N) of 8-bit integers, C-contiguous (their bytes ^ 0x80 when ``flip``) into
+    out, and the column sums of the packed values (read as int8 when ``to_signed``) into
+    colsum (N,)."""
+    k_n, n_n = v2.shape
+    vu = v2.view(np.uint8)
+    kq = (k_n + 3) // 4
+    fx = np.uint8(0x80) if flip else np.uint8(0)
+    for j in range(n_n):
+        colsum[j] = 0
+    for k in range(k_n):
+        src = eptr(vu, k * n_n)
+        if to_signed:
+            for j in range(n_n):
+                colsum[j] += np.int32(np.int8(src[j] ^ fx))
+        else:
+            for j in range(n_n):
+                colsum[j] += np.int32(src[j] ^ fx)
+    o = eptr(out, 0)
+    for pn in range((n_n + NR - 1) // NR):
+        j0 = pn * NR
+        w = min(NR, n_n - j0)
+        for q in range(kq):
+            d = (pn * kq + q) * NR * 4
+            for e in range(4):
+                k = 4 * q + e
+                if k < k_n and w == NR:
+                    src = eptr(vu, k * n_n + j0)
+                    for j in range(NR):
+                        o[d + 4 * j + e] = src[j] ^ fx
+                else:
+                    for j in range(NR):
+                        o[d + 4 * j + e] = vu[k, j0 + j] ^ fx if k < k_n and j < w else 0
+
+
+@njit(cache=True, error_model='numpy')
+def igemm(pp, rowsum, zp, pv, colsum, zv, c2, k, bcast_u8):
+    """c2 (M, N) int32 = C (module doc) from packed P (``pack_p``: rowsum, zero points zp of 1
+    or M entries, in the packed values' domain) and packed V (``pack_v``: colsum, zv of 1 or N
+    entries); ``bcast_u8``: P holds the unsigned bytes."""
+    m_n, n_n = c2.shape
+    kq = (k + 3) // 4
+    tile = np.zeros(MR * NR, np.int32)
+    per_p = zp.shape[0] > 1
+    per_v = zv.shape[0] > 1
+    for pn in range((n_n + NR - 1) // NR):
+        j0 = pn * NR
+        w = min(NR, n_n - j0)
+        for t in range((m_n + MR - 1) // MR):
+            if kq > 0:
+                if bcast_u8:
+                    _tile(tile, 0, pp, t * kq * MR * 4, pv, pn * kq * NR * 4, kq, True)
+                else:
+                    _tile(tile, 0, pp, t * kq * MR * 4, pv, pn * kq * NR * 4, kq, False)
+            for r in range(min(MR, m_n - t * MR)):
+                m = t * MR + r
+                a = np.int32(zp[m if per_p else 0])
+                rs = rowsum[m]
+                row = c2[m, j0:j0 + w]
+                if per_v:
+                    for j in range(w):
+                        b = np.int32(zv[j0 + j])
+                        row[j] = tile[r * NR + j] - a * colsum[j0 + j] - b * rs + k * a * b
+                else:
+                    b = np.int32(zv[0])
+                    kab = k * a * b - b * rs
+                    for j in range(w):
+                        row[j] = tile[r * NR + j] - a * colsum[j0 + j] + kab
