@@ -163,3 +163,48 @@ def test_interpreter_tier_matches():
     env = t.interpret({id(cm.graph.inputs[0]): x})
     got = env[id(cm.graph.outputs[0])]
     np.testing.assert_allclose(got, cm.run(None, {"x": x})[0], rtol=1e-4, atol=1e-4)
+
+
+def test_convnext_block_transposes_cancel():
+    """A ConvNeXt block as exported: depthwise 7x7, the model's own permute to NHWC,
+    LayerNorm over channels, two MatMuls, permute back, residual Add. The region's Transpose
+    back to NCHW and the model's permute to NHWC fold away (fold_transposes)."""
+    c = 32
+    inits = {"wd": _arr(c, 1, 7, 7) * 0.2, "bd": _arr(c), "g": _arr(c), "be": _arr(c),
+             "w1": _arr(c, 4 * c) * 0.2, "b1": _arr(4 * c), "w2": _arr(4 * c, c) * 0.2,
+             "b2": _arr(c)}
+    nodes = [helper.make_node("Conv", ["x", "wd", "bd"], ["d"], group=c, pads=[3, 3, 3, 3]),
+             helper.make_node("Transpose", ["d"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("LayerNormalization", ["t", "g", "be"], ["ln"], axis=-1),
+             helper.make_node("MatMul", ["ln", "w1"], ["m1"]),
+             helper.make_node("Add", ["m1", "b1"], ["a1"]),
+             helper.make_node("Relu", ["a1"], ["r1"]),
+             helper.make_node("MatMul", ["r1", "w2"], ["m2"]),
+             helper.make_node("Add", ["m2", "b2"], ["a2"]),
+             helper.make_node("Transpose", ["a2"], ["tb"], perm=[0, 3, 1, 2]),
+             helper.make_node("Add", ["x", "tb"], ["y"])]
+    m = _model(nodes, (1, c, 7, 7), inits)
+    g = _optimized(m)
+    # x in (read by the conv and, NCHW, by the residual Add); nothing between the conv and
+    # the LayerNorm
+    assert _ops(g).count("Transpose") == 2, _ops(g)
+    ln = next(n for n in g.nodes if n.op_type == "LayerNormalization")
+    assert ln.inputs[0].producer.op_type == "FusedConvNHWC"
+    _check(m)
+
+
+def test_fold_transposes_composes_and_cancels():
+    from jitort.passes.simplify import eliminate_identities, fold_transposes
+    nodes = [helper.make_node("Transpose", ["x"], ["a"], perm=[0, 2, 3, 1]),
+             helper.make_node("Transpose", ["a"], ["b"], perm=[0, 3, 1, 2]),
+             helper.make_node("Transpose", ["a"], ["c"], perm=[2, 0, 1, 3]),
+             helper.make_node("Add", ["b", "c"], ["y"])]
+    m = _model(nodes, (3, 3, 3, 3), {})
+    g = import_model(m)
+    assert fold_transposes(g) == 1          # c = Transpose(x, [3, 0, 2, 1])
+    assert eliminate_identities(g) == 1     # b is x
+    add = g.nodes[-1]
+    assert add.inputs[0] is g.inputs[0]
+    assert add.inputs[1].producer.attrs["perm"] == [3, 0, 2, 1]
+    assert add.inputs[1].producer.inputs[0] is g.inputs[0]
+    _check(m)

@@ -16,7 +16,7 @@ from typing import Callable
 from ..errors import InvalidModel, JitortError
 from ..ir import Graph
 from .simplify import (eliminate_dead_code, eliminate_identities, eliminate_common_subexpressions,
-                       fold_constants)
+                       fold_constants, fold_transposes)
 from .layout import convert_to_channels_last
 from .patterns import (fold_conv_affine, fold_conv_batchnorm, fold_pad_into_conv, fuse_epilogues,
                        fuse_matmul_add)
@@ -30,6 +30,7 @@ PassFn = Callable[[Graph], int]
 #: last to drop what the rewrites left behind.
 DEFAULT_PIPELINE: list[tuple[str, PassFn]] = [
     ("eliminate_identities", eliminate_identities),
+    ("fold_transposes", fold_transposes),
     ("fold_constants", fold_constants),
     ("eliminate_common_subexpressions", eliminate_common_subexpressions),
     ("fold_pad_into_conv", fold_pad_into_conv),

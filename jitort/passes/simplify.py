@@ -56,7 +56,50 @@ def _identity_source(n: Node, consumers) -> Value | None:
         return x
     if n.op_type == "Cast" and x.dtype is not None and n.outputs[0].dtype == x.dtype:
         return x
+    if n.op_type == "Transpose":
+        q = _composed_perm(n)
+        if q is not None and q == list(range(len(q))):  # a transpose undone by the next one
+            return x.producer.inputs[0]
     return None
+
+
+def _perm(n: Node) -> list[int] | None:
+    p = n.attrs.get("perm")
+    if p:
+        return [int(v) for v in p]
+    x = n.inputs[0]
+    return None if x.shape is None else list(range(len(x.shape)))[::-1]
+
+
+def _composed_perm(n: Node) -> list[int] | None:
+    """The perm of ``n`` (a Transpose) applied straight to the input of the Transpose that
+    produces its input, or None when its input is not a Transpose's."""
+    t = n.inputs[0].producer
+    if t is None or t.op_type != "Transpose" or t.domain or t.inputs[0] is None:
+        return None
+    p1, p2 = _perm(t), _perm(n)
+    if p1 is None or p2 is None or len(p1) != len(p2):
+        return None
+    return [p1[k] for k in p2]
+
+
+def fold_transposes(g: Graph) -> int:
+    """Transpose(Transpose(x, p1), p2) -> Transpose(x, p1[p2]) (and nothing at all when that
+    is the identity: ``eliminate_identities``), e.g. a channels-last region's Transpose back
+    to NCHW followed by an exporter's permute to NHWC. The inner Transpose stays while it has
+    other readers."""
+    count = 0
+    for n in g.nodes:
+        if n.op_type != "Transpose" or n.domain:
+            continue
+        q = _composed_perm(n)
+        if q is None or q == list(range(len(q))):
+            continue
+        n.inputs = [n.inputs[0].producer.inputs[0]] + n.inputs[1:]
+        n.attrs = dict(n.attrs, perm=q)
+        n.proto = None
+        count += 1
+    return count
 
 
 def fold_constants(g: Graph) -> int:
