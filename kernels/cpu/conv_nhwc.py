@@ -74,8 +74,40 @@ def _dw_row(r, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act
         qa = qb = 0
     cs = sw * c_n
     dc = dw * c_n
+    ih0 = oh * sh - ph
+    # 3x3 with all three input rows inside: the interior's nine taps in one pass (one load and
+    # store of the output per pixel, not three)
+    all9 = (kh_n == 3 and kw_n == 3 and qb > qa and ih0 >= 0 and ih0 + 2 * dh < n_h)
+    if all9:
+        rs = dh * n_w * c_n
+        xb = (n * n_h + ih0) * n_w * c_n + (qa * sw - pw) * c_n
+        w0 = eptr(w, 0)
+        w1 = eptr(w, c_n)
+        w2 = eptr(w, 2 * c_n)
+        w3 = eptr(w, 3 * c_n)
+        w4 = eptr(w, 4 * c_n)
+        w5 = eptr(w, 5 * c_n)
+        w6 = eptr(w, 6 * c_n)
+        w7 = eptr(w, 7 * c_n)
+        w8 = eptr(w, 8 * c_n)
+        for q in range(qb - qa):
+            oq = eptr(out, r * lo + (qa + q) * c_n)
+            e = xb + q * cs
+            x0 = eptr(x, e)
+            x1 = eptr(x, e + dc)
+            x2 = eptr(x, e + 2 * dc)
+            x3 = eptr(x, e + rs)
+            x4 = eptr(x, e + rs + dc)
+            x5 = eptr(x, e + rs + 2 * dc)
+            x6 = eptr(x, e + 2 * rs)
+            x7 = eptr(x, e + 2 * rs + dc)
+            x8 = eptr(x, e + 2 * rs + 2 * dc)
+            for c in range(c_n):
+                oq[c] += (w0[c] * x0[c] + w1[c] * x1[c] + w2[c] * x2[c] + w3[c] * x3[c]
+                          + w4[c] * x4[c] + w5[c] * x5[c] + w6[c] * x6[c] + w7[c] * x7[c]
+                          + w8[c] * x8[c])
     for kh in range(kh_n):
-        ih = oh * sh - ph + kh * dh
+        ih = ih0 + kh * dh
         if ih < 0 or ih >= n_h:
             continue
         xrow = (n * n_h + ih) * n_w * c_n
@@ -93,7 +125,7 @@ def _dw_row(r, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act
                 xq = eptr(x, xrow + (q * sw + off) * c_n)
                 for c in range(c_n):
                     oq[c] += wv[c] * xq[c]
-        if qb <= qa:
+        if qb <= qa or all9:
             continue
         wk = (kh * kw_n) * c_n
         w0 = eptr(w, wk)
