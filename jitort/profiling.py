@@ -199,8 +199,8 @@ def op_label(node) -> str:
     """The op as reports show it: jitort's fused ops name what they absorbed
     (``MatMulBias+Gelu``, ``FusedConv+Add+Relu``)."""
     op = node.op_type
-    if node.domain == "jitort" and op in ("MatMulBias", "FusedConv"):
-        if op == "FusedConv" and node.input(3) is not None:
+    if node.domain == "jitort" and op in ("MatMulBias", "FusedConv", "FusedConvNHWC"):
+        if op != "MatMulBias" and node.input(3) is not None:
             op += "+Add"
         act = node.attrs.get("activation", "")
         if act:
@@ -233,6 +233,10 @@ def node_flops(node, shapes: dict) -> int:
         if op == "FusedConv":  # the Conv's, plus the residual add and the activation
             return 2 * n_out * per + (n_out if node.input(3) is not None else 0) + epi
         return 2 * n_out * per
+    if op == "FusedConvNHWC":  # HWIO weights: kh * kw * (C / group) multiply-adds per output
+        w = _shape(node.inputs[1], shapes)
+        per = math.prod(w[:3]) if len(w) > 2 else 1
+        return 2 * n_out * per + (n_out if node.input(3) is not None else 0) + epi
     if op in ("MaxPool", "AveragePool", "LpPool"):
         k = node.attrs.get("kernel_shape", [1])
         return n_out * math.prod(k)

@@ -208,3 +208,13 @@ def test_fold_transposes_composes_and_cancels():
     assert add.inputs[1].producer.attrs["perm"] == [3, 0, 2, 1]
     assert add.inputs[1].producer.inputs[0] is g.inputs[0]
     _check(m)
+
+
+def test_profiling_counts_channels_last_convs():
+    from jitort.profiling import node_flops, op_label
+    g = _optimized(_mobile_block())
+    shapes = {id(v): v.shape for v in g.values()}
+    dw = next(n for n in g.nodes if n.op_type == "FusedConvNHWC" and n.attrs.get("group", 1) > 1)
+    assert op_label(dw) == "FusedConvNHWC+Relu"
+    # 48 channels x 14 x 14 outputs x 9 taps x 2, plus the Relu per output
+    assert node_flops(dw, shapes) == 2 * 48 * 14 * 14 * 9 + 48 * 14 * 14
