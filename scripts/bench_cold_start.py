@@ -2,6 +2,7 @@
 """Cold start with tiered execution, next to onnxruntime's session creation (issue 22).
 
     python scripts/bench_cold_start.py [MODEL.onnx ...] [--skip-cold] [--jobs N]
+    python scripts/bench_cold_start.py --library [--only KERNEL] [MODEL.onnx ...]
 
 Default models: bert, resnet18, decoder (../shared/models) and the onnx light densenet121.
 Every measurement is a fresh Python process; it reports, from its own start (before
@@ -20,6 +21,12 @@ in three cache states:
 and onnxruntime's ``import onnxruntime`` + ``InferenceSession`` + first run, also in a fresh
 process. Each child checks its first and its compiled-tier result against onnxruntime (rtol
 1e-4) and prints max |diff|. ``--jobs`` sets ``JITORT_COMPILE_JOBS`` (compile processes).
+
+``--library``: the kernel library compiled from nothing (``jitort warmup --library``, empty
+temporary caches) with ``--jobs 1`` and ``--jobs 2``, then, with the library that run cached,
+each model's time until the compiled tier (default models bert and resnet18; its generated
+code not cached). Prints the host load (1-minute average) before and after each run: on a
+shared 2-core machine the times mean little without it.
 """
 from __future__ import annotations
 
@@ -99,6 +106,39 @@ def default_models() -> list[str]:
         [str(light / "light_densenet121.onnx")]
 
 
+def _load() -> str:
+    return f"{os.getloadavg()[0]:.1f}"
+
+
+def library_bench(models: list[str], only: list[str], base: dict) -> None:
+    """Library compile from nothing with 1 and 2 processes; compiled tier with it cached."""
+    import time
+    with tempfile.TemporaryDirectory() as tmp:
+        for jobs in (1, 2):
+            env = dict(base, JITORT_CACHE_DIR=f"{tmp}/j{jobs}", NUMBA_CACHE_DIR=f"{tmp}/n{jobs}")
+            cmd = [sys.executable, "-m", "jitort", "warmup", "--library", "--jobs", str(jobs),
+                   "-q", *[f"--only={o}" for o in only]]
+            load0 = _load()
+            t = time.perf_counter()
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                               cwd=tempfile.gettempdir())
+            secs = time.perf_counter() - t
+            if p.returncode != 0:
+                raise SystemExit(f"warmup --library failed:\n{p.stdout}{p.stderr[-3000:]}")
+            print(f"library from nothing, --jobs {jobs}: {secs:.1f} s (load {load0} -> "
+                  f"{_load()})", flush=True)
+            print("  " + "\n  ".join(p.stdout.strip().splitlines()), flush=True)
+        for model in models:
+            name = Path(model).stem
+            env = dict(base, JITORT_CACHE_DIR=f"{tmp}/m-{name}", NUMBA_CACHE_DIR=f"{tmp}/n2")
+            load0 = _load()
+            r = child(CHILD, model, env)
+            print(f"{name}: compiled tier {r['compiled']:.2f} s with the library cached, first "
+                  f"result {r['first']:.2f} s (load {load0} -> {_load()}), diff "
+                  f"{r['diff_compiled']:.1e}" + ("" if r["ok"] else "  COMPILED TIER NOT REACHED"),
+                  flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("models", nargs="*")
@@ -106,11 +146,21 @@ def main(argv=None) -> int:
                     help="no run with an empty Numba cache (the library state uses this "
                          "process's NUMBA_CACHE_DIR as it is)")
     ap.add_argument("--jobs", type=int, default=None, help="compile processes")
+    ap.add_argument("--library", action="store_true",
+                    help="kernel library from nothing (1 and 2 processes), then models' "
+                         "compiled tier with it cached")
+    ap.add_argument("--only", action="append", default=[],
+                    help="with --library: only these kernels (jitort warmup --only)")
     a = ap.parse_args(argv)
     base = dict(os.environ)
     base.pop("JITORT_TIERED", None)
     if a.jobs:
         base["JITORT_COMPILE_JOBS"] = str(a.jobs)
+    if a.library:
+        shared = Path(os.environ.get("JITORT_MODEL_DIR", ROOT.parent / "shared" / "models"))
+        library_bench(a.models or [str(shared / f"{m}.onnx") for m in ("bert", "resnet18")],
+                      a.only, base)
+        return 0
     print(f"{'model':<14}{'state':<9}{'first s':>9}{'compiled s':>12}{'ort s':>8}"
           f"{'first/ort':>10}  process  diff(first, compiled)")
     for model in a.models or default_models():
