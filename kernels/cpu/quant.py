@@ -21,8 +21,9 @@ import numpy as np
 from numba import njit, prange
 
 from .conv import conv2d
-from .gemm import matmul3d, num_threads
-from .qgemm import igemm, pack_p, pack_v, packed_sizes
+from .gemm import eptr, matmul3d, next_task, num_threads
+from .mathfn import wide_vectors
+from .qgemm import MR, NR, _tile, igemm, pack_p, pack_v, packed_sizes
 
 _EXACT32 = float(1 << 24)
 
@@ -538,3 +539,284 @@ def qconv2d(x4, zx, w4, zw, wc, wmax, has_wc, y4, ws, ncol, sh, sw, ph, pw, dh, 
         _qconv_run(x4, zx, wf, ws[nx + nw:nx + nw + ny].reshape(n, m, oh, ow),
                    ws[nx + nw + ny:nx + nw + ny + ncol], ws[:nx].reshape(n, c, h, w), y4,
                    sh, sw, ph, pw, dh, dw, group, mode, bias, has_bias, mult, zz, flo, fhi)
+
+
+# --- QLinearConv / ConvInteger on the integer gemm ----------------------------------------------
+# Y[m, p] = sum_k W[m, k] * col[k, p] per group on ``qgemm._tile`` (W the broadcast operand,
+# packed once at compile time by ``prepack_conv_w``; the im2col columns the vector operand).
+# The input is copied once per call into *phase planes*: for strides (sh, sw), plane (a, b) of
+# channel c holds the zero-point-padded input at rows y*sh + a, columns x*sw + b. A tap (i, j)
+# then reads its plane contiguously at offset (i*dh // sh, j*dw // sw), so over the *virtual*
+# output grid of rows of Wq (the phase plane's width) every im2col row is one shifted
+# contiguous run: a 64-column panel of the packed vector operand is built from four byte
+# streams per 4 taps, straight into the [k/4][64][4] layout (columns u >= OW of each virtual
+# row are computed and dropped). Stride 1 without padding reads the input itself.
+
+
+def _phase_geom(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw):
+    """(direct, hq, wq): read x itself (stride 1, no padding) or phase planes of hq x wq."""
+    hp = (oh - 1) * sh + (kh - 1) * dh + 1
+    wp = (ow - 1) * sw + (kw - 1) * dw + 1
+    if sh == 1 and sw == 1 and ph == 0 and pw == 0 and wp == w and hp <= h:
+        return True, h, w
+    return False, (hp + sh - 1) // sh, (wp + sw - 1) // sw
+
+
+_phase_geom_nb = njit(cache=True, error_model='numpy')(_phase_geom)
+
+
+def qconv_i8_scratch(n, c, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group, threads):
+    """Bytes of ``qconv2d_i8``'s scratch (plain Python; sizes may be symbolic): the phase
+    planes, then per worker a packed panel, an int32 tile, the column sums and a row of
+    results."""
+    direct, hq, wq = _phase_geom(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)
+    planes = 0 if direct else n * c * sh * sw * hq * wq
+    kq = ((c // group) * kh * kw + 3) // 4
+    return (planes + 63) // 64 * 64 + threads * _worker_bytes(kq) + 64
+
+
+def _worker_bytes(kq):
+    return (kq * NR * 4 + (MR + 2) * NR * 4 + 63) // 64 * 64
+
+
+_worker_bytes_nb = njit(cache=True, error_model='numpy')(_worker_bytes)
+
+
+def prepack_conv_w(w4, zw, group):
+    """Constant weights (M, C/group, KH, KW) with zero points zw (1 or M entries) as the
+    broadcast operand of ``qgemm._tile`` per group, in the int8 domain (called by the
+    compiler): (packed bytes, row sums (group, rows), zero points (M,) int32, has_zw). With a
+    nonzero weight zero point each group gets one more row of ones: its products are the
+    column sums of the im2col panel that the zero-point correction needs."""
+    m, cg, kh, kw = w4.shape
+    mg, k = m // group, cg * kh * kw
+    wi = w4.reshape(m, k).astype(np.int16)
+    z = np.broadcast_to(np.asarray(zw).reshape(-1).astype(np.int16), (m,)).copy()
+    if w4.dtype == np.uint8:
+        wi -= 128
+        z -= 128
+    has_zw = bool((z != 0).any())
+    rows = mg + has_zw
+    gbytes = packed_sizes(rows, k, 1)[0]
+    pk = np.empty(group * gbytes, np.uint8)
+    rs = np.zeros((group, rows), np.int32)
+    for g in range(group):
+        p = np.zeros((rows, k), np.int8)
+        p[:mg] = wi[g * mg:(g + 1) * mg]
+        if has_zw:
+            p[mg] = 1
+        pack_p(p, False, True, pk[g * gbytes:(g + 1) * gbytes], rs[g])
+    return pk, rs, z.astype(np.int32), has_zw
+
+
+@njit(cache=True, error_model='numpy', inline='always')
+def _q1_small(v, lo, hi, zp):
+    """``_q1`` for bounds within +-2**22 (8-bit outputs): after the clamp, adding and
+    subtracting 1.5 * 2**23 rounds half to even exactly as ``np.rint`` (a vector add where
+    rint may stay a call)."""
+    if not (v >= lo):  # NaN too
+        v = lo
+    if v > hi:
+        v = hi
+    r = (v + np.float32(12582912.0)) - np.float32(12582912.0)
+    return np.int32(r + zp)
+
+
+@njit(cache=True, error_model='numpy')
+def _phase_planes(x4, zx, xb, sh, sw, ph, pw, dh, dw, kh, kw, hq, wq):
+    """xb[((b*C + c)*sh*sw + a*sw + e)*hq*wq + y*wq + x] = x4[b, c, y*sh + a - ph,
+    x*sw + e - pw] (the zero point's byte outside x), for the phases the taps use."""
+    wide_vectors()
+    n, c, h, w = x4.shape
+    xu = x4.reshape(x4.size).view(np.uint8)
+    zb = np.uint8(np.int32(zx[0]) & 255)
+    use_a = np.zeros(sh, np.bool_)
+    use_e = np.zeros(sw, np.bool_)
+    for i in range(kh):
+        use_a[i * dh % sh] = True
+    for j in range(kw):
+        use_e[j * dw % sw] = True
+    pq = hq * wq
+    for bc in range(n * c):
+        for a in range(sh):
+            if not use_a[a]:
+                continue
+            for e in range(sw):
+                if not use_e[e]:
+                    continue
+                dst = eptr(xb, (bc * sh * sw + a * sw + e) * pq)
+                # columns x with 0 <= x*sw + e - pw < w
+                x0 = min(max((pw - e + sw - 1) // sw, 0), wq)
+                x1 = min(max((w - 1 + pw - e) // sw + 1, x0), wq)
+                for y in range(hq):
+                    r = y * sh + a - ph
+                    o = y * wq
+                    if r < 0 or r >= h:
+                        for x in range(wq):
+                            dst[o + x] = zb
+                        continue
+                    src = eptr(xu, (bc * h + r) * w + e - pw)
+                    for x in range(x0):
+                        dst[o + x] = zb
+                    if sw == 1:
+                        for x in range(x0, x1):
+                            dst[o + x] = src[x]
+                    else:
+                        for x in range(x0, x1):
+                            dst[o + x] = src[x * sw]
+                    for x in range(x1, wq):
+                        dst[o + x] = zb
+
+
+@njit(cache=True, error_model='numpy')
+def _pack_panel(xb, base, off, kq, p0, nv, fx, o32):
+    """o32[q*NR + j] = the 4 bytes xb[base + off[4q + e] + p0 + j] (e = 0..3) ^ fx, j < nv:
+    one panel of the packed vector operand, read straight from the (phase) planes (512-bit
+    vectors where the CPU has them: half the time of LLVM's 256-bit choice)."""
+    wide_vectors()
+    s8, s16, s24 = np.uint32(8), np.uint32(16), np.uint32(24)
+    for q in range(kq):
+        a0 = eptr(xb, base + off[4 * q] + p0)
+        a1 = eptr(xb, base + off[4 * q + 1] + p0)
+        a2 = eptr(xb, base + off[4 * q + 2] + p0)
+        a3 = eptr(xb, base + off[4 * q + 3] + p0)
+        d = eptr(o32, q * NR)
+        for j in range(nv):
+            d[j] = (np.uint32(a0[j]) | (np.uint32(a1[j]) << s8) | (np.uint32(a2[j]) << s16)
+                    | (np.uint32(a3[j]) << s24)) ^ fx
+
+
+@njit(cache=True, error_model='numpy')
+def _qconv_task(t, xb, plane, off, fx, pk, rs, zw, has_zw, zv, y4, wbuf, kk, kq, cg, mg, gbytes,
+                ntile, wq, nv_all, npan, mode, bias, has_bias, mult, zy, lo, hi):
+    """Task t = (batch, group, panel): pack the panel, then every tile of the group's rows
+    (the ones row's tile first: its products are the column sums), then the corrections,
+    the bias and the requantization of the panel's valid columns into y4."""
+    wide_vectors()
+    pn = t % npan
+    g = (t // npan) % (y4.shape[1] // mg)
+    b = t // npan // (y4.shape[1] // mg)
+    p0 = pn * NR
+    nv = min(NR, nv_all - p0)
+    pbytes = kq * NR * 4
+    o32 = wbuf[:pbytes].view(np.uint32)
+    tile = wbuf[pbytes:pbytes + MR * NR * 4].view(np.int32)
+    csum = wbuf[pbytes + MR * NR * 4:pbytes + (MR + 1) * NR * 4].view(np.int32)
+    rb = eptr(wbuf[pbytes + (MR + 1) * NR * 4:pbytes + (MR + 2) * NR * 4].view(np.int32), 0)
+    _pack_panel(xb, (b * (y4.shape[1] // mg) + g) * cg * plane, off, kq, p0, nv, fx, o32)
+    per_m = mult.shape[0] > 1
+    ow = y4.shape[3]
+    zp = np.float32(zy)
+    lz, hz = lo - zp, hi - zp
+    r_lo = p0 // wq
+    r_hi = (p0 + nv - 1) // wq
+    for ti in range(ntile):
+        tt = ntile - 1 - ti
+        _tile(tile, 0, pk, g * gbytes + tt * kq * MR * 4, o32, 0, kq, False)
+        if has_zw and ti == 0:
+            r1 = mg - tt * MR
+            for j in range(NR):
+                csum[j] = tile[r1 * NR + j]
+        for r in range(min(MR, mg - tt * MR)):
+            ml = tt * MR + r
+            m = g * mg + ml
+            a = zw[m]
+            cst = np.int32(kk * a * zv - zv * rs[g, ml] + (bias[m] if has_bias else 0))
+            sc = mult[m if per_m else 0]
+            trow = eptr(tile, r * NR)
+            if has_zw and mode == 1:
+                for j in range(NR):
+                    rb[j] = _q1_small(np.float32(np.int32(trow[j] + cst - a * csum[j])) * sc,
+                                      lz, hz, zp)
+            elif mode == 1:
+                for j in range(NR):
+                    rb[j] = _q1_small(np.float32(np.int32(trow[j] + cst)) * sc, lz, hz, zp)
+            elif has_zw:
+                for j in range(NR):
+                    rb[j] = np.int32(trow[j] + cst - a * csum[j])
+            else:
+                for j in range(NR):
+                    rb[j] = np.int32(trow[j] + cst)
+            for oy in range(r_lo, r_hi + 1):  # the panel's columns in output rows
+                u0 = max(p0 - oy * wq, 0)
+                u1 = min(p0 + nv - oy * wq, ow)
+                yp = eptr(y4, ((b * y4.shape[1] + m) * y4.shape[2] + oy) * ow + u0)
+                j0 = oy * wq + u0 - p0
+                for u in range(u1 - u0):
+                    yp[u] = rb[j0 + u]
+
+
+@njit(cache=True, error_model='numpy', parallel=True)
+def _qconv_par(nw, ntask, xb, plane, off, fx, pk, rs, zw, has_zw, zv, y4, wsb, wbytes, kk, kq,
+               cg, mg, gbytes, ntile, wq, nv_all, npan, mode, bias, has_bias, mult, zy, lo, hi):
+    counter = np.zeros(1, np.int64)
+    for wk in prange(nw):
+        wbuf = wsb[wk * wbytes:(wk + 1) * wbytes]
+        while True:
+            t = next_task(counter)
+            if t >= ntask:
+                break
+            _qconv_task(t, xb, plane, off, fx, pk, rs, zw, has_zw, zv, y4, wbuf, kk, kq, cg,
+                        mg, gbytes, ntile, wq, nv_all, npan, mode, bias, has_bias, mult, zy,
+                        lo, hi)
+
+
+@njit(cache=True, error_model='numpy')
+def qconv2d_i8(x4, zx, x_signed, pk, rs, zw, has_zw, kh, kw, y4, ws, sh, sw, ph, pw, dh, dw,
+               group, mode, sx, swc, sy, zy, bias, has_bias, lo, hi):
+    """ConvInteger (mode 0) / QLinearConv (mode 1) with constant weights prepacked by
+    ``prepack_conv_w`` (pk, rs, zw, has_zw) on the integer gemm (the section's note above):
+    exact int32 products as onnxruntime's, then its requantization (``qconv2d``'s arguments
+    otherwise). x_signed: x is int8 (flipped into uint8, its zero point moved by +128). ws:
+    uint8 scratch of ``qconv_i8_scratch`` bytes."""
+    if y4.size == 0:
+        return
+    n, c, h, w = x4.shape
+    m_n, oh, ow = y4.shape[1], y4.shape[2], y4.shape[3]
+    cg, mg = c // group, m_n // group
+    kk = cg * kh * kw
+    kq = (kk + 3) // 4
+    rows = mg + (1 if has_zw else 0)
+    ntile = (rows + MR - 1) // MR
+    gbytes = ntile * kq * MR * 4
+    direct, hq, wq = _phase_geom_nb(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)
+    if direct:
+        plane = h * w
+        xb = x4.reshape(x4.size).view(np.uint8)
+        pbytes = 0
+    else:
+        plane = sh * sw * hq * wq
+        pbytes = (n * c * plane + 63) // 64 * 64
+        xb = ws[:n * c * plane]
+        _phase_planes(x4, zx, xb, sh, sw, ph, pw, dh, dw, kh, kw, hq, wq)
+    off = np.zeros(kq * 4, np.int64)
+    for k in range(kk):
+        ci, i, j = k // (kh * kw), k // kw % kh, k % kw
+        if direct:
+            off[k] = ci * plane + i * dh * w + j * dw
+        else:
+            off[k] = (ci * plane + (i * dh % sh * sw + j * dw % sw) * hq * wq
+                      + i * dh // sh * wq + j * dw // sw)
+    fx = np.uint32(0x80808080) if x_signed else np.uint32(0)
+    zv = np.int32(zx[0]) + (128 if x_signed else 0)
+    nm = swc.shape[0]
+    mult = np.empty(nm, np.float32)
+    for i in range(nm):
+        mult[i] = np.float32(sx[0] * swc[i]) / sy[0]
+    zz = np.float32(zy[0]) if mode == 1 else np.float32(0.0)
+    nv_all = (oh - 1) * wq + ow
+    npan = (nv_all + NR - 1) // NR
+    ntask = n * group * npan
+    wbytes = _worker_bytes_nb(kq)
+    wsb = ws[pbytes:]
+    nw = min(num_threads(), ntask, wsb.size // wbytes)
+    if nw <= 1:
+        wbuf = wsb[:wbytes]
+        for t in range(ntask):
+            _qconv_task(t, xb, plane, off, fx, pk, rs, zw, has_zw, zv, y4, wbuf, kk, kq, cg,
+                        mg, gbytes, ntile, wq, nv_all, npan, mode, bias, has_bias, mult, zz,
+                        np.float32(lo), np.float32(hi))
+    else:
+        _qconv_par(nw, ntask, xb, plane, off, fx, pk, rs, zw, has_zw, zv, y4, wsb, wbytes, kk,
+                   kq, cg, mg, gbytes, ntile, wq, nv_all, npan, mode, bias, has_bias, mult, zz,
+                   np.float32(lo), np.float32(hi))

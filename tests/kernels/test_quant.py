@@ -388,6 +388,38 @@ def test_qlinear_conv_exact_f64():
     check(node, [('x', x)], [('w', w), ('zx', np.uint8(0)), ('zw', np.int8(0))], opset=10)
 
 
+@pytest.mark.parametrize('case', ['grouped_s8_dilated', 'u8w_zero_zp_1d', 'extremes',
+                                  'stride2_1x1', 'empty_batch'])
+def test_qconv_integer_gemm(case, nthreads):
+    """Constant-weight convolutions on the integer gemm (quant.qconv2d_i8, where the host has
+    VNNI): int8 x flipped into uint8, grouped with 4+ channels per group, dilations, strides
+    differing per axis, asymmetric pads, per-channel weight zero points (the ones row's column
+    sums), uint8 weights whose zero point is 0 (-128 once flipped), 1-D, all-extreme values
+    over K = 576, a 1x1 stride-2 (one phase plane used), an empty batch."""
+    if case == 'grouped_s8_dilated':
+        node, ins, inits = _conv_nodes(
+            'QLinearConv', dict(group=2, strides=[2, 1], dilations=[2, 1], pads=[2, 0, 1, 1]),
+            per_channel=True, bias=True, xdt=np.int8, ydt=np.int8, shape=(2, 8, 13, 11),
+            wshape=(10, 4, 3, 2))
+    elif case == 'u8w_zero_zp_1d':
+        x, w = _q((1, 5, 70)), _q((7, 5, 3), np.uint8, 1)
+        node = helper.make_node('ConvInteger', ['x', 'w', 'zx', 'zw'], ['y'], pads=[1, 0])
+        ins, inits = [('x', x)], [('w', w), ('zx', np.uint8(9)), ('zw', np.uint8(0))]
+    elif case == 'extremes':
+        x = np.full((1, 64, 5, 5), 255, np.uint8)
+        x[0, ::2, 1:3] = 0
+        w = np.full((8, 64, 3, 3), -128, np.int8)
+        node = helper.make_node('ConvInteger', ['x', 'w', 'zx', 'zw'], ['y'], pads=[1, 1, 1, 1])
+        ins, inits = [('x', x)], [('w', w), ('zx', np.uint8(0)), ('zw', np.int8(0))]
+    elif case == 'stride2_1x1':
+        node, ins, inits = _conv_nodes('QLinearConv', dict(strides=[2, 2]), bias=True,
+                                       shape=(1, 16, 15, 15), wshape=(12, 16, 1, 1))
+    else:
+        node, ins, inits = _conv_nodes('QLinearConv', dict(pads=[1, 1, 1, 1]), bias=True,
+                                       shape=(0, 4, 9, 9))
+    check(node, ins, inits, opset=10, threads=nthreads)
+
+
 # --- host evaluation (constant folding) ----------------------------------------------------------
 
 @pytest.mark.parametrize('opset', [13, 21])

@@ -28,6 +28,9 @@ _QINT = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.uint16), np.dtype(np
 _Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
 #: elements from which the elementwise kernels run split over the threads
 _PAR_ELEMS = 1 << 17
+#: output channels per group from which a constant-weight quantized convolution runs on the
+#: integer gemm (6-row tiles); fewer (depthwise) keep the float path's direct kernels
+_I8_MIN_MG = 4
 
 
 def _dt(v):
@@ -233,6 +236,7 @@ def lower_qlinear_matmul(em: Emitter, n: Node) -> None:
 
 def _lower_qconv(em: Emitter, n: Node, x, zx, w, zw, scales, bias, y, zy) -> None:
     from jitort.kernels.cpu.conv import conv2d_scratch_elems
+    from jitort.kernels.cpu.qgemm import HAS_VNNI
     from jitort.kernels.cpu.quant import shift_weights
     xs, ws_, ys = tuple(em.shape(x)), tuple(em.shape(w)), tuple(em.shape(y))
     if len(xs) not in (3, 4) or len(ws_) != len(xs) or len(ys) != len(xs):
@@ -252,7 +256,9 @@ def _lower_qconv(em: Emitter, n: Node, x, zx, w, zw, scales, bias, y, zy) -> Non
                _dt(x))
     zwv = _vec(em, n, zw, m, "w zero point", _dt(w))
     const_w = w.is_const and (zw is None or zw.is_const)
-    if const_w:
+    # constant weights, VNNI, enough rows per group: the integer gemm (kernels/cpu/qgemm.py)
+    use_i8 = const_w and HAS_VNNI and ws_[0] // group >= _I8_MIN_MG and ws_[1] > 0
+    if const_w and not use_i8:
         key = ("qconv_w", id(w.const), None if zw is None else id(zw.const))
         if key not in em.memo:
             wz = np.zeros(1, np.int32) if zw is None else zw.const.reshape(-1)
@@ -278,6 +284,10 @@ def _lower_qconv(em: Emitter, n: Node, x, zx, w, zw, scales, bias, y, zy) -> Non
         bv = em.arr(bias)
     else:
         bv = "np.zeros(1, np.int32)"
+    if use_i8:
+        _lower_qconv_i8(em, n, x, zxv, w, zw, (strides, pads, dil, group), (xs, ws_, ys),
+                        (mode, sx, swv, sy, zyv, bv, bias is not None, lo, hi), y)
+        return
     ncol = max(1, conv2d_scratch_elems(xs[1], ws_[2], ws_[3], ys[2], ys[3], group, em.threads))
     scr = em.scratch(_prod(xs) + _prod(ws_) + _prod(ys) + ncol, np.float64)
     yv = em.out(y)
@@ -286,6 +296,35 @@ def _lower_qconv(em: Emitter, n: Node, x, zx, w, zw, scales, bias, y, zy) -> Non
             f"{em.arr(w)}.reshape({em.tuple_expr(ws_)}), {zwv}, {wcv}, {wmax}, {const_w}, "
             f"{yv}.reshape({em.tuple_expr(ys)}), {scr}, {em.dim(ncol)}, {geo}, {em.dim(group)}, "
             f"{mode}, {sx}, {swv}, {sy}, {zyv}, {bv}, {bias is not None}, {lo!r}, {hi!r})")
+
+
+def _lower_qconv_i8(em: Emitter, n: Node, x, zxv, w, zw, geo, shapes, quant, y) -> None:
+    """A constant-weight quantized convolution on the integer gemm (``quant.qconv2d_i8``):
+    the weights packed here, once."""
+    from numba.core.config import NUMBA_NUM_THREADS
+
+    from jitort.kernels.cpu.quant import prepack_conv_w, qconv_i8_scratch
+    (strides, pads, dil, group), (xs, ws_, ys) = geo, shapes
+    mode, sx, swv, sy, zyv, bv, has_bias, lo, hi = quant
+    key = ("qconv_w_i8", id(w.const), None if zw is None else id(zw.const), int(group))
+    if key not in em.memo:
+        wz = np.zeros(1, np.int32) if zw is None else zw.const.reshape(-1)
+        em.memo[key] = prepack_conv_w(w.const.reshape(tuple(concrete(d) for d in ws_)), wz,
+                                      int(group))
+    pk, rs, zwi = (em.derived_const(key + (i,), lambda i=i: em.memo[key][i]) for i in range(3))
+    has_zw = em.memo[key][3]
+    threads = max(1, min(em.threads or NUMBA_NUM_THREADS, NUMBA_NUM_THREADS))
+    nbytes = qconv_i8_scratch(xs[0], xs[1], xs[2], xs[3], ws_[2], ws_[3], ys[2], ys[3],
+                              strides[0], strides[1], pads[0], pads[1], dil[0], dil[1], group,
+                              threads)
+    scr = em.scratch(nbytes, np.uint8)
+    yv = em.out(y)
+    g = ", ".join(em.dim(v) for v in (strides[0], strides[1], pads[0], pads[1], dil[0], dil[1],
+                                      group))
+    em.call(f"_quant.qconv2d_i8({em.arr(x)}.reshape({em.tuple_expr(xs)}), {zxv}, "
+            f"{_dt(x) == np.int8}, {pk}, {rs}, {zwi}, {has_zw}, {em.dim(ws_[2])}, "
+            f"{em.dim(ws_[3])}, {yv}.reshape({em.tuple_expr(ys)}), {scr}, {g}, {mode}, {sx}, "
+            f"{swv}, {sy}, {zyv}, {bv}, {has_bias}, {lo!r}, {hi!r})")
 
 
 @lowering("ConvInteger", supports=lambda n: _dt(n.inputs[0]) in _Q8 and _dt(n.inputs[1]) in _Q8
