@@ -139,6 +139,22 @@ def _row_sum(src, n, flip, to_signed):
 
 
 @njit(cache=True, error_model='numpy')
+def _pack_p_words(p32, m_n, kq, fx, o32):
+    """``pack_p``'s layout for K a multiple of 4: word q of row m to o32[(t*kq + q)*MR + r]."""
+    for t in range((m_n + MR - 1) // MR):
+        for r in range(MR):
+            m = t * MR + r
+            d = eptr(o32, t * kq * MR + r)
+            if m >= m_n:
+                for q in range(kq):
+                    d[q * MR] = 0
+                continue
+            src = eptr(p32, m * kq)
+            for q in range(kq):
+                d[q * MR] = src[q] ^ fx
+
+
+@njit(cache=True, error_model='numpy')
 def pack_p(p2, flip, to_signed, out, rowsum):
     """Pack P (M, K) of 8-bit integers, C-contiguous (their bytes ^ 0x80 when ``flip``) into
     out, and the row sums of the packed values (read as int8 when ``to_signed``) into rowsum
@@ -147,6 +163,12 @@ def pack_p(p2, flip, to_signed, out, rowsum):
     pu = p2.view(np.uint8)
     kq = (k_n + 3) // 4
     fx = np.uint8(0x80) if flip else np.uint8(0)
+    if k_n % 4 == 0 and m_n > 0:  # whole 4-byte groups: moved as uint32 words
+        _pack_p_words(pu.reshape(m_n * k_n).view(np.uint32), m_n, kq,
+                      np.uint32(0x80808080) if flip else np.uint32(0), out.view(np.uint32))
+        for m in range(m_n):
+            rowsum[m] = _row_sum(eptr(pu, m * k_n), k_n, fx, to_signed)
+        return
     o = eptr(out, 0)
     for t in range((m_n + MR - 1) // MR):
         base = t * kq * MR * 4
