@@ -2,6 +2,8 @@
 """Run the model benchmarks and rewrite the table in benchmarks/README.md.
 
     python scripts/bench_table.py [extra pytest args, e.g. -k "bert or resnet"]
+    python scripts/bench_table.py --from-json RUN.json   # the table of a saved
+        # `pytest benchmarks/test_bench_models.py --benchmark-only --benchmark-json=RUN.json`
 
 Every number in the table is a median from one pytest-benchmark run in which jitort and
 onnxruntime alternate call by call (``benchmarks/test_bench_models.py``), so the ratio column
@@ -20,12 +22,19 @@ BEGIN, END = "<!-- table:begin -->", "<!-- table:end -->"
 
 
 def main(argv):
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "bench.json"
-        cmd = [sys.executable, "-m", "pytest", "benchmarks/test_bench_models.py", "--benchmark-only",
-               "-q", f"--benchmark-json={out}", *argv]
-        subprocess.run(cmd, cwd=ROOT, check=False)
-        data = json.loads(out.read_text())
+    made_by = f"python scripts/bench_table.py {' '.join(argv)}".rstrip()
+    if argv[:1] == ["--from-json"]:  # the table of an earlier run's --benchmark-json file
+        data = json.loads(Path(argv[1]).read_text())
+        made_by = ("python -m pytest benchmarks/test_bench_models.py --benchmark-only "
+                   "--benchmark-json=RUN.json` then `python scripts/bench_table.py --from-json "
+                   "RUN.json")
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "bench.json"
+            cmd = [sys.executable, "-m", "pytest", "benchmarks/test_bench_models.py",
+                   "--benchmark-only", "-q", f"--benchmark-json={out}", *argv]
+            subprocess.run(cmd, cwd=ROOT, check=False)
+            data = json.loads(out.read_text())
     groups = {}
     for b in data["benchmarks"]:
         g = groups.setdefault(b["group"], {})
@@ -47,7 +56,7 @@ def main(argv):
             geo = math.exp(sum(map(math.log, rs)) / len(rs))
             lines.append(f"Geomean jitort/ORT at {th} thread(s) over {len(rs)} models: **{geo:.2f}** "
                          f"(worst {max(rs):.2f}).  ")
-    lines.append(f"\nProduced by `python scripts/bench_table.py {' '.join(argv)}`".rstrip() + ".")
+    lines.append(f"\nProduced by `{made_by}`.")
     text = README.read_text()
     head, _, rest = text.partition(BEGIN)
     _, _, tail = rest.partition(END)
