@@ -15,9 +15,10 @@ into 16 int32 lanes, no saturation), and the zero points come back as rank-one c
 Micro-kernel (``_tile``, LLVM IR through ``numba.extending.intrinsic``): an MR x (NV * 16)
 tile of S in 24 zmm accumulators over K in steps of 4; P packed as [tile][k/4][MR][4] bytes
 (one 4-byte broadcast per row and step), V as [panel][k/4][NV*16][4] (NV 64-byte loads per
-step); K, M and N padded with zeros. Where the host has no VNNI (llvmlite's host features),
-the same IR computes each ``vpdpbusd`` portably (widened products summed in groups of 4); the
-callers keep their float gemm path there (``HAS_VNNI``).
+step); K, M and N padded with zeros. ``_tile_off`` reads V in place instead, NV*64 bytes at a
+per-step offset from a table (a convolution's channel-interleaved input). Where the host has
+no VNNI (llvmlite's host features), the same IR computes each ``vpdpbusd`` portably (widened
+products summed in groups of 4); the callers keep their float gemm path there (``HAS_VNNI``).
 """
 import llvmlite.binding as llvm
 import numpy as np
@@ -60,6 +61,48 @@ def _ptr(context, builder, arrty, arr, off, elt):
     return builder.bitcast(p, elt.as_pointer())
 
 
+def _emit_tile(context, builder, cbase, pbase, kq64, load_vecs, p_is_u8):
+    """The tile loop over kq64 >= 1 steps: MR broadcasts from pbase ([kq][MR] i32) times the NV
+    vectors ``load_vecs(i)`` gives for step i, summed by ``vpdpbusd``; the MR*NV accumulators
+    then stored at cbase (``<16 x i32>*``)."""
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    v16 = ir.VectorType(i32, 16)
+    zero = ir.Constant(v16, None)
+    pre = builder.block
+    loop = builder.append_basic_block("qtile.loop")
+    done = builder.append_basic_block("qtile.done")
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    i = builder.phi(i64)
+    i.add_incoming(ir.Constant(i64, 0), pre)
+    accs = []
+    for _ in range(MR * NV):
+        a = builder.phi(v16)
+        a.add_incoming(zero, pre)
+        accs.append(a)
+    vecs = load_vecs(i)
+    new = []
+    for r in range(MR):
+        s = builder.load(builder.gep(pbase, [builder.add(builder.mul(i, ir.Constant(i64, MR)),
+                                                         ir.Constant(i64, r))]), align=1)
+        bc = builder.shuffle_vector(builder.insert_element(ir.Constant(v16, ir.Undefined), s,
+                                                          ir.Constant(i32, 0)),
+                                   ir.Constant(v16, ir.Undefined), ir.Constant(v16, None))
+        for v in range(NV):
+            acc = accs[r * NV + v]
+            new.append(_dpbusd(builder, acc, bc, vecs[v]) if p_is_u8
+                       else _dpbusd(builder, acc, vecs[v], bc))
+    inext = builder.add(i, ir.Constant(i64, 1))
+    end = builder.block
+    i.add_incoming(inext, end)
+    for a, n in zip(accs, new):
+        a.add_incoming(n, end)
+    builder.cbranch(builder.icmp_signed('<', inext, kq64), loop, done)
+    builder.position_at_end(done)
+    for j, n in enumerate(new):
+        builder.store(n, builder.gep(cbase, [ir.Constant(i64, j)]), align=4)
+
+
 @intrinsic
 def _tile(typingctx, c, coff, pp, poff, pv, voff, kq, bcast_u8):
     """c[coff : coff + MR*NR] (int32, row-major MR x NR) = the tile's S over kq >= 1 steps of
@@ -72,50 +115,91 @@ def _tile(typingctx, c, coff, pp, poff, pv, voff, kq, bcast_u8):
 
     def codegen(context, builder, sig, args):
         c_, coff_, pp_, poff_, pv_, voff_, kq_, _ = args
-        i32, i64 = ir.IntType(32), ir.IntType(64)
-        v16 = ir.VectorType(i32, 16)
-        cbase = _ptr(context, builder, sig.args[0], c_, coff_, v16)
-        pbase = _ptr(context, builder, sig.args[2], pp_, poff_, i32)
+        i64 = ir.IntType(64)
+        v16 = ir.VectorType(ir.IntType(32), 16)
         vbase = _ptr(context, builder, sig.args[4], pv_, voff_, v16)
-        kq64 = context.cast(builder, kq_, sig.args[6], types.int64)
-        zero = ir.Constant(v16, None)
-        pre = builder.block
-        loop = builder.append_basic_block("qtile.loop")
-        done = builder.append_basic_block("qtile.done")
-        builder.branch(loop)
-        builder.position_at_end(loop)
-        i = builder.phi(i64)
-        i.add_incoming(ir.Constant(i64, 0), pre)
-        accs = []
-        for _ in range(MR * NV):
-            a = builder.phi(v16)
-            a.add_incoming(zero, pre)
-            accs.append(a)
-        vecs = [builder.load(builder.gep(vbase, [builder.add(builder.mul(i, ir.Constant(i64, NV)),
-                                                             ir.Constant(i64, v))]), align=1)
+
+        def load_vecs(i):
+            return [builder.load(builder.gep(vbase, [builder.add(
+                builder.mul(i, ir.Constant(i64, NV)), ir.Constant(i64, v))]), align=1)
                 for v in range(NV)]
-        new = []
-        for r in range(MR):
-            s = builder.load(builder.gep(pbase, [builder.add(builder.mul(i, ir.Constant(i64, MR)),
-                                                             ir.Constant(i64, r))]), align=1)
-            bc = builder.shuffle_vector(builder.insert_element(ir.Constant(v16, ir.Undefined), s,
-                                                              ir.Constant(i32, 0)),
-                                       ir.Constant(v16, ir.Undefined), ir.Constant(v16, None))
-            for v in range(NV):
-                acc = accs[r * NV + v]
-                new.append(_dpbusd(builder, acc, bc, vecs[v]) if p_is_u8
-                           else _dpbusd(builder, acc, vecs[v], bc))
-        inext = builder.add(i, ir.Constant(i64, 1))
-        end = builder.block
-        i.add_incoming(inext, end)
-        for a, n in zip(accs, new):
-            a.add_incoming(n, end)
-        builder.cbranch(builder.icmp_signed('<', inext, kq64), loop, done)
-        builder.position_at_end(done)
-        for j, n in enumerate(new):
-            builder.store(n, builder.gep(cbase, [ir.Constant(i64, j)]), align=4)
+        _emit_tile(context, builder, _ptr(context, builder, sig.args[0], c_, coff_, v16),
+                   _ptr(context, builder, sig.args[2], pp_, poff_, ir.IntType(32)),
+                   context.cast(builder, kq_, sig.args[6], types.int64), load_vecs, p_is_u8)
         return context.get_dummy_value()
     return sig, codegen
+
+
+@intrinsic
+def _tile_off(typingctx, c, coff, pp, poff, pv, voff, offs, kq):
+    """``_tile`` with V read in place: step q's NR columns of 4 unsigned bytes are the NR*4
+    bytes at pv[voff + offs[q]:] (offs: int64 byte offsets, one per step), P ([kq][MR][4]
+    signed bytes at pp[poff:]) as in ``_tile``. A convolution's channel-interleaved padded
+    input is such a V, with one offset per (4 channels, tap) step: no im2col copy."""
+    sig = types.void(c, coff, pp, poff, pv, voff, offs, kq)
+
+    def codegen(context, builder, sig, args):
+        c_, coff_, pp_, poff_, pv_, voff_, offs_, kq_ = args
+        i64 = ir.IntType(64)
+        v16 = ir.VectorType(ir.IntType(32), 16)
+        vbase = _ptr(context, builder, sig.args[4], pv_, voff_, ir.IntType(8))
+        obase = _ptr(context, builder, sig.args[6], offs_, ir.Constant(i64, 0), i64)
+
+        def load_vecs(i):
+            row = builder.bitcast(builder.gep(vbase, [builder.load(builder.gep(obase, [i]))]),
+                                  v16.as_pointer())
+            return [builder.load(builder.gep(row, [ir.Constant(i64, v)]), align=1)
+                    for v in range(NV)]
+        _emit_tile(context, builder, _ptr(context, builder, sig.args[0], c_, coff_, v16),
+                   _ptr(context, builder, sig.args[2], pp_, poff_, ir.IntType(32)),
+                   context.cast(builder, kq_, sig.args[7], types.int64), load_vecs, False)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def copy_short(typingctx, d, doff, s, soff, n):
+    """d.flat[doff : doff + n] = s.flat[soff : soff + n] for 0 <= n <= 64 (C-contiguous arrays of
+    one dtype) as one masked vector load and store, without branches: copying short runs of
+    varying length element by element (or in blocks and a remainder) mispredicts on each."""
+    if not (isinstance(d, types.Array) and isinstance(s, types.Array) and d.dtype == s.dtype):
+        return None
+    sig = types.void(d, doff, s, soff, n)
+
+    def codegen(context, builder, sig, args):
+        elt = context.get_data_type(sig.args[0].dtype)
+        vt = ir.VectorType(elt, 64)
+        i32 = ir.IntType(32)
+        mt = ir.VectorType(ir.IntType(1), 64)
+        nn = builder.trunc(context.cast(builder, args[4], sig.args[4], types.int64), i32)
+        splat = builder.shuffle_vector(builder.insert_element(ir.Constant(ir.VectorType(i32, 64),
+                                                                          ir.Undefined),
+                                                              nn, ir.Constant(i32, 0)),
+                                       ir.Constant(ir.VectorType(i32, 64), ir.Undefined),
+                                       ir.Constant(ir.VectorType(i32, 64), None))
+        mask = builder.icmp_signed('<', ir.Constant(ir.VectorType(i32, 64), list(range(64))),
+                                   splat)
+        ptrs = []
+        for k in (0, 2):
+            data = make_array(sig.args[k])(context, builder, args[k]).data
+            p = builder.gep(data, [context.cast(builder, args[k + 1], sig.args[k + 1],
+                                                types.intp)])
+            ptrs.append(builder.bitcast(p, vt.as_pointer()))
+        ld = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vt, [vt.as_pointer(), i32, mt, vt]),
+            f"llvm.masked.load.v64{_suffix(elt)}.p0v64{_suffix(elt)}")
+        st = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [vt, vt.as_pointer(), i32, mt]),
+            f"llvm.masked.store.v64{_suffix(elt)}.p0v64{_suffix(elt)}")
+        v = builder.call(ld, [ptrs[1], ir.Constant(i32, 1), mask, ir.Constant(vt, None)])
+        builder.call(st, [v, ptrs[0], ir.Constant(i32, 1), mask])
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+def _suffix(elt):
+    return f"i{elt.width}" if isinstance(elt, ir.IntType) else {"float": "f32",
+                                                                 "double": "f64"}[str(elt)]
 
 
 @njit(cache=True, error_model='numpy')

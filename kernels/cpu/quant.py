@@ -23,7 +23,7 @@ from numba import njit, prange
 from .conv import conv2d
 from .gemm import eptr, matmul3d, next_task, num_threads
 from .mathfn import wide_vectors
-from .qgemm import MR, NR, _tile, igemm, pack_p, pack_v, packed_sizes
+from .qgemm import MR, NR, _tile, _tile_off, copy_short, igemm, pack_p, pack_v, packed_sizes
 
 _EXACT32 = float(1 << 24)
 
@@ -542,41 +542,58 @@ def qconv2d(x4, zx, w4, zw, wc, wmax, has_wc, y4, ws, ncol, sh, sw, ph, pw, dh, 
 
 
 # --- QLinearConv / ConvInteger on the integer gemm ----------------------------------------------
-# Y[m, p] = sum_k W[m, k] * col[k, p] per group on ``qgemm._tile`` (W the broadcast operand,
-# packed once at compile time by ``prepack_conv_w``; the im2col columns the vector operand).
-# The input is copied once per call into *phase planes*: for strides (sh, sw), plane (a, b) of
-# channel c holds the zero-point-padded input at rows y*sh + a, columns x*sw + b. A tap (i, j)
-# then reads its plane contiguously at offset (i*dh // sh, j*dw // sw), so over the *virtual*
-# output grid of rows of Wq (the phase plane's width) every im2col row is one shifted
-# contiguous run: a 64-column panel of the packed vector operand is built from four byte
-# streams per 4 taps, straight into the [k/4][64][4] layout (columns u >= OW of each virtual
-# row are computed and dropped). Stride 1 without padding reads the input itself.
+# Y[m, p] = sum_k W[m, k] * col[k, p] per group on the micro-kernel of ``qgemm`` (W the broadcast
+# operand, packed once at compile time by ``prepack_conv_w``; the im2col columns the vector
+# operand) over a *virtual* output grid: rows of wq columns, wq the width of the (phase) planes
+# the input is copied into, so that every im2col row is one shifted contiguous run of a plane
+# (columns u >= OW of each virtual row are computed and dropped). For strides (sh, sw), phase
+# plane (a, e) holds the zero-point-padded input at rows y*sh + a, columns x*sw + e; tap (i, j)
+# reads its plane at offset (i*dh // sh, j*dw // sw).
+#
+# Kernels with several taps (``_tile_off``, no im2col copy): K is ordered (4 channels, tap) with
+# the 4 channels innermost (each group's channels padded to a multiple of 4 with zero weights)
+# and the input is copied once per call into that channel-interleaved layout, a plane of 4-byte
+# words per 4 channels and phase (int8 input flipped to uint8 on the way): a step's 64 columns
+# are then 256 consecutive bytes, which the micro-kernel loads at a per-step offset from a
+# table. What a panel reads stays in L1 (a packed im2col panel of a 3x3 conv over 64 channels,
+# 36 KB, did not, and building it took ~15 % of the time).
+# 1x1 kernels (``_tile`` on a packed panel): every column is read once, so each 64-column panel
+# is packed from byte planes (stride 1 without padding: from x itself) as four shifted byte
+# streams per 4 channels, straight into the [k/4][64][4] layout, and stays in L1 for all the
+# tiles (in place, with the copy into interleaved planes, 256->64 at 56x56 took ~380 us against
+# ~240 us for packing: a 1x1 panel's steps lie a whole plane apart and are read just once).
 
 
-def _phase_geom(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw):
-    """(direct, hq, wq): read x itself (stride 1, no padding) or phase planes of hq x wq."""
+def _conv_geom(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw):
+    """(packed, direct, hq, wq): a 1x1 kernel packs panels (``direct``: from x itself, stride 1
+    without padding), others read interleaved planes; the (phase) planes are hq x wq."""
     hp = (oh - 1) * sh + (kh - 1) * dh + 1
     wp = (ow - 1) * sw + (kw - 1) * dw + 1
-    if sh == 1 and sw == 1 and ph == 0 and pw == 0 and wp == w and hp <= h:
-        return True, h, w
-    return False, (hp + sh - 1) // sh, (wp + sw - 1) // sw
+    packed = kh * kw == 1
+    if packed and sh == 1 and sw == 1 and ph == 0 and pw == 0 and wp == w and hp <= h:
+        return True, True, h, w
+    return packed, False, (hp + sh - 1) // sh, (wp + sw - 1) // sw
 
 
-_phase_geom_nb = njit(cache=True, error_model='numpy')(_phase_geom)
+_conv_geom_nb = njit(cache=True, error_model='numpy')(_conv_geom)
 
 
 def qconv_i8_scratch(n, c, h, w, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group, threads):
-    """Bytes of ``qconv2d_i8``'s scratch (plain Python; sizes may be symbolic): the phase
-    planes, then per worker a packed panel, an int32 tile, the column sums and a row of
+    """Bytes of ``qconv2d_i8``'s scratch (plain Python; sizes may be symbolic): the planes
+    (interleaved ones with NR words of slack: the last panel reads past the last plane), then
+    per worker a packed panel (1x1 kernels), an int32 tile, the column sums and a row of
     results."""
-    direct, hq, wq = _phase_geom(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)
-    planes = 0 if direct else n * c * sh * sw * hq * wq
-    kq = ((c // group) * kh * kw + 3) // 4
-    return (planes + 63) // 64 * 64 + threads * _worker_bytes(kq) + 64
+    packed, direct, hq, wq = _conv_geom(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)
+    cg4 = (c // group + 3) // 4
+    if packed:
+        planes = 0 if direct else n * c * sh * sw * hq * wq
+    else:
+        planes = n * group * cg4 * sh * sw * hq * wq * 4 + NR * 4
+    return (planes + 63) // 64 * 64 + threads * _worker_bytes(cg4, packed) + 64
 
 
-def _worker_bytes(kq):
-    return (kq * NR * 4 + (MR + 2) * NR * 4 + 63) // 64 * 64
+def _worker_bytes(kq, packed):
+    return ((kq * NR * 4 if packed else 0) + (2 * MR + 1) * NR * 4 + 63) // 64 * 64
 
 
 _worker_bytes_nb = njit(cache=True, error_model='numpy')(_worker_bytes)
@@ -584,18 +601,28 @@ _worker_bytes_nb = njit(cache=True, error_model='numpy')(_worker_bytes)
 
 def prepack_conv_w(w4, zw, group):
     """Constant weights (M, C/group, KH, KW) with zero points zw (1 or M entries) as the
-    broadcast operand of ``qgemm._tile`` per group, in the int8 domain (called by the
-    compiler): (packed bytes, row sums (group, rows), zero points (M,) int32, has_zw). With a
-    nonzero weight zero point each group gets one more row of ones: its products are the
+    broadcast operand of ``qgemm._tile`` / ``_tile_off`` per group, in the int8 domain, K
+    ordered (4 channels, KH, KW, channel of the 4) with the channels padded to a multiple of 4
+    by zeros (for 1x1 kernels the plain channel order) (called by the compiler): (packed
+    bytes, row sums (group, rows), zero points (M,) int32, has_zw). With a nonzero weight zero
+    point each group gets one more row, of ones at the real channels: its products are the
     column sums of the im2col panel that the zero-point correction needs."""
     m, cg, kh, kw = w4.shape
-    mg, k = m // group, cg * kh * kw
-    wi = w4.reshape(m, k).astype(np.int16)
+    mg, cg4 = m // group, (cg + 3) // 4
+    k = cg4 * 4 * kh * kw
+    wi = np.zeros((m, cg4 * 4, kh, kw), np.int16)
+    wi[:, :cg] = w4
     z = np.broadcast_to(np.asarray(zw).reshape(-1).astype(np.int16), (m,)).copy()
     if w4.dtype == np.uint8:
-        wi -= 128
+        wi[:, :cg] -= 128
         z -= 128
     has_zw = bool((z != 0).any())
+    ones = np.zeros((1, cg4 * 4, kh, kw), np.int16)
+    ones[:, :cg] = 1
+
+    def order(a):  # (rows, cg4*4, kh, kw) -> (rows, K) in the (c4, kh, kw, 4) order
+        return a.reshape(a.shape[0], cg4, 4, kh, kw).transpose(0, 1, 3, 4, 2).reshape(-1, k)
+    wi, ones = order(wi), order(ones)
     rows = mg + has_zw
     gbytes = packed_sizes(rows, k, 1)[0]
     pk = np.empty(group * gbytes, np.uint8)
@@ -604,7 +631,7 @@ def prepack_conv_w(w4, zw, group):
         p = np.zeros((rows, k), np.int8)
         p[:mg] = wi[g * mg:(g + 1) * mg]
         if has_zw:
-            p[mg] = 1
+            p[mg] = ones[0]
         pack_p(p, False, True, pk[g * gbytes:(g + 1) * gbytes], rs[g])
     return pk, rs, z.astype(np.int32), has_zw
 
@@ -630,42 +657,25 @@ def _phase_planes(x4, zx, xb, sh, sw, ph, pw, dh, dw, kh, kw, hq, wq):
     n, c, h, w = x4.shape
     xu = x4.reshape(x4.size).view(np.uint8)
     zb = np.uint8(np.int32(zx[0]) & 255)
-    use_a = np.zeros(sh, np.bool_)
-    use_e = np.zeros(sw, np.bool_)
-    for i in range(kh):
-        use_a[i * dh % sh] = True
-    for j in range(kw):
-        use_e[j * dw % sw] = True
+    phases = _phases_used(sh, sw, dh, dw, kh, kw)
     pq = hq * wq
     for bc in range(n * c):
-        for a in range(sh):
-            if not use_a[a]:
-                continue
-            for e in range(sw):
-                if not use_e[e]:
+        for ae in phases:
+            a, e = ae // sw, ae % sw
+            dst = eptr(xb, (bc * sh * sw + ae) * pq)
+            x0, x1 = _col_range(w, wq, sw, pw, e)
+            for y in range(hq):
+                r = y * sh + a - ph
+                o = y * wq
+                if not _pad_row(dst, o, r, h, wq, x0, x1, zb):
                     continue
-                dst = eptr(xb, (bc * sh * sw + a * sw + e) * pq)
-                # columns x with 0 <= x*sw + e - pw < w
-                x0 = min(max((pw - e + sw - 1) // sw, 0), wq)
-                x1 = min(max((w - 1 + pw - e) // sw + 1, x0), wq)
-                for y in range(hq):
-                    r = y * sh + a - ph
-                    o = y * wq
-                    if r < 0 or r >= h:
-                        for x in range(wq):
-                            dst[o + x] = zb
-                        continue
-                    src = eptr(xu, (bc * h + r) * w + e - pw)
-                    for x in range(x0):
-                        dst[o + x] = zb
-                    if sw == 1:
-                        for x in range(x0, x1):
-                            dst[o + x] = src[x]
-                    else:
-                        for x in range(x0, x1):
-                            dst[o + x] = src[x * sw]
-                    for x in range(x1, wq):
-                        dst[o + x] = zb
+                src = eptr(xu, (bc * h + r) * w + e - pw)
+                if sw == 1:
+                    for x in range(x0, x1):
+                        dst[o + x] = src[x]
+                else:
+                    for x in range(x0, x1):
+                        dst[o + x] = src[x * sw]
 
 
 @njit(cache=True, error_model='numpy')
@@ -686,24 +696,125 @@ def _pack_panel(xb, base, off, kq, p0, nv, fx, o32):
                     | (np.uint32(a3[j]) << s24)) ^ fx
 
 
+@njit(cache=True, error_model='numpy', inline='always')
+def _col_range(w, wq, sw, pw, e):
+    """(x0, x1): the plane columns x of phase e inside the input (0 <= x*sw + e - pw < w)."""
+    x0 = min(max((pw - e + sw - 1) // sw, 0), wq)
+    return x0, min(max((w - 1 + pw - e) // sw + 1, x0), wq)
+
+
+@njit(cache=True, error_model='numpy', inline='always')
+def _fill(d, i0, i1, v):
+    for i in range(i0, i1):
+        d[i] = v
+
+
+@njit(cache=True, error_model='numpy', inline='always')
+def _pad_row(d, o, r, h, wq, x0, x1, v):
+    """Plane row at d[o:o + wq] for input row r: v where it is padding; False when all is."""
+    if r < 0 or r >= h:
+        _fill(d, o, o + wq, v)
+        return False
+    _fill(d, o, o + x0, v)
+    _fill(d, o + x1, o + wq, v)
+    return True
+
+
 @njit(cache=True, error_model='numpy')
-def _qconv_task(t, xb, plane, off, fx, pk, rs, zw, has_zw, zv, y4, wbuf, kk, kq, cg, mg, gbytes,
-                ntile, wq, nv_all, npan, mode, bias, has_bias, mult, zy, lo, hi):
-    """Task t = (batch, group, panel): pack the panel, then every tile of the group's rows
-    (the ones row's tile first: its products are the column sums), then the corrections,
-    the bias and the requantization of the panel's valid columns into y4."""
+def _phases_used(sh, sw, dh, dw, kh, kw):
+    """The stride phases (a, e) some tap reads, as a*sw + e in increasing order."""
+    use_a = np.zeros(sh, np.bool_)
+    use_e = np.zeros(sw, np.bool_)
+    for i in range(kh):
+        use_a[i * dh % sh] = True
+    for j in range(kw):
+        use_e[j * dw % sw] = True
+    out = np.empty(sh * sw, np.int64)
+    n = 0
+    for a in range(sh):
+        for e in range(sw):
+            if use_a[a] and use_e[e]:
+                out[n] = a * sw + e
+                n += 1
+    return out[:n]
+
+
+@njit(cache=True, error_model='numpy')
+def _interleave_row(s0, s1, s2, s3, d, x0, x1, step, fx):
+    """d[x] = the bytes s0..s3[x * step] as one little-endian word ^ fx, x0 <= x < x1."""
+    wide_vectors()
+    s8, s16, s24 = np.uint32(8), np.uint32(16), np.uint32(24)
+    if step == 1:
+        for x in range(x0, x1):
+            d[x] = (np.uint32(s0[x]) | (np.uint32(s1[x]) << s8) | (np.uint32(s2[x]) << s16)
+                    | (np.uint32(s3[x]) << s24)) ^ fx
+    else:
+        for x in range(x0, x1):
+            t = x * step
+            d[x] = (np.uint32(s0[t]) | (np.uint32(s1[t]) << s8) | (np.uint32(s2[t]) << s16)
+                    | (np.uint32(s3[t]) << s24)) ^ fx
+
+
+@njit(cache=True, error_model='numpy')
+def _interleave(x4, zx, fx, xb32, group, sh, sw, ph, pw, dh, dw, kh, kw, hq, wq):
+    """xb32[(((b*group + g)*cg4 + c4)*sh*sw + a*sw + e)*hq*wq + y*wq + x] = the bytes of
+    channels g*cg + 4*c4 + (0..3) of x4[b, :, y*sh + a - ph, x*sw + e - pw] as one word ^ fx
+    (the zero point's byte outside x; a channel past the group's repeats its last one: its
+    weights are zero), for the phases the taps use."""
+    n, c, h, w = x4.shape
+    cg = c // group
+    cg4 = (cg + 3) // 4
+    xu = x4.reshape(x4.size).view(np.uint8)
+    zb = np.uint32(np.int32(zx[0]) & 255)
+    zword = (zb | (zb << np.uint32(8)) | (zb << np.uint32(16)) | (zb << np.uint32(24))) ^ fx
+    phases = _phases_used(sh, sw, dh, dw, kh, kw)
+    pq = hq * wq
+    for bg in range(n * group):
+        for c4 in range(cg4):
+            ch = np.empty(4, np.int64)
+            for l in range(4):
+                ch[l] = (bg * cg + min(4 * c4 + l, cg - 1)) * h  # (b*C + channel) * h
+            for ae in phases:
+                a, e = ae // sw, ae % sw
+                base = ((bg * cg4 + c4) * sh * sw + ae) * pq
+                d = eptr(xb32, base)
+                x0, x1 = _col_range(w, wq, sw, pw, e)
+                for y in range(hq):
+                    r = y * sh + a - ph
+                    if _pad_row(d, y * wq, r, h, wq, x0, x1, zword):
+                        q = r * w + e - pw
+                        _interleave_row(eptr(xu, ch[0] * w + q), eptr(xu, ch[1] * w + q),
+                                        eptr(xu, ch[2] * w + q), eptr(xu, ch[3] * w + q),
+                                        eptr(xb32, base + y * wq), x0, x1, sw, fx)
+
+
+@njit(cache=True, error_model='numpy')
+def _qconv_task(t, xb, gstride, off, packed, fx, pk, rs, zw, has_zw, zv, y4, wbuf, kk, kq, mg,
+                gbytes, ntile, wq, nv_all, npan, mode, bias, has_bias, mult, zy, lo, hi):
+    """Task t = (batch, group, panel): every tile of the group's rows (the ones row's tile
+    first: its products are the column sums), from a packed panel (``packed``) or the
+    interleaved planes in place, then the corrections, the bias and the requantization of a
+    tile row (64 values; to bytes in one vector pass for QLinearConv) and its valid columns'
+    runs copied into y4."""
     wide_vectors()
     pn = t % npan
     g = (t // npan) % (y4.shape[1] // mg)
     b = t // npan // (y4.shape[1] // mg)
     p0 = pn * NR
     nv = min(NR, nv_all - p0)
-    pbytes = kq * NR * 4
-    o32 = wbuf[:pbytes].view(np.uint32)
+    pbytes = kq * NR * 4 if packed else 0
     tile = wbuf[pbytes:pbytes + MR * NR * 4].view(np.int32)
     csum = wbuf[pbytes + MR * NR * 4:pbytes + (MR + 1) * NR * 4].view(np.int32)
-    rb = eptr(wbuf[pbytes + (MR + 1) * NR * 4:pbytes + (MR + 2) * NR * 4].view(np.int32), 0)
-    _pack_panel(xb, (b * (y4.shape[1] // mg) + g) * cg * plane, off, kq, p0, nv, fx, o32)
+    rb = wbuf[pbytes + (MR + 1) * NR * 4:pbytes + (2 * MR + 1) * NR * 4]
+    rb32 = rb.view(np.int32)
+    base = (b * (y4.shape[1] // mg) + g) * gstride
+    if packed:
+        o32 = wbuf[:pbytes].view(np.uint32)
+        _pack_panel(xb, base, off, kq, p0, nv, fx, o32)
+    if mode == 1:  # 8-bit y: its bytes
+        y8, y32 = y4.reshape(y4.size).view(np.uint8), rb32
+    else:
+        y8, y32 = rb, y4.reshape(y4.size).view(np.int32)
     per_m = mult.shape[0] > 1
     ow = y4.shape[3]
     zp = np.float32(zy)
@@ -712,43 +823,54 @@ def _qconv_task(t, xb, plane, off, fx, pk, rs, zw, has_zw, zv, y4, wbuf, kk, kq,
     r_hi = (p0 + nv - 1) // wq
     for ti in range(ntile):
         tt = ntile - 1 - ti
-        _tile(tile, 0, pk, g * gbytes + tt * kq * MR * 4, o32, 0, kq, False)
+        if packed:
+            _tile(tile, 0, pk, g * gbytes + tt * kq * MR * 4, o32, 0, kq, False)
+        else:
+            _tile_off(tile, 0, pk, g * gbytes + tt * kq * MR * 4, xb, base + p0 * 4, off, kq)
         if has_zw and ti == 0:
             r1 = mg - tt * MR
             for j in range(NR):
                 csum[j] = tile[r1 * NR + j]
-        for r in range(min(MR, mg - tt * MR)):
-            ml = tt * MR + r
+        nr = min(MR, mg - tt * MR)
+        for r in range(nr):  # the tile's rows' results, then their runs in y (copying a
+            ml = tt * MR + r  # row just stored from unaligned offsets stalled on each)
             m = g * mg + ml
             a = zw[m]
             cst = np.int32(kk * a * zv - zv * rs[g, ml] + (bias[m] if has_bias else 0))
             sc = mult[m if per_m else 0]
             trow = eptr(tile, r * NR)
+            q8 = eptr(rb, r * NR)
+            q32 = eptr(rb32, r * NR)
             if has_zw and mode == 1:
                 for j in range(NR):
-                    rb[j] = _q1_small(np.float32(np.int32(trow[j] + cst - a * csum[j])) * sc,
-                                      lz, hz, zp)
+                    q8[j] = np.uint8(_q1_small(np.float32(np.int32(trow[j] + cst - a * csum[j]))
+                                               * sc, lz, hz, zp) & 255)
             elif mode == 1:
                 for j in range(NR):
-                    rb[j] = _q1_small(np.float32(np.int32(trow[j] + cst)) * sc, lz, hz, zp)
+                    q8[j] = np.uint8(_q1_small(np.float32(np.int32(trow[j] + cst)) * sc, lz, hz,
+                                               zp) & 255)
             elif has_zw:
                 for j in range(NR):
-                    rb[j] = np.int32(trow[j] + cst - a * csum[j])
+                    q32[j] = np.int32(trow[j] + cst - a * csum[j])
             else:
                 for j in range(NR):
-                    rb[j] = np.int32(trow[j] + cst)
+                    q32[j] = np.int32(trow[j] + cst)
+        for r in range(nr):
+            m = g * mg + tt * MR + r
             for oy in range(r_lo, r_hi + 1):  # the panel's columns in output rows
                 u0 = max(p0 - oy * wq, 0)
                 u1 = min(p0 + nv - oy * wq, ow)
-                yp = eptr(y4, ((b * y4.shape[1] + m) * y4.shape[2] + oy) * ow + u0)
-                j0 = oy * wq + u0 - p0
-                for u in range(u1 - u0):
-                    yp[u] = rb[j0 + u]
+                yo = ((b * y4.shape[1] + m) * y4.shape[2] + oy) * ow + u0
+                if mode == 1:
+                    copy_short(y8, yo, rb, r * NR + oy * wq + u0 - p0, u1 - u0)
+                else:
+                    copy_short(y32, yo, rb32, r * NR + oy * wq + u0 - p0, u1 - u0)
 
 
 @njit(cache=True, error_model='numpy', parallel=True)
-def _qconv_par(nw, ntask, xb, plane, off, fx, pk, rs, zw, has_zw, zv, y4, wsb, wbytes, kk, kq,
-               cg, mg, gbytes, ntile, wq, nv_all, npan, mode, bias, has_bias, mult, zy, lo, hi):
+def _qconv_par(nw, ntask, xb, gstride, off, packed, fx, pk, rs, zw, has_zw, zv, y4, wsb, wbytes,
+               kk, kq, mg, gbytes, ntile, wq, nv_all, npan, mode, bias, has_bias, mult, zy, lo,
+               hi):
     counter = np.zeros(1, np.int64)
     for wk in prange(nw):
         wbuf = wsb[wk * wbytes:(wk + 1) * wbytes]
@@ -756,8 +878,8 @@ def _qconv_par(nw, ntask, xb, plane, off, fx, pk, rs, zw, has_zw, zv, y4, wsb, w
             t = next_task(counter)
             if t >= ntask:
                 break
-            _qconv_task(t, xb, plane, off, fx, pk, rs, zw, has_zw, zv, y4, wbuf, kk, kq, cg,
-                        mg, gbytes, ntile, wq, nv_all, npan, mode, bias, has_bias, mult, zy,
+            _qconv_task(t, xb, gstride, off, packed, fx, pk, rs, zw, has_zw, zv, y4, wbuf, kk,
+                        kq, mg, gbytes, ntile, wq, nv_all, npan, mode, bias, has_bias, mult, zy,
                         lo, hi)
 
 
@@ -774,30 +896,39 @@ def qconv2d_i8(x4, zx, x_signed, pk, rs, zw, has_zw, kh, kw, y4, ws, sh, sw, ph,
     n, c, h, w = x4.shape
     m_n, oh, ow = y4.shape[1], y4.shape[2], y4.shape[3]
     cg, mg = c // group, m_n // group
+    cg4 = (cg + 3) // 4
     kk = cg * kh * kw
-    kq = (kk + 3) // 4
+    kq = cg4 * kh * kw
     rows = mg + (1 if has_zw else 0)
     ntile = (rows + MR - 1) // MR
     gbytes = ntile * kq * MR * 4
-    direct, hq, wq = _phase_geom_nb(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)
-    if direct:
-        plane = h * w
-        xb = x4.reshape(x4.size).view(np.uint8)
-        pbytes = 0
-    else:
-        plane = sh * sw * hq * wq
-        pbytes = (n * c * plane + 63) // 64 * 64
-        xb = ws[:n * c * plane]
-        _phase_planes(x4, zx, xb, sh, sw, ph, pw, dh, dw, kh, kw, hq, wq)
-    off = np.zeros(kq * 4, np.int64)
-    for k in range(kk):
-        ci, i, j = k // (kh * kw), k // kw % kh, k % kw
-        if direct:
-            off[k] = ci * plane + i * dh * w + j * dw
-        else:
-            off[k] = (ci * plane + (i * dh % sh * sw + j * dw % sw) * hq * wq
-                      + i * dh // sh * wq + j * dw // sw)
+    packed, direct, hq, wq = _conv_geom_nb(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw)
+    pq = hq * wq
     fx = np.uint32(0x80808080) if x_signed else np.uint32(0)
+    if packed:  # byte planes (or x), offsets per k of a channel's plane
+        plane = h * w if direct else sh * sw * pq
+        pbytes = 0 if direct else (n * c * plane + 63) // 64 * 64
+        if direct:
+            xb = x4.reshape(x4.size).view(np.uint8)
+        else:
+            xb = ws[:n * c * plane]
+            _phase_planes(x4, zx, xb, sh, sw, ph, pw, dh, dw, kh, kw, hq, wq)
+        gstride = cg * plane
+        off = np.zeros(kq * 4, np.int64)
+        for k in range(kk):
+            off[k] = k * plane
+    else:  # interleaved word planes, byte offsets per (4 channels, tap) step
+        gstride = cg4 * sh * sw * pq * 4
+        pbytes = (n * group * gstride + NR * 4 + 63) // 64 * 64
+        xb = ws[:pbytes]
+        _interleave(x4, zx, fx, xb.view(np.uint32), group, sh, sw, ph, pw, dh, dw, kh, kw, hq,
+                    wq)
+        off = np.empty(kq, np.int64)
+        for c4 in range(cg4):
+            for i in range(kh):
+                for j in range(kw):
+                    off[(c4 * kh + i) * kw + j] = ((c4 * sh * sw + i * dh % sh * sw + j * dw % sw)
+                                                   * pq + i * dh // sh * wq + j * dw // sw) * 4
     zv = np.int32(zx[0]) + (128 if x_signed else 0)
     nm = swc.shape[0]
     mult = np.empty(nm, np.float32)
@@ -807,16 +938,16 @@ def qconv2d_i8(x4, zx, x_signed, pk, rs, zw, has_zw, kh, kw, y4, ws, sh, sw, ph,
     nv_all = (oh - 1) * wq + ow
     npan = (nv_all + NR - 1) // NR
     ntask = n * group * npan
-    wbytes = _worker_bytes_nb(kq)
+    wbytes = _worker_bytes_nb(cg4, packed)
     wsb = ws[pbytes:]
     nw = min(num_threads(), ntask, wsb.size // wbytes)
     if nw <= 1:
         wbuf = wsb[:wbytes]
         for t in range(ntask):
-            _qconv_task(t, xb, plane, off, fx, pk, rs, zw, has_zw, zv, y4, wbuf, kk, kq, cg,
-                        mg, gbytes, ntile, wq, nv_all, npan, mode, bias, has_bias, mult, zz,
+            _qconv_task(t, xb, gstride, off, packed, fx, pk, rs, zw, has_zw, zv, y4, wbuf, kk,
+                        kq, mg, gbytes, ntile, wq, nv_all, npan, mode, bias, has_bias, mult, zz,
                         np.float32(lo), np.float32(hi))
     else:
-        _qconv_par(nw, ntask, xb, plane, off, fx, pk, rs, zw, has_zw, zv, y4, wsb, wbytes, kk,
-                   kq, cg, mg, gbytes, ntile, wq, nv_all, npan, mode, bias, has_bias, mult, zz,
-                   np.float32(lo), np.float32(hi))
+        _qconv_par(nw, ntask, xb, gstride, off, packed, fx, pk, rs, zw, has_zw, zv, y4, wsb,
+                   wbytes, kk, kq, mg, gbytes, ntile, wq, nv_all, npan, mode, bias, has_bias,
+                   mult, zz, np.float32(lo), np.float32(hi))

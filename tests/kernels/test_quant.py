@@ -389,13 +389,17 @@ def test_qlinear_conv_exact_f64():
 
 
 @pytest.mark.parametrize('case', ['grouped_s8_dilated', 'u8w_zero_zp_1d', 'extremes',
-                                  'stride2_1x1', 'empty_batch'])
+                                  'stride2_1x1', 'empty_batch', 'odd_channels_zw',
+                                  'odd_channels_zw_1x1'])
 def test_qconv_integer_gemm(case, nthreads):
     """Constant-weight convolutions on the integer gemm (quant.qconv2d_i8, where the host has
     VNNI): int8 x flipped into uint8, grouped with 4+ channels per group, dilations, strides
     differing per axis, asymmetric pads, per-channel weight zero points (the ones row's column
     sums), uint8 weights whose zero point is 0 (-128 once flipped), 1-D, all-extreme values
-    over K = 576, a 1x1 stride-2 (one phase plane used), an empty batch."""
+    over K = 576, a 1x1 stride-2 (one phase plane used), an empty batch, 7 channels (the
+    interleaved planes' padded channel group: zero weights, no ones in the zero-point row)
+    with uint8 weights' per-channel zero points, strides 2 and 1, several 64-column panels,
+    and as a 1x1 conv read from x itself (packed panels)."""
     if case == 'grouped_s8_dilated':
         node, ins, inits = _conv_nodes(
             'QLinearConv', dict(group=2, strides=[2, 1], dilations=[2, 1], pads=[2, 0, 1, 1]),
@@ -411,6 +415,13 @@ def test_qconv_integer_gemm(case, nthreads):
         w = np.full((8, 64, 3, 3), -128, np.int8)
         node = helper.make_node('ConvInteger', ['x', 'w', 'zx', 'zw'], ['y'], pads=[1, 1, 1, 1])
         ins, inits = [('x', x)], [('w', w), ('zx', np.uint8(0)), ('zw', np.int8(0))]
+    elif case == 'odd_channels_zw':
+        node, ins, inits = _conv_nodes('QLinearConv', dict(strides=[2, 1], pads=[1, 2, 0, 1]),
+                                       per_channel=True, bias=True, wdt=np.uint8,
+                                       shape=(2, 7, 19, 23), wshape=(9, 7, 3, 3))
+    elif case == 'odd_channels_zw_1x1':
+        node, ins, inits = _conv_nodes('QLinearConv', {}, per_channel=True, bias=True,
+                                       wdt=np.uint8, shape=(2, 7, 11, 13), wshape=(9, 7, 1, 1))
     elif case == 'stride2_1x1':
         node, ins, inits = _conv_nodes('QLinearConv', dict(strides=[2, 2]), bias=True,
                                        shape=(1, 16, 15, 15), wshape=(12, 16, 1, 1))
