@@ -6,8 +6,6 @@ so one rank-3 kernel serves every rank.
 import numpy as np
 from numba import njit, prange
 
-from .gemm import eptr
-
 #: runs of at most this many elements are copied by raw pointers (``copy3_into``)
 _SHORT_ROW = 1024
 
@@ -64,14 +62,17 @@ def copy3_into(x, out, offset):
         return
     s = offset * inner
     if row <= _SHORT_ROW:
-        # many short runs (a channels-last Concat: one run of C values per pixel): raw
-        # pointer loops, no slice views (their reference counting costs ~50 ns a run)
+        # many short runs (a channels-last Concat: one run of C values per pixel): index
+        # loops on flat views made once, no slice view per run (their reference counting
+        # costs ~50 ns a run)
         ldo = out.shape[1] * inner
+        xf = x.reshape(-1)
+        of = out.reshape(-1)
         for o in range(n_outer):
-            src = eptr(x, o * row)
-            dst = eptr(out, o * ldo + s)
+            xo = o * row
+            oo = o * ldo + s
             for j in range(row):
-                dst[j] = src[j]
+                of[oo + j] = xf[xo + j]
         return
     x2 = x.reshape(n_outer, row)
     o2 = out.reshape(n_outer, out.shape[1] * inner)
