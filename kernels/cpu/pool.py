@@ -555,8 +555,11 @@ def avgpool2d(x, out, kh, kw, sh, sw, ph, pw, count_include_pad, pad_h_end, pad_
         # the window sums are a depthwise convolution with weights 1: conv's channel-block
         # kernel vectorizes them across 16 channels (short rows do not vectorize); then each
         # plane is scaled by the reciprocal counts
-        conv2d(x, np.ones((c, 1, kh, kw), x.dtype), inv, out, inv, sh, sw, ph, pw, 1, 1, c,
-               False)
+        # (typed arguments, not literals: literal 1s and False would make Numba compile a
+        # second whole conv core for this call site, ~45 s of a cold library build)
+        conv2d(x, np.ones((c, 1, kh, kw), x.dtype), inv, out, inv, np.int64(sh), np.int64(sw),
+               np.int64(ph), np.int64(pw), np.int64(1), np.int64(1), np.int64(c),
+               np.bool_(False))
         o2 = out.reshape(n * c, s)
         for p in range(n * c):
             row = o2[p]
