@@ -26,10 +26,10 @@ import os
 import numpy as np
 
 from ..ir import Graph, Node, Value, const_value
+from .patterns import JITORT_DOMAIN
 
 log = logging.getLogger("jitort.passes")
 
-JITORT_DOMAIN = "jitort"
 ENV = "JITORT_LAYOUT"
 
 TO_NHWC = [0, 2, 3, 1]

@@ -55,6 +55,18 @@ def _use_winograd(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, group) -> i
     return em.memo[key]
 
 
+def _out_beside_residual(em: Emitter, n: Node, y, residual) -> str:
+    """``em.out(y)`` for a conv whose epilogue reads ``residual``: the kernels require that the
+    residual not alias the output. The residual is read at this step and the output is a
+    fresh buffer (never an in-place reuse, see ``Emitter.out``), so the planner never overlaps
+    them; a Concat slice (``em.embed``) has its own bytes."""
+    yv = em.out(y)
+    if (residual is not None and id(y) not in em.embed
+            and em.root.get(id(residual), -1) == em.root.get(id(y))):
+        raise Unlowerable(n, "conv residual shares the output's buffer")  # never planned so
+    return yv
+
+
 def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> None:
     """Emit one call of the CPU conv kernel for a Conv or FusedConv: plain ``conv2d``, or the
     variant applying bias (+ residual) + activation to each output block while it is in cache.
@@ -81,10 +93,7 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
     wv = None if tile else f"{em.arr(w)}.reshape({em.tuple_expr(ws4)})"
     bv = em.arr(b) if b is not None else f"np.zeros({ws4[0]}, {tname(y.dtype)})"
     rv = None if residual is None else f"{em.arr(residual)}.reshape({em.tuple_expr(ys4)}), "
-    yv = em.out(y)
-    if (residual is not None and id(y) not in em.embed  # (a Concat slice: its own bytes)
-            and em.root.get(id(residual), -1) == em.root.get(id(y))):
-        raise Unlowerable(n, "conv residual shares the output's buffer")  # never planned so
+    yv = _out_beside_residual(em, n, y, residual)
     y4 = f"{yv}.reshape({em.tuple_expr(ys4)})"
     code, alpha, beta = act
     epi = f"{code}, {float_literal(alpha)}, {float_literal(beta)}"
@@ -125,10 +134,7 @@ def _lower_conv3d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
                      y.dtype)
     bv = em.arr(b) if b is not None else f"np.zeros(1, {tname(y.dtype)})"
     rv = None if residual is None else f"{em.arr(residual)}.reshape({em.tuple_expr(ys)})"
-    yv = em.out(y)
-    if (residual is not None and id(y) not in em.embed
-            and em.root.get(id(residual), -1) == em.root.get(id(y))):
-        raise Unlowerable(n, "conv residual shares the output's buffer")
+    yv = _out_beside_residual(em, n, y, residual)
     y5 = f"{yv}.reshape({em.tuple_expr(ys)})"
     rv = rv or y5
     code, alpha, beta = act
@@ -176,10 +182,7 @@ def lower_fused_conv_nhwc(em: Emitter, n: Node) -> None:
     bv = em.arr(b) if b is not None else f"np.zeros({ws[3]}, {tname(y.dtype)})"
     xv = f"{em.arr(x)}.reshape({em.tuple_expr(xs)})"
     wv = f"{em.arr(w)}.reshape({em.tuple_expr(ws)})"
-    yv = em.out(y)
-    if (residual is not None and id(y) not in em.embed
-            and em.root.get(id(residual), -1) == em.root.get(id(y))):
-        raise Unlowerable(n, "conv residual shares the output's buffer")
+    yv = _out_beside_residual(em, n, y, residual)
     y4 = f"{yv}.reshape({em.tuple_expr(ys)})"
     rv = y4 if residual is None else f"{em.arr(residual)}.reshape({em.tuple_expr(ys)})"
     code, alpha, beta = act_args(n)
