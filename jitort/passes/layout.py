@@ -47,7 +47,9 @@ _ELEMENTWISE = {
     "Tanh", "ThresholdedRelu", "Where", "Xor",
 }
 #: Convolutions run channels-last only on output planes of at most this many pixels. Measured
-#: 2026-11-26 at 1 thread (Zen 5) on GhostNet's 61 distinct depthwise / pointwise layer shapes,
+#: 2026-11-26 at 1 thread (Zen 5) on a sweep of depthwise / pointwise layer shapes (planes
+#: 1-112, 8-960 channels, kernels 1-7, strides 1-2: ``scripts/compare_conv_layouts.py``, first
+#: taken over the 61 distinct shapes of GhostNet's layers),
 #: channels-last kernel time / NCHW kernel time: planes 7x7 and 14x14 (and 14x14 outputs of
 #: stride-2 depthwise on 28x28) 0.16-0.99 for depthwise, 0.64-1.05 for pointwise except
 #: 1.16-1.27 where only 56 output channels; 28x28: depthwise 0.91-2.66 and pointwise 1.0-1.5;
