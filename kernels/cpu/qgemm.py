@@ -314,20 +314,23 @@ def pack_v(v2, flip, to_signed, out, colsum):
                         o[d + 4 * j + e] = vu[k, j0 + j] ^ fx if k < k_n and j < w else 0
 
 
-@njit(cache=True, error_model='numpy')
-def igemm(pp, rowsum, zp, pv, colsum, zv, c2, k, bcast_u8):
-    """c2 (M, N) int32 = C (module doc) from packed P (``pack_p``: rowsum, zero points zp of 1
-    or M entries, in the packed values' domain) and packed V (``pack_v``: colsum, zv of 1 or N
-    entries); ``bcast_u8``: P holds the unsigned bytes."""
+@njit(cache=True, error_model='numpy', inline='always')
+def _igemm_part(pp, rowsum, zp, pv, colsum, zv, c2, k, bcast_u8, t0, t1, pn0, pn1):
+    """``igemm`` over row tiles t0..t1-1 (MR rows each) and panels pn0..pn1-1 (NR columns)."""
     m_n, n_n = c2.shape
     kq = (k + 3) // 4
     tile = np.zeros(MR * NR, np.int32)
     per_p = zp.shape[0] > 1
     per_v = zv.shape[0] > 1
-    for pn in range((n_n + NR - 1) // NR):
+    for pn in range(pn0, pn1):
         j0 = pn * NR
         w = min(NR, n_n - j0)
-        for t in range((m_n + MR - 1) // MR):
+        # the panel's columns as slices indexed from 0: with j0 from a caller's bound, LLVM
+        # cannot see colsum[j0 + j] >= 0, keeps Numba's negative-index wraparound per element
+        # and the epilogue stays scalar (2.2x the whole gemm's time)
+        cs = colsum[j0:j0 + w]
+        zvp = zv[j0:j0 + w] if per_v else zv
+        for t in range(t0, t1):
             if kq > 0:
                 if bcast_u8:
                     _tile(tile, 0, pp, t * kq * MR * 4, pv, pn * kq * NR * 4, kq, True)
@@ -340,10 +343,27 @@ def igemm(pp, rowsum, zp, pv, colsum, zv, c2, k, bcast_u8):
                 row = c2[m, j0:j0 + w]
                 if per_v:
                     for j in range(w):
-                        b = np.int32(zv[j0 + j])
-                        row[j] = tile[r * NR + j] - a * colsum[j0 + j] - b * rs + k * a * b
+                        b = np.int32(zvp[j])
+                        row[j] = tile[r * NR + j] - a * cs[j] - b * rs + k * a * b
                 else:
                     b = np.int32(zv[0])
                     kab = k * a * b - b * rs
                     for j in range(w):
-                        row[j] = tile[r * NR + j] - a * colsum[j0 + j] + kab
+                        row[j] = tile[r * NR + j] - a * cs[j] + kab
+
+
+@njit(cache=True, error_model='numpy')
+def igemm(pp, rowsum, zp, pv, colsum, zv, c2, k, bcast_u8):
+    """c2 (M, N) int32 = C (module doc) from packed P (``pack_p``: rowsum, zero points zp of 1
+    or M entries, in the packed values' domain) and packed V (``pack_v``: colsum, zv of 1 or N
+    entries); ``bcast_u8``: P holds the unsigned bytes."""
+    m_n, n_n = c2.shape
+    _igemm_part(pp, rowsum, zp, pv, colsum, zv, c2, k, bcast_u8, 0, (m_n + MR - 1) // MR, 0,
+                (n_n + NR - 1) // NR)
+
+
+@njit(cache=True, error_model='numpy')
+def igemm_part(pp, rowsum, zp, pv, colsum, zv, c2, k, bcast_u8, t0, t1, pn0, pn1):
+    """``igemm`` restricted to row tiles t0..t1-1 and panels pn0..pn1-1 of c2 (a parallel
+    caller's task); the same code as ``igemm`` (inlined into both)."""
+    _igemm_part(pp, rowsum, zp, pv, colsum, zv, c2, k, bcast_u8, t0, t1, pn0, pn1)

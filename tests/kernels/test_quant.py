@@ -315,6 +315,26 @@ def test_qlinear_matmul(case, opset):
     check(node, ins, inits, opset=opset)
 
 
+@pytest.mark.parametrize('op', ['MatMulInteger', 'QLinearMatMul'])
+def test_integer_gemm_split_over_threads(op, nthreads):
+    """Constant B with M * N * K over the parallel threshold (quant._QMM_PAR_MNK): at 2 threads
+    the gemm runs as (panel, row chunk) tasks pulled by the workers, with QLinearMatMul's
+    requantization per task; M, N and K cut every tile (100 = 16 tiles of 6 + 4 rows, 200 =
+    3 panels of 64 + 8, K 150 = 37 steps of 4 + 2), a batch of 2, per-column scales."""
+    from jitort.kernels.cpu import quant as QK
+    rng = np.random.default_rng(11)
+    a, b = _q((2, 100, 150)), _q((150, 200), np.int8, 1)
+    assert 100 * 150 * 200 >= QK._QMM_PAR_MNK
+    if op == 'MatMulInteger':
+        node, ins, inits = _mmi(a, b, np.uint8(125), rng.integers(-3, 4, 200).astype(np.int8))
+        check(node, ins, inits, threads=nthreads)
+    else:
+        sb = rng.uniform(0.0005, 0.002, 200).astype(np.float32)
+        node, ins, inits = _qlmm(a, np.float32(0.02), np.uint8(128), b, sb, np.zeros(200, np.int8),
+                                 np.float32(0.1), np.uint8(110))
+        check(node, ins, inits, opset=21, threads=nthreads)
+
+
 # --- ConvInteger / QLinearConv -------------------------------------------------------------------
 
 def _conv_nodes(op, attrs, const_w=True, per_channel=False, bias=False, xdt=np.uint8,
