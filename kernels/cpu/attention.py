@@ -68,13 +68,15 @@ def _task(t, q, k, v, mask, y, qk, s, hq, hkv, sq, tk, d, dv, qs, ks, vs, ys, ha
             hi2 = min(hi, mt)  # a mask shorter than the keys: the rest is masked
             if hi2 < hi:
                 hi = max(lo, hi2)
+            srow = s[i, lo:hi]
+            mrow = mask[mb, mh, mi, lo:hi]
             if mask_bool:
-                for j in range(lo, hi):
-                    if not mask[mb, mh, mi, j]:
-                        s[i, j] = neg
+                for j in range(hi - lo):
+                    if not mrow[j]:
+                        srow[j] = neg
             else:
-                for j in range(lo, hi):
-                    s[i, j] += dt(mask[mb, mh, mi, j])
+                for j in range(hi - lo):
+                    srow[j] += dt(mrow[j])
         for j in range(lo):
             s[i, j] = neg
         for j in range(hi, tk):
@@ -97,13 +99,16 @@ def _task(t, q, k, v, mask, y, qk, s, hq, hkv, sq, tk, d, dv, qs, ks, vs, ys, ha
         else:
             m = row_max2(s, i)
             tot = dt(0.0)
-            for j in range(lo, hi):
-                e = fexpneg(s[i, j] - m)
-                s[i, j] = e
+            # the visible keys as a slice indexed from 0: with j from lo (not provably >= 0)
+            # every s[i, j] keeps Numba's negative-index wraparound and the loops stay scalar
+            row = s[i, lo:hi]
+            for j in range(hi - lo):
+                e = fexpneg(row[j] - m)
+                row[j] = e
                 tot += e
             inv = dt(1.0) / tot
-            for j in range(lo, hi):
-                s[i, j] *= inv
+            for j in range(hi - lo):
+                row[j] *= inv
             for j in range(lo):
                 s[i, j] = 0.0
             for j in range(hi, tk):

@@ -9,7 +9,11 @@ denormal), float64 uses libm ``exp``. out may alias x.
 import math
 
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+from numba.np.arrayobj import make_array
 
 from .gemm import num_threads
 from .mathfn import fexpneg, wide_vectors
@@ -17,44 +21,61 @@ from .mathfn import fexpneg, wide_vectors
 _PAR_MIN_WORK = 1 << 15
 
 
+_VEC_MAX_WIDTH = 16  # float32 lanes of a 512-bit vector (8 for float64)
+
+
+@intrinsic
+def _row_max_vec(typingctx, x2, r):
+    """max of row r (of n >= one vector's elements) of the C-contiguous 2-D float array x2 by
+    ``llvm.maxnum`` (NaNs skipped): 512-bit vectors (16 float32 / 8 float64), the last one
+    ending at the row's end (overlapping the previous: max does not mind), one horizontal
+    ``llvm.vector.reduce.fmax``. No scalar loop: LLVM 22's loop vectorizer asserted on a
+    scalar maxnum tail loop (a crash, not an error)."""
+    if not (isinstance(x2, types.Array) and x2.ndim == 2 and x2.layout == 'C'
+            and x2.dtype in (types.float32, types.float64) and isinstance(r, types.Integer)):
+        return None
+    sig = x2.dtype(x2, r)
+
+    def codegen(context, builder, sig, args):
+        aty = sig.args[0]
+        ary = make_array(aty)(context, builder, args[0])
+        n = cgutils.unpack_tuple(builder, ary.shape, 2)[1]
+        row = context.cast(builder, args[1], sig.args[1], types.intp)
+        base = builder.gep(ary.data, [builder.mul(row, n)])
+        lt = context.get_value_type(aty.dtype)
+        width = _VEC_MAX_WIDTH if aty.dtype == types.float32 else _VEC_MAX_WIDTH // 2
+        vt = ir.VectorType(lt, width)
+        sfx = 'f32' if aty.dtype == types.float32 else 'f64'
+        vmax = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt]),
+                                              f'llvm.maxnum.v{width}{sfx}')
+        vred = cgutils.get_or_insert_function(builder.module, ir.FunctionType(lt, [vt]),
+                                              f'llvm.vector.reduce.fmax.v{width}{sfx}')
+        w = ir.Constant(n.type, width)
+
+        def vload(off):
+            return builder.load(builder.bitcast(builder.gep(base, [off]), vt.as_pointer()),
+                                align=4)
+        acc = cgutils.alloca_once_value(builder, vload(builder.sub(n, w)))
+        with cgutils.for_range(builder, builder.udiv(n, w)) as loop:
+            v = vload(builder.mul(loop.index, w))
+            builder.store(builder.call(vmax, [builder.load(acc), v]), acc)
+        return builder.call(vred, [builder.load(acc)])
+    return sig, codegen
+
+
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def row_max2(x2, r):
-    """max of row r of the C-contiguous 2-D x2, NaNs skipped, -inf if the row is empty.
+    """max of row r of the C-contiguous 2-D x2, NaNs skipped (a row of only NaNs gives NaN
+    or -inf: either makes a softmax row NaN), -inf if the row is empty.
 
-    A select-based max reduction (``m = v if v > m else m``) does not vectorize without the
-    ``nnan`` flag; eight independent accumulators in locals (registers) run ~3x faster with
-    the same semantics. (Accumulators in a small array cost a heap allocation per row --
-    more than the row itself for attention rows of 128.) Rows are indexed in the 2-D array,
+    Rows of at least one 512-bit vector: ``_row_max_vec``. Shorter rows: a select per
+    element (``m = v if v > m else m``: a NaN never wins). Rows are indexed in the 2-D array,
     not sliced out: a row view costs ~100 ns."""
     n = x2.shape[1]
-    t = x2.dtype.type
-    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = t(-np.inf)
-    n8 = n // 8 * 8
-    for j in range(0, n8, 8):
-        v = x2[r, j]
-        m0 = v if v > m0 else m0
-        v = x2[r, j + 1]
-        m1 = v if v > m1 else m1
-        v = x2[r, j + 2]
-        m2 = v if v > m2 else m2
-        v = x2[r, j + 3]
-        m3 = v if v > m3 else m3
-        v = x2[r, j + 4]
-        m4 = v if v > m4 else m4
-        v = x2[r, j + 5]
-        m5 = v if v > m5 else m5
-        v = x2[r, j + 6]
-        m6 = v if v > m6 else m6
-        v = x2[r, j + 7]
-        m7 = v if v > m7 else m7
-    m0 = m1 if m1 > m0 else m0
-    m2 = m3 if m3 > m2 else m2
-    m4 = m5 if m5 > m4 else m4
-    m6 = m7 if m7 > m6 else m6
-    m0 = m2 if m2 > m0 else m0
-    m4 = m6 if m6 > m4 else m4
-    m = m4 if m4 > m0 else m0
-    for j in range(n8, n):
+    if n >= 64 // x2.itemsize:  # one 512-bit vector
+        return _row_max_vec(x2, r)
+    m = x2.dtype.type(-np.inf)
+    for j in range(n):
         v = x2[r, j]
         m = v if v > m else m
     return m

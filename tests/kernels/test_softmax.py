@@ -67,3 +67,29 @@ def test_softmax_vs_ort(ort_node):
     S.logsoftmax3d(x, out)
     np.testing.assert_allclose(out, ort_node('LogSoftmax', [x], axis=1, opset=13), rtol=1e-5,
                                atol=1e-6)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_row_max_across_vector_widths(dtype):
+    """row_max2: rows shorter than a 512-bit vector (select loop) and longer (llvm.maxnum over
+    vectors, the last one overlapping the previous), with NaNs skipped, +-inf, and the max in
+    the overlapped tail."""
+    rng = np.random.default_rng(1)
+    for n in (0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 100, 128, 1000):
+        x = rng.standard_normal((4, n)).astype(dtype)
+        if n:
+            x[1, n - 1] = 50.0            # the max in the last (overlapping) vector
+            x[2, 1::3] = np.nan           # NaNs skipped
+            x[3, :] = -np.inf
+            x[3, n // 2] = -7.0
+        for r in range(4):
+            want = np.nanmax(x[r]) if n else -np.inf
+            assert S.row_max2(x, r) == want, (n, r)
+        if n:
+            x[0, 0] = np.inf
+            assert S.row_max2(x, 0) == np.inf
+            x[0, :] = -np.inf
+            assert S.row_max2(x, 0) == -np.inf
+            x[0, :] = np.nan              # nothing to skip to: NaN or -inf, never a number
+            got = S.row_max2(x, 0)
+            assert np.isnan(got) or got == -np.inf
