@@ -61,13 +61,16 @@ def _ptr(context, builder, arrty, arr, off, elt):
     return builder.bitcast(p, elt.as_pointer())
 
 
-def _emit_tile(context, builder, cbase, pbase, kq64, load_vecs, p_is_u8):
-    """The tile loop over kq64 >= 1 steps: MR broadcasts from pbase ([kq][MR] i32) times the NV
-    vectors ``load_vecs(i)`` gives for step i, summed by ``vpdpbusd``; the MR*NV accumulators
-    then stored at cbase (``<16 x i32>*``)."""
+def emit_tile(builder, cbase, pbase, kq64, load_vecs, lane, step, init=None):
+    """The tile loop over kq64 >= 1 steps: MR broadcasts of ``lane`` scalars from pbase ([kq][MR])
+    times the NV vectors ``load_vecs(i)`` gives for step i, each product summed into its
+    accumulator by ``step(acc, broadcast, vec)``; the MR*NV accumulators (16 lanes, zero or
+    ``init(r)`` for row r at the start) then stored at cbase (``<16 x lane>*``). Shared by the
+    integer tiles here and the float ones of ``conv_implicit``."""
     i32, i64 = ir.IntType(32), ir.IntType(64)
-    v16 = ir.VectorType(i32, 16)
+    v16 = ir.VectorType(lane, 16)
     zero = ir.Constant(v16, None)
+    starts = [zero] * MR if init is None else [init(r) for r in range(MR)]
     pre = builder.block
     loop = builder.append_basic_block("qtile.loop")
     done = builder.append_basic_block("qtile.done")
@@ -76,9 +79,9 @@ def _emit_tile(context, builder, cbase, pbase, kq64, load_vecs, p_is_u8):
     i = builder.phi(i64)
     i.add_incoming(ir.Constant(i64, 0), pre)
     accs = []
-    for _ in range(MR * NV):
+    for j in range(MR * NV):
         a = builder.phi(v16)
-        a.add_incoming(zero, pre)
+        a.add_incoming(starts[j // NV], pre)
         accs.append(a)
     vecs = load_vecs(i)
     new = []
@@ -87,11 +90,10 @@ def _emit_tile(context, builder, cbase, pbase, kq64, load_vecs, p_is_u8):
                                                          ir.Constant(i64, r))]), align=1)
         bc = builder.shuffle_vector(builder.insert_element(ir.Constant(v16, ir.Undefined), s,
                                                           ir.Constant(i32, 0)),
-                                   ir.Constant(v16, ir.Undefined), ir.Constant(v16, None))
+                                   ir.Constant(v16, ir.Undefined),
+                                   ir.Constant(ir.VectorType(i32, 16), None))
         for v in range(NV):
-            acc = accs[r * NV + v]
-            new.append(_dpbusd(builder, acc, bc, vecs[v]) if p_is_u8
-                       else _dpbusd(builder, acc, vecs[v], bc))
+            new.append(step(accs[r * NV + v], bc, vecs[v]))
     inext = builder.add(i, ir.Constant(i64, 1))
     end = builder.block
     i.add_incoming(inext, end)
@@ -101,6 +103,13 @@ def _emit_tile(context, builder, cbase, pbase, kq64, load_vecs, p_is_u8):
     builder.position_at_end(done)
     for j, n in enumerate(new):
         builder.store(n, builder.gep(cbase, [ir.Constant(i64, j)]), align=4)
+
+
+def _emit_tile(context, builder, cbase, pbase, kq64, load_vecs, p_is_u8):
+    """``emit_tile`` on packed bytes: steps of 4 byte products summed by ``vpdpbusd``."""
+    def step(acc, bc, vec):
+        return _dpbusd(builder, acc, bc, vec) if p_is_u8 else _dpbusd(builder, acc, vec, bc)
+    emit_tile(builder, cbase, pbase, kq64, load_vecs, ir.IntType(32), step)
 
 
 @intrinsic

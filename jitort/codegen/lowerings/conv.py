@@ -55,6 +55,21 @@ def _use_winograd(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, group) -> i
     return em.memo[key]
 
 
+def _use_implicit(em: Emitter, n: Node, xs4, ws4, ys4, group) -> bool:
+    """Whether a float32 group-1 convolution with constant weights runs as the implicit gemm
+    (``kernels.cpu.conv_implicit``: few taps per output, e.g. a network's stem), by
+    ``implicit_wins``; decided once per node from the first shape, as ``_use_winograd``."""
+    key = ("implicit", id(n))
+    if key not in em.memo:
+        from jitort.kernels.cpu.conv_implicit import implicit_wins
+        w = n.inputs[1]
+        dims = [concrete(d) for d in (xs4[1], ws4[2], ws4[3], ys4[2], ys4[3])]
+        em.memo[key] = bool(w.is_const and group == 1 and np.dtype(w.dtype) == np.float32
+                            and np.dtype(n.outputs[0].dtype) == np.float32
+                            and implicit_wins(*dims))
+    return em.memo[key]
+
+
 def _out_beside_residual(em: Emitter, n: Node, y, residual) -> str:
     """``em.out(y)`` for a conv whose epilogue reads ``residual``: the kernels require that the
     residual not alias the output. The residual is read at this step and the output is a
@@ -85,6 +100,9 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
     # Winograd reads its own transformed weights: neither the im2col scratch nor the raw
     # weights are placed for it
     tile = _use_winograd(em, n, xs4, ws4, ys4, strides, dil, group)
+    if not tile and _use_implicit(em, n, xs4, ws4, ys4, group):
+        _lower_conv2d_implicit(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act)
+        return
     if not tile:
         col = em.scratch(max(1, conv2d_scratch_elems(c, kh, kw, oh, ow, group, em.threads,
                                                      ws4[0], strides, dil, xs4[3])),
@@ -115,6 +133,30 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
     else:
         em.call(f"_conv.conv2d_bias_add_act({xv}, {wv}, {bv}, {rv}{y4}, {col}, {args}, {group}, "
                 f"{b is not None}, {epi})")
+
+
+def _lower_conv2d_implicit(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pads, residual,
+                           act) -> None:
+    """A Conv / FusedConv as ``conv_implicit.conv2d_implicit``: weights packed at compile time,
+    the input's phase planes in the scratch; bias, residual and activation in the kernel."""
+    from jitort.kernels.cpu.conv_implicit import implicit_scratch_elems, pack_weights
+    x, w, y = n.inputs[0], n.inputs[1], n.outputs[0]
+    b = n.input(2)
+    pk = em.derived_const(("implicit", id(w.const)), lambda: pack_weights(w.const.reshape(ws4)))
+    scr = em.scratch(implicit_scratch_elems(xs4[0], xs4[1], xs4[2], xs4[3], ws4[2], ws4[3],
+                                            ys4[2], ys4[3], strides[0], strides[1], dil[0],
+                                            dil[1]), y.dtype)
+    xv = f"{em.arr(x)}.reshape({em.tuple_expr(xs4)})"
+    bv = em.arr(b) if b is not None else "np.zeros(1, np.float32)"
+    yv = _out_beside_residual(em, n, y, residual)
+    y4 = f"{yv}.reshape({em.tuple_expr(ys4)})"
+    rv = f"{em.arr(residual)}.reshape({em.tuple_expr(ys4)})" if residual is not None else y4
+    code, alpha, beta = act
+    geo = ", ".join(em.dim(v) for v in (ws4[2], ws4[3]))
+    args = ", ".join(em.dim(v) for v in (strides[0], strides[1], pads[0], pads[1], dil[0], dil[1]))
+    em.call(f"_convi.conv2d_implicit({xv}, {pk}, {geo}, {bv}, {rv}, {y4}, {scr}, {args}, "
+            f"{b is not None}, {residual is not None}, {code}, {float_literal(alpha)}, "
+            f"{float_literal(beta)})")
 
 
 def _lower_conv3d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> None:

@@ -1,0 +1,274 @@
+"""CPU kernel: float32 2-D convolution as an implicit gemm for few taps per output (``C * KH *
+KW`` small: a network's stem, 3 channels in at 3x3-7x7 and stride 2, or small-channel layers),
+NCHW in and out, group 1. Imports nothing from jitort.
+
+im2col + BLAS handles these badly: K = C*KH*KW is 9-147, so the gemm is thin and its time goes
+to building and reading a column matrix of KH*KW copies of the input. Here nothing is copied per
+tap. The input is copied once per call into zero-padded phase planes (one per stride phase a tap
+uses, ``xb[n, c, a, e, r, q] = x[n, c, r*sh + a - ph, q*sw + e - pw]``, hq x wq each), so that
+for every tap (c, kh, kw) the outputs of a row read one contiguous run of a plane: output
+(oh, ow) is column ``oh * wq + ow`` of a virtual grid as wide as a plane, and the tap's operand
+for columns v..v+63 starts at a fixed offset from v (one offset per tap, a table). The micro-
+kernel (``_ftile_off``, LLVM IR) computes a tile of 6 output channels x 64 grid columns in 24
+zmm accumulators: per tap 6 weight broadcasts, 4 vector loads at the tap's offset, 24 FMAs.
+Columns of the grid past OW are computed and dropped. Then bias, residual and activation on
+each output run (``epilogue.act_row``). Tasks are (image, block of 16 panels of 64 grid
+columns), each channel tile sweeping the block, pulled by the workers from a shared counter.
+
+The same layout and micro-kernel structure as the integer path of ``quant.qconv2d_i8``
+(``qgemm.emit_tile``), with float32 FMAs.
+"""
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .epilogue import ACT_CLIP, ACT_RELU, act_row
+from .gemm import eptr, next_task, num_threads
+from .qgemm import MR, NR, NV, _ptr, copy_short, emit_tile
+
+_FM = {'reassoc', 'contract', 'arcp'}
+
+
+@intrinsic
+def _ftile_off(typingctx, c, coff, pp, poff, pv, voff, offs, kq, bias, boff):
+    """c[coff : coff + MR*NR] (float32, row-major MR x NR) = bias[boff + r] + the sum over
+    kq >= 1 steps q of pp[poff + q*MR + r] * pv[voff + offs[q] : + NR] (float32 arrays, offs
+    int64 elements)."""
+    f32t = types.float32
+    if not all(isinstance(a, types.Array) and a.dtype == f32t for a in (c, pp, pv, bias)):
+        return None
+    sig = types.void(c, coff, pp, poff, pv, voff, offs, kq, bias, boff)
+
+    def codegen(context, builder, sig, args):
+        c_, coff_, pp_, poff_, pv_, voff_, offs_, kq_, b_, boff_ = args
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        f32 = ir.FloatType()
+        v16 = ir.VectorType(f32, 16)
+        vbase = _ptr(context, builder, sig.args[4], pv_, voff_, f32)
+        obase = _ptr(context, builder, sig.args[6], offs_, ir.Constant(i64, 0), i64)
+        bbase = _ptr(context, builder, sig.args[8], b_, boff_, f32)
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16] * 3),
+                                             "llvm.fma.v16f32")
+
+        def load_vecs(i):
+            row = builder.bitcast(builder.gep(vbase, [builder.load(builder.gep(obase, [i]))]),
+                                  v16.as_pointer())
+            return [builder.load(builder.gep(row, [ir.Constant(i64, v)]), align=4)
+                    for v in range(NV)]
+
+        def step(acc, bc, vec):
+            return builder.call(fma, [bc, vec, acc])
+
+        def init(r):
+            s = builder.load(builder.gep(bbase, [ir.Constant(i64, r)]))
+            return builder.shuffle_vector(
+                builder.insert_element(ir.Constant(v16, ir.Undefined), s, ir.Constant(i32, 0)),
+                ir.Constant(v16, ir.Undefined), ir.Constant(ir.VectorType(i32, 16), None))
+        emit_tile(builder, _ptr(context, builder, sig.args[0], c_, coff_, v16),
+                  _ptr(context, builder, sig.args[2], pp_, poff_, f32),
+                  context.cast(builder, kq_, sig.args[7], types.int64), load_vecs, f32, step,
+                  init)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+#: taps per output (C*KH*KW) where the implicit gemm beats im2col + BLAS, and the smallest
+#: output plane measured: ``python scripts/compare_conv_implicit.py`` (16 shapes, 1 thread,
+#: alternating in one process, 2026-11-26): stems of 3-8 channels at 3x3-7x7 (K 27-147) on
+#: 112-224 planes 0.62-0.85x im2col's time, stride 1 at K 27-144 0.82-1.0x, K 9 on 64x64
+#: 1.23x, K 288 / 576 (32 -> 64, 64 -> 128 stride 2) 1.22-1.3x
+IMPLICIT_MIN_K = 27
+IMPLICIT_MAX_K = 160
+IMPLICIT_MIN_PLANE = 28 * 28
+
+
+def implicit_wins(C, KH, KW, OH, OW) -> bool:
+    """Whether ``conv2d_implicit`` is the kernel for this float32 group-1 convolution (plain
+    Python; the caller keeps Winograd where it applies)."""
+    return IMPLICIT_MIN_K <= C * KH * KW <= IMPLICIT_MAX_K and OH * OW >= IMPLICIT_MIN_PLANE
+
+
+def _geom(h, w, oh, ow, kh, kw, sh, sw, dh, dw):
+    """(hq, wq): phase plane rows and columns (plain Python / njit)."""
+    hp = (oh - 1) * sh + (kh - 1) * dh + 1
+    wp = (ow - 1) * sw + (kw - 1) * dw + 1
+    return (hp + sh - 1) // sh, (wp + sw - 1) // sw
+
+
+_geom_nb = njit(cache=True)(_geom)
+
+
+def implicit_scratch_elems(n, c, h, w, kh, kw, oh, ow, sh, sw, dh, dw):
+    """float32 elements of ``conv2d_implicit``'s scratch: the phase planes plus NR of slack
+    (the last panel reads past the last plane) (plain Python; sizes may be symbolic)."""
+    hq, wq = _geom(h, w, oh, ow, kh, kw, sh, sw, dh, dw)
+    return n * c * sh * sw * hq * wq + NR
+
+
+def pack_weights(w):
+    """Weights (M, C, KH, KW) as the broadcast operand of ``_ftile_off``: [tile][K][MR] float32
+    with K ordered (c, kh, kw), rows past M zero (called by the compiler)."""
+    m = w.shape[0]
+    k = int(np.prod(w.shape[1:]))
+    nt = (m + MR - 1) // MR
+    p = np.zeros((nt * MR, k), np.float32)
+    p[:m] = np.asarray(w, np.float32).reshape(m, k)
+    return np.ascontiguousarray(p.reshape(nt, MR, k).transpose(0, 2, 1)).reshape(-1)
+
+
+@njit(cache=True, error_model='numpy')
+def _phase_planes(x, xb, sh, sw, ph, pw, hq, wq):
+    """xb[((n*C + c)*sh*sw + a*sw + e)*hq*wq + r*wq + q] = x[n, c, r*sh + a - ph, q*sw + e - pw],
+    0 outside x (every phase: a tap of some dilation may read any)."""
+    n_n, c_n, h, w = x.shape
+    pq = hq * wq
+    for nc in range(n_n * c_n):
+        n = nc // c_n
+        c = nc - n * c_n
+        for a in range(sh):
+            for e in range(sw):
+                base = ((nc * sh + a) * sw + e) * pq
+                q0 = min(max((pw - e + sw - 1) // sw, 0), wq)      # first column inside x
+                q1 = min(max((w - 1 + pw - e) // sw + 1, q0), wq)  # past the last one
+                for r in range(hq):
+                    d = xb[base + r * wq:base + (r + 1) * wq]
+                    ih = r * sh + a - ph
+                    if ih < 0 or ih >= h:
+                        d[:] = 0.0
+                        continue
+                    src = x[n, c, ih]
+                    for q in range(q0):
+                        d[q] = 0.0
+                    for q in range(q1, wq):
+                        d[q] = 0.0
+                    # slices indexed from 0: Numba's negative-index wraparound would stay on
+                    # every element of a loop starting at q0
+                    d1 = d[q0:q1]
+                    s1 = src[q0 * sw + e - pw:]
+                    if sw == 1:
+                        for q in range(q1 - q0):
+                            d1[q] = s1[q]
+                    else:
+                        for q in range(q1 - q0):
+                            d1[q] = s1[q * sw]
+
+
+#: panels (of NR grid columns) per task: the input rows they read stay in L2 while each
+#: channel tile sweeps them, and the tile's MR output planes are written as MR sequential
+#: streams (with every tile per panel, 64 channels meant 64 streams and 1.7x the time)
+_PANELS_PER_TASK = 16
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _block(t, nblk, npan, xb, img, off, pk, kk, b, res1, out1, m_n, oh_n, ow_n, tl, wq,
+           has_res, act, alpha, beta):
+    """Task t: image t // nblk, panels (NR grid columns each) of block t % nblk, every
+    channel tile; out1 / res1 are the flat (N, M, OH, OW) arrays."""
+    n = t // nblk
+    p0 = (t - n * nblk) * _PANELS_PER_TASK
+    p1 = min(npan, p0 + _PANELS_PER_TASK)
+    plane = oh_n * ow_n
+    zero = np.float32(0.0)
+    lo_c, hi_c = np.float32(alpha), np.float32(beta)
+    for tile in range((m_n + MR - 1) // MR):
+        for pn in range(p0, p1):
+            v0 = pn * NR
+            _ftile_off(tl, 0, pk, tile * kk * MR, xb, n * img + v0, off, kk, b, tile * MR)
+            if not has_res:  # the activation on the whole tile (contiguous), then copies
+                if act == ACT_RELU:
+                    for j in range(MR * NR):
+                        v = tl[j]
+                        tl[j] = zero if v < zero else v
+                elif act == ACT_CLIP:
+                    for j in range(MR * NR):
+                        v = tl[j]
+                        tl[j] = lo_c if v < lo_c else (hi_c if v > hi_c else v)
+                elif act != 0:
+                    act_row(tl, act, alpha, beta)
+            r0 = v0 // wq
+            r1 = min(oh_n, (v0 + NR - 1) // wq + 1)
+            for r in range(min(MR, m_n - tile * MR)):
+                obase = (n * m_n + tile * MR + r) * plane
+                for oh in range(r0, r1):
+                    lo = max(v0, oh * wq)
+                    hi = min(v0 + NR, oh * wq + ow_n)
+                    if hi <= lo:
+                        continue
+                    o0 = obase + oh * ow_n + lo - oh * wq
+                    # one masked vector copy per run: a view per run (NRT reference counting)
+                    # or a loop of varying length cost more than the run
+                    copy_short(out1, o0, tl, r * NR + lo - v0, hi - lo)
+                    if has_res:
+                        d = eptr(out1, o0)
+                        rp = eptr(res1, o0)
+                        for j in range(hi - lo):
+                            d[j] += rp[j]
+                        if act != 0:
+                            act_row(out1[o0:o0 + hi - lo], act, alpha, beta)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _worker(counter, ntask, npan, xb, img, off, pk, kk, b, res, out, wq, has_res, act, alpha,
+            beta):
+    tl = np.empty(MR * NR, np.float32)
+    m_n, oh_n, ow_n = out.shape[1], out.shape[2], out.shape[3]
+    out1 = out.reshape(out.size)
+    res1 = res.reshape(res.size)
+    while True:
+        t = next_task(counter)
+        if t >= ntask:
+            break
+        _block(t, ntask // out.shape[0], npan, xb, img, off, pk, kk, b, res1, out1, m_n, oh_n,
+               ow_n, tl, wq, has_res, act, alpha, beta)
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
+def _implicit_par(nw, ntask, npan, xb, img, off, pk, kk, b, res, out, wq, has_res, act, alpha,
+                  beta):
+    counter = np.zeros(1, np.int64)
+    for wk in prange(nw):
+        _worker(counter, ntask, npan, xb, img, off, pk, kk, b, res, out, wq, has_res, act, alpha,
+                beta)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def conv2d_implicit(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, has_bias, has_res,
+                    act, alpha, beta):
+    """out = act(conv(x, w) + b (+ res)) for float32 x (N, C, H, W), out / res (N, M, OH, OW),
+    weights packed by ``pack_weights`` (kh x kw kernels, group 1), strides sh / sw, begin pads
+    ph / pw, dilations dh / dw; ``scr``: ``implicit_scratch_elems`` float32 elements; act codes
+    as in ``epilogue``. res must not alias out."""
+    n_n, c_n, h, w = x.shape
+    m_n, oh_n, ow_n = out.shape[1], out.shape[2], out.shape[3]
+    if n_n * m_n * oh_n * ow_n == 0:
+        return
+    hq, wq = _geom_nb(h, w, oh_n, ow_n, kh, kw, sh, sw, dh, dw)
+    img = c_n * sh * sw * hq * wq
+    xb = scr[:n_n * img + NR]
+    xb[n_n * img:] = 0.0
+    _phase_planes(x, xb, sh, sw, ph, pw, hq, wq)
+    kk = c_n * kh * kw
+    bp = np.zeros((m_n + MR - 1) // MR * MR, np.float32)  # the tiles' first values
+    if has_bias:
+        bp[:m_n] = b
+    off = np.empty(kk, np.int64)
+    for c in range(c_n):
+        for i in range(kh):
+            for j in range(kw):
+                a, e = i * dh % sh, j * dw % sw
+                off[(c * kh + i) * kw + j] = (((c * sh + a) * sw + e) * hq + i * dh // sh) * wq \
+                    + j * dw // sw
+    npan = ((oh_n - 1) * wq + ow_n + NR - 1) // NR
+    ntask = n_n * ((npan + _PANELS_PER_TASK - 1) // _PANELS_PER_TASK)
+    nw = max(1, min(num_threads(), ntask))
+    if float(m_n) * float(n_n * npan * NR) * float(kk) < 1e6:
+        nw = 1
+    if nw == 1:
+        counter = np.zeros(1, np.int64)
+        _worker(counter, ntask, npan, xb, img, off, pk, kk, bp, res, out, wq, has_res, act,
+                alpha, beta)
+    else:
+        _implicit_par(nw, ntask, npan, xb, img, off, pk, kk, bp, res, out, wq, has_res, act,
+                      alpha, beta)
