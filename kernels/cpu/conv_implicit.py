@@ -86,8 +86,10 @@ IMPLICIT_MIN_PLANE = 28 * 28
 
 def implicit_wins(C, KH, KW, OH, OW) -> bool:
     """Whether ``conv2d_implicit`` is the kernel for this float32 group-1 convolution (plain
-    Python; the caller keeps Winograd where it applies)."""
-    return IMPLICIT_MIN_K <= C * KH * KW <= IMPLICIT_MAX_K and OH * OW >= IMPLICIT_MIN_PLANE
+    Python; the caller keeps Winograd where it applies). Never for 1x1 kernels: those are a
+    plain BLAS gemm without im2col (squeezenet's 128 -> 16 1x1 on 55x55 ran 756 us here)."""
+    return (KH * KW > 1 and IMPLICIT_MIN_K <= C * KH * KW <= IMPLICIT_MAX_K
+            and OH * OW >= IMPLICIT_MIN_PLANE)
 
 
 def _geom(h, w, oh, ow, kh, kw, sh, sw, dh, dw):

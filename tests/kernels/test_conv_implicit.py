@@ -89,6 +89,7 @@ def test_rule_keeps_im2col_and_winograd_elsewhere():
     assert not CI.implicit_wins(64, 3, 3, 28, 28)
     assert not CI.implicit_wins(3, 3, 3, 8, 8)
     assert not CI.implicit_wins(1, 3, 3, 64, 64)  # K = 9
+    assert not CI.implicit_wins(128, 1, 1, 55, 55)  # 1x1: a plain gemm
     for kw, want in ((dict(c=64, m=32, k=3, strides=(2, 2), pads=(1, 1, 1, 1), h=30),
                       '_conv.conv2d'),
                      (dict(c=16, m=32, k=3, strides=(1, 1), pads=(1, 1, 1, 1), h=56),
