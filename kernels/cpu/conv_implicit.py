@@ -78,18 +78,24 @@ def _ftile_off(typingctx, c, coff, pp, poff, pv, voff, offs, kq, bias, boff):
 #: output plane measured: ``python scripts/compare_conv_implicit.py`` (16 shapes, 1 thread,
 #: alternating in one process, 2026-11-26): stems of 3-8 channels at 3x3-7x7 (K 27-147) on
 #: 112-224 planes 0.62-0.85x im2col's time, stride 1 at K 27-144 0.82-1.0x, K 9 on 64x64
-#: 1.23x, K 288 / 576 (32 -> 64, 64 -> 128 stride 2) 1.22-1.3x
+#: 1.23x, K 288 / 576 (32 -> 64, 64 -> 128 stride 2) 1.22-1.3x. Against Winograd (3x3 stride
+#: 1, ``--winograd``, two runs): 8 channels 0.57-0.62x, 16 channels 0.76-1.09x (16 -> 64 on
+#: 55x55 0.79-0.97x), 24 channels 0.93-1.03x, 32 channels 0.99-1.11x, 48-64 channels on 13x13
+#: 1.3-1.4x: the implicit gemm up to 16 channels (K 144).
 IMPLICIT_MIN_K = 27
 IMPLICIT_MAX_K = 160
+IMPLICIT_MAX_K_VS_WINOGRAD = 144
 IMPLICIT_MIN_PLANE = 28 * 28
 
 
-def implicit_wins(C, KH, KW, OH, OW) -> bool:
+def implicit_wins(C, KH, KW, OH, OW, winograd_alt=False) -> bool:
     """Whether ``conv2d_implicit`` is the kernel for this float32 group-1 convolution (plain
-    Python; the caller keeps Winograd where it applies). Never for 1x1 kernels: those are a
-    plain BLAS gemm without im2col (squeezenet's 128 -> 16 1x1 on 55x55 ran 756 us here)."""
-    return (KH * KW > 1 and IMPLICIT_MIN_K <= C * KH * KW <= IMPLICIT_MAX_K
-            and OH * OW >= IMPLICIT_MIN_PLANE)
+    Python); ``winograd_alt``: the alternative is Winograd (else im2col + BLAS). Never for 1x1
+    kernels: those are a plain BLAS gemm without im2col (squeezenet's 128 -> 16 1x1 on 55x55
+    ran 756 us here)."""
+    k = C * KH * KW
+    top = IMPLICIT_MAX_K_VS_WINOGRAD if winograd_alt else IMPLICIT_MAX_K
+    return KH * KW > 1 and IMPLICIT_MIN_K <= k <= top and OH * OW >= IMPLICIT_MIN_PLANE
 
 
 def _geom(h, w, oh, ow, kh, kw, sh, sw, dh, dw):

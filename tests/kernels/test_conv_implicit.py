@@ -83,8 +83,9 @@ def test_implicit_conv_matches_onnxruntime(case, nthreads):
 
 
 def test_rule_keeps_im2col_and_winograd_elsewhere():
-    """Many taps (64 -> 64 3x3, stride 2: K 576) stay on im2col; few channels on a tiny plane
-    stay too; a 3x3 stride-1 layer with 16 channels keeps Winograd."""
+    """Many taps (64 -> 32 3x3, stride 2: K 576) stay on im2col; few channels on a tiny plane
+    stay too; a 3x3 stride-1 layer with 64 channels keeps Winograd (16 channels take the
+    implicit gemm)."""
     assert CI.implicit_wins(3, 3, 3, 112, 112) and CI.implicit_wins(3, 7, 7, 112, 112)
     assert not CI.implicit_wins(64, 3, 3, 28, 28)
     assert not CI.implicit_wins(3, 3, 3, 8, 8)
@@ -92,16 +93,19 @@ def test_rule_keeps_im2col_and_winograd_elsewhere():
     assert not CI.implicit_wins(128, 1, 1, 55, 55)  # 1x1: a plain gemm
     for kw, want in ((dict(c=64, m=32, k=3, strides=(2, 2), pads=(1, 1, 1, 1), h=30),
                       '_conv.conv2d'),
+                     (dict(c=64, m=32, k=3, strides=(1, 1), pads=(1, 1, 1, 1), h=30),
+                      '_wino.conv3x3_winograd'),
                      (dict(c=16, m=32, k=3, strides=(1, 1), pads=(1, 1, 1, 1), h=56),
-                      '_wino.conv3x3_winograd')):
+                      '_convi.conv2d_implicit')):
         m, feeds = _model(**kw)
         cm = jitort.compile(m, strict=True)
         out = cm.run(None, feeds)[0]
         src = ''.join(open(p).read() for p in cm.generated_sources())
-        assert '_convi.' not in src and want in src
+        assert want in src and (want.startswith('_convi') or '_convi.' not in src)
         want_y = ort.InferenceSession(m.SerializeToString(),
                                       providers=['CPUExecutionProvider']).run(None, feeds)[0]
-        np.testing.assert_allclose(out, want_y, rtol=1e-4, atol=1e-4)
+        # (Winograd's transforms over K = 576 products of unit normals: ~3e-4 of values ~24)
+        np.testing.assert_allclose(out, want_y, rtol=1e-3, atol=1e-3)
 
 
 def test_kernel_direct_empty_and_tiny():

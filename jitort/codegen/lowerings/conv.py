@@ -55,10 +55,11 @@ def _use_winograd(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, group) -> i
     return em.memo[key]
 
 
-def _use_implicit(em: Emitter, n: Node, xs4, ws4, ys4, group) -> bool:
+def _use_implicit(em: Emitter, n: Node, xs4, ws4, ys4, group, winograd_alt) -> bool:
     """Whether a float32 group-1 convolution with constant weights runs as the implicit gemm
-    (``kernels.cpu.conv_implicit``: few taps per output, e.g. a network's stem), by
-    ``implicit_wins``; decided once per node from the first shape, as ``_use_winograd``."""
+    (``kernels.cpu.conv_implicit``: few taps per output, e.g. a network's stem or a layer of
+    8-24 channels), by ``implicit_wins`` against Winograd (``winograd_alt``) or im2col; decided
+    once per node from the first shape, as ``_use_winograd``."""
     key = ("implicit", id(n))
     if key not in em.memo:
         from jitort.kernels.cpu.conv_implicit import implicit_wins
@@ -66,7 +67,7 @@ def _use_implicit(em: Emitter, n: Node, xs4, ws4, ys4, group) -> bool:
         dims = [concrete(d) for d in (xs4[1], ws4[2], ws4[3], ys4[2], ys4[3])]
         em.memo[key] = bool(w.is_const and group == 1 and np.dtype(w.dtype) == np.float32
                             and np.dtype(n.outputs[0].dtype) == np.float32
-                            and implicit_wins(*dims))
+                            and implicit_wins(*dims, winograd_alt=winograd_alt))
     return em.memo[key]
 
 
@@ -100,7 +101,7 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
     # Winograd reads its own transformed weights: neither the im2col scratch nor the raw
     # weights are placed for it
     tile = _use_winograd(em, n, xs4, ws4, ys4, strides, dil, group)
-    if not tile and _use_implicit(em, n, xs4, ws4, ys4, group):
+    if _use_implicit(em, n, xs4, ws4, ys4, group, bool(tile)):
         _lower_conv2d_implicit(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act)
         return
     if not tile:
