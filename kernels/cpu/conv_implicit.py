@@ -163,20 +163,22 @@ def _phase_planes(x, xb, sh, sw, ph, pw, hq, wq):
                             d1[q] = s1[q * sw]
 
 
-#: panels (of NR grid columns) per task: the input rows they read stay in L2 while each
-#: channel tile sweeps them, and the tile's MR output planes are written as MR sequential
-#: streams (with every tile per panel, 64 channels meant 64 streams and 1.7x the time)
+#: panels (of NR grid columns) per task, at most: the input rows they read stay in L2 while
+#: each channel tile sweeps them (fewer panels when K steps of NR floats per panel would pass
+#: _BLOCK_BYTES), and the tile's MR output planes are written as MR sequential streams (with
+#: every tile per panel, 64 channels meant 64 streams and 1.7x the time)
 _PANELS_PER_TASK = 16
+_BLOCK_BYTES = 1 << 19
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _block(t, nblk, npan, xb, img, off, pk, kk, b, res1, out1, m_n, oh_n, ow_n, tl, wq,
+def _block(t, nblk, ppt, npan, xb, img, off, pk, kk, b, res1, out1, m_n, oh_n, ow_n, tl, wq,
            has_res, act, alpha, beta):
     """Task t: image t // nblk, panels (NR grid columns each) of block t % nblk, every
     channel tile; out1 / res1 are the flat (N, M, OH, OW) arrays."""
     n = t // nblk
-    p0 = (t - n * nblk) * _PANELS_PER_TASK
-    p1 = min(npan, p0 + _PANELS_PER_TASK)
+    p0 = (t - n * nblk) * ppt
+    p1 = min(npan, p0 + ppt)
     plane = oh_n * ow_n
     zero = np.float32(0.0)
     lo_c, hi_c = np.float32(alpha), np.float32(beta)
@@ -218,8 +220,8 @@ def _block(t, nblk, npan, xb, img, off, pk, kk, b, res1, out1, m_n, oh_n, ow_n, 
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _worker(counter, ntask, npan, xb, img, off, pk, kk, b, res, out, wq, has_res, act, alpha,
-            beta):
+def _worker(counter, ntask, ppt, npan, xb, img, off, pk, kk, b, res, out, wq, has_res, act,
+            alpha, beta):
     tl = np.empty(MR * NR, np.float32)
     m_n, oh_n, ow_n = out.shape[1], out.shape[2], out.shape[3]
     out1 = out.reshape(out.size)
@@ -228,17 +230,17 @@ def _worker(counter, ntask, npan, xb, img, off, pk, kk, b, res, out, wq, has_res
         t = next_task(counter)
         if t >= ntask:
             break
-        _block(t, ntask // out.shape[0], npan, xb, img, off, pk, kk, b, res1, out1, m_n, oh_n,
-               ow_n, tl, wq, has_res, act, alpha, beta)
+        _block(t, ntask // out.shape[0], ppt, npan, xb, img, off, pk, kk, b, res1, out1, m_n,
+               oh_n, ow_n, tl, wq, has_res, act, alpha, beta)
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
-def _implicit_par(nw, ntask, npan, xb, img, off, pk, kk, b, res, out, wq, has_res, act, alpha,
-                  beta):
+def _implicit_par(nw, ntask, ppt, npan, xb, img, off, pk, kk, b, res, out, wq, has_res, act,
+                  alpha, beta):
     counter = np.zeros(1, np.int64)
     for wk in prange(nw):
-        _worker(counter, ntask, npan, xb, img, off, pk, kk, b, res, out, wq, has_res, act, alpha,
-                beta)
+        _worker(counter, ntask, ppt, npan, xb, img, off, pk, kk, b, res, out, wq, has_res, act,
+                alpha, beta)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -269,14 +271,15 @@ def conv2d_implicit(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, has
                 off[(c * kh + i) * kw + j] = (((c * sh + a) * sw + e) * hq + i * dh // sh) * wq \
                     + j * dw // sw
     npan = ((oh_n - 1) * wq + ow_n + NR - 1) // NR
-    ntask = n_n * ((npan + _PANELS_PER_TASK - 1) // _PANELS_PER_TASK)
+    ppt = max(1, min(_PANELS_PER_TASK, _BLOCK_BYTES // (kk * NR * 4)))
+    ntask = n_n * ((npan + ppt - 1) // ppt)
     nw = max(1, min(num_threads(), ntask))
     if float(m_n) * float(n_n * npan * NR) * float(kk) < 1e6:
         nw = 1
     if nw == 1:
         counter = np.zeros(1, np.int64)
-        _worker(counter, ntask, npan, xb, img, off, pk, kk, bp, res, out, wq, has_res, act,
+        _worker(counter, ntask, ppt, npan, xb, img, off, pk, kk, bp, res, out, wq, has_res, act,
                 alpha, beta)
     else:
-        _implicit_par(nw, ntask, npan, xb, img, off, pk, kk, bp, res, out, wq, has_res, act,
-                      alpha, beta)
+        _implicit_par(nw, ntask, ppt, npan, xb, img, off, pk, kk, bp, res, out, wq, has_res,
+                      act, alpha, beta)
