@@ -279,8 +279,9 @@ def _gemv_block(a, b, out, i, ia, ib, r, c0, c1, ta, tb, alpha, accumulate):
     else:  # B is (K, N): its rows scaled and summed into the output row, by column blocks
         # that stay in L1, four rows of B per pass over the block
         if not accumulate:
-            for j in range(c0, c1):
-                row[j] = 0
+            seg = row[c0:c1]  # from 0: row[c0 + j] kept the wraparound (scatters)
+            for j in range(c1 - c0):
+                seg[j] = 0
         for j0 in range(c0, c1, _GEMV_COLS):
             j1 = min(c1, j0 + _GEMV_COLS)
             acc = row[j0:j1]
@@ -327,25 +328,28 @@ def _mm_task(t, a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
     blas_beta = 0.0
     if mode == 2:
         # Gemm: prefill with beta * C (broadcast), then accumulate alpha * A @ B into it.
+        # Rows are sliced at c0 and indexed from 0: an index c0 + j (c0 from the task number)
+        # keeps Numba's negative-index wraparound, and the loop became gathers / scatters.
         mc, nc = c2.shape
         if beta != 0.0:
             be = t_(beta)
             blas_beta = 1.0
             for r in range(r0, r1):
-                row = out[i, r]
-                crow = c2[0] if mc == 1 else c2[r]
+                row = out[i, r, c0:c1]
+                rc = 0 if mc == 1 else r
                 if nc == 1:
-                    cv = be * crow[0]
-                    for j in range(c0, c1):
+                    cv = be * c2[rc, 0]
+                    for j in range(c1 - c0):
                         row[j] = cv
                 else:
-                    for j in range(c0, c1):
+                    crow = c2[rc, c0:c1]
+                    for j in range(c1 - c0):
                         row[j] = be * crow[j]
     if k == 0:
         if blas_beta == 0.0:
             for r in range(r0, r1):
-                row = out[i, r]
-                for j in range(c0, c1):
+                row = out[i, r, c0:c1]
+                for j in range(c1 - c0):
                     row[j] = 0
     elif r1 - r0 == 1 and (c1 - c0) * k >= _GEMV_MIN:
         _gemv_block(a, b, out, i, ia, ib, r0, c0, c1, ta, tb, alpha, blas_beta != 0.0)
