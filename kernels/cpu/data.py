@@ -68,10 +68,12 @@ def copy3_into(x, out, offset):
         ldo = out.shape[1] * inner
         xf = x.reshape(-1)
         of = out.reshape(-1)
+        # (unsigned offsets: an int64 ``oo + j`` keeps Numba's negative-index wraparound,
+        # which turned the copy into gathers and scatters)
         for o in range(n_outer):
-            xo = o * row
-            oo = o * ldo + s
-            for j in range(row):
+            xo = np.uint64(o * row)
+            oo = np.uint64(o * ldo + s)
+            for j in range(np.uint64(row)):
                 of[oo + j] = xf[xo + j]
         return
     x2 = x.reshape(n_outer, row)
