@@ -610,16 +610,19 @@ def _topk_row(r, vr, ir, largest, hv, hi):
     while a < n_axis:
         e = min(a + _CHUNK, n_axis)
         c = 0
-        # _above(r[j], thr) (largest) / _above(thr, r[j]) in one compare per element
+        # _above(r[j], thr) (largest) / _above(thr, r[j]) in one compare per element; unsigned
+        # indices: from an int64 ``a`` Numba's negative-index wraparound made the loads gathers
+        ua = np.uint64(a)
+        ue = np.uint64(e)
         if thr != thr:  # a NaN root: only numbers beat it (smallest); nothing does (largest)
             if not largest:
-                for j in range(a, e):
+                for j in range(ua, ue):
                     c += r[j] == r[j]
         elif largest:
-            for j in range(a, e):
+            for j in range(ua, ue):
                 c += not r[j] <= thr
         else:
-            for j in range(a, e):
+            for j in range(ua, ue):
                 c += r[j] < thr
         if c:
             for j in range(a, e):
