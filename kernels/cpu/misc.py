@@ -9,7 +9,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .gemm import num_threads, xgemm
+from .gemm import eptr, num_threads, xgemm
 from .mathfn import fexpneg, fsigmoid
 
 _PAR_MIN_WORK = 1 << 16
@@ -241,7 +241,7 @@ def _deform_block(xt, wp, off, msk, has_mask, bias, has_bias, yf, n, s0, s1, h, 
     colt = np.empty((bs, grp, kk, cg), xt.dtype)
     idx = np.empty((kk, bs, 4), np.int64)
     wts = np.empty((kk, bs, 4), xt.dtype)
-    xn = xt[n]
+    hw = xt.shape[1]
     for g in range(og):
         _deform_taps(off, msk, has_mask, n, g, h, w, kh, kw, sh, sw, ph, pw, dh, dw, s0, s1,
                      idx, wts)
@@ -251,19 +251,20 @@ def _deform_block(xt, wp, off, msk, has_mask, bias, has_bias, yf, n, s0, s1, h, 
             gg = c0 // cg
             e = min(c1, (gg + 1) * cg)
             a = c0 - gg * cg
-            b = e - gg * cg
-            base = gg * cg
+            nch = e - c0
+            # channels [c0, e) of the four corner pixels, by raw pointers: offsets built from
+            # the arguments kept Numba's negative-index wraparound in the loop (gathers)
+            xo = n * hw * c_n + c0
             for t in range(bs):
                 for k in range(kk):
-                    r0 = xn[idx[k, t, 0]]
-                    r1 = xn[idx[k, t, 1]]
-                    r2 = xn[idx[k, t, 2]]
-                    r3 = xn[idx[k, t, 3]]
+                    r0 = eptr(xt, xo + idx[k, t, 0] * c_n)
+                    r1 = eptr(xt, xo + idx[k, t, 1] * c_n)
+                    r2 = eptr(xt, xo + idx[k, t, 2] * c_n)
+                    r3 = eptr(xt, xo + idx[k, t, 3] * c_n)
                     w0, w1, w2, w3 = wts[k, t, 0], wts[k, t, 1], wts[k, t, 2], wts[k, t, 3]
-                    dst = colt[t, gg, k]
-                    for cl in range(a, b):
-                        cc = base + cl
-                        dst[cl] = w0 * r0[cc] + w1 * r1[cc] + w2 * r2[cc] + w3 * r3[cc]
+                    dst = eptr(colt, ((t * grp + gg) * kk + k) * cg + a)
+                    for cl in range(nch):
+                        dst[cl] = w0 * r0[cl] + w1 * r1[cl] + w2 * r2[cl] + w3 * r3[cl]
             c0 = e
     if kd > 0 and ocg > 0:
         for g in range(grp):
@@ -271,13 +272,15 @@ def _deform_block(xt, wp, off, msk, has_mask, bias, has_bias, yf, n, s0, s1, h, 
                   yf, (n * oc + g * ocg) * ohw + s0, ohw)
     else:
         for o in range(oc):
-            for s in range(s0, s1):
-                yf[n, o, s] = 0.0
+            yr = yf[n, o, s0:s1]
+            for s in range(bs):
+                yr[s] = 0.0
     if has_bias:
         for o in range(oc):
             bo = bias[o]
-            for s in range(s0, s1):
-                yf[n, o, s] += bo
+            yr = yf[n, o, s0:s1]
+            for s in range(bs):
+                yr[s] += bo
 
 
 @njit(cache=True, parallel=True, error_model='numpy')
@@ -346,6 +349,7 @@ def _causal_rows(x, w, bias, has_b, past, has_past, act, y, st, r0, r1):
     pad = np.empty(km + l_n, x.dtype)
     acc = np.empty(l_n, x.dtype)
     zero = x.dtype.type(0.0)
+    padx = pad[km:]  # x's part, indexed from 0 (pad[km + t] kept the wraparound: scatters)
     for r in range(r0, r1):
         b = r // c_n
         c = r - b * c_n
@@ -353,7 +357,7 @@ def _causal_rows(x, w, bias, has_b, past, has_past, act, y, st, r0, r1):
             pad[j] = past[b, c, j] if has_past else zero
         xr = x[b, c]
         for t in range(l_n):
-            pad[km + t] = xr[t]
+            padx[t] = xr[t]
         bb = bias[c] if has_b else zero
         for t in range(l_n):
             acc[t] = bb
