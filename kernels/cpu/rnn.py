@@ -37,7 +37,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
-from .gemm import _mm_run, num_threads, xgemm
+from .gemm import _mm_run, eptr, num_threads, xgemm
 from .mathfn import fexp, fexpneg, flog, fsigmoid, ftanh
 
 _FM = {'reassoc', 'contract', 'arcp'}
@@ -185,10 +185,18 @@ def _proj_panels(x, wp, bsum, out, p0, p1):
     ldo = out.shape[1]
     n = bsum.shape[0]
     zero = out.dtype.type(0.0)
+    # raw pointers from the range's first column: indices offset by p0 kept Numba's
+    # negative-index wraparound in these loops (scatters)
+    c0 = p0 * PANEL
+    nc = (p1 - p0) * PANEL
+    nr = max(0, min(n - c0, nc))  # real columns of the range
+    bs = eptr(bsum, c0)
     for r in range(m):
-        row = out[r]
-        for j in range(p0 * PANEL, p1 * PANEL):
-            row[j] = bsum[j] if j < n else zero
+        row = eptr(out, r * ldo + c0)
+        for j in range(nr):
+            row[j] = bs[j]
+        for j in range(nr, nc):
+            row[j] = zero
     m4 = m - m % 4
     # row blocks of _PROJ_ROWS: their rows of x stay in cache while every panel passes
     for r0 in range(0, m4, _PROJ_ROWS):
@@ -320,8 +328,8 @@ def _hgemm_packed(a, aoff, lda, rp, d, c0, c1, out, nb):
     p1 = (c1 + PANEL - 1) // PANEL
     zero = out.dtype.type(0.0)
     for b in range(nb):
-        o = out[d, b]
-        for j in range(p0 * PANEL, p1 * PANEL):
+        o = eptr(out, (d * nb + b) * ldo + p0 * PANEL)
+        for j in range((p1 - p0) * PANEL):
             o[j] = zero
     nb4 = nb - nb % 4
     af = a.reshape(-1)
