@@ -249,7 +249,17 @@ def conv2d_implicit(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, has
     """out = act(conv(x, w) + b (+ res)) for float32 x (N, C, H, W), out / res (N, M, OH, OW),
     weights packed by ``pack_weights`` (kh x kw kernels, group 1), strides sh / sw, begin pads
     ph / pw, dilations dh / dw; ``scr``: ``implicit_scratch_elems`` float32 elements; act codes
-    as in ``epilogue``. res must not alias out."""
+    as in ``epilogue``. res must not alias out. A thin wrapper: the core is typed with plain
+    bool / int64 flags, so literal flags at the call sites do not compile one core each."""
+    _implicit_core(x, pk, np.int64(kh), np.int64(kw), b, res, out, scr, np.int64(sh),
+                   np.int64(sw), np.int64(ph), np.int64(pw), np.int64(dh), np.int64(dw),
+                   bool(has_bias), bool(has_res), np.int64(act), np.float64(alpha),
+                   np.float64(beta))
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _implicit_core(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, has_bias, has_res,
+                   act, alpha, beta):
     n_n, c_n, h, w = x.shape
     m_n, oh_n, ow_n = out.shape[1], out.shape[2], out.shape[3]
     if n_n * m_n * oh_n * ow_n == 0:
