@@ -371,11 +371,13 @@ def _hgemm(a, d, rt, rp, c0, c1, out, rows, nrows):
             xgemm(0, 0, nb, n, kdim, 1.0, a, d * nb * kdim, kdim, rt, d * kdim * gh + c0, gh,
                   0.0, out, d * nb * out.shape[2] + c0, out.shape[2])
         return
-    r = rt[d]
+    # raw pointers (gemm.eptr): four row views per k step cost NRT reference counting,
+    # ~5 us per H=256 step, as much as the step's arithmetic
+    rbase = d * kdim * gh + c0
     for bi in range(nrows):
         b = rows[bi]
-        o = out[d, b, c0:c1]
-        h = a[d, b]
+        o = eptr(out, (d * nb + b) * out.shape[2] + c0)
+        h = eptr(a, (d * nb + b) * kdim)
         for j in range(n):
             o[j] = t_(0.0)
         k = 0
@@ -384,19 +386,35 @@ def _hgemm(a, d, rt, rp, c0, c1, out, rows, nrows):
             h1 = h[k + 1]
             h2 = h[k + 2]
             h3 = h[k + 3]
-            r0 = r[k, c0:c1]
-            r1 = r[k + 1, c0:c1]
-            r2 = r[k + 2, c0:c1]
-            r3 = r[k + 3, c0:c1]
+            r0 = eptr(rt, rbase + k * gh)
+            r1 = eptr(rt, rbase + (k + 1) * gh)
+            r2 = eptr(rt, rbase + (k + 2) * gh)
+            r3 = eptr(rt, rbase + (k + 3) * gh)
             for j in range(n):
                 o[j] += h0 * r0[j] + h1 * r1[j] + h2 * r2[j] + h3 * r3[j]
             k += 4
         while k < kdim:
             hk = h[k]
-            rk = r[k, c0:c1]
+            rk = eptr(rt, rbase + k * gh)
             for j in range(n):
                 o[j] += hk * rk[j]
             k += 1
+
+
+#: multiply-adds of one step's gate product (batch x H x gates*H) from which it is split over
+#: the threads: a parallel launch costs ~5-10 us; LSTM B=1, H=256 is 262K (~50 us a step)
+_STEP_PAR_MACS = 1 << 17
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
+def _hgemm_par(nw, a, d, rt, rp, gh, out, rows, nrows):
+    """``_hgemm`` over columns 0:gh split into nw ranges of whole panels (the packed path
+    writes whole panels: ranges must not share one)."""
+    npan = (gh + PANEL - 1) // PANEL
+    for w in prange(nw):
+        c0 = w * npan // nw * PANEL
+        c1 = min(gh, (w + 1) * npan // nw * PANEL)
+        _hgemm(a, d, rt, rp, c0, c1, out, rows, nrows)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -542,9 +560,10 @@ def _views(ws, nt, nb, hd, g, nd, npan, npan_r):
 # --- LSTM ------------------------------------------------------------------------------------
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def _lstm_dir(d, reverse, xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, betas,
-              clip, input_forget):
+              clip, input_forget, nw):
     """The recurrence of direction ``d`` (it indexes the weights and state; ``reverse``: run
-    from each row's last valid step back)."""
+    from each row's last valid step back); ``nw`` > 1: each step's gate product split over
+    that many workers (``_hgemm_par``)."""
     nb = hs.shape[1]
     hd = hs.shape[2]
     gh = 4 * hd
@@ -565,7 +584,10 @@ def _lstm_dir(d, reverse, xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout, ac
     col = d * gh
     for s in range(maxlen):
         na = _active(lens, s, rows)
-        _hgemm(hs, d, rt, rp, 0, gh, hr, rows, na)
+        if nw > 1:
+            _hgemm_par(nw, hs, d, rt, rp, gh, hr, rows, na)
+        else:
+            _hgemm(hs, d, rt, rp, 0, gh, hr, rows, na)
         for bi in range(na):
             b = rows[bi]
             t = lens[b] - 1 - s if reverse else s
@@ -624,7 +646,7 @@ def _lstm_par(xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, 
               input_forget):
     for d in prange(2):
         _lstm_dir(d, d == 1, xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, betas,
-                  clip, input_forget)
+                  clip, input_forget, 1)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -645,9 +667,14 @@ def lstm(x, w, wp, rt, rp, bias, peep, h0, c0, seqlen, y, yh, yc, ws, layout, re
         _lstm_par(xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, betas, clip,
                   input_forget)
     else:
+        # one direction (or too little work for one worker per direction): each step's gate
+        # product over the threads when it is big enough to pay a parallel launch per step
+        nw = min(num_threads(), (4 * hd + PANEL - 1) // PANEL)
+        if nb * hd * 4 * hd < _STEP_PAR_MACS:
+            nw = 1
         for d in range(nd):
             _lstm_dir(d, reverse != 0 or d == 1, xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout,
-                      acts, alphas, betas, clip, input_forget)
+                      acts, alphas, betas, clip, input_forget, nw)
     if yh.shape[0] > 0:
         _store_state(hs, yh, lens, layout)
     if yc.shape[0] > 0:

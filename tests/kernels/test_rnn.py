@@ -113,6 +113,19 @@ def test_lstm_bidirectional_blas_steps(nthreads):
     _check("LSTM", feeds, hidden_size=32, direction="bidirectional")
 
 
+def test_lstm_step_product_split_over_threads(nthreads):
+    """One direction with steps big enough (batch x H x 4H >= rnn._STEP_PAR_MACS) for each
+    step's gate product to split over the threads in whole panels: the per-row path (batch 3,
+    H 120), the packed-panel path (batch 5, H 100: 400 gate columns, the last panel partial)
+    and sequence lengths that drop rows from the packed path mid-sequence."""
+    from jitort.kernels.cpu import rnn as R
+    assert 3 * 120 * 480 >= R._STEP_PAR_MACS and 5 * 100 * 400 >= R._STEP_PAR_MACS
+    feeds = _inputs("LSTM", 5, 3, 7, 120, 1, h0=True, c0=True)
+    _check("LSTM", feeds, hidden_size=120)
+    feeds = _inputs("LSTM", 6, 5, 7, 100, 1, h0=True, c0=True, lens=[6, 2, 6, 4, 6])
+    _check("LSTM", feeds, hidden_size=100)
+
+
 def test_lstm_reverse_layout1_input_forget():
     feeds = _inputs("LSTM", 5, 3, 4, 8, 1, layout=1, h0=True, c0=True, peep=True,
                     lens=[2, 5, 4])
