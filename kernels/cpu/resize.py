@@ -673,6 +673,35 @@ def _ag_base(L, align):
     return b
 
 
+#: grid points from which a 2-D AffineGrid splits its rows over the threads (prange chunks, as
+#: the other kernels here: gemm.num_threads would import the BLAS module)
+_AG_PAR_POINTS = 1 << 16
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _ag2_rows(theta, o, by, bx, t0, t1):
+    """Rows t0..t1-1 (t = n*H + h) of the 2-D grid o (N, H, W, 2)."""
+    H, W = o.shape[1], o.shape[2]
+    for t in range(t0, t1):
+        n = t // H
+        h = t - n * H
+        r0 = theta[n, 0, 1] * by[h] + theta[n, 0, 2]
+        r1 = theta[n, 1, 1] * by[h] + theta[n, 1, 2]
+        a0 = theta[n, 0, 0]
+        a1 = theta[n, 1, 0]
+        orow = o[n, h]
+        for w in range(W):
+            orow[w, 0] = a0 * bx[w] + r0
+            orow[w, 1] = a1 * bx[w] + r1
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
+def _ag2_par(nw, theta, o, by, bx):
+    rows = o.shape[0] * o.shape[1]
+    for w in prange(nw):
+        _ag2_rows(theta, o, by, bx, w * rows // nw, (w + 1) * rows // nw)
+
+
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def affine_grid(theta, out, dims, align):
     """theta (N, D, D+1), out (N, P, D) with P = prod(dims) (dims: 3 sizes, outer first, a leading 1 when D = 2);
@@ -685,15 +714,10 @@ def affine_grid(theta, out, dims, align):
         by = _ag_base(H, align)
         bx = _ag_base(W, align)
         o = out.reshape((N, H, W, 2))
-        for n in range(N):
-            for h in range(H):
-                r0 = theta[n, 0, 1] * by[h] + theta[n, 0, 2]
-                r1 = theta[n, 1, 1] * by[h] + theta[n, 1, 2]
-                a0 = theta[n, 0, 0]
-                a1 = theta[n, 1, 0]
-                for w in range(W):
-                    o[n, h, w, 0] = a0 * bx[w] + r0
-                    o[n, h, w, 1] = a1 * bx[w] + r1
+        if N * H > 1 and N * H * W >= _AG_PAR_POINTS:
+            _ag2_par(min(N * H, 64), theta, o, by, bx)  # chunks; prange spreads them
+        else:
+            _ag2_rows(theta, o, by, bx, 0, N * H)
         return
     Z = dims[0]
     H = dims[1]

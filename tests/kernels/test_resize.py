@@ -256,3 +256,20 @@ def test_affine_grid(align):
         m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 20)])
         m.ir_version = 8
         _run_both(m, {'t': _rng.standard_normal(tshape).astype(np.float32)})
+
+
+@pytest.mark.parametrize('align', [0, 1])
+def test_affine_grid_rows_split(align, nthreads):
+    """A 2-D grid of >= resize._AG_PAR_POINTS points: rows in prange chunks (3 x 97 rows of
+    230, not a multiple of the 64 chunks)."""
+    from jitort.kernels.cpu import resize as RZ
+    size = [3, 1, 97, 230]
+    assert 3 * 97 * 230 >= RZ._AG_PAR_POINTS
+    g = helper.make_graph(
+        [helper.make_node('AffineGrid', ['t', 's'], ['y'], align_corners=align)], 'g',
+        [helper.make_tensor_value_info('t', TP.FLOAT, (3, 2, 3))],
+        [helper.make_tensor_value_info('y', TP.FLOAT, None)],
+        [helper.make_tensor('s', TP.INT64, [4], size)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 20)])
+    m.ir_version = 8
+    _run_both(m, {'t': _rng.standard_normal((3, 2, 3)).astype(np.float32)})
