@@ -11,12 +11,12 @@ for every tap (c, kh, kw) the outputs of a row read one contiguous run of a plan
 for columns v..v+63 starts at a fixed offset from v (one offset per tap, a table). The micro-
 kernel (``_ftile_off``, LLVM IR) computes a tile of 6 output channels x 64 grid columns in 24
 zmm accumulators: per tap 6 weight broadcasts, 4 vector loads at the tap's offset, 24 FMAs.
-Columns of the grid past OW are computed and dropped. Then bias, residual and activation on
-each output run (``epilogue.act_row``). Tasks are (image, block of 16 panels of 64 grid
+The accumulators start from the bias; columns of the grid past OW are computed and dropped;
+the activation runs on the tile (or, with a residual, on each output run after it is added). Tasks are (image, block of 16 panels of 64 grid
 columns), each channel tile sweeping the block, pulled by the workers from a shared counter.
 
-The same layout and micro-kernel structure as the integer path of ``quant.qconv2d_i8``
-(``qgemm.emit_tile``), with float32 FMAs.
+The same phase planes (``quant.phase_planes``) and micro-kernel loop (``qgemm.emit_tile``) as
+the integer path of ``quant.qconv2d_i8``, with float32 FMAs.
 """
 import numpy as np
 from llvmlite import ir
@@ -24,9 +24,10 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .epilogue import ACT_CLIP, ACT_RELU, act_row
+from .epilogue import act_row
 from .gemm import eptr, next_task, num_threads
 from .qgemm import MR, NR, NV, _ptr, copy_short, emit_tile
+from .quant import phase_planes
 
 _FM = {'reassoc', 'contract', 'arcp'}
 
@@ -126,43 +127,6 @@ def pack_weights(w):
     return np.ascontiguousarray(p.reshape(nt, MR, k).transpose(0, 2, 1)).reshape(-1)
 
 
-@njit(cache=True, error_model='numpy')
-def _phase_planes(x, xb, sh, sw, ph, pw, hq, wq):
-    """xb[((n*C + c)*sh*sw + a*sw + e)*hq*wq + r*wq + q] = x[n, c, r*sh + a - ph, q*sw + e - pw],
-    0 outside x (every phase: a tap of some dilation may read any)."""
-    n_n, c_n, h, w = x.shape
-    pq = hq * wq
-    for nc in range(n_n * c_n):
-        n = nc // c_n
-        c = nc - n * c_n
-        for a in range(sh):
-            for e in range(sw):
-                base = ((nc * sh + a) * sw + e) * pq
-                q0 = min(max((pw - e + sw - 1) // sw, 0), wq)      # first column inside x
-                q1 = min(max((w - 1 + pw - e) // sw + 1, q0), wq)  # past the last one
-                for r in range(hq):
-                    d = xb[base + r * wq:base + (r + 1) * wq]
-                    ih = r * sh + a - ph
-                    if ih < 0 or ih >= h:
-                        d[:] = 0.0
-                        continue
-                    src = x[n, c, ih]
-                    for q in range(q0):
-                        d[q] = 0.0
-                    for q in range(q1, wq):
-                        d[q] = 0.0
-                    # slices indexed from 0: Numba's negative-index wraparound would stay on
-                    # every element of a loop starting at q0
-                    d1 = d[q0:q1]
-                    s1 = src[q0 * sw + e - pw:]
-                    if sw == 1:
-                        for q in range(q1 - q0):
-                            d1[q] = s1[q]
-                    else:
-                        for q in range(q1 - q0):
-                            d1[q] = s1[q * sw]
-
-
 #: panels (of NR grid columns) per task, at most: the input rows they read stay in L2 while
 #: each channel tile sweeps them (fewer panels when K steps of NR floats per panel would pass
 #: _BLOCK_BYTES), and the tile's MR output planes are written as MR sequential streams (with
@@ -180,23 +144,12 @@ def _block(t, nblk, ppt, npan, xb, img, off, pk, kk, b, res1, out1, m_n, oh_n, o
     p0 = (t - n * nblk) * ppt
     p1 = min(npan, p0 + ppt)
     plane = oh_n * ow_n
-    zero = np.float32(0.0)
-    lo_c, hi_c = np.float32(alpha), np.float32(beta)
     for tile in range((m_n + MR - 1) // MR):
         for pn in range(p0, p1):
             v0 = pn * NR
             _ftile_off(tl, 0, pk, tile * kk * MR, xb, n * img + v0, off, kk, b, tile * MR)
-            if not has_res:  # the activation on the whole tile (contiguous), then copies
-                if act == ACT_RELU:
-                    for j in range(MR * NR):
-                        v = tl[j]
-                        tl[j] = zero if v < zero else v
-                elif act == ACT_CLIP:
-                    for j in range(MR * NR):
-                        v = tl[j]
-                        tl[j] = lo_c if v < lo_c else (hi_c if v > hi_c else v)
-                elif act != 0:
-                    act_row(tl, act, alpha, beta)
+            if not has_res and act != 0:  # the activation on the whole tile, then copies
+                act_row(tl, act, alpha, beta)
             r0 = v0 // wq
             r1 = min(oh_n, (v0 + NR - 1) // wq + 1)
             for r in range(min(MR, m_n - tile * MR)):
@@ -268,7 +221,8 @@ def _implicit_core(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, has_
     img = c_n * sh * sw * hq * wq
     xb = scr[:n_n * img + NR]
     xb[n_n * img:] = 0.0
-    _phase_planes(x, xb, sh, sw, ph, pw, hq, wq)
+    phase_planes(x.reshape(x.size), xb, np.float32(0.0), n_n * c_n, h, w, sh, sw, ph, pw, dh,
+                 dw, kh, kw, hq, wq)
     kk = c_n * kh * kw
     bp = np.zeros((m_n + MR - 1) // MR * MR, np.float32)  # the tiles' first values
     if has_bias:

@@ -290,17 +290,11 @@ def shift_weights(b3, zb, axis=-1):
 
 @njit(cache=True, error_model='numpy')
 def _requant_rows(c3, y3, mult, zy, lo, hi):
-    """y3 = clamp(rint(float32(c3) * mult[n or 0]) + zy): onnxruntime's requantization (8-bit
-    outputs: ``_q1_small``'s rounding, a vector add where ``np.rint`` stayed a call: 3.7 ns
-    per element, as long as the 128x768x768 integer gemm itself)."""
-    per_col = mult.shape[0] > 1
-    zp = np.float32(zy)
-    lz, hz = lo - zp, hi - zp
+    """y3 = clamp(rint(float32(c3) * mult[n or 0]) + zy): onnxruntime's requantization
+    (``_requant_block`` per batch)."""
     for bi in range(c3.shape[0]):
-        for m in range(c3.shape[1]):
-            for n in range(c3.shape[2]):
-                y3[bi, m, n] = _q1_small(np.float32(c3[bi, m, n]) * mult[n if per_col else 0],
-                                   lz, hz, zp)
+        _requant_block(c3[bi], y3[bi], mult, np.float32(zy), lo, hi, 0, c3.shape[1], 0,
+                       c3.shape[2])
 
 
 @njit(cache=True, error_model='numpy')
@@ -437,9 +431,11 @@ _QMM_PAR_MNK = float(1 << 21)
 
 @njit(cache=True, error_model='numpy')
 def _requant_block(c2, y2, mult, zy, lo, hi, r0, r1, j0, j1):
-    """y2[r0:r1, j0:j1] = ``_requant_rows`` of the same block of c2. (Rows as slices indexed
-    from 0: with j0 from an argument LLVM keeps Numba's negative-index wraparound per element
-    and the loop stays scalar, 10x slower.)"""
+    """y2[r0:r1, j0:j1] = clamp(rint(float32(c2) * mult[n or 0]) + zy) over the same block of
+    c2, onnxruntime's requantization for 8-bit outputs (``_q1_small``'s rounding, a vector add
+    where ``np.rint`` stayed a call: 3.7 ns per element, as long as the 128x768x768 integer
+    gemm itself). Rows as slices indexed from 0: with j0 from an argument LLVM keeps Numba's
+    negative-index wraparound per element and the loop stays scalar, 10x slower."""
     per_col = mult.shape[0] > 1
     lz, hz = lo - zy, hi - zy
     w = j1 - j0
@@ -725,13 +721,22 @@ def _q1_small(v, lo, hi, zp):
 def _phase_planes(x4, zx, xb, sh, sw, ph, pw, dh, dw, kh, kw, hq, wq):
     """xb[((b*C + c)*sh*sw + a*sw + e)*hq*wq + y*wq + x] = x4[b, c, y*sh + a - ph,
     x*sw + e - pw] (the zero point's byte outside x), for the phases the taps use."""
-    wide_vectors()
     n, c, h, w = x4.shape
-    xu = x4.reshape(x4.size).view(np.uint8)
-    zb = np.uint8(np.int32(zx[0]) & 255)
+    phase_planes(x4.reshape(x4.size).view(np.uint8), xb, np.uint8(np.int32(zx[0]) & 255), n * c,
+                 h, w, sh, sw, ph, pw, dh, dw, kh, kw, hq, wq)
+
+
+@njit(cache=True, error_model='numpy')
+def phase_planes(src, xb, fill, nc, h, w, sh, sw, ph, pw, dh, dw, kh, kw, hq, wq):
+    """xb[(i*sh*sw + a*sw + e)*hq*wq + y*wq + x] = src[(i*h + y*sh + a - ph)*w + x*sw + e - pw]
+    for the nc (h, w) planes i of the flat src (xb's element type), ``fill`` outside them, for
+    the stride phases the taps use (``_phases_used``; the others are not written): the padded
+    stride-phase planes the in-place tile operands read (QLinearConv's bytes here, the float
+    implicit-gemm convolution's in ``conv_implicit``)."""
+    wide_vectors()
     phases = _phases_used(sh, sw, dh, dw, kh, kw)
     pq = hq * wq
-    for bc in range(n * c):
+    for bc in range(nc):
         for ae in phases:
             a, e = ae // sw, ae % sw
             dst = eptr(xb, (bc * sh * sw + ae) * pq)
@@ -739,15 +744,15 @@ def _phase_planes(x4, zx, xb, sh, sw, ph, pw, dh, dw, kh, kw, hq, wq):
             for y in range(hq):
                 r = y * sh + a - ph
                 o = y * wq
-                if not _pad_row(dst, o, r, h, wq, x0, x1, zb):
+                if not _pad_row(dst, o, r, h, wq, x0, x1, fill):
                     continue
-                src = eptr(xu, (bc * h + r) * w + e - pw)
+                s_ = eptr(src, (bc * h + r) * w + e - pw)
                 if sw == 1:
                     for x in range(x0, x1):
-                        dst[o + x] = src[x]
+                        dst[o + x] = s_[x]
                 else:
                     for x in range(x0, x1):
-                        dst[o + x] = src[x * sw]
+                        dst[o + x] = s_[x * sw]
 
 
 @njit(cache=True, error_model='numpy')

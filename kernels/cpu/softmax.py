@@ -21,7 +21,7 @@ from .mathfn import fexpneg, wide_vectors
 _PAR_MIN_WORK = 1 << 15
 
 
-_VEC_MAX_WIDTH = 16  # float32 lanes of a 512-bit vector (8 for float64)
+_VEC_BYTES = 64  # a 512-bit vector: 16 float32, 8 float64
 
 
 @intrinsic
@@ -43,7 +43,7 @@ def _row_max_vec(typingctx, x2, r):
         row = context.cast(builder, args[1], sig.args[1], types.intp)
         base = builder.gep(ary.data, [builder.mul(row, n)])
         lt = context.get_value_type(aty.dtype)
-        width = _VEC_MAX_WIDTH if aty.dtype == types.float32 else _VEC_MAX_WIDTH // 2
+        width = _VEC_BYTES * 8 // aty.dtype.bitwidth
         vt = ir.VectorType(lt, width)
         sfx = 'f32' if aty.dtype == types.float32 else 'f64'
         vmax = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt]),
@@ -72,7 +72,7 @@ def row_max2(x2, r):
     element (``m = v if v > m else m``: a NaN never wins). Rows are indexed in the 2-D array,
     not sliced out: a row view costs ~100 ns."""
     n = x2.shape[1]
-    if n >= 64 // x2.itemsize:  # one 512-bit vector
+    if n >= _VEC_BYTES // x2.itemsize:  # one 512-bit vector
         return _row_max_vec(x2, r)
     m = x2.dtype.type(-np.inf)
     for j in range(n):
