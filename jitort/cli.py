@@ -350,28 +350,33 @@ def cmd_warmup(args) -> int:
 # --- cache -------------------------------------------------------------------------------------
 
 def cmd_cache(args) -> int:
-    from .codegen.module import cache_dir, library_hash
+    from .codegen.module import cache_dir, gen_hash
     root = cache_dir()
+    from .kernels import _cache
     if args.action == "clear":
         shutil.rmtree(root, ignore_errors=True)
         print(f"removed {root}")
         return 0
-    current = f"gen-{library_hash()}"
-    print(f"{root} (current kernel library: {current})")
-    if not root.exists():
+    kroot = _cache.cache_root()
+    current = {f"gen-{gen_hash()}", f"kernels-{_cache.source_hash()}"}
+    print(f"{root} (current: {', '.join(sorted(current))})")
+    if kroot.resolve() != root.resolve():
+        print(f"kernel library: {kroot}")
+    dirs = sorted({*root.glob("gen-*"), *root.glob("kernels-*"), *kroot.glob("kernels-*")})
+    if not dirs:
         print("  empty")
         return 0
     total = 0
-    for d in sorted(root.glob("gen-*")):
+    for d in dirs:
         files = [f for f in d.rglob("*") if f.is_file()]
         size = sum(f.stat().st_size for f in files)
         total += size
         mods = sum(1 for f in files if f.suffix == ".py" and f.name != "__init__.py")
         nbc = sum(1 for f in files if f.suffix == ".nbc")
-        mark = ("  (current)" if d.name == current
-                else "  (stale: another jitort/numba/kernel version)")
-        print(f"  {d.name}: {mods} generated modules, {nbc} compiled functions, "
-              f"{size / 1e6:.1f} MB{mark}")
+        mark = ("  (current)" if d.name in current
+                else "  (stale: another jitort/numba/python/kernel version)")
+        what = f"{mods} generated modules, " if d.name.startswith("gen-") else "kernel library, "
+        print(f"  {d.name}: {what}{nbc} compiled functions, {size / 1e6:.1f} MB{mark}")
     print(f"  total {total / 1e6:.1f} MB")
     return 0
 

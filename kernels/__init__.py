@@ -3,3 +3,6 @@
 Shipped as ``jitort.kernels``. It never imports ``jitort``: the compiler calls into it, not the
 other way round, so kernels can be tested and benchmarked on their own.
 """
+from . import _cache
+
+_cache.install()

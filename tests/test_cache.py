@@ -2,9 +2,11 @@
 
 Cross-process behaviour is what the cache is for, so most tests run fresh Python processes on
 a small model against an empty temporary ``JITORT_CACHE_DIR`` (Numba's cache files then sit in
-``__pycache__`` beside the generated modules).
+``__pycache__`` beside the generated modules; the kernel library's stay in its own cache,
+kernels/_cache.py).
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -68,23 +70,69 @@ def _gen(cache: Path) -> Path:
 
 # --- never stale -------------------------------------------------------------------------------
 
-def test_library_hash_tracks_the_cpu_kernel_sources(tmp_path):
+def test_generated_code_is_keyed_by_the_kernel_modules_it_reaches(tmp_path):
+    """A generated file's header hashes the kernel modules it imports and their imports
+    (kernels/_cache.modules_hash): editing one of those changes the text (so the file name and
+    cache entry), editing an unrelated kernel or a CUDA kernel does not; the kernel library's
+    own cache folder (source_hash) changes with any CPU kernel file, a new one included."""
+    from jitort.kernels import _cache
     import jitort.kernels as kernels
-    src = Path(kernels.__file__).parent
     copy = tmp_path / "kernels"
-    shutil.copytree(src, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    base = modmgr.library_hash(copy)
-    assert base == modmgr.library_hash()  # same sources, same hash
+    shutil.copytree(Path(kernels.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert _cache.closure(["conv"]) == ["blas", "conv", "epilogue", "gemm", "mathfn"]
+    h = {m: _cache.modules_hash([m], copy) for m in ("conv", "data", "mathfn")}
+    assert h == {m: _cache.modules_hash([m]) for m in h}  # same sources, same hashes
+    lib = _cache.source_hash(copy)
+    assert lib == _cache.source_hash()
     cuda = next(copy.rglob("cuda/*.py"), None)
     if cuda is not None:  # CUDA kernels are not called from CPU code: no invalidation
         cuda.write_text(cuda.read_text() + "\n# edited\n")
-        assert modmgr.library_hash(copy) == base
-    gemm = copy / "cpu" / "gemm.py"
+        assert _cache.source_hash(copy) == lib
+        assert {m: _cache.modules_hash([m], copy) for m in h} == h
+    gemm = copy / "cpu" / "gemm.py"  # imported by conv, not by data nor mathfn
     gemm.write_text(gemm.read_text() + "\n# an edit that changes nothing but the text\n")
-    edited = modmgr.library_hash(copy)
-    assert edited != base
+    assert _cache.modules_hash(["conv"], copy) != h["conv"]
+    assert _cache.modules_hash(["data"], copy) == h["data"]
+    assert _cache.modules_hash(["mathfn"], copy) == h["mathfn"]
+    edited = _cache.source_hash(copy)
+    assert edited != lib
     (copy / "cpu" / "extra.py").write_text("X = 1\n")  # a new kernel file counts too
-    assert modmgr.library_hash(copy) not in (base, edited)
+    assert _cache.source_hash(copy) not in (lib, edited)
+
+
+KERNEL_CHILD = """
+import numpy as np, jitort
+from jitort.kernels.cpu import softmax
+x = np.arange(40, dtype=np.float32).reshape(4, 10)
+assert softmax.row_max(x[1]) == 19.0
+print(softmax.row_max._cache._cache_path)
+print("compiles", jitort.compile_count())
+"""
+
+
+def test_kernel_library_is_cached_outside_the_tree_in_a_directory_keyed_by_its_sources(tmp_path):
+    """The kernels' Numba cache sits in ``<root>/kernels-<source hash>/cpu`` (kernels/_cache.py),
+    so a fresh clone or reinstall finds it and an edit of any kernel file (a callee inlined into
+    another file's kernel included) starts a new one; a second process loads without compiling."""
+    from jitort.kernels import _cache
+    env = dict(os.environ, JITORT_KERNEL_CACHE_DIR=str(tmp_path / "k"))
+    runs = [subprocess.run([sys.executable, "-c", KERNEL_CHILD], env=env, capture_output=True,
+                           text=True, cwd="/", timeout=300) for _ in range(2)]
+    for p in runs:
+        assert p.returncode == 0, p.stdout + p.stderr
+    where = Path(runs[0].stdout.splitlines()[0])
+    assert where == tmp_path / "k" / f"kernels-{_cache.source_hash()}" / "cpu"
+    assert list(where.glob("softmax.row_max-*.nbi"))
+    assert _compiles(runs[0]) >= 1 and _compiles(runs[1]) == 0
+    # another copy of the same sources hashes the same; editing a callee's file changes it
+    import jitort.kernels as kernels
+    copy = tmp_path / "copy"
+    shutil.copytree(Path(kernels.__file__).parent, copy,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    assert _cache.source_hash(copy) == _cache.source_hash()
+    epi = copy / "cpu" / "epilogue.py"
+    epi.write_text(epi.read_text() + "\n# edited\n")
+    assert _cache.source_hash(copy) != _cache.source_hash()
 
 
 def test_generated_files_carry_the_library_hash_and_their_content_hash():
@@ -92,9 +140,11 @@ def test_generated_files_carry_the_library_hash_and_their_content_hash():
     cm(_x())
     (src,) = cm.generated_sources()
     path = Path(src)
-    assert path.parent.parent.name == f"gen-{modmgr.library_hash()}"
+    assert path.parent.parent.name == f"gen-{modmgr.gen_hash()}"
     text = path.read_text()
-    assert modmgr.library_hash() in text.splitlines()[0]
+    from jitort.kernels import _cache
+    libs = re.findall(r"^from jitort\.kernels\.cpu import (\w+) as", text, re.M)
+    assert f"kernels {_cache.modules_hash(libs)}" in text.splitlines()[0]
     import numba
     assert f"numba {numba.__version__}" in text.splitlines()[0]
     assert path.stem == modmgr.module_name("driver", text)  # the name is the text's hash

@@ -287,7 +287,9 @@ class Emitter:
         key = (prefix, source)
         got = _KERNEL_NAMES.get(key)
         if got is None:
-            name = modmgr.module_name(prefix, source.replace("__KNAME__", prefix))
+            # the header is hashed too: it names the kernel library code the text compiles with
+            name = modmgr.module_name(prefix, modmgr.header(["mathfn"])
+                                      + source.replace("__KNAME__", prefix))
             got = _KERNEL_NAMES[key] = (name, source.replace("__KNAME__", name))
         self.kernels[got[0]] = got[1]
         return got[0]
@@ -1024,7 +1026,7 @@ class SegmentCompiler:
         argtypes = ", ".join(f"{np.dtype(v.dtype).name}[{len(shapes[id(v)])}]"
                              for v in [*seg.arg_inputs, *seg.arg_outputs])
         src = "\n".join([
-            modmgr.header().rstrip(),
+            modmgr.header([KERNEL_MODULES[a] for a in libs]).rstrip(),
             f"# arguments: {argtypes}",
             "import math",
             "import numpy as np",
@@ -1260,5 +1262,5 @@ _DEBUG_PRELUDE = (_KERNEL_PRELUDE.replace("from numba import njit,", "from numba
 
 
 def _kernel_module(src: str, debug: bool = False) -> str:
-    return modmgr.header() + (_DEBUG_PRELUDE if debug else _KERNEL_PRELUDE) + src
+    return modmgr.header(["mathfn"]) + (_DEBUG_PRELUDE if debug else _KERNEL_PRELUDE) + src
 

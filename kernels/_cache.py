@@ -1,0 +1,155 @@
+"""Where Numba caches the CPU kernels: one directory per version of the library, outside the tree.
+
+Numba's default puts a kernel's cache in ``__pycache__`` beside its source file and checks each
+file on its own. Two things go wrong with that for this library:
+
+* a cached kernel carries the code of every callee it inlined from *other* modules, and Numba
+  only checks the kernel's own file, so editing ``epilogue.py`` left ``conv.py``'s cached
+  kernels running the old epilogue;
+* a fresh clone or a reinstall in another directory starts from nothing (compiling the library
+  takes minutes on two cores), because the cache lives in the tree.
+
+:class:`KernelCacheLocator` (installed ahead of Numba's own locators by ``kernels/__init__``)
+puts every kernel of ``kernels/cpu`` under ``<root>/kernels-<hash>/cpu``, where the hash covers
+every CPU kernel source, Numba's and Python's versions: any edit starts a new directory, and
+any copy of the same sources finds the same one. ``<root>`` is :func:`cache_root`.
+``JITORT_KERNEL_CACHE=tree`` restores Numba's placement. When the directory cannot be created
+or written, Numba's own locators take over.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import sys
+from pathlib import Path
+
+from numba.core import caching
+
+_CPU = Path(__file__).resolve().parent / "cpu"
+_HASH: str | None = None
+
+
+def source_hash(root: Path | None = None) -> str:
+    """Hash of the CPU kernel sources (every ``kernels/`` file outside ``cuda/``), Numba and Python.
+
+    ``root`` hashes another copy of the library (tests); the installed one is hashed once.
+    """
+    global _HASH
+    if root is None and _HASH is not None:
+        return _HASH
+    import numba
+    base = Path(root) if root is not None else _CPU.parent
+    h = hashlib.sha256(f"numba {numba.__version__} python {sys.version_info[:2]}".encode())
+    for p in sorted(base.rglob("*.py")):
+        if "cuda" in p.relative_to(base).parts:
+            continue
+        h.update(p.relative_to(base).as_posix().encode())
+        h.update(p.read_bytes())
+    digest = h.hexdigest()[:16]
+    if root is None:
+        _HASH = digest
+    return digest
+
+
+_IMPORT = re.compile(r"^\s*from \.(\w*) import \(?([\w, ]+)", re.M)
+
+
+def closure(names, root: Path | None = None) -> list[str]:
+    """The CPU kernel modules ``names`` and every kernel module they import, transitively."""
+    cpu = (Path(root) / "cpu") if root is not None else _CPU
+    todo, seen = list(names), set()
+    while todo:
+        n = todo.pop()
+        if n in seen or not (cpu / f"{n}.py").exists():
+            continue
+        seen.add(n)
+        for mod, imported in _IMPORT.findall((cpu / f"{n}.py").read_text()):
+            todo += [mod] if mod else [x.strip() for x in imported.split(",") if x.strip()]
+    return sorted(seen)
+
+
+def modules_hash(names, root: Path | None = None) -> str:
+    """Hash of Numba's and Python's versions and the sources of :func:`closure` of ``names``:
+    what code compiled against those kernel modules (calling or inlining them) depends on."""
+    if root is None:
+        return _modules_hash(tuple(sorted(set(names))))
+    return _hash_modules(names, Path(root) / "cpu")
+
+
+@functools.lru_cache(maxsize=None)
+def _modules_hash(names: tuple) -> str:  # the installed library, hashed once per process
+    return _hash_modules(names, None)
+
+
+def _hash_modules(names, root: Path | None) -> str:
+    import numba
+    cpu = root if root is not None else _CPU
+    h = hashlib.sha256(f"numba {numba.__version__} python {sys.version_info[:2]}".encode())
+    for n in closure(names, None if root is None else root.parent):
+        h.update(n.encode())
+        h.update((cpu / f"{n}.py").read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cache_root() -> Path:
+    """``$JITORT_KERNEL_CACHE_DIR``, else ``$NUMBA_CACHE_DIR``, else jitort's default cache directory.
+
+    Not ``$JITORT_CACHE_DIR``: that one holds a set of generated programs (a test or a benchmark
+    points it at an empty folder to compile a model again), while the kernel library's compiled
+    code is the same for all of them; setting ``NUMBA_CACHE_DIR`` still moves every Numba cache.
+    """
+    for var in ("JITORT_KERNEL_CACHE_DIR", "NUMBA_CACHE_DIR"):
+        if os.environ.get(var):
+            return Path(os.environ[var]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or (Path.home() / ".cache")
+    return Path(base) / "jitort"
+
+
+def cache_path() -> Path:
+    """The directory this library's compiled kernels live in (for this environment)."""
+    return cache_root() / f"kernels-{source_hash()}" / "cpu"
+
+
+class KernelCacheLocator(caching._CacheLocator):
+    """Numba cache locator for the functions defined in ``kernels/cpu`` (see the module doc)."""
+
+    def __init__(self, py_func, py_file):
+        self._py_file = py_file
+        self._lineno = py_func.__code__.co_firstlineno
+        self._cache_path = str(cache_path())
+
+    def get_cache_path(self):
+        return self._cache_path
+
+    def get_source_stamp(self):
+        # the directory is already keyed by the sources' hash
+        return source_hash()
+
+    def get_disambiguator(self):
+        return str(self._lineno)
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        try:
+            if Path(py_file).resolve().parent != _CPU:
+                return None
+        except OSError:
+            return None
+        self = cls(py_func, py_file)
+        try:
+            self.ensure_cache_path()
+        except OSError:
+            return None
+        return self
+
+
+def install() -> None:
+    """Put :class:`KernelCacheLocator` first in Numba's locator list (before any kernel is defined)."""
+    if os.environ.get("JITORT_KERNEL_CACHE", "").lower() == "tree":
+        return
+    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # renamed in numba 0.61
+    classes = impl._locator_classes
+    if KernelCacheLocator not in classes:
+        classes.insert(0, KernelCacheLocator)
