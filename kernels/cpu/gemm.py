@@ -142,6 +142,51 @@ def next_task(typingctx, counter):
 
 
 @intrinsic
+def yield_cpu(typingctx):
+    """``sched_yield()``: a worker waiting on another gives up its core, so a machine with more
+    runnable threads than cores runs the one it waits for (libc's symbol, resolved in the
+    process like ``get_num_threads``, keeps the caller cacheable)."""
+    sig = types.int32()
+
+    def codegen(context, builder, sig, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(32), []),
+                                            "sched_yield")
+        return builder.call(fn, [])
+    return sig, codegen
+
+
+def _counter_op(name, doc, op):
+    """An intrinsic ``name(counter, i)`` on the int64 ``counter[i]``: ``op(builder, ptr)``."""
+    def fn(typingctx, counter, i):
+        if not (isinstance(counter, types.Array) and counter.dtype == types.int64
+                and isinstance(i, types.Integer)):
+            return None
+        sig = types.int64(counter, i)
+
+        def codegen(context, builder, sig, args):
+            data = make_array(sig.args[0])(context, builder, args[0]).data
+            return op(builder, builder.gep(data, [context.cast(builder, args[1], sig.args[1],
+                                                                types.intp)]))
+        return sig, codegen
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    return intrinsic(fn)
+
+
+_ONE = ir.Constant(ir.IntType(64), 1)
+claim = _counter_op(
+    "claim", "Atomically ``counter[i] += 1``; returns the old value (a task number of step i).",
+    lambda b, p: b.atomic_rmw('add', p, _ONE, 'monotonic'))
+count_done = _counter_op(
+    "count_done", "Atomically ``counter[i] += 1`` with release order: what this thread wrote "
+    "before is visible to a thread that then reads the new count with :func:`read_count`.",
+    lambda b, p: b.atomic_rmw('add', p, _ONE, 'release'))
+read_count = _counter_op(
+    "read_count", "``counter[i]`` read atomically with acquire order (a spin loop on it is not "
+    "hoisted).", lambda b, p: b.load_atomic(p, 'acquire', 8))
+
+
+@intrinsic
 def num_threads(typingctx):
     """Numba's current thread count inside njit code, cacheable.
 

@@ -126,6 +126,30 @@ def test_lstm_step_product_split_over_threads(nthreads):
     _check("LSTM", feeds, hidden_size=100)
 
 
+def test_lstm_small_batch_panels_in_one_parallel_region(nthreads):
+    """Steps that split, H a multiple of rnn.PANEL, default activations:
+    chunks of one panel of hidden units per task (rnn._lstm_dir_panels, the _mk1x4
+    micro-kernel); at 2 threads the workers stay in one parallel region and claim chunks step
+    by step. Batch 1 H 224 (7 panels of 32 or 14 of 16: an odd count); batch 3 reverse, layout 1,
+    peepholes, clip, coupled input and forget gates, rows of length 0 and shorter than the
+    sequence; the same case with other activations (the per-step path) as a check of the
+    routing. (At 1 thread both run the per-step path.)"""
+    from jitort.kernels.cpu import rnn as R
+    for b, h in ((1, 224), (3, 128), (5, 96)):
+        assert h % R.PANEL == 0 and b <= R._PANEL_MAX_ROWS and b * h * 4 * h >= R._STEP_PAR_MACS
+    _check("LSTM", _inputs("LSTM", 9, 1, 12, 224, 1, h0=True, c0=True), hidden_size=224)
+    feeds = _inputs("LSTM", 7, 3, 5, 128, 1, layout=1, h0=True, c0=True, peep=True,
+                    lens=[4, 0, 7])
+    _check("LSTM", feeds, hidden_size=128, direction="reverse", layout=1, clip=2.0,
+           input_forget=1)
+    _check("LSTM", feeds, hidden_size=128, direction="reverse", layout=1, clip=2.0,
+           activations=["HardSigmoid", "Tanh", "Tanh"])
+    # batch 5: four rows by _mk4x2 and one by _mk1x4 while all run, rows one by one after
+    # a length cuts one short
+    feeds = _inputs("LSTM", 5, 5, 6, 96, 1, h0=True, c0=True, lens=[5, 5, 3, 5, 5])
+    _check("LSTM", feeds, hidden_size=96)
+
+
 def test_lstm_reverse_layout1_input_forget():
     feeds = _inputs("LSTM", 5, 3, 4, 8, 1, layout=1, h0=True, c0=True, peep=True,
                     lens=[2, 5, 4])
