@@ -610,7 +610,7 @@ CASES.update({
 
 # LSTM / GRU / RNN (opset 14): crnn's first bidirectional LSTM (T=32, B=1, 512 -> 128, initial
 # states given), and single layers of 256 -> 256 at batch 1 and 16
-def _rnn_case(op, seq, batch, inp, hidden, direction='forward', states=False):
+def _rnn_case(op, seq, batch, inp, hidden, direction='forward', states=False, **attrs):
     g = {'LSTM': 4, 'GRU': 3, 'RNN': 1}[op]
     nd = 2 if direction == 'bidirectional' else 1
     ins = ['x', 'w', 'r', 'b']
@@ -623,8 +623,8 @@ def _rnn_case(op, seq, batch, inp, hidden, direction='forward', states=False):
              ('r', _rn(nd, g * hidden, hidden, seed=2) * 0.05),
              ('b', _rn(nd, 2 * g * hidden, seed=3) * 0.05)]
     outs = ['y', 'yh'] + (['yc'] if op == 'LSTM' else [])
-    return _model_case([helper.make_node(op, ins, outs, hidden_size=hidden, direction=direction)],
-                       feeds, outs, inits, opset=14)
+    return _model_case([helper.make_node(op, ins, outs, hidden_size=hidden, direction=direction,
+                                         **attrs)], feeds, outs, inits, opset=14)
 
 
 CASES.update({
@@ -633,6 +633,9 @@ CASES.update({
     'lstm T=64 B=1 256->256': (lambda: _rnn_case('LSTM', 64, 1, 256, 256), 0),
     'lstm T=64 B=16 256->256': (lambda: _rnn_case('LSTM', 64, 16, 256, 256), 0),
     'gru T=128 B=1 256->256': (lambda: _rnn_case('GRU', 128, 1, 256, 256), 0),
+    # as PyTorch exports GRU (linear_before_reset=1)
+    'gru T=128 B=1 256->256 lbr': (lambda: _rnn_case('GRU', 128, 1, 256, 256,
+                                                     linear_before_reset=1), 0),
     'gru bidir T=64 B=16 256->256': (lambda: _rnn_case('GRU', 64, 16, 256, 256,
                                                        'bidirectional'), 0),
     'rnn T=64 B=16 256->256': (lambda: _rnn_case('RNN', 64, 16, 256, 256), 0),

@@ -197,6 +197,9 @@ _mk4 = _panel_kernel(4, 1, True)
 _mk1x4 = _panel_kernel(1, 4, False)
 #: four rows x two panels (two gates of a chunk), written over out: LSTM steps by chunks
 _mk4x2 = _panel_kernel(4, 2, False)
+#: GRU steps by chunks: one row x its three gates, four rows x one gate
+_mk1x3 = _panel_kernel(1, 3, False)
+_mk4x1 = _panel_kernel(4, 1, False)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -424,7 +427,7 @@ def _hgemm(a, d, rt, rp, c0, c1, out, rows, nrows):
 
 
 #: batch rows up to which a split LSTM step runs by chunks of hidden units in one parallel
-#: region (_lstm_dir_panels) rather than a parallel launch per step (measured to batch 64)
+#: region (_dir_panels) rather than a parallel launch per step (measured to batch 64)
 _PANEL_MAX_ROWS = 64
 
 #: multiply-adds of one step's gate product (batch x H x gates*H) from which it is split over
@@ -668,11 +671,42 @@ def _lstm_dir(d, reverse, xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout, ac
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
+def _chunk_products(ng, d, j0, src, rp, hr, rows, na):
+    """hr[d, b, g*H + j0 : g*H + j0 + PANEL] = src[b] @ (gate g's panel of the packed
+    recurrence rp) for the ``ng`` gates (3 or 4) and the active rows: while every row runs
+    (rows = 0..nb-1) four rows at a time, then one by one."""
+    nb, hd = src.shape
+    ldh = hr.shape[2]
+    woff = (d * rp.shape[1] + j0 // PANEL) * hd * PANEL
+    r4 = na - na % 4 if na == nb else 0
+    for b in range(0, r4, 4):
+        o = (d * nb + b) * ldh + j0
+        _mk4x2(src, b * hd, hd, rp, woff, hd * hd, hr, o, ldh, hd, hd)
+        if ng == 4:
+            _mk4x2(src, b * hd, hd, rp, woff + 2 * hd * hd, hd * hd, hr, o + 2 * hd, ldh, hd, hd)
+        else:
+            _mk4x1(src, b * hd, hd, rp, woff + 2 * hd * hd, 0, hr, o + 2 * hd, ldh, 0, hd)
+    for bi in range(r4, na):
+        o = (d * nb + rows[bi]) * ldh + j0
+        if ng == 4:
+            _mk1x4(src, rows[bi] * hd, 0, rp, woff, hd * hd, hr, o, 0, hd, hd)
+        else:
+            _mk1x3(src, rows[bi] * hd, 0, rp, woff, hd * hd, hr, o, 0, hd, hd)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _chunk_y(y, t, d, b, j0, j1, hn, layout):
+    yo = y[t, d, b, j0:j1] if layout == 0 else y[b, t, d, j0:j1]
+    for j in range(j1 - j0):
+        yo[j] = hn[j]
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
 def _lstm_chunk(d, s, reverse, j0, j1, xw, rp, peep, src, dst, cs, hr, y, lens, rows, na, layout,
                 cl, input_forget):
     """Hidden units j0:j1 (one panel, j0 a multiple of PANEL) of step ``s`` of direction ``d``
     for the active rows (default activations): their four gates' recurrent products from the
-    whole previous state ``src`` (nb, H) against the packed recurrence ``rp`` (_mk4x2, _mk1x4), then
+    whole previous state ``src`` (nb, H) against the packed recurrence ``rp`` (_chunk_products), then
     the cell update into cs and ``dst`` (nb, H) and Y. ``peep`` (nd, 3H): zeros when the model
     has none."""
     nb = cs.shape[1]
@@ -684,17 +718,7 @@ def _lstm_chunk(d, s, reverse, j0, j1, xw, rp, peep, src, dst, cs, hr, y, lens, 
     t_ = cs.dtype.type
     one = t_(1.0)
     has_y = y.shape[0] > 0 and y.shape[3] > 0
-    npan = rp.shape[1]
-    woff = (d * npan + j0 // PANEL) * hd * PANEL
-    # while every row runs (rows = 0..nb-1): four rows at a time, then one by one
-    r4 = na - na % 4 if na == nb else 0
-    for b in range(0, r4, 4):
-        for gate in range(0, 4, 2):
-            _mk4x2(src, b * hd, hd, rp, woff + gate * hd * hd, hd * hd, hr,
-                   (d * nb + b) * ldh + gate * hd + j0, ldh, hd, hd)
-    for bi in range(r4, na):
-        b = rows[bi]
-        _mk1x4(src, b * hd, 0, rp, woff, hd * hd, hr, (d * nb + b) * ldh + j0, 0, hd, hd)
+    _chunk_products(4, d, j0, src, rp, hr, rows, na)
     for bi in range(na):
         b = rows[bi]
         t = lens[b] - 1 - s if reverse else s
@@ -717,15 +741,46 @@ def _lstm_chunk(d, s, reverse, j0, j1, xw, rp, peep, src, dst, cs, hr, y, lens, 
             c[j] = cn
             hn[j] = vo * ftanh(cn)
         if has_y:
-            yo = y[t, d, b, j0:j1] if layout == 0 else y[b, t, d, j0:j1]
-            for j in range(n):
-                yo[j] = hn[j]
+            _chunk_y(y, t, d, b, j0, j1, hn, layout)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _lstm_worker(d, reverse, xw, rp, peep, hs, hb, cs, hr, y, lens, layout, cl, input_forget,
-                 claims, done, unit, nchunk, maxlen):
-    """One worker of :func:`_lstm_dir_panels`: each step, chunks of hidden units claimed from
+def _gru_chunk(d, s, reverse, j0, j1, xw, rp, rbh, src, dst, hr, y, lens, rows, na, layout, cl):
+    """GRU (linear_before_reset, default activations) counterpart of :func:`_lstm_chunk`:
+    units j0:j1 of step ``s``: the three gates' products (_chunk_products), then z, r, the
+    candidate and the new state into ``dst``, and Y."""
+    nb = src.shape[0]
+    hd = src.shape[1]
+    gh = 3 * hd
+    nt = xw.shape[0] // nb
+    n = j1 - j0
+    ldh = hr.shape[2]
+    t_ = src.dtype.type
+    one = t_(1.0)
+    has_y = y.shape[0] > 0 and y.shape[3] > 0
+    _chunk_products(3, d, j0, src, rp, hr, rows, na)
+    rb = eptr(rbh, d * hd + j0)
+    for bi in range(na):
+        b = rows[bi]
+        t = lens[b] - 1 - s if reverse else s
+        xr = eptr(xw, _xrow(t, b, nt, nb, layout) * xw.shape[1] + d * gh + j0)
+        g = eptr(hr, (d * nb + b) * ldh + j0)
+        h = eptr(src, b * hd + j0)
+        hn = eptr(dst, b * hd + j0)
+        for j in range(n):
+            z = fsigmoid(_clip(xr[j] + g[j], cl))
+            r = fsigmoid(_clip(xr[hd + j] + g[hd + j], cl))
+            c = ftanh(_clip(xr[2 * hd + j] + r * (g[2 * hd + j] + rb[j]), cl))
+            hn[j] = (one - z) * c + z * h[j]
+        if has_y:
+            _chunk_y(y, t, d, b, j0, j1, hn, layout)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _cell_worker(cell, d, reverse, xw, rp, aux, hs, hb, cs, hr, y, lens, layout, cl,
+                 input_forget, claims, done, unit, nchunk, maxlen):
+    """One worker of :func:`_dir_panels` (``cell`` 0: LSTM, ``aux`` its peepholes; 1: GRU,
+    ``aux`` the recurrence bias of h, ``cs`` unused): each step, chunks of hidden units claimed from
     ``claims[s]`` until none is left, then a wait until every chunk of the step is done
     (``done[s]``) before the next step reads the new state. A chunk is only waited for once a
     running worker has claimed it, so a worker that runs alone (the other one not started,
@@ -747,27 +802,32 @@ def _lstm_worker(d, reverse, xw, rp, peep, hs, hb, cs, hr, y, lens, layout, cl, 
             if q >= nchunk:
                 break
             j0 = q * unit
-            _lstm_chunk(d, s, reverse, j0, min(hd, j0 + unit), xw, rp, peep, src, hb[s % 2],
-                        cs, hr, y, lens, rows, na, layout, cl, input_forget)
+            j1 = min(hd, j0 + unit)
+            if cell == 0:
+                _lstm_chunk(d, s, reverse, j0, j1, xw, rp, aux, src, hb[s % 2], cs, hr, y, lens,
+                            rows, na, layout, cl, input_forget)
+            else:
+                _gru_chunk(d, s, reverse, j0, j1, xw, rp, aux, src, hb[s % 2], hr, y, lens, rows,
+                           na, layout, cl)
             count_done(done, s)
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
-def _lstm_workers(d, reverse, xw, rp, peep, hs, hb, cs, hr, y, lens, layout, cl, input_forget,
-                  claims, done, unit, nchunk, maxlen, nw):
+def _cell_workers(cell, d, reverse, xw, rp, aux, hs, hb, cs, hr, y, lens, layout, cl,
+                  input_forget, claims, done, unit, nchunk, maxlen, nw):
     for w in prange(nw):
-        _lstm_worker(d, reverse, xw, rp, peep, hs, hb, cs, hr, y, lens, layout, cl, input_forget,
-                     claims, done, unit, nchunk, maxlen)
+        _cell_worker(cell, d, reverse, xw, rp, aux, hs, hb, cs, hr, y, lens, layout, cl,
+                     input_forget, claims, done, unit, nchunk, maxlen)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _lstm_dir_panels(d, reverse, xw, rp, peep, hs, cs, hr, y, lens, layout, clip, input_forget,
-                     nw):
-    """The recurrence of direction ``d`` with default activations, a batch below the packed
-    path and H a multiple of PANEL, by chunks of one panel of hidden units (_lstm_chunk);
-    ``nw`` > 1: that many workers stay in one parallel region for all the steps
-    (:func:`_lstm_worker`), no parallel launch per step, so a step of ~10 us (batch 1, H 256)
-    splits."""
+def _dir_panels(cell, d, reverse, xw, rp, aux, hs, cs, hr, y, lens, layout, clip, input_forget,
+                nw):
+    """The recurrence of direction ``d`` of an LSTM (``cell`` 0) or a GRU with
+    linear_before_reset (1), default activations, H a multiple of PANEL, by chunks of one
+    panel of hidden units (_lstm_chunk / _gru_chunk); ``nw`` > 1: that many workers stay in
+    one parallel region for all the steps (:func:`_cell_worker`), no parallel launch per
+    step, so a step of ~10 us (batch 1, H 256) splits."""
     nb = hs.shape[1]
     hd = hs.shape[2]
     maxlen = 0
@@ -780,10 +840,10 @@ def _lstm_dir_panels(d, reverse, xw, rp, peep, hs, cs, hr, y, lens, layout, clip
     done = np.zeros(maxlen, np.int64)
     cl = hs.dtype.type(clip)
     if nw > 1:
-        _lstm_workers(d, reverse, xw, rp, peep, hs, hb, cs, hr, y, lens, layout, cl,
+        _cell_workers(cell, d, reverse, xw, rp, aux, hs, hb, cs, hr, y, lens, layout, cl,
                       input_forget, claims, done, unit, nchunk, maxlen, nw)
     else:
-        _lstm_worker(d, reverse, xw, rp, peep, hs, hb, cs, hr, y, lens, layout, cl,
+        _cell_worker(cell, d, reverse, xw, rp, aux, hs, hb, cs, hr, y, lens, layout, cl,
                      input_forget, claims, done, unit, nchunk, maxlen)
     for b in range(nb):  # each row's state after its last step
         if lens[b] > 0:
@@ -836,8 +896,8 @@ def lstm(x, w, wp, rt, rp, bias, peep, h0, c0, seqlen, y, yh, yc, ws, layout, re
             if (panels and acts[k] == ACT_SIGMOID and acts[k + 1] == ACT_TANH
                     and acts[k + 2] == ACT_TANH):
                 pe = peep if peep.shape[1] > 0 else np.zeros((nd, 3 * hd), hs.dtype)
-                _lstm_dir_panels(d, reverse != 0 or d == 1, xw, rp, pe, hs, cs, hr, y, lens,
-                                 layout, clip, input_forget, nw)
+                _dir_panels(0, d, reverse != 0 or d == 1, xw, rp, pe, hs, cs, hr, y, lens,
+                            layout, clip, input_forget, nw)
                 continue
             _lstm_dir(d, reverse != 0 or d == 1, xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout,
                       acts, alphas, betas, clip, input_forget, nw)
@@ -1003,7 +1063,17 @@ def gru(x, w, wp, rt, rp, bias, h0, seqlen, y, yh, ws, layout, reverse, acts, al
     if nd == 2 and num_threads() >= 2 and nt * nb * hd * 3 * hd >= _PAR_MIN_MACS:
         _gru_par(xw, rt, rp, rbh, hr, tmp, hs, y, lens, layout, acts, alphas, betas, clip, lbr)
     else:
+        # steps that split: chunks of hidden units in one parallel region (see lstm)
+        nw = min(num_threads(), (3 * hd + PANEL - 1) // PANEL)
+        if nb * hd * 3 * hd < _STEP_PAR_MACS:
+            nw = 1
+        panels = (nw > 1 and nb <= _PANEL_MAX_ROWS and rp.shape[0] > 0 and hd % PANEL == 0
+                  and lbr != 0)
         for d in range(nd):
+            if panels and acts[2 * d] == ACT_SIGMOID and acts[2 * d + 1] == ACT_TANH:
+                _dir_panels(1, d, reverse != 0 or d == 1, xw, rp, rbh, hs, hs, hr, y, lens,
+                            layout, clip, False, nw)
+                continue
             _gru_dir(d, reverse != 0 or d == 1, xw, rt, rp, rbh, hr, tmp, hs, y, lens, layout,
                      acts, alphas, betas, clip, lbr)
     if yh.shape[0] > 0:

@@ -128,7 +128,7 @@ def test_lstm_step_product_split_over_threads(nthreads):
 
 def test_lstm_small_batch_panels_in_one_parallel_region(nthreads):
     """Steps that split, H a multiple of rnn.PANEL, default activations:
-    chunks of one panel of hidden units per task (rnn._lstm_dir_panels, the _mk1x4
+    chunks of one panel of hidden units per task (rnn._dir_panels, the _mk1x4
     micro-kernel); at 2 threads the workers stay in one parallel region and claim chunks step
     by step. Batch 1 H 224 (7 panels of 32 or 14 of 16: an odd count); batch 3 reverse, layout 1,
     peepholes, clip, coupled input and forget gates, rows of length 0 and shorter than the
@@ -203,6 +203,25 @@ def test_lstm_empty(seq, batch):
 def test_gru_bidirectional_lens(lbr, nthreads):
     feeds = _inputs("GRU", 6, 3, 4, 8, 2, h0=True, lens=[6, 0, 4])
     _check("GRU", feeds, hidden_size=8, direction="bidirectional", linear_before_reset=lbr)
+
+
+def test_gru_panels_in_one_parallel_region(nthreads):
+    """GRU with linear_before_reset and steps that split (batch x H x 3H >= rnn._STEP_PAR_MACS,
+    H a multiple of rnn.PANEL): chunks of hidden units in one parallel region at 2 threads
+    (rnn._dir_panels with _gru_chunk). Batch 1 H 224; batch 5 reverse, layout 1, clip, a row
+    cut short (four rows by _mk4x2 + _mk4x1 while all run, then one by one); the same batch-5
+    case without linear_before_reset (the per-step path)."""
+    from jitort.kernels.cpu import rnn as R
+    for b, h in ((1, 224), (5, 96)):
+        assert h % R.PANEL == 0 and b <= R._PANEL_MAX_ROWS and b * h * 3 * h >= R._STEP_PAR_MACS
+    # (sums of 224 products of scale-0.4 weights: float32 rounding differs from onnxruntime's
+    # by up to 3e-5 after 9 steps, on either path)
+    _check("GRU", _inputs("GRU", 9, 1, 12, 224, 1, h0=True), hidden_size=224,
+           linear_before_reset=1, atol=1e-4)
+    feeds = _inputs("GRU", 6, 5, 7, 96, 1, layout=1, h0=True, lens=[6, 6, 2, 6, 6])
+    for lbr in (1, 0):
+        _check("GRU", feeds, hidden_size=96, direction="reverse", layout=1, clip=1.5,
+               linear_before_reset=lbr)
 
 
 @pytest.mark.parametrize("lbr", [0, 1])
