@@ -11,7 +11,7 @@ file on its own. Two things go wrong with that for this library:
 
 :class:`KernelCacheLocator` (installed ahead of Numba's own locators by ``kernels/__init__``)
 puts every kernel of ``kernels/cpu`` under ``<root>/kernels-<hash>/cpu``, where the hash covers
-every CPU kernel source, Numba's and Python's versions: any edit starts a new directory, and
+every CPU kernel module, Numba's and Python's versions: any edit starts a new directory, and
 any copy of the same sources finds the same one. ``<root>`` is :func:`cache_root`.
 ``JITORT_KERNEL_CACHE=tree`` restores Numba's placement. When the directory cannot be created
 or written, Numba's own locators take over.
@@ -28,37 +28,45 @@ from pathlib import Path
 from numba.core import caching
 
 _CPU = Path(__file__).resolve().parent / "cpu"
-_HASH: str | None = None
+_IMPORT = re.compile(r"^\s*from \.(\w*) import \(?([\w, ]+)", re.M)
+
+
+def _cpu(root: Path | None) -> Path:
+    return Path(root) / "cpu" if root is not None else _CPU
+
+
+def _digest(cpu: Path, names) -> str:
+    """Hash of Numba's and Python's versions and the sources of the modules ``names`` of ``cpu``."""
+    import numba
+    h = hashlib.sha256(f"numba {numba.__version__} python {sys.version_info[:2]}".encode())
+    for n in names:
+        h.update(n.encode())
+        h.update((cpu / f"{n}.py").read_bytes())
+    return h.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=None)
+def _installed(names: tuple) -> str:  # the installed library's hashes, once per process
+    return _digest(_CPU, names)
 
 
 def source_hash(root: Path | None = None) -> str:
-    """Hash of the CPU kernel sources (every ``kernels/`` file outside ``cuda/``), Numba and Python.
-
-    ``root`` hashes another copy of the library (tests); the installed one is hashed once.
-    """
-    global _HASH
-    if root is None and _HASH is not None:
-        return _HASH
-    import numba
-    base = Path(root) if root is not None else _CPU.parent
-    h = hashlib.sha256(f"numba {numba.__version__} python {sys.version_info[:2]}".encode())
-    for p in sorted(base.rglob("*.py")):
-        if "cuda" in p.relative_to(base).parts:
-            continue
-        h.update(p.relative_to(base).as_posix().encode())
-        h.update(p.read_bytes())
-    digest = h.hexdigest()[:16]
+    """Hash of every CPU kernel module (``kernels/cpu``), Numba and Python: names the folder of
+    the compiled library. Not this file nor the CUDA kernels: no CPU kernel's code comes from
+    them. ``root`` hashes another copy of the library (tests)."""
     if root is None:
-        _HASH = digest
-    return digest
+        return _installed_source()
+    return _digest(_cpu(root), sorted(p.stem for p in _cpu(root).glob("*.py")))
 
 
-_IMPORT = re.compile(r"^\s*from \.(\w*) import \(?([\w, ]+)", re.M)
+@functools.lru_cache(maxsize=None)
+def _installed_source() -> str:  # asked by every kernel's cache locator: once
+    return _installed(tuple(sorted(p.stem for p in _CPU.glob("*.py"))))
 
 
 def closure(names, root: Path | None = None) -> list[str]:
     """The CPU kernel modules ``names`` and every kernel module they import, transitively."""
-    cpu = (Path(root) / "cpu") if root is not None else _CPU
+    cpu = _cpu(root)
     todo, seen = list(names), set()
     while todo:
         n = todo.pop()
@@ -74,23 +82,13 @@ def modules_hash(names, root: Path | None = None) -> str:
     """Hash of Numba's and Python's versions and the sources of :func:`closure` of ``names``:
     what code compiled against those kernel modules (calling or inlining them) depends on."""
     if root is None:
-        return _modules_hash(tuple(sorted(set(names))))
-    return _hash_modules(names, Path(root) / "cpu")
+        return _installed_closure(tuple(sorted(set(names))))
+    return _digest(_cpu(root), closure(names, root))
 
 
 @functools.lru_cache(maxsize=None)
-def _modules_hash(names: tuple) -> str:  # the installed library, hashed once per process
-    return _hash_modules(names, None)
-
-
-def _hash_modules(names, root: Path | None) -> str:
-    import numba
-    cpu = root if root is not None else _CPU
-    h = hashlib.sha256(f"numba {numba.__version__} python {sys.version_info[:2]}".encode())
-    for n in closure(names, None if root is None else root.parent):
-        h.update(n.encode())
-        h.update((cpu / f"{n}.py").read_bytes())
-    return h.hexdigest()[:16]
+def _installed_closure(names: tuple) -> str:  # every generated file's header asks: once each
+    return _installed(tuple(closure(names)))
 
 
 def cache_root() -> Path:
