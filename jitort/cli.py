@@ -349,34 +349,56 @@ def cmd_warmup(args) -> int:
 
 # --- cache -------------------------------------------------------------------------------------
 
+def _size(d: Path) -> tuple[int, int]:
+    files = [f for f in d.rglob("*") if f.is_file()]
+    return sum(f.stat().st_size for f in files), sum(1 for f in files if f.suffix == ".nbc")
+
+
 def cmd_cache(args) -> int:
     from .codegen.module import cache_dir, gen_hash
-    root = cache_dir()
     from .kernels import _cache
+    root, kroot = cache_dir(), _cache.cache_root()
+    current = {_cache.folder(m) for m in _cache.modules()}
+    # kernel folders of other sources (an earlier edit, another numba), and the one-folder
+    # layout of earlier jitort versions (kernels-<hash>)
+    stale = [d for d in sorted((kroot / "kernels").glob("*-*")) if d.name not in current]
+    stale += sorted({*root.glob("kernels-*"), *kroot.glob("kernels-*")})
+    stale += [d for d in sorted(root.glob("gen-*")) if d.name != f"gen-{gen_hash()}"]
     if args.action == "clear":
         shutil.rmtree(root, ignore_errors=True)
         print(f"removed {root}")
         return 0
-    kroot = _cache.cache_root()
-    current = {f"gen-{gen_hash()}", f"kernels-{_cache.source_hash()}"}
-    print(f"{root} (current: {', '.join(sorted(current))})")
-    if kroot.resolve() != root.resolve():
-        print(f"kernel library: {kroot}")
-    dirs = sorted({*root.glob("gen-*"), *root.glob("kernels-*"), *kroot.glob("kernels-*")})
-    if not dirs:
-        print("  empty")
+    if args.action == "prune":
+        for d in stale:
+            shutil.rmtree(d, ignore_errors=True)
+            print(f"removed {d}")
+        print(f"{len(stale)} stale folders removed")
         return 0
+    print(f"{root} (generated code: gen-{gen_hash()})")
     total = 0
-    for d in dirs:
-        files = [f for f in d.rglob("*") if f.is_file()]
-        size = sum(f.stat().st_size for f in files)
+    for d in sorted(root.glob("gen-*")):
+        size, nbc = _size(d)
         total += size
-        mods = sum(1 for f in files if f.suffix == ".py" and f.name != "__init__.py")
-        nbc = sum(1 for f in files if f.suffix == ".nbc")
-        mark = ("  (current)" if d.name in current
-                else "  (stale: another jitort/numba/python/kernel version)")
-        what = f"{mods} generated modules, " if d.name.startswith("gen-") else "kernel library, "
-        print(f"  {d.name}: {what}{nbc} compiled functions, {size / 1e6:.1f} MB{mark}")
+        mods = sum(1 for f in d.rglob("*.py") if f.name != "__init__.py")
+        mark = "  (stale)" if d in stale else "  (current)"
+        print(f"  {d.name}: {mods} generated modules, {nbc} compiled functions, "
+              f"{size / 1e6:.1f} MB{mark}")
+    print(f"kernel library: {kroot / 'kernels'}")
+    here = [kroot / "kernels" / n for n in sorted(current)]
+    sizes = [_size(d) for d in here if d.is_dir()]
+    size, nbc = sum(s for s, _ in sizes), sum(n for _, n in sizes)
+    total += size
+    print(f"  {len(sizes)} of {len(here)} kernel modules have compiled code: {nbc} compiled "
+          f"functions, {size / 1e6:.1f} MB (current)")
+    for d in stale:
+        if d.name.startswith("gen-"):
+            continue
+        size, nbc = _size(d)
+        total += size
+        print(f"  {d.name}: {nbc} compiled functions, {size / 1e6:.1f} MB  (stale: other "
+              "kernel sources, numba or python)")
+    if stale:
+        print(f"  `jitort cache prune` removes the {len(stale)} stale folders")
     print(f"  total {total / 1e6:.1f} MB")
     return 0
 
@@ -471,8 +493,10 @@ def main(argv=None) -> int:
                     help="a bad row: stop with an error naming it, or record it in "
                          "OUTPUT/_errors.jsonl and go on")
     bt.set_defaults(fn=cmd_batch)
-    c = sub.add_parser("cache", help="the on-disk cache of generated code")
-    c.add_argument("action", choices=["info", "clear"])
+    c = sub.add_parser("cache", help="the on-disk cache of generated code and kernels")
+    c.add_argument("action", choices=["info", "prune", "clear"],
+                   help="info: what is cached; prune: remove the folders of other kernel "
+                        "sources or versions; clear: remove the generated code")
     c.set_defaults(fn=cmd_cache)
     args = p.parse_args(argv)
     if args.verbose:

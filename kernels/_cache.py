@@ -1,4 +1,5 @@
-"""Where Numba caches the CPU kernels: one directory per version of the library, outside the tree.
+"""Where Numba caches the CPU kernels: one directory per kernel module and version of the
+sources it depends on, outside the tree.
 
 Numba's default puts a kernel's cache in ``__pycache__`` beside its source file and checks each
 file on its own. Two things go wrong with that for this library:
@@ -10,9 +11,11 @@ file on its own. Two things go wrong with that for this library:
   takes minutes on two cores), because the cache lives in the tree.
 
 :class:`KernelCacheLocator` (installed ahead of Numba's own locators by ``kernels/__init__``)
-puts every kernel of ``kernels/cpu`` under ``<root>/kernels-<hash>/cpu``, where the hash covers
-every CPU kernel module, Numba's and Python's versions: any edit starts a new directory, and
-any copy of the same sources finds the same one. ``<root>`` is :func:`cache_root`.
+puts the kernels of module ``m`` of ``kernels/cpu`` under ``<root>/kernels/<m>-<hash>``, where
+the hash covers ``m``, every kernel module it imports (transitively: the code it may inline),
+Numba's and Python's versions (:func:`modules_hash`). An edit of ``rnn.py`` starts a new folder
+for ``rnn`` alone; an edit of ``gemm.py`` for every module that reaches it; any copy of the same
+sources finds the same folders. ``<root>`` is :func:`cache_root`.
 ``JITORT_KERNEL_CACHE=tree`` restores Numba's placement. When the directory cannot be created
 or written, Numba's own locators take over.
 """
@@ -50,18 +53,9 @@ def _installed(names: tuple) -> str:  # the installed library's hashes, once per
     return _digest(_CPU, names)
 
 
-def source_hash(root: Path | None = None) -> str:
-    """Hash of every CPU kernel module (``kernels/cpu``), Numba and Python: names the folder of
-    the compiled library. Not this file nor the CUDA kernels: no CPU kernel's code comes from
-    them. ``root`` hashes another copy of the library (tests)."""
-    if root is None:
-        return _installed_source()
-    return _digest(_cpu(root), sorted(p.stem for p in _cpu(root).glob("*.py")))
-
-
-@functools.lru_cache(maxsize=None)
-def _installed_source() -> str:  # asked by every kernel's cache locator: once
-    return _installed(tuple(sorted(p.stem for p in _CPU.glob("*.py"))))
+def modules(root: Path | None = None) -> list[str]:
+    """The CPU kernel modules (``kernels/cpu/*.py``), sorted."""
+    return sorted(p.stem for p in _cpu(root).glob("*.py") if p.stem != "__init__")
 
 
 def closure(names, root: Path | None = None) -> list[str]:
@@ -105,9 +99,14 @@ def cache_root() -> Path:
     return Path(base) / "jitort"
 
 
-def cache_path() -> Path:
-    """The directory this library's compiled kernels live in (for this environment)."""
-    return cache_root() / f"kernels-{source_hash()}" / "cpu"
+def folder(module: str, root: Path | None = None) -> str:
+    """The name of the folder (under ``<root>/kernels``) of kernel module ``module``'s code."""
+    return f"{module}-{modules_hash([module], root)}"
+
+
+def cache_path(module: str) -> Path:
+    """The directory kernel module ``module``'s compiled kernels live in (this environment)."""
+    return cache_root() / "kernels" / folder(module)
 
 
 class KernelCacheLocator(caching._CacheLocator):
@@ -116,14 +115,15 @@ class KernelCacheLocator(caching._CacheLocator):
     def __init__(self, py_func, py_file):
         self._py_file = py_file
         self._lineno = py_func.__code__.co_firstlineno
-        self._cache_path = str(cache_path())
+        self._module = Path(py_file).stem
+        self._cache_path = str(cache_path(self._module))
 
     def get_cache_path(self):
         return self._cache_path
 
     def get_source_stamp(self):
-        # the directory is already keyed by the sources' hash
-        return source_hash()
+        # the directory is already keyed by the hash of the sources the code depends on
+        return modules_hash([self._module])
 
     def get_disambiguator(self):
         return str(self._lineno)

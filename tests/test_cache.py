@@ -73,8 +73,8 @@ def _gen(cache: Path) -> Path:
 def test_generated_code_is_keyed_by_the_kernel_modules_it_reaches(tmp_path):
     """A generated file's header hashes the kernel modules it imports and their imports
     (kernels/_cache.modules_hash): editing one of those changes the text (so the file name and
-    cache entry), editing an unrelated kernel or a CUDA kernel does not; the kernel library's
-    own cache folder (source_hash) changes with any CPU kernel file, a new one included."""
+    cache entry), editing an unrelated kernel or a CUDA kernel does not. The kernel library's
+    own cache folders (one per module, kernels/_cache.folder) follow the same closures."""
     from jitort.kernels import _cache
     import jitort.kernels as kernels
     copy = tmp_path / "kernels"
@@ -82,22 +82,26 @@ def test_generated_code_is_keyed_by_the_kernel_modules_it_reaches(tmp_path):
     assert _cache.closure(["conv"]) == ["blas", "conv", "epilogue", "gemm", "mathfn"]
     h = {m: _cache.modules_hash([m], copy) for m in ("conv", "data", "mathfn")}
     assert h == {m: _cache.modules_hash([m]) for m in h}  # same sources, same hashes
-    lib = _cache.source_hash(copy)
-    assert lib == _cache.source_hash()
+    folders = {m: _cache.folder(m, copy) for m in _cache.modules(copy)}
+    assert folders == {m: _cache.folder(m) for m in _cache.modules()}
+    assert folders["conv"] == f"conv-{h['conv']}"
     cuda = next(copy.rglob("cuda/*.py"), None)
     if cuda is not None:  # CUDA kernels are not called from CPU code: no invalidation
         cuda.write_text(cuda.read_text() + "\n# edited\n")
-        assert _cache.source_hash(copy) == lib
+        assert {m: _cache.folder(m, copy) for m in folders} == folders
         assert {m: _cache.modules_hash([m], copy) for m in h} == h
     gemm = copy / "cpu" / "gemm.py"  # imported by conv, not by data nor mathfn
     gemm.write_text(gemm.read_text() + "\n# an edit that changes nothing but the text\n")
     assert _cache.modules_hash(["conv"], copy) != h["conv"]
     assert _cache.modules_hash(["data"], copy) == h["data"]
     assert _cache.modules_hash(["mathfn"], copy) == h["mathfn"]
-    edited = _cache.source_hash(copy)
-    assert edited != lib
-    (copy / "cpu" / "extra.py").write_text("X = 1\n")  # a new kernel file counts too
-    assert _cache.source_hash(copy) not in (lib, edited)
+    moved = {m for m in folders if _cache.folder(m, copy) != folders[m]}
+    assert moved == {m for m in folders if "gemm" in _cache.closure([m])}
+    assert {"gemm", "conv", "rnn", "quant"} <= moved and not moved & {"data", "mathfn", "scan"}
+    (copy / "cpu" / "extra.py").write_text("X = 1\n")  # a new kernel file is a new module
+    assert _cache.modules(copy) == sorted([*folders, "extra"])
+    assert {m: _cache.folder(m, copy) for m in folders if m not in moved} == \
+        {m: folders[m] for m in folders if m not in moved}
 
 
 KERNEL_CHILD = """
@@ -111,9 +115,10 @@ print("compiles", jitort.compile_count())
 
 
 def test_kernel_library_is_cached_outside_the_tree_in_a_directory_keyed_by_its_sources(tmp_path):
-    """The kernels' Numba cache sits in ``<root>/kernels-<source hash>/cpu`` (kernels/_cache.py),
-    so a fresh clone or reinstall finds it and an edit of any kernel file (a callee inlined into
-    another file's kernel included) starts a new one; a second process loads without compiling."""
+    """A kernel module's Numba cache sits in ``<root>/kernels/<module>-<hash of its closure>``
+    (kernels/_cache.py), so a fresh clone or reinstall finds it and an edit of a file it imports
+    (a callee inlined into its kernels) starts a new one; a second process loads without
+    compiling."""
     from jitort.kernels import _cache
     env = dict(os.environ, JITORT_KERNEL_CACHE_DIR=str(tmp_path / "k"))
     runs = [subprocess.run([sys.executable, "-c", KERNEL_CHILD], env=env, capture_output=True,
@@ -121,7 +126,7 @@ def test_kernel_library_is_cached_outside_the_tree_in_a_directory_keyed_by_its_s
     for p in runs:
         assert p.returncode == 0, p.stdout + p.stderr
     where = Path(runs[0].stdout.splitlines()[0])
-    assert where == tmp_path / "k" / f"kernels-{_cache.source_hash()}" / "cpu"
+    assert where == tmp_path / "k" / "kernels" / f"softmax-{_cache.modules_hash(['softmax'])}"
     assert list(where.glob("softmax.row_max-*.nbi"))
     assert _compiles(runs[0]) >= 1 and _compiles(runs[1]) == 0
     # another copy of the same sources hashes the same; editing a callee's file changes it
@@ -129,10 +134,11 @@ def test_kernel_library_is_cached_outside_the_tree_in_a_directory_keyed_by_its_s
     copy = tmp_path / "copy"
     shutil.copytree(Path(kernels.__file__).parent, copy,
                     ignore=shutil.ignore_patterns("__pycache__"))
-    assert _cache.source_hash(copy) == _cache.source_hash()
+    assert _cache.folder("conv", copy) == _cache.folder("conv")
     epi = copy / "cpu" / "epilogue.py"
     epi.write_text(epi.read_text() + "\n# edited\n")
-    assert _cache.source_hash(copy) != _cache.source_hash()
+    assert _cache.folder("conv", copy) != _cache.folder("conv")
+    assert _cache.folder("softmax", copy) != _cache.folder("softmax")  # through gemm
 
 
 def test_generated_files_carry_the_library_hash_and_their_content_hash():

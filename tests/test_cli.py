@@ -79,6 +79,25 @@ def test_warmup_fills_the_cache_and_reports_it(mlp_file, tmp_path, monkeypatch, 
     assert not (tmp_path / "cache").exists()
 
 
+def test_cache_prune_removes_only_the_folders_of_other_sources(tmp_path, monkeypatch, capsys):
+    from jitort.codegen.module import gen_hash
+    from jitort.kernels import _cache
+    monkeypatch.setenv("JITORT_CACHE_DIR", str(tmp_path / "gen"))
+    monkeypatch.setenv("JITORT_KERNEL_CACHE_DIR", str(tmp_path / "lib"))
+    keep = [tmp_path / "gen" / f"gen-{gen_hash()}", tmp_path / "lib" / "kernels" /
+            _cache.folder("conv")]
+    drop = [tmp_path / "gen" / "gen-0000000000000000", tmp_path / "lib" / "kernels-00000000",
+            tmp_path / "lib" / "kernels" / "conv-0000000000000000"]
+    for d in keep + drop:
+        d.mkdir(parents=True)
+        (d / "x.nbc").write_bytes(b"0" * 10)
+    assert cli.main(["cache", "info"]) == 0
+    info = capsys.readouterr().out
+    assert "1 of " in info and "3 stale folders" in info
+    assert cli.main(["cache", "prune"]) == 0
+    assert all(d.exists() for d in keep) and not any(d.exists() for d in drop)
+
+
 def test_bench_prints_a_table_against_onnxruntime(mlp_file, capsys):
     pytest.importorskip("onnxruntime")
     assert cli.main(["bench", mlp_file, "--repeat", "3"]) == 0
