@@ -172,9 +172,30 @@ def test_dynamic_quantize(case):
     check(helper.make_node('DynamicQuantizeLinear', ['x'], ['y', 'ys', 'yz']), [('x', x)])
 
 
-def test_dynamic_quantize_big_split(nthreads):
-    check(helper.make_node('DynamicQuantizeLinear', ['x'], ['y', 'ys', 'yz']), [('x', _f(256, 700))],
+@pytest.mark.parametrize('shape', [(256, 700), (3, 33333)])
+def test_dynamic_quantize_big_split(nthreads, shape):
+    x = _f(*shape)
+    x[1, 7] = -9.5  # the extremes in one chunk of the split, not the first
+    check(helper.make_node('DynamicQuantizeLinear', ['x'], ['y', 'ys', 'yz']), [('x', x)],
           threads=nthreads)
+
+
+def test_dynamic_quantize_chunks_done_by_one_worker_alone():
+    """The split kernel's worker claims chunks of both passes from counters: one that runs
+    alone (the other never started) does every chunk, with the result of the serial kernel."""
+    from jitort.kernels.cpu import quant
+    x = _f(7, 5001)
+    x[6, 4999] = 40.0  # the maximum in the last chunk
+    x = x.reshape(-1)
+    ref = [np.empty(x.size, np.uint8), np.empty(1, np.float32), np.empty(1, np.uint8)]
+    quant.dynamic_quantize(x, *ref)
+    for nchunk in (1, 3, 8):
+        got = [np.empty_like(r) for r in ref]
+        quant._dyn_worker(x, *got, np.zeros((nchunk, 2), np.int32), np.zeros(3, np.int64),
+                          nchunk)
+        for g, r in zip(got, ref):
+            np.testing.assert_array_equal(g, r)
+    assert ref[0][-2] == 255 and np.count_nonzero(ref[0] == 255) == 1
 
 
 # --- MatMulInteger / QLinearMatMul ---------------------------------------------------------------

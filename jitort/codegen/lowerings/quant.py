@@ -28,6 +28,9 @@ _QINT = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.uint16), np.dtype(np
 _Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
 #: elements from which the elementwise kernels run split over the threads
 _PAR_ELEMS = 1 << 17
+#: DynamicQuantizeLinear's two passes share one parallel region: it gains from ~48K floats at
+#: 2 threads (kernel sweep 24K-98K, serial vs split, in benchmarks/README.md)
+_DYN_PAR_ELEMS = 1 << 16
 #: output channels per group from which a constant-weight quantized convolution runs on the
 #: integer gemm (6-row tiles); fewer (depthwise) keep the float path's direct kernels
 _I8_MIN_MG = 4
@@ -50,11 +53,11 @@ def _dequantize_ok(n: Node) -> bool:
             and (z is None or _dt(z) == _dt(x)))
 
 
-def _par(em: Emitter, n: Node, elems) -> bool:
+def _par(em: Emitter, n: Node, elems, threshold: int = _PAR_ELEMS) -> bool:
     """Split over the threads? Decided once per node from the first shape (speed only)."""
     key = ("quant_par", id(n))
     if key not in em.memo:
-        em.memo[key] = concrete(elems) >= _PAR_ELEMS and em.threads != 1
+        em.memo[key] = concrete(elems) >= threshold and em.threads != 1
     return em.memo[key]
 
 
@@ -125,7 +128,7 @@ def lower_dynamic_quantize(em: Emitter, n: Node) -> None:
     y, ys, yz = n.outputs
     total = _prod(em.shape(x))
     yv, sv, zv = em.out(y), em.out(ys), em.out(yz)
-    fn = "dynamic_quantize_par" if _par(em, n, total) else "dynamic_quantize"
+    fn = "dynamic_quantize_par" if _par(em, n, total, _DYN_PAR_ELEMS) else "dynamic_quantize"
     one = em.tuple_expr((1,))
     em.call(f"_quant.{fn}({em.arr(x)}.reshape({em.tuple_expr((total,))}), "
             f"{yv}.reshape({em.tuple_expr((total,))}), {sv}.reshape({one}), {zv}.reshape({one}))")
