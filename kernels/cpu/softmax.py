@@ -27,10 +27,12 @@ _VEC_BYTES = 64  # a 512-bit vector: 16 float32, 8 float64
 @intrinsic
 def _row_max_vec(typingctx, x2, r):
     """max of row r (of n >= one vector's elements) of the C-contiguous 2-D float array x2 by
-    ``llvm.maxnum`` (NaNs skipped): 512-bit vectors (16 float32 / 8 float64), the last one
-    ending at the row's end (overlapping the previous: max does not mind), one horizontal
-    ``llvm.vector.reduce.fmax``. No scalar loop: LLVM 22's loop vectorizer asserted on a
-    scalar maxnum tail loop (a crash, not an error)."""
+    ``llvm.maxnum`` (NaNs skipped): 512-bit vectors (16 float32 / 8 float64) into four
+    accumulators, the last vector ending at the row's end (overlapping the previous: max does
+    not mind), then a tree of vector maxnums across the lanes. No scalar loop: LLVM 22's loop
+    vectorizer asserted on a scalar maxnum tail loop (a crash, not an error); and not
+    ``llvm.vector.reduce.fmax``, which lowers to a serial chain of 15 NaN-checked scalar maxes
+    (~25 ns a row: 64 -> 26 ns per row of 128 float32, 45 -> 10 ns per row of 16)."""
     if not (isinstance(x2, types.Array) and x2.ndim == 2 and x2.layout == 'C'
             and x2.dtype in (types.float32, types.float64) and isinstance(r, types.Integer)):
         return None
@@ -44,22 +46,43 @@ def _row_max_vec(typingctx, x2, r):
         base = builder.gep(ary.data, [builder.mul(row, n)])
         lt = context.get_value_type(aty.dtype)
         width = _VEC_BYTES * 8 // aty.dtype.bitwidth
-        vt = ir.VectorType(lt, width)
         sfx = 'f32' if aty.dtype == types.float32 else 'f64'
-        vmax = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt, vt]),
-                                              f'llvm.maxnum.v{width}{sfx}')
-        vred = cgutils.get_or_insert_function(builder.module, ir.FunctionType(lt, [vt]),
-                                              f'llvm.vector.reduce.fmax.v{width}{sfx}')
-        w = ir.Constant(n.type, width)
+
+        def vmax(a, b):
+            vt = a.type
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(vt, [vt, vt]), f'llvm.maxnum.v{vt.count}{sfx}')
+            return builder.call(fn, [a, b])
+
+        vt = ir.VectorType(lt, width)
 
         def vload(off):
             return builder.load(builder.bitcast(builder.gep(base, [off]), vt.as_pointer()),
                                 align=4)
-        acc = cgutils.alloca_once_value(builder, vload(builder.sub(n, w)))
-        with cgutils.for_range(builder, builder.udiv(n, w)) as loop:
-            v = vload(builder.mul(loop.index, w))
-            builder.store(builder.call(vmax, [builder.load(acc), v]), acc)
-        return builder.call(vred, [builder.load(acc)])
+
+        def const(v):
+            return ir.Constant(n.type, v)
+        nv = builder.udiv(n, const(width))
+        last = vload(builder.sub(n, const(width)))
+        accs = [cgutils.alloca_once_value(builder, last) for _ in range(4)]
+        with cgutils.for_range(builder, builder.udiv(nv, const(4))) as loop:
+            b0 = builder.mul(loop.index, const(4 * width))
+            for a, acc in enumerate(accs):
+                v = vload(builder.add(b0, const(a * width)))
+                builder.store(vmax(builder.load(acc), v), acc)
+        done = builder.mul(builder.udiv(nv, const(4)), const(4))
+        with cgutils.for_range(builder, builder.sub(nv, done)) as loop:
+            v = vload(builder.mul(builder.add(done, loop.index), const(width)))
+            builder.store(vmax(builder.load(accs[0]), v), accs[0])
+        acc = vmax(vmax(builder.load(accs[0]), builder.load(accs[1])),
+                   vmax(builder.load(accs[2]), builder.load(accs[3])))
+        k = width
+        while k > 1:
+            k //= 2
+            i32 = ir.VectorType(ir.IntType(32), k)
+            acc = vmax(builder.shuffle_vector(acc, acc, ir.Constant(i32, list(range(k)))),
+                       builder.shuffle_vector(acc, acc, ir.Constant(i32, list(range(k, 2 * k)))))
+        return builder.extract_element(acc, ir.Constant(ir.IntType(32), 0))
     return sig, codegen
 
 

@@ -93,3 +93,10 @@ def test_row_max_across_vector_widths(dtype):
             x[0, :] = np.nan              # nothing to skip to: NaN or -inf, never a number
             got = S.row_max2(x, 0)
             assert np.isnan(got) or got == -np.inf
+    for n in (16, 64, 79, 128, 200):  # the max in every lane of every accumulator
+        x = rng.standard_normal((1, n)).astype(dtype)
+        x[0, ::5] = np.nan
+        for p in range(n):
+            y = x.copy()
+            y[0, p] = 9.0
+            assert S.row_max2(y, 0) == 9.0, (n, p)
