@@ -197,9 +197,12 @@ _mk4 = _panel_kernel(4, 1, True)
 _mk1x4 = _panel_kernel(1, 4, False)
 #: four rows x two panels (two gates of a chunk), written over out: LSTM steps by chunks
 _mk4x2 = _panel_kernel(4, 2, False)
-#: GRU steps by chunks: one row x its three gates, four rows x one gate
+#: GRU steps by chunks: one row x its three gates, four rows x one gate; without
+#: linear_before_reset, z and r (one row x two gates) then the candidate (one row x one gate)
 _mk1x3 = _panel_kernel(1, 3, False)
 _mk4x1 = _panel_kernel(4, 1, False)
+_mk1x2 = _panel_kernel(1, 2, False)
+_mk1x1 = _panel_kernel(1, 1, False)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -777,26 +780,107 @@ def _gru_chunk(d, s, reverse, j0, j1, xw, rp, rbh, src, dst, hr, y, lens, rows, 
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
+def _chunk_gates(g0, ng, d, j0, a, aoff, lda, rp, hr, rows, na):
+    """hr[d, b, (g0 + g)*H + j0 : + PANEL] = a[aoff + b*lda : + H] @ (gate g0 + g's panel of
+    the packed recurrence rp), g < ng (1 or 2), for the active rows (see _chunk_products)."""
+    nb = hr.shape[1]
+    ldh = hr.shape[2]
+    hd = rp.shape[2]
+    woff = (d * rp.shape[1] + j0 // PANEL) * hd * PANEL + g0 * hd * hd
+    r4 = na - na % 4 if na == nb else 0
+    for b in range(0, r4, 4):
+        o = (d * nb + b) * ldh + g0 * hd + j0
+        if ng == 2:
+            _mk4x2(a, aoff + b * lda, lda, rp, woff, hd * hd, hr, o, ldh, hd, hd)
+        else:
+            _mk4x1(a, aoff + b * lda, lda, rp, woff, 0, hr, o, ldh, 0, hd)
+    for bi in range(r4, na):
+        b = rows[bi]
+        o = (d * nb + b) * ldh + g0 * hd + j0
+        if ng == 2:
+            _mk1x2(a, aoff + b * lda, 0, rp, woff, hd * hd, hr, o, 0, hd, hd)
+        else:
+            _mk1x1(a, aoff + b * lda, 0, rp, woff, 0, hr, o, 0, 0, hd)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _gru_phase_chunk(phase, d, s, reverse, j0, j1, xw, rp, src, dst, hr, y, lens, rows, na,
+                     layout, cl):
+    """GRU without linear_before_reset, units j0:j1 of step ``s`` in two phases. Phase 0: z and
+    r from the whole previous state ``src``; z is kept in hr's z slot and r * h in its r slot.
+    Phase 1, once every unit's phase 0 is done: the candidate's product (r * h) @ Rh, the
+    candidate, the new state into ``dst`` and Y."""
+    nb = src.shape[0]
+    hd = src.shape[1]
+    nt = xw.shape[0] // nb
+    ldh = hr.shape[2]
+    one = src.dtype.type(1.0)
+    if phase == 0:
+        _chunk_gates(0, 2, d, j0, src, 0, hd, rp, hr, rows, na)
+    else:
+        _chunk_gates(2, 1, d, j0, hr, d * nb * ldh + hd, ldh, rp, hr, rows, na)
+    for bi in range(na):
+        b = rows[bi]
+        t = lens[b] - 1 - s if reverse else s
+        xr = eptr(xw, _xrow(t, b, nt, nb, layout) * xw.shape[1] + d * 3 * hd + j0)
+        g = eptr(hr, (d * nb + b) * ldh + j0)
+        h = eptr(src, b * hd + j0)
+        hn = eptr(dst, b * hd + j0)
+        if phase == 0:
+            for j in range(j1 - j0):
+                z = fsigmoid(_clip(xr[j] + g[j], cl))
+                r = fsigmoid(_clip(xr[hd + j] + g[hd + j], cl))
+                g[j] = z
+                g[hd + j] = r * h[j]
+        else:
+            for j in range(j1 - j0):
+                z = g[j]
+                c = ftanh(_clip(xr[2 * hd + j] + g[2 * hd + j], cl))
+                hn[j] = (one - z) * c + z * h[j]
+            if y.shape[0] > 0 and y.shape[3] > 0:
+                _chunk_y(y, t, d, b, j0, j1, hn, layout)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _wait_count(done, i, n):
+    """Until ``done[i]`` reaches n (acquire: what the counting threads wrote is visible)."""
+    spins = 0
+    while read_count(done, i) < n:
+        spins += 1
+        if spins > 2000:  # ~ a few us: the thread waited for is not running, let it
+            yield_cpu()
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
 def _cell_worker(cell, d, reverse, xw, rp, aux, hs, hb, cs, hr, y, lens, layout, cl,
                  input_forget, claims, done, unit, nchunk, maxlen):
-    """One worker of :func:`_dir_panels` (``cell`` 0: LSTM, ``aux`` its peepholes; 1: GRU,
-    ``aux`` the recurrence bias of h, ``cs`` unused): each step, chunks of hidden units claimed from
-    ``claims[s]`` until none is left, then a wait until every chunk of the step is done
-    (``done[s]``) before the next step reads the new state. A chunk is only waited for once a
-    running worker has claimed it, so a worker that runs alone (the other one not started,
-    or started after the end) does every chunk itself: nothing can deadlock."""
+    """One worker of :func:`_dir_panels` (``cell`` 0: LSTM, ``aux`` its peepholes; 1: GRU with
+    linear_before_reset, ``aux`` the recurrence bias of h; 2: GRU without; ``cs`` unused by
+    GRUs): each step, chunks of hidden units claimed from ``claims[s]`` until none is left,
+    then a wait until every chunk of the step is done (``done[s]``) before the next step reads
+    the new state. A GRU without linear_before_reset has two such phases a step (its
+    candidate's product needs every unit's r * h): the first counts in ``claims[maxlen + s]``
+    and ``done[maxlen + s]``. A chunk is only waited for once a running worker has claimed it,
+    so a worker that runs alone (the other one not started, or started after the end) does
+    every chunk itself: nothing can deadlock."""
     nb = hs.shape[1]
     hd = hs.shape[2]
     rows = np.empty(nb, np.int64)
     for s in range(maxlen):
         if s > 0:
-            spins = 0
-            while read_count(done, s - 1) < nchunk:
-                spins += 1
-                if spins > 2000:  # ~ a few us: the other worker is not running, let it
-                    yield_cpu()
+            _wait_count(done, s - 1, nchunk)
         na = _active(lens, s, rows)
         src = hs[d] if s == 0 else hb[(s - 1) % 2]
+        if cell == 2:
+            while True:
+                q = claim(claims, maxlen + s)
+                if q >= nchunk:
+                    break
+                j0 = q * unit
+                _gru_phase_chunk(0, d, s, reverse, j0, min(hd, j0 + unit), xw, rp, src,
+                                 hb[s % 2], hr, y, lens, rows, na, layout, cl)
+                count_done(done, maxlen + s)
+            _wait_count(done, maxlen + s, nchunk)
         while True:
             q = claim(claims, s)
             if q >= nchunk:
@@ -806,9 +890,12 @@ def _cell_worker(cell, d, reverse, xw, rp, aux, hs, hb, cs, hr, y, lens, layout,
             if cell == 0:
                 _lstm_chunk(d, s, reverse, j0, j1, xw, rp, aux, src, hb[s % 2], cs, hr, y, lens,
                             rows, na, layout, cl, input_forget)
-            else:
+            elif cell == 1:
                 _gru_chunk(d, s, reverse, j0, j1, xw, rp, aux, src, hb[s % 2], hr, y, lens, rows,
                            na, layout, cl)
+            else:
+                _gru_phase_chunk(1, d, s, reverse, j0, j1, xw, rp, src, hb[s % 2], hr, y, lens,
+                                 rows, na, layout, cl)
             count_done(done, s)
 
 
@@ -824,8 +911,9 @@ def _cell_workers(cell, d, reverse, xw, rp, aux, hs, hb, cs, hr, y, lens, layout
 def _dir_panels(cell, d, reverse, xw, rp, aux, hs, cs, hr, y, lens, layout, clip, input_forget,
                 nw):
     """The recurrence of direction ``d`` of an LSTM (``cell`` 0) or a GRU with
-    linear_before_reset (1), default activations, H a multiple of PANEL, by chunks of one
-    panel of hidden units (_lstm_chunk / _gru_chunk); ``nw`` > 1: that many workers stay in
+    linear_before_reset (1) or without (2), default activations, H a multiple of PANEL, by
+    chunks of one panel of hidden units (_lstm_chunk / _gru_chunk / _gru_phase_chunk's two
+    phases); ``nw`` > 1: that many workers stay in
     one parallel region for all the steps (:func:`_cell_worker`), no parallel launch per
     step, so a step of ~10 us (batch 1, H 256) splits."""
     nb = hs.shape[1]
@@ -836,8 +924,8 @@ def _dir_panels(cell, d, reverse, xw, rp, aux, hs, cs, hr, y, lens, layout, clip
     unit = PANEL
     nchunk = hd // PANEL
     hb = np.empty((2, nb, hd), hs.dtype)
-    claims = np.zeros(maxlen, np.int64)
-    done = np.zeros(maxlen, np.int64)
+    claims = np.zeros(2 * maxlen, np.int64)  # (the second half: cell 2's first phase)
+    done = np.zeros(2 * maxlen, np.int64)
     cl = hs.dtype.type(clip)
     if nw > 1:
         _cell_workers(cell, d, reverse, xw, rp, aux, hs, hb, cs, hr, y, lens, layout, cl,
@@ -1067,12 +1155,11 @@ def gru(x, w, wp, rt, rp, bias, h0, seqlen, y, yh, ws, layout, reverse, acts, al
         nw = min(num_threads(), (3 * hd + PANEL - 1) // PANEL)
         if nb * hd * 3 * hd < _STEP_PAR_MACS:
             nw = 1
-        panels = (nw > 1 and nb <= _PANEL_MAX_ROWS and rp.shape[0] > 0 and hd % PANEL == 0
-                  and lbr != 0)
+        panels = nw > 1 and nb <= _PANEL_MAX_ROWS and rp.shape[0] > 0 and hd % PANEL == 0
         for d in range(nd):
             if panels and acts[2 * d] == ACT_SIGMOID and acts[2 * d + 1] == ACT_TANH:
-                _dir_panels(1, d, reverse != 0 or d == 1, xw, rp, rbh, hs, hs, hr, y, lens,
-                            layout, clip, False, nw)
+                _dir_panels(1 if lbr else 2, d, reverse != 0 or d == 1, xw, rp, rbh, hs, hs, hr,
+                            y, lens, layout, clip, False, nw)
                 continue
             _gru_dir(d, reverse != 0 or d == 1, xw, rt, rp, rbh, hr, tmp, hs, y, lens, layout,
                      acts, alphas, betas, clip, lbr)

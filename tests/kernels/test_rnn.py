@@ -206,18 +206,19 @@ def test_gru_bidirectional_lens(lbr, nthreads):
 
 
 def test_gru_panels_in_one_parallel_region(nthreads):
-    """GRU with linear_before_reset and steps that split (batch x H x 3H >= rnn._STEP_PAR_MACS,
-    H a multiple of rnn.PANEL): chunks of hidden units in one parallel region at 2 threads
-    (rnn._dir_panels with _gru_chunk). Batch 1 H 224; batch 5 reverse, layout 1, clip, a row
-    cut short (four rows by _mk4x2 + _mk4x1 while all run, then one by one); the same batch-5
-    case without linear_before_reset (the per-step path)."""
+    """GRU with steps that split (batch x H x 3H >= rnn._STEP_PAR_MACS, H a multiple of
+    rnn.PANEL): chunks of hidden units in one parallel region at 2 threads (rnn._dir_panels:
+    _gru_chunk with linear_before_reset, else two phases a step, _gru_phase_chunk 0 then
+    1). Batch 1 H 224; batch 5 reverse, layout 1, clip, a row cut short (four
+    rows by _mk4x2 + _mk4x1 while all run, then one by one by _mk1x3, or _mk1x2 + _mk1x1)."""
     from jitort.kernels.cpu import rnn as R
     for b, h in ((1, 224), (5, 96)):
         assert h % R.PANEL == 0 and b <= R._PANEL_MAX_ROWS and b * h * 3 * h >= R._STEP_PAR_MACS
     # (sums of 224 products of scale-0.4 weights: float32 rounding differs from onnxruntime's
     # by up to 3e-5 after 9 steps, on either path)
-    _check("GRU", _inputs("GRU", 9, 1, 12, 224, 1, h0=True), hidden_size=224,
-           linear_before_reset=1, atol=1e-4)
+    for lbr in (1, 0):
+        _check("GRU", _inputs("GRU", 9, 1, 12, 224, 1, h0=True), hidden_size=224,
+               linear_before_reset=lbr, atol=1e-4)
     feeds = _inputs("GRU", 6, 5, 7, 96, 1, layout=1, h0=True, lens=[6, 6, 2, 6, 6])
     for lbr in (1, 0):
         _check("GRU", feeds, hidden_size=96, direction="reverse", layout=1, clip=1.5,
