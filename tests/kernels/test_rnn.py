@@ -113,6 +113,16 @@ def test_lstm_bidirectional_blas_steps(nthreads):
     _check("LSTM", feeds, hidden_size=32, direction="bidirectional")
 
 
+def test_lstm_packed_products_by_row_blocks(nthreads):
+    """The packed projection and step products by blocks of rnn._MR rows, then 4, then single
+    rows (rnn._panel_rows): batch _MR + 5 (every block size in each step), 3 steps (projection
+    rows 3 * (_MR + 5): every block size again), reverse."""
+    from jitort.kernels.cpu import rnn as R
+    b = R._MR + 5
+    feeds = _inputs("LSTM", 3, b, 9, 24, 1, h0=True, c0=True)
+    _check("LSTM", feeds, hidden_size=24, direction="reverse")
+
+
 def test_lstm_step_product_split_over_threads(nthreads):
     """One direction with steps big enough (batch x H x 4H >= rnn._STEP_PAR_MACS) for each
     step's gate product to split over the threads in whole panels: the per-row path (batch 3,
