@@ -1,0 +1,102 @@
+"""Transpose of the last two axes, ``(B, R, C) -> (B, C, R)``, 4-byte elements: NCHW <-> NHWC at
+the edges of a channels-last region (``jitort/passes/layout.py``), 2-D transposes.
+
+Element by element, every read (or every write) of a row touches a different cache line: ~3-4x
+a memcpy. Here square tiles of one vector's width go through registers: W rows loaded as
+vectors, transposed by log2(W) rounds of two-source shuffles (round k swaps the off-diagonal
+k x k blocks of every 2k x 2k block), stored as W vectors; the edges element by element.
+"""
+import llvmlite.binding as llb
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
+from numba.np.arrayobj import make_array
+
+from .gemm import num_threads
+
+_TW = 16 if llb.get_host_cpu_features().get('avx512f') else 8  # float32 lanes per vector
+
+
+@intrinsic
+def _tile_t(typingctx, x, xoff, ldx, y, yoff, ldy):
+    """y[yoff + j*ldy + i] = x[xoff + i*ldx + j] for i, j < _TW (4-byte elements)."""
+    if not (isinstance(x, types.Array) and isinstance(y, types.Array)
+            and x.dtype == y.dtype and x.dtype.bitwidth == 32):
+        return None
+    sig = types.void(x, xoff, ldx, y, yoff, ldy)
+
+    def codegen(context, builder, sig, args):
+        tys = sig.args
+        i64 = ir.IntType(64)
+        vt = ir.VectorType(context.get_value_type(tys[0].dtype), _TW)
+
+        def arg(k):
+            return context.cast(builder, args[k], tys[k], types.int64)
+
+        def ptr(k, off):
+            data = make_array(tys[k])(context, builder, args[k]).data
+            return builder.bitcast(builder.gep(data, [off]), vt.as_pointer())
+
+        def row(base, ld, i):
+            return builder.add(base, builder.mul(ld, ir.Constant(i64, i)))
+        xoff_, ldx_, yoff_, ldy_ = arg(1), arg(2), arg(4), arg(5)
+        v = [builder.load(ptr(0, row(xoff_, ldx_, i)), align=4) for i in range(_TW)]
+        i32 = ir.VectorType(ir.IntType(32), _TW)
+        k = _TW // 2
+        while k >= 1:
+            lo = ir.Constant(i32, [j if j & k == 0 else _TW + j - k for j in range(_TW)])
+            hi = ir.Constant(i32, [j + k if j & k == 0 else _TW + j for j in range(_TW)])
+            for i in range(_TW):
+                if i & k == 0:
+                    a, b = v[i], v[i + k]
+                    v[i] = builder.shuffle_vector(a, b, lo)
+                    v[i + k] = builder.shuffle_vector(a, b, hi)
+            k //= 2
+        for j in range(_TW):
+            builder.store(v[j], ptr(3, row(yoff_, ldy_, j)), align=4)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@njit(cache=True, error_model='numpy')
+def _transpose_rows(x3, y3, t0, t1):
+    """Tile rows t0..t1 (_TW rows of x each, batch by batch) of :func:`transpose_last2`."""
+    nb, rr, cc = x3.shape
+    x = x3.reshape(x3.size)
+    y = y3.reshape(y3.size)
+    nrt = (rr + _TW - 1) // _TW
+    for t in range(t0, t1):
+        b = t // nrt
+        r0 = (t - b * nrt) * _TW
+        xb = b * rr * cc
+        r1 = min(rr, r0 + _TW)
+        c0 = 0
+        if r1 - r0 == _TW:
+            while c0 + _TW <= cc:
+                _tile_t(x, xb + r0 * cc + c0, cc, y, xb + c0 * rr + r0, rr)
+                c0 += _TW
+        for c in range(c0, cc):  # the last columns (or rows), element by element
+            for r in range(r0, r1):
+                y[xb + c * rr + r] = x[xb + r * cc + c]
+
+
+@njit(cache=True, error_model='numpy')
+def transpose_last2(x3, y3):
+    """y3 (B, C, R) = x3 (B, R, C) with its last two axes swapped; both C-contiguous, 4-byte
+    elements."""
+    nb, rr, cc = x3.shape
+    if y3.shape[0] != nb or y3.shape[1] != cc or y3.shape[2] != rr:
+        raise ValueError("transpose_last2: shapes do not match")
+    _transpose_rows(x3, y3, 0, nb * ((rr + _TW - 1) // _TW))
+
+
+@njit(cache=True, error_model='numpy', parallel=True)
+def transpose_last2_par(x3, y3):
+    """:func:`transpose_last2` over the threads (tile rows split evenly)."""
+    nb, rr, cc = x3.shape
+    if y3.shape[0] != nb or y3.shape[1] != cc or y3.shape[2] != rr:
+        raise ValueError("transpose_last2: shapes do not match")
+    nt = nb * ((rr + _TW - 1) // _TW)
+    nw = min(num_threads(), nt)
+    for w in prange(nw):
+        _transpose_rows(x3, y3, w * nt // nw, (w + 1) * nt // nw)
