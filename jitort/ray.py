@@ -65,12 +65,25 @@ def thread_env(threads: int) -> dict[str, str]:
 def pin_threads(threads: int):
     """Cap this process's thread pools at ``threads``: Numba's thread count, the BLAS libraries
     already loaded (threadpoolctl) and the environment (libraries loaded later, child processes
-    such as tiered compilation's). Returns the threadpoolctl limiter (keep it alive).
+    such as tiered compilation's; ``NUMBA_NUM_THREADS`` only while Numba's pool is not started).
+    Returns the threadpoolctl limiter (keep it alive).
 
     Not a ``runtime_env``: a worker with its own environment cannot come from Ray's pool of
     started workers, which cost 1-3 s more per actor start here."""
-    os.environ.update(thread_env(threads))
+    env = thread_env(threads)
     import numba
+    from numba.np.ufunc import parallel
+    if parallel._is_initialized:
+        # Numba's pool is already started (importing jitort's kernels starts it): every later
+        # compilation re-reads NUMBA_NUM_THREADS and refuses a value other than the pool's
+        # size ("Cannot set NUMBA_NUM_THREADS to a different value once the threads have been
+        # launched"), so a worker that had to compile a kernel failed. The pool keeps its
+        # size; set_num_threads below caps what this process uses.
+        env["NUMBA_NUM_THREADS"] = str(numba.config.NUMBA_NUM_THREADS)
+    os.environ.update(env)
+    # Numba reads its environment at import and at each compilation: a pool started now (by
+    # set_num_threads or the kernels' import) takes the size just set, not the stale one
+    numba.core.config.reload_config()
     from threadpoolctl import threadpool_limits
     numba.set_num_threads(max(1, min(int(threads), numba.config.NUMBA_NUM_THREADS)))
     return threadpool_limits(limits=int(threads))

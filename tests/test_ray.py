@@ -198,3 +198,34 @@ def test_a_worker_killed_mid_run_still_gives_every_row_once(tmp_path, bert_warm)
     for s in range(0, rows, 256):
         ref = cm(ids[s:s + 256], mask[s:s + 256])[0]
         np.testing.assert_allclose(out["out"][s:s + 256], ref, rtol=1e-4, atol=1e-5)
+
+
+PIN_CHILD = """
+import os, sys
+os.environ.pop("NUMBA_NUM_THREADS", None)
+if sys.argv[1] == "started":
+    import jitort.kernels.cpu  # starts Numba's pool, as an actor's unpickling of jitort does
+from jitort.ray import pin_threads
+limits = pin_threads(1)
+import numba
+@numba.njit
+def fresh(x):  # a compilation after the pin: Numba re-reads NUMBA_NUM_THREADS here
+    return x + 1
+assert fresh(1) == 2 and numba.get_num_threads() == 1
+print("ok", os.environ["NUMBA_NUM_THREADS"], numba.config.NUMBA_NUM_THREADS)
+"""
+
+
+@pytest.mark.parametrize("pool", ["started", "not started"])
+def test_pinned_worker_can_still_compile(pool):
+    """A worker pins its threads (jitort.ray.pin_threads) and then has to compile (a cold
+    cache): Numba refused every compilation ("Cannot set NUMBA_NUM_THREADS to a different value
+    once the threads have been launched") whether its pool had started before the pin (the
+    environment then said 1, the pool 2) or started after it (from the stale setting)."""
+    import subprocess
+    import sys
+    p = subprocess.run([sys.executable, "-c", PIN_CHILD, pool], capture_output=True, text=True,
+                       timeout=300, cwd="/")
+    assert p.returncode == 0, p.stdout + p.stderr
+    _, env, size = p.stdout.split()
+    assert env == size  # what a later compilation reads is the pool's size
