@@ -300,6 +300,23 @@ CASES.update({
          ('p', np.arange(128, dtype=np.int64).reshape(1, 128))], ['y'], opset=23), 0),
 })
 
+# Transpose: the last two axes swapped (register tiles, kernels/cpu/transpose.py): NCHW <->
+# NHWC at a channels-last region's edge, K^T of attention heads; and another permutation
+CASES.update({
+    'transpose nchw->nhwc 1x96x56x56': (lambda: _model_case(
+        [helper.make_node('Transpose', ['x'], ['y'], perm=[0, 2, 3, 1])],
+        [('x', _rn(1, 96, 56, 56))], ['y']), 0),
+    'transpose nhwc->nchw 1x14x14x480': (lambda: _model_case(
+        [helper.make_node('Transpose', ['x'], ['y'], perm=[0, 3, 1, 2])],
+        [('x', _rn(1, 14, 14, 480))], ['y']), 0),
+    'transpose k^t 1x12x128x64': (lambda: _model_case(
+        [helper.make_node('Transpose', ['x'], ['y'], perm=[0, 1, 3, 2])],
+        [('x', _rn(1, 12, 128, 64))], ['y']), 0),
+    'transpose heads 1x128x12x64 -> 1x12x128x64': (lambda: _model_case(
+        [helper.make_node('Transpose', ['x'], ['y'], perm=[0, 2, 1, 3])],
+        [('x', _rn(1, 128, 12, 64))], ['y']), 0),
+})
+
 # Pad (shape_ops family): decoder.onnx's three reflect pads, a TF-export zero pad before a
 # stride-2 conv (MobileNet/EfficientNet), an edge pad and a cropping constant pad
 def _pad_case(shape, pads, mode, value=None):
