@@ -6,7 +6,7 @@
                                                             FLOPs and GFLOP/s per kernel vs peak
     jitort warmup MODEL ... [--shape name=1x128] [--jobs N] compile into the on-disk cache
     jitort warmup --library [--jobs N] [--only KERNEL]      the kernel library, in N processes
-    jitort cache info|clear                                 the on-disk cache of generated code
+    jitort cache info|prune|clear                           the on-disk caches (generated code, kernels)
     jitort batch MODEL --input PATH --output DIR [--engine local|ray] [--workers N]
                  [--batch-size B] [--threads-per-worker T] [--on-error raise|skip]
                                                             a Parquet dataset through the model
