@@ -674,27 +674,37 @@ def _lstm_dir(d, reverse, xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout, ac
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _chunk_products(ng, d, j0, src, rp, hr, rows, na):
-    """hr[d, b, g*H + j0 : g*H + j0 + PANEL] = src[b] @ (gate g's panel of the packed
-    recurrence rp) for the ``ng`` gates (3 or 4) and the active rows: while every row runs
-    (rows = 0..nb-1) four rows at a time, then one by one."""
-    nb, hd = src.shape
+def _chunk_gates(g0, ng, d, j0, a, aoff, lda, rp, hr, rows, na):
+    """hr[d, b, (g0 + g)*H + j0 : + PANEL] = a[aoff + b*lda : + H] @ (gate g0 + g's panel of
+    the packed recurrence rp) for g < ng (1 to 4) and the active rows: while every row runs
+    (rows = 0..nb-1) four rows by two gates at a time (then one gate), then one row by all
+    ``ng`` gates (one broadcast of each x value for every gate's accumulators)."""
+    nb = hr.shape[1]
     ldh = hr.shape[2]
-    woff = (d * rp.shape[1] + j0 // PANEL) * hd * PANEL
+    hd = rp.shape[2]
+    woff = (d * rp.shape[1] + j0 // PANEL) * hd * PANEL + g0 * hd * hd
     r4 = na - na % 4 if na == nb else 0
     for b in range(0, r4, 4):
-        o = (d * nb + b) * ldh + j0
-        _mk4x2(src, b * hd, hd, rp, woff, hd * hd, hr, o, ldh, hd, hd)
-        if ng == 4:
-            _mk4x2(src, b * hd, hd, rp, woff + 2 * hd * hd, hd * hd, hr, o + 2 * hd, ldh, hd, hd)
-        else:
-            _mk4x1(src, b * hd, hd, rp, woff + 2 * hd * hd, 0, hr, o + 2 * hd, ldh, 0, hd)
+        o = (d * nb + b) * ldh + g0 * hd + j0
+        g = 0
+        while g + 2 <= ng:
+            _mk4x2(a, aoff + b * lda, lda, rp, woff + g * hd * hd, hd * hd, hr, o + g * hd, ldh,
+                   hd, hd)
+            g += 2
+        if g < ng:
+            _mk4x1(a, aoff + b * lda, lda, rp, woff + g * hd * hd, 0, hr, o + g * hd, ldh, 0, hd)
     for bi in range(r4, na):
-        o = (d * nb + rows[bi]) * ldh + j0
+        b = rows[bi]
+        xo = aoff + b * lda
+        o = (d * nb + b) * ldh + g0 * hd + j0
         if ng == 4:
-            _mk1x4(src, rows[bi] * hd, 0, rp, woff, hd * hd, hr, o, 0, hd, hd)
+            _mk1x4(a, xo, 0, rp, woff, hd * hd, hr, o, 0, hd, hd)
+        elif ng == 3:
+            _mk1x3(a, xo, 0, rp, woff, hd * hd, hr, o, 0, hd, hd)
+        elif ng == 2:
+            _mk1x2(a, xo, 0, rp, woff, hd * hd, hr, o, 0, hd, hd)
         else:
-            _mk1x3(src, rows[bi] * hd, 0, rp, woff, hd * hd, hr, o, 0, hd, hd)
+            _mk1x1(a, xo, 0, rp, woff, 0, hr, o, 0, 0, hd)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -709,7 +719,7 @@ def _lstm_chunk(d, s, reverse, j0, j1, xw, rp, peep, src, dst, cs, hr, y, lens, 
                 cl, input_forget):
     """Hidden units j0:j1 (one panel, j0 a multiple of PANEL) of step ``s`` of direction ``d``
     for the active rows (default activations): their four gates' recurrent products from the
-    whole previous state ``src`` (nb, H) against the packed recurrence ``rp`` (_chunk_products), then
+    whole previous state ``src`` (nb, H) against the packed recurrence ``rp`` (_chunk_gates), then
     the cell update into cs and ``dst`` (nb, H) and Y. ``peep`` (nd, 3H): zeros when the model
     has none."""
     nb = cs.shape[1]
@@ -721,7 +731,7 @@ def _lstm_chunk(d, s, reverse, j0, j1, xw, rp, peep, src, dst, cs, hr, y, lens, 
     t_ = cs.dtype.type
     one = t_(1.0)
     has_y = y.shape[0] > 0 and y.shape[3] > 0
-    _chunk_products(4, d, j0, src, rp, hr, rows, na)
+    _chunk_gates(0, 4, d, j0, src, 0, hd, rp, hr, rows, na)
     for bi in range(na):
         b = rows[bi]
         t = lens[b] - 1 - s if reverse else s
@@ -750,7 +760,7 @@ def _lstm_chunk(d, s, reverse, j0, j1, xw, rp, peep, src, dst, cs, hr, y, lens, 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def _gru_chunk(d, s, reverse, j0, j1, xw, rp, rbh, src, dst, hr, y, lens, rows, na, layout, cl):
     """GRU (linear_before_reset, default activations) counterpart of :func:`_lstm_chunk`:
-    units j0:j1 of step ``s``: the three gates' products (_chunk_products), then z, r, the
+    units j0:j1 of step ``s``: the three gates' products (_chunk_gates), then z, r, the
     candidate and the new state into ``dst``, and Y."""
     nb = src.shape[0]
     hd = src.shape[1]
@@ -761,7 +771,7 @@ def _gru_chunk(d, s, reverse, j0, j1, xw, rp, rbh, src, dst, hr, y, lens, rows, 
     t_ = src.dtype.type
     one = t_(1.0)
     has_y = y.shape[0] > 0 and y.shape[3] > 0
-    _chunk_products(3, d, j0, src, rp, hr, rows, na)
+    _chunk_gates(0, 3, d, j0, src, 0, hd, rp, hr, rows, na)
     rb = eptr(rbh, d * hd + j0)
     for bi in range(na):
         b = rows[bi]
@@ -777,30 +787,6 @@ def _gru_chunk(d, s, reverse, j0, j1, xw, rp, rbh, src, dst, hr, y, lens, rows, 
             hn[j] = (one - z) * c + z * h[j]
         if has_y:
             _chunk_y(y, t, d, b, j0, j1, hn, layout)
-
-
-@njit(cache=True, error_model='numpy', fastmath=_FM)
-def _chunk_gates(g0, ng, d, j0, a, aoff, lda, rp, hr, rows, na):
-    """hr[d, b, (g0 + g)*H + j0 : + PANEL] = a[aoff + b*lda : + H] @ (gate g0 + g's panel of
-    the packed recurrence rp), g < ng (1 or 2), for the active rows (see _chunk_products)."""
-    nb = hr.shape[1]
-    ldh = hr.shape[2]
-    hd = rp.shape[2]
-    woff = (d * rp.shape[1] + j0 // PANEL) * hd * PANEL + g0 * hd * hd
-    r4 = na - na % 4 if na == nb else 0
-    for b in range(0, r4, 4):
-        o = (d * nb + b) * ldh + g0 * hd + j0
-        if ng == 2:
-            _mk4x2(a, aoff + b * lda, lda, rp, woff, hd * hd, hr, o, ldh, hd, hd)
-        else:
-            _mk4x1(a, aoff + b * lda, lda, rp, woff, 0, hr, o, ldh, 0, hd)
-    for bi in range(r4, na):
-        b = rows[bi]
-        o = (d * nb + b) * ldh + g0 * hd + j0
-        if ng == 2:
-            _mk1x2(a, aoff + b * lda, 0, rp, woff, hd * hd, hr, o, 0, hd, hd)
-        else:
-            _mk1x1(a, aoff + b * lda, 0, rp, woff, 0, hr, o, 0, 0, hd)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
