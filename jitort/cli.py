@@ -358,16 +358,16 @@ def cmd_cache(args) -> int:
     from .codegen.module import cache_dir, gen_hash
     from .kernels import _cache
     root, kroot = cache_dir(), _cache.cache_root()
+    if args.action == "clear":
+        shutil.rmtree(root, ignore_errors=True)
+        print(f"removed {root}")
+        return 0
     current = {_cache.folder(m) for m in _cache.modules()}
     # kernel folders of other sources (an earlier edit, another numba), and the one-folder
     # layout of earlier jitort versions (kernels-<hash>)
     stale = [d for d in sorted((kroot / "kernels").glob("*-*")) if d.name not in current]
     stale += sorted({*root.glob("kernels-*"), *kroot.glob("kernels-*")})
     stale += [d for d in sorted(root.glob("gen-*")) if d.name != f"gen-{gen_hash()}"]
-    if args.action == "clear":
-        shutil.rmtree(root, ignore_errors=True)
-        print(f"removed {root}")
-        return 0
     if args.action == "prune":
         for d in stale:
             shutil.rmtree(d, ignore_errors=True)
