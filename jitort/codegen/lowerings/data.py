@@ -21,8 +21,9 @@ def lower_view(em: Emitter, n: Node) -> None:
 
 
 
-#: elements from which a last-two-axes transpose splits over the threads (kernel alone, 2
-#: threads against 1: 64x3136 106 -> 41 us, 96x3136 157 -> 78; 196x480 (94K) 26 -> 27)
+#: elements from which a last-two-axes transpose splits over the threads (``python
+#: scripts/sweep_split.py``, 2 threads against 1: 64x3136 106 -> 41 us, 96x3136 157 -> 78;
+#: 196x480 (94K) 26 -> 27)
 _TRANSPOSE_PAR_ELEMS = 1 << 17
 
 

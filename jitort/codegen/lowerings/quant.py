@@ -28,8 +28,8 @@ _QINT = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.uint16), np.dtype(np
 _Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
 #: elements from which the elementwise kernels run split over the threads
 _PAR_ELEMS = 1 << 17
-#: DynamicQuantizeLinear's two passes share one parallel region: it gains from ~48K floats at
-#: 2 threads (kernel sweep 24K-98K, serial vs split, in benchmarks/README.md)
+#: DynamicQuantizeLinear's two passes share one parallel region: it gains from 48-64K floats at
+#: 2 threads (``python scripts/sweep_split.py``: serial vs split over 16K-256K floats)
 _DYN_PAR_ELEMS = 1 << 16
 #: output channels per group from which a constant-weight quantized convolution runs on the
 #: integer gemm (6-row tiles); fewer (depthwise) keep the float path's direct kernels
