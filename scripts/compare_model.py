@@ -5,7 +5,8 @@
 
 Both engines run on the same random feed (float inputs standard normal; integer inputs ids in
 [0, 100); dynamic dims: --batch for the first, --seq for the others), at the same thread count
-(jitort ``compile(threads=N)``, onnxruntime ``intra_op_num_threads=N``, one inter-op thread).
+(jitort ``compile(threads=N)``, onnxruntime ``intra_op_num_threads=N``, one inter-op thread,
+its pool not spinning between calls).
 After a warm-up, calls alternate jitort / onnxruntime ``--runs`` times; the medians and their
 ratio are printed, with the largest output difference.
 """
@@ -50,6 +51,9 @@ def main(argv=None):
     so = ort.SessionOptions()
     so.intra_op_num_threads = a.threads
     so.inter_op_num_threads = 1
+    # the calls alternate: a pool spinning after onnxruntime's call would take the core
+    # jitort's next call needs (as in benchmarks/test_bench_models.py)
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     sess = ort.InferenceSession(a.model, so, providers=["CPUExecutionProvider"])
     feeds = _feeds(sess, a.batch, a.seq)
     cm = jitort.compile(a.model, threads=a.threads, tiered=False)

@@ -21,11 +21,11 @@ import numpy as np
 from numba import njit, prange
 
 from .conv import conv2d
-from .gemm import (claim, count_done, eptr, matmul3d, next_task, num_threads, read_count,
-                   yield_cpu)
+from .gemm import claim, count_done, eptr, matmul3d, next_task, num_threads
 from .mathfn import wide_vectors
 from .qgemm import (MR, NR, _tile, _tile_off, copy_short, igemm, igemm_part, pack_p, pack_v,
                     packed_sizes)
+from .sync import wait_count
 
 _EXACT32 = float(1 << 24)
 
@@ -219,11 +219,7 @@ def _dyn_worker(x1, y1, ys, yz, keys, ctr, nchunk):
             break
         keys[q, 0], keys[q, 1] = _minmax_keys(x1, n * q // nchunk, n * (q + 1) // nchunk)
         count_done(ctr, 1)
-    spins = 0
-    while read_count(ctr, 1) < nchunk:
-        spins += 1
-        if spins > 2000:  # ~ a few us: the other worker is not running, let it
-            yield_cpu()
+    wait_count(ctr, 1, nchunk)
     lo = np.int32(0)
     hi = np.int32(0)
     for q in range(nchunk):

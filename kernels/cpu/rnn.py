@@ -37,8 +37,9 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
-from .gemm import _mm_run, claim, count_done, eptr, num_threads, read_count, xgemm, yield_cpu
+from .gemm import _mm_run, claim, count_done, eptr, num_threads, xgemm
 from .mathfn import fexp, fexpneg, flog, fsigmoid, ftanh
+from .sync import wait_count
 
 _FM = {'reassoc', 'contract', 'arcp'}
 
@@ -828,16 +829,6 @@ def _gru_phase_chunk(phase, d, s, reverse, j0, j1, xw, rp, src, dst, hr, y, lens
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _wait_count(done, i, n):
-    """Until ``done[i]`` reaches n (acquire: what the counting threads wrote is visible)."""
-    spins = 0
-    while read_count(done, i) < n:
-        spins += 1
-        if spins > 2000:  # ~ a few us: the thread waited for is not running, let it
-            yield_cpu()
-
-
-@njit(cache=True, error_model='numpy', fastmath=_FM)
 def _cell_worker(cell, d, reverse, xw, rp, aux, hs, hb, cs, hr, y, lens, layout, cl,
                  input_forget, claims, done, unit, nchunk, maxlen):
     """One worker of :func:`_dir_panels` (``cell`` 0: LSTM, ``aux`` its peepholes; 1: GRU with
@@ -854,7 +845,7 @@ def _cell_worker(cell, d, reverse, xw, rp, aux, hs, hb, cs, hr, y, lens, layout,
     rows = np.empty(nb, np.int64)
     for s in range(maxlen):
         if s > 0:
-            _wait_count(done, s - 1, nchunk)
+            wait_count(done, s - 1, nchunk)
         na = _active(lens, s, rows)
         src = hs[d] if s == 0 else hb[(s - 1) % 2]
         if cell == 2:
@@ -866,7 +857,7 @@ def _cell_worker(cell, d, reverse, xw, rp, aux, hs, hb, cs, hr, y, lens, layout,
                 _gru_phase_chunk(0, d, s, reverse, j0, min(hd, j0 + unit), xw, rp, src,
                                  hb[s % 2], hr, y, lens, rows, na, layout, cl)
                 count_done(done, maxlen + s)
-            _wait_count(done, maxlen + s, nchunk)
+            wait_count(done, maxlen + s, nchunk)
         while True:
             q = claim(claims, s)
             if q >= nchunk:

@@ -88,7 +88,7 @@ def test_winograd_matches_direct_convolution(dtype, case, tile, ort_node):
 BIG = [
     (1, 64, 64, 56, 56, (1, 1, 1, 1)),   # several tile-row blocks
     (2, 32, 48, 40, 41, (1, 1, 1, 1)),   # blocks in two images, odd width
-    (1, 96, 80, 14, 14, (1, 1, 1, 1)),   # one block: split over output channels at 2 threads
+    (1, 96, 80, 14, 14, (1, 1, 1, 1)),   # one block: shared by the threads at 2 threads
     (1, 40, 37, 15, 15, (0, 0, 2, 2)),   # uneven output-channel blocks, end pads only
 ]
 
@@ -119,6 +119,24 @@ def test_winograd_epilogues(nthreads, act, alpha, beta, residual, tile):
     got = _run(x, w, b, pads, res, act, alpha, beta, tile=tile)
     ref = _np_act(_np_conv3x3(x, w, b, pads) + (res if residual else 0), act, alpha, beta)
     _close(got, ref, np.float32, 24, tile)
+
+
+@pytest.mark.parametrize('act,alpha,beta', [(1, 0.0, 0.0), (6, -0.5, 0.75)])
+@pytest.mark.parametrize('tile', [2, 4])
+def test_winograd_shared_blocks_epilogue(nthreads, act, alpha, beta, tile):
+    """Three images of one tile-row block each, 40 -> 37 channels: at 2 threads too few
+    blocks to divide evenly, so the threads share each block (``_wino_phased``: the transform
+    by input-channel chunks, then the products by output-channel chunks, each next image's
+    transform waiting for the previous one's products), with the residual and activation."""
+    x, w, b = _data(np.float32, 3, 40, 28, 27, 37, seed=4)
+    pads = (1, 1, 1, 1)
+    res = np.random.default_rng(5).standard_normal((3, 37, 28, 27)).astype(np.float32)
+    got = _run(x, w, b, pads, res, act, alpha, beta, tile=tile)
+    pre = _np_conv3x3(x, w, b, pads) + res
+    # the error follows the pre-activation values (|pre| up to ~30), not the clipped ones
+    tol = (2e-5 if tile == 2 else 1e-4) * np.sqrt(40 / 16)
+    np.testing.assert_allclose(got, _np_act(pre, act, alpha, beta), rtol=tol,
+                               atol=tol * np.abs(pre).max())
 
 
 @pytest.mark.parametrize('tile', [2, 4])
