@@ -127,6 +127,11 @@ def _whole_plane(h, w, oh_n, ow_n, kh, kw, ph, pw, dh, dw):
 # 64x112x112 457 -> 392 and 192x56x56 447 -> 333; but on wide unpadded planes, which the
 # row-pass kernel reads in place, computing every position and sampling a quarter of them
 # ties or loses (128x55x55 221 -> 227, 64x111x111 378 -> 446): those keep that kernel.
+# Stride 2 in both axes no longer computes every position (``_s2_range``, columns first, then
+# every other column): MaxPool 64x112x112 padded 739 -> 476 us (onnxruntime 636), 192x56x56
+# 528 -> 272, 576x14x14 108 -> 77, 256x27x27 177 -> 103, 320x28x28 222 -> 142 (one thread,
+# same process); the wide unpadded planes still take the row-pass kernel (64x111x111: 309
+# there, 462 columns first).
 _SEP_S2_MAX_W = 32
 _SEP_CHUNK = 1 << 13
 _SEP_FM = {'reassoc', 'contract', 'arcp'}
@@ -210,12 +215,74 @@ def _sep3_planes(x1, bx, t1, f1, bf, n, h, w, is_max):
 
 
 @njit(cache=True, error_model='numpy', fastmath=_SEP_FM)
+def _s2_range(x1, o3, inv, p0, p1, h, w, ph, pw, is_max):
+    """Planes [p0, p1) of a 3x3 pool at stride 2 in both axes (the conditions of _sep3_ok),
+    columns first: per output row, V = the (up to) three input rows combined elementwise
+    (unit stride, vectorized), then output j combines V at columns 2j - pw .. 2j - pw + 2 (V
+    is padded by one fill value on each side). No full-resolution pass: a quarter of the
+    positions are kept. Averages are multiplied by ``inv``."""
+    oh_n, ow_n = o3.shape[1], o3.shape[2]
+    vb = np.empty(w + 3, x1.dtype)
+    o1 = o3.reshape(-1)
+    s = oh_n * ow_n
+    dt = x1.dtype.type
+    ninf = dt(-np.inf)
+    V = eptr(vb, 0)
+    V[0] = ninf if is_max else dt(0)     # column -1
+    V[w + 1] = V[0]                      # columns w, w + 1
+    V[w + 2] = V[0]
+    Vd = eptr(vb, 1)                     # Vd[c]: column c
+    Vc = eptr(vb, 1 - pw)                # Vc[2j + k]: column 2j - pw + k
+    for p in range(p0, p1):
+        for i in range(oh_n):
+            r0 = 2 * i - ph              # the centre row r0 + 1 is inside the plane
+            lo = r0 >= 0
+            hi = r0 + 2 < h
+            ra = eptr(x1, (p * h + (r0 if lo else r0 + 1)) * w)
+            rb = eptr(x1, (p * h + r0 + 1) * w)
+            rc = eptr(x1, (p * h + (r0 + 2 if hi else r0 + 1)) * w)
+            if is_max:                   # (a missing row repeats the centre one)
+                for c in range(w):
+                    m = ninf
+                    v = ra[c]
+                    m = v if v > m else m
+                    v = rb[c]
+                    m = v if v > m else m
+                    v = rc[c]
+                    Vd[c] = v if v > m else m
+            elif lo and hi:
+                for c in range(w):
+                    Vd[c] = ra[c] + rb[c] + rc[c]
+            elif lo or hi:
+                for c in range(w):
+                    Vd[c] = ra[c] + rb[c] if lo else rb[c] + rc[c]
+            else:
+                for c in range(w):
+                    Vd[c] = rb[c]
+            d = eptr(o1, p * s + i * ow_n)
+            if is_max:
+                for j in range(ow_n):
+                    m = Vc[2 * j]
+                    v = Vc[2 * j + 1]
+                    m = v if v > m else m
+                    v = Vc[2 * j + 2]
+                    d[j] = v if v > m else m
+            else:
+                iv = eptr(inv, i * ow_n)
+                for j in range(ow_n):
+                    d[j] = (Vc[2 * j] + Vc[2 * j + 1] + Vc[2 * j + 2]) * iv[j]
+
+
+@njit(cache=True, error_model='numpy', fastmath=_SEP_FM)
 def _sep3_range(x1, o3, inv, p0, p1, h, w, sh, sw, ph, pw, is_max, direct):
     """Planes [p0, p1) of a 3x3 pool (see above), in chunks of planes of about _SEP_CHUNK
     elements (the two scratch arrays stay in L1/L2, and are small enough that allocating
     them never maps fresh pages): F straight into the output when ``direct`` (stride 1, pads
     1, same size), else into scratch and then sampled at the window centres. Averages are
-    multiplied by ``inv`` (length 0 for max)."""
+    multiplied by ``inv`` (length 0 for max). Stride 2 in both axes goes to _s2_range."""
+    if sh == 2 and sw == 2:
+        _s2_range(x1, o3, inv, p0, p1, h, w, ph, pw, is_max)
+        return
     hw = h * w
     cp = max(1, _SEP_CHUNK // hw)
     t1 = np.empty(cp * hw, x1.dtype)

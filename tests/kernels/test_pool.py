@@ -202,7 +202,8 @@ def _sep_cases():
 @pytest.mark.parametrize('op', ['MaxPool', 'AveragePool'])
 def test_pool_3x3_separable_path(nthreads, shape, s, pads, oh, ow, op, ort_node):
     """3x3 pools whose window centres lie in the plane run separably over chunks of planes
-    (pool._sep3_pool); stride 2 only on narrow or padded planes. 1-row, 1-column, 2x2
+    (pool._sep3_pool; stride 2 columns first, pool._s2_range); stride 2 only on narrow or
+    padded planes. 1-row, 1-column, 2x2
     planes, chunks of several planes and planes bigger than a chunk, every pad pattern, both
     strides, against onnxruntime; NaN in max is skipped."""
     n, c, h, w = shape
