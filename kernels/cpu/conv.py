@@ -38,7 +38,9 @@ module: the code generator lowers them to ``winograd.conv3x3_winograd``):
   narrower gemms run far below BLAS peak) and one BLAS gemm that writes the block in place in
   ``out`` (leading dimension OH*OW, see ``gemm.xgemm``).
 Tasks are spread over ``prange`` workers (each with its own scratch slice) when the
-convolution is big enough; bias / residual / activation are applied to each block right
+convolution is big enough; a small plane whose (image, group) planes are fewer than the
+threads (deep layers at batch 1) is shared instead (``_plane_phased``: its im2col by chunks of
+input channels, then its output channels by blocks, in one parallel region); bias / residual / activation are applied to each block right
 after its gemm, while it is in cache. Activation codes are those of ``epilogue`` (0 none,
 1 relu, 2 gelu, 3 sigmoid, 4 tanh, 5 leaky_relu(alpha_act), 6 clip(alpha_act, beta_act)).
 """
@@ -47,7 +49,8 @@ from numba import njit, prange
 from numba.core.config import NUMBA_NUM_THREADS
 
 from .epilogue import act_row
-from .gemm import _ceil_div, _gcd, eptr, next_task, num_threads, xgemm
+from .gemm import _ceil_div, _gcd, claim, count_done, eptr, next_task, num_threads, xgemm
+from .sync import wait_count
 
 _FM = {'reassoc', 'contract', 'arcp'}
 
@@ -139,6 +142,9 @@ _SMALL_K = 32
 # chunks of input channels when the whole matrix exceeds _PLANE_CHUNK_ELEMS (1 MB of float32).
 _PLANE_MAX_S = 1024
 _PLANE_MIN_M = 32
+# Chunks per thread of each phase when the threads share a small plane (``_plane_phased``):
+# of its input channels (im2col), of its output channels (gemm).
+_PHASE_CHUNKS = 2
 _PLANE_CHUNK_ELEMS = 1 << 18
 
 
@@ -672,29 +678,39 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
                    colw, 0, sb, 0.0, out, (n * m_n + g * mg) * s + s0, s)
     if st != 0:
         raise RuntimeError("BLAS gemm failed")
-    if has_bias or has_res or act != 0:
-        # rows through raw pointers: two array views per row cost ~100 ns (reference
-        # counting), more than the row's arithmetic on small planes (192x13x13: 45 of 75 us)
-        nn = s1 - s0
-        z = out.dtype.type(0)
-        for r in range(m0, m1):
-            m = g * mg + r
-            off = (n * m_n + m) * s + s0
-            bv = b[m] if has_bias else z
-            d = eptr(out, off)
-            rp = eptr(res, off) if has_res else d
-            if act == 1:
-                for j in range(nn):
-                    v = d[j] + bv + (rp[j] if has_res else z)
-                    d[j] = z if v < z else v
-            elif act == 0:
-                for j in range(nn):
-                    d[j] += bv + (rp[j] if has_res else z)
-            else:
-                o1 = out.reshape(-1)
-                _epilogue_row(o1[off:off + nn], bv, has_bias,
-                              res.reshape(-1)[off:off + nn] if has_res else o1[off:off + nn],
-                              has_res, act, aa, ab)
+    _rows_epilogue(out, res, b, n, g * mg + m0, g * mg + m1, s0, s1, has_bias, has_res, act, aa,
+                   ab)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _rows_epilogue(out, res, b, n, ma, mb, s0, s1, has_bias, has_res, act, aa, ab):
+    """Bias, residual and activation on output channels [ma, mb) of image n, positions
+    [s0, s1) of each plane."""
+    if not (has_bias or has_res or act != 0):
+        return
+    # rows through raw pointers: two array views per row cost ~100 ns (reference
+    # counting), more than the row's arithmetic on small planes (192x13x13: 45 of 75 us)
+    m_n = out.shape[1]
+    s = out.shape[2] * out.shape[3]
+    nn = s1 - s0
+    z = out.dtype.type(0)
+    for m in range(ma, mb):
+        off = (n * m_n + m) * s + s0
+        bv = b[m] if has_bias else z
+        d = eptr(out, off)
+        rp = eptr(res, off) if has_res else d
+        if act == 1:
+            for j in range(nn):
+                v = d[j] + bv + (rp[j] if has_res else z)
+                d[j] = z if v < z else v
+        elif act == 0:
+            for j in range(nn):
+                d[j] += bv + (rp[j] if has_res else z)
+        else:
+            o1 = out.reshape(-1)
+            _epilogue_row(o1[off:off + nn], bv, has_bias,
+                          res.reshape(-1)[off:off + nn] if has_res else o1[off:off + nn],
+                          has_res, act, aa, ab)
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
@@ -712,6 +728,86 @@ def _conv_par(nw, ntask, nb, bs, x, w, b, res, out, col, cap, sh, sw, ph, pw, dh
                 break
             _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
                        group, has_bias, has_res, act, aa, ab, path, cc)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _plane_phased_worker(x, w, b, res, out, col, wblk, ctr, sh, sw, ph, pw, dh, dw, group,
+                         has_bias, has_res, act, aa, ab, flat, ccs, mbs):
+    """One worker of :func:`_plane_phased`. Per plane q = (image, group), two phases: claim
+    chunks of ``ccs`` input channels of the plane's im2col into the shared ``col``
+    (``ctr[0, q]``, done counted in ``ctr[1, q]``), wait for all of them, then claim blocks
+    of ``mbs`` output channels (``ctr[2, q]``, done in ``ctr[3, q]``): one gemm each, then
+    the epilogue (``flat``: the gemm block goes to ``wblk`` and ``_flat_store`` compacts it).
+    The next plane's im2col waits until every block of this one is done. A worker waits
+    only for chunks a running worker claimed: one worker alone does everything."""
+    n_n = x.shape[0]
+    m_n, cg, kh_n, kw_n = w.shape
+    oh_n, ow_n = out.shape[2], out.shape[3]
+    s = oh_n * ow_n
+    mg = m_n // group
+    khw = kh_n * kw_n
+    kdim = cg * khw
+    wq, hq = _flat_geom(oh_n, kh_n, kw_n, ow_n, sh, sw, dh, dw, x.shape[3])
+    nq = oh_n * wq if flat else s
+    poff = kdim * nq
+    pe = hq * wq
+    ncc = _ceil_div(cg, ccs)
+    nmb = _ceil_div(mg, mbs)
+    for q in range(n_n * group):
+        n = q // group
+        g = q - n * group
+        if q > 0:
+            wait_count(ctr[3], q - 1, nmb)
+        while True:
+            j = claim(ctr[0], q)
+            if j >= ncc:
+                break
+            c0 = j * ccs
+            c1 = min(cg, c0 + ccs)
+            xg = x[n, g * cg + c0:g * cg + c1]
+            if flat:
+                _im2col_flat(xg, col, c0 * khw * nq, poff + c0 * sh * sw * pe, 0, oh_n, kh_n,
+                             kw_n, ow_n, sh, sw, ph, pw, dh, dw)
+            else:
+                _im2col_rows(xg, col[c0 * khw * s:c1 * khw * s].reshape((c1 - c0) * khw, oh_n,
+                                                                        ow_n),
+                             0, kh_n, kw_n, sh, sw, ph, pw, dh, dw)
+            count_done(ctr[1], q)
+        wait_count(ctr[1], q, ncc)
+        while True:
+            j = claim(ctr[2], q)
+            if j >= nmb:
+                break
+            m0 = j * mbs
+            m1 = min(mg, m0 + mbs)
+            if flat:
+                st = xgemm(0, 0, m1 - m0, nq, kdim, 1.0, w, (g * mg + m0) * kdim, kdim, col, 0,
+                           nq, 0.0, wblk, 0, nq)
+            else:
+                st = xgemm(0, 0, m1 - m0, s, kdim, 1.0, w, (g * mg + m0) * kdim, kdim, col, 0,
+                           s, 0.0, out, (n * m_n + g * mg + m0) * s, s)
+            if st != 0:
+                raise RuntimeError("BLAS gemm failed")
+            if flat:
+                _flat_store(wblk, 0, out, res, b, n, g * mg + m0, g * mg + m1, 0, oh_n, wq,
+                            has_bias, has_res, act, aa, ab)
+            else:
+                _rows_epilogue(out, res, b, n, g * mg + m0, g * mg + m1, 0, s, has_bias,
+                               has_res, act, aa, ab)
+            count_done(ctr[3], q)
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
+def _plane_phased(nw, x, w, b, res, out, col, shared, wcap, ctr, sh, sw, ph, pw, dh, dw, group,
+                  has_bias, has_res, act, aa, ab, flat, ccs, mbs):
+    """Small planes with fewer (image, group) planes than threads (or an uneven few): the
+    threads share each plane's im2col (``col[:shared]``) and split its output channels
+    (:func:`_plane_phased_worker`; ``wcap`` elements of gemm block per worker after it)
+    instead of each building the whole im2col for its block of output channels."""
+    for wk in prange(nw):
+        _plane_phased_worker(x, w, b, res, out, col[:shared],
+                             col[shared + wk * wcap:shared + (wk + 1) * wcap], ctr, sh, sw, ph,
+                             pw, dh, dw, group, has_bias, has_res, act, aa, ab, flat, ccs, mbs)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -1192,6 +1288,23 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
             cap = fcap
     if path >= 5:
         nw = max(1, min(min(nth, ntask) if par else 1, col.shape[0] // cap))
+    if ((path == 2 or path == 6) and par and nth > 1 and cc >= cg
+            and (n_img < nth or (n_img < 2 * nth and n_img % nth != 0))):
+        # few planes: a block of output channels per task would make every thread build the
+        # whole im2col; share it instead (256 -> 512 3x3/2 on 14x14 at 2 threads: 1.96 -> 0.89
+        # ms, 1.68 at 1 thread; 512 -> 512 3x3 on 7x7: 1.92 -> 1.58 ms, 3.03 at 1 thread)
+        flat = path == 6
+        wq, hq = _flat_geom(oh_n, kh_n, kw_n, ow_n, sh, sw, dh, dw, wd)
+        nq = oh_n * wq if flat else s
+        shared = kdim * nq + (cg * sh * sw * hq * wq if flat else 0)
+        mbs = _ceil_div(mg, _PHASE_CHUNKS * nth)
+        wcap = mbs * nq if flat else 0
+        if col.shape[0] >= shared + nth * wcap:
+            ctr = np.zeros((4, n_img), np.int64)
+            _plane_phased(nth, x, w, b, res, out, col, shared, wcap, ctr, sh, sw, ph, pw, dh,
+                          dw, group, has_bias, has_res, act, aa, ab, flat,
+                          _ceil_div(cg, _PHASE_CHUNKS * nth), mbs)
+            return
     if nw > 1:
         _conv_par(nw, ntask, nb, bs, x, w, b, res, out, col, cap, sh, sw, ph, pw, dh, dw,
                   group, has_bias, has_res, act, aa, ab, path, cc)

@@ -176,6 +176,15 @@ CONV_CASES = [
     (2, 256, 28, 28, 256, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 16),
     (1, 64, 30, 30, 64, 3, 3, (2, 2), (1, 0, 1, 1), (1, 1), 8),     # row blocks, uneven pads
 ]
+# small planes with fewer (image, group) planes than threads, or an uneven few: at 2 threads
+# the threads share each plane's im2col, then split its output channels (conv._plane_phased)
+SHARED_PLANE_CASES = [
+    (1, 64, 7, 7, 96, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),      # flat im2col, stride 1
+    (1, 40, 14, 14, 256, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 1),   # row im2col (flat wastes)
+    (1, 128, 28, 28, 256, 1, 1, (2, 2), (0, 0, 0, 0), (1, 1), 1),  # strided 1x1, flat phases
+    (1, 48, 8, 8, 144, 3, 3, (1, 1), (0, 0, 0, 0), (1, 1), 3),     # 3 groups: 3 planes in turn
+    (3, 20, 9, 9, 70, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 1),      # 3 images, odd M
+]
 
 
 def _conv_run(case, dtype, act=0, res=False, col_elems=None, seed=0):
@@ -217,6 +226,13 @@ def test_conv2d_parallel(nthreads, case):
                                   CONV_CASES[8], CONV_CASES[13], CONV_CASES[-2]])
 def test_conv2d_parallel_res_relu(nthreads, case):
     out, ref = _conv_run(case, np.float32, act=1, res=True)
+    _close(out, ref, np.float32)
+
+
+@pytest.mark.parametrize('case', SHARED_PLANE_CASES)
+@pytest.mark.parametrize('act,res', [(0, False), (1, True)])
+def test_conv2d_shared_plane(nthreads, case, act, res):
+    out, ref = _conv_run(case, np.float32, act=act, res=res)
     _close(out, ref, np.float32)
 
 
