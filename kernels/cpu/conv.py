@@ -65,9 +65,28 @@ def _valid_range(off, stride, size, n_out):
     return lo, max(lo, hi)
 
 
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _kw_ranges(kw_n, dw, pw, sw, wd, ow_n):
+    """[lo, hi) of the valid output columns of each kernel column kw (``_valid_range``), as
+    (lo, hi) pairs: computed once per call, not per row and channel -- its two 64-bit
+    divisions cost ~40 ns, more than copying a short row."""
+    vr = np.empty(2 * kw_n, np.int64)
+    for kw in range(kw_n):
+        vr[2 * kw], vr[2 * kw + 1] = _valid_range(kw * dw - pw, sw, wd, ow_n)
+    return vr
+
+
 # 2*M*K*S (flops) above which the gemm-based paths are split over threads; depthwise output
 # elements * taps above which the planes are.
 _PAR_MIN_FLOPS = 1 << 20
+# ... when fewer (image, group) planes than threads make the threads split one plane's gemm
+# (by columns or output channels): a parallel region costs ~10-20 us more than the serial
+# call here (Numba's TBB layer; 2-vCPU Xeon, 2026-11-27, one process alternating 1 and 2
+# threads): 1x1 convolutions of 1.4 MFLOP took 1.5-1.9x the 1-thread time at 2 threads,
+# 5.5-6 MFLOP 0.71-1.4x (break-even), 22-24 MFLOP 0.58-0.78x; 3x3 ones 1.8 MFLOP 1.2x,
+# 3.6 MFLOP 0.9-1.0x, 7.2 MFLOP 0.8x. Independent planes (groups, images) split at any size
+# above _PAR_MIN_FLOPS (32 groups of 3x3 at 1.8 MFLOP: 0.62x).
+_PAR_MIN_FLOPS_SPLIT = 1 << 22
 _PAR_MIN_DW = 1 << 15
 # Depthwise convolutions are flat stencils over each padded plane (_dw_flat), except strided
 # ones with at most _DW_CB_MAX_OW output columns: _DW_CB channels at a time, vectorized across
@@ -260,12 +279,14 @@ def _im2col_rows(xg, col3, r0, kh_n, kw_n, sh, sw, ph, pw, dh, dw):
     if sw == 2:
         _im2col_rows_s2(xg, col3, r0, kh_n, kw_n, sh, ph, pw, dh, dw)
         return
+    vr = _kw_ranges(kw_n, dw, pw, sw, wd, ow_n)
     for c in range(cg):
         for kh in range(kh_n):
             for kw in range(kw_n):
                 row = (c * kh_n + kh) * kw_n + kw
                 off_w = kw * dw - pw
-                ow0, ow1 = _valid_range(off_w, sw, wd, ow_n)
+                ow0 = vr[2 * kw]
+                ow1 = vr[2 * kw + 1]
                 nv = ow1 - ow0
                 for i in range(nr):
                     ih = (r0 + i) * sh - ph + kh * dh
@@ -299,6 +320,7 @@ def _im2col_rows_s2(xg, col3, r0, kh_n, kw_n, sh, ph, pw, dh, dw):
     ne = (wd + 1) // 2
     half = np.empty(wd + 1, xg.dtype)
     hp = eptr(half, 0)
+    vr = _kw_ranges(kw_n, dw, pw, 2, wd, ow_n)
     for c in range(cg):
         for kh in range(kh_n):
             for i in range(nr):
@@ -314,7 +336,8 @@ def _im2col_rows_s2(xg, col3, r0, kh_n, kw_n, sh, ph, pw, dh, dw):
                     row = (c * kh_n + kh) * kw_n + kw
                     d = eptr(col3, (row * nr + i) * ow_n)
                     off_w = kw * dw - pw
-                    ow0, ow1 = _valid_range(off_w, 2, wd, ow_n)
+                    ow0 = vr[2 * kw]
+                    ow1 = vr[2 * kw + 1]
                     if not inside or ow1 <= ow0:
                         for ow in range(ow_n):
                             d[ow] = 0
@@ -533,6 +556,7 @@ def _direct_rows(x, w, out, n, g, r0, r1, sh, sw, ph, pw, dh, dw, group):
     ow_n = out.shape[3]
     mg = m_n // group
     z = out.dtype.type(0)
+    vr = _kw_ranges(kw_n, dw, pw, sw, wd, ow_n)
     for r in range(r0, r1):
         for mm in range(mg):
             d = eptr(out, ((n * m_n + g * mg + mm) * oh_n + r) * ow_n)
@@ -546,8 +570,8 @@ def _direct_rows(x, w, out, n, g, r0, r1, sh, sw, ph, pw, dh, dw, group):
                 xbase = ((n * c_n + g * cg + c) * h + ih) * wd
                 for kw in range(kw_n):
                     off = kw * dw - pw
-                    lo, hi = _valid_range(off, sw, wd, ow_n)
-                    nj = hi - lo
+                    lo = vr[2 * kw]
+                    nj = vr[2 * kw + 1] - lo
                     if nj <= 0:
                         continue
                     xp = eptr(x, xbase + lo * sw + off)
@@ -1211,7 +1235,8 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
     pointwise = (kh_n == 1 and kw_n == 1 and sh == 1 and sw == 1 and ph == 0 and pw == 0
                  and oh_n == h and ow_n == wd)
     n_img = n_n * group
-    par = nth > 1 and 2 * n_n * m_n * kdim * s >= _PAR_MIN_FLOPS
+    flops = 2 * n_n * m_n * kdim * s
+    par = nth > 1 and flops >= _PAR_MIN_FLOPS and (n_img >= nth or flops >= _PAR_MIN_FLOPS_SPLIT)
     parts = 1
     if par and n_img < 4 * nth:
         parts = nth // _gcd(n_img, nth)

@@ -169,7 +169,7 @@ CONV_CASES = [
     (1, 700, 7, 7, 33, 5, 5, (1, 1), (2, 2, 2, 2), (1, 1), 1),    # 5x5: 3 chunks, odd M
     (1, 3, 60, 60, 64, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 1),    # short K: small-gemm rows
     (2, 16, 40, 40, 64, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),   # short K pointwise blocks
-    (1, 96, 7, 7, 130, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),    # pointwise split by M, odd
+    (1, 320, 7, 7, 170, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 1),   # pointwise split by M, odd
     (1, 128, 8, 8, 200, 1, 1, (1, 1), (0, 0, 0, 0), (1, 1), 2),   # ... grouped
     # flat im2col (conv._im2col_flat): row blocks and whole planes, stride 1 and 2
     (1, 512, 14, 14, 512, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 32),  # 16 channels per group
