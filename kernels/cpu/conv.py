@@ -106,8 +106,14 @@ _DW_CB_MAX_OW = 12
 # onnxruntime, im2col -> direct: 32->3 7x7 256x256 + Tanh 2.1 -> 0.96 (decoder.onnx's last
 # layer), 32->1 3x3 256x256 0.67, 32/64->4 3x3 128x128 0.72-0.75 (im2col at M=8: 0.86,
 # M=16: 1.09); column stride 2 ran 2.8x slower direct (strided loads), so it keeps im2col.
+# Few input channels per group make the im2col cheap (kdim = cg*KH*KW copies per position):
+# grouped 3x3 layers of 4 channels per group (ResNeXt 32x4d, 4 -> 4 per group) ran 0.51-0.61
+# of onnxruntime's time by im2col against 0.92-1.14 direct (64x112x112 / 16 groups, 32x128x128
+# / 8, 128x56x56 / 32; one thread, one process, 2026-11-27); with 32-64 input channels direct
+# and im2col were within noise of each other at 64-128 columns (32 -> 4: 0.83 / 0.92).
 _DIRECT_MAX_M = 4
 _DIRECT_MIN_OW = 16
+_DIRECT_MIN_CG = 16
 _DIRECT_ROWS = 4
 # im2col block per task (elements; 512 KB of float32): the gemm reads it back from L2.
 _COL_BLOCK_ELEMS = 1 << 17
@@ -1244,7 +1250,8 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
     plane = (not pointwise and s <= _PLANE_MAX_S and mg >= _PLANE_MIN_M and mg >= s
              and col.shape[0] >= cc * kh_n * kw_n * s)
     small = _SMALL_MNK // max(1, mg * kdim) if kdim <= _SMALL_K_PW else 0  # columns
-    direct = (not pointwise and mg <= _DIRECT_MAX_M and ow_n >= _DIRECT_MIN_OW and sw == 1)
+    direct = (not pointwise and mg <= _DIRECT_MAX_M and ow_n >= _DIRECT_MIN_OW and sw == 1
+              and cg >= _DIRECT_MIN_CG)
     if direct:
         path = 3
         bs = _DIRECT_ROWS

@@ -98,11 +98,12 @@ CASES = [
     (1, 19, 29, 27, 19, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 19),  # stride 2, odd first column
     (1, 19, 28, 27, 19, 3, 3, (2, 2), (0, 0, 1, 1), (1, 1), 19),  # stride 2, odd last column
     (2, 5, 30, 61, 5, 3, 5, (2, 3), (0, 2, 1, 1), (1, 2), 5),     # column stride 3, dilated
-    # at most 4 output channels per group, rows >= 16 wide, column stride 1: direct
-    # (conv._direct_rows, no im2col)
-    (1, 6, 9, 20, 3, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1), 1),      # an image head, 7x7
-    (2, 4, 11, 18, 1, 3, 3, (2, 1), (0, 2, 1, 0), (2, 1), 1),     # row stride/dilation
-    (1, 6, 8, 17, 4, 3, 5, (1, 1), (1, 2, 1, 2), (1, 2), 2),      # groups, dilated columns
+    # at most 4 output channels and at least 16 input channels per group, rows >= 16 wide,
+    # column stride 1: direct (conv._direct_rows, no im2col)
+    (1, 16, 9, 20, 3, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1), 1),     # an image head, 7x7
+    (2, 16, 11, 18, 1, 3, 3, (2, 1), (0, 2, 1, 0), (2, 1), 1),    # row stride/dilation
+    (1, 32, 8, 17, 4, 3, 5, (1, 1), (1, 2, 1, 2), (1, 2), 2),     # groups, dilated columns
+    (1, 16, 8, 20, 16, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 4),    # 4 in / 4 out: im2col
     # output rows of at most conv._FLAT_MAX_OW positions, few output channels per group: the
     # flat im2col (conv._im2col_flat; stride 1 with OW <= W straight from the plane)
     (1, 32, 14, 14, 32, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 4),     # grouped, same padding

@@ -9,7 +9,7 @@ from test_conv import CASES, DTYPES, _close, _ref, _run
 @pytest.mark.parametrize('dtype', DTYPES)
 # depthwise: channel blocks (37), flat stencils (4, 18, 19; 18x33x32 once added the bias
 # twice before Relu)
-# direct (an image head: 6 -> 3 channels, 7x7)
+# direct (an image head: 16 -> 3 channels, 7x7)
 @pytest.mark.parametrize('case', [CASES[0], CASES[4], CASES[7]]
                          + [c for c in CASES if c[1] in (37, 18, 19)]
                          + [c for c in CASES if c[5] == 7])
