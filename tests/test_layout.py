@@ -110,6 +110,15 @@ def test_block_matches_onnxruntime(k, stride, hw, threads):
     _check(_mobile_block(k=k, stride=stride, hw=hw), threads=threads)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_wide_block_splits_pointwise_rows(threads):
+    """Pointwise convolutions above ``conv_nhwc._PAR_MIN_FLOPS`` (64 -> 192 on 14x14, 4.8
+    MFLOP) split their row blocks over the threads at 2 threads."""
+    from jitort.kernels.cpu import conv_nhwc
+    assert 2 * 64 * 192 * 14 * 14 >= conv_nhwc._PAR_MIN_FLOPS
+    _check(_mobile_block(c=64, e=192, hw=14), threads=threads)
+
+
 @pytest.mark.parametrize("opset", [13, 18])
 def test_reduce_axes_forms(opset):
     _check(_mobile_block(opset=opset))

@@ -27,9 +27,11 @@ from .mathfn import wide_vectors
 _FM = {'reassoc', 'contract', 'arcp'}
 
 # output elements * taps above which the depthwise rows are split over threads; gemm flops
-# above which pointwise row blocks are (as kernels/cpu/conv.py)
+# above which pointwise row blocks are (as one plane's gemm in kernels/cpu/conv.py: at 2
+# threads 1.8-2.7 MFLOP ran 1.01-1.02x the 1-thread time, 6-7.5 MFLOP 0.40-0.96x, 11-19
+# MFLOP 0.54-0.77x; Xeon host, 2026-11-27)
 _PAR_MIN_DW = 1 << 15
-_PAR_MIN_FLOPS = 1 << 20
+_PAR_MIN_FLOPS = 1 << 22
 # pointwise: output elements per row block (256 KB of float32: the epilogue pass stays in L2)
 _PW_BLOCK_ELEMS = 1 << 16
 
