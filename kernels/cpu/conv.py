@@ -40,8 +40,8 @@ module: the code generator lowers them to ``winograd.conv3x3_winograd``):
 Tasks are spread over ``prange`` workers (each with its own scratch slice) when the
 convolution is big enough; a small plane whose (image, group) planes are fewer than the
 threads (deep layers at batch 1) is shared instead (``_plane_phased``: its im2col by chunks of
-input channels, then its output channels by blocks, in one parallel region); bias / residual / activation are applied to each block right
-after its gemm, while it is in cache. Activation codes are those of ``epilogue`` (0 none,
+input channels, then its output channels by blocks, in one parallel region). Bias, residual
+and activation are applied to each block right after its gemm, while it is in cache. Activation codes are those of ``epilogue`` (0 none,
 1 relu, 2 gelu, 3 sigmoid, 4 tanh, 5 leaky_relu(alpha_act), 6 clip(alpha_act, beta_act)).
 """
 import numpy as np
