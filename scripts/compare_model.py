@@ -37,6 +37,24 @@ def _feeds(sess, batch, seq):
     return feeds
 
 
+def alternate(fa, fb, runs, warmup):
+    """Medians (seconds) of ``runs`` calls of ``fa`` and ``fb`` alternating, after ``warmup``
+    calls of each."""
+    for _ in range(warmup):
+        fa()
+        fb()
+    ta, tb = [], []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fa()
+        t1 = time.perf_counter()
+        fb()
+        t2 = time.perf_counter()
+        ta.append(t1 - t0)
+        tb.append(t2 - t1)
+    return statistics.median(ta), statistics.median(tb)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -61,19 +79,7 @@ def main(argv=None):
     want = sess.run(None, feeds)
     diff = max(float(np.max(np.abs(np.asarray(g, np.float64) - w))) if np.size(w) else 0.0
                for g, w in zip(got, want))
-    for _ in range(10):
-        cm.run(None, feeds)
-        sess.run(None, feeds)
-    tj, to = [], []
-    for _ in range(a.runs):
-        t0 = time.perf_counter()
-        cm.run(None, feeds)
-        t1 = time.perf_counter()
-        sess.run(None, feeds)
-        t2 = time.perf_counter()
-        tj.append(t1 - t0)
-        to.append(t2 - t1)
-    mj, mo = statistics.median(tj), statistics.median(to)
+    mj, mo = alternate(lambda: cm.run(None, feeds), lambda: sess.run(None, feeds), a.runs, 10)
     print(f"{Path(a.model).name}: threads {a.threads}, batch {a.batch}, {a.runs} interleaved runs; "
           f"interpreted nodes: {cm.fallback_nodes()}")
     print(f"jitort {mj * 1e3:.3f} ms  onnxruntime {mo * 1e3:.3f} ms  ratio {mj / mo:.3f}  "

@@ -5,13 +5,20 @@ from onnx import TensorProto, helper, numpy_helper
 
 
 def make_model(nodes, inputs, outputs, initializers=(), opset=17):
-    """inputs/outputs: (name, elem_type, shape) triples; initializers: name -> array."""
+    """inputs/outputs: (name, elem_type, shape) triples; initializers: name -> array.
+
+    The IR version is the lowest that carries ``opset`` (onnx's own default is its newest,
+    which an older onnxruntime refuses: onnx 1.23 writes 14, onnxruntime 1.30 reads <= 13)."""
     g = helper.make_graph(
         nodes, "g",
         [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
         [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
         [numpy_helper.from_array(np.asarray(a), n) for n, a in dict(initializers).items()])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    imports = [helper.make_opsetid("", opset)]
+    m = helper.make_model(g, opset_imports=imports)
+    if opset <= max(v[2] for v in helper.VERSION_TABLE):  # a future opset keeps onnx's default
+        m.ir_version = helper.find_min_ir_version_for(imports)
+    return m
 
 
 def run_reference(model, feeds):
