@@ -1,20 +1,20 @@
 #!/usr/bin/env python
 """Models on the CUDA backend against onnxruntime (CPU provider), one process per model.
 
-    python scripts/gpu_check.py MODEL... [--runs 20] [--timeout 120] [--ort-threads N] [--batch 1] [--seq 128]
-                                  [--jsonl FILE]
+    python scripts/gpu_check.py MODEL... [--runs 20] [--timeout 120] [--ort-threads N]
+                                [--batch 1] [--seq 128] [--jsonl FILE]
 
 For each model, in a fresh process (a kernel fault cannot poison the next model's context):
 ``jitort.compile(model, device="cuda")``, the placement (nodes on cuda / cpu / interpreter /
 host), the time to the first result (compile + CUDA JIT + first call), outputs against
 onnxruntime on the same random feed (float inputs standard normal; integer inputs ids in
 [0, 100); dynamic dims ``--batch`` for the first, ``--seq`` for the others, as
-``compare_model.py``), then
-``--runs`` calls of each engine alternating, medians and their ratio. onnxruntime uses ``--ort-threads``
-(default: all the machine's cores); jitort's times include the host -> device copies of the feeds and the device ->
-host copies of the results. A model that fails or outruns ``--timeout`` is reported as such and
-the next one runs. On a machine without a GPU, ``NUMBA_ENABLE_CUDASIM=1`` runs the same checks
-on numba's simulator (slowly: only tiny models).
+``compare_model.py``), then ``--runs`` calls of each engine alternating, medians and their
+ratio. onnxruntime uses ``--ort-threads`` (default: all the machine's cores); jitort's times
+include the host -> device copies of the feeds and the device -> host copies of the results.
+A model that fails or outruns ``--timeout`` is reported as such and the next one runs. On a
+machine without a GPU, ``NUMBA_ENABLE_CUDASIM=1`` runs the same checks on numba's simulator
+(slowly: only tiny models).
 """
 from __future__ import annotations
 
@@ -114,11 +114,13 @@ def main(argv=None):
             with open(a.jsonl, "a") as f:
                 f.write(json.dumps(rec) + "\n")
         if "error" in rec:
-            print(f"{rec['model']:28s} FAILED ({rec['wall_s']} s): {rec['error'][:600]}", flush=True)
+            print(f"{rec['model']:28s} FAILED ({rec['wall_s']} s): {rec['error'][:600]}",
+                  flush=True)
             if "trace" in rec:
                 print(rec["trace"], flush=True)
         else:
-            print(f"{rec['model']:24s} b{rec['batch']:<3d}{'ok ' if rec['ok'] else 'BAD'} diff {rec['max_rel_diff']:.1e} "
+            print(f"{rec['model']:24s} b{rec['batch']:<3d}{'ok ' if rec['ok'] else 'BAD'} "
+                  f"diff {rec['max_rel_diff']:.1e} "
                   f"first {rec['first_s']:6.1f} s  jitort {rec['jitort_ms']:8.3f} ms  "
                   f"ort-cpu {rec['ort_cpu_ms']:8.3f} ms  ratio {rec['ratio']:.2f}  "
                   f"{rec['placement']} copies/call {rec['copies_per_call']}", flush=True)

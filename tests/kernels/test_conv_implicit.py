@@ -11,15 +11,18 @@ from jitort.kernels.cpu import conv_implicit as CI
 
 
 def _model(c, m, k, strides, pads, h, w_=None, act=None, res=False, dil=(1, 1), n=1,
-           bias=True, seed=0):
+           bias=True, seed=0, g=1, wscale=1.0):
+    """A Conv (``g`` groups, weights standard normal times ``wscale``) [+ Add of a residual
+    input] [+ Relu / Clip(0, 6) / Sigmoid] model and its feeds (also used by
+    test_conv_group.py)."""
     rng = np.random.default_rng(seed)
     w_ = w_ or h
     x = rng.standard_normal((n, c, h, w_)).astype(np.float32)
-    w = rng.standard_normal((m, c, k, k)).astype(np.float32)
+    w = (rng.standard_normal((m, c // g, k, k)) * wscale).astype(np.float32)
     b = rng.standard_normal(m).astype(np.float32)
     ins = ['x', 'w'] + (['b'] if bias else [])
     nodes = [helper.make_node('Conv', ins, ['y'], kernel_shape=[k, k], strides=list(strides),
-                              pads=list(pads), dilations=list(dil))]
+                              pads=list(pads), dilations=list(dil), group=g)]
     inputs = [helper.make_tensor_value_info('x', TensorProto.FLOAT, x.shape)]
     feeds, last = {'x': x}, 'y'
     oh = (h + pads[0] + pads[2] - dil[0] * (k - 1) - 1) // strides[0] + 1
@@ -42,10 +45,12 @@ def _model(c, m, k, strides, pads, h, w_=None, act=None, res=False, dil=(1, 1), 
     if act == 'clip':
         inits += [numpy_helper.from_array(np.float32(0), 'lo'),
                   numpy_helper.from_array(np.float32(6), 'hi')]
-    g = helper.make_graph(nodes, 'g', inputs,
-                          [helper.make_tensor_value_info(last, TensorProto.FLOAT, None)],
-                          initializer=inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid('', 13)]), feeds
+    gr = helper.make_graph(nodes, 'g', inputs,
+                           [helper.make_tensor_value_info(last, TensorProto.FLOAT, None)],
+                           initializer=inits)
+    model = helper.make_model(gr, opset_imports=[helper.make_opsetid('', 13)])
+    model.ir_version = 7
+    return model, feeds
 
 
 CASES = {

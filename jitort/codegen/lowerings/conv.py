@@ -71,6 +71,20 @@ def _use_implicit(em: Emitter, n: Node, xs4, ws4, ys4, group, winograd_alt) -> b
     return em.memo[key]
 
 
+def _use_grouped(em: Emitter, n: Node, xs4, ws4, ys4, strides, group) -> bool:
+    """Whether a grouped convolution with constant weights runs as ``conv_group.conv2d_grouped``
+    (channels-last im2col per group: small output planes, 16-32 channels per group), by
+    ``grouped_wins``; decided once per node from the first shape, as ``_use_winograd``."""
+    key = ("grouped", id(n))
+    if key not in em.memo:
+        from jitort.kernels.cpu.conv_group import grouped_wins
+        w = n.inputs[1]
+        dims = [concrete(d) for d in (xs4[1], ws4[0], ys4[2], ys4[3])]
+        em.memo[key] = bool(w.is_const and np.dtype(w.dtype) in (np.float32, np.float64)
+                            and grouped_wins(*dims, group, max(strides) > 1))
+    return em.memo[key]
+
+
 def _out_beside_residual(em: Emitter, n: Node, y, residual) -> str:
     """``em.out(y)`` for a conv whose epilogue reads ``residual``: the kernels require that the
     residual not alias the output. The residual is read at this step and the output is a
@@ -100,6 +114,9 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
     oh, ow = ys4[2], ys4[3]
     # Winograd reads its own transformed weights: neither the im2col scratch nor the raw
     # weights are placed for it
+    if _use_grouped(em, n, xs4, ws4, ys4, strides, group):
+        _lower_conv2d_grouped(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, group)
+        return
     tile = _use_winograd(em, n, xs4, ws4, ys4, strides, dil, group)
     if _use_implicit(em, n, xs4, ws4, ys4, group, bool(tile)):
         _lower_conv2d_implicit(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act)
@@ -141,23 +158,47 @@ def _lower_conv2d_implicit(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pa
     """A Conv / FusedConv as ``conv_implicit.conv2d_implicit``: weights packed at compile time,
     the input's phase planes in the scratch; bias, residual and activation in the kernel."""
     from jitort.kernels.cpu.conv_implicit import implicit_scratch_elems, pack_weights
-    x, w, y = n.inputs[0], n.inputs[1], n.outputs[0]
-    b = n.input(2)
+    w, y = n.inputs[1], n.outputs[0]
     pk = em.derived_const(("implicit", id(w.const)), lambda: pack_weights(w.const.reshape(ws4)))
     scr = em.scratch(implicit_scratch_elems(xs4[0], xs4[1], xs4[2], xs4[3], ws4[2], ws4[3],
                                             ys4[2], ys4[3], strides[0], strides[1], dil[0],
                                             dil[1]), y.dtype)
+    call = _packed_args(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, pk, scr)
+    em.call(f"_convi.conv2d_implicit({call})")
+
+
+def _packed_args(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pads, residual, act, pk,
+                 scr, group=None) -> str:
+    """The arguments of the packed-weight convolution kernels (``conv2d_implicit``,
+    ``conv2d_grouped``): x, packed weights, kh, kw, bias, residual (the output when none),
+    output, scratch, strides, begin pads, dilations[, group], bias / residual flags and the
+    activation."""
+    x, y, b = n.inputs[0], n.outputs[0], n.input(2)
     xv = f"{em.arr(x)}.reshape({em.tuple_expr(xs4)})"
-    bv = em.arr(b) if b is not None else "np.zeros(1, np.float32)"
+    bv = em.arr(b) if b is not None else f"np.zeros(1, {tname(y.dtype)})"
     yv = _out_beside_residual(em, n, y, residual)
     y4 = f"{yv}.reshape({em.tuple_expr(ys4)})"
     rv = f"{em.arr(residual)}.reshape({em.tuple_expr(ys4)})" if residual is not None else y4
     code, alpha, beta = act
     geo = ", ".join(em.dim(v) for v in (ws4[2], ws4[3]))
     args = ", ".join(em.dim(v) for v in (strides[0], strides[1], pads[0], pads[1], dil[0], dil[1]))
-    em.call(f"_convi.conv2d_implicit({xv}, {pk}, {geo}, {bv}, {rv}, {y4}, {scr}, {args}, "
-            f"{b is not None}, {residual is not None}, {code}, {float_literal(alpha)}, "
-            f"{float_literal(beta)})")
+    grp = "" if group is None else f"{group}, "
+    return (f"{xv}, {pk}, {geo}, {bv}, {rv}, {y4}, {scr}, {args}, {grp}{b is not None}, "
+            f"{residual is not None}, {code}, {float_literal(alpha)}, {float_literal(beta)}")
+
+
+def _lower_conv2d_grouped(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pads, residual,
+                          act, group) -> None:
+    """A grouped Conv / FusedConv as ``conv_group.conv2d_grouped``: weights packed at compile
+    time per group in (kh, kw, c) order; bias, residual and activation in the kernel."""
+    from jitort.kernels.cpu.conv_group import grouped_scratch_elems, pack_weights
+    w, y = n.inputs[1], n.outputs[0]
+    pk = em.derived_const(("grouped", group, id(w.const)),
+                          lambda: pack_weights(w.const.reshape(ws4), group))
+    scr = em.scratch(grouped_scratch_elems(xs4[1], xs4[2], xs4[3], ws4[2], ws4[3], ys4[2],
+                                           ys4[3], ws4[0], group, em.threads), y.dtype)
+    call = _packed_args(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, pk, scr, group)
+    em.call(f"_convg.conv2d_grouped({call})")
 
 
 def _lower_conv3d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> None:
