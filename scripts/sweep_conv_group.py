@@ -55,7 +55,7 @@ def main():
         t = _time(runs, args.reps)
         np.testing.assert_allclose(y2, y1, rtol=1e-4, atol=1e-4)
         r = t["grouped"] / t["im2col"]
-        pick = CG.grouped_wins(c, c, oh, oh, g, s > 1)
+        pick = CG.grouped_wins(c, c, oh, oh, g)
         ratios[pick].append(r)
         wrong = (pick and r > 1.1) or (not pick and r < 0.9)
         print(f"{c:4d} in {g:3d} groups of {cg:2d}, 3x3/{s} -> {oh:2d}x{oh:<2d}       "

@@ -35,25 +35,20 @@ _PAR_MIN_FLOPS = 1 << 20
 
 
 #: when ``conv2d_grouped`` runs a grouped convolution instead of conv.py's NCHW im2col: output
-#: planes of at most GROUPED_MAX_S positions, with at least GROUPED_MIN_CG input channels per
-#: group when strided and GROUPED_MIN_CG_S1 at stride 1 (shorter runs cost more than they
-#: save). ``python scripts/sweep_conv_group.py`` (36 grouped 3x3 layers, 1 thread, both kernels
-#: alternating in one process, Xeon host, 2026-11-27), grouped / im2col time: stride 2 -> 7x7
-#: 0.61-0.63 at 16-32 channels per group (0.82 at 8, 0.96 at 64); stride 1 on 7x7 / 8x8 0.68-0.87
-#: at 32-64 channels, 0.91-1.08 at 16-24; 14x14 outputs 1.4-2.7, 28x28 1.3-6.4 (there the
-#: per-position runs and the gemm's shape cost more than the NCHW path's long rows save);
-#: 4 channels per group 1.25-6.4.
+#: planes of at most GROUPED_MAX_S positions and at least GROUPED_MIN_CG input channels per
+#: group (shorter runs cost more than they save). ``python scripts/sweep_conv_group.py`` (36
+#: grouped 3x3 layers, 1 thread, both kernels alternating in one process, Xeon host,
+#: 2026-11-27, two runs), grouped / im2col time: 7x7 and 8x8 outputs with 16-64 channels per
+#: group 0.47-0.89 (stride 2 0.49-0.65); 14x14 outputs 0.93-1.34 at 16-64 channels, 28x28
+#: 1.2-2.1; 8 channels per group 1.07-1.4 on 7x7 / 8x8, 4 per group 1.1-6.
 GROUPED_MIN_CG = 16
-GROUPED_MIN_CG_S1 = 32
 GROUPED_MAX_S = 64
 
 
-def grouped_wins(C, M, OH, OW, group, strided=False) -> bool:
+def grouped_wins(C, M, OH, OW, group) -> bool:
     """Whether ``conv2d_grouped`` is the kernel for this grouped convolution (plain Python;
-    concrete sizes; ``strided``: a stride above 1). Depthwise convolutions (one channel per
-    group) have their own kernels."""
-    min_cg = GROUPED_MIN_CG if strided else GROUPED_MIN_CG_S1
-    return (1 < group and C % group == 0 and M % group == 0 and C // group >= min_cg
+    concrete sizes). Depthwise convolutions (one channel per group) have their own kernels."""
+    return (1 < group and C % group == 0 and M % group == 0 and C // group >= GROUPED_MIN_CG
             and OH * OW <= GROUPED_MAX_S)
 
 
@@ -91,19 +86,6 @@ def _per_worker_py(cg, hw, k, s, mg):
 
 
 _per_worker = njit(cache=True)(_per_worker_py)
-
-
-@njit(cache=True, error_model='numpy', fastmath=_FM, inline='always')
-def _copy_run(d, src, n):
-    """d[:n] = src[:n] (raw pointers) in fixed blocks of 16: a loop of unknown length n =
-    16-64 becomes LLVM's scalar remainder (its vector body takes 64 at a time), ~15 ns a run."""
-    c = 0
-    while c + 16 <= n:
-        for j in range(16):
-            d[c + j] = src[c + j]
-        c += 16
-    for j in range(c, n):
-        d[j] = src[j]
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -146,7 +128,9 @@ def _task(t, x, wp, b, res, out, xt, col, kh_n, kw_n, sh, sw, ph, pw, dh, dw, gr
                         for c in range(cg):
                             d[c] = z
                     else:
-                        _copy_run(d, eptr(xt, (ih * wd + iw) * cg), cg)
+                        src = eptr(xt, (ih * wd + iw) * cg)
+                        for c in range(cg):
+                            d[c] = src[c]
         st = xgemm(0, 0, s1 - s0, mg, k, 1.0, col, 0, k, wp, g * k * mg, mg, 0.0, col, bp * k,
                    mg)
         if st != 0:

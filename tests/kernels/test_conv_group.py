@@ -48,19 +48,17 @@ def test_grouped_conv_matches_onnxruntime(case, nthreads):
 
 
 def test_rule_edges():
-    """Small output planes with >= 16 channels per group (strided) or 32 (stride 1) take it; a
-    14x14 output, fewer channels per group, depthwise and group 1 stay on conv.py (or its
-    depthwise kernels)."""
+    """Small output planes with >= 16 channels per group take it; a 14x14 output, 8 channels
+    per group, depthwise and group 1 stay on conv.py (or its depthwise kernels)."""
     assert CG.grouped_wins(512, 512, 7, 7, 16) and CG.grouped_wins(128, 128, 8, 8, 2)
-    assert CG.grouped_wins(256, 256, 7, 7, 16, strided=True)
-    assert not CG.grouped_wins(256, 256, 7, 7, 16)           # 16 per group at stride 1
-    assert not CG.grouped_wins(512, 512, 14, 14, 16)         # 196 positions
-    assert not CG.grouped_wins(64, 64, 7, 7, 8, True)        # 8 per group
-    assert not CG.grouped_wins(64, 64, 7, 7, 64, True)       # depthwise
-    assert not CG.grouped_wins(64, 64, 7, 7, 1)              # dense
+    assert CG.grouped_wins(256, 256, 7, 7, 16)
+    assert not CG.grouped_wins(512, 512, 14, 14, 16)   # 196 positions
+    assert not CG.grouped_wins(64, 64, 7, 7, 8)        # 8 per group
+    assert not CG.grouped_wins(64, 64, 7, 7, 64)       # depthwise
+    assert not CG.grouped_wins(64, 64, 7, 7, 1)        # dense
     for kw, want in ((dict(c=256, m=256, g=8, k=3, strides=(1, 1), pads=(1, 1, 1, 1), h=14),
                       '_conv.conv2d'),
-                     (dict(c=64, m=64, g=4, k=3, strides=(1, 1), pads=(1, 1, 1, 1), h=7),
+                     (dict(c=64, m=64, g=8, k=3, strides=(1, 1), pads=(1, 1, 1, 1), h=7),
                       '_conv.conv2d')):
         m, feeds = _model(**kw)
         cm = jitort.compile(m, strict=True)

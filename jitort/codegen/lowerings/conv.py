@@ -71,9 +71,9 @@ def _use_implicit(em: Emitter, n: Node, xs4, ws4, ys4, group, winograd_alt) -> b
     return em.memo[key]
 
 
-def _use_grouped(em: Emitter, n: Node, xs4, ws4, ys4, strides, group) -> bool:
+def _use_grouped(em: Emitter, n: Node, xs4, ws4, ys4, group) -> bool:
     """Whether a grouped convolution with constant weights runs as ``conv_group.conv2d_grouped``
-    (channels-last im2col per group: small output planes, 16-32 channels per group), by
+    (channels-last im2col per group: small output planes, >= 16 channels per group), by
     ``grouped_wins``; decided once per node from the first shape, as ``_use_winograd``."""
     key = ("grouped", id(n))
     if key not in em.memo:
@@ -81,7 +81,7 @@ def _use_grouped(em: Emitter, n: Node, xs4, ws4, ys4, strides, group) -> bool:
         w = n.inputs[1]
         dims = [concrete(d) for d in (xs4[1], ws4[0], ys4[2], ys4[3])]
         em.memo[key] = bool(w.is_const and np.dtype(w.dtype) in (np.float32, np.float64)
-                            and grouped_wins(*dims, group, max(strides) > 1))
+                            and grouped_wins(*dims, group))
     return em.memo[key]
 
 
@@ -114,7 +114,7 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
     oh, ow = ys4[2], ys4[3]
     # Winograd reads its own transformed weights: neither the im2col scratch nor the raw
     # weights are placed for it
-    if _use_grouped(em, n, xs4, ws4, ys4, strides, group):
+    if _use_grouped(em, n, xs4, ws4, ys4, group):
         _lower_conv2d_grouped(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, group)
         return
     tile = _use_winograd(em, n, xs4, ws4, ys4, strides, dil, group)
