@@ -1,6 +1,5 @@
 """Small model builders for tests."""
 import numpy as np
-import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 
