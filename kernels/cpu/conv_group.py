@@ -165,7 +165,7 @@ def _par(nw, ntask, per, x, wp, b, res, out, scr, kh_n, kw_n, sh, sw, ph, pw, dh
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def conv2d_grouped(x, wp, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, group, has_bias,
                    has_res, act, alpha, beta):
-    """out = act(conv(x, w) + b (+ res)) with ``wp = pack_weights(w)``, ``scr`` of at least
+    """out = act(conv(x, w) + b (+ res)) with ``wp = pack_weights(w, group)``, ``scr`` of at least
     ``grouped_scratch_elems`` elements for one worker (more workers where it holds more)."""
     _core(x, wp, np.int64(kh), np.int64(kw), b, res, out, scr, np.int64(sh), np.int64(sw),
           np.int64(ph), np.int64(pw), np.int64(dh), np.int64(dw), np.int64(group),
