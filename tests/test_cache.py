@@ -223,7 +223,7 @@ def test_damaged_numba_cache_files_warn_and_rebuild(tmp_path, mlp_file):
     pyc = _gen(cache) / "__pycache__"
     indexes = sorted(pyc.glob("*.nbi"))
     data = sorted(pyc.glob("*.nbc"))
-    assert len(indexes) >= 4 and data
+    assert len(indexes) >= 2 and data  # the driver and its fused kernel at least
     # half the functions get a truncated index, the others garbage data files
     damaged_index = indexes[::2]
     for f in damaged_index:

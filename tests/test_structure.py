@@ -232,3 +232,55 @@ def test_driver_calls_name_their_onnx_nodes():
     # the comment sits right above the call it names
     i = lines.index("# Softmax(probs)")
     assert lines[i + 1].startswith("_nc(_softmax.softmax3d, "), lines[i + 1]
+
+
+def test_call_sites_build_their_views():
+    """A driver statement is one call: its array arguments (views of the workspace, of the
+    constants, of inputs reshaped, of a Concat output's slice) are described in the call's
+    spec and built by the call, not by view/reshape helper calls with ``d[i]`` sizes (each
+    cost Numba ~10 ms or more to compile)."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"]),
+             helper.make_node("Sigmoid", ["x"], ["b"]),
+             helper.make_node("Concat", ["a", "b"], ["c"], axis=1),  # a, b written in place
+             helper.make_node("Tanh", ["c"], ["t"]),
+             helper.make_node("Concat", ["c", "t"], ["c2"], axis=1),
+             helper.make_node("Mul", ["c2", "c2"], ["e"]),
+             helper.make_node("Reshape", ["e", "shape"], ["f"]),
+             helper.make_node("MatMul", ["f", "w"], ["g"]),
+             helper.make_node("Softmax", ["g"], ["s"]),
+             helper.make_node("Reshape", ["s", "flat"], ["z"])]
+    m = make_model(nodes, [("x", F32, [1, 3, 4, 4]), ("w", F32, [192, "K"])], [("z", F32, None)],
+                   {"shape": np.array([-1, 192], np.int64), "flat": np.array([-1], np.int64)})
+    cm = jitort.compile(m)
+    rng = np.random.default_rng(0)
+    for k in (4, 7):  # the second plan's sizes replayed, its views checked again
+        feeds = {"x": rng.standard_normal((1, 3, 4, 4)).astype(np.float32),
+                 "w": rng.standard_normal((192, k)).astype(np.float32)}
+        (got,) = cm(**feeds)
+        np.testing.assert_allclose(got, run_reference(m, feeds)[0], rtol=1e-5, atol=1e-6)
+    (path,) = cm.generated_sources()
+    text = Path(path).read_text()
+    body = text[text.index("def part0"):]
+    assert not re.search(r"\b(view|rs|flat)_\w+\(", body), body
+    sites = re.findall(r'^\s+_nc\(\S+, "\w+:\d+", fp, d, \(([^)]*)\), "([^"]*)"', body, re.M)
+    assert sites and all(spec for _, spec in sites), body
+    assert any(re.search(r"v\d:float32:\d+\+\d+:", spec) for _, spec in sites), sites  # Concat slice
+
+
+def test_view_specs_parse_and_are_checked_against_the_plan():
+    from jitort.codegen import native
+    from jitort.errors import ExecutionError
+    assert native.parse_spec("a0;s4;v1:float32:3+4:0,1*2;v0:-:-:-;v2:-:-:#") == (
+        ("a", 0), ("s", 4), ("v", 1, "float32", (3, 4), ((0,), (1, 2))), ("v", 0, None, (), ()),
+        ("v", 2, None, (), ((-1,),)))
+    d = np.array([2, 3, 4, 0, 96], np.int64)  # sizes 2, 3, 4; bytes [0, 96)
+    fits = {"base": "ws", "dtype": "float32", "start": (3,), "end": (4,), "sizes": ((0,), (1, 2))}
+    native.check_views([fits], d, {"ws": 96})
+    with pytest.raises(ExecutionError, match="does not fit"):
+        native.check_views([dict(fits, sizes=((0,), (1,)))], d, {"ws": 96})  # 24 of 96 bytes
+    with pytest.raises(ExecutionError, match="does not fit"):
+        native.check_views([fits], d, {"ws": 64})  # past the end of the buffer
+    arg = {"base": "x0", "dtype": None, "start": (), "end": None, "sizes": ((0, 1),)}
+    native.check_views([arg], d, {"x0": 24, "x0.item": 4})
+    with pytest.raises(ExecutionError, match="6 elements, the array has 5"):
+        native.check_views([arg], d, {"x0": 20, "x0.item": 4})

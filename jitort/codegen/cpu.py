@@ -664,6 +664,8 @@ class Plan:
     #: process (``fp``, see jitort/codegen/native.py)
     n_sites: int = 0
     fp: np.ndarray | None = None
+    #: the views the driver's call sites build from ``d`` (``native.rewrite_calls``)
+    views: list = field(default_factory=list)
 
 
 #: Recordings kept per segment (one per distinct lowering outcome: structure, unit dims...).
@@ -703,10 +705,12 @@ class _Record:
         d, o, pb, mem = _layout(self.rows, vals[:k], vals[k:], hosts, self.orders)
         _promote(self.orders, mem.choice)  # sizes change with the shape; the winners rarely do
         p, seg = self.plan, self.seg
+        _check_views(p.views, d, mem, pb, seg, shapes)
         exports = {id(v): hostvals[id(v)] for v in seg.outputs if id(v) in hostvals}
         return Plan(p.driver, d, o, pb, mem.workspace_bytes, mem,
                     [shapes[id(v)] for v in seg.arg_outputs], exports, p.kernel_names,
-                    p.source_path, 0, uses_blas=p.uses_blas, n_sites=p.n_sites, fp=p.fp)
+                    p.source_path, 0, uses_blas=p.uses_blas, n_sites=p.n_sites, fp=p.fp,
+                    views=p.views)
 
 
 #: Entries of a segment's shape-inference memo before it is cleared (each is a few shapes).
@@ -1001,10 +1005,13 @@ class SegmentCompiler:
         parts = []
         # kernel-library and fused-kernel calls go through the fp table (codegen/native.py)
         n_sites, fused = 0, {k for k in em.kernels if k.startswith("k_")}
+        views: list = []  # the views call sites build (checked against each plan's sizes)
         for i, lines in enumerate(chunks):
             if not native.DIRECT_CALLS:
-                lines, n_sites = native.rewrite_calls(lines, KERNEL_MODULES, fused, _DRIVER_KEY,
-                                                      n_sites)
+                lines, n_sites, made = native.rewrite_calls(
+                    lines, KERNEL_MODULES, fused, _DRIVER_KEY, n_sites,
+                    None if self.debug else em.decls)
+                views += made
             used = _declared_closure(em.decls, lines)
             body = [f"    {n} = {em.decls[n]}" for n in em.decls if n in used]
             body += [f"    {line}" for line in lines]
@@ -1017,9 +1024,11 @@ class SegmentCompiler:
             parts += ["", "", f"def call({params}):"]
             parts += [f"    part{i}({params})" for i in range(len(chunks))]
             parts += ["    return 0"]
+        body = "\n".join(parts)
+        # generated kernels and helpers the text still calls (call sites build most views)
+        em.kernels = {k: v for k, v in em.kernels.items() if re.search(rf"\b{k}\b", body)}
         imports = sorted(em.kernels)
         sfx = DEBUG_SUFFIX if self.debug else ""
-        body = "\n".join(parts)
         libs = sorted(a for a in set(re.findall(r"(?<![\w.])(_[a-z_]+)\.", body)) if a in KERNEL_MODULES)
         # The argument types are part of the text: a driver module is compiled for one
         # signature, so its fp table (one kernel overload per call site) fits every call.
@@ -1052,18 +1061,19 @@ class SegmentCompiler:
                                 [concrete(r.nbytes) for r in em.rows], [r.host for r in em.rows],
                                 self.memo.get("orders"))
         _promote(self.memo.setdefault("orders", []), mem.choice)
+        _check_views(views, d, mem, pb, seg, shapes)
         out_shapes = [shapes[id(v)] for v in seg.arg_outputs]
         from ..kernels.cpu.blas import calls_blas
         uses_blas = any(calls_blas(KERNEL_MODULES[a]) for a in libs)
         if self.profiler is None:
             return Plan(mod.call, d, o, pb, mem.workspace_bytes, mem,
                         out_shapes, exports, imports, mod.__file__, new, uses_blas=uses_blas,
-                        n_sites=n_sites)
+                        n_sites=n_sites, views=views)
         parts = self.profiler.parts(self, [getattr(mod, f"part{i}") for i in range(len(chunks))],
                                     chunks, chunk_steps, shapes)
         return Plan(self.profiler.driver(parts), d, o, pb, mem.workspace_bytes, mem,
                     out_shapes, exports, imports, mod.__file__, new, parts, uses_blas=uses_blas,
-                    n_sites=n_sites)
+                    n_sites=n_sites, views=views)
 
 
 def _host_bytes(host) -> np.ndarray:
@@ -1074,6 +1084,20 @@ def _host_bytes(host) -> np.ndarray:
     if not (host.flags.owndata and host.flags.c_contiguous):
         host = np.array(host, order="C")
     return host.reshape(-1).view(np.uint8)
+
+
+def _check_views(views: list, d: np.ndarray, mem, pb: tuple, seg, shapes) -> None:
+    """Check a plan's sizes against the views its driver builds (``native.check_views``):
+    each buffer's and argument array's byte size."""
+    if not views:
+        return
+    nbytes = {"ws": mem.workspace_bytes, **{f"h{k}": b.nbytes for k, b in enumerate(pb)}}
+    for pre, vals in (("x", seg.arg_inputs), ("y", seg.arg_outputs)):
+        for i, v in enumerate(vals):
+            item = np.dtype(v.dtype).itemsize
+            nbytes[f"{pre}{i}"] = math.prod(shapes[id(v)]) * item
+            nbytes[f"{pre}{i}.item"] = item
+    native.check_views(views, d, nbytes)
 
 
 def _promote(mru: list, choice) -> None:
@@ -1129,6 +1153,7 @@ CHUNK_CALLS = 24
 _RESHAPE = re.compile(r"(\b[a-z]\w*)\.reshape\(\(([^()]*)\)\)")
 _FLAT = re.compile(r"(\b[a-z]\w*)\.reshape\(-1\)")
 _NAME = re.compile(r"\b([cvps]\d+)\b")
+_STRING = re.compile(r'"[^"]*"')
 
 
 _OFFSET = re.compile(r"\bo\[(\d+), ([01])\]")
@@ -1236,7 +1261,8 @@ def _step_chunks(calls: list[tuple[int, str]]) -> tuple[list[int | None], list[l
 def _declared_closure(decls: dict[str, str], lines: list[str]) -> set[str]:
     """Names declared in ``decls`` that ``lines`` need, including the views they derive from."""
     need: set[str] = set()
-    todo = [n for line in lines if not line.startswith("#") for n in _NAME.findall(line)]
+    todo = [n for line in lines if not line.startswith("#")
+            for n in _NAME.findall(_STRING.sub('""', line))]  # not inside a call's spec
     while todo:
         n = todo.pop()
         if n in need or n not in decls:

@@ -11,6 +11,14 @@ compiles in well under a second. The addresses are only known at run time in eac
 which keeps the driver's machine code cacheable: :func:`link` fills ``fp`` before a driver's
 first call.
 
+A call site also builds its array arguments: a view of the workspace, of the constants or of
+an argument array, at an offset and with sizes read from ``d``, is described in the call's spec
+string and made by the call (a few loads and multiplies), so each kernel call is one driver
+statement. Spelled as view and reshape helper calls with ``d[i]`` sizes, bert's driver was
+~1,300 ``d[i]`` reads and ~400 helper calls, 35 s of Numba typing and lowering; as specs,
+79 statements and 3-5 s. The sizes are checked against each plan before it runs
+(:func:`check_views`).
+
 What each call site calls (kernel and argument types) is recorded while the driver is typed
 and written beside the generated module (``<module>.part<i>.sigs``), because a driver loaded
 from Numba's cache is not typed again. A driver function that is cached without its record
@@ -18,6 +26,8 @@ from Numba's cache is not typed again. A driver function that is cached without 
 """
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
 import os
 import pickle
@@ -29,6 +39,7 @@ from pathlib import Path
 import numpy as np
 from numba import types
 from numba.core import cgutils
+from numba.np import numpy_support
 from numba.extending import intrinsic
 
 from ..errors import ExecutionError
@@ -52,14 +63,36 @@ _KEY = re.compile(r'_nc\([\w.]+, "(\w+):(\d+)"')
 
 
 @intrinsic
-def native_call(typingctx, kernel, key, fpk, args):
-    """``kernel(*args)`` through the address ``fpk``; ``key`` ("prefix:k") names the site."""
-    if not isinstance(kernel, types.Dispatcher) or not isinstance(key, types.StringLiteral):
+def native_call(typingctx, kernel, key, fp, d, bufs, spec, rest):
+    """``kernel(*args)`` through the address ``fp[k]`` (``key`` = "prefix:k" names the site).
+
+    The arguments are described by ``spec`` (a string literal, :func:`parse_spec`): each is
+    either an element of the tuple ``rest`` or an array *built here* -- a C-contiguous view of
+    one of the arrays in ``bufs`` at a byte offset and with sizes read from ``d``. A driver
+    statement used to spell those views as calls of small generated helpers with ``d[i]``
+    sizes (``rs_3(v25, d[164], d[165], d[166])``, ``v25 = view_float32_4(ws, d[960], ...)``):
+    Numba spent ~10 ms lowering each ``d[i]`` and more on each helper call, bert's driver ~35 s
+    in all. Built here, a call site is one statement whatever its arguments."""
+    if not isinstance(kernel, types.Dispatcher) or not isinstance(key, types.StringLiteral) \
+            or not isinstance(spec, types.StringLiteral):
         return None
+    items = parse_spec(spec.literal_value)
+    bases = tuple(bufs.types) if isinstance(bufs, types.BaseTuple) else ()
+    restys = tuple(rest.types) if isinstance(rest, types.BaseTuple) else ()
+    argtys = []
+    for it in items:
+        if it[0] in "as":
+            argtys.append(restys[it[1]] if it[0] == "a" else types.int64)
+            continue
+        base = bases[it[1]]
+        if not isinstance(base, types.Array) or base.layout != "C":
+            return None
+        dt = base.dtype if it[2] is None else numpy_support.from_dtype(np.dtype(it[2]))
+        argtys.append(types.Array(dt, len(it[4]), "C", readonly=not base.mutable))
+    argtys = tuple(argtys)
     # the argument types as a direct call would see them (literals included), then made
     # plain where the kernel cannot tell (below), so a kernel resolves to the same overload
     # and the same cache entry for every call site whose arrays and scalars agree
-    argtys = tuple(args.types) if isinstance(args, types.BaseTuple) else ()
     kernel_ty, disp = kernel, kernel.dispatcher
     from ..library import forward, plain_args, recipe_type
     # a thin wrapper (conv2d -> _conv2d_core) is skipped: its target is called directly, so
@@ -74,16 +107,16 @@ def native_call(typingctx, kernel, key, fpk, args):
     # every value instead of one per value (jitort.library.literal_free)
     calltys = plain_args(disp, srctys)
     prefix, k = key.literal_value.rsplit(":", 1)
+    k = int(k)
+    sig = (kernel_ty, key, fp, d, bufs, spec, rest)
     if _INFER.get("records") is not None:  # typing only (infer_records): compile nothing
         _, folded = disp._compiler.fold_argument_types(calltys, {})
-        _INFER["records"][int(k)] = (disp.py_func.__module__, disp.py_func.__name__,
-                                     tuple(folded))
-        return types.none(kernel_ty, key, fpk, args), lambda *a: None
+        _INFER["records"][k] = (disp.py_func.__module__, disp.py_func.__name__, tuple(folded))
+        return types.none(*sig), lambda *a: None
     csig = typingctx.resolve_function_type(kernel, calltys, {})
     if csig is None:
         return None
-    _RECORDS[(prefix, int(k))] = (disp.py_func.__module__, disp.py_func.__name__, tuple(csig.args))
-    n = len(argtys)
+    _RECORDS[(prefix, k)] = (disp.py_func.__module__, disp.py_func.__name__, tuple(csig.args))
 
     def value(context, builder, vals, r):
         if r[0] == "arg":
@@ -94,11 +127,23 @@ def native_call(typingctx, kernel, key, fpk, args):
                             types.unliteral(recipe_type(r[2], argtys)), r[1])
 
     def codegen(context, builder, signature, llargs):
-        fpv, tup = llargs[2], llargs[3]
-        vals = [builder.extract_value(tup, i) for i in range(n)]
+        fpa, da, bufv, restv = llargs[2], llargs[3], llargs[4], llargs[6]
+        dptr = context.make_array(signature.args[3])(context, builder, da).data
+        vals = []
+        for it, ty in zip(items, argtys):
+            if it[0] == "a":
+                vals.append(builder.extract_value(restv, it[1]))
+            elif it[0] == "s":
+                vals.append(builder.load(builder.gep(dptr, [
+                    context.get_constant(types.intp, it[1])])))
+            else:
+                vals.append(_build_view(context, builder, bases[it[1]],
+                                        builder.extract_value(bufv, it[1]), dptr, it, ty))
         vals = [value(context, builder, vals, r) for r in recipe]
         vals = [v if ft == tt else context.cast(builder, v, ft, tt)
                 for v, ft, tt in zip(vals, srctys, csig.args)]
+        fpp = context.make_array(signature.args[2])(context, builder, fpa).data
+        fpv = builder.load(builder.gep(fpp, [context.get_constant(types.intp, k)]))
         fnty = context.call_conv.get_function_type(csig.return_type, csig.args)
         fn = builder.inttoptr(fpv, fnty.as_pointer())
         status, res = context.call_conv.call_function(builder, fn, csig.return_type, csig.args,
@@ -106,19 +151,85 @@ def native_call(typingctx, kernel, key, fpk, args):
         with cgutils.if_unlikely(builder, status.is_error):
             context.call_conv.return_status_propagate(builder, status)
         return res
-    return csig.return_type(kernel_ty, key, fpk, args), codegen
+    return csig.return_type(*sig), codegen
+
+
+def _build_view(context, builder, basety, baseval, dptr, item, outty):
+    """The array struct of view ``item`` (:func:`parse_spec`) of ``baseval``: its data at
+    the byte offset given by the ``d`` slots, its sizes products of ``d`` slots, C strides;
+    it shares the base's meminfo (the base outlives the call)."""
+    from numba.np.arrayobj import populate_array
+    intp = context.get_value_type(types.intp)
+
+    def slot(i):
+        return builder.load(builder.gep(dptr, [context.get_constant(types.intp, i)]))
+
+    base = context.make_array(basety)(context, builder, baseval)
+    data = base.data
+    if item[3]:
+        off = slot(item[3][0])
+        for i in item[3][1:]:
+            off = builder.add(off, slot(i))
+        data = builder.gep(builder.bitcast(data, cgutils.voidptr_t), [off])
+    data = builder.bitcast(data, context.get_data_type(outty.dtype).as_pointer())
+    shape = []
+    for prod in item[4]:
+        if prod == (-1,):  # the base flattened
+            shape.append(base.nitems)
+            continue
+        n = slot(prod[0])
+        for i in prod[1:]:
+            n = builder.mul(n, slot(i))
+        shape.append(n)
+    itemsize = context.get_constant(types.intp, context.get_abi_sizeof(
+        context.get_data_type(outty.dtype)))
+    strides = [itemsize] * len(shape)
+    for j in range(len(shape) - 2, -1, -1):
+        strides[j] = builder.mul(strides[j + 1], shape[j + 1])
+    ary = context.make_array(outty)(context, builder)
+    populate_array(ary, data=data, shape=cgutils.pack_array(builder, shape, intp),
+                   strides=cgutils.pack_array(builder, strides, intp), itemsize=itemsize,
+                   meminfo=base.meminfo, parent=base.parent)
+    return ary._getvalue()
+
+
+@functools.lru_cache(maxsize=4096)
+def parse_spec(spec: str) -> tuple:
+    """A call site's argument description, ``;``-separated items in argument order:
+
+    * ``a<k>``: element k of the ``rest`` tuple -> ``("a", k)``;
+    * ``s<i>``: the size ``d[i]`` -> ``("s", i)``;
+    * ``v<b>:<dtype>:<start>:<sizes>``: a C-contiguous view of ``bufs[b]`` (dtype ``-``: the
+      base's own), its data ``start`` bytes in (``+``-joined ``d`` slots, ``-``: none), its
+      sizes ``,``-joined, each a ``*``-joined product of ``d`` slots (``-``: rank 0; ``#``:
+      the base's element count, slot -1) -> ``("v", b, dtype, start slots, sizes)``."""
+    out = []
+    for item in spec.split(";") if spec else ():
+        if item[0] in "as":
+            out.append((item[0], int(item[1:])))
+            continue
+        b, dt, start, sizes = item[1:].split(":")
+        out.append(("v", int(b), None if dt == "-" else dt,
+                    () if start == "-" else tuple(int(i) for i in start.split("+")),
+                    () if sizes == "-" else tuple(
+                        (-1,) if p == "#" else tuple(int(i) for i in p.split("*"))
+                        for p in sizes.split(","))))
+    return tuple(out)
 
 
 _CALL = re.compile(r"^(\s*)((?:_[a-z_]+\.)?\w+)\((.*)\)\s*$")
 
 
-def rewrite_calls(lines: list[str], modules, kernels, placeholder: str,
-                  start: int) -> tuple[list[str], int]:
+def rewrite_calls(lines: list[str], modules, kernels, placeholder: str, start: int,
+                  decls: dict[str, str] | None = None) -> tuple[list[str], int, list]:
     """Driver lines with each statement-level call of a kernel-library function
     (``_mod.fn(args)``, ``_mod`` in ``modules``) or of a generated kernel (a name in
     ``kernels``) turned into a :func:`native_call` through ``fp[k]``, k counting from
-    ``start``; returns the lines and the next k."""
-    out, k = [], start
+    ``start``. With ``decls`` (the driver's declared names -> their expressions), an argument
+    that is a view of a buffer or argument array (a chain of view/reshape helpers over ``d``
+    slots) is described in the call's spec and built by the call itself. Returns the lines,
+    the next k and the views made so (:func:`check_views` checks them against a plan)."""
+    out, k, views = [], start, []
     for line in lines:
         m = _CALL.match(line)
         callee = m and m.group(2)
@@ -126,11 +237,118 @@ def rewrite_calls(lines: list[str], modules, kernels, placeholder: str,
                               and "." in callee):
             out.append(line)
             continue
-        ind, _, args = m.groups()
-        tup = f"({args},)" if args.strip() else "()"
-        out.append(f'{ind}_nc({callee}, "{placeholder}:{k}", fp[{k}], {tup})')
+        ind = m.group(1)
+        args = ast.parse(line.strip(), mode="eval").body.args
+        bufs, spec, rest = [], [], []
+        for arg in args:
+            slot = _slots(arg) if decls is not None else None
+            if slot is not None and len(slot) == 1:  # a size: read by the call too
+                spec.append(f"s{slot[0]}")
+                continue
+            v = _view(arg, decls) if decls is not None else None
+            if v is None or v["sizes"] is None:
+                spec.append(f"a{len(rest)}")
+                rest.append(ast.unparse(arg))
+                continue
+            if v["base"] not in bufs:
+                bufs.append(v["base"])
+            sizes = ",".join("#" if p == (-1,) else "*".join(map(str, p))
+                             for p in v["sizes"]) or "-"
+            spec.append(f"v{bufs.index(v['base'])}:{v['dtype'] or '-'}:"
+                        f"{'+'.join(map(str, v['start'])) or '-'}:{sizes}")
+            views.append(v)
+        out.append(f'{ind}_nc({callee}, "{placeholder}:{k}", fp, d, {_tuple(bufs)}, '
+                   f'"{";".join(spec)}", {_tuple(rest)})')
         k += 1
-    return out, k
+    return out, k, views
+
+
+def _tuple(items: list[str]) -> str:
+    return "(" + "".join(f"{x}, " for x in items).rstrip() + ")" if items else "()"
+
+
+#: names in driver text: view and reshape helpers (generated, ``<prefix>_<hash>``), byte
+#: buffers (workspace, constants, host values) and argument arrays
+_VIEW_FN = re.compile(r"view_([a-z0-9]+)_\d+_[0-9a-f]{20}")
+_RS_FN = re.compile(r"rs_\d+_[0-9a-f]{20}")
+_FLAT_FN = re.compile(r"flat_[0-9a-f]{20}")
+_BYTES = re.compile(r"ws|cb|h\d+")
+_ARGS = re.compile(r"[xy]\d+")
+
+
+def _slots(node) -> tuple[int, ...] | None:
+    """``d[i]`` or ``d[i] + d[j] ...`` -> (i, j, ...); None for anything else."""
+    if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
+            and node.value.id == "d" and isinstance(node.slice, ast.Constant)
+            and type(node.slice.value) is int):
+        return (node.slice.value,)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        a, b = _slots(node.left), _slots(node.right)
+        return a + b if a is not None and b is not None else None
+    return None
+
+
+def _view(node, decls: dict[str, str]) -> dict | None:
+    """What array expression ``node`` is, if a view: ``{"base", "dtype" (None: the base's),
+    "start", "end" (d slots; byte buffers only), "sizes" (products of d slots; None for an
+    argument array as it is)}``; None if it is anything else."""
+    if isinstance(node, ast.Name):
+        if node.id in decls:
+            return _view(ast.parse(decls[node.id], mode="eval").body, decls)
+        if _ARGS.fullmatch(node.id):
+            return {"base": node.id, "dtype": None, "start": (), "end": None, "sizes": None}
+        return None
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords):
+        return None
+    fn, args = node.func.id, node.args
+    m = _VIEW_FN.fullmatch(fn)
+    if m:
+        if not (args and isinstance(args[0], ast.Name) and _BYTES.fullmatch(args[0].id)):
+            return None
+        start, end = _slots(args[1]), _slots(args[2])
+        sizes = [_slots(a) for a in args[3:]]
+        if start is None or end is None or any(s is None or len(s) != 1 for s in sizes):
+            return None
+        return {"base": args[0].id, "dtype": m.group(1), "start": start, "end": end,
+                "sizes": tuple(sizes)}
+    if _RS_FN.fullmatch(fn) or _FLAT_FN.fullmatch(fn):
+        inner = _view(args[0], decls) if args else None
+        if inner is None:
+            return None
+        if _FLAT_FN.fullmatch(fn):
+            if inner["sizes"] is None:  # an argument array as it is, flattened
+                return {**inner, "sizes": ((-1,),)}
+            if any(p == (-1,) for p in inner["sizes"]):
+                return None
+            return {**inner, "sizes": (tuple(i for p in inner["sizes"] for i in p),)}
+        sizes = [_slots(a) for a in args[1:]]
+        if any(s is None or len(s) != 1 for s in sizes):
+            return None
+        return {**inner, "sizes": tuple(sizes)}
+    return None
+
+
+def check_views(views: list, d: np.ndarray, nbytes: dict[str, int]) -> None:
+    """Check the views a driver builds (:func:`rewrite_calls`) against a plan's sizes ``d``
+    before any runs: each spans exactly its byte range, inside its buffer (``nbytes``: the
+    size of each buffer or argument array by name, where known). Numba would not check."""
+    for v in views:
+        base = v["base"]
+        if v["sizes"] == ((-1,),):  # an argument array flattened: fits by construction
+            continue
+        count = 1
+        for p in v["sizes"]:
+            count *= int(np.prod([d[i] for i in p]))
+        if v["end"] is None:  # an argument array reshaped
+            if base in nbytes and count * nbytes[base + ".item"] != nbytes[base]:
+                raise ExecutionError(f"driver view of {base}: {count} elements, the array has "
+                                     f"{nbytes[base] // nbytes[base + '.item']}")
+            continue
+        start, end = int(sum(d[i] for i in v["start"])), int(sum(d[i] for i in v["end"]))
+        item = np.dtype(v["dtype"]).itemsize
+        if start < 0 or end - start != count * item or end > nbytes.get(base, end):
+            raise ExecutionError(f"driver view of {base}[{start}:{end}] as {count} x "
+                                 f"{v['dtype']}: does not fit its range")
 
 
 # --- sidecar records ----------------------------------------------------------------------
