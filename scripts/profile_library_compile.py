@@ -2,6 +2,7 @@
 """Where the kernel library's compile time goes: every Numba compilation, per function.
 
     python scripts/profile_library_compile.py [--only KERNEL ...] [--passes N] [--json OUT]
+    python scripts/profile_library_compile.py --model MODEL.onnx [--passes N]
 
 Compiles the entries of ``jitort warmup --library`` (jitort/library_signatures.txt) one after
 the other in this process, with empty temporary ``NUMBA_CACHE_DIR``/``JITORT_CACHE_DIR``
@@ -12,6 +13,12 @@ again, so a function's exclusive time includes re-emitting its callees. With ``-
 (sets ``NUMBA_LLVM_PASS_TIMINGS=1``) the N functions with the most exclusive time also get
 their LLVM pass timings (``dispatcher.get_metadata(sig)['llvm_pass_timings']``). Print the
 host load beside the numbers: on a shared machine they move with it.
+
+``--model``: the same for one model's generated code instead (its drivers and fused
+kernels), with the kernel library as cached (the usual cache; an empty temporary
+``JITORT_CACHE_DIR``): ``jitort.compile(model, tiered=False)`` and a first call on the inputs
+``scripts/bench_cold_start.py`` uses, then each compiled function and, per driver function,
+Numba's own pass times (type inference, lowering).
 """
 from __future__ import annotations
 
@@ -29,9 +36,11 @@ def main(argv=None) -> int:
     ap.add_argument("--passes", type=int, default=0, help="LLVM pass timings of the N worst")
     ap.add_argument("--top", type=int, default=30, help="functions listed")
     ap.add_argument("--json", default=None, help="write every compilation here")
+    ap.add_argument("--model", default=None, help="profile this model's generated code")
     a = ap.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="jitort-prof-")
-    os.environ.setdefault("NUMBA_CACHE_DIR", f"{tmp}/numba")
+    if a.model is None:  # the library from nothing; with --model, the library as cached
+        os.environ.setdefault("NUMBA_CACHE_DIR", f"{tmp}/numba")
     os.environ.setdefault("JITORT_CACHE_DIR", f"{tmp}/jitort")
     if a.passes:
         os.environ["NUMBA_LLVM_PASS_TIMINGS"] = "1"
@@ -55,13 +64,16 @@ def main(argv=None) -> int:
                          "parallel": bool(d.targetoptions.get("parallel")), "disp": d,
                          "args": ev.data.get("args")})
     event.register("numba:compile", Timer())
-    es = library.entries(only=[o for item in a.only for o in item.split(",") if o],
-                         with_cache=False)
-    print(f"load {os.getloadavg()[0]:.1f}; {len(es)} entries")
     t_all = time.perf_counter()
-    for e in es:
-        secs = library.compile_entry(e)
-        print(f"{secs:8.1f} s  {e.text()[:110]}", flush=True)
+    if a.model:
+        _compile_model(a.model)
+    else:
+        es = library.entries(only=[o for item in a.only for o in item.split(",") if o],
+                             with_cache=False)
+        print(f"load {os.getloadavg()[0]:.1f}; {len(es)} entries")
+        for e in es:
+            secs = library.compile_entry(e)
+            print(f"{secs:8.1f} s  {e.text()[:110]}", flush=True)
     total = time.perf_counter() - t_all
     print(f"total {total:.1f} s (load {os.getloadavg()[0]:.1f})\n")
     rows.sort(key=lambda r: -r["excl"])
@@ -71,6 +83,12 @@ def main(argv=None) -> int:
         print(f"{r['excl']:8.1f}{r['incl']:8.1f}  {r['fn']}{par} {r['sig'][:90]}")
     print(f"{len(rows)} compilations, {sum(r['excl'] for r in rows):.1f} s; parallel functions "
           f"{sum(r['excl'] for r in rows if r['parallel']):.1f} s")
+    for r in rows if a.model else ():
+        if r["fn"].startswith("driver_"):
+            cres = r["disp"].overloads.get(tuple(r["args"])) if r["args"] is not None else None
+            times = cres.metadata.get("pipeline_times", {}).get("nopython", {}) if cres else {}
+            top = sorted(((v.run, k.split("_", 1)[1]) for k, v in times.items()), reverse=True)
+            print(f"  {r['fn']}: " + ", ".join(f"{n} {t:.2f} s" for t, n in top[:3]))
     for r in rows[:a.passes]:
         md = r["disp"].get_metadata(r["args"]) if r["args"] is not None else {}
         timings = md.get("llvm_pass_timings")
@@ -87,6 +105,23 @@ def main(argv=None) -> int:
             json.dump([{k: v for k, v in r.items() if k not in ("disp", "args")} for r in rows],
                       f, indent=1)
     return 0
+
+
+def _compile_model(path: str) -> None:
+    """``jitort.compile(path)`` and a first call (which compiles its generated code)."""
+    import numpy as np
+
+    import jitort
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_warm_start import FEEDS
+    print(f"load {os.getloadavg()[0]:.1f}; {path}")
+    cm = jitort.compile(path, tiered=False)
+    env = {"cm": cm, "np": np}
+    exec(FEEDS, env)
+    t = time.perf_counter()
+    cm.run(None, env["feeds"])
+    print(f"first call (compiles the generated code): {time.perf_counter() - t:.1f} s, "
+          f"{jitort.compile_count()} Numba compilations")
 
 
 if __name__ == "__main__":
