@@ -262,3 +262,24 @@ def test_interpreter_tier_outputs_are_the_callers_own(fresh_cache):
         np.testing.assert_array_equal(xo, x)
         assert not np.shares_memory(xo, x) and float(c) == 1.0
         assert cm.wait_compiled(timeout=300)
+
+
+def test_compile_processes_plan_a_wholly_compiled_model_without_interpreting(fresh_cache,
+                                                                            monkeypatch):
+    """A compile process plans every segment for the feeds; when the compiled segments read
+    only graph inputs it does not run the model on the interpreter first (its parts are the
+    same as planned after interpreting)."""
+    m = _model(2.0)
+    cm = jitort.compile(m, tiered=False)
+    feeds = {"x": np.random.default_rng(3).standard_normal((4, 8)).astype(np.float32)}
+    calls = []
+    orig = tiering.Tiering.interpret
+    monkeypatch.setattr(tiering.Tiering, "interpret",
+                        lambda self, env, free=True: calls.append(1) or orig(self, env, free))
+    parts = tiering.driver_parts(cm, feeds)
+    assert parts and not calls
+    import numba
+    x_type = numba.typeof(feeds["x"])
+    assert all(x_type in sig for _, _, sig in parts), parts  # typed for the feeds given
+    # what it planned runs: the driver compiles for those argument types and gives ORT's result
+    np.testing.assert_allclose(cm(**feeds)[0], _ort(m, feeds["x"]), rtol=1e-5, atol=1e-5)
