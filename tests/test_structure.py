@@ -270,9 +270,9 @@ def test_call_sites_build_their_views():
 def test_view_specs_parse_and_are_checked_against_the_plan():
     from jitort.codegen import native
     from jitort.errors import ExecutionError
-    assert native.parse_spec("a0;s4;v1:float32:3+4:0,1*2;v0:-:-:-;v2:-:-:#") == (
+    assert native.parse_spec("a0;s4;v1:float32:3+4:0,1*2;v0:-:-:-;v2:-:-:#;e0:int64:5:1") == (
         ("a", 0), ("s", 4), ("v", 1, "float32", (3, 4), ((0,), (1, 2))), ("v", 0, None, (), ()),
-        ("v", 2, None, (), ((-1,),)))
+        ("v", 2, None, (), ((-1,),)), ("e", 0, "int64", (5,), ((1,),)))
     d = np.array([2, 3, 4, 0, 96], np.int64)  # sizes 2, 3, 4; bytes [0, 96)
     fits = {"base": "ws", "dtype": "float32", "start": (3,), "end": (4,), "sizes": ((0,), (1, 2))}
     native.check_views([fits], d, {"ws": 96})
@@ -280,6 +280,9 @@ def test_view_specs_parse_and_are_checked_against_the_plan():
         native.check_views([dict(fits, sizes=((0,), (1,)))], d, {"ws": 96})  # 24 of 96 bytes
     with pytest.raises(ExecutionError, match="does not fit"):
         native.check_views([fits], d, {"ws": 64})  # past the end of the buffer
+    empty = dict(fits, end=(3,), sizes=((3,),), scalar=True)  # element 0 of 0 elements
+    with pytest.raises(ExecutionError, match="element 0 of an empty view"):
+        native.check_views([empty], d, {"ws": 96})
     arg = {"base": "x0", "dtype": None, "start": (), "end": None, "sizes": ((0, 1),)}
     native.check_views([arg], d, {"x0": 24, "x0.item": 4})
     with pytest.raises(ExecutionError, match="6 elements, the array has 5"):

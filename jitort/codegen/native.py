@@ -88,7 +88,8 @@ def native_call(typingctx, kernel, key, fp, d, bufs, spec, rest):
         if not isinstance(base, types.Array) or base.layout != "C":
             return None
         dt = base.dtype if it[2] is None else numpy_support.from_dtype(np.dtype(it[2]))
-        argtys.append(types.Array(dt, len(it[4]), "C", readonly=not base.mutable))
+        argtys.append(dt if it[0] == "e" else
+                      types.Array(dt, len(it[4]), "C", readonly=not base.mutable))
     argtys = tuple(argtys)
     # the argument types as a direct call would see them (literals included), then made
     # plain where the kernel cannot tell (below), so a kernel resolves to the same overload
@@ -136,6 +137,13 @@ def native_call(typingctx, kernel, key, fp, d, bufs, spec, rest):
             elif it[0] == "s":
                 vals.append(builder.load(builder.gep(dptr, [
                     context.get_constant(types.intp, it[1])])))
+            elif it[0] == "e":  # element 0 of the view (check_views: it has one)
+                base = bases[it[1]]
+                view_ty = types.Array(ty, len(it[4]), "C", readonly=not base.mutable)
+                ary = context.make_array(view_ty)(context, builder, _build_view(
+                    context, builder, base, builder.extract_value(bufv, it[1]), dptr, it,
+                    view_ty))
+                vals.append(context.unpack_value(builder, ty, ary.data))
             else:
                 vals.append(_build_view(context, builder, bases[it[1]],
                                         builder.extract_value(bufv, it[1]), dptr, it, ty))
@@ -202,14 +210,15 @@ def parse_spec(spec: str) -> tuple:
     * ``v<b>:<dtype>:<start>:<sizes>``: a C-contiguous view of ``bufs[b]`` (dtype ``-``: the
       base's own), its data ``start`` bytes in (``+``-joined ``d`` slots, ``-``: none), its
       sizes ``,``-joined, each a ``*``-joined product of ``d`` slots (``-``: rank 0; ``#``:
-      the base's element count, slot -1) -> ``("v", b, dtype, start slots, sizes)``."""
+      the base's element count, slot -1) -> ``("v", b, dtype, start slots, sizes)``;
+    * ``e<b>:...``: element 0 of that view, a scalar -> ``("e", b, ...)``."""
     out = []
     for item in spec.split(";") if spec else ():
         if item[0] in "as":
             out.append((item[0], int(item[1:])))
             continue
         b, dt, start, sizes = item[1:].split(":")
-        out.append(("v", int(b), None if dt == "-" else dt,
+        out.append((item[0], int(b), None if dt == "-" else dt,
                     () if start == "-" else tuple(int(i) for i in start.split("+")),
                     () if sizes == "-" else tuple(
                         (-1,) if p == "#" else tuple(int(i) for i in p.split("*"))
@@ -246,6 +255,11 @@ def rewrite_calls(lines: list[str], modules, kernels, placeholder: str, start: i
                 spec.append(f"s{slot[0]}")
                 continue
             v = _view(arg, decls) if decls is not None else None
+            first = None
+            if (v is None and decls is not None and isinstance(arg, ast.Subscript)
+                    and isinstance(arg.slice, ast.Constant) and arg.slice.value == 0):
+                first = _view(arg.value, decls)  # a scalar: element 0 of a view
+                v = dict(first, scalar=True) if first is not None and first["sizes"] else None
             if v is None or v["sizes"] is None:
                 spec.append(f"a{len(rest)}")
                 rest.append(ast.unparse(arg))
@@ -254,7 +268,7 @@ def rewrite_calls(lines: list[str], modules, kernels, placeholder: str, start: i
                 bufs.append(v["base"])
             sizes = ",".join("#" if p == (-1,) else "*".join(map(str, p))
                              for p in v["sizes"]) or "-"
-            spec.append(f"v{bufs.index(v['base'])}:{v['dtype'] or '-'}:"
+            spec.append(f"{'e' if first else 'v'}{bufs.index(v['base'])}:{v['dtype'] or '-'}:"
                         f"{'+'.join(map(str, v['start'])) or '-'}:{sizes}")
             views.append(v)
         out.append(f'{ind}_nc({callee}, "{placeholder}:{k}", fp, d, {_tuple(bufs)}, '
@@ -298,6 +312,18 @@ def _view(node, decls: dict[str, str]) -> dict | None:
         if _ARGS.fullmatch(node.id):
             return {"base": node.id, "dtype": None, "start": (), "end": None, "sizes": None}
         return None
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "reshape" and len(node.args) == 1 and not node.keywords
+            and isinstance(node.args[0], ast.UnaryOp) and isinstance(node.args[0].op, ast.USub)
+            and isinstance(node.args[0].operand, ast.Constant) and node.args[0].operand.value == 1):
+        inner = _view(node.func.value, decls)  # x.reshape(-1): flattened
+        if inner is None:
+            return None
+        if inner["sizes"] is None:
+            return {**inner, "sizes": ((-1,),)}
+        if any(p == (-1,) for p in inner["sizes"]):
+            return None
+        return {**inner, "sizes": (tuple(i for p in inner["sizes"] for i in p),)}
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords):
         return None
     fn, args = node.func.id, node.args
@@ -335,10 +361,14 @@ def check_views(views: list, d: np.ndarray, nbytes: dict[str, int]) -> None:
     for v in views:
         base = v["base"]
         if v["sizes"] == ((-1,),):  # an argument array flattened: fits by construction
+            if v.get("scalar") and nbytes.get(base, 1) == 0:
+                raise ExecutionError(f"driver reads element 0 of an empty {base}")
             continue
         count = 1
         for p in v["sizes"]:
             count *= int(np.prod([d[i] for i in p]))
+        if v.get("scalar") and count < 1:
+            raise ExecutionError(f"driver reads element 0 of an empty view of {base}")
         if v["end"] is None:  # an argument array reshaped
             if base in nbytes and count * nbytes[base + ".item"] != nbytes[base]:
                 raise ExecutionError(f"driver view of {base}: {count} elements, the array has "
