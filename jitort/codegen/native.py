@@ -319,11 +319,7 @@ def _view(node, decls: dict[str, str]) -> dict | None:
         inner = _view(node.func.value, decls)  # x.reshape(-1): flattened
         if inner is None:
             return None
-        if inner["sizes"] is None:
-            return {**inner, "sizes": ((-1,),)}
-        if any(p == (-1,) for p in inner["sizes"]):
-            return None
-        return {**inner, "sizes": (tuple(i for p in inner["sizes"] for i in p),)}
+        return _flattened(inner)
     if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords):
         return None
     fn, args = node.func.id, node.args
@@ -342,16 +338,22 @@ def _view(node, decls: dict[str, str]) -> dict | None:
         if inner is None:
             return None
         if _FLAT_FN.fullmatch(fn):
-            if inner["sizes"] is None:  # an argument array as it is, flattened
-                return {**inner, "sizes": ((-1,),)}
-            if any(p == (-1,) for p in inner["sizes"]):
-                return None
-            return {**inner, "sizes": (tuple(i for p in inner["sizes"] for i in p),)}
+            return _flattened(inner)
         sizes = [_slots(a) for a in args[1:]]
         if any(s is None or len(s) != 1 for s in sizes):
             return None
         return {**inner, "sizes": tuple(sizes)}
     return None
+
+
+def _flattened(v: dict) -> dict | None:
+    """View ``v`` as one dimension: the product of its sizes (an argument array as it is: its
+    element count); None for a rank-0 view (an empty product has no spelling in a spec)."""
+    if v["sizes"] is None:
+        return {**v, "sizes": ((-1,),)}
+    if not v["sizes"] or any(p == (-1,) for p in v["sizes"]):
+        return None
+    return {**v, "sizes": (tuple(i for p in v["sizes"] for i in p),)}
 
 
 def check_views(views: list, d: np.ndarray, nbytes: dict[str, int]) -> None:
