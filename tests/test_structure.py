@@ -274,7 +274,8 @@ def test_view_specs_parse_and_are_checked_against_the_plan():
         ("a", 0), ("s", 4), ("v", 1, "float32", (3, 4), ((0,), (1, 2))), ("v", 0, None, (), ()),
         ("v", 2, None, (), ((-1,),)), ("e", 0, "int64", (5,), ((1,),)))
     d = np.array([2, 3, 4, 0, 96], np.int64)  # sizes 2, 3, 4; bytes [0, 96)
-    fits = {"base": "ws", "dtype": "float32", "start": (3,), "end": (4,), "sizes": ((0,), (1, 2))}
+    fits = {"base": "ws", "dtype": "float32", "start": (3,), "end": (4,), "sizes": ((0,), (1, 2)),
+            "item": 4}
     native.check_views([fits], d, {"ws": 96})
     with pytest.raises(ExecutionError, match="does not fit"):
         native.check_views([dict(fits, sizes=((0,), (1,)))], d, {"ws": 96})  # 24 of 96 bytes
