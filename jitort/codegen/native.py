@@ -80,17 +80,18 @@ def native_call(typingctx, kernel, key, fp, d, bufs, spec, rest):
     items = parse_spec(spec.literal_value)
     bases = tuple(bufs.types) if isinstance(bufs, types.BaseTuple) else ()
     restys = tuple(rest.types) if isinstance(rest, types.BaseTuple) else ()
-    argtys = []
+    argtys, viewtys = [], []  # viewtys: the array each view item builds (None: not a view)
     for it in items:
         if it[0] in "as":
             argtys.append(restys[it[1]] if it[0] == "a" else types.int64)
+            viewtys.append(None)
             continue
         base = bases[it[1]]
         if not isinstance(base, types.Array) or base.layout != "C":
             return None
         dt = base.dtype if it[2] is None else numpy_support.from_dtype(np.dtype(it[2]))
-        argtys.append(dt if it[0] == "e" else
-                      types.Array(dt, len(it[4]), "C", readonly=not base.mutable))
+        viewtys.append(types.Array(dt, len(it[4]), "C", readonly=not base.mutable))
+        argtys.append(dt if it[0] == "e" else viewtys[-1])
     argtys = tuple(argtys)
     # the argument types as a direct call would see them (literals included), then made
     # plain where the kernel cannot tell (below), so a kernel resolves to the same overload
@@ -132,27 +133,23 @@ def native_call(typingctx, kernel, key, fp, d, bufs, spec, rest):
         fpa, da, bufv, restv = llargs[2], llargs[3], llargs[4], llargs[6]
         dptr = context.make_array(signature.args[3])(context, builder, da).data
         vals = []
-        for it, ty in zip(items, argtys):
+        for it, ty, vty in zip(items, argtys, viewtys):
             if it[0] == "a":
                 vals.append(builder.extract_value(restv, it[1]))
             elif it[0] == "s":
-                vals.append(builder.load(builder.gep(dptr, [
-                    context.get_constant(types.intp, it[1])])))
-            elif it[0] == "e":  # element 0 of the view (check_views: it has one)
-                base = bases[it[1]]
-                view_ty = types.Array(ty, len(it[4]), "C", readonly=not base.mutable)
-                ary = context.make_array(view_ty)(context, builder, _build_view(
-                    context, builder, base, builder.extract_value(bufv, it[1]), dptr, it,
-                    view_ty))
-                vals.append(context.unpack_value(builder, ty, ary.data))
+                vals.append(_element(context, builder, dptr, it[1]))
             else:
-                vals.append(_build_view(context, builder, bases[it[1]],
-                                        builder.extract_value(bufv, it[1]), dptr, it, ty))
+                view = _build_view(context, builder, bases[it[1]],
+                                   builder.extract_value(bufv, it[1]), dptr, it, vty)
+                if it[0] == "e":  # element 0 of the view (check_views: it has one)
+                    data = context.make_array(vty)(context, builder, view).data
+                    view = context.unpack_value(builder, ty, data)
+                vals.append(view)
         vals = [value(context, builder, vals, r) for r in recipe]
         vals = [v if ft == tt else context.cast(builder, v, ft, tt)
                 for v, ft, tt in zip(vals, srctys, csig.args)]
         fpp = context.make_array(signature.args[2])(context, builder, fpa).data
-        fpv = builder.load(builder.gep(fpp, [context.get_constant(types.intp, k)]))
+        fpv = _element(context, builder, fpp, k)
         fnty = context.call_conv.get_function_type(csig.return_type, csig.args)
         fn = builder.inttoptr(fpv, fnty.as_pointer())
         status, res = context.call_conv.call_function(builder, fn, csig.return_type, csig.args,
@@ -171,7 +168,7 @@ def _build_view(context, builder, basety, baseval, dptr, item, outty):
     intp = context.get_value_type(types.intp)
 
     def slot(i):
-        return builder.load(builder.gep(dptr, [context.get_constant(types.intp, i)]))
+        return _element(context, builder, dptr, i)
 
     base = context.make_array(basety)(context, builder, baseval)
     data = base.data
@@ -200,6 +197,11 @@ def _build_view(context, builder, basety, baseval, dptr, item, outty):
                    strides=cgutils.pack_array(builder, strides, intp), itemsize=itemsize,
                    meminfo=base.meminfo, parent=base.parent)
     return ary._getvalue()
+
+
+def _element(context, builder, ptr, i: int):
+    """``ptr[i]`` for a constant index (``d`` and ``fp`` hold int64)."""
+    return builder.load(builder.gep(ptr, [context.get_constant(types.intp, i)]))
 
 
 @functools.lru_cache(maxsize=4096)
