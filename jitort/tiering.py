@@ -333,17 +333,15 @@ def driver_parts(cm, feeds: dict) -> list:
     from .codegen.cpu import aligned_empty
     from .partition import InterpStep
     env = dict(zip(cm._input_ids, cm._validate(feeds)))
-    # the values a segment's plan reads; when the inputs are all of them (a wholly compiled
-    # model) nothing is interpreted (bert, resnet18: 0.4-1.7 s of a compile process)
-    need = {id(v) for seg in cm.steps if not isinstance(seg, InterpStep)
-            for v in [*seg.inputs, *seg.value_inputs]}
-    need |= {i for seg in cm.steps if not isinstance(seg, InterpStep) for i in seg.arg_ids}
+    segs = [seg for seg in cm.steps if not isinstance(seg, InterpStep)]
+    # the values a segment's plan and call read; when the inputs are all of them (a wholly
+    # compiled model) nothing is interpreted (bert, resnet18: 0.4-1.7 s of a compile process)
+    need = {id(v) for seg in segs for v in [*seg.inputs, *seg.value_inputs]}
+    need.update(i for seg in segs for i in seg.arg_ids)
     if not need <= env.keys():
         Tiering(cm).interpret(env, free=False)
     parts = []
-    for seg in cm.steps:
-        if isinstance(seg, InterpStep):
-            continue
+    for seg in segs:
         plan = cm._compilers[id(seg)].plan(env)
         cb = cm._compilers[id(seg)].consts.materialize()
         outs = [np.empty(sh, dt) for sh, dt in zip(plan.out_shapes, seg.output_dtypes)]
