@@ -25,6 +25,15 @@ def run_reference(model, feeds):
     return ReferenceEvaluator(model).run(None, feeds)
 
 
+def run_onnxruntime(model, feeds):
+    """``model``'s outputs for ``feeds`` from onnxruntime's CPU provider at one thread."""
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
 F32 = TensorProto.FLOAT
 I64 = TensorProto.INT64
 

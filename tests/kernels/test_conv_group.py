@@ -2,11 +2,11 @@
 models against onnxruntime at 1 and 2 threads, the kernel chosen by its rule, the rule's edges,
 and the kernel called directly (float64, scratch for one worker, a bad scratch)."""
 import numpy as np
-import onnxruntime as ort
 import pytest
 
 import jitort
 from jitort.kernels.cpu import conv_group as CG
+from tests.helpers import run_onnxruntime
 from tests.kernels.test_conv_implicit import _model as _conv_model
 
 
@@ -40,10 +40,7 @@ def test_grouped_conv_matches_onnxruntime(case, nthreads):
     src = ''.join(open(p).read() for p in cm.generated_sources())
     assert src.count('_convg.conv2d_grouped') == 1, 'the rule should pick the grouped kernel'
     assert '_conv.conv2d' not in src
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    want = ort.InferenceSession(m.SerializeToString(), so,
-                                providers=['CPUExecutionProvider']).run(None, feeds)[0]
+    want = run_onnxruntime(m, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
@@ -65,8 +62,7 @@ def test_rule_edges():
         out = cm.run(None, feeds)[0]
         src = ''.join(open(p).read() for p in cm.generated_sources())
         assert want in src and '_convg.' not in src
-        want_y = ort.InferenceSession(m.SerializeToString(),
-                                      providers=['CPUExecutionProvider']).run(None, feeds)[0]
+        want_y = run_onnxruntime(m, feeds)[0]
         np.testing.assert_allclose(out, want_y, rtol=1e-4, atol=1e-4)
 
 

@@ -2,12 +2,12 @@
 network's stem): compiled models against onnxruntime, the kernel chosen by its rule, and the
 rule's edges."""
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import jitort
 from jitort.kernels.cpu import conv_implicit as CI
+from tests.helpers import run_onnxruntime
 
 
 def _model(c, m, k, strides, pads, h, w_=None, act=None, res=False, dil=(1, 1), n=1,
@@ -80,10 +80,7 @@ def test_implicit_conv_matches_onnxruntime(case, nthreads):
     got = cm.run(None, feeds)[0]
     src = ''.join(open(p).read() for p in cm.generated_sources())
     assert src.count('_convi.conv2d_implicit') == 1, 'the rule should pick the implicit gemm'
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    want = ort.InferenceSession(m.SerializeToString(), so,
-                                providers=['CPUExecutionProvider']).run(None, feeds)[0]
+    want = run_onnxruntime(m, feeds)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
@@ -107,8 +104,7 @@ def test_rule_keeps_im2col_and_winograd_elsewhere():
         out = cm.run(None, feeds)[0]
         src = ''.join(open(p).read() for p in cm.generated_sources())
         assert want in src and (want.startswith('_convi') or '_convi.' not in src)
-        want_y = ort.InferenceSession(m.SerializeToString(),
-                                      providers=['CPUExecutionProvider']).run(None, feeds)[0]
+        want_y = run_onnxruntime(m, feeds)[0]
         # (Winograd's transforms over K = 576 products of unit normals: ~3e-4 of values ~24)
         np.testing.assert_allclose(out, want_y, rtol=1e-3, atol=1e-3)
 
