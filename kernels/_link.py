@@ -1,0 +1,220 @@
+"""Compile each big library function once: callers reference it instead of re-emitting it.
+
+Numba links a callee's whole LLVM module into every caller (as ``linkonce_odr`` copies) and
+optimizes and emits it again there, at every call level: ``winograd._wino_task`` was emitted
+by itself, by the parfor body calling it, by ``_wino_par`` and by ``_winograd_core``, its
+transforms once more below it. Most of the kernel library's compile time (162 s of 162 s for
+the Winograd entry, where 52 s is the code compiled once) was that repetition.
+
+Installed by ``kernels/__init__`` (``JITORT_KERNEL_LINK=copy`` keeps Numba's way), two
+patches of Numba's CPU code library:
+
+* **Linking** (:func:`_module_for_linking`): a function of the kernel library (module-level
+  dispatcher of ``jitort.kernels``, disk cache on, one of its compiled overloads) of at least
+  :data:`MIN_INSTRUCTIONS` LLVM instructions is linked ``available_externally``: LLVM may still
+  inline it (it would not: it is too big), but emits no code for it; the caller's object calls
+  the symbol that the callee's own, already loaded, code defines. Smaller functions stay
+  ``linkonce_odr`` copies (inlined where LLVM likes, as before).
+* **Names** (:func:`_from_function`): Numba puts a per-process compile counter in every
+  mangled name; a library function gets a fixed one instead, so the symbol a cached caller
+  names is the one any process's build of that callee (same source, argument types and
+  flags) defines. Without it, two processes of ``jitort warmup --library --jobs 2`` that both
+  compiled ``act_row`` left half the library naming a build the cache no longer held.
+* **Loading** (:func:`_rebuild`): a cached object that calls such a symbol is only loaded
+  after the functions it names are: each is looked up by its mangled name (module and
+  function), and its dispatcher's cached overloads are loaded until one defines that name.
+  When none does (a callee's cache entry is gone or from another build), the caller's cache
+  entry counts as missing and the caller is compiled again, never loaded with an unresolved
+  symbol (LLVM would end the process).
+
+A callee without its own ``fastmath`` or ``error_model`` takes its caller's (Numba's flag
+inheritance), and the flags are part of the name while Numba's cache keeps one build per
+argument types: a cached caller that needs the other variant is compiled again (correct, only
+slower). Assumes one dispatcher per library function (``njit`` applied once, at module level): a second
+dispatcher of the same function compiled for the same types would define the same symbol.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+
+import llvmlite.binding as ll
+from numba.core import caching, codegen
+from numba.core.bytecode import FunctionIdentity
+
+#: functions at least this big (LLVM instructions, optimized) are linked by reference
+MIN_INSTRUCTIONS = 400
+_PREFIX = "_ZN6jitort7kernels3cpu"
+_MODULES = "jitort.kernels.cpu."
+_NAME = re.compile(r"(\d+)")
+
+
+class StaleLink(Exception):
+    """A cached object calls a library function whose compiled code is not available."""
+
+
+def _split(name: str):
+    """(module, function) of a Numba-mangled name ``_ZN<len><id>...`` of a module-level
+    function, else None."""
+    if not name.startswith("_ZN"):
+        return None
+    parts, i = [], 3
+    while i < len(name) and name[i].isdigit():
+        m = _NAME.match(name, i)
+        n = int(m.group(1))
+        i = m.end()
+        parts.append(name[i:i + n])
+        i += n
+    if i >= len(name) or name[i] not in "BE" or len(parts) < 2 \
+            or any(not p.isidentifier() for p in parts):
+        return None  # nested or escaped (closures, generated names): not ours to find
+    return ".".join(parts[:-1]), parts[-1]
+
+
+def _dispatcher(name: str, load: bool = False):
+    """The cached module-level dispatcher a library function's mangled name belongs to."""
+    where = _split(name)
+    if where is None:
+        return None
+    modname, fn = where
+    mod = sys.modules.get(modname)
+    if mod is None and load:
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError:
+            return None
+    disp = getattr(mod, fn, None) if mod is not None else None
+    cache = getattr(disp, "_cache", None)
+    if not isinstance(cache, caching.Cache):  # NullCache: a later process could not load it
+        return None
+    return disp
+
+
+def _defined(disp, name: str) -> bool:
+    return any(getattr(c.fndesc, "mangled_name", None) == name
+               for c in list(disp.overloads.values()))
+
+
+def _size(fn) -> int:
+    return sum(1 for b in fn.blocks for _ in b.instructions)
+
+
+def _module_for_linking(self):
+    """``CPUCodeLibrary._get_module_for_linking`` with big library functions linked by
+    reference (``available_externally``)."""
+    self._ensure_finalized()
+    if self._shared_module is not None:
+        return self._shared_module
+    mod = self._final_module
+    fixes = {}
+    for fn in mod.functions:
+        if not fn.is_declaration and fn.linkage == ll.Linkage.external:
+            fixes[fn.name] = "linkonce_odr"
+            if fn.name.startswith(_PREFIX) and _size(fn) >= MIN_INSTRUCTIONS:
+                disp = _dispatcher(fn.name)
+                if disp is not None and _defined(disp, fn.name):
+                    fixes[fn.name] = "available_externally"
+    if not any(True for _ in mod.functions):
+        raise RuntimeError(f"library unfit for linking: no available functions in {self}")
+    if fixes:
+        mod = mod.clone()
+        for name, linkage in fixes.items():
+            mod.get_function(name).linkage = linkage
+    self._shared_module = mod
+    return mod
+
+
+def needs(module) -> list[str]:
+    """The library functions a (cached) module calls without containing their code."""
+    return [fn.name for fn in module.functions
+            if fn.name.startswith(_PREFIX)
+            and (fn.is_declaration or fn.linkage == ll.Linkage.available_externally)]
+
+
+def ensure(name: str) -> None:
+    """Load the compiled library function ``name`` (its cached overloads, in turn) or raise
+    :class:`StaleLink`."""
+    disp = _dispatcher(name, load=True)
+    if disp is None:
+        raise StaleLink(f"{name}: no cached library function of that name")
+    if _defined(disp, name):
+        return
+    try:
+        index = disp._cache._cache_file._load_index()
+    except Exception as e:  # noqa: BLE001 - unreadable: the caller is compiled again
+        raise StaleLink(f"{name}: {e}") from e
+    magic = disp.targetctx.codegen().magic_tuple()
+    for key in list(index):
+        sig = key[0]
+        if key[1] != magic or any(sig == s for s in disp.overloads):
+            continue
+        cres = disp._cache.load_overload(sig, disp.targetctx)
+        if cres is not None:  # as Dispatcher.compile does on a cache hit
+            disp.targetctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
+            disp.add_overload(cres)
+            if _defined(disp, name):
+                return
+    raise StaleLink(f"{name}: the cache holds another build of it")
+
+
+#: the id in the mangled name of a library function (Numba numbers every compilation from 1)
+STABLE_UID = 0
+_orig_from_function = FunctionIdentity.from_function.__func__
+
+
+def _from_function(cls, pyfunc):
+    """``FunctionIdentity.from_function`` giving a kernel-library function (module level,
+    disk-cached dispatcher) a name that is the same in every process: a caller cached against
+    one process's build of a callee then runs against any build of it (same source, argument
+    types and flags), also when two compile processes both built it."""
+    self = _orig_from_function(cls, pyfunc)
+    mod, name = self.module, self.func_qualname
+    if self.modname.startswith(_MODULES) and "." not in name:
+        disp = getattr(mod, name, None)
+        if getattr(disp, "py_func", None) is self.func \
+                and isinstance(getattr(disp, "_cache", None), caching.Cache):
+            self.unique_id = STABLE_UID
+            self.unique_name = f"{name}${STABLE_UID}"
+    return self
+
+
+def _derive(self):  # IR derived from a function (lifted loops): a fresh id, as before
+    return _orig_from_function(type(self), self.func)
+
+
+_orig_rebuild = caching.CompileResultCacheImpl.rebuild
+_orig_load = caching.Cache._load_overload
+
+
+def _rebuild(self, target_context, payload):
+    """``CompileResultCacheImpl.rebuild``: the library functions a cached object calls are
+    loaded first (its own function, linked ``available_externally`` in the module it carries
+    for its callers, aside)."""
+    (_, kind, data), fndesc = payload[0], payload[1]
+    if kind == "object":
+        for name in needs(ll.parse_bitcode(data[1])):
+            if name != fndesc.mangled_name:
+                ensure(name)
+    return _orig_rebuild(self, target_context, payload)
+
+
+def _load_overload(self, sig, target_context):
+    try:
+        return _orig_load(self, sig, target_context)
+    except StaleLink:
+        return None  # compiled again against the callees this process has
+
+
+def install() -> None:
+    if os.environ.get("JITORT_KERNEL_LINK", "").lower() == "copy":
+        return
+    if getattr(codegen.CPUCodeLibrary, "_jitort_link", False):
+        return
+    codegen.CPUCodeLibrary._get_module_for_linking = _module_for_linking
+    caching.CompileResultCacheImpl.rebuild = _rebuild
+    FunctionIdentity.from_function = classmethod(_from_function)
+    FunctionIdentity.derive = _derive
+    caching.Cache._load_overload = _load_overload
+    codegen.CPUCodeLibrary._jitort_link = True
