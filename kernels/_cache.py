@@ -42,7 +42,7 @@ def _digest(cpu: Path, names) -> str:
     """Hash of Numba's and Python's versions and the sources of the modules ``names`` of ``cpu``."""
     import numba
     # "link": big callees are called by their fixed names, not copied (_link.py)
-    h = hashlib.sha256(f"numba {numba.__version__} python {sys.version_info[:2]} link 1".encode())
+    h = hashlib.sha256(f"numba {numba.__version__} python {sys.version_info[:2]} link 2".encode())
     for n in names:
         h.update(n.encode())
         h.update((cpu / f"{n}.py").read_bytes())

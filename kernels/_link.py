@@ -18,7 +18,8 @@ patches of Numba's CPU code library:
 * **Names** (:func:`_from_function`): Numba puts a per-process compile counter in every
   mangled name; a library function gets a fixed one instead, so the symbol a cached caller
   names is the one any process's build of that callee (same source, argument types and
-  flags) defines. Without it, two processes of ``jitort warmup --library --jobs 2`` that both
+  flags) defines; the fastmath flags print in sorted order (Numba printed the set, whose
+  order changes with each process's string hashing). Without it, two processes of ``jitort warmup --library --jobs 2`` that both
   compiled ``act_row`` left half the library naming a build the cache no longer held.
 * **Loading** (:func:`_rebuild`): a cached object that calls such a symbol is only loaded
   after the functions it names are: each is looked up by its mangled name (module and
@@ -43,6 +44,7 @@ import sys
 import llvmlite.binding as ll
 from numba.core import caching, codegen
 from numba.core.bytecode import FunctionIdentity
+from numba.core.cpu_options import FastMathOptions
 
 #: functions at least this big (LLVM instructions, optimized) are linked by reference
 MIN_INSTRUCTIONS = 400
@@ -150,7 +152,13 @@ def ensure(name: str) -> None:
         sig = key[0]
         if key[1] != magic or any(sig == s for s in disp.overloads):
             continue
-        cres = disp._cache.load_overload(sig, disp.targetctx)
+        if not _loading:  # a caller's load refreshed it already (~7 ms a time)
+            disp.targetctx.refresh()
+        try:
+            cres = disp._cache._load_overload(sig, disp.targetctx)
+        except Exception as e:  # noqa: BLE001 - the caller is compiled again, and with it
+            # the callee, whose own (guarded) load then reports the damaged file
+            raise StaleLink(f"{name}: {type(e).__name__}: {e}") from e
         if cres is not None:  # as Dispatcher.compile does on a cache hit
             disp.targetctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
             disp.add_overload(cres)
@@ -184,19 +192,38 @@ def _derive(self):  # IR derived from a function (lifted loops): a fresh id, as 
     return _orig_from_function(type(self), self.func)
 
 
+_orig_reduce = caching.CompileResultCacheImpl.reduce
 _orig_rebuild = caching.CompileResultCacheImpl.rebuild
 _orig_load = caching.Cache._load_overload
+_NEEDS = "jitort.needs"
+_loading: list = []  # the cached objects being loaded (under Numba's compiler lock)
+
+
+def _reduce(self, cres):
+    """``CompileResultCacheImpl.reduce`` with the library functions the object calls (its own
+    aside) appended: loading it need not parse its module to find them."""
+    payload = _orig_reduce(self, cres)
+    own = cres.fndesc.mangled_name
+    names = tuple(n for n in needs(cres.library._get_module_for_linking()) if n != own)
+    return (*payload, (_NEEDS, names))
 
 
 def _rebuild(self, target_context, payload):
     """``CompileResultCacheImpl.rebuild``: the library functions a cached object calls are
-    loaded first (its own function, linked ``available_externally`` in the module it carries
-    for its callers, aside)."""
-    (_, kind, data), fndesc = payload[0], payload[1]
-    if kind == "object":
-        for name in needs(ll.parse_bitcode(data[1])):
-            if name != fndesc.mangled_name:
-                ensure(name)
+    loaded first."""
+    last = payload[-1]
+    if isinstance(last, tuple) and len(last) == 2 and last[0] == _NEEDS:
+        names, payload = last[1], payload[:-1]
+    else:  # written without the list: read it from the module the object carries
+        (_, kind, data), own = payload[0], payload[1].mangled_name
+        names = [n for n in needs(ll.parse_bitcode(data[1])) if n != own] \
+            if kind == "object" else []
+    _loading.append(names)
+    try:
+        for name in names:
+            ensure(name)
+    finally:
+        _loading.pop()
     return _orig_rebuild(self, target_context, payload)
 
 
@@ -207,12 +234,20 @@ def _load_overload(self, sig, target_context):
         return None  # compiled again against the callees this process has
 
 
+def _fastmath_encode(self) -> str:
+    """``FastMathOptions.encode`` in sorted order: Numba prints the set, whose order follows
+    Python's per-process string hashing, and the text is part of every mangled name."""
+    return "{" + ", ".join(repr(f) for f in sorted(self.flags)) + "}" if self.flags else "set()"
+
+
 def install() -> None:
     if os.environ.get("JITORT_KERNEL_LINK", "").lower() == "copy":
         return
     if getattr(codegen.CPUCodeLibrary, "_jitort_link", False):
         return
+    FastMathOptions.encode = _fastmath_encode
     codegen.CPUCodeLibrary._get_module_for_linking = _module_for_linking
+    caching.CompileResultCacheImpl.reduce = _reduce
     caching.CompileResultCacheImpl.rebuild = _rebuild
     FunctionIdentity.from_function = classmethod(_from_function)
     FunctionIdentity.derive = _derive
