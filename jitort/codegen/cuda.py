@@ -225,7 +225,10 @@ class CudaEmitter:
         self.lines.append(line)
 
     def kernel(self, prefix: str, source: str) -> str:
-        name = modmgr.module_name(prefix, source.replace("__KNAME__", prefix))
+        # the header is hashed too (it names the versions the text compiles with): else a new
+        # header gave the same name another text, taken for a damaged file
+        name = modmgr.module_name(prefix, modmgr.header() + _PRELUDE
+                                  + source.replace("__KNAME__", prefix))
         self.kernels[name] = source.replace("__KNAME__", name)
         return name
 

@@ -154,3 +154,18 @@ def test_real_gpu_smoke(cuda):  # pragma: no cover - run with JITORT_TEST_CUDA=g
     m = mlp()
     np.testing.assert_allclose(jitort.compile(m, device="cuda")(x)[0], _ort(m, {"x": x})[0],
                                rtol=1e-4, atol=1e-6)
+
+
+def test_kernel_module_names_hash_their_header(monkeypatch):
+    """A CUDA kernel module's name covers the header it is written with: a new header (jitort,
+    Numba or kernel-library version) is a new file, not a "damaged" one rewritten in place."""
+    from jitort.codegen import cuda as cg
+    from jitort.codegen import module as modmgr
+    em = cg.CudaEmitter.__new__(cg.CudaEmitter)  # kernel() only needs its table
+    em.kernels = {}
+    src = "def __KNAME__(x):\n    pass\n"
+    first = em.kernel("kc_relu", src)
+    monkeypatch.setattr(modmgr, "header", lambda kernel_modules=(): "# another version\n")
+    second = em.kernel("kc_relu", src)
+    assert first != second and first.startswith("kc_relu_") and second.startswith("kc_relu_")
+    assert em.kernels[second] == src.replace("__KNAME__", second)
