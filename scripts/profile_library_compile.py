@@ -9,7 +9,9 @@ the other in this process, with empty temporary ``NUMBA_CACHE_DIR``/``JITORT_CAC
 (unless set), and prints per entry its seconds, then per compiled function (module.name and
 argument types) its inclusive and exclusive seconds (exclusive: without the callees compiled
 during it). Numba links each callee's LLVM module into its caller and optimizes and emits it
-again, so a function's exclusive time includes re-emitting its callees. With ``--passes N``
+again; since ``kernels/_link.py`` only callees under 400 LLVM instructions are (the rest are
+called by name: ``JITORT_KERNEL_LINK=copy`` for the old way), so a function's exclusive time
+includes re-emitting its small callees. With ``--passes N``
 (sets ``NUMBA_LLVM_PASS_TIMINGS=1``) the N functions with the most exclusive time also get
 their LLVM pass timings (``dispatcher.get_metadata(sig)['llvm_pass_timings']``). Print the
 host load beside the numbers: on a shared machine they move with it.
