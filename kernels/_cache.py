@@ -41,8 +41,8 @@ def _cpu(root: Path | None) -> Path:
 def _digest(cpu: Path, names) -> str:
     """Hash of Numba's and Python's versions and the sources of the modules ``names`` of ``cpu``."""
     import numba
-    # "link": big callees are called by their fixed names, not copied (_link.py)
-    h = hashlib.sha256(f"numba {numba.__version__} python {sys.version_info[:2]} link 2".encode())
+    from ._link import mode  # how callees are linked: cached objects of both never mix
+    h = hashlib.sha256(f"numba {numba.__version__} python {sys.version_info[:2]} {mode()}".encode())
     for n in names:
         h.update(n.encode())
         h.update((cpu / f"{n}.py").read_bytes())

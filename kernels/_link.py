@@ -6,11 +6,11 @@ by itself, by the parfor body calling it, by ``_wino_par`` and by ``_winograd_co
 transforms once more below it. Most of the kernel library's compile time (162 s of 162 s for
 the Winograd entry, where 52 s is the code compiled once) was that repetition.
 
-Installed by ``kernels/__init__`` (``JITORT_KERNEL_LINK=copy`` keeps Numba's way), two
-patches of Numba's CPU code library:
+Installed by ``kernels/__init__`` (``JITORT_KERNEL_LINK=copy`` keeps Numba's way): patches of
+Numba's linking, naming and caching.
 
 * **Linking** (:func:`_module_for_linking`): a function of the kernel library (module-level
-  dispatcher of ``jitort.kernels``, disk cache on, one of its compiled overloads) of at least
+  dispatcher of ``jitort.kernels.cpu``, disk cache on, one of its compiled overloads) of at least
   :data:`MIN_INSTRUCTIONS` LLVM instructions is linked ``available_externally``: LLVM may still
   inline it (it would not: it is too big), but emits no code for it; the caller's object calls
   the symbol that the callee's own, already loaded, code defines. Smaller functions stay
@@ -19,10 +19,11 @@ patches of Numba's CPU code library:
   mangled name; a library function gets a fixed one instead, so the symbol a cached caller
   names is the one any process's build of that callee (same source, argument types and
   flags) defines; the fastmath flags print in sorted order (Numba printed the set, whose
-  order changes with each process's string hashing). Without it, two processes of ``jitort warmup --library --jobs 2`` that both
-  compiled ``act_row`` left half the library naming a build the cache no longer held.
-* **Loading** (:func:`_rebuild`): a cached object that calls such a symbol is only loaded
-  after the functions it names are: each is looked up by its mangled name (module and
+  order changes with each process's string hashing). Without it, two processes of ``jitort
+  warmup --library --jobs 2`` that both compiled ``act_row`` left half the library naming a
+  build the cache no longer held.
+* **Loading** (:func:`_rebuild`): each cached object carries the list of such symbols it
+  calls (:func:`_reduce`) and is only loaded after the functions it names are: each is looked up by its mangled name (module and
   function), and its dispatcher's cached overloads are loaded until one defines that name.
   When none does (a callee's cache entry is gone or from another build), the caller's cache
   entry counts as missing and the caller is compiled again, never loaded with an unresolved
@@ -31,8 +32,10 @@ patches of Numba's CPU code library:
 A callee without its own ``fastmath`` or ``error_model`` takes its caller's (Numba's flag
 inheritance), and the flags are part of the name while Numba's cache keeps one build per
 argument types: a cached caller that needs the other variant is compiled again (correct, only
-slower). Assumes one dispatcher per library function (``njit`` applied once, at module level): a second
-dispatcher of the same function compiled for the same types would define the same symbol.
+slower). Assumes one dispatcher per library function (``njit`` applied once, at module
+level): a second dispatcher of the same function compiled for the same types would define the
+same symbol. :func:`mode` is part of every kernel cache key (``kernels/_cache``), so caches
+written with and without these patches are never mixed.
 """
 from __future__ import annotations
 
@@ -51,6 +54,12 @@ MIN_INSTRUCTIONS = 400
 _PREFIX = "_ZN6jitort7kernels3cpu"
 _MODULES = "jitort.kernels.cpu."
 _NAME = re.compile(r"(\d+)")
+_orig_module_for_linking = codegen.CPUCodeLibrary._get_module_for_linking
+
+
+def mode() -> str:
+    """How library callees are linked: ``"link 2"`` (by name, this module) or ``"copy"``."""
+    return "copy" if os.environ.get("JITORT_KERNEL_LINK", "").lower() == "copy" else "link 2"
 
 
 class StaleLink(Exception):
@@ -88,10 +97,11 @@ def _dispatcher(name: str, load: bool = False):
         except ImportError:
             return None
     disp = getattr(mod, fn, None) if mod is not None else None
-    cache = getattr(disp, "_cache", None)
-    if not isinstance(cache, caching.Cache):  # NullCache: a later process could not load it
-        return None
-    return disp
+    return disp if _disk_cached(disp) else None
+
+
+def _disk_cached(disp) -> bool:  # NullCache: a later process could not load it
+    return isinstance(getattr(disp, "_cache", None), caching.Cache)
 
 
 def _defined(disp, name: str) -> bool:
@@ -104,34 +114,25 @@ def _size(fn) -> int:
 
 
 def _module_for_linking(self):
-    """``CPUCodeLibrary._get_module_for_linking`` with big library functions linked by
-    reference (``available_externally``)."""
-    self._ensure_finalized()
-    if self._shared_module is not None:
-        return self._shared_module
-    mod = self._final_module
-    fixes = {}
-    for fn in mod.functions:
-        if not fn.is_declaration and fn.linkage == ll.Linkage.external:
-            fixes[fn.name] = "linkonce_odr"
-            if fn.name.startswith(_PREFIX) and _size(fn) >= MIN_INSTRUCTIONS:
+    """``CPUCodeLibrary._get_module_for_linking`` (a copy of the module with its functions
+    ``linkonce_odr``) with the big library functions ``available_externally`` instead."""
+    fresh = self._shared_module is None
+    mod = _orig_module_for_linking(self)
+    if fresh and mod is not self._final_module:  # Numba's own copy, made just now
+        for fn in mod.functions:
+            if fn.linkage == ll.Linkage.linkonce_odr and fn.name.startswith(_PREFIX) \
+                    and _size(fn) >= MIN_INSTRUCTIONS:
                 disp = _dispatcher(fn.name)
                 if disp is not None and _defined(disp, fn.name):
-                    fixes[fn.name] = "available_externally"
-    if not any(True for _ in mod.functions):
-        raise RuntimeError(f"library unfit for linking: no available functions in {self}")
-    if fixes:
-        mod = mod.clone()
-        for name, linkage in fixes.items():
-            mod.get_function(name).linkage = linkage
-    self._shared_module = mod
+                    fn.linkage = "available_externally"
     return mod
 
 
-def needs(module) -> list[str]:
-    """The library functions a (cached) module calls without containing their code."""
+def needs(module, own: str) -> list[str]:
+    """The library functions a module calls without containing their code (``own``, its
+    own function, linked ``available_externally`` for its callers, aside)."""
     return [fn.name for fn in module.functions
-            if fn.name.startswith(_PREFIX)
+            if fn.name.startswith(_PREFIX) and fn.name != own
             and (fn.is_declaration or fn.linkage == ll.Linkage.available_externally)]
 
 
@@ -181,8 +182,7 @@ def _from_function(cls, pyfunc):
     mod, name = self.module, self.func_qualname
     if self.modname.startswith(_MODULES) and "." not in name:
         disp = getattr(mod, name, None)
-        if getattr(disp, "py_func", None) is self.func \
-                and isinstance(getattr(disp, "_cache", None), caching.Cache):
+        if getattr(disp, "py_func", None) is self.func and _disk_cached(disp):
             self.unique_id = STABLE_UID
             self.unique_name = f"{name}${STABLE_UID}"
     return self
@@ -203,21 +203,18 @@ def _reduce(self, cres):
     """``CompileResultCacheImpl.reduce`` with the library functions the object calls (its own
     aside) appended: loading it need not parse its module to find them."""
     payload = _orig_reduce(self, cres)
-    own = cres.fndesc.mangled_name
-    names = tuple(n for n in needs(cres.library._get_module_for_linking()) if n != own)
+    names = tuple(needs(cres.library._get_module_for_linking(), cres.fndesc.mangled_name))
     return (*payload, (_NEEDS, names))
 
 
 def _rebuild(self, target_context, payload):
     """``CompileResultCacheImpl.rebuild``: the library functions a cached object calls are
     loaded first."""
-    last = payload[-1]
+    last, names = payload[-1], ()
     if isinstance(last, tuple) and len(last) == 2 and last[0] == _NEEDS:
         names, payload = last[1], payload[:-1]
-    else:  # written without the list: read it from the module the object carries
-        (_, kind, data), own = payload[0], payload[1].mangled_name
-        names = [n for n in needs(ll.parse_bitcode(data[1])) if n != own] \
-            if kind == "object" else []
+    # else written without these patches (not a kernel cache: those are keyed by mode()), so
+    # with every callee copied in: nothing to load first
     _loading.append(names)
     try:
         for name in names:
@@ -241,7 +238,7 @@ def _fastmath_encode(self) -> str:
 
 
 def install() -> None:
-    if os.environ.get("JITORT_KERNEL_LINK", "").lower() == "copy":
+    if mode() == "copy":
         return
     if getattr(codegen.CPUCodeLibrary, "_jitort_link", False):
         return
