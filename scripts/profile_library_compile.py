@@ -85,6 +85,7 @@ def main(argv=None) -> int:
         print(f"{r['excl']:8.1f}{r['incl']:8.1f}  {r['fn']}{par} {r['sig'][:90]}")
     print(f"{len(rows)} compilations, {sum(r['excl'] for r in rows):.1f} s; parallel functions "
           f"{sum(r['excl'] for r in rows if r['parallel']):.1f} s")
+    _twins(rows)
     for r in rows if a.model else ():
         if r["fn"].startswith("driver_"):
             cres = r["disp"].overloads.get(tuple(r["args"])) if r["args"] is not None else None
@@ -107,6 +108,35 @@ def main(argv=None) -> int:
             json.dump([{k: v for k, v in r.items() if k not in ("disp", "args")} for r in rows],
                       f, indent=1)
     return 0
+
+
+def _twins(rows) -> None:
+    """Kernel-library functions compiled more than once, with the argument positions whose
+    types differ: each extra compilation is time spent on the same code. Numba specializes
+    a call on a literal argument (``f(x, 0)``: ``Literal[int](0)``), also on a loop variable
+    whose first value is a literal (``m = 0`` then ``m = max(m, v)``: type inference may
+    resolve the call once with the literal before it settles on int64), and a prange index
+    is uint64 (``np.int64(0)``, ``np.int64(d)`` give one signature)."""
+    by: dict = {}
+    for r in rows:
+        if r["args"] is not None and r["disp"].py_func.__module__.startswith("jitort.kernels"):
+            by.setdefault(r["fn"], []).append(r)
+    found = []
+    for fn, rs in by.items():
+        if len(rs) < 2:
+            continue
+        sigs = [tuple(map(str, r["args"])) for r in rs]
+        n = min(map(len, sigs))
+        diff = [i for i in range(n) if len({s[i] for s in sigs}) > 1]
+        extra = sum(r["excl"] for r in rs) - max(r["excl"] for r in rs)
+        found.append((extra, fn, len(rs), ", ".join(
+            f"{i}: " + " / ".join(sorted({s[i] for s in sigs})) for i in diff[:3])))
+    found.sort(reverse=True)
+    lost = sum(f[0] for f in found)
+    print(f"\n{len(found)} library functions compiled more than once ({lost:.1f} s exclusive "
+          "beyond one compilation each); argument positions that differ:")
+    for extra, fn, k, d in found:
+        print(f"{extra:8.1f} {k}x {fn}  {d[:120]}")
 
 
 def _compile_model(path: str) -> None:

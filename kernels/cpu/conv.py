@@ -627,7 +627,7 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
         m1 = min(mg, m0 + bs)
         if m1 <= m0:
             return
-        s0 = 0
+        s0 = np.int64(0)  # (a literal 0 compiles _rows_epilogue once more)
         s1 = s
     if path == 3:
         r0 = blk * bs
@@ -656,8 +656,8 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
             kr = (c1 - c0) * khw
             if cc < cg or last[0] != ng:
                 col3 = colw[:kr * s].reshape(kr, oh_n, ow_n)
-                _im2col_rows(x[n, g * cg + c0:g * cg + c1], col3, 0, kh_n, kw_n, sh, sw, ph,
-                             pw, dh, dw)
+                _im2col_rows(x[n, g * cg + c0:g * cg + c1], col3, np.int64(0), kh_n, kw_n, sh,
+                             sw, ph, pw, dh, dw)
                 last[0] = ng
             st |= xgemm(0, 0, m1 - m0, s, kr, 1.0, w, (g * mg + m0) * kdim + c0 * khw, kdim,
                         colw, 0, s, 0.0 if c0 == 0 else 1.0, out,
@@ -672,7 +672,7 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
             if nr <= 0:
                 return
         else:
-            r0, nr = 0, oh_n
+            r0, nr = np.int64(0), oh_n
             kc = cc
         khw = kh_n * kw_n
         wq, hq = _flat_geom(nr, kh_n, kw_n, ow_n, sh, sw, dh, dw, wd)
@@ -683,7 +683,7 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
         for c0 in range(0, cg, kc):
             c1 = min(cg, c0 + kc)
             if path == 5 or kc < cg or last[0] != ng:
-                _im2col_flat(x[n, g * cg + c0:g * cg + c1], colw, 0, poff, r0, nr, kh_n,
+                _im2col_flat(x[n, g * cg + c0:g * cg + c1], colw, np.int64(0), poff, r0, nr, kh_n,
                              kw_n, ow_n, sh, sw, ph, pw, dh, dw)
                 last[0] = ng
             st |= xgemm(0, 0, m1 - m0, nq, (c1 - c0) * khw, 1.0, w,
@@ -796,12 +796,12 @@ def _plane_phased_worker(x, w, b, res, out, col, wblk, ctr, sh, sw, ph, pw, dh, 
             c1 = min(cg, c0 + ccs)
             xg = x[n, g * cg + c0:g * cg + c1]
             if flat:
-                _im2col_flat(xg, col, c0 * khw * nq, poff + c0 * sh * sw * pe, 0, oh_n, kh_n,
-                             kw_n, ow_n, sh, sw, ph, pw, dh, dw)
+                _im2col_flat(xg, col, c0 * khw * nq, poff + c0 * sh * sw * pe, np.int64(0),
+                             oh_n, kh_n, kw_n, ow_n, sh, sw, ph, pw, dh, dw)
             else:
                 _im2col_rows(xg, col[c0 * khw * s:c1 * khw * s].reshape((c1 - c0) * khw, oh_n,
                                                                         ow_n),
-                             0, kh_n, kw_n, sh, sw, ph, pw, dh, dw)
+                             np.int64(0), kh_n, kw_n, sh, sw, ph, pw, dh, dw)
             count_done(ctr[1], q)
         wait_count(ctr[1], q, ncc)
         while True:
@@ -819,10 +819,10 @@ def _plane_phased_worker(x, w, b, res, out, col, wblk, ctr, sh, sw, ph, pw, dh, 
             if st != 0:
                 raise RuntimeError("BLAS gemm failed")
             if flat:
-                _flat_store(wblk, 0, out, res, b, n, g * mg + m0, g * mg + m1, 0, oh_n, wq,
-                            has_bias, has_res, act, aa, ab)
+                _flat_store(wblk, np.int64(0), out, res, b, n, g * mg + m0, g * mg + m1,
+                            np.int64(0), oh_n, wq, has_bias, has_res, act, aa, ab)
             else:
-                _rows_epilogue(out, res, b, n, g * mg + m0, g * mg + m1, 0, s, has_bias,
+                _rows_epilogue(out, res, b, n, g * mg + m0, g * mg + m1, np.int64(0), s, has_bias,
                                has_res, act, aa, ab)
             count_done(ctr[3], q)
 

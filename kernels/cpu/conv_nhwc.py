@@ -229,7 +229,8 @@ def dwconv_nhwc(x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, ac
                     src = x[n, i, j]
                     for c in range(x.shape[3]):
                         d[c] = src[c]
-        _dw_run(xp, w, b, res, out, sh, sw, 0, 0, dh, dw, has_bias, has_res, act, aa, ab)
+        _dw_run(xp, w, b, res, out, sh, sw, np.int64(0), np.int64(0), dh, dw, has_bias, has_res,
+                act, aa, ab)
     else:
         _dw_run(x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, aa, ab)
 

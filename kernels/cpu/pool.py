@@ -302,7 +302,7 @@ def _sep3_range(x1, o3, inv, p0, p1, h, w, sh, sw, ph, pw, is_max, direct):
                     for j in range(s):
                         d[j] *= iv[j]
             continue
-        _sep3_planes(x1, c0 * hw, t1, f1, 0, (c1 - c0) * hw, h, w, is_max)
+        _sep3_planes(x1, c0 * hw, t1, f1, np.int64(0), (c1 - c0) * hw, h, w, is_max)
         for p in range(c0, c1):
             for oh in range(oh_n):
                 d = eptr(o1, p * s + oh * ow_n)
@@ -359,7 +359,7 @@ def _sep3_pool(x, out, inv, sh, sw, ph, pw, is_max):
     if nw > 1 and n_p * h * w * 9 >= _PAR_MIN_WORK:
         _sep3_par(nw, x1, o3, inv, n_p, h, w, sh, sw, ph, pw, is_max, direct)
     else:
-        _sep3_range(x1, o3, inv, 0, n_p, h, w, sh, sw, ph, pw, is_max, direct)
+        _sep3_range(x1, o3, inv, np.int64(0), n_p, h, w, sh, sw, ph, pw, is_max, direct)
 
 
 # --- MaxPool ---------------------------------------------------------------------------

@@ -341,7 +341,7 @@ def _project(x, w, wp, bsum, xw):
         if nth > 1 and npan > 1 and 2 * rows * k * ncol >= (1 << 21):
             _proj_par(x, wp, bsum, xw, min(nth, npan))
         else:
-            _proj_panels(x, wp, bsum, xw, 0, npan)
+            _proj_panels(x, wp, bsum, xw, np.int64(0), npan)
         return
     if xw.shape[1] != ncol:
         raise ValueError("RNN: projection rows are padded only for packed weights")
@@ -622,7 +622,7 @@ def _lstm_dir(d, reverse, xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout, ac
         if nw > 1:
             _hgemm_par(nw, hs, d, rt, rp, gh, hr, rows, na)
         else:
-            _hgemm(hs, d, rt, rp, 0, gh, hr, rows, na)
+            _hgemm(hs, d, rt, rp, np.int64(0), gh, hr, rows, na)
         for bi in range(na):
             b = rows[bi]
             t = lens[b] - 1 - s if reverse else s
@@ -897,7 +897,7 @@ def _dir_panels(cell, d, reverse, xw, rp, aux, hs, cs, hr, y, lens, layout, clip
     step, so a step of ~10 us (batch 1, H 256) splits."""
     nb = hs.shape[1]
     hd = hs.shape[2]
-    maxlen = 0
+    maxlen = np.int64(0)  # (a literal 0 here compiles _cell_workers once more)
     for b in range(nb):
         maxlen = max(maxlen, lens[b])
     unit = PANEL
@@ -926,8 +926,8 @@ def _dir_panels(cell, d, reverse, xw, rp, aux, hs, cs, hr, y, lens, layout, clip
 def _lstm_par(xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, betas, clip,
               input_forget):
     for d in prange(2):
-        _lstm_dir(d, d == 1, xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, betas,
-                  clip, input_forget, 1)
+        _lstm_dir(np.int64(d), d == 1, xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout, acts,
+                  alphas, betas, clip, input_forget, np.int64(1))
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -952,7 +952,7 @@ def lstm(x, w, wp, rt, rp, bias, peep, h0, c0, seqlen, y, yh, yc, ws, layout, re
         # product over the threads when it is big enough to pay a parallel launch per step
         nw = min(num_threads(), (4 * hd + PANEL - 1) // PANEL)
         if nb * hd * 4 * hd < _STEP_PAR_MACS:
-            nw = 1
+            nw = np.int64(1)  # (a literal 1 compiles _lstm_dir once more)
         # steps that split: chunks of hidden units claimed by workers that stay in one
         # parallel region (64 steps, H 256, 2 threads: batch 1 2.0 -> 1.0 ms, batch 4 3.4 ->
         # 2.4, batch 16 8.1-9.2 -> 6.7-6.9, batch 64 29-33 -> 26-29); at one thread the
@@ -998,7 +998,7 @@ def _gru_dir(d, reverse, xw, rt, rp, rbh, hr, tmp, hs, y, lens, layout, acts, al
     for s in range(maxlen):
         na = _active(lens, s, rows)
         # z and r (and h's recurrent product when it comes before the reset)
-        _hgemm(hs, d, rt, rp, 0, gh if linear_before_reset else 2 * hd, hr, rows, na)
+        _hgemm(hs, d, rt, rp, np.int64(0), gh if linear_before_reset else 2 * hd, hr, rows, na)
         for bi in range(na):
             b = rows[bi]
             t = lens[b] - 1 - s if reverse else s
@@ -1105,8 +1105,8 @@ def _hgemm_rh(tmp, d, rt, rp, hd, hr, rows, na):
 def _gru_par(xw, rt, rp, rbh, hr, tmp, hs, y, lens, layout, acts, alphas, betas, clip,
              linear_before_reset):
     for d in prange(2):
-        _gru_dir(d, d == 1, xw, rt, rp, rbh, hr, tmp, hs, y, lens, layout, acts, alphas, betas, clip,
-                 linear_before_reset)
+        _gru_dir(np.int64(d), d == 1, xw, rt, rp, rbh, hr, tmp, hs, y, lens, layout, acts, alphas,
+                 betas, clip, linear_before_reset)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -1133,7 +1133,7 @@ def gru(x, w, wp, rt, rp, bias, h0, seqlen, y, yh, ws, layout, reverse, acts, al
         # steps that split: chunks of hidden units in one parallel region (see lstm)
         nw = min(num_threads(), (3 * hd + PANEL - 1) // PANEL)
         if nb * hd * 3 * hd < _STEP_PAR_MACS:
-            nw = 1
+            nw = np.int64(1)
         panels = nw > 1 and nb <= _PANEL_MAX_ROWS and rp.shape[0] > 0 and hd % PANEL == 0
         for d in range(nd):
             if panels and acts[2 * d] == ACT_SIGMOID and acts[2 * d + 1] == ACT_TANH:
@@ -1163,7 +1163,7 @@ def _rnn_dir(d, reverse, xw, rt, rp, hr, hs, y, lens, layout, acts, alphas, beta
     col = d * hd
     for s in range(maxlen):
         na = _active(lens, s, rows)
-        _hgemm(hs, d, rt, rp, 0, hd, hr, rows, na)
+        _hgemm(hs, d, rt, rp, np.int64(0), hd, hr, rows, na)
         for bi in range(na):
             b = rows[bi]
             t = lens[b] - 1 - s if reverse else s
@@ -1186,7 +1186,8 @@ def _rnn_dir(d, reverse, xw, rt, rp, hr, hs, y, lens, layout, acts, alphas, beta
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
 def _rnn_par(xw, rt, rp, hr, hs, y, lens, layout, acts, alphas, betas, clip):
     for d in prange(2):
-        _rnn_dir(d, d == 1, xw, rt, rp, hr, hs, y, lens, layout, acts, alphas, betas, clip)
+        _rnn_dir(np.int64(d), d == 1, xw, rt, rp, hr, hs, y, lens, layout, acts, alphas, betas,
+                 clip)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)

@@ -202,7 +202,7 @@ def _softmax_any(x, out, log):
     if o_n * n * ni >= _PAR_MIN_WORK and o_n > 1:
         _softmax_par(x, out, log)
     elif ni == 1:
-        _softmax_rows(x.reshape(o_n, n), out.reshape(o_n, n), 0, o_n, log)
+        _softmax_rows(x.reshape(o_n, n), out.reshape(o_n, n), np.int64(0), o_n, log)
     else:
         m = np.empty(ni, x.dtype)
         s = np.empty(ni, x.dtype)

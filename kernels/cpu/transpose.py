@@ -7,6 +7,7 @@ vectors, transposed by log2(W) rounds of two-source shuffles (round k swaps the 
 k x k blocks of every 2k x 2k block), stored as W vectors; the edges element by element.
 """
 import llvmlite.binding as llb
+import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic
@@ -93,7 +94,7 @@ def transpose_last2(x3, y3):
     """y3 (B, C, R) = x3 (B, R, C) with its last two axes swapped; both C-contiguous, 4-byte
     elements."""
     _check(x3, y3)
-    _transpose_cols(x3, y3, 0, x3.shape[2])
+    _transpose_cols(x3, y3, np.int64(0), x3.shape[2])
 
 
 @njit(cache=True, error_model='numpy', parallel=True)

@@ -479,9 +479,9 @@ def _wino_task(t, nblk, nr, x, u, b, res, out, scr, ph, pw, has_bias, has_res, a
     v = scr[:nk * c_n * tb]
     p = scr[vcap:vcap + nk * m_n * tb]
     tmp = scr[vcap + nk * m_n * nr * (tw + 1):]
-    _wino_transform(x, n, 0, c_n, ty0, nrr, tw, m, ph, pw, v, tmp)
-    _wino_products(n, ty0, nrr, 0, m_n, u, v, p, tmp, b, res, out, has_bias, has_res, act, aa,
-                   ab)
+    _wino_transform(x, n, np.int64(0), c_n, ty0, nrr, tw, m, ph, pw, v, tmp)
+    _wino_products(n, ty0, nrr, np.int64(0), m_n, u, v, p, tmp, b, res, out, has_bias, has_res,
+                   act, aa, ab)
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
