@@ -58,8 +58,16 @@ _orig_module_for_linking = codegen.CPUCodeLibrary._get_module_for_linking
 
 
 def mode() -> str:
-    """How library callees are linked: ``"link 2"`` (by name, this module) or ``"copy"``."""
-    return "copy" if os.environ.get("JITORT_KERNEL_LINK", "").lower() == "copy" else "link 2"
+    """How library callees are linked: ``"link 2"`` (by name, this module) or ``"copy"``; with
+    `` nolsr`` when jitort's code is emitted without loop strength reduction (:func:`lsr`)."""
+    link = "copy" if os.environ.get("JITORT_KERNEL_LINK", "").lower() == "copy" else "link 2"
+    return link if lsr() else link + " nolsr"
+
+
+def lsr() -> bool:
+    """Whether LLVM's loop strength reduction runs when jitort's code is emitted
+    (``JITORT_KERNEL_LSR=1``); by default it does not (see :func:`_finalize_specific`)."""
+    return os.environ.get("JITORT_KERNEL_LSR", "").lower() in ("1", "on", "true", "yes")
 
 
 class StaleLink(Exception):
@@ -237,8 +245,31 @@ def _fastmath_encode(self) -> str:
     return "{" + ", ".join(repr(f) for f in sorted(self.flags)) + "}" if self.flags else "set()"
 
 
+#: mangled-name prefixes of jitort's code: the kernel library and generated modules
+_OURS = ("_ZN6jitort7kernels", "_ZN10jitort_gen")
+_orig_finalize_specific = codegen.JITCodeLibrary._finalize_specific
+
+
+def _finalize_specific(self):
+    """Numba's machine-code emission of a code library, without LLVM's loop strength
+    reduction when the library defines jitort code. LSR was most of the code generator's time
+    on the kernel library (the Winograd entry: 13.8 of 27.7 s at its core) and its loops,
+    written over raw pointers with explicit offsets, do not need it (runtime A/B in the
+    README's cold-start section). The option is LLVM's process-wide ``-disable-lsr``, set for
+    this emission only, so other Numba code in the process compiles as before."""
+    if lsr() or not any(not fn.is_declaration and fn.name.startswith(_OURS)
+                        for fn in self._final_module.functions):
+        return _orig_finalize_specific(self)
+    ll.set_option("jitort", "-disable-lsr=true")
+    try:
+        return _orig_finalize_specific(self)
+    finally:
+        ll.set_option("jitort", "-disable-lsr=false")
+
+
 def install() -> None:
-    if mode() == "copy":
+    codegen.JITCodeLibrary._finalize_specific = _finalize_specific
+    if mode().startswith("copy"):
         return
     if getattr(codegen.CPUCodeLibrary, "_jitort_link", False):
         return

@@ -101,3 +101,53 @@ def test_cached_callers_load_their_callees_and_a_stale_one_is_compiled_again(tmp
     assert "CacheWarning" not in stale.stderr, stale.stderr
     healed = _run(cache)
     assert _compiles(healed) == 0, healed.stdout + healed.stderr
+
+
+LSR_CHILD = r"""
+import llvmlite.binding as ll
+import numpy as np
+from numba import njit
+from jitort.kernels import _link
+from jitort.kernels.cpu import pool
+calls = []
+set_option = ll.set_option
+def record(name, option):
+    calls.append(option)
+    set_option(name, option)
+ll.set_option = record
+
+@njit
+def user_loop(a):
+    s = 0.0
+    for i in range(a.size):
+        s += a[i]
+    return s
+
+user_loop(np.ones(4))
+print("user", calls)
+del calls[:]
+x = np.zeros((2, 5, 5), np.float32)
+pool._maxpool_ser(x, np.zeros((2, 3, 3), np.float32), 3, 3, 1, 1, 0, 0, 1, 1)
+print("kernel", sorted(set(calls)), len(calls) % 2)
+print("mode", _link.mode())
+"""
+
+
+@pytest.mark.parametrize("lsr", ["", "1"])
+def test_loop_strength_reduction_is_off_only_for_jitort_code(tmp_path, lsr):
+    """jitort's code is emitted without LLVM's loop strength reduction (set for that emission
+    and reset after it), a user's own Numba function in the same process with it; with
+    ``JITORT_KERNEL_LSR=1`` never touched; the setting is part of the cache key."""
+    env = dict(os.environ, JITORT_KERNEL_CACHE_DIR=str(tmp_path), NUMBA_CACHE_DIR=str(tmp_path),
+               JITORT_KERNEL_LSR=lsr)
+    env.pop("JITORT_KERNEL_LINK", None)
+    p = subprocess.run([sys.executable, "-c", LSR_CHILD], env=env, capture_output=True,
+                       text=True, cwd="/", timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = dict(line.split(" ", 1) for line in p.stdout.splitlines())
+    assert out["user"] == "[]"
+    if lsr:
+        assert out["kernel"] == "[] 0" and out["mode"] == "link 2"
+    else:  # set and reset around each emission of a library function
+        assert out["kernel"] == "['-disable-lsr=false', '-disable-lsr=true'] 0"
+        assert out["mode"] == "link 2 nolsr"
