@@ -200,3 +200,42 @@ def test_tiered_cold_start_with_two_compile_processes(tmp_path):
     assert r["ok"] and r["in_child"] and r["err"] < 1e-5 and r["err0"] < 1e-5
     assert r["sync_left"] == 0
     assert r["parent_compiles"] == 0  # everything came from the cache the children filled
+
+
+TWINS_CHILD = r"""
+import re, sys
+from numba.core import event
+seen = {}
+class Record(event.Listener):
+    def on_start(self, ev): pass
+    def on_end(self, ev):
+        d = ev.data["dispatcher"]
+        if d.py_func.__module__.startswith("jitort.kernels"):
+            seen.setdefault(f"{d.py_func.__module__}.{d.py_func.__name__}", set()).add(
+                tuple(map(str, ev.data["args"])))
+event.register("numba:compile", Record())
+from jitort import library
+for e in library.entries(only=sys.argv[1:], with_cache=False):
+    library.compile_entry(e)
+def plain(t):  # an integer literal or uint64 read as the int64 it stands for
+    return "int64" if re.fullmatch(r"Literal\[int\]\(-?\d+\)|u?int64", t) else t
+for fn, sigs in sorted(seen.items()):
+    if len({tuple(map(plain, s)) for s in sigs}) < len(sigs):
+        print("TWIN", fn, sorted(sigs))
+print("functions", len(seen))
+"""
+
+
+def test_library_helpers_are_not_compiled_again_for_a_literal_or_a_prange_index(tmp_path):
+    """Numba compiles a callee once more for a literal argument (``f(x, 0)``), for a loop
+    variable whose first value is a literal, and for a ``prange`` index (uint64): the library's
+    call sites pass int64 (``np.int64(0)``), so no helper of these entries is compiled for two
+    signatures that differ only there (the Winograd entry compiled five helpers twice)."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), JITORT_KERNEL_CACHE_DIR=str(tmp_path),
+               JITORT_CACHE_DIR=str(tmp_path / "gen"))
+    p = subprocess.run([sys.executable, "-c", TWINS_CHILD, "winograd", "softmax",
+                        "conv_nhwc.dwconv_nhwc"], env=env, capture_output=True, text=True,
+                       cwd="/", timeout=900)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert int(p.stdout.split("functions")[-1]) >= 15
+    assert "TWIN" not in p.stdout, p.stdout
