@@ -98,6 +98,11 @@ CASES = [
     (1, 19, 29, 27, 19, 3, 3, (2, 2), (1, 1, 1, 1), (1, 1), 19),  # stride 2, odd first column
     (1, 19, 28, 27, 19, 3, 3, (2, 2), (0, 0, 1, 1), (1, 1), 19),  # stride 2, odd last column
     (2, 5, 30, 61, 5, 3, 5, (2, 3), (0, 2, 1, 1), (1, 2), 5),     # column stride 3, dilated
+    # taps in passes of eight, four, two, one (49 = 6 * 8 + 1, 25 = 3 * 8 + 1, 8, 6 = 4 + 2)
+    (1, 8, 15, 17, 8, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1), 8),     # ConvNeXt-style 7x7
+    (2, 6, 23, 26, 6, 5, 5, (2, 2), (2, 2, 2, 2), (1, 1), 6),     # 5x5 stride 2
+    (1, 4, 9, 20, 4, 2, 4, (1, 1), (1, 1, 0, 2), (1, 1), 4),      # 2x4, uneven pads
+    (1, 3, 8, 18, 3, 3, 2, (1, 1), (0, 1, 1, 0), (1, 2), 3),      # 3x2 dilated columns
     # at most 4 output channels and at least 16 input channels per group, rows >= 16 wide,
     # column stride 1: direct (conv._direct_rows, no im2col)
     (1, 16, 9, 20, 3, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1), 1),     # an image head, 7x7
