@@ -50,6 +50,7 @@ from numba.core.config import NUMBA_NUM_THREADS
 
 from .epilogue import act_row
 from .gemm import _ceil_div, _gcd, claim, count_done, eptr, next_task, num_threads, xgemm
+from .mathfn import wide_vectors
 from .sync import wait_count
 
 _FM = {'reassoc', 'contract', 'arcp'}
@@ -894,6 +895,9 @@ def _dw_flat(p, x, w, b, res, out, xs, acc, offs, sh, sw, ph, pw, dh, dw, has_bi
     oh_n, ow_n = out.shape[2], out.shape[3]
     c = p % c_n
     hp, wp, wq, pe = _dw_flat_geom(kh_n, kw_n, oh_n, ow_n, sh, sw, dh, dw)
+    # 512-bit vectors where the CPU has them (LLVM picks 256): the accumulation loops 1.3-1.8x
+    # faster on the AVX-512 Xeon (3x3 to 7x7, planes 14-112)
+    wide_vectors()
     z = x.dtype.type(0)
     xz = eptr(xs, 0)
     for i in range(sh * sw * pe):
