@@ -4,16 +4,21 @@
     python scripts/compare_depthwise.py [--threads 1] [--runs 300]
 
 Each case is a one-node Conv model (group = channels, bias, "same" padding) compiled by
-``jitort.compile`` (tiering off) and run by onnxruntime at the same thread count; outputs are
-compared, then the two engines' calls alternate in two rounds of ``--runs`` each (jitort,
-onnxruntime, jitort, onnxruntime) and the better median of each engine is printed with the
-ratio. Interleaving keeps a shared host's slow phases from landing on one engine only, which
-the pytest-benchmark sweep (one engine's rounds, then the other's) does not.
+``jitort.compile`` (tiering off) and run by onnxruntime at the same thread count (the session
+of ``compare_model.py``); outputs are compared, then the two engines' calls alternate
+(``compare_model.alternate``, ``--runs`` pairs after 10 of warm-up) and the medians are
+printed with their ratio. Interleaving keeps a shared host's slow phases from landing on one
+engine only, which the pytest-benchmark sweep (one engine's rounds, then the other's) does
+not.
 """
 import argparse
-import time
+import os
+import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compare_model import alternate, ort_session  # noqa: E402
 
 #: (channels, plane, kernel, stride): MobileNet / EfficientNet / ConvNeXt depthwise layers
 CASES = [(96, 56, 7, 1), (384, 14, 7, 1), (32, 112, 5, 1), (144, 56, 5, 1), (240, 28, 5, 1),
@@ -33,42 +38,23 @@ def _model(c, h, k, s):
                              opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _median_us(f, n):
-    ts = []
-    for _ in range(n):
-        t = time.perf_counter()
-        f()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts)) * 1e6
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--runs", type=int, default=300)
+    ap.add_argument("--runs", type=int, default=500)
     a = ap.parse_args()
-    import onnxruntime as ort
-
     import jitort
     for c, h, k, s in CASES:
         m = _model(c, h, k, s)
         cm = jitort.compile(m, threads=a.threads, tiered=False)
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = a.threads
-        so.inter_op_num_threads = 1
-        sess = ort.InferenceSession(m.SerializeToString(), so,
-                                    providers=["CPUExecutionProvider"])
+        sess = ort_session(m.SerializeToString(), a.threads)
         feeds = {"x": np.random.default_rng(0).standard_normal((1, c, h, h)).astype(np.float32)}
         np.testing.assert_allclose(cm.run(None, feeds)[0], sess.run(None, feeds)[0],
                                    rtol=1e-4, atol=1e-4)
-        t = [_median_us(f, a.runs) for f in (lambda: cm.run(None, feeds),
-                                              lambda: sess.run(None, feeds))] * 1
-        t += [_median_us(f, a.runs) for f in (lambda: cm.run(None, feeds),
-                                               lambda: sess.run(None, feeds))]
-        tj, to = min(t[0], t[2]), min(t[1], t[3])
-        print(f"depthwise {k}x{k}/{s} {c}ch {h}x{h}: jitort {tj:8.1f} us  onnxruntime "
-              f"{to:8.1f} us  ratio {tj / to:.3f}", flush=True)
-
+        tj, to = alternate(lambda: cm.run(None, feeds), lambda: sess.run(None, feeds),
+                           a.runs, 10)
+        print(f"depthwise {k}x{k}/{s} {c}ch {h}x{h}: jitort {tj * 1e6:8.1f} us  onnxruntime "
+              f"{to * 1e6:8.1f} us  ratio {tj / to:.3f}", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -55,6 +55,19 @@ def alternate(fa, fb, runs, warmup):
     return statistics.median(ta), statistics.median(tb)
 
 
+def ort_session(model, threads: int):
+    """onnxruntime session of ``model`` (path or serialized bytes) at ``threads`` intra-op
+    threads, one inter-op thread and a pool that does not spin between calls: the calls
+    alternate, and a pool spinning after onnxruntime's call would take the core jitort's next
+    call needs (as in benchmarks/test_bench_models.py)."""
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -63,16 +76,8 @@ def main(argv=None):
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--runs", type=int, default=200)
     a = ap.parse_args(argv)
-    import onnxruntime as ort
-
     import jitort
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = a.threads
-    so.inter_op_num_threads = 1
-    # the calls alternate: a pool spinning after onnxruntime's call would take the core
-    # jitort's next call needs (as in benchmarks/test_bench_models.py)
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    sess = ort.InferenceSession(a.model, so, providers=["CPUExecutionProvider"])
+    sess = ort_session(a.model, a.threads)
     feeds = _feeds(sess, a.batch, a.seq)
     cm = jitort.compile(a.model, threads=a.threads, tiered=False)
     got = cm.run(None, feeds)
