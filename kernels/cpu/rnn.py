@@ -34,7 +34,7 @@ import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 from numba.np.arrayobj import make_array
 
 from .gemm import _mm_run, claim, count_done, eptr, num_threads, xgemm
@@ -830,6 +830,85 @@ def _gru_phase_chunk(phase, d, s, reverse, j0, j1, xw, rp, src, dst, hr, y, lens
                 _chunk_y(y, t, d, b, j0, j1, hn, layout)
 
 
+def _first_phase(cell, d, s, reverse, xw, rp, src, dst, hr, y, lens, rows, na, layout, cl,
+                 claims, done, unit, nchunk, maxlen):
+    """Pure-Python stub; njit code gets :func:`_ov_first_phase`'s implementation."""
+    raise NotImplementedError
+
+
+def _cell_chunk(cell, d, s, reverse, j0, j1, xw, rp, aux, src, dst, cs, hr, y, lens, rows, na,
+                layout, cl, input_forget):
+    """Pure-Python stub; njit code gets :func:`_ov_cell_chunk`'s implementation."""
+    raise NotImplementedError
+
+
+def _cell_kind(cell):
+    """The cell kind when the caller passes it as a literal (the LSTM), else None. Numba
+    compiles both sides of ``if cell == 2:`` even for a literal ``cell`` (it does not prune
+    branches on an integer literal's value), so the LSTM build would carry the GRU paths
+    (~4 s of the library's compile time); these two overloads pick the path at typing time
+    instead."""
+    return cell.literal_value if isinstance(cell, types.IntegerLiteral) else None
+
+
+@overload(_first_phase, prefer_literal=True)
+def _ov_first_phase(cell, d, s, reverse, xw, rp, src, dst, hr, y, lens, rows, na, layout, cl,
+                    claims, done, unit, nchunk, maxlen):
+    """A GRU without linear_before_reset (cell 2): the first phase of step ``s``, every chunk's
+    z and r, counted in ``claims[maxlen + s]`` / ``done[maxlen + s]``, then the wait for all of
+    them. Other cells: nothing."""
+    kind = _cell_kind(cell)
+    if kind is not None and kind != 2:
+        def none(cell, d, s, reverse, xw, rp, src, dst, hr, y, lens, rows, na, layout, cl,
+                 claims, done, unit, nchunk, maxlen):
+            return None
+        return none
+
+    def phase(cell, d, s, reverse, xw, rp, src, dst, hr, y, lens, rows, na, layout, cl,
+              claims, done, unit, nchunk, maxlen):
+        if cell != 2:
+            return None
+        hd = src.shape[1]
+        while True:
+            q = claim(claims, maxlen + s)
+            if q >= nchunk:
+                break
+            j0 = q * unit
+            _gru_phase_chunk(0, d, s, reverse, j0, min(hd, j0 + unit), xw, rp, src, dst, hr, y,
+                             lens, rows, na, layout, cl)
+            count_done(done, maxlen + s)
+        wait_count(done, maxlen + s, nchunk)
+        return None
+    return phase
+
+
+@overload(_cell_chunk, prefer_literal=True)
+def _ov_cell_chunk(cell, d, s, reverse, j0, j1, xw, rp, aux, src, dst, cs, hr, y, lens, rows, na,
+                   layout, cl, input_forget):
+    """Units j0:j1 of step ``s``: LSTM (cell 0), GRU with linear_before_reset (1), the second
+    phase of a GRU without (2)."""
+    kind = _cell_kind(cell)
+    if kind == 0:
+        def lstm_(cell, d, s, reverse, j0, j1, xw, rp, aux, src, dst, cs, hr, y, lens, rows, na,
+                  layout, cl, input_forget):
+            _lstm_chunk(d, s, reverse, j0, j1, xw, rp, aux, src, dst, cs, hr, y, lens, rows, na,
+                        layout, cl, input_forget)
+        return lstm_
+
+    def any_(cell, d, s, reverse, j0, j1, xw, rp, aux, src, dst, cs, hr, y, lens, rows, na,
+             layout, cl, input_forget):
+        if cell == 0:
+            _lstm_chunk(d, s, reverse, j0, j1, xw, rp, aux, src, dst, cs, hr, y, lens, rows, na,
+                        layout, cl, input_forget)
+        elif cell == 1:
+            _gru_chunk(d, s, reverse, j0, j1, xw, rp, aux, src, dst, hr, y, lens, rows, na,
+                       layout, cl)
+        else:
+            _gru_phase_chunk(1, d, s, reverse, j0, j1, xw, rp, src, dst, hr, y, lens, rows, na,
+                             layout, cl)
+    return any_
+
+
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def _cell_worker(cell, d, reverse, xw, rp, aux, hs, hb, cs, hr, y, lens, layout, cl,
                  input_forget, claims, done, unit, nchunk, maxlen):
@@ -850,31 +929,15 @@ def _cell_worker(cell, d, reverse, xw, rp, aux, hs, hb, cs, hr, y, lens, layout,
             wait_count(done, s - 1, nchunk)
         na = _active(lens, s, rows)
         src = hs[d] if s == 0 else hb[(s - 1) % 2]
-        if cell == 2:
-            while True:
-                q = claim(claims, maxlen + s)
-                if q >= nchunk:
-                    break
-                j0 = q * unit
-                _gru_phase_chunk(0, d, s, reverse, j0, min(hd, j0 + unit), xw, rp, src,
-                                 hb[s % 2], hr, y, lens, rows, na, layout, cl)
-                count_done(done, maxlen + s)
-            wait_count(done, maxlen + s, nchunk)
+        _first_phase(cell, d, s, reverse, xw, rp, src, hb[s % 2], hr, y, lens, rows, na, layout,
+                     cl, claims, done, unit, nchunk, maxlen)
         while True:
             q = claim(claims, s)
             if q >= nchunk:
                 break
             j0 = q * unit
-            j1 = min(hd, j0 + unit)
-            if cell == 0:
-                _lstm_chunk(d, s, reverse, j0, j1, xw, rp, aux, src, hb[s % 2], cs, hr, y, lens,
-                            rows, na, layout, cl, input_forget)
-            elif cell == 1:
-                _gru_chunk(d, s, reverse, j0, j1, xw, rp, aux, src, hb[s % 2], hr, y, lens, rows,
-                           na, layout, cl)
-            else:
-                _gru_phase_chunk(1, d, s, reverse, j0, j1, xw, rp, src, hb[s % 2], hr, y, lens,
-                                 rows, na, layout, cl)
+            _cell_chunk(cell, d, s, reverse, j0, min(hd, j0 + unit), xw, rp, aux, src,
+                        hb[s % 2], cs, hr, y, lens, rows, na, layout, cl, input_forget)
             count_done(done, s)
 
 
