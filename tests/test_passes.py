@@ -221,6 +221,71 @@ def test_two_convs_into_one_add_fuse_once():
     _check_vs_ort(m, {"x": _arr(2, 3, 5, 5)})
 
 
+def test_two_input_sum_is_an_add_and_fuses_as_a_residual():
+    # some exporters write a residual connection as Sum (light ResNet-50)
+    m = _conv_model([helper.make_node("Sum", ["c", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y"])],
+                    xs=("N", 3, 8, 8), res_shape=("N", 4, 6, 6))
+    assert _fused(_optimized(m)) == [("jitort", "FusedConv", "Relu")]
+    cm = _check_vs_ort(m, {"x": _arr(2, 3, 8, 8), "r": _arr(2, 4, 6, 6)})
+    assert cm.graph.nodes[0].inputs[3].name == "r"
+    # a one-input Sum is an identity; three inputs stay a Sum; a broadcasting Sum is an Add
+    m = _conv_model([helper.make_node("Sum", ["c"], ["s"]), helper.make_node("Sum", ["s", "r", "s"], ["t"]),
+                     helper.make_node("Sum", ["t", "b2"], ["y"])], res_shape=(1, 4, 6, 6),
+                    inits={"b2": _arr(4, 1, 1)})
+    assert [n.op_type for n in _optimized(m).nodes] == ["Conv", "Sum", "Add"]
+    _check_vs_ort(m)
+
+
+def test_strided_pointwise_conv_reads_a_subsampled_input():
+    # resnet's downsampling shortcut: Conv 1x1 stride 2 -> residual of the main branch's conv;
+    # odd planes (9x7 -> 5x4) and a stride per axis; the compiled graph slices the input and
+    # runs the 1x1 conv at stride 1, one Slice for the two convolutions reading it (CSE)
+    init = {"w": _arr(6, 4, 3, 3), "w2": _arr(6, 4, 1, 1), "w3": _arr(6, 4, 1, 1),
+            "b": _arr(6)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Conv", ["x", "w2"], ["d"], strides=[2, 2]),
+             helper.make_node("Add", ["c", "d"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"]),
+             helper.make_node("Conv", ["x", "w3", "b"], ["z"], strides=[2, 2])]
+    m = make_model(nodes, [("x", F32, ["N", 4, 9, 7])], [("y", F32, None), ("z", F32, None)],
+                   init)
+    cm = _check_vs_ort(m, {"x": _arr(2, 4, 9, 7)})
+    ops = [n.op_type for n in cm.graph.nodes]
+    assert ops.count("Slice") == 1, ops
+    sl = next(n for n in cm.graph.nodes if n.op_type == "Slice")
+    pw = [n for n in cm.graph.nodes if n.inputs[0] is sl.outputs[0]]
+    assert len(pw) == 2 and all(n.attrs["strides"] == [1, 1] for n in pw)
+    assert sl.outputs[0].shape == ("N", 4, 5, 4)
+    # a 3x3 strided conv, a padded 1x1 and a stride-1 1x1 keep their input
+    for attrs, ws in [(dict(strides=[2, 2], pads=[1, 1, 1, 1]), (4, 3, 3, 3)),
+                      (dict(strides=[2, 2], pads=[1, 1, 1, 1]), (4, 3, 1, 1)),
+                      (dict(strides=[1, 1]), (4, 3, 1, 1))]:
+        m = _conv_model([helper.make_node("Relu", ["c"], ["y"])], xs=(1, 3, 9, 9), ws=ws,
+                        conv_attrs=attrs)
+        cm = _check_vs_ort(m)
+        assert [n.op_type for n in cm.graph.nodes] == ["FusedConv"], (attrs, ws)
+    # strides by axis (1, 3), auto_pad VALID
+    m = _conv_model([helper.make_node("Relu", ["c"], ["y"])], xs=(2, 3, 5, 10), ws=(4, 3, 1, 1),
+                    conv_attrs=dict(strides=[1, 3], auto_pad="VALID"))
+    cm = _check_vs_ort(m)
+    assert [n.op_type for n in cm.graph.nodes] == ["Slice", "FusedConv"]
+    # an opset-9 model (Slice without steps there) gets the opset-13 Slice too, compiled and
+    # in the interpreter
+    m = _conv_model([helper.make_node("Relu", ["c"], ["y"])], xs=(1, 3, 6, 6), ws=(4, 3, 1, 1),
+                    conv_attrs=dict(strides=[2, 2]), opset=9)
+    cm = _check_vs_ort(m)
+    assert [(n.op_type, n.since_version) for n in cm.graph.nodes][0] == ("Slice", 13)
+    assert cm.fallback_nodes() == []
+    from jitort.interpreter import make_runner, node_inputs
+    feeds = _feeds(m)
+    env = {id(v): feeds[v.name] for v in cm.graph.inputs}
+    for n in cm.graph.nodes:  # each node as the interpreter tier runs it
+        for o, a in zip(n.outputs, make_runner(n, cm.graph.opsets)(node_inputs(n, env))):
+            env[id(o)] = a
+    np.testing.assert_allclose(env[id(cm.graph.outputs[0])], _ort(m, feeds)[0], rtol=1e-4,
+                               atol=1e-5)
+
+
 def test_activation_after_a_non_fusable_add_stays():
     # Conv -> Sigmoid and Add on the side: the conv output has two readers, nothing fuses;
     # the Relu after Add(conv, conv) reads a value no conv produces alone

@@ -16,10 +16,10 @@ from typing import Callable
 from ..errors import InvalidModel, JitortError
 from ..ir import Graph
 from .simplify import (eliminate_dead_code, eliminate_identities, eliminate_common_subexpressions,
-                       fold_constants, fold_transposes)
+                       fold_constants, fold_transposes, sum_as_add)
 from .layout import convert_to_channels_last
 from .patterns import (fold_conv_affine, fold_conv_batchnorm, fold_pad_into_conv, fuse_epilogues,
-                       fuse_matmul_add)
+                       fuse_matmul_add, subsample_strided_pointwise)
 
 log = logging.getLogger("jitort.passes")
 
@@ -30,6 +30,7 @@ PassFn = Callable[[Graph], int]
 #: last to drop what the rewrites left behind.
 DEFAULT_PIPELINE: list[tuple[str, PassFn]] = [
     ("eliminate_identities", eliminate_identities),
+    ("sum_as_add", sum_as_add),
     ("fold_transposes", fold_transposes),
     ("fold_constants", fold_constants),
     ("eliminate_common_subexpressions", eliminate_common_subexpressions),
@@ -42,9 +43,11 @@ DEFAULT_PIPELINE: list[tuple[str, PassFn]] = [
 ]
 
 #: The CPU backend's recipe: the default one, plus the channels-last regions of depthwise
-#: convolutions (:mod:`.layout`) once the epilogues are fused.
+#: convolutions (:mod:`.layout`) once the epilogues are fused, then strided 1x1 convolutions
+#: (NCHW ones: after the layout pass) on a subsampled input.
 CPU_PIPELINE: list[tuple[str, PassFn]] = (
-    DEFAULT_PIPELINE[:-1] + [("convert_to_channels_last", convert_to_channels_last)]
+    DEFAULT_PIPELINE[:-1] + [("convert_to_channels_last", convert_to_channels_last),
+                             ("subsample_strided_pointwise", subsample_strided_pointwise)]
     + DEFAULT_PIPELINE[-1:])
 
 
