@@ -6,10 +6,13 @@ included); ``ph``/``pw`` are the begin pads. Windows are clipped to the valid in
 region, so padding never contributes to a max or a sum.
 """
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.extending import intrinsic
 
 from .conv import conv2d
 from .gemm import eptr, num_threads
+from .qgemm import _ptr
 from .softmax import row_max
 
 _PAR_MIN_WORK = 1 << 16
@@ -20,6 +23,88 @@ _FLAT_MAX_OW = 32
 # the per-plane loops, same process pairs: 1024x7x7 1.6 -> 0.9-1.2 of onnxruntime's time,
 # 576x14x14 1.1 -> 1.0-1.1; 192x28x28 1.05 -> 1.1-1.3 (slower: stays per plane).
 _DW_SUM_MAX_S = 256
+
+
+# --- three taps at stride 2 along a row ---------------------------------------------------
+#: outputs per call of _h3s2_max / _h3s2_avg (one vector of 16 lanes)
+_H3 = 16
+
+
+def _h3s2_intrinsic(mx):
+    """The intrinsic ``f(v, voff, d, doff, iv, ivoff)``: d[doff + j] for j < 16 = the max
+    (``mx``) of v[voff + 2j + k], k = 0, 1, 2, in the scalar loops' order (``m = b if b > m
+    else m``), or their sum (a + b) + c times iv[ivoff + j]. v, d, iv: arrays of one float
+    type; reads v[voff : voff + 34] (the last element unused). The loop vectorizer turns the
+    scalar loop's stride-2 loads into gathers (0.26 ns an output on Zen 5); here two
+    unit-stride loads per tap pair and shuffles that split even and odd lanes."""
+    def typer(typingctx, v, voff, d, doff, iv, ivoff):
+        if not (isinstance(v, types.Array) and isinstance(v.dtype, types.Float)
+                and isinstance(d, types.Array) and d.dtype == v.dtype
+                and isinstance(iv, types.Array) and iv.dtype == v.dtype):
+            return None
+        sig = types.void(v, voff, d, doff, iv, ivoff)
+
+        def codegen(context, builder, sig, args):
+            v_, voff_, d_, doff_, iv_, ivoff_ = args
+            lane = context.get_value_type(sig.args[0].dtype)
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            vec = ir.VectorType(lane, _H3)
+            src = _ptr(context, builder, sig.args[0], v_, voff_, lane)
+
+            def load(k):
+                p = builder.bitcast(builder.gep(src, [ir.Constant(i64, k)]), vec.as_pointer())
+                return builder.load(p, align=1)
+
+            def pick(a, b, first):
+                mask = ir.Constant(ir.VectorType(i32, _H3), [first + 2 * j for j in range(_H3)])
+                return builder.shuffle_vector(a, b, mask)
+            lo, hi = load(0), load(_H3)
+            a, b = pick(lo, hi, 0), pick(lo, hi, 1)
+            c = pick(load(2), load(_H3 + 2), 0)
+            if mx:
+                m = builder.select(builder.fcmp_ordered('>', b, a), b, a)
+                r = builder.select(builder.fcmp_ordered('>', c, m), c, m)
+            else:
+                sc = _ptr(context, builder, sig.args[4], iv_, ivoff_, lane)
+                w = builder.load(builder.bitcast(sc, vec.as_pointer()), align=1)
+                r = builder.fmul(builder.fadd(builder.fadd(a, b), c), w)
+            dst = _ptr(context, builder, sig.args[2], d_, doff_, lane)
+            builder.store(r, builder.bitcast(dst, vec.as_pointer()), align=1)
+            return context.get_dummy_value()
+        return sig, codegen
+    typer.__name__ = "_h3s2_max" if mx else "_h3s2_avg"
+    return intrinsic(typer)
+
+
+_h3s2_max = _h3s2_intrinsic(True)
+_h3s2_avg = _h3s2_intrinsic(False)
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'}, inline='always')
+def _row3_s2(vb, vo, o1, oo, n, iv, io, is_max):
+    """o1[oo + j] (j < n) = max / scaled sum of vb[vo + 2j + k], k < 3, as _h3s2_* (which need
+    vb readable up to vo + 2 * n + 2: the callers' row buffers have _H3 + 2 elements of
+    slack)."""
+    j = np.int64(0)
+    while j + _H3 <= n:
+        if is_max:
+            _h3s2_max(vb, vo + 2 * j, o1, oo + j, iv, io + j)
+        else:
+            _h3s2_avg(vb, vo + 2 * j, o1, oo + j, iv, io + j)
+        j += _H3
+    a = eptr(vb, vo)
+    d = eptr(o1, oo)
+    if is_max:
+        for q in range(j, n):
+            m = a[2 * q]
+            v = a[2 * q + 1]
+            m = v if v > m else m
+            v = a[2 * q + 2]
+            d[q] = v if v > m else m
+    else:
+        w = eptr(iv, io)
+        for q in range(j, n):
+            d[q] = (a[2 * q] + a[2 * q + 1] + a[2 * q + 2]) * w[q]
 
 
 # --- padded planes ----------------------------------------------------------------------
@@ -130,9 +215,13 @@ def _whole_plane(h, w, oh_n, ow_n, kh, kw, ph, pw, dh, dw):
 # Stride 2 in both axes no longer computes every position (``_s2_range``, columns first, then
 # every other column): MaxPool 64x112x112 padded 739 -> 476 us (onnxruntime 636), 192x56x56
 # 528 -> 272, 576x14x14 108 -> 77, 256x27x27 177 -> 103, 320x28x28 222 -> 142 (one thread,
-# same process); the wide unpadded planes still take the row-pass kernel (64x111x111: 309
-# there, 462 columns first).
-_SEP_S2_MAX_W = 32
+# same process); the wide unpadded planes still took the row-pass kernel (64x111x111: 309
+# there, 462 columns first). Then the every-other-column pass became one vector of 16 outputs
+# at a time (``_row3_s2``: even and odd lanes split by shuffles, where the loop vectorizer had
+# used gathers), and the columns-first kernel took the wide unpadded planes too (Zen 5, one
+# thread, same process, row-pass / columns-first before / after): MaxPool 64x111x111 127 /
+# 98 / 84 us (onnxruntime 111), 128x55x55 79 / 60 / 61 (60), 256x27x27 39 / 37 / 41 (35);
+# padded 64x112x112 87 -> 68 (117).
 _SEP_CHUNK = 1 << 13
 _SEP_FM = {'reassoc', 'contract', 'arcp'}
 
@@ -222,7 +311,7 @@ def _s2_range(x1, o3, inv, p0, p1, h, w, ph, pw, is_max):
     is padded by one fill value on each side). No full-resolution pass: a quarter of the
     positions are kept. Averages are multiplied by ``inv``."""
     oh_n, ow_n = o3.shape[1], o3.shape[2]
-    vb = np.empty(w + 3, x1.dtype)
+    vb = np.empty(w + 3 + _H3 + 2, x1.dtype)  # (slack: _row3_s2)
     o1 = o3.reshape(-1)
     s = oh_n * ow_n
     dt = x1.dtype.type
@@ -232,7 +321,6 @@ def _s2_range(x1, o3, inv, p0, p1, h, w, ph, pw, is_max):
     V[w + 1] = V[0]                      # columns w, w + 1
     V[w + 2] = V[0]
     Vd = eptr(vb, 1)                     # Vd[c]: column c
-    Vc = eptr(vb, 1 - pw)                # Vc[2j + k]: column 2j - pw + k
     for p in range(p0, p1):
         for i in range(oh_n):
             r0 = 2 * i - ph              # the centre row r0 + 1 is inside the plane
@@ -259,18 +347,9 @@ def _s2_range(x1, o3, inv, p0, p1, h, w, ph, pw, is_max):
             else:
                 for c in range(w):
                     Vd[c] = rb[c]
-            d = eptr(o1, p * s + i * ow_n)
-            if is_max:
-                for j in range(ow_n):
-                    m = Vc[2 * j]
-                    v = Vc[2 * j + 1]
-                    m = v if v > m else m
-                    v = Vc[2 * j + 2]
-                    d[j] = v if v > m else m
-            else:
-                iv = eptr(inv, i * ow_n)
-                for j in range(ow_n):
-                    d[j] = (Vc[2 * j] + Vc[2 * j + 1] + Vc[2 * j + 2]) * iv[j]
+            # (max: iv unused; one bool argument, not two literal builds)
+            _row3_s2(vb, 1 - pw, o1, p * s + i * ow_n, ow_n, vb if is_max else inv,
+                     0 if is_max else i * ow_n, is_max)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_SEP_FM)
@@ -326,14 +405,9 @@ def _sep3_range(x1, o3, inv, p0, p1, h, w, sh, sw, ph, pw, is_max, direct):
 @njit(cache=True, error_model='numpy', fastmath=_SEP_FM)
 def _sep3_ok(h, w, oh_n, ow_n, kh, kw, sh, sw, ph, pw, dh, dw):
     """Whether a pool takes the separable 3x3 path: 3x3, dilation 1, every window centre
-    inside the plane, stride 1; or stride 2 on planes at most _SEP_S2_MAX_W wide or padded
-    (wider unpadded ones keep the row-pass kernel, which reads them in place)."""
-    # the row-pass kernel reads an unpadded plane in place; padded ones it copies first
-    in_place = (ph == 0 and pw == 0 and (oh_n - 1) * sh + 3 <= h
-                and (ow_n - 1) * sw + 3 <= w)
+    inside the plane, stride 1 or 2 (stride 2 in both axes: ``_s2_range``)."""
     return (kh == 3 and kw == 3 and dh == 1 and dw == 1 and (sh == 1 or sh == 2)
             and (sw == 1 or sw == 2)
-            and (sh == 1 and sw == 1 or w <= _SEP_S2_MAX_W or not in_place)
             and h > 0 and w > 0 and oh_n > 0 and ow_n > 0
             and ph <= 1 and pw <= 1 and ph >= 0 and pw >= 0
             and (oh_n - 1) * sh - ph + 1 <= h - 1 and (ow_n - 1) * sw - pw + 1 <= w - 1)

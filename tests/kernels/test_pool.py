@@ -202,8 +202,9 @@ def _sep_cases():
 @pytest.mark.parametrize('op', ['MaxPool', 'AveragePool'])
 def test_pool_3x3_separable_path(nthreads, shape, s, pads, oh, ow, op, ort_node):
     """3x3 pools whose window centres lie in the plane run separably over chunks of planes
-    (pool._sep3_pool; stride 2 columns first, pool._s2_range); stride 2 only on narrow or
-    padded planes. 1-row, 1-column, 2x2
+    (pool._sep3_pool; stride 2 columns first, pool._s2_range, every other column 16 outputs
+    at a time: pool._row3_s2, 94- and 41-wide planes take one or two vectors and a tail).
+    1-row, 1-column, 2x2
     planes, chunks of several planes and planes bigger than a chunk, every pad pattern, both
     strides, against onnxruntime; NaN in max is skipped."""
     n, c, h, w = shape
@@ -211,9 +212,7 @@ def test_pool_3x3_separable_path(nthreads, shape, s, pads, oh, ow, op, ort_node)
     if op == 'MaxPool' and h * w > 1:
         x[0, 0, 0, 0] = np.nan                      # skipped (never alone in a window here)
     out = np.full((n, c, oh, ow), np.nan, np.float32)
-    sep = P._sep3_ok(h, w, oh, ow, 3, 3, s, s, pads[0], pads[1], 1, 1)
-    if s == 2 and w > P._SEP_S2_MAX_W and pads == (0, 0, 0, 0) and (oh - 1) * 2 + 3 <= h:
-        assert not sep
+    assert P._sep3_ok(h, w, oh, ow, 3, 3, s, s, pads[0], pads[1], 1, 1)
     if op == 'MaxPool':
         P.maxpool2d(x, out, 3, 3, s, s, pads[0], pads[1], 1, 1)
         xr = x.copy()
@@ -228,12 +227,32 @@ def test_pool_3x3_separable_path(nthreads, shape, s, pads, oh, ow, op, ort_node)
             np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize('op', ['MaxPool', 'AveragePool'])
+def test_pool_3x3_stride2_float64_vector_rows(nthreads, op, ort_node):
+    """float64 through the 16-output row vectors (pool._h3s2_max / _h3s2_avg), unpadded and
+    padded, a plane of 40 columns (19-20 outputs: one vector and a tail)."""
+    x = np.random.default_rng(6).standard_normal((2, 3, 9, 40))
+    for p in (0, 1):
+        oh, ow = (9 + 2 * p - 3) // 2 + 1, (40 + 2 * p - 3) // 2 + 1
+        out = np.full((2, 3, oh, ow), np.nan)
+        if op == 'MaxPool':
+            P.maxpool2d(x, out, 3, 3, 2, 2, p, p, 1, 1)
+            ref = ort_node('MaxPool', [x], kernel_shape=[3, 3], strides=[2, 2], pads=[p] * 4)
+        else:  # (onnxruntime has no float64 AveragePool: the windows' means, pads excluded)
+            P.avgpool2d(x, out, 3, 3, 2, 2, p, p, 0, p, p)
+            xp = np.pad(x, [(0, 0), (0, 0), (p, p), (p, p)], constant_values=np.nan)
+            ref = np.stack([np.stack([np.nanmean(xp[:, :, 2 * i:2 * i + 3, 2 * j:2 * j + 3],
+                                                 axis=(2, 3)) for j in range(ow)], -1)
+                            for i in range(oh)], -2)
+        np.testing.assert_allclose(out, ref, rtol=1e-12, atol=1e-12)
+
+
 def test_pool_3x3_separable_path_is_taken_where_it_wins():
     assert P._sep3_ok(14, 14, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1)       # inception's avg pools
     assert P._sep3_ok(7, 7, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1)
     assert P._sep3_ok(14, 14, 7, 7, 3, 3, 2, 2, 0, 0, 1, 1)         # small stride 2
     assert P._sep3_ok(112, 112, 56, 56, 3, 3, 2, 2, 1, 1, 1, 1)      # padded stride 2
-    assert not P._sep3_ok(111, 111, 55, 55, 3, 3, 2, 2, 0, 0, 1, 1)  # wide, in place: row pass
+    assert P._sep3_ok(111, 111, 55, 55, 3, 3, 2, 2, 0, 0, 1, 1)      # wide, unpadded
     assert not P._sep3_ok(9, 9, 9, 9, 3, 3, 1, 1, 1, 1, 2, 2)       # dilated
     assert not P._sep3_ok(9, 9, 11, 11, 3, 3, 1, 1, 2, 2, 1, 1)     # centres outside the plane
     assert not P._sep3_ok(9, 9, 7, 7, 5, 5, 1, 1, 0, 0, 1, 1)       # 5x5
