@@ -1,6 +1,6 @@
 """3x3 convolution by Winograd's minimal filtering F(2x2, 3x3) (Lavin & Gray, 2015).
 
-For a 3x3 kernel at stride 1, dilation 1, group 1 every 2x2 block of outputs (a *tile*) is
+For a 3x3 kernel at stride 1, dilation 1, every 2x2 block of outputs (a *tile*) is
 computed from its 4x4 input patch ``d`` as ``A^T [(G g G^T) * (B^T d B)] A``: 16 products per
 tile and channel pair instead of 36. Summed over the input channels, the 16 elementwise
 products become 16 independent gemms ``U_k (M, C) @ V_k (C, tiles)``, which BLAS runs; the
@@ -12,8 +12,9 @@ up to 8 and 1/24: ~1e-5 relative error in float32); ``winograd_tile`` chooses.
 
 Layouts (C-contiguous, float32 or float64, one dtype per call):
     x   (N, C, H, W)
-    u   (16 or 36, M, C)  ``winograd_weights(w, m)`` of the ONNX weight w (M, C, 3, 3), m = 2
-                          or 4, computed once when the model is compiled
+    u   (16 or 36, M, C / groups)  ``winograd_weights(w, m)`` of the ONNX weight w (M, C /
+                          groups, 3, 3), m = 2 or 4, computed once when the model is compiled;
+                          the groups are C / u.shape[2] (each product gemm runs per group)
     b   (M,)              used only when has_bias
     res (N, M, OH, OW)    residual added before the activation, must not alias ``out``
     out (N, M, OH, OW)    OH/OW from the ONNX formulas for begin pads ph/pw (end pads implied)
@@ -72,6 +73,25 @@ def winograd_wins(C, M, OH, OW) -> bool:
     """Whether ``conv3x3_winograd`` is the faster kernel for this convolution (plain Python)."""
     th, tw = _tiles_py(OH, OW, 2)
     return C >= _MIN_CHANNELS and M >= 1 and th * tw >= _MIN_TILES_PER_PLANE
+
+
+# Grouped 3x3 stride-1 convolutions: Winograd with its gemms per group against conv_group /
+# im2col (one thread, Zen 5, each against onnxruntime in its own process, 2026-11-27; ratios
+# to onnxruntime without -> with): 64-128 channels per group on 10x10-56x56 1.34-1.66 ->
+# 0.78-1.28; 32 per group on 56x56 1.80 -> 1.08, 28x28 1.65 -> 1.35, 14x14 1.93 -> 1.31,
+# 10x10 1.45 -> 1.41; 16 per group on 56x56 1.67 -> 1.09 and 28x28 1.46 -> 1.12, but on 14x14
+# and 10x10 1.46-1.51 -> 1.53-1.59; 8 per group stays with conv_group (0.53-0.75).
+_GROUPED_MIN_CHANNELS = 32
+_GROUPED_MIN_CHANNELS_BIG_PLANE = 16
+_GROUPED_BIG_PLANE = 28 * 28
+
+
+def winograd_grouped_wins(CG, MG, OH, OW) -> bool:
+    """Whether a grouped 3x3 stride-1 convolution with CG input and MG output channels per
+    group runs as Winograd (its gemms per group) rather than ``conv_group`` / im2col (plain
+    Python; ``winograd_wins`` must hold too)."""
+    return CG >= _GROUPED_MIN_CHANNELS or (CG >= _GROUPED_MIN_CHANNELS_BIG_PLANE
+                                           and OH * OW >= _GROUPED_BIG_PLANE)
 
 
 def winograd_tile(C, M, OH, OW) -> int:
@@ -414,22 +434,28 @@ def _wino_transform(x, n, c0, c1, ty0, nrr, tw, m, ph, pw, v, tmp):
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _wino_products(n, ty0, nrr, m0, mb, u, v, p, tmp, b, res, out, has_bias, has_res, act, aa,
-                   ab):
+def _wino_products(n, ty0, nrr, m0, mb, c_n, u, v, p, tmp, b, res, out, has_bias, has_res,
+                   act, aa, ab):
     """Output channels m0 .. m0 + mb of tile rows ty0 .. ty0 + nrr of image n from that block's
-    V: the a*a gemms into P, the output transform, then residual and activation."""
-    c_n = u.shape[2]
+    V (``c_n`` input channels): the a*a gemms into P, the output transform, then residual and
+    activation. Grouped (u (a*a, M, C / groups)): each gemm per group the block meets, over
+    that group's input channels."""
+    cg = u.shape[2]
     nk = u.shape[0]
     m = 2 if nk == 16 else 4
     m_n = u.shape[1]
+    mg = m_n // (c_n // cg)
     oh_n = out.shape[2]
     ow_n = out.shape[3]
     tw = (ow_n + m - 1) // m
     tb = nrr * (tw + 1)
     st = 0
     for k in range(nk):
-        st |= xgemm(0, 0, mb, tb, c_n, 1.0, u, (k * m_n + m0) * c_n, c_n, v, k * c_n * tb, tb,
-                    0.0, p, k * mb * tb, tb)
+        for g in range(m0 // mg, (m0 + mb - 1) // mg + 1):
+            ga = max(m0, g * mg)
+            gb = min(m0 + mb, (g + 1) * mg)
+            st |= xgemm(0, 0, gb - ga, tb, cg, 1.0, u, (k * m_n + ga) * cg, cg, v,
+                        (k * c_n + g * cg) * tb, tb, 0.0, p, (k * mb + ga - m0) * tb, tb)
     if st != 0:
         raise RuntimeError("BLAS gemm failed")
     s = oh_n * ow_n
@@ -480,8 +506,8 @@ def _wino_task(t, nblk, nr, x, u, b, res, out, scr, ph, pw, has_bias, has_res, a
     p = scr[vcap:vcap + nk * m_n * tb]
     tmp = scr[vcap + nk * m_n * nr * (tw + 1):]
     _wino_transform(x, n, np.int64(0), c_n, ty0, nrr, tw, m, ph, pw, v, tmp)
-    _wino_products(n, ty0, nrr, np.int64(0), m_n, u, v, p, tmp, b, res, out, has_bias, has_res,
-                   act, aa, ab)
+    _wino_products(n, ty0, nrr, np.int64(0), m_n, c_n, u, v, p, tmp, b, res, out, has_bias,
+                   has_res, act, aa, ab)
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
@@ -536,8 +562,8 @@ def _phased_worker(nblk, nr, mbs, ccs, x, u, b, res, out, v, scw, ctr, ph, pw, h
                 break
             m0 = j * mbs
             mb = min(mbs, m_n - m0)
-            _wino_products(n, ty0, nrr, m0, mb, u, v, scw[:nk * mb * tb], scw[nk * mbs * tb:],
-                           b, res, out, has_bias, has_res, act, aa, ab)
+            _wino_products(n, ty0, nrr, m0, mb, c_n, u, v, scw[:nk * mb * tb],
+                           scw[nk * mbs * tb:], b, res, out, has_bias, has_res, act, aa, ab)
             count_done(ctr[3], s)
 
 
@@ -582,6 +608,9 @@ def _winograd_core(x, u, b, res, out, scr, ph, pw, has_bias, has_res, act, aa, a
     nk = u.shape[0]
     if nk != 16 and nk != 36:
         raise ValueError("conv3x3_winograd: u must have 16 or 36 rows (winograd_weights)")
+    cg = u.shape[2]
+    if cg == 0 or c_n % cg != 0 or m_n % (c_n // cg) != 0 or out.shape[1] != m_n:
+        raise ValueError("conv3x3_winograd: u (a*a, M, C / groups) does not match x and out")
     m = 2 if nk == 16 else 4
     th = (oh_n + m - 1) // m
     tw = (ow_n + m - 1) // m

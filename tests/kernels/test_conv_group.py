@@ -46,7 +46,8 @@ def test_grouped_conv_matches_onnxruntime(case, nthreads):
 
 def test_rule_edges():
     """Small output planes with >= 16 channels per group take it; a 14x14 output, 8 channels
-    per group, depthwise and group 1 stay on conv.py (or its depthwise kernels)."""
+    per group, depthwise and group 1 stay on conv.py (or its depthwise kernels); 32 channels
+    per group at stride 1 go to Winograd (``winograd.winograd_grouped_wins``)."""
     assert CG.grouped_wins(512, 512, 7, 7, 16) and CG.grouped_wins(128, 128, 8, 8, 2)
     assert CG.grouped_wins(256, 256, 7, 7, 16)
     assert not CG.grouped_wins(512, 512, 14, 14, 16)   # 196 positions
@@ -54,6 +55,8 @@ def test_rule_edges():
     assert not CG.grouped_wins(64, 64, 7, 7, 64)       # depthwise
     assert not CG.grouped_wins(64, 64, 7, 7, 1)        # dense
     for kw, want in ((dict(c=256, m=256, g=8, k=3, strides=(1, 1), pads=(1, 1, 1, 1), h=14),
+                      '_wino.conv3x3_winograd'),
+                     (dict(c=128, m=128, g=8, k=3, strides=(1, 1), pads=(1, 1, 1, 1), h=14),
                       '_conv.conv2d'),
                      (dict(c=64, m=64, g=8, k=3, strides=(1, 1), pads=(1, 1, 1, 1), h=7),
                       '_conv.conv2d')):

@@ -167,6 +167,34 @@ def test_winograd_bad_arguments_raise():
                            np.zeros(10 ** 6, np.float32), 1, 1, True, False, 0, 0.0, 0.0)
 
 
+def _np_grouped(x, w, b, pads, g):
+    cg, mg = x.shape[1] // g, w.shape[0] // g
+    return np.concatenate([_np_conv3x3(x[:, i * cg:(i + 1) * cg], w[i * mg:(i + 1) * mg],
+                                       b[i * mg:(i + 1) * mg], pads) for i in range(g)], 1)
+
+
+@pytest.mark.parametrize('tile', [2, 4])
+@pytest.mark.parametrize('n,c,m,g,h', [(1, 64, 48, 2, 30), (2, 48, 40, 4, 17), (3, 96, 72, 8, 28)])
+def test_winograd_grouped(nthreads, n, c, m, g, h, tile):
+    """Grouped weights (u (a*a, M, C / g)): each product gemm per group, in whole blocks and
+    in blocks shared by the threads (3 images: uneven over 2 threads, ``_wino_phased``, whose
+    output-channel chunks cross the groups' edges), with a residual and Relu; a u whose
+    channels do not divide x's raises."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((n, c, h, h)).astype(np.float32)
+    w = rng.standard_normal((m, c // g, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    res = rng.standard_normal((n, m, h, h)).astype(np.float32)
+    got = _run(x, w, b, (1, 1, 1, 1), res, 1, tile=tile)
+    ref = np.maximum(_np_grouped(x, w, b, (1, 1, 1, 1), g) + res, 0)
+    _close(got, ref, np.float32, c // g, tile)
+    out = np.zeros((n, m, h, h), np.float32)
+    scr = np.zeros(W.winograd_scratch_elems(c, m, h, h, m=tile), np.float32)
+    with pytest.raises(ValueError, match="does not match"):
+        W.conv3x3_winograd(x, W.winograd_weights(rng.standard_normal((m, 7, 3, 3)).astype(
+            np.float32), tile), b, out, out, scr, 1, 1, True, False, 0, 0.0, 0.0)
+
+
 def test_winograd_weights_are_g_g_gt():
     w = np.random.default_rng(4).standard_normal((2, 3, 3, 3)).astype(np.float32)
     G2 = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
@@ -191,3 +219,7 @@ def test_winograd_selection():
     assert W.winograd_tile(32, 128, 28, 28) == 4     # 49 4x4 tiles
     assert W.winograd_tile(256, 256, 14, 14) == 2    # 16 4x4 tiles: gemms too narrow
     assert W.winograd_tile(16, 64, 55, 55) == 2      # few channels: the transforms dominate
+    # grouped (per-group channels): 32+ per group, 16 on planes of 28x28 and up
+    assert W.winograd_grouped_wins(32, 32, 14, 14) and W.winograd_grouped_wins(16, 16, 28, 28)
+    assert not W.winograd_grouped_wins(16, 16, 14, 14)
+    assert not W.winograd_grouped_wins(8, 8, 56, 56)

@@ -45,12 +45,15 @@ def _use_winograd(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, group) -> i
     them)."""
     key = ("winograd", id(n))
     if key not in em.memo:
-        from jitort.kernels.cpu.winograd import winograd_tile, winograd_wins
+        from jitort.kernels.cpu.winograd import (winograd_grouped_wins, winograd_tile,
+                                                  winograd_wins)
         w = n.inputs[1]
-        dims = [concrete(d) for d in (xs4[1], ys4[1], ys4[2], ys4[3])]
+        c, m = concrete(xs4[1]), concrete(ys4[1])
+        dims = [c // group, m // group, concrete(ys4[2]), concrete(ys4[3])]
         ok = (w.is_const and tuple(ws4[2:]) == (3, 3) and list(strides) == [1, 1]
-              and list(dil) == [1, 1] and group == 1
-              and np.dtype(w.dtype) in (np.float32, np.float64) and winograd_wins(*dims))
+              and list(dil) == [1, 1] and c % group == 0 and m % group == 0
+              and np.dtype(w.dtype) in (np.float32, np.float64) and winograd_wins(*dims)
+              and (group == 1 or winograd_grouped_wins(*dims)))
         em.memo[key] = winograd_tile(*dims) if ok else 0
     return em.memo[key]
 
@@ -114,10 +117,10 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
     oh, ow = ys4[2], ys4[3]
     # Winograd reads its own transformed weights: neither the im2col scratch nor the raw
     # weights are placed for it
-    if _use_grouped(em, n, xs4, ws4, ys4, group):
+    tile = _use_winograd(em, n, xs4, ws4, ys4, strides, dil, group)
+    if not tile and _use_grouped(em, n, xs4, ws4, ys4, group):
         _lower_conv2d_grouped(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, group)
         return
-    tile = _use_winograd(em, n, xs4, ws4, ys4, strides, dil, group)
     if _use_implicit(em, n, xs4, ws4, ys4, group, bool(tile)):
         _lower_conv2d_implicit(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act)
         return
