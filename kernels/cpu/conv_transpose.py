@@ -86,6 +86,19 @@ def _tap(o, oo, src, so, lo, hi, sw, direct, wv):
                 d[sw * j] += s[j]
 
 
+@njit(cache=True, error_model='numpy', fastmath=_FM, inline='always')
+def _tap_ends(o, oo, src, so, lo, hi, sw, direct, wv):
+    """:func:`_tap` for the one or two columns at a row's ends that only one tap of a pair
+    reaches: a scalar loop inlined into :func:`_scatter` (four calls of _tap a row, mostly
+    over empty or one-element ranges, were most of a depthwise 4x4 stride-2 ConvTranspose's
+    time: 2.18 ms against onnxruntime's 0.40 for 64 channels of 32x32)."""
+    s = eptr(src, so)   # (flat offsets into arrays of any rank)
+    d = eptr(o, oo)
+    for i in range(lo, hi):
+        v = s[i]
+        d[i * sw] += wv * v if direct else v
+
+
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def _scatter(src, soff, tld, direct, w, woff, out, ooff, r0, r1, hn, wn, od_n, oh_n, ow_n,
              kd, kh, kw_n, sd, sh, sw, pd, ph, pw, dd, dh, dw):
@@ -147,13 +160,13 @@ def _scatter(src, soff, tld, direct, w, woff, out, ooff, r0, r1, hn, wn, od_n, o
                 for t in range(n):
                     d[2 * t] += a[t]
                     d[2 * t + 1] += b[t]
-            if edges:  # (calls that find an empty range cost more than the pair loop)
-                _tap(out, orow + ea, src, so + kw * tld, loa, min(hia, q0), sw, direct, wa)
-                _tap(out, orow + ea, src, so + kw * tld, max(loa, q1), hia, sw, direct, wa)
-                _tap(out, orow + eb, src, so + (kw + 1) * tld, lob, min(hib, q0 + delta), sw,
-                     direct, wb)
-                _tap(out, orow + eb, src, so + (kw + 1) * tld, max(lob, q1 + delta), hib, sw,
-                     direct, wb)
+            if edges:
+                _tap_ends(out, orow + ea, src, so + kw * tld, loa, min(hia, q0), sw, direct, wa)
+                _tap_ends(out, orow + ea, src, so + kw * tld, max(loa, q1), hia, sw, direct, wa)
+                _tap_ends(out, orow + eb, src, so + (kw + 1) * tld, lob, min(hib, q0 + delta),
+                          sw, direct, wb)
+                _tap_ends(out, orow + eb, src, so + (kw + 1) * tld, max(lob, q1 + delta), hib,
+                          sw, direct, wb)
         kw += 2 if pair else 1
 
 
