@@ -347,25 +347,9 @@ def _s2_range(x1, o3, inv, p0, p1, h, w, ph, pw, is_max):
             else:
                 for c in range(w):
                     Vd[c] = rb[c]
-            if ow_n >= _H3:  # (max: iv unused; one bool argument, not two literal builds)
-                _row3_s2(vb, 1 - pw, o1, p * s + i * ow_n, ow_n, vb if is_max else inv,
-                         0 if is_max else i * ow_n, is_max)
-                continue
-            # rows of fewer outputs than one vector: LLVM's own loop (the same loop in
-            # _row3_s2 ran 8 % slower on 14x14 planes, a vector into scratch and copied 65 %)
-            d = eptr(o1, p * s + i * ow_n)
-            Vc = eptr(vb, 1 - pw)
-            if is_max:
-                for j in range(ow_n):
-                    m = Vc[2 * j]
-                    v = Vc[2 * j + 1]
-                    m = v if v > m else m
-                    v = Vc[2 * j + 2]
-                    d[j] = v if v > m else m
-            else:
-                iv = eptr(inv, i * ow_n)
-                for j in range(ow_n):
-                    d[j] = (Vc[2 * j] + Vc[2 * j + 1] + Vc[2 * j + 2]) * iv[j]
+            # (max: iv unused; one bool argument, not two literal builds)
+            _row3_s2(vb, 1 - pw, o1, p * s + i * ow_n, ow_n, vb if is_max else inv,
+                     0 if is_max else i * ow_n, is_max)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_SEP_FM)
