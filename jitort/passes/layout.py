@@ -26,7 +26,7 @@ import os
 import numpy as np
 
 from ..ir import Graph, Node, Value, const_value
-from .patterns import JITORT_DOMAIN
+from .patterns import JITORT_DOMAIN, auto_pad
 
 log = logging.getLogger("jitort.passes")
 
@@ -92,7 +92,7 @@ def conv_kind(n: Node) -> str:
     b = n.input(2)
     if b is not None and not (b.dtype == x.dtype and b.shape is not None and len(b.shape) == 1):
         return ""
-    if n.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID", b"NOTSET", b"VALID"):
+    if auto_pad(n) not in ("NOTSET", "VALID"):
         return ""
     m, cg, kh, kw = w.const.shape
     group = int(n.attrs.get("group", 1))

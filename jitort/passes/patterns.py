@@ -18,6 +18,13 @@ log = logging.getLogger("jitort.passes")
 JITORT_DOMAIN = "jitort"
 
 
+def auto_pad(n: Node) -> str:
+    """A Conv / pool node's ``auto_pad`` as a str (onnx gives bytes or str; "NOTSET" when
+    absent)."""
+    a = n.attrs.get("auto_pad", "NOTSET")
+    return a.decode() if isinstance(a, bytes) else a
+
+
 def _single_use(g: Graph, v: Value, consumers) -> Node | None:
     users = consumers.get(id(v), [])
     if len(users) != 1 or id(v) in g.output_ids():
@@ -133,8 +140,7 @@ def fold_pad_into_conv(g: Graph) -> int:
         if any(p < 0 for p in pads) or pads[0] or pads[1] or pads[rank] or pads[rank + 1]:
             continue
         at = user.attrs
-        auto = at.get("auto_pad", "NOTSET")
-        if (auto.decode() if isinstance(auto, bytes) else auto) not in ("NOTSET", ""):
+        if auto_pad(user) not in ("NOTSET", ""):
             continue
         if user.op_type == "Conv" and not user.domain or (user.op_type == "FusedConv"
                                                           and user.domain == JITORT_DOMAIN):
@@ -528,8 +534,7 @@ def subsample_strided_pointwise(g: Graph) -> int:
                 or not _is_float_value(x)):
             continue
         at = n.attrs
-        auto = at.get("auto_pad", "NOTSET")
-        if (auto.decode() if isinstance(auto, bytes) else auto) not in ("NOTSET", "", "VALID"):
+        if auto_pad(n) not in ("NOTSET", "", "VALID"):
             continue
         strides = [int(s) for s in at.get("strides", [1, 1])]
         if len(strides) != 2 or strides == [1, 1] or any(p != 0 for p in at.get("pads", [0] * 4)):
