@@ -68,6 +68,21 @@ def one_conv(xs, ws, st, pd, g, dl, relu):
                              opset_imports=[helper.make_opsetid("", 17)])
 
 
+def time_conv(m, xs, threads, runs, tol):
+    """Compile ``m`` (input "x" of shape ``xs``) with jitort (tiering off) and open it in
+    onnxruntime at ``threads``; check jitort's output against onnxruntime's (rtol = atol =
+    ``tol``), then alternate their calls (``runs`` pairs after 10 of warm-up): (jitort's
+    median s, onnxruntime's, the output shape)."""
+    import jitort
+    cm = jitort.compile(m, threads=threads, tiered=False)
+    sess = ort_session(m.SerializeToString(), threads)
+    feeds = {"x": np.random.default_rng(0).standard_normal(xs).astype(np.float32)}
+    want = sess.run(None, feeds)[0]
+    np.testing.assert_allclose(cm.run(None, feeds)[0], want, rtol=tol, atol=tol)
+    tj, to = alternate(lambda: cm.run(None, feeds), lambda: sess.run(None, feeds), runs, 10)
+    return tj, to, want.shape
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model")
@@ -76,20 +91,13 @@ def main():
     ap.add_argument("--relu", type=int, default=1)
     ap.add_argument("--only", default=None)
     a = ap.parse_args()
-    import jitort
     tj_all = to_all = 0.0
     for (xs, ws, st, pd, g, dl), cnt in conv_cases(a.model).items():
         if a.only and not eval(a.only, {}, dict(xs=xs, ws=ws, st=st, pd=pd, g=g)):
             continue
-        m = one_conv(xs, ws, st, pd, g, dl, a.relu)
-        cm = jitort.compile(m, threads=a.threads, tiered=False)
-        sess = ort_session(m.SerializeToString(), a.threads)
-        feeds = {"x": np.random.default_rng(0).standard_normal(xs).astype(np.float32)}
-        want = sess.run(None, feeds)[0]
-        np.testing.assert_allclose(cm.run(None, feeds)[0], want, rtol=1e-3, atol=1e-3)
-        tj, to = alternate(lambda: cm.run(None, feeds), lambda: sess.run(None, feeds),
-                           a.runs, 10)
-        flops = 2 * np.prod(ws) * xs[0] * np.prod(want.shape[2:])
+        tj, to, out_shape = time_conv(one_conv(xs, ws, st, pd, g, dl, a.relu), xs, a.threads,
+                                      a.runs, 1e-3)
+        flops = 2 * np.prod(ws) * xs[0] * np.prod(out_shape[2:])
         tj_all += cnt * tj
         to_all += cnt * to
         print(f"x{cnt} x{list(xs)} w{list(ws)} s{list(st)} p{list(pd)} g{g}: jitort "
