@@ -39,7 +39,9 @@ def _conv_geometry(em, n: Node):
 
 def _use_winograd(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, group) -> int:
     """Winograd's output tile (2 or 4) for a 3x3 stride-1 convolution with constant weights on
-    a plane where it wins (``kernels.cpu.winograd.winograd_wins`` / ``winograd_tile``), else 0.
+    a plane where it wins (``kernels.cpu.winograd.winograd_wins`` / ``winograd_tile``; grouped:
+    per group, and ``winograd_grouped_wins``, the rule ``python
+    scripts/sweep_winograd_grouped.py`` measures), else 0.
     Decided once per node from the first shape, not guarded: the generated text must not
     change with the shapes (the kernel is correct for every shape, only its speed depends on
     them)."""
