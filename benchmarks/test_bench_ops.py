@@ -273,6 +273,9 @@ CASES = {
     'avgpool 3x3/1 576x14x14': (lambda: _avgpool_case(1, 576, 14, 3, 1, 1), 0),
     'maxpool 3x3/1 1024x7x7': (lambda: _maxpool_case(1, 1024, 7, 3, 1, 1), 0),
     'maxpool 3x3/2 576x14x14': (lambda: _maxpool_case(1, 576, 14, 3, 2, 1), 0),
+    # unpadded stride 2 on odd planes (squeezenet's pools; pool._row3_s2's vector rows)
+    'maxpool 3x3/2 64x111x111': (lambda: _maxpool_case(1, 64, 111, 3, 2, 0), 0),
+    'avgpool 3x3/2 64x111x111': (lambda: _avgpool_case(1, 64, 111, 3, 2, 0), 0),
     'globalavgpool 1000x13x13': (lambda: _gap_case(1, 1000, 13), 0),
     'softmax 4096x1024': (lambda: _softmax_case(4096, 1024), 0),
     # attention scores: bert's 4 heads at S=128, vit's 3 heads over 65 tokens
