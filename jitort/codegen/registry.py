@@ -53,5 +53,5 @@ KERNEL_MODULES: dict[str, str] = {
     "_shape_ops": "shape_ops", "_convt": "conv_transpose", "_resize": "resize", "_rnn": "rnn",
     "_gs": "gather_scatter", "_scan": "scan", "_quant": "quant", "_attn": "attention",
     "_signal": "signal", "_misc": "misc", "_convi": "conv_implicit", "_tr": "transpose",
-    "_convg": "conv_group",
+    "_convg": "conv_group", "_convc": "conv_cvec",
 }

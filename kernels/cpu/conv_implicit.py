@@ -109,6 +109,22 @@ def _geom(h, w, oh, ow, kh, kw, sh, sw, dh, dw):
 _geom_nb = njit(cache=True)(_geom)
 
 
+@njit(cache=True, error_model='numpy')
+def tap_offsets(c_n, kh, kw, sh, sw, dh, dw, hq, wq):
+    """Per tap (c, kh, kw), in that order: where its operand for output (0, 0) starts in an
+    image's phase planes (``phase_planes`` layout, hq x wq each); output (oh, ow) reads at
+    + oh * wq + ow. A 1x1 stride-1 layer gets c * hq * wq: its planes may be the input
+    itself."""
+    off = np.empty(c_n * kh * kw, np.int64)
+    for c in range(c_n):
+        for i in range(kh):
+            for j in range(kw):
+                a, e = i * dh % sh, j * dw % sw
+                off[(c * kh + i) * kw + j] = (((c * sh + a) * sw + e) * hq + i * dh // sh) * wq \
+                    + j * dw // sw
+    return off
+
+
 def implicit_scratch_elems(n, c, h, w, kh, kw, oh, ow, sh, sw, dh, dw):
     """float32 elements of ``conv2d_implicit``'s scratch: the phase planes plus NR of slack
     (the last panel reads past the last plane) (plain Python; sizes may be symbolic)."""
@@ -227,13 +243,7 @@ def _implicit_core(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, has_
     bp = np.zeros((m_n + MR - 1) // MR * MR, np.float32)  # the tiles' first values
     if has_bias:
         bp[:m_n] = b
-    off = np.empty(kk, np.int64)
-    for c in range(c_n):
-        for i in range(kh):
-            for j in range(kw):
-                a, e = i * dh % sh, j * dw % sw
-                off[(c * kh + i) * kw + j] = (((c * sh + a) * sw + e) * hq + i * dh // sh) * wq \
-                    + j * dw // sw
+    off = tap_offsets(c_n, kh, kw, sh, sw, dh, dw, hq, wq)
     npan = ((oh_n - 1) * wq + ow_n + NR - 1) // NR
     ppt = max(1, min(_PANELS_PER_TASK, _BLOCK_BYTES // (kk * NR * 4)))
     ntask = n_n * ((npan + ppt - 1) // ppt)

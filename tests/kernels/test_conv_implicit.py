@@ -54,9 +54,10 @@ def _model(c, m, k, strides, pads, h, w_=None, act=None, res=False, dil=(1, 1), 
 
 
 CASES = {
-    'stem 3->64 3x3/2 relu': dict(c=3, m=64, k=3, strides=(2, 2), pads=(1, 1, 1, 1), h=112,
+    # (32 output channels and more take conv_cvec: test_conv_cvec.py)
+    'stem 3->24 3x3/2 relu': dict(c=3, m=24, k=3, strides=(2, 2), pads=(1, 1, 1, 1), h=112,
                                   act='relu'),
-    'stem 3->64 7x7/2 batch 2': dict(c=3, m=64, k=7, strides=(2, 2), pads=(3, 3, 3, 3), h=64,
+    'stem 3->16 7x7/2 batch 2': dict(c=3, m=16, k=7, strides=(2, 2), pads=(3, 3, 3, 3), h=64,
                                      n=2, act='relu'),
     'relu6, 13 channels (tiles cut)': dict(c=3, m=13, k=3, strides=(2, 2), pads=(1, 1, 1, 1),
                                            h=70, act='clip'),
@@ -85,19 +86,19 @@ def test_implicit_conv_matches_onnxruntime(case, nthreads):
 
 
 def test_rule_keeps_im2col_and_winograd_elsewhere():
-    """Many taps (64 -> 32 3x3, stride 2: K 576) stay on im2col; few channels on a tiny plane
-    stay too; a 3x3 stride-1 layer with 64 channels keeps Winograd (16 channels take the
-    implicit gemm)."""
+    """Many taps (64 -> 32 3x3, stride 2: K 576) go elsewhere (conv_cvec on this 15x15
+    plane); few channels on a tiny plane stay off it too; a 3x3 stride-1 layer with 64 channels
+    keeps Winograd (16 channels into 24 take the implicit gemm)."""
     assert CI.implicit_wins(3, 3, 3, 112, 112) and CI.implicit_wins(3, 7, 7, 112, 112)
     assert not CI.implicit_wins(64, 3, 3, 28, 28)
     assert not CI.implicit_wins(3, 3, 3, 8, 8)
     assert not CI.implicit_wins(1, 3, 3, 64, 64)  # K = 9
     assert not CI.implicit_wins(128, 1, 1, 55, 55)  # 1x1: a plain gemm
     for kw, want in ((dict(c=64, m=32, k=3, strides=(2, 2), pads=(1, 1, 1, 1), h=30),
-                      '_conv.conv2d'),
+                      '_convc.conv2d_cvec'),
                      (dict(c=64, m=32, k=3, strides=(1, 1), pads=(1, 1, 1, 1), h=30),
                       '_wino.conv3x3_winograd'),
-                     (dict(c=16, m=32, k=3, strides=(1, 1), pads=(1, 1, 1, 1), h=56),
+                     (dict(c=16, m=24, k=3, strides=(1, 1), pads=(1, 1, 1, 1), h=56),
                       '_convi.conv2d_implicit')):
         m, feeds = _model(**kw)
         cm = jitort.compile(m, strict=True)

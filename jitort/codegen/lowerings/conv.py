@@ -76,6 +76,25 @@ def _use_implicit(em: Emitter, n: Node, xs4, ws4, ys4, group, winograd_alt) -> b
     return em.memo[key]
 
 
+def _use_cvec(em: Emitter, n: Node, xs4, ws4, ys4, strides, group, winograd_alt,
+              implicit_alt) -> bool:
+    """Whether a float32 group-1 convolution with constant weights runs as
+    ``conv_cvec.conv2d_cvec`` (output channels across the vector lanes), by ``cvec_wins``
+    against Winograd (``winograd_alt``), the implicit gemm (``implicit_alt``) or the im2col /
+    pointwise BLAS paths; decided once per node from the first shape, as ``_use_winograd``."""
+    key = ("cvec", id(n))
+    if key not in em.memo:
+        from jitort.kernels.cpu import conv_cvec
+        w = n.inputs[1]
+        dims = [concrete(d) for d in (xs4[1], ws4[0], ws4[2], ws4[3], ys4[2], ys4[3],
+                                      strides[0], strides[1])]
+        em.memo[key] = bool(w.is_const and group == 1 and np.dtype(w.dtype) == np.float32
+                            and np.dtype(n.outputs[0].dtype) == np.float32
+                            and conv_cvec.cvec_wins(*dims, winograd_alt=winograd_alt,
+                                                    implicit_alt=implicit_alt))
+    return em.memo[key]
+
+
 def _use_grouped(em: Emitter, n: Node, xs4, ws4, ys4, group) -> bool:
     """Whether a grouped convolution with constant weights runs as ``conv_group.conv2d_grouped``
     (channels-last im2col per group: small output planes, >= 16 channels per group), by
@@ -123,7 +142,11 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
     if not tile and _use_grouped(em, n, xs4, ws4, ys4, group):
         _lower_conv2d_grouped(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, group)
         return
-    if _use_implicit(em, n, xs4, ws4, ys4, group, bool(tile)):
+    implicit = _use_implicit(em, n, xs4, ws4, ys4, group, bool(tile))
+    if _use_cvec(em, n, xs4, ws4, ys4, strides, group, bool(tile), implicit):
+        _lower_conv2d_cvec(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act)
+        return
+    if implicit:
         _lower_conv2d_implicit(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act)
         return
     if not tile:
@@ -170,6 +193,20 @@ def _lower_conv2d_implicit(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pa
                                             dil[1]), y.dtype)
     call = _packed_args(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, pk, scr)
     em.call(f"_convi.conv2d_implicit({call})")
+
+
+def _lower_conv2d_cvec(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pads, residual,
+                       act) -> None:
+    """A Conv / FusedConv as ``conv_cvec.conv2d_cvec``: weights packed at compile time in
+    panels of output channels; bias, residual and activation in the kernel."""
+    from jitort.kernels.cpu.conv_cvec import cvec_scratch_elems, pack_weights
+    w, y = n.inputs[1], n.outputs[0]
+    pk = em.derived_const(("cvec", id(w.const)), lambda: pack_weights(w.const.reshape(ws4)))
+    scr = em.scratch(cvec_scratch_elems(xs4[0], xs4[1], xs4[2], xs4[3], ws4[2], ws4[3],
+                                        ys4[2], ys4[3], strides[0], strides[1], dil[0], dil[1],
+                                        em.threads), y.dtype)
+    call = _packed_args(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, pk, scr)
+    em.call(f"_convc.conv2d_cvec({call})")
 
 
 def _packed_args(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pads, residual, act, pk,

@@ -1,0 +1,473 @@
+"""CPU kernel: float32 2-D convolution on small output planes with many output channels, as an
+implicit gemm whose vector lanes run over output channels, NCHW in and out, group 1. Imports
+nothing from jitort.
+
+Deep layers of a CNN (7x7 and 14x14 planes, 256-2048 channels) are gemms with few columns:
+N = OH*OW = 49 or 196. im2col + BLAS runs them at 130-180 GFLOP/s where the same BLAS reaches
+210-230 with N = 48 or 64 (OpenBLAS's column blocking: N = 49 is one column past a block), and
+the "flat" im2col of ``conv`` adds the padding columns (N = 63 for a 3x3 layer on 7x7). Here the
+output channels are the vector operand and the pixels the broadcast one, so N needs no rounding:
+a tile is MR <= 8 consecutive output pixels of one row x 3 vectors of 16 output channels (21-24
+zmm accumulators, ``_ctile``: per tap 3 vector loads of packed weights, MR broadcasts read
+straight from the input's zero-padded stride-phase planes at one offset per tap -- the
+``conv_implicit`` geometry -- and 3*MR FMAs). No im2col: the input is copied once into the phase
+planes (not at all for a 1x1 stride-1 unpadded layer, whose planes are the input itself).
+
+Weights are packed at compile time as panels of PW = 48 output channels, [panel][K][48] with K
+ordered (c, kh, kw) (``pack_weights``). Tasks are (image, panel, block of output rows), pulled by
+the workers from a shared counter; within a task the taps go in blocks of KC, each block's
+weights (KC x 192 bytes) reused by every pixel tile of the task, the tiles' partial sums kept in
+the worker's scratch between blocks. The accumulators start from the bias; after the last block a
+tile is written transposed into the NCHW output, then the residual and activation run over the
+task's output rows, channel by channel.
+"""
+import numpy as np
+from llvmlite import ir
+from numba import config, njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .conv_implicit import _geom, _geom_nb, tap_offsets
+from .epilogue import act_row
+from .gemm import eptr, next_task, num_threads
+from .qgemm import _ptr
+from .quant import phase_planes
+
+_FM = {'reassoc', 'contract', 'arcp'}
+
+PW = 48          # output channels per weight panel: 3 vectors of 16
+MAXR = 8         # pixels per tile, at most
+PITCH = 64       # floats per pixel row of a tile in scratch
+TILE = MAXR * PITCH
+KC = 512         # taps per block
+#: Output planes of a multiple of STAGE_PLANE_DIV floats (32x32, 64x64, 128x128, ...; 2 KB
+#: apart or a multiple of it) with rows of at least STAGE_MIN_OW go through a staging block
+#: ([PW][OW] in the worker's scratch, then one contiguous run per channel into the output):
+#: written straight, a tile's 48 channel rows are 48 short stores a plane apart, on such planes
+#: all in one or two sets of the 64-set L1 (a 3 -> 64 3x3/2 stem onto 128x128: 1.9x
+#: onnxruntime's time straight, 1.07x staged). Other planes are written straight: the staging
+#: copy costs about what a few taps do (the same stem onto 112x112, whose 784-line planes
+#: spread the rows over 4 sets: 1.02x straight, 1.26x staged).
+STAGE_MIN_OW = 16
+STAGE_PLANE_DIV = 512
+
+
+#: ``_ctile`` flags: write the tile into the NCHW output (else into the tile scratch), add the
+#: residual there, apply Relu there
+FINAL, ADD_RES, RELU = 1, 2, 4
+
+
+def _transpose_store(builder, rows, r_n, v, nch, obase, plane, rbase, flags):
+    """Store a tile's 16 output channels 16v.. (``rows``: r_n <= 8 vectors, pixel r's 16
+    channels each) into the NCHW output: channel c's r_n pixels at obase + (16v + c) * plane,
+    for 16v + c < nch, plus the residual at the same place (``ADD_RES``), then Relu (``RELU``).
+    Three rounds of two-input shuffles turn the 8 x 16 block into 8 vectors of 2 channels x 8
+    pixels; each half goes out as one masked 8-lane store."""
+    i1, i32, i64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+    f32 = ir.FloatType()
+    v8 = ir.VectorType(f32, 8)
+    zero16 = ir.Constant(ir.VectorType(f32, 16), None)
+    a = list(rows) + [zero16] * (MAXR - r_n)
+
+    def shuf(x, y, idx):
+        return builder.shuffle_vector(x, y, ir.Constant(ir.VectorType(i32, 16), idx))
+    # round 1: pixel pairs, channels 0-7 (lo) and 8-15 (hi), (c: r, r+1) per 2 lanes
+    lo = [shuf(a[2 * p], a[2 * p + 1], [i // 2 + 16 * (i % 2) for i in range(16)])
+          for p in range(4)]
+    hi = [shuf(a[2 * p], a[2 * p + 1], [8 + i // 2 + 16 * (i % 2) for i in range(16)])
+          for p in range(4)]
+    # round 2: 4 pixels per channel, channels 0-3 / 4-7 of each half
+    quads = []
+    for half in (lo, hi):
+        for q in range(2):
+            x, y = half[2 * q], half[2 * q + 1]
+            quads.append([shuf(x, y, [2 * j + e + (16 if e >= 2 else 0) - (2 if e >= 2 else 0)
+                                      for j in range(j0, j0 + 4) for e in range(4)])
+                          for j0 in (0, 4)])
+    # quads[2*half + q][g]: channels 8*half + 4g .. +3, pixels 4q .. 4q+3 (4 lanes each)
+    mask = ir.Constant(ir.VectorType(i1, 8), [r < r_n for r in range(8)])
+    mload = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(v8, [v8.as_pointer(), i32, ir.VectorType(i1, 8), v8]),
+        "llvm.masked.load.v8f32.p0v8f32")
+    mstore = cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [v8, v8.as_pointer(), i32,
+                                                        ir.VectorType(i1, 8)]),
+        "llvm.masked.store.v8f32.p0v8f32")
+    add_res = builder.icmp_signed('!=', builder.and_(flags, ir.Constant(i64, ADD_RES)),
+                                  ir.Constant(i64, 0))
+    relu = builder.icmp_signed('!=', builder.and_(flags, ir.Constant(i64, RELU)),
+                               ir.Constant(i64, 0))
+    zero8 = ir.Constant(v8, None)
+    for half in range(2):
+        for g in range(2):
+            x, y = quads[2 * half][g], quads[2 * half + 1][g]
+            for pair in range(2):
+                # channels 8*half + 4g + 2*pair (+1): 4 pixels from x, then 4 from y
+                f = shuf(x, y, [8 * pair + 4 * cc + e + (16 if e >= 4 else 0) - (4 if e >= 4 else 0)
+                                for cc in range(2) for e in range(8)])
+                for cc in range(2):
+                    ch = 16 * v + 8 * half + 4 * g + 2 * pair + cc
+                    val = builder.shuffle_vector(f, f, ir.Constant(ir.VectorType(i32, 8),
+                                                                   list(range(8 * cc, 8 * cc + 8))))
+                    live = builder.icmp_signed('<', ir.Constant(i64, ch), nch)
+                    with builder.if_then(live, likely=True):
+                        off = builder.mul(ir.Constant(i64, ch), plane)
+                        dst = builder.bitcast(builder.gep(obase, [off]), v8.as_pointer())
+                        src = builder.bitcast(builder.gep(rbase, [off]), v8.as_pointer())
+                        rv = builder.call(mload, [src, ir.Constant(i32, 4), mask, zero8])
+                        val2 = builder.select(add_res, builder.fadd(val, rv), val)
+                        pos = builder.fcmp_ordered('>', val2, zero8)
+                        val3 = builder.select(relu, builder.select(pos, val2, zero8), val2)
+                        builder.call(mstore, [val3, dst, ir.Constant(i32, 4), mask])
+
+
+@intrinsic
+def _ctile(typingctx, c, coff, xb, xoff, offs, ooff, kq, wt, woff, init, ioff, mode, mr, nv,
+           out, oof, plane, res, flags, nch):
+    """Tile of mr (1..MAXR) pixels x nv (1..3) vectors of 16 output channels, float32:
+    acc[r][v] starts from init[ioff + 16v : +16] (mode 0) or from the tile c[coff + r*PITCH +
+    16v : +16] (mode 1), then for kq >= 0 taps q: acc[r][v] += xb[xoff + offs[ooff + q] + r] *
+    wt[woff + q*PW + 16v : +16]. Without ``FINAL`` in flags the accumulators go back to the
+    tile; with it, channel ch < nch's mr values to out[oof + ch * plane :][:mr] (+ res at the
+    same offsets with ``ADD_RES``; Relu with ``RELU``) and the tile is not written."""
+    f32t = types.float32
+    if not all(isinstance(a, types.Array) and a.dtype == f32t for a in (c, xb, wt, init, out,
+                                                                         res)):
+        return None
+    if not (isinstance(offs, types.Array) and offs.dtype == types.int64):
+        return None
+    sig = types.void(c, coff, xb, xoff, offs, ooff, kq, wt, woff, init, ioff, mode, mr, nv,
+                     out, oof, plane, res, flags, nch)
+
+    def codegen(context, builder, sig, args):
+        (c_, coff_, xb_, xoff_, offs_, ooff_, kq_, wt_, woff_, init_, ioff_, mode_, mr_, nv_,
+         out_, oof_, plane_, res_, flags_, nch_) = args
+        a_t = sig.args
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        f32 = ir.FloatType()
+        v16 = ir.VectorType(f32, 16)
+
+        def as64(v, k):
+            return context.cast(builder, v, a_t[k], types.int64)
+
+        cbase = _ptr(context, builder, a_t[0], c_, coff_, f32)
+        xbase = _ptr(context, builder, a_t[2], xb_, xoff_, f32)
+        obase = _ptr(context, builder, a_t[4], offs_, ooff_, i64)
+        wbase = _ptr(context, builder, a_t[7], wt_, woff_, f32)
+        ibase = _ptr(context, builder, a_t[9], init_, ioff_, f32)
+        outbase = _ptr(context, builder, a_t[14], out_, oof_, f32)
+        resbase = _ptr(context, builder, a_t[17], res_, oof_, f32)
+        plane64, flags64, nch64 = as64(plane_, 16), as64(flags_, 18), as64(nch_, 19)
+        kq64 = as64(kq_, 6)
+        accum = builder.icmp_signed('!=', as64(mode_, 11), ir.Constant(i64, 0))
+        final = builder.icmp_signed('!=', builder.and_(flags64, ir.Constant(i64, FINAL)),
+                                    ir.Constant(i64, 0))
+        key = builder.add(builder.mul(as64(mr_, 12), ir.Constant(i64, 4)), as64(nv_, 13))
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16] * 3),
+                                             "llvm.fma.v16f32")
+        splat = ir.Constant(ir.VectorType(i32, 16), None)
+
+        def vptr(base, off):
+            return builder.bitcast(builder.gep(base, [off]), v16.as_pointer())
+
+        exit_ = builder.append_basic_block("ct.exit")
+        switch = builder.switch(key, exit_)
+        for r_n in range(1, MAXR + 1):
+            for v_n in range(1, PW // 16 + 1):
+                blk = builder.append_basic_block(f"ct.{r_n}x{v_n}")
+                switch.add_case(ir.Constant(i64, r_n * 4 + v_n), blk)
+                builder.position_at_end(blk)
+                slots = [ir.Constant(i64, r * PITCH + v * 16) for r in range(r_n)
+                         for v in range(v_n)]
+                bias = [builder.load(vptr(ibase, ir.Constant(i64, v * 16)), align=4)
+                        for v in range(v_n)]
+                first = builder.block
+                with builder.if_then(accum):   # the tile is read only when accumulating
+                    own = [builder.load(vptr(cbase, s), align=4) for s in slots]
+                    got = builder.block
+                starts = []
+                for j in range(len(slots)):
+                    p = builder.phi(v16)
+                    p.add_incoming(bias[j % v_n], first)
+                    p.add_incoming(own[j], got)
+                    starts.append(p)
+                pre = builder.block
+                loop = builder.append_basic_block(f"ct.loop.{r_n}x{v_n}")
+                done = builder.append_basic_block(f"ct.done.{r_n}x{v_n}")
+                builder.cbranch(builder.icmp_signed('>', kq64, ir.Constant(i64, 0)), loop, done)
+                builder.position_at_end(loop)
+                i = builder.phi(i64)
+                i.add_incoming(ir.Constant(i64, 0), pre)
+                accs = []
+                for s in starts:
+                    p = builder.phi(v16)
+                    p.add_incoming(s, pre)
+                    accs.append(p)
+                xp = builder.gep(xbase, [builder.load(builder.gep(obase, [i]))])
+                wrow = builder.gep(wbase, [builder.mul(i, ir.Constant(i64, PW))])
+                wv = [builder.load(vptr(wrow, ir.Constant(i64, v * 16)), align=4)
+                      for v in range(v_n)]
+                new = []
+                for r in range(r_n):
+                    s = builder.load(builder.gep(xp, [ir.Constant(i64, r)]), align=4)
+                    bc = builder.shuffle_vector(
+                        builder.insert_element(ir.Constant(v16, ir.Undefined), s,
+                                               ir.Constant(i32, 0)),
+                        ir.Constant(v16, ir.Undefined), splat)
+                    for v in range(v_n):
+                        new.append(builder.call(fma, [bc, wv[v], accs[r * v_n + v]]))
+                inext = builder.add(i, ir.Constant(i64, 1))
+                end = builder.block
+                i.add_incoming(inext, end)
+                for a, nw in zip(accs, new):
+                    a.add_incoming(nw, end)
+                builder.cbranch(builder.icmp_signed('<', inext, kq64), loop, done)
+                builder.position_at_end(done)
+                fin = []
+                for j in range(len(slots)):
+                    p = builder.phi(v16)
+                    p.add_incoming(starts[j], pre)
+                    p.add_incoming(new[j], end)
+                    fin.append(p)
+                with builder.if_else(final) as (then, otherwise):
+                    with then:
+                        for v in range(v_n):
+                            _transpose_store(builder, [fin[r * v_n + v] for r in range(r_n)],
+                                             r_n, v, nch64, outbase, plane64, resbase,
+                                             flags64)
+                    with otherwise:
+                        for p, s in zip(fin, slots):
+                            builder.store(p, vptr(cbase, s), align=4)
+                builder.branch(exit_)
+        builder.position_at_end(exit_)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+def pack_weights(w):
+    """Weights (M, C, KH, KW) as ``_ctile``'s vector operand: [panel][K][PW] float32 with K
+    ordered (c, kh, kw), channels past M zero (called by the compiler)."""
+    m = w.shape[0]
+    k = int(np.prod(w.shape[1:]))
+    npn = (m + PW - 1) // PW
+    p = np.zeros((npn * PW, k), np.float32)
+    p[:m] = np.asarray(w, np.float32).reshape(m, k)
+    return np.ascontiguousarray(p.reshape(npn, PW, k).transpose(0, 2, 1)).reshape(-1)
+
+
+def _tcap_py(oh, ow):
+    """float32 elements of one worker's scratch: every pixel tile of a task's rows (partial
+    sums between tap blocks) and the staging block (plain Python / njit)."""
+    seg = (ow + MAXR - 1) // MAXR
+    return oh * seg * TILE + PW * (ow + MAXR)
+
+
+_tcap = njit(cache=True)(_tcap_py)
+
+
+def _direct_py(kh, kw, sh, sw, ph, pw, oh, ow, h, w):
+    """Whether the input planes are the phase planes already (1x1, stride 1, no padding)."""
+    return kh == 1 and kw == 1 and sh == 1 and sw == 1 and ph == 0 and pw == 0 \
+        and oh == h and ow == w
+
+
+_direct = njit(cache=True)(_direct_py)
+
+
+def _row_tiles_py(ow):
+    """(pixel tiles per output row, pixels per tile <= MAXR) (plain Python / njit)."""
+    seg = (ow + MAXR - 1) // MAXR
+    return seg, (ow + seg - 1) // seg
+
+
+_row_tiles = njit(cache=True)(_row_tiles_py)
+
+
+def cvec_scratch_elems(n, c, h, w, kh, kw, oh, ow, sh, sw, dh, dw, threads=None):
+    """float32 elements of ``conv2d_cvec``'s scratch: the phase planes (counted for a 1x1
+    stride-1 layer too, which reads its input in place: the size must not depend on the
+    pads), plus per worker (``threads``, default NUMBA_NUM_THREADS, at most that) the partial
+    sums of a task's pixel tiles (plain Python; sizes may be symbolic)."""
+    nt = max(1, config.NUMBA_NUM_THREADS if threads is None
+             else min(threads, config.NUMBA_NUM_THREADS))
+    hq, wq = _geom(h, w, oh, ow, kh, kw, sh, sw, dh, dw)
+    planes = n * c * sh * sw * hq * wq + MAXR
+    return planes + nt * _tcap_py(oh, ow)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _task(t, npan, nrb, rbs, xb, img, off, pk, kk, bp, res1, out1, tl, m_n, oh_n, ow_n, wq,
+          has_res, act, alpha, beta):
+    """Task t: image, panel of PW output channels, block of rbs output rows."""
+    rb = t % nrb
+    pn = (t // nrb) % npan
+    n = t // (nrb * npan)
+    r0 = rb * rbs
+    r1 = min(oh_n, r0 + rbs)
+    if r1 <= r0:
+        return
+    m0 = pn * PW
+    nch = min(PW, m_n - m0)
+    nv = (nch + 15) // 16
+    seg, mr = _row_tiles(ow_n)
+    plane = oh_n * ow_n
+    wbase = pn * kk * PW
+    obase = (n * m_n + m0) * plane
+    stage = ow_n >= STAGE_MIN_OW and plane % STAGE_PLANE_DIV == 0
+    sst = ow_n + MAXR        # staged row stride (floats)
+    stg = tl[tl.shape[0] - PW * sst:]
+    relu = act == 1
+    flags = FINAL | (0 if stage else (ADD_RES if has_res else 0) | (RELU if relu else 0))
+    for k0 in range(0, kk, KC):
+        kq = min(KC, kk - k0)
+        last = k0 + KC >= kk
+        for oh in range(r0, r1):
+            for s in range(seg):
+                ow0 = s * mr
+                if stage:
+                    dst, doff, dstride = stg, ow0, sst
+                else:
+                    dst, doff, dstride = out1, obase + oh * ow_n + ow0, plane
+                _ctile(tl, ((oh - r0) * seg + s) * TILE, xb, n * img + oh * wq + ow0, off, k0,
+                       kq, pk, wbase + k0 * PW, bp, m0, 0 if k0 == 0 else 1,
+                       min(mr, ow_n - ow0), nv, dst, doff, dstride, res1 if not stage else stg,
+                       flags if last else 0, nch)
+            if stage and last:   # the row's channels, each one contiguous run into out
+                for ch in range(nch):
+                    o = obase + ch * plane + oh * ow_n
+                    d = eptr(out1, o)
+                    sp = eptr(stg, ch * sst)
+                    if has_res:
+                        rp = eptr(res1, o)
+                        for j in range(ow_n):
+                            d[j] = sp[j] + rp[j]
+                    else:
+                        for j in range(ow_n):
+                            d[j] = sp[j]
+                    if relu:
+                        for j in range(ow_n):
+                            d[j] = max(d[j], np.float32(0.0))
+    if act > 1:
+        for ch in range(nch):
+            o0 = obase + ch * plane + r0 * ow_n
+            act_row(out1[o0:o0 + (r1 - r0) * ow_n], act, alpha, beta)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _worker(counter, ntask, npan, nrb, rbs, xb, img, off, pk, kk, bp, res, out, tl, wq,
+            has_res, act, alpha, beta):
+    m_n, oh_n, ow_n = out.shape[1], out.shape[2], out.shape[3]
+    out1 = out.reshape(out.size)
+    res1 = res.reshape(res.size)
+    while True:
+        t = next_task(counter)
+        if t >= ntask:
+            break
+        _task(t, npan, nrb, rbs, xb, img, off, pk, kk, bp, res1, out1, tl, m_n, oh_n, ow_n, wq,
+              has_res, act, alpha, beta)
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
+def _cvec_par(nw, ntask, npan, nrb, rbs, xb, img, off, pk, kk, bp, res, out, tls, tcap, wq,
+              has_res, act, alpha, beta):
+    counter = np.zeros(1, np.int64)
+    for wk in prange(nw):
+        _worker(counter, ntask, npan, nrb, rbs, xb, img, off, pk, kk, bp, res, out,
+                tls[wk * tcap:(wk + 1) * tcap], wq, has_res, act, alpha, beta)
+
+
+#: below this many flops a convolution runs on one thread
+_PAR_MIN_FLOPS = 1 << 22
+#: tasks per thread aimed at when splitting the panels into blocks of output rows
+_TASKS_PER_THREAD = 8
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def conv2d_cvec(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, has_bias, has_res,
+                act, alpha, beta):
+    """out = act(conv(x, w) + b (+ res)) for float32 x (N, C, H, W), out / res (N, M, OH, OW),
+    weights packed by ``pack_weights`` (kh x kw kernels, group 1), strides sh / sw, begin pads
+    ph / pw, dilations dh / dw; ``scr``: ``cvec_scratch_elems`` float32 elements (for at least
+    the current thread count); act codes as in ``epilogue``. res must not alias out. A thin
+    wrapper over a core typed with plain int64 / bool / float64 (as ``conv2d_implicit``)."""
+    _cvec_core(x, pk, np.int64(kh), np.int64(kw), b, res, out, scr, np.int64(sh),
+               np.int64(sw), np.int64(ph), np.int64(pw), np.int64(dh), np.int64(dw),
+               bool(has_bias), bool(has_res), np.int64(act), np.float64(alpha),
+               np.float64(beta))
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _cvec_core(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, has_bias, has_res, act,
+               alpha, beta):
+    n_n, c_n, h, w = x.shape
+    m_n, oh_n, ow_n = out.shape[1], out.shape[2], out.shape[3]
+    if n_n * m_n * oh_n * ow_n == 0:
+        return
+    kk = c_n * kh * kw
+    npan = (m_n + PW - 1) // PW
+    if pk.shape[0] < npan * PW * kk:
+        raise ValueError("conv2d_cvec: packed weights smaller than the convolution's")
+    hq, wq = _geom_nb(h, w, oh_n, ow_n, kh, kw, sh, sw, dh, dw)
+    tcap = _tcap(oh_n, ow_n)
+    planes = n_n * c_n * sh * sw * hq * wq + MAXR
+    if scr.shape[0] < planes + tcap:
+        raise ValueError("conv2d_cvec: scratch too small")
+    if _direct(kh, kw, sh, sw, ph, pw, oh_n, ow_n, h, w):
+        xb = x.reshape(x.size)   # the planes are the input (hq, wq = h, w): read in place
+    else:
+        xb = scr[:planes]
+        xb[planes - MAXR:] = 0.0
+        phase_planes(x.reshape(x.size), xb, np.float32(0.0), n_n * c_n, h, w, sh, sw, ph, pw,
+                     dh, dw, kh, kw, hq, wq)
+    img = c_n * sh * sw * hq * wq
+    off = tap_offsets(c_n, kh, kw, sh, sw, dh, dw, hq, wq)
+    bp = np.zeros(npan * PW, np.float32)  # the tiles' first values
+    if has_bias:
+        bp[:m_n] = b[:m_n]
+    nth = num_threads()
+    flops = 2.0 * n_n * m_n * kk * oh_n * ow_n
+    par = nth > 1 and flops >= _PAR_MIN_FLOPS
+    nrb = 1
+    if par and n_n * npan < _TASKS_PER_THREAD * nth:
+        nrb = min(oh_n, (_TASKS_PER_THREAD * nth + n_n * npan - 1) // (n_n * npan))
+    rbs = (oh_n + nrb - 1) // nrb
+    nrb = (oh_n + rbs - 1) // rbs
+    ntask = n_n * npan * nrb
+    tls = scr[planes:]
+    nw = min(nth, ntask, tls.shape[0] // tcap) if par else 1
+    if nw > 1:
+        _cvec_par(nw, ntask, npan, nrb, rbs, xb, img, off, pk, kk, bp, res, out, tls, tcap,
+                  wq, has_res, act, alpha, beta)
+    else:
+        counter = np.zeros(1, np.int64)
+        _worker(counter, ntask, npan, nrb, rbs, xb, img, off, pk, kk, bp, res, out,
+                tls[:tcap], wq, has_res, act, alpha, beta)
+
+
+#: The rule, from ``python scripts/sweep_conv_cvec.py`` (71 group-1 layers, each against
+#: onnxruntime in the same process, the calls alternating; 1 thread, Zen 5, 2026-11-27; ratios
+#: to onnxruntime, the kernel taken otherwise -> this one): 3x3 on 7x7 planes 1.36-1.78 ->
+#: 0.96-1.18 (im2col's gemm has N = 49 or, flat, 63 columns); 3x3 stride 2 onto 7x7-56x56
+#: 1.24-1.64 -> 0.87-1.35; 1x7 / 7x1 on 17x17 1.15-1.34 -> 0.93-1.19; 5x5 1.0-1.3 -> 0.77-0.94;
+#: 1x1 on 7x7-56x56 planes 1.01-1.35 -> 0.95-1.08 (40 -> 240 on 28x28 0.87 -> 0.90: K 40 is
+#: under CVEC_MIN_K); against the implicit gemm (stems, 8-16 input channels) with 32 or more
+#: output channels 1.09-1.51 -> 0.95-1.17, with 16 or 24 mixed (1.00-1.36 -> 0.88-1.27: a
+#: vector of 16 channels per 8 pixels has little to do per load), so those keep it.
+#: Not taken: where Winograd is the other kernel (3x3 stride 1 on 14x14 and up: 0.62-0.92
+#: against 1.03-1.18 here), fewer than 16 output channels (most lanes of a vector idle), and
+#: planes past 56x56 outside the implicit gemm's domain (not measured).
+CVEC_MIN_M = 16
+CVEC_MIN_M_VS_IMPLICIT = 32
+CVEC_MIN_K = 64
+CVEC_MAX_PLANE = 56 * 56
+
+
+def cvec_wins(C, M, KH, KW, OH, OW, SH, SW, winograd_alt=False, implicit_alt=False) -> bool:
+    """Whether ``conv2d_cvec`` is the kernel for this float32 group-1 convolution (plain
+    Python); ``winograd_alt`` / ``implicit_alt``: the kernel taken otherwise is Winograd /
+    the implicit gemm of ``conv_implicit``."""
+    if M < CVEC_MIN_M:
+        return False
+    if implicit_alt:
+        return M >= CVEC_MIN_M_VS_IMPLICIT
+    return (not winograd_alt and C * KH * KW >= CVEC_MIN_K and OH * OW <= CVEC_MAX_PLANE)
