@@ -44,6 +44,13 @@ CASES = (
        (32, 128, (3, 3), 1, 28), (48, 192, (3, 3), 1, 14), (64, 256, (3, 3), 1, 14)]
     + [(c, m, (1, 1), 1, h) for c, m, h in ((128, 512, 14), (256, 256, 28),
                                            (64, 256, 28), (192, 64, 28))]
+    # grouped 3x3 (a 6th field: the group count): ResNeXt's 32 channels per group, RegNet-like
+    # widths of 8-24, and 64-128 per group
+    + [(c, c, (3, 3), s, h, c // 32) for c, h in ((128, 28), (256, 14), (512, 7))
+       for s in (1, 2)]
+    + [(c, c, (3, 3), s, h, c // cg) for c, cg, s, h in (
+        (64, 8, 2, 28), (128, 8, 1, 14), (128, 16, 1, 56), (128, 16, 2, 28), (240, 24, 1, 14),
+        (240, 24, 2, 7), (256, 64, 1, 28), (512, 128, 1, 14), (256, 128, 2, 14))]
 )
 
 
@@ -51,24 +58,26 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--runs", type=int, default=100)
-    ap.add_argument("--only", default=None, help="expression over c, m, k, s, h")
+    ap.add_argument("--only", default=None, help="expression over c, m, k, s, h, g")
     a = ap.parse_args()
     import jitort
     import jitort.kernels.cpu.conv_cvec as CV
     import jitort.kernels.cpu.conv_implicit as CI
     from compare_conv_shapes import one_conv
     from compare_model import ort_session
-    from jitort.kernels.cpu.winograd import winograd_wins
+    from jitort.kernels.cpu.winograd import winograd_grouped_wins, winograd_wins
     rule, implicit = CV.cvec_wins, CI.implicit_wins
     print(f"{a.threads} thread(s); ratios are medians of {a.runs} alternating calls")
-    print("   C     M  kernel  s  plane     other/ort  cvec/ort  rule")
-    for c, m, k, s, h in CASES:
-        if a.only and not eval(a.only, {"c": c, "m": m, "k": k, "s": s, "h": h}):
+    print("   C     M  groups kernel s  plane     other/ort  cvec/ort  rule")
+    for case in CASES:
+        c, m, k, s, h = case[:5]
+        g = case[5] if len(case) > 5 else 1
+        if a.only and not eval(a.only, {"c": c, "m": m, "k": k, "s": s, "h": h, "g": g}):
             continue
         ih = h * s
         pads = (k[0] // 2, k[1] // 2) * 2
         xs = (1, c, ih, ih)
-        model = one_conv(xs, (m, c) + k, (s, s), pads, 1, (1, 1), 1)
+        model = one_conv(xs, (m, c // g) + k, (s, s), pads, g, (1, 1), 1)
         feeds = {"x": np.random.default_rng(0).standard_normal(xs).astype(np.float32)}
         sess = ort_session(model.SerializeToString(), a.threads)
         want = sess.run(None, feeds)[0]
@@ -89,12 +98,15 @@ def main():
                     t[j].append(time.perf_counter() - t0)
         off, on, ort = (float(np.median(v)) for v in t)
         kh, kw = k
-        wino = k == (3, 3) and s == 1 and winograd_wins(c, m, h, h)
-        imp = implicit(c, kh, kw, h, h, winograd_alt=wino)
-        pick = ("cvec" if rule(c, m, kh, kw, h, h, s, s, winograd_alt=wino, implicit_alt=imp)
+        cg, mg = c // g, m // g
+        wino = (k == (3, 3) and s == 1 and winograd_wins(cg, mg, h, h)
+                and (g == 1 or winograd_grouped_wins(cg, mg, h, h)))
+        imp = g == 1 and implicit(c, kh, kw, h, h, winograd_alt=wino)
+        pick = ("cvec" if rule(c, m, kh, kw, h, h, s, s, winograd_alt=wino, implicit_alt=imp,
+                               group=g)
                 else "implicit" if imp else "winograd" if wino else "other")
-        print(f"{c:4d}  {m:4d}  {kh}x{kw}    {s}  {h:3d}x{h:<3d} {off / ort:9.2f}  {on / ort:8.2f}"
-              f"  {pick}", flush=True)
+        print(f"{c:4d}  {m:4d}  {g:3d}  {kh}x{kw}    {s}  {h:3d}x{h:<3d} {off / ort:9.2f}  "
+              f"{on / ort:8.2f}  {pick}", flush=True)
 
 
 if __name__ == "__main__":

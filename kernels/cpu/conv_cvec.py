@@ -244,15 +244,16 @@ def _ctile(typingctx, c, coff, xb, xoff, offs, ooff, kq, wt, woff, init, ioff, m
     return sig, codegen
 
 
-def pack_weights(w):
-    """Weights (M, C, KH, KW) as ``_ctile``'s vector operand: [panel][K][PW] float32 with K
-    ordered (c, kh, kw), channels past M zero (called by the compiler)."""
-    m = w.shape[0]
+def pack_weights(w, group=1):
+    """Weights (M, C / group, KH, KW) as ``_ctile``'s vector operand: per group, its M / group
+    output channels in panels of PW, [group][panel][K][PW] float32 with K ordered (c, kh, kw),
+    a panel's channels past the group's zero (called by the compiler)."""
+    mg = w.shape[0] // group
     k = int(np.prod(w.shape[1:]))
-    npn = (m + PW - 1) // PW
-    p = np.zeros((npn * PW, k), np.float32)
-    p[:m] = np.asarray(w, np.float32).reshape(m, k)
-    return np.ascontiguousarray(p.reshape(npn, PW, k).transpose(0, 2, 1)).reshape(-1)
+    npg = (mg + PW - 1) // PW
+    p = np.zeros((group, npg * PW, k), np.float32)
+    p[:, :mg] = np.asarray(w, np.float32).reshape(group, mg, k)
+    return np.ascontiguousarray(p.reshape(group * npg, PW, k).transpose(0, 2, 1)).reshape(-1)
 
 
 def _tcap_py(oh, ow):
@@ -296,9 +297,10 @@ def cvec_scratch_elems(n, c, h, w, kh, kw, oh, ow, sh, sw, dh, dw, threads=None)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _task(t, npan, nrb, rbs, xb, img, off, pk, kk, bp, res1, out1, tl, m_n, oh_n, ow_n, wq,
-          has_res, act, alpha, beta):
-    """Task t: image, panel of PW output channels, block of rbs output rows."""
+def _task(t, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res1, out1, tl, m_n, mg,
+          oh_n, ow_n, wq, has_res, act, alpha, beta):
+    """Task t: image, panel of PW output channels (npg per group of mg channels), block of rbs
+    output rows."""
     rb = t % nrb
     pn = (t // nrb) % npan
     n = t // (nrb * npan)
@@ -306,8 +308,11 @@ def _task(t, npan, nrb, rbs, xb, img, off, pk, kk, bp, res1, out1, tl, m_n, oh_n
     r1 = min(oh_n, r0 + rbs)
     if r1 <= r0:
         return
-    m0 = pn * PW
-    nch = min(PW, m_n - m0)
+    g = pn // npg
+    p0 = (pn - g * npg) * PW
+    m0 = g * mg + p0
+    nch = min(PW, mg - p0)
+    xbase = n * img + g * gimg
     nv = (nch + 15) // 16
     seg, mr = _row_tiles(ow_n)
     plane = oh_n * ow_n
@@ -328,8 +333,8 @@ def _task(t, npan, nrb, rbs, xb, img, off, pk, kk, bp, res1, out1, tl, m_n, oh_n
                     dst, doff, dstride = stg, ow0, sst
                 else:
                     dst, doff, dstride = out1, obase + oh * ow_n + ow0, plane
-                _ctile(tl, ((oh - r0) * seg + s) * TILE, xb, n * img + oh * wq + ow0, off, k0,
-                       kq, pk, wbase + k0 * PW, bp, m0, 0 if k0 == 0 else 1,
+                _ctile(tl, ((oh - r0) * seg + s) * TILE, xb, xbase + oh * wq + ow0, off, k0,
+                       kq, pk, wbase + k0 * PW, bp, pn * PW, 0 if k0 == 0 else 1,
                        min(mr, ow_n - ow0), nv, dst, doff, dstride, res1 if not stage else stg,
                        flags if last else 0, nch)
             if stage and last:   # the row's channels, each one contiguous run into out
@@ -354,8 +359,8 @@ def _task(t, npan, nrb, rbs, xb, img, off, pk, kk, bp, res1, out1, tl, m_n, oh_n
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _worker(counter, ntask, npan, nrb, rbs, xb, img, off, pk, kk, bp, res, out, tl, wq,
-            has_res, act, alpha, beta):
+def _worker(counter, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res, out,
+            tl, mg, wq, has_res, act, alpha, beta):
     m_n, oh_n, ow_n = out.shape[1], out.shape[2], out.shape[3]
     out1 = out.reshape(out.size)
     res1 = res.reshape(res.size)
@@ -363,48 +368,69 @@ def _worker(counter, ntask, npan, nrb, rbs, xb, img, off, pk, kk, bp, res, out, 
         t = next_task(counter)
         if t >= ntask:
             break
-        _task(t, npan, nrb, rbs, xb, img, off, pk, kk, bp, res1, out1, tl, m_n, oh_n, ow_n, wq,
-              has_res, act, alpha, beta)
+        _task(t, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res1, out1, tl, m_n, mg,
+              oh_n, ow_n, wq, has_res, act, alpha, beta)
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
-def _cvec_par(nw, ntask, npan, nrb, rbs, xb, img, off, pk, kk, bp, res, out, tls, tcap, wq,
-              has_res, act, alpha, beta):
+def _cvec_par(nw, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res, out, tls,
+              tcap, mg, wq, has_res, act, alpha, beta):
     counter = np.zeros(1, np.int64)
     for wk in prange(nw):
-        _worker(counter, ntask, npan, nrb, rbs, xb, img, off, pk, kk, bp, res, out,
-                tls[wk * tcap:(wk + 1) * tcap], wq, has_res, act, alpha, beta)
+        _worker(counter, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res, out,
+                tls[wk * tcap:(wk + 1) * tcap], mg, wq, has_res, act, alpha, beta)
 
 
 #: below this many flops a convolution runs on one thread
 _PAR_MIN_FLOPS = 1 << 22
+#: phase-plane elements from which the copy is split over the threads by channels (it is
+#: serial work before the tiles' parallel region: at 2 threads a strided grouped layer spent
+#: a third of its time there)
+_PAR_MIN_COPY = 1 << 15
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
+def _planes_par(nw, src, xb, nc, h, w, sh, sw, ph, pw, dh, dw, kh, kw, hq, wq):
+    """``phase_planes`` of the nc (h, w) planes of src, in nw chunks of planes at once."""
+    per = (nc + nw - 1) // nw
+    pq = sh * sw * hq * wq
+    for k in prange(nw):
+        c0 = k * per
+        c1 = min(nc, c0 + per)
+        if c1 > c0:
+            phase_planes(src[c0 * h * w:c1 * h * w], xb[c0 * pq:c1 * pq], np.float32(0.0),
+                         c1 - c0, h, w, sh, sw, ph, pw, dh, dw, kh, kw, hq, wq)
 #: tasks per thread aimed at when splitting the panels into blocks of output rows
 _TASKS_PER_THREAD = 8
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def conv2d_cvec(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, has_bias, has_res,
-                act, alpha, beta):
+def conv2d_cvec(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, group, has_bias,
+                has_res, act, alpha, beta):
     """out = act(conv(x, w) + b (+ res)) for float32 x (N, C, H, W), out / res (N, M, OH, OW),
-    weights packed by ``pack_weights`` (kh x kw kernels, group 1), strides sh / sw, begin pads
+    weights packed by ``pack_weights`` (kh x kw kernels, ``group`` groups), strides sh / sw, begin pads
     ph / pw, dilations dh / dw; ``scr``: ``cvec_scratch_elems`` float32 elements (for at least
     the current thread count); act codes as in ``epilogue``. res must not alias out. A thin
     wrapper over a core typed with plain int64 / bool / float64 (as ``conv2d_implicit``)."""
     _cvec_core(x, pk, np.int64(kh), np.int64(kw), b, res, out, scr, np.int64(sh),
                np.int64(sw), np.int64(ph), np.int64(pw), np.int64(dh), np.int64(dw),
-               bool(has_bias), bool(has_res), np.int64(act), np.float64(alpha),
-               np.float64(beta))
+               np.int64(group), bool(has_bias), bool(has_res), np.int64(act),
+               np.float64(alpha), np.float64(beta))
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _cvec_core(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, has_bias, has_res, act,
-               alpha, beta):
+def _cvec_core(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, group, has_bias,
+               has_res, act, alpha, beta):
     n_n, c_n, h, w = x.shape
     m_n, oh_n, ow_n = out.shape[1], out.shape[2], out.shape[3]
     if n_n * m_n * oh_n * ow_n == 0:
         return
-    kk = c_n * kh * kw
-    npan = (m_n + PW - 1) // PW
+    if group < 1 or c_n % group != 0 or m_n % group != 0:
+        raise ValueError("conv2d_cvec: channels not divisible by the group count")
+    cg, mg = c_n // group, m_n // group
+    kk = cg * kh * kw
+    npg = (mg + PW - 1) // PW
+    npan = group * npg
     if pk.shape[0] < npan * PW * kk:
         raise ValueError("conv2d_cvec: packed weights smaller than the convolution's")
     hq, wq = _geom_nb(h, w, oh_n, ow_n, kh, kw, sh, sw, dh, dw)
@@ -417,13 +443,22 @@ def _cvec_core(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, has_bias
     else:
         xb = scr[:planes]
         xb[planes - MAXR:] = 0.0
-        phase_planes(x.reshape(x.size), xb, np.float32(0.0), n_n * c_n, h, w, sh, sw, ph, pw,
-                     dh, dw, kh, kw, hq, wq)
+        nc = n_n * c_n
+        pw_n = min(num_threads(), nc)
+        if pw_n > 1 and float(nc) * hq * wq * sh * sw >= _PAR_MIN_COPY:
+            _planes_par(pw_n, x.reshape(x.size), xb, nc, h, w, sh, sw, ph, pw, dh, dw, kh, kw,
+                        hq, wq)
+        else:
+            phase_planes(x.reshape(x.size), xb, np.float32(0.0), nc, h, w, sh, sw, ph, pw, dh,
+                         dw, kh, kw, hq, wq)
     img = c_n * sh * sw * hq * wq
-    off = tap_offsets(c_n, kh, kw, sh, sw, dh, dw, hq, wq)
-    bp = np.zeros(npan * PW, np.float32)  # the tiles' first values
+    gimg = cg * sh * sw * hq * wq
+    off = tap_offsets(cg, kh, kw, sh, sw, dh, dw, hq, wq)
+    bp = np.zeros(npan * PW, np.float32)  # the tiles' first values, per panel
     if has_bias:
-        bp[:m_n] = b[:m_n]
+        for g in range(group):
+            for j in range(mg):
+                bp[(g * npg + j // PW) * PW + j % PW] = b[g * mg + j]
     nth = num_threads()
     flops = 2.0 * n_n * m_n * kk * oh_n * ow_n
     par = nth > 1 and flops >= _PAR_MIN_FLOPS
@@ -436,12 +471,12 @@ def _cvec_core(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, has_bias
     tls = scr[planes:]
     nw = min(nth, ntask, tls.shape[0] // tcap) if par else 1
     if nw > 1:
-        _cvec_par(nw, ntask, npan, nrb, rbs, xb, img, off, pk, kk, bp, res, out, tls, tcap,
-                  wq, has_res, act, alpha, beta)
+        _cvec_par(nw, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res, out,
+                  tls, tcap, mg, wq, has_res, act, alpha, beta)
     else:
         counter = np.zeros(1, np.int64)
-        _worker(counter, ntask, npan, nrb, rbs, xb, img, off, pk, kk, bp, res, out,
-                tls[:tcap], wq, has_res, act, alpha, beta)
+        _worker(counter, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res, out,
+                tls[:tcap], mg, wq, has_res, act, alpha, beta)
 
 
 #: The rule, from ``python scripts/sweep_conv_cvec.py`` (71 group-1 layers, each against
@@ -462,12 +497,40 @@ CVEC_MIN_K = 64
 CVEC_MAX_PLANE = 56 * 56
 
 
-def cvec_wins(C, M, KH, KW, OH, OW, SH, SW, winograd_alt=False, implicit_alt=False) -> bool:
-    """Whether ``conv2d_cvec`` is the kernel for this float32 group-1 convolution (plain
-    Python); ``winograd_alt`` / ``implicit_alt``: the kernel taken otherwise is Winograd /
-    the implicit gemm of ``conv_implicit``."""
+def cvec_wins(C, M, KH, KW, OH, OW, SH, SW, winograd_alt=False, implicit_alt=False,
+              group=1) -> bool:
+    """Whether ``conv2d_cvec`` is the kernel for this float32 convolution (plain Python; C and
+    M count all groups); ``winograd_alt`` / ``implicit_alt``: the kernel taken otherwise is
+    Winograd / the implicit gemm of ``conv_implicit``."""
+    if group != 1:
+        return _GROUPED_RULE(C // group, M // group, KH, KW, OH, OW, SH, SW, winograd_alt)
     if M < CVEC_MIN_M:
         return False
     if implicit_alt:
         return M >= CVEC_MIN_M_VS_IMPLICIT
     return (not winograd_alt and C * KH * KW >= CVEC_MIN_K and OH * OW <= CVEC_MAX_PLANE)
+
+
+
+#: Grouped layers (``python scripts/sweep_conv_cvec.py --only "g > 1"``, 15 grouped 3x3
+#: layers, 1 thread, Zen 5, 2026-11-27; ratios to onnxruntime, the kernel taken otherwise ->
+#: this one): ResNeXt's 32 channels per group 1.11-1.98 -> 0.95-1.34 (against Winograd per
+#: group on 14x14-28x28 1.31-1.33 -> 0.98-1.07, against conv_group at stride 2 1.90-1.98 ->
+#: 1.31-1.34); 16-24 per group on 14x14-56x56 0.63-1.63 -> 0.61-1.38. Kept off: 64 and 128 per
+#: group where Winograd runs them (1.02 / 0.87 -> 1.11 / 1.03), 8 per group (K 72: 0.52 ->
+#: 0.69), and stride 2 onto planes under 14x14 (32 per group onto 7x7 1.57 -> 1.97, 24 per
+#: group 0.79 -> 0.91): copying the input into its stride phases costs more than the few
+#: output channels of a group compute.
+CVEC_GROUPED_MAX_CG_VS_WINOGRAD = 32
+CVEC_GROUPED_MIN_STRIDED_PLANE = 14 * 14
+
+
+def _grouped_wins(CG, MG, KH, KW, OH, OW, SH, SW, winograd_alt) -> bool:
+    if MG < CVEC_MIN_M or CG * KH * KW < 2 * CVEC_MIN_K or OH * OW > CVEC_MAX_PLANE:
+        return False
+    if winograd_alt:
+        return CG <= CVEC_GROUPED_MAX_CG_VS_WINOGRAD
+    return SH * SW == 1 or OH * OW >= CVEC_GROUPED_MIN_STRIDED_PLANE
+
+
+_GROUPED_RULE = _grouped_wins

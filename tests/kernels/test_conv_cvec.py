@@ -27,6 +27,14 @@ CASES = {
     # straight, 64x64 (a plane of 2^12 floats) through the staging block
     'stem 3->64 3x3/2 onto 112x112, relu': dict(c=3, m=64, k=3, strides=(2, 2),
                                                 pads=(1, 1, 1, 1), h=224, act='relu'),
+    # grouped: 4 groups of 32 at stride 2 (conv_group's layer otherwise), 8 groups of 16 on
+    # 56x56 (Winograd's otherwise)
+    'grouped 4 x 32 3x3/2, residual + relu': dict(c=128, m=128, k=3, strides=(2, 2),
+                                                  pads=(1, 1, 1, 1), h=56, g=4, res=True,
+                                                  act='relu', wscale=0.1),
+    'grouped 8 x 16 3x3 on 56x56, batch 2': dict(c=128, m=128, k=3, strides=(1, 1),
+                                                 pads=(1, 1, 1, 1), h=56, g=8, n=2,
+                                                 wscale=0.1),
     'stem 3->32 7x7/2 onto 64x64, batch 2, residual + relu': dict(
         c=3, m=32, k=7, strides=(2, 2), pads=(3, 3, 3, 3), h=128, n=2, res=True, act='relu',
         wscale=0.1),
@@ -44,10 +52,11 @@ def test_cvec_conv_matches_onnxruntime(case, nthreads):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def _direct(n, c, m, h, w, k, s, p, d, threads, act=0, res=False):
+def _direct(n, c, m, h, w, k, s, p, d, threads, act=0, res=False, g=1):
     rng = np.random.default_rng(c * m + h)
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
-    wt = (rng.standard_normal((m, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
+    cg, mg = c // g, m // g
+    wt = (rng.standard_normal((m, cg, k, k)) / np.sqrt(cg * k * k)).astype(np.float32)
     b = rng.standard_normal(m).astype(np.float32)
     oh = (h + 2 * p - d * (k - 1) - 1) // s + 1
     ow = (w + 2 * p - d * (k - 1) - 1) // s + 1
@@ -57,7 +66,10 @@ def _direct(n, c, m, h, w, k, s, p, d, threads, act=0, res=False):
     for i in range(k):
         for j in range(k):
             sl = xp[:, :, i * d:i * d + s * (oh - 1) + 1:s, j * d:j * d + s * (ow - 1) + 1:s]
-            want += np.einsum('nchw,mc->nmhw', sl, wt[:, :, i, j].astype(np.float64))
+            for gi in range(g):
+                want[:, gi * mg:(gi + 1) * mg] += np.einsum(
+                    'nchw,mc->nmhw', sl[:, gi * cg:(gi + 1) * cg],
+                    wt[gi * mg:(gi + 1) * mg, :, i, j].astype(np.float64))
     r = rng.standard_normal(want.shape).astype(np.float32) if res else None
     if res:
         want += r
@@ -66,19 +78,22 @@ def _direct(n, c, m, h, w, k, s, p, d, threads, act=0, res=False):
     out = np.full(want.shape, np.nan, np.float32)
     scr = np.zeros(CV.cvec_scratch_elems(n, c, h, w, k, k, oh, ow, s, s, d, d, threads),
                    np.float32)
-    CV.conv2d_cvec(x, CV.pack_weights(wt), k, k, b, r if res else out, out, scr, s, s, p, p,
-                   d, d, True, res, act, 0.0, 0.0)
+    CV.conv2d_cvec(x, CV.pack_weights(wt, g), k, k, b, r if res else out, out, scr, s, s, p,
+                   p, d, d, g, True, res, act, 0.0, 0.0)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize('shape', [
     # (n, c, m, h, w, k, stride, pad, dilation): panels of 48 cut at 1, 16, 17, 33 channels;
     # rows of 1-8 and 9-17 pixels (tiles of 8, 7+6, 6+6+5); K past one block of 512 taps;
-    # a 16x32 plane (512 floats: staged)
+    # a 16x32 plane (512 floats: staged); grouped: 2 groups of 40 -> 50, 4 of 32 -> 32 (stride
+    # 2), 3 of 200 -> 60 (1x1), 8 groups of 16 -> 16
     (1, 8, 1, 5, 5, 3, 1, 1, 1), (2, 16, 17, 9, 13, 3, 2, 1, 1), (1, 70, 100, 6, 17, 3, 1, 1, 1),
     (1, 600, 33, 7, 7, 1, 1, 0, 1), (1, 64, 49, 8, 8, 3, 1, 1, 1), (1, 3, 64, 12, 12, 7, 2, 3, 1),
     (1, 32, 96, 12, 12, 3, 1, 2, 2), (2, 40, 50, 16, 32, 3, 1, 1, 1),
     (1, 600, 20, 16, 32, 1, 1, 0, 1),
+    (2, 80, 100, 9, 9, 3, 1, 1, 1, 2), (1, 128, 128, 14, 14, 3, 2, 1, 1, 4),
+    (1, 600, 180, 7, 7, 1, 1, 0, 1, 3), (1, 128, 128, 7, 7, 3, 1, 1, 1, 8),
 ])
 @pytest.mark.parametrize('threads', [1, 2])
 def test_kernel_edges_against_numpy(shape, threads):
@@ -86,7 +101,8 @@ def test_kernel_edges_against_numpy(shape, threads):
     old = numba.get_num_threads()
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     try:
-        _direct(*shape, threads=threads, act=1, res=shape[0] == 2)
+        _direct(*shape[:9], threads=threads, act=1, res=shape[0] == 2,
+                g=shape[9] if len(shape) > 9 else 1)
     finally:
         numba.set_num_threads(old)
 
@@ -100,10 +116,13 @@ def test_kernel_rejects_short_buffers():
     pk = CV.pack_weights(w)
     with pytest.raises(ValueError, match='packed weights'):
         CV.conv2d_cvec(x, pk[:-1], 3, 3, np.zeros(20, np.float32), out, out, scr, 1, 1, 1, 1,
-                       1, 1, True, False, 0, 0.0, 0.0)
+                       1, 1, 1, True, False, 0, 0.0, 0.0)
     with pytest.raises(ValueError, match='scratch'):
         CV.conv2d_cvec(x, pk, 3, 3, np.zeros(20, np.float32), out, out, scr[:100], 1, 1, 1, 1,
-                       1, 1, True, False, 0, 0.0, 0.0)
+                       1, 1, 1, True, False, 0, 0.0, 0.0)
+    with pytest.raises(ValueError, match='group'):
+        CV.conv2d_cvec(x, pk, 3, 3, np.zeros(20, np.float32), out, out, scr, 1, 1, 1, 1,
+                       1, 1, 3, True, False, 0, 0.0, 0.0)
 
 
 def test_rule_boundaries():
@@ -120,6 +139,13 @@ def test_rule_boundaries():
     assert not CV.cvec_wins(40, 240, 1, 1, 28, 28, 1, 1)       # K 40
     assert not CV.cvec_wins(64, 3, 3, 3, 56, 56, 1, 1)         # 3 output channels
     assert not CV.cvec_wins(64, 64, 3, 3, 112, 112, 2, 2)      # plane past 56x56
+    # grouped (C and M count every group)
+    assert CV.cvec_wins(128, 128, 3, 3, 28, 28, 2, 2, group=4)
+    assert CV.cvec_wins(128, 128, 3, 3, 28, 28, 1, 1, winograd_alt=True, group=4)
+    assert not CV.cvec_wins(256, 256, 3, 3, 28, 28, 1, 1, winograd_alt=True, group=4)  # 64/group
+    assert not CV.cvec_wins(512, 512, 3, 3, 7, 7, 2, 2, group=16)  # strided onto 7x7
+    assert not CV.cvec_wins(64, 64, 3, 3, 28, 28, 2, 2, group=8)   # 8 per group: K 72
+    assert not CV.cvec_wins(64, 64, 3, 3, 14, 14, 1, 1, group=64)  # depthwise
 
 
 def test_lowering_picks_by_rule():

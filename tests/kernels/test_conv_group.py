@@ -14,6 +14,14 @@ def _model(**kw):
     return _conv_model(wscale=0.2, **kw)
 
 
+@pytest.fixture
+def no_cvec(monkeypatch):
+    """conv_cvec's rule (checked before this kernel's) switched off, so the layers it would
+    take run here."""
+    from jitort.kernels.cpu import conv_cvec
+    monkeypatch.setattr(conv_cvec, 'cvec_wins', lambda *a, **k: False)
+
+
 CASES = {
     'resnext 512/16 3x3/2 14->7 relu': dict(c=512, m=512, g=16, k=3, strides=(2, 2),
                                              pads=(1, 1, 1, 1), h=14, act='relu'),
@@ -33,7 +41,7 @@ CASES = {
 
 
 @pytest.mark.parametrize('case', list(CASES))
-def test_grouped_conv_matches_onnxruntime(case, nthreads):
+def test_grouped_conv_matches_onnxruntime(case, nthreads, no_cvec):
     m, feeds = _model(**CASES[case])
     cm = jitort.compile(m, threads=nthreads, strict=True)
     got = cm.run(None, feeds)[0]
@@ -44,7 +52,7 @@ def test_grouped_conv_matches_onnxruntime(case, nthreads):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_rule_edges():
+def test_rule_edges(no_cvec):
     """Small output planes with >= 16 channels per group take it; a 14x14 output, 8 channels
     per group, depthwise and group 1 stay on conv.py (or its depthwise kernels); 32 channels
     per group at stride 1 go to Winograd (``winograd.winograd_grouped_wins``)."""

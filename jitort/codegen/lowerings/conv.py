@@ -88,10 +88,11 @@ def _use_cvec(em: Emitter, n: Node, xs4, ws4, ys4, strides, group, winograd_alt,
         w = n.inputs[1]
         dims = [concrete(d) for d in (xs4[1], ws4[0], ws4[2], ws4[3], ys4[2], ys4[3],
                                       strides[0], strides[1])]
-        em.memo[key] = bool(w.is_const and group == 1 and np.dtype(w.dtype) == np.float32
+        em.memo[key] = bool(w.is_const and np.dtype(w.dtype) == np.float32
                             and np.dtype(n.outputs[0].dtype) == np.float32
+                            and dims[0] % group == 0 and dims[1] % group == 0
                             and conv_cvec.cvec_wins(*dims, winograd_alt=winograd_alt,
-                                                    implicit_alt=implicit_alt))
+                                                    implicit_alt=implicit_alt, group=group))
     return em.memo[key]
 
 
@@ -139,12 +140,12 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
     # Winograd reads its own transformed weights: neither the im2col scratch nor the raw
     # weights are placed for it
     tile = _use_winograd(em, n, xs4, ws4, ys4, strides, dil, group)
-    if not tile and _use_grouped(em, n, xs4, ws4, ys4, group):
-        _lower_conv2d_grouped(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, group)
-        return
     implicit = _use_implicit(em, n, xs4, ws4, ys4, group, bool(tile))
     if _use_cvec(em, n, xs4, ws4, ys4, strides, group, bool(tile), implicit):
-        _lower_conv2d_cvec(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act)
+        _lower_conv2d_cvec(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, group)
+        return
+    if not tile and _use_grouped(em, n, xs4, ws4, ys4, group):
+        _lower_conv2d_grouped(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, group)
         return
     if implicit:
         _lower_conv2d_implicit(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act)
@@ -196,16 +197,17 @@ def _lower_conv2d_implicit(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pa
 
 
 def _lower_conv2d_cvec(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pads, residual,
-                       act) -> None:
+                       act, group) -> None:
     """A Conv / FusedConv as ``conv_cvec.conv2d_cvec``: weights packed at compile time in
     panels of output channels; bias, residual and activation in the kernel."""
     from jitort.kernels.cpu.conv_cvec import cvec_scratch_elems, pack_weights
     w, y = n.inputs[1], n.outputs[0]
-    pk = em.derived_const(("cvec", id(w.const)), lambda: pack_weights(w.const.reshape(ws4)))
+    pk = em.derived_const(("cvec", group, id(w.const)),
+                          lambda: pack_weights(w.const.reshape(ws4), group))
     scr = em.scratch(cvec_scratch_elems(xs4[0], xs4[1], xs4[2], xs4[3], ws4[2], ws4[3],
                                         ys4[2], ys4[3], strides[0], strides[1], dil[0], dil[1],
                                         em.threads), y.dtype)
-    call = _packed_args(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, pk, scr)
+    call = _packed_args(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, pk, scr, group)
     em.call(f"_convc.conv2d_cvec({call})")
 
 
