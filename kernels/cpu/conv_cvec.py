@@ -57,17 +57,15 @@ STAGE_PLANE_DIV = 512
 FINAL, ADD_RES, RELU = 1, 2, 4
 
 
-def _transpose_store(builder, rows, r_n, v, nch, obase, plane, rbase, flags):
-    """Store a tile's 16 output channels 16v.. (``rows``: r_n <= 8 vectors, pixel r's 16
-    channels each) into the NCHW output: channel c's r_n pixels at obase + (16v + c) * plane,
-    for 16v + c < nch, plus the residual at the same place (``ADD_RES``), then Relu (``RELU``).
-    Three rounds of two-input shuffles turn the 8 x 16 block into 8 vectors of 2 channels x 8
-    pixels; each half goes out as one masked 8-lane store."""
+def _transpose_store(builder, a, mask, v, nch, obase, plane, rbase, flags):
+    """Store a tile's 16 output channels 16v.. (``a``: MAXR vectors, pixel r's 16 channels
+    each) into the NCHW output: channel c's pixels (those ``mask`` keeps, <8 x i1>) at obase +
+    (16v + c) * plane, for 16v + c < nch, plus the residual at the same place (``ADD_RES``),
+    then Relu (``RELU``). Three rounds of two-input shuffles turn the 8 x 16 block into 8
+    vectors of 2 channels x 8 pixels; each half goes out as one masked 8-lane store."""
     i1, i32, i64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
     f32 = ir.FloatType()
     v8 = ir.VectorType(f32, 8)
-    zero16 = ir.Constant(ir.VectorType(f32, 16), None)
-    a = list(rows) + [zero16] * (MAXR - r_n)
 
     def shuf(x, y, idx):
         return builder.shuffle_vector(x, y, ir.Constant(ir.VectorType(i32, 16), idx))
@@ -85,7 +83,6 @@ def _transpose_store(builder, rows, r_n, v, nch, obase, plane, rbase, flags):
                                       for j in range(j0, j0 + 4) for e in range(4)])
                           for j0 in (0, 4)])
     # quads[2*half + q][g]: channels 8*half + 4g .. +3, pixels 4q .. 4q+3 (4 lanes each)
-    mask = ir.Constant(ir.VectorType(i1, 8), [r < r_n for r in range(8)])
     mload = cgutils.get_or_insert_function(
         builder.module, ir.FunctionType(v8, [v8.as_pointer(), i32, ir.VectorType(i1, 8), v8]),
         "llvm.masked.load.v8f32.p0v8f32")
@@ -229,17 +226,25 @@ def _ctile(typingctx, c, coff, xb, xoff, offs, ooff, kq, wt, woff, init, ioff, m
                     p.add_incoming(starts[j], pre)
                     p.add_incoming(new[j], end)
                     fin.append(p)
-                with builder.if_else(final) as (then, otherwise):
-                    with then:
-                        for v in range(v_n):
-                            _transpose_store(builder, [fin[r * v_n + v] for r in range(r_n)],
-                                             r_n, v, nch64, outbase, plane64, resbase,
-                                             flags64)
-                    with otherwise:
-                        for p, s in zip(fin, slots):
-                            builder.store(p, vptr(cbase, s), align=4)
+                for p, s in zip(fin, slots):
+                    builder.store(p, vptr(cbase, s), align=4)
                 builder.branch(exit_)
+        # the write into the output, shared by every tile shape (one copy of it keeps the
+        # kernel's compile time down): the tile back from c, its first mr pixels stored
         builder.position_at_end(exit_)
+        with builder.if_then(final):
+            lane = ir.Constant(ir.VectorType(i64, 8), list(range(8)))
+            mrv = builder.shuffle_vector(
+                builder.insert_element(ir.Constant(ir.VectorType(i64, 8), ir.Undefined),
+                                       as64(mr_, 12), ir.Constant(i32, 0)),
+                ir.Constant(ir.VectorType(i64, 8), ir.Undefined),
+                ir.Constant(ir.VectorType(i32, 8), None))
+            mask = builder.icmp_signed('<', lane, mrv)
+            for v in range(PW // 16):
+                rows = [builder.load(vptr(cbase, ir.Constant(i64, r * PITCH + v * 16)), align=4)
+                        for r in range(MAXR)]
+                _transpose_store(builder, rows, mask, v, nch64, outbase, plane64, resbase,
+                                 flags64)
         return context.get_dummy_value()
     return sig, codegen
 
