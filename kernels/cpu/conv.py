@@ -45,8 +45,12 @@ and activation are applied to each block right after its gemm, while it is in ca
 1 relu, 2 gelu, 3 sigmoid, 4 tanh, 5 leaky_relu(alpha_act), 6 clip(alpha_act, beta_act)).
 """
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
 from numba.core.config import NUMBA_NUM_THREADS
+from numba.extending import intrinsic
+from numba.np.arrayobj import make_array
 
 from .epilogue import act_row
 from .gemm import _ceil_div, _gcd, claim, count_done, eptr, next_task, num_threads, xgemm
@@ -857,7 +861,8 @@ def _dw_flat_scratch(x, w, out, sh, sw, dh, dw):
     kh_n, kw_n = w.shape[2], w.shape[3]
     oh_n, ow_n = out.shape[2], out.shape[3]
     hp, wp, wq, pe = _dw_flat_geom(kh_n, kw_n, oh_n, ow_n, sh, sw, dh, dw)
-    return np.empty(sh * sw * pe, x.dtype), np.empty(oh_n * wq, x.dtype)
+    return (np.empty(sh * sw * pe + _DW_SLACK, x.dtype),
+            np.empty(oh_n * wq + _DW_SLACK, x.dtype))
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -873,6 +878,96 @@ def _dw_flat_offsets(kh_n, kw_n, sh, sw, dh, dw, wq, pe):
             offs[kh * kw_n + kw] = (((vr % sh) * sw + vc % sw) * pe + (vr // sh) * wq
                                     + vc // sw)
     return offs
+
+
+#: output rows per pass of ``_dw_rows`` (each input row vector it loads serves up to this
+#: many of them) and the square kernels it has code for (stride 1, no dilation)
+_DW_ROWS = 4
+_DW_ROWS_K = (3, 5, 7)
+#: scratch elements past ``_dw_flat``'s planes and accumulator: ``_dw_rows`` computes whole
+#: vectors, up to one vector past a row's last column
+_DW_SLACK = 64
+
+
+@intrinsic
+def _dw_rows(typingctx, a, aoff, xz, xoff, wq, nq, w, woff, k, r_n, bias):
+    """Register-blocked depthwise stencil on ``_dw_flat``'s flat padded plane (stride 1, no
+    dilation, k x k with k in _DW_ROWS_K): for r < r_n (1.._DW_ROWS) and positions q in
+    [0, nq) rounded up to whole vectors, a[aoff + r*wq + q] = bias + the sum over taps (i, j)
+    of w[woff + i*k + j] * xz[xoff + (r + i)*wq + j + q]. Each input vector is loaded once and
+    multiplied into every output row that uses it (k*(r_n + k - 1) loads for r_n*k*k FMAs;
+    the one-tap-group-per-pass loop loads 1.25 operands per FMA and reloads the accumulator)."""
+    if not all(isinstance(t, types.Array) for t in (a, xz, w)):
+        return None
+    dt = a.dtype
+    if dt not in (types.float32, types.float64) or xz.dtype != dt or w.dtype != dt:
+        return None
+    sig = types.void(a, aoff, xz, xoff, wq, nq, w, woff, k, r_n, bias)
+
+    def codegen(context, builder, sig, args):
+        a_, aoff_, xz_, xoff_, wq_, nq_, w_, woff_, k_, rn_, bias_ = args
+        at = sig.args
+        i32, i64 = ir.IntType(32), ir.IntType(64)
+        elt = context.get_value_type(dt)
+        lanes = 16 if dt == types.float32 else 8
+        vt = ir.VectorType(elt, lanes)
+        suffix = f"v{lanes}f{32 if dt == types.float32 else 64}"
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt] * 3),
+                                             f"llvm.fma.{suffix}")
+
+        def as64(v, j):
+            return context.cast(builder, v, at[j], types.int64)
+
+        def ptr(j, arr, off):
+            data = make_array(at[j])(context, builder, arr).data
+            return builder.gep(data, [context.cast(builder, off, at[j + 1], types.intp)])
+
+        abase, xbase, wbase = ptr(0, a_, aoff_), ptr(2, xz_, xoff_), ptr(6, w_, woff_)
+        wq64, nq64 = as64(wq_, 4), as64(nq_, 5)
+        bval = context.cast(builder, bias_, at[10], dt)
+        zero_idx = ir.Constant(ir.VectorType(i32, lanes), None)
+
+        def splat(v):
+            return builder.shuffle_vector(
+                builder.insert_element(ir.Constant(vt, ir.Undefined), v, ir.Constant(i32, 0)),
+                ir.Constant(vt, ir.Undefined), zero_idx)
+
+        key = builder.add(builder.mul(as64(k_, 8), ir.Constant(i64, 8)), as64(rn_, 9))
+        exit_ = builder.append_basic_block("dw.exit")
+        switch = builder.switch(key, exit_)
+        for kk in _DW_ROWS_K:
+            for rr in range(1, _DW_ROWS + 1):
+                blk = builder.append_basic_block(f"dw.{kk}x{rr}")
+                switch.add_case(ir.Constant(i64, kk * 8 + rr), blk)
+                builder.position_at_end(blk)
+                wts = [splat(builder.load(builder.gep(wbase, [ir.Constant(i64, t)])))
+                       for t in range(kk * kk)]
+                bv = splat(bval)
+                rows = [builder.mul(wq64, ir.Constant(i64, u)) for u in range(rr + kk - 1)]
+                pre = builder.block
+                loop = builder.append_basic_block(f"dw.loop.{kk}x{rr}")
+                builder.cbranch(builder.icmp_signed('>', nq64, ir.Constant(i64, 0)), loop,
+                                exit_)
+                builder.position_at_end(loop)
+                q = builder.phi(i64)
+                q.add_incoming(ir.Constant(i64, 0), pre)
+                acc = [bv] * rr
+                for u in range(rr + kk - 1):
+                    base = builder.gep(xbase, [builder.add(rows[u], q)])
+                    for j in range(kk):
+                        xv = builder.load(builder.bitcast(builder.gep(base, [ir.Constant(i64, j)]),
+                                                          vt.as_pointer()), align=1)
+                        for r in range(max(0, u - kk + 1), min(rr - 1, u) + 1):
+                            acc[r] = builder.call(fma, [wts[(u - r) * kk + j], xv, acc[r]])
+                for r in range(rr):
+                    dst = builder.gep(abase, [builder.add(rows[r], q)])
+                    builder.store(acc[r], builder.bitcast(dst, vt.as_pointer()), align=1)
+                qn = builder.add(q, ir.Constant(i64, lanes))
+                q.add_incoming(qn, builder.block)
+                builder.cbranch(builder.icmp_signed('<', qn, nq64), loop, exit_)
+        builder.position_at_end(exit_)
+        return context.get_dummy_value()
+    return sig, codegen
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -900,7 +995,7 @@ def _dw_flat(p, x, w, b, res, out, xs, acc, offs, sh, sw, ph, pw, dh, dw, has_bi
     wide_vectors()
     z = x.dtype.type(0)
     xz = eptr(xs, 0)
-    for i in range(sh * sw * pe):
+    for i in range(xs.shape[0]):
         xz[i] = z
     i0 = min(ph, hp)
     i1 = max(i0, min(hp, ph + h))
@@ -952,7 +1047,12 @@ def _dw_flat(p, x, w, b, res, out, xs, acc, offs, sh, sw, ph, pw, dh, dw, has_bi
     n_acc = oh_n * wq
     bv = b[c] if has_bias else z
     a = eptr(acc, 0)
-    if kh_n == 3 and kw_n == 3:
+    if (kh_n == kw_n and (kh_n == 5 or kh_n == 7) and sh == 1 and sw == 1 and dh == 1
+            and dw == 1):
+        for r0 in range(0, oh_n, _DW_ROWS):
+            _dw_rows(acc, r0 * wq, xs, r0 * wq, wq, wq, w, c * kh_n * kw_n, kh_n,
+                     min(_DW_ROWS, oh_n - r0), bv)
+    elif kh_n == 3 and kw_n == 3:
         o0, o1, o2, o3, o4 = offs[0], offs[1], offs[2], offs[3], offs[4]
         o5, o6, o7, o8 = offs[5], offs[6], offs[7], offs[8]
         w0, w1, w2 = w[c, 0, 0, 0], w[c, 0, 0, 1], w[c, 0, 0, 2]
