@@ -884,6 +884,9 @@ def _dw_flat_offsets(kh_n, kw_n, sh, sw, dh, dw, wq, pe):
 #: many of them) and the square kernels it has code for (stride 1, no dilation)
 _DW_ROWS = 4
 _DW_ROWS_K = (3, 5, 7)
+#: kernel rows per pass of ``_dw_rows`` (a pass's k * rows weight broadcasts, the 4
+#: accumulators and the input vector in the 32 vector registers)
+_DW_ROW_GROUPS = {3: ((0, 3),), 5: ((0, 5),), 7: ((0, 3), (3, 5), (5, 7))}
 #: scratch elements past ``_dw_flat``'s planes and accumulator: ``_dw_rows`` computes whole
 #: vectors, up to one vector past a row's last column
 _DW_SLACK = 64
@@ -932,6 +935,11 @@ def _dw_rows(typingctx, a, aoff, xz, xoff, wq, nq, w, woff, k, r_n, bias):
                 builder.insert_element(ir.Constant(vt, ir.Undefined), v, ir.Constant(i32, 0)),
                 ir.Constant(vt, ir.Undefined), zero_idx)
 
+        lane_idx = ir.Constant(ir.VectorType(i64, lanes), list(range(lanes)))
+        mt = ir.VectorType(ir.IntType(1), lanes)
+        mstore = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [vt, vt.as_pointer(), i32, mt]),
+            f"llvm.masked.store.{suffix}.p0{suffix}")
         key = builder.add(builder.mul(as64(k_, 8), ir.Constant(i64, 8)), as64(rn_, 9))
         exit_ = builder.append_basic_block("dw.exit")
         switch = builder.switch(key, exit_)
@@ -940,31 +948,48 @@ def _dw_rows(typingctx, a, aoff, xz, xoff, wq, nq, w, woff, k, r_n, bias):
                 blk = builder.append_basic_block(f"dw.{kk}x{rr}")
                 switch.add_case(ir.Constant(i64, kk * 8 + rr), blk)
                 builder.position_at_end(blk)
-                wts = [splat(builder.load(builder.gep(wbase, [ir.Constant(i64, t)])))
-                       for t in range(kk * kk)]
                 bv = splat(bval)
                 rows = [builder.mul(wq64, ir.Constant(i64, u)) for u in range(rr + kk - 1)]
-                pre = builder.block
-                loop = builder.append_basic_block(f"dw.loop.{kk}x{rr}")
-                builder.cbranch(builder.icmp_signed('>', nq64, ir.Constant(i64, 0)), loop,
-                                exit_)
-                builder.position_at_end(loop)
-                q = builder.phi(i64)
-                q.add_incoming(ir.Constant(i64, 0), pre)
-                acc = [bv] * rr
-                for u in range(rr + kk - 1):
-                    base = builder.gep(xbase, [builder.add(rows[u], q)])
-                    for j in range(kk):
-                        xv = builder.load(builder.bitcast(builder.gep(base, [ir.Constant(i64, j)]),
-                                                          vt.as_pointer()), align=1)
-                        for r in range(max(0, u - kk + 1), min(rr - 1, u) + 1):
-                            acc[r] = builder.call(fma, [wts[(u - r) * kk + j], xv, acc[r]])
-                for r in range(rr):
-                    dst = builder.gep(abase, [builder.add(rows[r], q)])
-                    builder.store(acc[r], builder.bitcast(dst, vt.as_pointer()), align=1)
-                qn = builder.add(q, ir.Constant(i64, lanes))
-                q.add_incoming(qn, builder.block)
-                builder.cbranch(builder.icmp_signed('<', qn, nq64), loop, exit_)
+                # one pass per group of kernel rows, so that the group's weights stay in
+                # registers with the accumulators (7x7: 49 broadcasts do not fit in 32)
+                for g0, g1 in _DW_ROW_GROUPS[kk]:
+                    wts = {t: splat(builder.load(builder.gep(wbase, [ir.Constant(i64, t)])))
+                           for t in range(g0 * kk, g1 * kk)}
+                    pre = builder.block
+                    loop = builder.append_basic_block(f"dw.loop.{kk}x{rr}.{g0}")
+                    after = builder.append_basic_block(f"dw.after.{kk}x{rr}.{g0}")
+                    builder.cbranch(builder.icmp_signed('>', nq64, ir.Constant(i64, 0)), loop,
+                                    after)
+                    builder.position_at_end(loop)
+                    q = builder.phi(i64)
+                    q.add_incoming(ir.Constant(i64, 0), pre)
+                    dsts = [builder.bitcast(builder.gep(abase, [builder.add(rows[r], q)]),
+                                            vt.as_pointer()) for r in range(rr)]
+                    acc = ([bv] * rr if g0 == 0 else
+                           [builder.load(d, align=1) for d in dsts])
+                    for u in range(g0, rr + g1 - 1):
+                        base = builder.gep(xbase, [builder.add(rows[u], q)])
+                        for j in range(kk):
+                            xv = builder.load(builder.bitcast(
+                                builder.gep(base, [ir.Constant(i64, j)]), vt.as_pointer()),
+                                align=1)
+                            for r in range(max(0, u - g1 + 1), min(rr - 1, u - g0) + 1):
+                                acc[r] = builder.call(fma, [wts[(u - r) * kk + j], xv, acc[r]])
+                    # the last vector of a row stops at nq: past it are the next row's
+                    # first columns, which that row's own pass accumulates
+                    left = builder.sub(nq64, q)
+                    mask = builder.icmp_signed('<', lane_idx, builder.shuffle_vector(
+                        builder.insert_element(ir.Constant(ir.VectorType(i64, lanes),
+                                                           ir.Undefined), left,
+                                               ir.Constant(i32, 0)),
+                        ir.Constant(ir.VectorType(i64, lanes), ir.Undefined), zero_idx))
+                    for r in range(rr):
+                        builder.call(mstore, [acc[r], dsts[r], ir.Constant(i32, 1), mask])
+                    qn = builder.add(q, ir.Constant(i64, lanes))
+                    q.add_incoming(qn, builder.block)
+                    builder.cbranch(builder.icmp_signed('<', qn, nq64), loop, after)
+                    builder.position_at_end(after)
+                builder.branch(exit_)
         builder.position_at_end(exit_)
         return context.get_dummy_value()
     return sig, codegen
