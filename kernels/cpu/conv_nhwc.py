@@ -47,27 +47,28 @@ _TILE_K = (3, 5, 7)
 
 @intrinsic
 def _dw_tile(typingctx, out, ooff, x, xoff, w, c_n, rowst, k, r_n, kh_lo, kh_hi, p_lo, p_hi, b,
-             has_bias, res, has_res, relu):
-    """r_n (1.._TILE_PX) consecutive output pixels of a stride-1, undilated k x k depthwise
-    convolution (k in _TILE_K), float32 channels-last, every channel: out[ooff + r*C + c] =
-    bias[c] + the sum over kernel rows kh in [kh_lo, kh_hi) and columns j of w[(kh*k + j)*C +
-    c] * x[xoff + kh*rowst + (r + j)*C + c], where input pixel p = r + j counts only for p in
-    [p_lo, p_hi) (a masked load: the others are padding, never read), plus res at out's
-    offsets (``has_res``), then Relu (``relu``). Per 16 channels the r_n accumulators and k
-    weight vectors stay in registers; each input pixel vector is loaded once per kernel row for
-    the up to k outputs it feeds (r_n + k - 1 loads for r_n * k FMAs, where the per-pixel loop
-    loads two operands per FMA and the output once per kernel row)."""
+             has_bias, res, has_res, relu, stride):
+    """r_n (1.._TILE_PX) consecutive output pixels of an undilated depthwise convolution k
+    columns wide (k in _TILE_K) with column stride ``stride`` (1 or 2), float32 channels-last,
+    every channel: out[ooff + r*C + c] = bias[c] + the sum over kernel rows kh in [kh_lo,
+    kh_hi) and columns j of w[(kh*k + j)*C + c] * x[xoff + kh*rowst + (r*stride + j)*C + c],
+    where input pixel p = r*stride + j counts only for p in [p_lo, p_hi) (a masked load: the
+    others are padding, never read), plus res at out's offsets (``has_res``), then Relu
+    (``relu``). Per 16 channels the r_n accumulators and k weight vectors stay in registers;
+    each input pixel vector is loaded once per kernel row for every output it feeds ((r_n - 1)
+    * stride + k loads for r_n * k FMAs, where the per-pixel loop loads two operands per FMA
+    and the output once per kernel row)."""
     arrs = (out, x, w, b, res)
     if not all(isinstance(a, types.Array) and a.dtype == out.dtype for a in arrs):
         return None
     sig = types.void(out, ooff, x, xoff, w, c_n, rowst, k, r_n, kh_lo, kh_hi, p_lo, p_hi, b,
-                     has_bias, res, has_res, relu)
+                     has_bias, res, has_res, relu, stride)
     if out.dtype != types.float32:   # typed for the other float dtypes, never called for them
         return sig, lambda context, builder, sig, args: context.get_dummy_value()
 
     def codegen(context, builder, sig, args):
         (out_, ooff_, x_, xoff_, w_, c_, rowst_, k_, rn_, khlo_, khhi_, plo_, phi_, b_, hb_,
-         res_, hr_, relu_) = args
+         res_, hr_, relu_, st_) = args
         at = sig.args
         i1, i32, i64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
         f32 = ir.FloatType()
@@ -112,106 +113,108 @@ def _dw_tile(typingctx, out, ooff, x, xoff, w, c_n, rowst, k, r_n, kh_lo, kh_hi,
         def ld(ptr, off, mask):
             return builder.call(mload, [vp(ptr, off), ir.Constant(i32, 4), mask, zero])
 
-        key = builder.add(builder.mul(as64(7), ir.Constant(i64, 16)), as64(8))
+        key = builder.add(builder.add(builder.mul(as64(7), ir.Constant(i64, 16)), as64(8)),
+                          builder.mul(as64(18), ir.Constant(i64, 256)))
         exit_ = builder.append_basic_block("dwt.exit")
         switch = builder.switch(key, exit_)
-        for kk in _TILE_K:
-            for rr in range(1, _TILE_PX + 1):
-                blk = builder.append_basic_block(f"dwt.{kk}x{rr}")
-                switch.add_case(ir.Constant(i64, kk * 16 + rr), blk)
-                builder.position_at_end(blk)
-                npx = rr + kk - 1
-                pok = [builder.and_(builder.icmp_signed('<=', plo, ir.Constant(i64, p)),
-                                    builder.icmp_signed('>', phi_v, ir.Constant(i64, p)))
-                       for p in range(npx)]
-                entry = builder.block
-                cl = builder.append_basic_block(f"dwt.c.{kk}x{rr}")
-                cdone = builder.append_basic_block(f"dwt.cdone.{kk}x{rr}")
-                builder.cbranch(builder.icmp_signed('>', c64, ir.Constant(i64, 0)), cl, cdone)
-                builder.position_at_end(cl)
-                cv = builder.phi(i64)
-                cv.add_incoming(ir.Constant(i64, 0), entry)
-                cmask = builder.icmp_signed('<', builder.add(lane, splat64(cv)), splat64(c64))
-                bias = builder.select(hb, ld(bbase, cv, cmask), zero)
-                xmask = [builder.and_(cmask, builder.shuffle_vector(
-                    builder.insert_element(ir.Constant(m16, ir.Undefined), pk,
-                                           ir.Constant(i32, 0)),
-                    ir.Constant(m16, ir.Undefined), ir.Constant(ir.VectorType(i32, 16), None)))
-                    for pk in pok]
-                # kernel rows
-                kpre = builder.block
-                kl = builder.append_basic_block(f"dwt.kh.{kk}x{rr}")
-                kdone = builder.append_basic_block(f"dwt.khdone.{kk}x{rr}")
-                builder.cbranch(builder.icmp_signed('<', khlo, khhi), kl, kdone)
-                builder.position_at_end(kl)
-                kh = builder.phi(i64)
-                kh.add_incoming(khlo, kpre)
-                accs = []
-                for _ in range(rr):
-                    a = builder.phi(v16)
-                    a.add_incoming(bias, kpre)
-                    accs.append(a)
-                wrow = builder.add(builder.mul(builder.mul(kh, ir.Constant(i64, kk)), c64), cv)
-                wv = [ld(wbase, builder.add(wrow, builder.mul(ir.Constant(i64, j), c64)), cmask)
-                      for j in range(kk)]
-                xrow = builder.add(builder.mul(kh, rowst64), cv)
-                new = list(accs)
-                for p in range(npx):
-                    xv = ld(xbase, builder.add(xrow, builder.mul(ir.Constant(i64, p), c64)),
-                            xmask[p])
-                    for j in range(kk):
-                        r = p - j
-                        if 0 <= r < rr:
-                            new[r] = builder.call(fma, [xv, wv[j], new[r]])
-                khn = builder.add(kh, ir.Constant(i64, 1))
-                kend = builder.block
-                kh.add_incoming(khn, kend)
-                for a, nv in zip(accs, new):
-                    a.add_incoming(nv, kend)
-                builder.cbranch(builder.icmp_signed('<', khn, khhi), kl, kdone)
-                builder.position_at_end(kdone)
-                fin = []
-                for j in range(rr):
-                    f = builder.phi(v16)
-                    f.add_incoming(bias, kpre)
-                    f.add_incoming(new[j], kend)
-                    fin.append(f)
-                for r in range(rr):
-                    off = builder.add(builder.mul(ir.Constant(i64, r), c64), cv)
-                    v = builder.select(hr, builder.fadd(fin[r], ld(rbase, off, cmask)), fin[r])
-                    pos = builder.fcmp_ordered('>', v, zero)
-                    v = builder.select(rl, builder.select(pos, v, zero), v)
-                    builder.call(mstore, [v, vp(obase, off), ir.Constant(i32, 4), cmask])
-                cvn = builder.add(cv, ir.Constant(i64, 16))
-                cv.add_incoming(cvn, builder.block)
-                builder.cbranch(builder.icmp_signed('<', cvn, c64), cl, cdone)
-                builder.position_at_end(cdone)
-                builder.branch(exit_)
+        for kk, rr, ss in [(kk, rr, ss) for ss in (1, 2) for kk in _TILE_K
+                           for rr in range(1, _TILE_PX + 1)]:
+            blk = builder.append_basic_block(f"dwt.{kk}x{rr}s{ss}")
+            switch.add_case(ir.Constant(i64, ss * 256 + kk * 16 + rr), blk)
+            builder.position_at_end(blk)
+            npx = (rr - 1) * ss + kk
+            pok = [builder.and_(builder.icmp_signed('<=', plo, ir.Constant(i64, p)),
+                                builder.icmp_signed('>', phi_v, ir.Constant(i64, p)))
+                   for p in range(npx)]
+            entry = builder.block
+            cl = builder.append_basic_block(f"dwt.c.{kk}x{rr}s{ss}")
+            cdone = builder.append_basic_block(f"dwt.cdone.{kk}x{rr}s{ss}")
+            builder.cbranch(builder.icmp_signed('>', c64, ir.Constant(i64, 0)), cl, cdone)
+            builder.position_at_end(cl)
+            cv = builder.phi(i64)
+            cv.add_incoming(ir.Constant(i64, 0), entry)
+            cmask = builder.icmp_signed('<', builder.add(lane, splat64(cv)), splat64(c64))
+            bias = builder.select(hb, ld(bbase, cv, cmask), zero)
+            xmask = [builder.and_(cmask, builder.shuffle_vector(
+                builder.insert_element(ir.Constant(m16, ir.Undefined), pk,
+                                       ir.Constant(i32, 0)),
+                ir.Constant(m16, ir.Undefined), ir.Constant(ir.VectorType(i32, 16), None)))
+                for pk in pok]
+            # kernel rows
+            kpre = builder.block
+            kl = builder.append_basic_block(f"dwt.kh.{kk}x{rr}s{ss}")
+            kdone = builder.append_basic_block(f"dwt.khdone.{kk}x{rr}s{ss}")
+            builder.cbranch(builder.icmp_signed('<', khlo, khhi), kl, kdone)
+            builder.position_at_end(kl)
+            kh = builder.phi(i64)
+            kh.add_incoming(khlo, kpre)
+            accs = []
+            for _ in range(rr):
+                a = builder.phi(v16)
+                a.add_incoming(bias, kpre)
+                accs.append(a)
+            wrow = builder.add(builder.mul(builder.mul(kh, ir.Constant(i64, kk)), c64), cv)
+            wv = [ld(wbase, builder.add(wrow, builder.mul(ir.Constant(i64, j), c64)), cmask)
+                  for j in range(kk)]
+            xrow = builder.add(builder.mul(kh, rowst64), cv)
+            new = list(accs)
+            for p in range(npx):
+                xv = ld(xbase, builder.add(xrow, builder.mul(ir.Constant(i64, p), c64)),
+                        xmask[p])
+                for j in range(kk):
+                    r, rem = divmod(p - j, ss)
+                    if rem == 0 and 0 <= r < rr:
+                        new[r] = builder.call(fma, [xv, wv[j], new[r]])
+            khn = builder.add(kh, ir.Constant(i64, 1))
+            kend = builder.block
+            kh.add_incoming(khn, kend)
+            for a, nv in zip(accs, new):
+                a.add_incoming(nv, kend)
+            builder.cbranch(builder.icmp_signed('<', khn, khhi), kl, kdone)
+            builder.position_at_end(kdone)
+            fin = []
+            for j in range(rr):
+                f = builder.phi(v16)
+                f.add_incoming(bias, kpre)
+                f.add_incoming(new[j], kend)
+                fin.append(f)
+            for r in range(rr):
+                off = builder.add(builder.mul(ir.Constant(i64, r), c64), cv)
+                v = builder.select(hr, builder.fadd(fin[r], ld(rbase, off, cmask)), fin[r])
+                pos = builder.fcmp_ordered('>', v, zero)
+                v = builder.select(rl, builder.select(pos, v, zero), v)
+                builder.call(mstore, [v, vp(obase, off), ir.Constant(i32, 4), cmask])
+            cvn = builder.add(cv, ir.Constant(i64, 16))
+            cv.add_incoming(cvn, builder.block)
+            builder.cbranch(builder.icmp_signed('<', cvn, c64), cl, cdone)
+            builder.position_at_end(cdone)
+            builder.branch(exit_)
         builder.position_at_end(exit_)
         return context.get_dummy_value()
     return sig, codegen
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _dw_row_tiles(r, x, w, b, res, out, ph, pw, has_bias, has_res, act, aa, ab):
-    """Output row r of a stride-1, undilated float32 depthwise convolution with a 3-, 5- or
-    7-wide kernel, as ``_dw_tile`` register tiles of up to _TILE_PX pixels (padding masked,
-    no copy); other activations than Relu after."""
+def _dw_row_tiles(r, x, w, b, res, out, sh, sw, ph, pw, has_bias, has_res, act, aa, ab):
+    """Output row r of an undilated float32 depthwise convolution with a 3-, 5- or 7-wide
+    kernel and column stride 1 or 2, as ``_dw_tile`` register tiles of up to _TILE_PX pixels
+    (padding masked, no copy); other activations than Relu after."""
     n_h, n_w, c_n = x.shape[1], x.shape[2], x.shape[3]
     kh_n, kw_n = w.shape[0], w.shape[1]
     oh_n, ow_n = out.shape[1], out.shape[2]
     n = r // oh_n
-    ih0 = r - n * oh_n - ph
+    ih0 = (r - n * oh_n) * sh - ph
     kh_lo = max(0, -ih0)
     kh_hi = min(kh_n, n_h - ih0)
     seg = (ow_n + _TILE_PX - 1) // _TILE_PX
     mr = (ow_n + seg - 1) // seg
     for q0 in range(0, ow_n, mr):
         rn = min(mr, ow_n - q0)
-        c0 = q0 - pw
+        c0 = q0 * sw - pw
         _dw_tile(out, (r * ow_n + q0) * c_n, x, ((n * n_h + ih0) * n_w + c0) * c_n, w, c_n,
-                 n_w * c_n, kw_n, rn, kh_lo, kh_hi, max(0, -c0), min(rn + kw_n - 1, n_w - c0),
-                 b, has_bias, res if has_res else out, has_res, act == 1)
+                 n_w * c_n, kw_n, rn, kh_lo, kh_hi, max(0, -c0),
+                 min((rn - 1) * sw + kw_n, n_w - c0), b, has_bias, res if has_res else out,
+                 has_res, act == 1, sw)
     if act > 1:
         lo = ow_n * c_n
         act_row(out.reshape(-1)[r * lo:(r + 1) * lo], act, aa, ab)
@@ -390,9 +393,9 @@ def dwconv_nhwc(x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, ac
     aa, ab = np.float64(alpha_act), np.float64(beta_act)
     kh_n, kw_n = w.shape[0], w.shape[1]
     oh_n, ow_n = out.shape[1], out.shape[2]
-    if (x.itemsize == 4 and sh == 1 and sw == 1 and dh == 1 and dw == 1
+    if (x.itemsize == 4 and (sw == 1 or sw == 2) and dh == 1 and dw == 1
             and (kw_n == 3 or kw_n == 5 or kw_n == 7)):
-        _dw_tiles_run(x, w, b, res, out, ph, pw, has_bias, has_res, act, aa, ab)
+        _dw_tiles_run(x, w, b, res, out, sh, sw, ph, pw, has_bias, has_res, act, aa, ab)
         return
     # few output columns with every tap inside the input (small planes, wide kernels: 7x7 on
     # a 7x7 plane has one): copy the input zero-padded once, so every column takes the fused
@@ -421,7 +424,7 @@ def dwconv_nhwc(x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, ac
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
-def _dw_tiles_par(nw, x, w, b, res, out, ph, pw, has_bias, has_res, act, aa, ab):
+def _dw_tiles_par(nw, x, w, b, res, out, sh, sw, ph, pw, has_bias, has_res, act, aa, ab):
     """nw workers pull output rows (``_dw_row_tiles``) from a shared counter."""
     nrow = out.shape[0] * out.shape[1]
     counter = np.zeros(1, np.int64)
@@ -430,20 +433,22 @@ def _dw_tiles_par(nw, x, w, b, res, out, ph, pw, has_bias, has_res, act, aa, ab)
             r = next_task(counter)
             if r >= nrow:
                 break
-            _dw_row_tiles(r, x, w, b, res, out, ph, pw, has_bias, has_res, act, aa, ab)
+            _dw_row_tiles(r, x, w, b, res, out, sh, sw, ph, pw, has_bias, has_res, act, aa,
+                          ab)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _dw_tiles_run(x, w, b, res, out, ph, pw, has_bias, has_res, act, aa, ab):
+def _dw_tiles_run(x, w, b, res, out, sh, sw, ph, pw, has_bias, has_res, act, aa, ab):
     nrow = out.shape[0] * out.shape[1]
     nth = num_threads()
     work = out.size * w.shape[0] * w.shape[1]
     if nth > 1 and nrow > 1 and work >= _PAR_MIN_DW:
-        _dw_tiles_par(min(nth, nrow), x, w, b, res, out, ph, pw, has_bias, has_res, act, aa,
-                      ab)
+        _dw_tiles_par(min(nth, nrow), x, w, b, res, out, sh, sw, ph, pw, has_bias, has_res,
+                      act, aa, ab)
     else:
         for r in range(nrow):
-            _dw_row_tiles(r, x, w, b, res, out, ph, pw, has_bias, has_res, act, aa, ab)
+            _dw_row_tiles(r, x, w, b, res, out, sh, sw, ph, pw, has_bias, has_res, act, aa,
+                          ab)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)

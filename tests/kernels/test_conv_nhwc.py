@@ -1,8 +1,8 @@
 """The channels-last depthwise kernel (kernels/cpu/conv_nhwc.py) called directly against a
 numpy reference: the register-tiled stride-1 rows (``_dw_tile``: tiles cut at 1-8 pixels,
 channel counts off the 16-lane vector, padding masked on every side, kernel rows past the
-input's top and bottom, residual, Relu and another activation) and the per-tap rows of the
-other cases, at 1 and 2 threads, float32 and float64."""
+input's top and bottom, column strides 1 and 2, residual, Relu and another activation) and
+the per-tap rows of the other cases, at 1 and 2 threads, float32 and float64."""
 import numpy as np
 import pytest
 
@@ -31,7 +31,10 @@ def _reference(x, w, b, res, sh, sw, ph, pw, oh, ow, dh=1, dw=1):
     (1, 5, 17, 33, 5, 5, 1, (2, 0, 2, 4), 1, True),     # tiles 6 + 6 + 5, uneven pads
     (1, 6, 1, 16, 3, 5, 1, (1, 2, 1, 2), 5, False),     # 3x5 kernel, one column
     (1, 4, 20, 24, 7, 3, 1, (3, 1, 3, 1), 0, False),    # kernel taller than the plane
-    (1, 9, 9, 20, 3, 3, 2, (1, 1, 1, 1), 1, False),     # stride 2: the per-tap rows
+    (1, 9, 9, 20, 3, 3, 2, (1, 1, 1, 1), 1, False),     # stride 2
+    (2, 15, 28, 24, 5, 5, 2, (2, 2, 2, 2), 0, True),    # stride 2, 5x5, tiles of 7
+    (1, 16, 13, 8, 7, 7, 2, (3, 3, 3, 3), 5, False),    # stride 2, 7x7, odd width
+    (1, 8, 9, 16, 4, 4, 1, (1, 2, 2, 1), 0, True),      # 4 wide: the per-tap rows
 ])
 def test_depthwise_nhwc_against_numpy(dtype, threads, case):
     import numba
