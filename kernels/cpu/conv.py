@@ -881,34 +881,51 @@ def _dw_flat_offsets(kh_n, kw_n, sh, sw, dh, dw, wq, pe):
 
 
 #: output rows per pass of ``_dw_rows`` (each input row vector it loads serves up to this
-#: many of them) and the square kernels it has code for (stride 1, no dilation)
+#: many of them) and the square kernels / strides it has code for (no dilation)
 _DW_ROWS = 4
-_DW_ROWS_K = (3, 5, 7)
-#: kernel rows per pass of ``_dw_rows`` (a pass's k * rows weight broadcasts, the 4
-#: accumulators and the input vector in the 32 vector registers)
-_DW_ROW_GROUPS = {3: ((0, 3),), 5: ((0, 5),), 7: ((0, 3), (3, 5), (5, 7))}
+_DW_ROWS_KS = ((3, 1), (5, 1), (7, 1), (3, 2), (5, 2), (7, 2))
+#: kernel rows per pass of ``_dw_rows``, by (kernel, stride): a pass's weight broadcasts, the 4
+#: accumulators and the input vector in the 32 vector registers (49 do not fit)
+_DW_ROW_GROUPS = {(3, 1): ((0, 1, 2),), (5, 1): ((0, 1, 2, 3, 4),),
+                  (7, 1): ((0, 1, 2), (3, 4), (5, 6)), (3, 2): ((0, 1, 2),),
+                  (5, 2): ((0, 1, 2, 3, 4),), (7, 2): ((0, 2), (4, 6), (1, 3, 5))}
 #: scratch elements past ``_dw_flat``'s planes and accumulator: ``_dw_rows`` computes whole
 #: vectors, up to one vector past a row's last column
 _DW_SLACK = 64
 
 
+def _dw_uses(kk, ss, rr, grp):
+    """(phase row a, phase column e, phase-plane row u, column m) -> [(output row r, kernel
+    row, kernel column)] for the taps of kernel rows ``grp``: the input vectors one pass of
+    ``_dw_rows`` loads, each once, and the products each one feeds (plain Python)."""
+    uses = {}
+    for r in range(rr):
+        for ki in grp:
+            for kj in range(kk):
+                key = (ki % ss, kj % ss, r + ki // ss, kj // ss)
+                uses.setdefault(key, []).append((r, ki, kj))
+    return sorted(uses.items())
+
+
 @intrinsic
-def _dw_rows(typingctx, a, aoff, xz, xoff, wq, nq, w, woff, k, r_n, bias):
-    """Register-blocked depthwise stencil on ``_dw_flat``'s flat padded plane (stride 1, no
-    dilation, k x k with k in _DW_ROWS_K): for r < r_n (1.._DW_ROWS) and positions q in
-    [0, nq) rounded up to whole vectors, a[aoff + r*wq + q] = bias + the sum over taps (i, j)
-    of w[woff + i*k + j] * xz[xoff + (r + i)*wq + j + q]. Each input vector is loaded once and
-    multiplied into every output row that uses it (k*(r_n + k - 1) loads for r_n*k*k FMAs;
-    the one-tap-group-per-pass loop loads 1.25 operands per FMA and reloads the accumulator)."""
+def _dw_rows(typingctx, a, aoff, xz, xoff, wq, nq, w, woff, k, r_n, bias, stride, pe):
+    """Register-blocked depthwise stencil on ``_dw_flat``'s flat padded stride-phase planes
+    (no dilation, k x k and stride in _DW_ROWS_KS; phase (i, j) of the sh = sw = stride phases
+    starts at xoff + (i*stride + j)*pe): for r < r_n (1.._DW_ROWS) and positions q in [0, nq)
+    (whole vectors, the last one masked), a[aoff + r*wq + q] = bias + the sum over taps (ki,
+    kj) of w[woff + ki*k + kj] * (phase (ki % stride, kj % stride) at row r + ki // stride,
+    column q + kj // stride). Each input vector is loaded once and multiplied into every
+    output row that uses it (stride 1, 7x7: 10 rows x 7 loads for 4 x 49 FMAs; the
+    one-tap-group-per-pass loop loads 1.25 operands per FMA and reloads the accumulator)."""
     if not all(isinstance(t, types.Array) for t in (a, xz, w)):
         return None
     dt = a.dtype
     if dt not in (types.float32, types.float64) or xz.dtype != dt or w.dtype != dt:
         return None
-    sig = types.void(a, aoff, xz, xoff, wq, nq, w, woff, k, r_n, bias)
+    sig = types.void(a, aoff, xz, xoff, wq, nq, w, woff, k, r_n, bias, stride, pe)
 
     def codegen(context, builder, sig, args):
-        a_, aoff_, xz_, xoff_, wq_, nq_, w_, woff_, k_, rn_, bias_ = args
+        a_, aoff_, xz_, xoff_, wq_, nq_, w_, woff_, k_, rn_, bias_, st_, pe_ = args
         at = sig.args
         i32, i64 = ir.IntType(32), ir.IntType(64)
         elt = context.get_value_type(dt)
@@ -926,7 +943,7 @@ def _dw_rows(typingctx, a, aoff, xz, xoff, wq, nq, w, woff, k, r_n, bias):
             return builder.gep(data, [context.cast(builder, off, at[j + 1], types.intp)])
 
         abase, xbase, wbase = ptr(0, a_, aoff_), ptr(2, xz_, xoff_), ptr(6, w_, woff_)
-        wq64, nq64 = as64(wq_, 4), as64(nq_, 5)
+        wq64, nq64, pe64 = as64(wq_, 4), as64(nq_, 5), as64(pe_, 12)
         bval = context.cast(builder, bias_, at[10], dt)
         zero_idx = ir.Constant(ir.VectorType(i32, lanes), None)
 
@@ -940,24 +957,37 @@ def _dw_rows(typingctx, a, aoff, xz, xoff, wq, nq, w, woff, k, r_n, bias):
         mstore = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(ir.VoidType(), [vt, vt.as_pointer(), i32, mt]),
             f"llvm.masked.store.{suffix}.p0{suffix}")
-        key = builder.add(builder.mul(as64(k_, 8), ir.Constant(i64, 8)), as64(rn_, 9))
+        key = builder.add(builder.add(builder.mul(as64(k_, 8), ir.Constant(i64, 8)),
+                                      as64(rn_, 9)),
+                          builder.mul(as64(st_, 11), ir.Constant(i64, 128)))
         exit_ = builder.append_basic_block("dw.exit")
         switch = builder.switch(key, exit_)
-        for kk in _DW_ROWS_K:
+        for kk, ss in _DW_ROWS_KS:
             for rr in range(1, _DW_ROWS + 1):
-                blk = builder.append_basic_block(f"dw.{kk}x{rr}")
-                switch.add_case(ir.Constant(i64, kk * 8 + rr), blk)
+                tag = f"{kk}x{rr}s{ss}"
+                blk = builder.append_basic_block(f"dw.{tag}")
+                switch.add_case(ir.Constant(i64, ss * 128 + kk * 8 + rr), blk)
                 builder.position_at_end(blk)
                 bv = splat(bval)
-                rows = [builder.mul(wq64, ir.Constant(i64, u)) for u in range(rr + kk - 1)]
+                rows = [builder.mul(wq64, ir.Constant(i64, r)) for r in range(rr)]
                 # one pass per group of kernel rows, so that the group's weights stay in
-                # registers with the accumulators (7x7: 49 broadcasts do not fit in 32)
-                for g0, g1 in _DW_ROW_GROUPS[kk]:
-                    wts = {t: splat(builder.load(builder.gep(wbase, [ir.Constant(i64, t)])))
-                           for t in range(g0 * kk, g1 * kk)}
+                # registers with the accumulators
+                for gi, grp in enumerate(_DW_ROW_GROUPS[(kk, ss)]):
+                    wts = {(ki, kj): splat(builder.load(
+                        builder.gep(wbase, [ir.Constant(i64, ki * kk + kj)])))
+                        for ki in grp for kj in range(kk)}
+                    uses = _dw_uses(kk, ss, rr, grp)
+                    # a row's start (phase, row) outside the loop, its columns as constant
+                    # displacements (a start per tap left 7x7 short of registers: 1.8x slower)
+                    rowoff = {}
+                    for key, _ in uses:
+                        if key[:3] not in rowoff:
+                            rowoff[key[:3]] = builder.add(
+                                builder.mul(pe64, ir.Constant(i64, key[0] * ss + key[1])),
+                                builder.mul(wq64, ir.Constant(i64, key[2])))
                     pre = builder.block
-                    loop = builder.append_basic_block(f"dw.loop.{kk}x{rr}.{g0}")
-                    after = builder.append_basic_block(f"dw.after.{kk}x{rr}.{g0}")
+                    loop = builder.append_basic_block(f"dw.loop.{tag}.{gi}")
+                    after = builder.append_basic_block(f"dw.after.{tag}.{gi}")
                     builder.cbranch(builder.icmp_signed('>', nq64, ir.Constant(i64, 0)), loop,
                                     after)
                     builder.position_at_end(loop)
@@ -965,16 +995,16 @@ def _dw_rows(typingctx, a, aoff, xz, xoff, wq, nq, w, woff, k, r_n, bias):
                     q.add_incoming(ir.Constant(i64, 0), pre)
                     dsts = [builder.bitcast(builder.gep(abase, [builder.add(rows[r], q)]),
                                             vt.as_pointer()) for r in range(rr)]
-                    acc = ([bv] * rr if g0 == 0 else
+                    acc = ([bv] * rr if gi == 0 else
                            [builder.load(d, align=1) for d in dsts])
-                    for u in range(g0, rr + g1 - 1):
-                        base = builder.gep(xbase, [builder.add(rows[u], q)])
-                        for j in range(kk):
-                            xv = builder.load(builder.bitcast(
-                                builder.gep(base, [ir.Constant(i64, j)]), vt.as_pointer()),
-                                align=1)
-                            for r in range(max(0, u - g1 + 1), min(rr - 1, u - g0) + 1):
-                                acc[r] = builder.call(fma, [wts[(u - r) * kk + j], xv, acc[r]])
+                    bases = {rk: builder.gep(xbase, [builder.add(ro, q)])
+                             for rk, ro in rowoff.items()}
+                    for key, prods in uses:
+                        xv = builder.load(builder.bitcast(
+                            builder.gep(bases[key[:3]], [ir.Constant(i64, key[3])]),
+                            vt.as_pointer()), align=1)
+                        for r, ki, kj in prods:
+                            acc[r] = builder.call(fma, [wts[(ki, kj)], xv, acc[r]])
                     # the last vector of a row stops at nq: past it are the next row's
                     # first columns, which that row's own pass accumulates
                     left = builder.sub(nq64, q)
@@ -1072,11 +1102,12 @@ def _dw_flat(p, x, w, b, res, out, xs, acc, offs, sh, sw, ph, pw, dh, dw, has_bi
     n_acc = oh_n * wq
     bv = b[c] if has_bias else z
     a = eptr(acc, 0)
-    if (kh_n == kw_n and (kh_n == 5 or kh_n == 7) and sh == 1 and sw == 1 and dh == 1
-            and dw == 1):
+    if (kh_n == kw_n and sh == sw and dh == 1 and dw == 1
+            and ((sh == 1 and (kh_n == 5 or kh_n == 7))
+                 or (sh == 2 and (kh_n == 3 or kh_n == 5 or kh_n == 7)))):
         for r0 in range(0, oh_n, _DW_ROWS):
             _dw_rows(acc, r0 * wq, xs, r0 * wq, wq, wq, w, c * kh_n * kw_n, kh_n,
-                     min(_DW_ROWS, oh_n - r0), bv)
+                     min(_DW_ROWS, oh_n - r0), bv, sh, pe)
     elif kh_n == 3 and kw_n == 3:
         o0, o1, o2, o3, o4 = offs[0], offs[1], offs[2], offs[3], offs[4]
         o5, o6, o7, o8 = offs[5], offs[6], offs[7], offs[8]
