@@ -26,11 +26,9 @@ import pytest
 from numba import njit, prange
 from onnx import TensorProto, helper
 
-from jitort.kernels.cpu import conv as CV
 from jitort.kernels.cpu import gemm as G
 from jitort.kernels.cpu import pool as P
 from jitort.kernels.cpu import softmax as S
-from jitort.kernels.cpu import winograd as WG
 from jitort.kernels.cpu.blas import single_threaded
 
 THREADS = int(os.environ.get('JITORT_BENCH_THREADS', '2'))
@@ -127,27 +125,16 @@ def _out_size(h, k, s, p, d=1):
 
 
 def _conv_case(n, c, h, m, k, s, p, group=1, bias=True):
-    x = _rn(n, c, h, h)
+    """A one-node Conv compiled by jitort.compile (the code generator's own kernel: Winograd,
+    the implicit gemms, im2col + BLAS, the depthwise stencils), as a user gets it. Until
+    2026-11-27 these cases called conv.py / winograd.py directly, which stopped being what the
+    code generator emits for the stem (now conv_cvec)."""
     w = (_rn(m, c // group, k, k, seed=1) * 0.1).astype(np.float32)
-    b = _rn(m, seed=2)
-    oh = _out_size(h, k, s, p)
-    out = np.empty((n, m, oh, oh), np.float32)
-    col = np.empty(CV.conv2d_scratch_elems(c, k, k, oh, oh, group), np.float32)
-    ort_fn = _session([helper.make_node('Conv', ['x', 'w', 'b'], ['y'], strides=[s, s],
-                                        pads=[p] * 4, group=group)],
-                      [('x', x)], ['y'], inits=[('w', w), ('b', b)])
-    i1, ig, hb = np.int64(1), np.int64(group), bool(bias)
-    si, pi = np.int64(s), np.int64(p)
-    if k == 3 and s == 1 and group == 1 and WG.winograd_wins(c, m, oh, oh):
-        # what the code generator emits for this layer: Winograd, weights transformed once
-        tile = WG.winograd_tile(c, m, oh, oh)
-        u = WG.winograd_weights(w, tile)
-        scr = np.empty(WG.winograd_scratch_elems(c, m, oh, oh, m=tile), np.float32)
-        i0 = np.int64(0)
-        return (lambda: WG.conv3x3_winograd(x, u, b, out, out, scr, pi, pi, hb, False, i0,
-                                            0.0, 0.0)), ort_fn, (lambda: _check(out, ort_fn()))
-    return (lambda: CV.conv2d(x, w, b, out, col, si, si, pi, pi, i1, i1, ig, hb)), ort_fn, \
-        (lambda: _check(out, ort_fn()))
+    ins = ['x', 'w'] + (['b'] if bias else [])
+    inits = [('w', w)] + ([('b', _rn(m, seed=2))] if bias else [])
+    return _model_case([helper.make_node('Conv', ins, ['y'], strides=[s, s], pads=[p] * 4,
+                                         group=group)],
+                       [('x', _rn(n, c, h, h))], ['y'], inits, tol=1e-3)
 
 
 def _maxpool_case(n, c, h, k, s, p):
