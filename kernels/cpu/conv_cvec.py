@@ -55,6 +55,11 @@ STAGE_PLANE_DIV = 512
 #: ``_ctile`` flags: write the tile into the NCHW output (else into the tile scratch), add the
 #: residual there, apply Relu there
 FINAL, ADD_RES, RELU = 1, 2, 4
+#: tile widths (pixels) written into the output straight from the registers; the others go
+#: back through the tile scratch to one shared write. 7 and 8 are every tile of rows of 7, 14,
+#: 28, 56, 111, 112 pixels (``_row_tiles``); a stem's tiles (27 taps) ran 1.4x slower in a
+#: model through the shared write
+_DIRECT_R = (7, 8)
 
 
 def _transpose_store(builder, a, mask, v, nch, obase, plane, rbase, flags):
@@ -226,13 +231,32 @@ def _ctile(typingctx, c, coff, xb, xoff, offs, ooff, kq, wt, woff, init, ioff, m
                     p.add_incoming(starts[j], pre)
                     p.add_incoming(new[j], end)
                     fin.append(p)
-                for p, s in zip(fin, slots):
-                    builder.store(p, vptr(cbase, s), align=4)
+                if r_n in _DIRECT_R:
+                    with builder.if_else(final) as (then, otherwise):
+                        with then:
+                            zero = ir.Constant(v16, None)
+                            mask = ir.Constant(ir.VectorType(ir.IntType(1), 8),
+                                               [r < r_n for r in range(8)])
+                            for v in range(v_n):
+                                rows = [fin[r * v_n + v] for r in range(r_n)]
+                                _transpose_store(builder, rows + [zero] * (MAXR - r_n), mask,
+                                                 v, nch64, outbase, plane64, resbase, flags64)
+                        with otherwise:
+                            for p, s in zip(fin, slots):
+                                builder.store(p, vptr(cbase, s), align=4)
+                else:
+                    for p, s in zip(fin, slots):
+                        builder.store(p, vptr(cbase, s), align=4)
                 builder.branch(exit_)
-        # the write into the output, shared by every tile shape (one copy of it keeps the
-        # kernel's compile time down): the tile back from c, its first mr pixels stored
+        # the write into the output of the other tile shapes, shared (a copy per shape made
+        # the kernel's compile tree 10.5 s, 5.6 s this way): the tile back from c, its first mr
+        # pixels stored
         builder.position_at_end(exit_)
-        with builder.if_then(final):
+        mr64 = as64(mr_, 12)
+        shared = builder.and_(final, builder.and_(
+            builder.icmp_signed('!=', mr64, ir.Constant(i64, _DIRECT_R[0])),
+            builder.icmp_signed('!=', mr64, ir.Constant(i64, _DIRECT_R[1]))))
+        with builder.if_then(shared):
             lane = ir.Constant(ir.VectorType(i64, 8), list(range(8)))
             mrv = builder.shuffle_vector(
                 builder.insert_element(ir.Constant(ir.VectorType(i64, 8), ir.Undefined),
@@ -241,10 +265,12 @@ def _ctile(typingctx, c, coff, xb, xoff, offs, ooff, kq, wt, woff, init, ioff, m
                 ir.Constant(ir.VectorType(i32, 8), None))
             mask = builder.icmp_signed('<', lane, mrv)
             for v in range(PW // 16):
-                rows = [builder.load(vptr(cbase, ir.Constant(i64, r * PITCH + v * 16)), align=4)
-                        for r in range(MAXR)]
-                _transpose_store(builder, rows, mask, v, nch64, outbase, plane64, resbase,
-                                 flags64)
+                # (only the vectors the panel has: a 16-channel panel transposes one)
+                with builder.if_then(builder.icmp_signed('<', ir.Constant(i64, 16 * v), nch64)):
+                    rows = [builder.load(vptr(cbase, ir.Constant(i64, r * PITCH + v * 16)),
+                                         align=4) for r in range(MAXR)]
+                    _transpose_store(builder, rows, mask, v, nch64, outbase, plane64, resbase,
+                                     flags64)
         return context.get_dummy_value()
     return sig, codegen
 
