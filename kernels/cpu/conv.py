@@ -14,7 +14,8 @@ Paths (3x3 stride-1 convolutions with constant weights on planes big enough usua
 module: the code generator lowers them to ``winograd.conv3x3_winograd``):
 * depthwise (group == C == M): per (image, channel) plane, a zero-padded copy split into
   its stride phases, on which every tap is one fixed offset, so the plane is one long
-  vectorized loop (``_dw_flat``; 3x3 unrolled); bias, residual, activation fused; ``prange``
+  vectorized loop (``_dw_flat``; 3x3 unrolled; 5x5 / 7x7 and stride-2 3x3-7x7 register-
+  blocked over 4 output rows by ``_dw_rows``); bias, residual, activation fused; ``prange``
   over planes when big. Strided ones with short output rows (OW <= _DW_CB_MAX_OW): blocks of
   16 channels copied channels-last into a zero-padded scratch and computed with every tap
   vectorized across the block's channels, the result copied back to NCHW (``_dw_cblock``).

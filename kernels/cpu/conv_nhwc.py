@@ -6,7 +6,9 @@ and channel concats) channels-last, with one transpose where a chain starts and 
 onnxruntime's NCHWc transformer does. Channels-last, a depthwise tap is one contiguous
 multiply-add over the channels of a pixel, whatever the plane's size (the NCHW kernels pay
 loop setup per row of 7-14 elements on small planes), and a pointwise convolution is one
-plain gemm ``out (P, M) = x (P, C) @ w (C, M)`` over the P = N*H*W pixels.
+plain gemm ``out (P, M) = x (P, C) @ w (C, M)`` over the P = N*H*W pixels. Undilated
+float32 depthwise rows 3, 5 or 7 taps wide at column stride 1 or 2 run as register tiles of
+up to 8 pixels x 16 channels (``_dw_tile``), the others tap by tap (``_dw_row``).
 
 Layouts (C-contiguous, float32 or float64, one dtype per call):
     x   (N, H, W, C)
