@@ -38,6 +38,10 @@ _FM = {'reassoc', 'contract', 'arcp'}
 # MFLOP 0.54-0.77x; Xeon host, 2026-11-27)
 _PAR_MIN_DW = 1 << 15
 _PAR_MIN_FLOPS = 1 << 22
+# the same for the register-tiled rows (``_dw_tile``, 2-3x faster than the per-tap ones):
+# at 2 threads 0.2-0.5 M output elements * taps ran 1.4-1.9x their 1-thread time (11-16 us
+# of work against a parallel region's launch), 1.0-2.4 M 0.75-0.9x (Zen 5, 2026-11-27)
+_PAR_MIN_DW_TILES = 1 << 19
 # pointwise: output elements per row block (256 KB of float32: the epilogue pass stays in L2)
 _PW_BLOCK_ELEMS = 1 << 16
 
@@ -444,7 +448,7 @@ def _dw_tiles_run(x, w, b, res, out, sh, sw, ph, pw, has_bias, has_res, act, aa,
     nrow = out.shape[0] * out.shape[1]
     nth = num_threads()
     work = out.size * w.shape[0] * w.shape[1]
-    if nth > 1 and nrow > 1 and work >= _PAR_MIN_DW:
+    if nth > 1 and nrow > 1 and work >= _PAR_MIN_DW_TILES:
         _dw_tiles_par(min(nth, nrow), x, w, b, res, out, sh, sw, ph, pw, has_bias, has_res,
                       act, aa, ab)
     else:
