@@ -884,10 +884,10 @@ def _dw_flat_offsets(kh_n, kw_n, sh, sw, dh, dw, wq, pe):
 #: output rows per pass of ``_dw_rows`` (each input row vector it loads serves up to this
 #: many of them) and the square kernels / strides it has code for (no dilation)
 _DW_ROWS = 4
-_DW_ROWS_KS = ((3, 1), (5, 1), (7, 1), (3, 2), (5, 2), (7, 2))
+_DW_ROWS_KS = ((5, 1), (7, 1), (3, 2), (5, 2), (7, 2))   # (3x3 stride 1: _dw_flat's 9-tap loop)
 #: kernel rows per pass of ``_dw_rows``, by (kernel, stride): a pass's weight broadcasts, the 4
 #: accumulators and the input vector in the 32 vector registers (49 do not fit)
-_DW_ROW_GROUPS = {(3, 1): ((0, 1, 2),), (5, 1): ((0, 1, 2, 3, 4),),
+_DW_ROW_GROUPS = {(5, 1): ((0, 1, 2, 3, 4),),
                   (7, 1): ((0, 1, 2), (3, 4), (5, 6)), (3, 2): ((0, 1, 2),),
                   (5, 2): ((0, 1, 2, 3, 4),), (7, 2): ((0, 2), (4, 6), (1, 3, 5))}
 #: scratch elements past ``_dw_flat``'s planes and accumulator: ``_dw_rows`` computes whole
