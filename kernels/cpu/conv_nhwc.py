@@ -377,8 +377,18 @@ def _dw_row(r, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act
         act_row(out.reshape(-1)[r * lo:(r + 1) * lo], act, aa, ab)
 
 
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _dw_any_row(r, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, aa, ab,
+                tiles):
+    if tiles:
+        _dw_row_tiles(r, x, w, b, res, out, sh, sw, ph, pw, has_bias, has_res, act, aa, ab)
+    else:
+        _dw_row(r, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, aa, ab)
+
+
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
-def _dw_par(nw, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, aa, ab):
+def _dw_par(nw, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, aa, ab,
+            tiles):
     """nw workers pull output rows from a shared counter."""
     nrow = out.shape[0] * out.shape[1]
     counter = np.zeros(1, np.int64)
@@ -387,8 +397,8 @@ def _dw_par(nw, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, ac
             r = next_task(counter)
             if r >= nrow:
                 break
-            _dw_row(r, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act,
-                    aa, ab)
+            _dw_any_row(r, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act,
+                        aa, ab, tiles)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -405,9 +415,12 @@ def dwconv_nhwc(x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, ac
     aa, ab = np.float64(alpha_act), np.float64(beta_act)
     kh_n, kw_n = w.shape[0], w.shape[1]
     oh_n, ow_n = out.shape[1], out.shape[2]
-    if (x.itemsize == 4 and (sw == 1 or sw == 2) and dh == 1 and dw == 1
-            and (kw_n == 3 or kw_n == 5 or kw_n == 7)):
-        _dw_tiles_run(x, w, b, res, out, sh, sw, ph, pw, has_bias, has_res, act, aa, ab)
+    # (a runtime flag, one build of _dw_run: literal True / False would compile it twice)
+    tiles = (x.itemsize == 4 and (sw == 1 or sw == 2) and dh == 1 and dw == 1
+             and (kw_n == 3 or kw_n == 5 or kw_n == 7))
+    if tiles:
+        _dw_run(x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, aa, ab,
+                tiles)
         return
     # few output columns with every tap inside the input (small planes, wide kernels: 7x7 on
     # a 7x7 plane has one): copy the input zero-padded once, so every column takes the fused
@@ -430,51 +443,25 @@ def dwconv_nhwc(x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, ac
                     for c in range(x.shape[3]):
                         d[c] = src[c]
         _dw_run(xp, w, b, res, out, sh, sw, np.int64(0), np.int64(0), dh, dw, has_bias, has_res,
-                act, aa, ab)
+                act, aa, ab, tiles)
     else:
-        _dw_run(x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, aa, ab)
-
-
-@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
-def _dw_tiles_par(nw, x, w, b, res, out, sh, sw, ph, pw, has_bias, has_res, act, aa, ab):
-    """nw workers pull output rows (``_dw_row_tiles``) from a shared counter."""
-    nrow = out.shape[0] * out.shape[1]
-    counter = np.zeros(1, np.int64)
-    for wk in prange(nw):
-        while True:
-            r = next_task(counter)
-            if r >= nrow:
-                break
-            _dw_row_tiles(r, x, w, b, res, out, sh, sw, ph, pw, has_bias, has_res, act, aa,
-                          ab)
+        _dw_run(x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, aa, ab, tiles)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _dw_tiles_run(x, w, b, res, out, sh, sw, ph, pw, has_bias, has_res, act, aa, ab):
+def _dw_run(x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, aa, ab, tiles):
+    """Every output row, by ``_dw_row_tiles`` (``tiles``) or ``_dw_row``, over the threads
+    when the work is big enough for the kernel in use."""
     nrow = out.shape[0] * out.shape[1]
     nth = num_threads()
     work = out.size * w.shape[0] * w.shape[1]
-    if nth > 1 and nrow > 1 and work >= _PAR_MIN_DW_TILES:
-        _dw_tiles_par(min(nth, nrow), x, w, b, res, out, sh, sw, ph, pw, has_bias, has_res,
-                      act, aa, ab)
-    else:
-        for r in range(nrow):
-            _dw_row_tiles(r, x, w, b, res, out, sh, sw, ph, pw, has_bias, has_res, act, aa,
-                          ab)
-
-
-@njit(cache=True, error_model='numpy', fastmath=_FM)
-def _dw_run(x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, aa, ab):
-    nrow = out.shape[0] * out.shape[1]
-    nth = num_threads()
-    work = out.size * w.shape[0] * w.shape[1]
-    if nth > 1 and nrow > 1 and work >= _PAR_MIN_DW:
+    if nth > 1 and nrow > 1 and work >= (_PAR_MIN_DW_TILES if tiles else _PAR_MIN_DW):
         _dw_par(min(nth, nrow), x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res,
-                act, aa, ab)
+                act, aa, ab, tiles)
     else:
         for r in range(nrow):
-            _dw_row(r, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act,
-                    aa, ab)
+            _dw_any_row(r, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act,
+                        aa, ab, tiles)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
