@@ -11,7 +11,7 @@ addressed by (batch, head, row) strides, so the 3-D ``(B, S, H * D)`` layout nee
 import numpy as np
 from numba import njit, prange
 
-from .gemm import num_threads, xgemm
+from .gemm import num_threads, scratch_workers, xgemm
 from .mathfn import fexpneg, ftanh, wide_vectors
 from .softmax import row_max2
 
@@ -240,7 +240,6 @@ def rotary(x, cos, sin, pos, y, has_pos, interleaved, rot):
 
 def attention_scratch_elems(sq, tk, ntask, threads):
     """Scratch elements ``attention`` uses: one (sq, tk) block per worker (plain Python)."""
-    from numba.core.config import NUMBA_NUM_THREADS
-    nt = max(1, NUMBA_NUM_THREADS if threads is None else min(threads, NUMBA_NUM_THREADS))
+    nt = scratch_workers(threads)
     return max(1, sq * tk * max(1, min(nt, ntask)))
 

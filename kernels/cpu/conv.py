@@ -49,12 +49,12 @@ import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.core import cgutils
-from numba.core.config import NUMBA_NUM_THREADS
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
 from .epilogue import act_row
-from .gemm import _ceil_div, _gcd, claim, count_done, eptr, next_task, num_threads, xgemm
+from .gemm import (_ceil_div, _gcd, claim, count_done, eptr,
+                   next_task, num_threads, scratch_workers, xgemm)
 from .mathfn import wide_vectors
 from .sync import wait_count
 
@@ -255,7 +255,7 @@ def conv2d_scratch_elems(C, KH, KW, OH, OW, group, threads=None, M=None, strides
     """
     cg = C // group
     kdim = cg * KH * KW
-    nt = max(1, NUMBA_NUM_THREADS if threads is None else min(threads, NUMBA_NUM_THREADS))
+    nt = scratch_workers(threads)
     rows = _block_rows_py(kdim, OW, OH)
     row_need = kdim * OW * min(max(OH, 1), rows * nt)
     if OH * OW <= _PLANE_MAX_S:
@@ -1582,7 +1582,7 @@ def conv3d_scratch_elems(C, KD, KH, KW, OD, OH, OW, group, threads=None):
     """Elements of ``col`` conv3d needs (plain Python, >= 1): one block of output rows per
     worker (``threads`` workers at most, default NUMBA_NUM_THREADS)."""
     kdim = (C // group) * KD * KH * KW
-    nt = max(1, NUMBA_NUM_THREADS if threads is None else min(threads, NUMBA_NUM_THREADS))
+    nt = scratch_workers(threads)
     return max(1, kdim * OW * _block_rows3_py(kdim, OW, OD * OH) * nt)
 
 

@@ -1,6 +1,6 @@
 """CPU kernel: float32 2-D convolution on small output planes with many output channels, as an
-implicit gemm whose vector lanes run over output channels, NCHW in and out, group 1. Imports
-nothing from jitort.
+implicit gemm whose vector lanes run over output channels, NCHW in and out, any group count
+(panels per group). Imports nothing from jitort.
 
 Deep layers of a CNN (7x7 and 14x14 planes, 256-2048 channels) are gemms with few columns:
 N = OH*OW = 49 or 196. im2col + BLAS runs them at 130-180 GFLOP/s where the same BLAS reaches
@@ -13,23 +13,24 @@ straight from the input's zero-padded stride-phase planes at one offset per tap 
 ``conv_implicit`` geometry -- and 3*MR FMAs). No im2col: the input is copied once into the phase
 planes (not at all for a 1x1 stride-1 unpadded layer, whose planes are the input itself).
 
-Weights are packed at compile time as panels of PW = 48 output channels, [panel][K][48] with K
-ordered (c, kh, kw) (``pack_weights``). Tasks are (image, panel, block of output rows), pulled by
-the workers from a shared counter; within a task the taps go in blocks of KC, each block's
-weights (KC x 192 bytes) reused by every pixel tile of the task, the tiles' partial sums kept in
-the worker's scratch between blocks. The accumulators start from the bias; after the last block a
-tile is written transposed into the NCHW output, then the residual and activation run over the
-task's output rows, channel by channel.
+Weights are packed at compile time as panels of PW = 48 output channels of a group,
+[group][panel][K][48] with K ordered (c, kh, kw) (``pack_weights``). Tasks are (image, panel,
+block of output rows), pulled by the workers from a shared counter; within a task the taps go in
+blocks of KC, each block's weights (KC x 192 bytes) reused by every pixel tile of the task, the
+tiles' partial sums kept in the worker's scratch between blocks. The accumulators start from the
+bias; after the last block a tile is written transposed into the NCHW output with the residual
+and Relu (``_transpose_store``; planes of 2^k floats through a staging block, STAGE_PLANE_DIV),
+other activations then run over the task's output rows, channel by channel.
 """
 import numpy as np
 from llvmlite import ir
-from numba import config, njit, prange, types
+from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .conv_implicit import _geom, _geom_nb, tap_offsets
 from .epilogue import act_row
-from .gemm import eptr, next_task, num_threads
+from .gemm import eptr, next_task, num_threads, scratch_workers
 from .qgemm import _ptr
 from .quant import phase_planes
 
@@ -320,8 +321,7 @@ def cvec_scratch_elems(n, c, h, w, kh, kw, oh, ow, sh, sw, dh, dw, threads=None)
     stride-1 layer too, which reads its input in place: the size must not depend on the
     pads), plus per worker (``threads``, default NUMBA_NUM_THREADS, at most that) the partial
     sums of a task's pixel tiles (plain Python; sizes may be symbolic)."""
-    nt = max(1, config.NUMBA_NUM_THREADS if threads is None
-             else min(threads, config.NUMBA_NUM_THREADS))
+    nt = scratch_workers(threads)
     hq, wq = _geom(h, w, oh, ow, kh, kw, sh, sw, dh, dw)
     planes = n * c * sh * sw * hq * wq + MAXR
     return planes + nt * _tcap_py(oh, ow)
@@ -431,6 +431,8 @@ def _planes_par(nw, src, xb, nc, h, w, sh, sw, ph, pw, dh, dw, kh, kw, hq, wq):
         if c1 > c0:
             phase_planes(src[c0 * h * w:c1 * h * w], xb[c0 * pq:c1 * pq], np.float32(0.0),
                          c1 - c0, h, w, sh, sw, ph, pw, dh, dw, kh, kw, hq, wq)
+
+
 #: tasks per thread aimed at when splitting the panels into blocks of output rows
 _TASKS_PER_THREAD = 8
 
@@ -439,10 +441,11 @@ _TASKS_PER_THREAD = 8
 def conv2d_cvec(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, group, has_bias,
                 has_res, act, alpha, beta):
     """out = act(conv(x, w) + b (+ res)) for float32 x (N, C, H, W), out / res (N, M, OH, OW),
-    weights packed by ``pack_weights`` (kh x kw kernels, ``group`` groups), strides sh / sw, begin pads
-    ph / pw, dilations dh / dw; ``scr``: ``cvec_scratch_elems`` float32 elements (for at least
-    the current thread count); act codes as in ``epilogue``. res must not alias out. A thin
-    wrapper over a core typed with plain int64 / bool / float64 (as ``conv2d_implicit``)."""
+    weights packed by ``pack_weights`` (kh x kw kernels, ``group`` groups), strides sh / sw,
+    begin pads ph / pw, dilations dh / dw; ``scr``: ``cvec_scratch_elems`` float32 elements
+    (for at least the current thread count); act codes as in ``epilogue``. res must not alias
+    out. A thin wrapper over a core typed with plain int64 / bool / float64 (as
+    ``conv2d_implicit``)."""
     _cvec_core(x, pk, np.int64(kh), np.int64(kw), b, res, out, scr, np.int64(sh),
                np.int64(sw), np.int64(ph), np.int64(pw), np.int64(dh), np.int64(dw),
                np.int64(group), bool(has_bias), bool(has_res), np.int64(act),

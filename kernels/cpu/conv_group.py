@@ -23,7 +23,7 @@ import numpy as np
 from numba import njit, prange
 
 from .conv import _rows_epilogue
-from .gemm import eptr, next_task, num_threads, xgemm
+from .gemm import eptr, next_task, num_threads, scratch_workers, xgemm
 
 _FM = {'reassoc', 'contract', 'arcp'}
 
@@ -73,9 +73,7 @@ _block_pos = njit(cache=True)(_block_pos_py)
 def grouped_scratch_elems(C, H, W, KH, KW, OH, OW, M, group, threads=None):
     """Elements of ``conv2d_grouped``'s scratch (plain Python; sizes may be symbolic ints):
     per worker the group's channels-last input (H*W*Cg), one im2col block and its gemm tile."""
-    from numba import config
-    nt = max(1, config.NUMBA_NUM_THREADS if threads is None
-             else min(threads, config.NUMBA_NUM_THREADS))
+    nt = scratch_workers(threads)
     return nt * _per_worker_py(C // group, H * W, KH * KW * (C // group), OH * OW, M // group)
 
 

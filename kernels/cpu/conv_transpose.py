@@ -24,9 +24,8 @@ the gemm: the scatter multiplies the input row by each tap's weight directly.
 """
 import numpy as np
 from numba import njit, prange
-from numba.core.config import NUMBA_NUM_THREADS
 
-from .gemm import _ceil_div, eptr, next_task, num_threads, xgemm
+from .gemm import _ceil_div, eptr, next_task, num_threads, scratch_workers, xgemm
 
 _FM = {'reassoc', 'contract', 'arcp'}
 
@@ -42,7 +41,7 @@ def convt_scratch_elems(cg, mg, k, rows, w, threads=None):
     (``threads`` workers at most, default NUMBA_NUM_THREADS), each at least one input row of
     all taps of a group's output channels (``mg * k * w``), else at most _COL_BLOCK_ELEMS or
     the whole (mg * k, rows * w) matrix."""
-    nt = max(1, NUMBA_NUM_THREADS if threads is None else min(threads, NUMBA_NUM_THREADS))
+    nt = scratch_workers(threads)
     if cg <= 1:
         return 1
     per_row = max(1, mg * k * w)

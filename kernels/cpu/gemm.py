@@ -52,6 +52,15 @@ _ll_void_p = ir.IntType(8).as_pointer()
 _ll_intp = cgutils.intp_t
 
 
+
+def scratch_workers(threads=None) -> int:
+    """The workers a kernel's scratch is sized for (plain Python, used by the ``*_scratch_elems``
+    functions): ``threads`` capped at Numba's pool size (NUMBA_NUM_THREADS), all of the pool
+    when None, at least one."""
+    from numba import config
+    n = config.NUMBA_NUM_THREADS
+    return max(1, n if threads is None else min(threads, n))
+
 @intrinsic
 def xgemm(typingctx, ta, tb, m, n, k, alpha, a, aoff, lda, b, boff, ldb, beta, c, coff, ldc):
     """Row-major BLAS gemm on raw blocks; returns 0 (CBLAS reports no status: the callers

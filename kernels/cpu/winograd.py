@@ -33,10 +33,10 @@ the whole block (64x56x56 at 2 threads: 1.34 ms, 0.98 ms shared; 1.76 ms at 1 th
 """
 import numpy as np
 from numba import njit, prange
-from numba.core.config import NUMBA_NUM_THREADS
 
 from .conv import _epilogue_row
-from .gemm import _ceil_div, claim, count_done, eptr, next_task, num_threads, xgemm
+from .gemm import (_ceil_div, claim, count_done, eptr, next_task, num_threads,
+                   scratch_workers, xgemm)
 from .sync import wait_count
 
 _FM = {'reassoc', 'contract', 'arcp'}
@@ -144,7 +144,7 @@ def winograd_scratch_elems(C, M, OH, OW, threads=None, m=2):
     """Scratch elements ``conv3x3_winograd`` needs (plain Python, >= 1) with output tile ``m``:
     one task's V, P and row buffers per worker, ``threads`` workers at most (default
     NUMBA_NUM_THREADS)."""
-    nt = max(1, NUMBA_NUM_THREADS if threads is None else min(threads, NUMBA_NUM_THREADS))
+    nt = scratch_workers(threads)
     th, tw = _tiles_py(OH, OW, m)
     nr = _block_rows_py(C, M, th, tw, (m + 2) ** 2)
     return max(1, _worker_elems(C, M, nr, tw, m) * nt)

@@ -214,9 +214,9 @@ def _lower_conv2d_cvec(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pads, 
 def _packed_args(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pads, residual, act, pk,
                  scr, group=None) -> str:
     """The arguments of the packed-weight convolution kernels (``conv2d_implicit``,
-    ``conv2d_grouped``): x, packed weights, kh, kw, bias, residual (the output when none),
-    output, scratch, strides, begin pads, dilations[, group], bias / residual flags and the
-    activation."""
+    ``conv2d_cvec``, ``conv2d_grouped``): x, packed weights, kh, kw, bias, residual (the output
+    when none), output, scratch, strides, begin pads, dilations[, group], bias / residual flags
+    and the activation."""
     x, y, b = n.inputs[0], n.outputs[0], n.input(2)
     xv = f"{em.arr(x)}.reshape({em.tuple_expr(xs4)})"
     bv = em.arr(b) if b is not None else f"np.zeros(1, {tname(y.dtype)})"

@@ -304,8 +304,7 @@ def _lower_qconv(em: Emitter, n: Node, x, zx, w, zw, scales, bias, y, zy) -> Non
 def _lower_qconv_i8(em: Emitter, n: Node, x, zxv, w, zw, geo, shapes, quant, y) -> None:
     """A constant-weight quantized convolution on the integer gemm (``quant.qconv2d_i8``):
     the weights packed here, once."""
-    from numba.core.config import NUMBA_NUM_THREADS
-
+    from jitort.kernels.cpu.gemm import scratch_workers
     from jitort.kernels.cpu.quant import prepack_conv_w, qconv_i8_scratch
     (strides, pads, dil, group), (xs, ws_, ys) = geo, shapes
     mode, sx, swv, sy, zyv, bv, has_bias, lo, hi = quant
@@ -316,7 +315,7 @@ def _lower_qconv_i8(em: Emitter, n: Node, x, zxv, w, zw, geo, shapes, quant, y) 
                                       int(group))
     pk, rs, zwi = (em.derived_const(key + (i,), lambda i=i: em.memo[key][i]) for i in range(3))
     has_zw = em.memo[key][3]
-    threads = max(1, min(em.threads or NUMBA_NUM_THREADS, NUMBA_NUM_THREADS))
+    threads = scratch_workers(em.threads)
     nbytes = qconv_i8_scratch(xs[0], xs[1], xs[2], xs[3], ws_[2], ws_[3], ys[2], ys[3],
                               strides[0], strides[1], pads[0], pads[1], dil[0], dil[1], group,
                               threads)
