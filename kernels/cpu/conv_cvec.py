@@ -9,9 +9,11 @@ the "flat" im2col of ``conv`` adds the padding columns (N = 63 for a 3x3 layer o
 output channels are the vector operand and the pixels the broadcast one, so N needs no rounding:
 a tile is MR <= 8 consecutive output pixels of one row x 3 vectors of 16 output channels (21-24
 zmm accumulators, ``_ctile``: per tap 3 vector loads of packed weights, MR broadcasts read
-straight from the input's zero-padded stride-phase planes at one offset per tap -- the
-``conv_implicit`` geometry -- and 3*MR FMAs). No im2col: the input is copied once into the phase
-planes (not at all for a 1x1 stride-1 unpadded layer, whose planes are the input itself).
+straight from the input's zero-padded column-phase planes at one offset per tap, and 3*MR FMAs).
+No im2col: the input is copied once (``phase_planes``, masked vector rows) into planes of every
+padded row split by column stride phase (``_cgeom``: a tile is one output row, so its pixels
+are contiguous there and a row reads rows oh * sh + kh * dh in place); not at all for a 1x1
+stride-1 unpadded layer, whose planes are the input itself.
 
 Weights are packed at compile time as panels of PW = 48 output channels of a group,
 [group][panel][K][48] with K ordered (c, kh, kw) (``pack_weights``). Tasks are (image, panel,
@@ -28,7 +30,7 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .conv_implicit import _geom, _geom_nb, tap_offsets
+from .conv_implicit import tap_offsets
 from .epilogue import act_row
 from .gemm import eptr, next_task, num_threads, scratch_workers
 from .qgemm import _ptr
@@ -307,6 +309,17 @@ def _direct_py(kh, kw, sh, sw, ph, pw, oh, ow, h, w):
 _direct = njit(cache=True)(_direct_py)
 
 
+def _cgeom_py(h, w, oh, ow, kh, kw, sh, sw, dh, dw):
+    """(hq, wq): rows and columns of each column phase of an input plane (plain Python /
+    njit). A tile is one output row, so only the columns need splitting into stride phases
+    (the tiles' pixels then contiguous): every padded row is kept (hq of them) and a row
+    reads the rows oh * sh + kh * dh in place."""
+    return (oh - 1) * sh + (kh - 1) * dh + 1, ((ow - 1) * sw + (kw - 1) * dw + sw) // sw
+
+
+_cgeom = njit(cache=True)(_cgeom_py)
+
+
 def _row_tiles_py(ow):
     """(pixel tiles per output row, pixels per tile <= MAXR) (plain Python / njit)."""
     seg = (ow + MAXR - 1) // MAXR
@@ -322,14 +335,14 @@ def cvec_scratch_elems(n, c, h, w, kh, kw, oh, ow, sh, sw, dh, dw, threads=None)
     pads), plus per worker (``threads``, default NUMBA_NUM_THREADS, at most that) the partial
     sums of a task's pixel tiles (plain Python; sizes may be symbolic)."""
     nt = scratch_workers(threads)
-    hq, wq = _geom(h, w, oh, ow, kh, kw, sh, sw, dh, dw)
-    planes = n * c * sh * sw * hq * wq + MAXR
+    hq, wq = _cgeom_py(h, w, oh, ow, kh, kw, sh, sw, dh, dw)
+    planes = n * c * sw * hq * wq + MAXR
     return planes + nt * _tcap_py(oh, ow)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def _task(t, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res1, out1, tl, m_n, mg,
-          oh_n, ow_n, wq, has_res, act, alpha, beta):
+          oh_n, ow_n, rstep, has_res, act, alpha, beta):
     """Task t: image, panel of PW output channels (npg per group of mg channels), block of rbs
     output rows."""
     rb = t % nrb
@@ -364,7 +377,7 @@ def _task(t, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res1, out1, tl
                     dst, doff, dstride = stg, ow0, sst
                 else:
                     dst, doff, dstride = out1, obase + oh * ow_n + ow0, plane
-                _ctile(tl, ((oh - r0) * seg + s) * TILE, xb, xbase + oh * wq + ow0, off, k0,
+                _ctile(tl, ((oh - r0) * seg + s) * TILE, xb, xbase + oh * rstep + ow0, off, k0,
                        kq, pk, wbase + k0 * PW, bp, pn * PW, 0 if k0 == 0 else 1,
                        min(mr, ow_n - ow0), nv, dst, doff, dstride, res1 if not stage else stg,
                        flags if last else 0, nch)
@@ -391,7 +404,7 @@ def _task(t, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res1, out1, tl
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def _worker(counter, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res, out,
-            tl, mg, wq, has_res, act, alpha, beta):
+            tl, mg, rstep, has_res, act, alpha, beta):
     m_n, oh_n, ow_n = out.shape[1], out.shape[2], out.shape[3]
     out1 = out.reshape(out.size)
     res1 = res.reshape(res.size)
@@ -400,16 +413,16 @@ def _worker(counter, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp,
         if t >= ntask:
             break
         _task(t, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res1, out1, tl, m_n, mg,
-              oh_n, ow_n, wq, has_res, act, alpha, beta)
+              oh_n, ow_n, rstep, has_res, act, alpha, beta)
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
 def _cvec_par(nw, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res, out, tls,
-              tcap, mg, wq, has_res, act, alpha, beta):
+              tcap, mg, rstep, has_res, act, alpha, beta):
     counter = np.zeros(1, np.int64)
     for wk in prange(nw):
         _worker(counter, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res, out,
-                tls[wk * tcap:(wk + 1) * tcap], mg, wq, has_res, act, alpha, beta)
+                tls[wk * tcap:(wk + 1) * tcap], mg, rstep, has_res, act, alpha, beta)
 
 
 #: below this many flops a convolution runs on one thread
@@ -421,16 +434,16 @@ _PAR_MIN_COPY = 1 << 15
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
-def _planes_par(nw, src, xb, nc, h, w, sh, sw, ph, pw, dh, dw, kh, kw, hq, wq):
+def _planes_par(nw, src, xb, nc, h, w, sw, ph, pw, dh, dw, kh, kw, hq, wq):
     """``phase_planes`` of the nc (h, w) planes of src, in nw chunks of planes at once."""
     per = (nc + nw - 1) // nw
-    pq = sh * sw * hq * wq
+    pq = sw * hq * wq
     for k in prange(nw):
         c0 = k * per
         c1 = min(nc, c0 + per)
         if c1 > c0:
             phase_planes(src[c0 * h * w:c1 * h * w], xb[c0 * pq:c1 * pq], np.float32(0.0),
-                         c1 - c0, h, w, sh, sw, ph, pw, dh, dw, kh, kw, hq, wq)
+                         c1 - c0, h, w, 1, sw, ph, pw, dh, dw, kh, kw, hq, wq)
 
 
 #: tasks per thread aimed at when splitting the panels into blocks of output rows
@@ -467,9 +480,9 @@ def _cvec_core(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, group, h
     npan = group * npg
     if pk.shape[0] < npan * PW * kk:
         raise ValueError("conv2d_cvec: packed weights smaller than the convolution's")
-    hq, wq = _geom_nb(h, w, oh_n, ow_n, kh, kw, sh, sw, dh, dw)
+    hq, wq = _cgeom(h, w, oh_n, ow_n, kh, kw, sh, sw, dh, dw)
     tcap = _tcap(oh_n, ow_n)
-    planes = n_n * c_n * sh * sw * hq * wq + MAXR
+    planes = n_n * c_n * sw * hq * wq + MAXR
     if scr.shape[0] < planes + tcap:
         raise ValueError("conv2d_cvec: scratch too small")
     if _direct(kh, kw, sh, sw, ph, pw, oh_n, ow_n, h, w):
@@ -479,15 +492,15 @@ def _cvec_core(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, group, h
         xb[planes - MAXR:] = 0.0
         nc = n_n * c_n
         pw_n = min(num_threads(), nc)
-        if pw_n > 1 and float(nc) * hq * wq * sh * sw >= _PAR_MIN_COPY:
-            _planes_par(pw_n, x.reshape(x.size), xb, nc, h, w, sh, sw, ph, pw, dh, dw, kh, kw,
-                        hq, wq)
+        if pw_n > 1 and float(nc) * hq * wq * sw >= _PAR_MIN_COPY:
+            _planes_par(pw_n, x.reshape(x.size), xb, nc, h, w, sw, ph, pw, dh, dw, kh, kw, hq,
+                        wq)
         else:
-            phase_planes(x.reshape(x.size), xb, np.float32(0.0), nc, h, w, sh, sw, ph, pw, dh,
+            phase_planes(x.reshape(x.size), xb, np.float32(0.0), nc, h, w, 1, sw, ph, pw, dh,
                          dw, kh, kw, hq, wq)
-    img = c_n * sh * sw * hq * wq
-    gimg = cg * sh * sw * hq * wq
-    off = tap_offsets(cg, kh, kw, sh, sw, dh, dw, hq, wq)
+    img = c_n * sw * hq * wq
+    gimg = cg * sw * hq * wq
+    off = tap_offsets(cg, kh, kw, 1, sw, dh, dw, hq, wq)
     bp = np.zeros(npan * PW, np.float32)  # the tiles' first values, per panel
     if has_bias:
         for g in range(group):
@@ -506,11 +519,11 @@ def _cvec_core(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, group, h
     nw = min(nth, ntask, tls.shape[0] // tcap) if par else 1
     if nw > 1:
         _cvec_par(nw, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res, out,
-                  tls, tcap, mg, wq, has_res, act, alpha, beta)
+                  tls, tcap, mg, sh * wq, has_res, act, alpha, beta)
     else:
         counter = np.zeros(1, np.int64)
         _worker(counter, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res, out,
-                tls[:tcap], mg, wq, has_res, act, alpha, beta)
+                tls[:tcap], mg, sh * wq, has_res, act, alpha, beta)
 
 
 #: The rule, from ``python scripts/sweep_conv_cvec.py`` (71 group-1 layers, each against
@@ -546,25 +559,34 @@ def cvec_wins(C, M, KH, KW, OH, OW, SH, SW, winograd_alt=False, implicit_alt=Fal
 
 
 
-#: Grouped layers (``python scripts/sweep_conv_cvec.py --only "g > 1"``, 15 grouped 3x3
+#: Grouped layers (``python scripts/sweep_conv_cvec.py --only "g > 1"``, 28 grouped 3x3
 #: layers, 1 thread, Zen 5, 2026-11-27; ratios to onnxruntime, the kernel taken otherwise ->
-#: this one): ResNeXt's 32 channels per group 1.11-1.98 -> 0.95-1.34 (against Winograd per
-#: group on 14x14-28x28 1.31-1.33 -> 0.98-1.07, against conv_group at stride 2 1.90-1.98 ->
-#: 1.31-1.34); 16-24 per group on 14x14-56x56 0.63-1.63 -> 0.61-1.38. Kept off: 64 and 128 per
-#: group where Winograd runs them (1.02 / 0.87 -> 1.11 / 1.03), 8 per group (K 72: 0.52 ->
-#: 0.69), and stride 2 onto planes under 14x14 (32 per group onto 7x7 1.57 -> 1.97, 24 per
-#: group 0.79 -> 0.91): copying the input into its stride phases costs more than the few
-#: output channels of a group compute.
+#: this one): ResNeXt's 32 channels per group 1.11-2.07 -> 0.86-1.31 (stride 2 onto 7x7-28x28
+#: 1.44-2.07 -> 1.00-1.31: the input's stride phases now copied as masked vector rows, was
+#: element by element, 2-4x the tiles' time on 7x7 outputs), 16-24 per group 0.63-2.02 ->
+#: 0.50-1.20; 8 per group on 7x7-14x14 outputs 0.64-0.95 -> 0.47-0.57 but on 28x28-56x56
+#: 0.52-0.66 -> 0.53-0.78 (a vector of 16 lanes half idle; conv_group's gemm of 8 columns does
+#: as well or better there). Kept off: 64 and 128 per group where Winograd runs them (0.95 /
+#: 0.83 -> 1.15 / 1.02), and grouped 1x1 layers with K < 128
+#: (64 per group on 14x14: the per-group BLAS gemm 32 us, this 64-71 us: 64 taps do little
+#: for each transposed tile write).
 CVEC_GROUPED_MAX_CG_VS_WINOGRAD = 32
-CVEC_GROUPED_MIN_STRIDED_PLANE = 14 * 14
+CVEC_GROUPED_MIN_MG = 8
+CVEC_GROUPED_HALF_MAX_PLANE = 14 * 14
+CVEC_GROUPED_MIN_K_1X1 = 2 * CVEC_MIN_K
 
 
 def _grouped_wins(CG, MG, KH, KW, OH, OW, SH, SW, winograd_alt) -> bool:
-    if MG < CVEC_MIN_M or CG * KH * KW < 2 * CVEC_MIN_K or OH * OW > CVEC_MAX_PLANE:
+    k = CG * KH * KW
+    if MG < CVEC_GROUPED_MIN_MG or k < CVEC_MIN_K or OH * OW > CVEC_MAX_PLANE:
+        return False
+    if KH * KW == 1 and k < CVEC_GROUPED_MIN_K_1X1:
+        return False
+    if MG < CVEC_MIN_M and OH * OW > CVEC_GROUPED_HALF_MAX_PLANE:
         return False
     if winograd_alt:
         return CG <= CVEC_GROUPED_MAX_CG_VS_WINOGRAD
-    return SH * SW == 1 or OH * OW >= CVEC_GROUPED_MIN_STRIDED_PLANE
+    return True
 
 
 _GROUPED_RULE = _grouped_wins

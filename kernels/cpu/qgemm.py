@@ -206,6 +206,126 @@ def copy_short(typingctx, d, doff, s, soff, n):
     return sig, codegen
 
 
+def _copy_pad_codegen(stride, both):
+    """The code of ``copy_pad`` (stride 1), ``copy_pad2`` (stride 2) and ``copy_pad2x`` (both
+    phases of stride 2, ``both``); args (d, doff, [doff1,] s, soff, lo, hi, [lo1, hi1,] n,
+    fill)."""
+    def codegen(context, builder, sig, args):
+        at = sig.args
+        elt = context.get_data_type(at[0].dtype)
+        lanes = 512 // at[0].dtype.bitwidth
+        wide = lanes * stride
+        vt, wt = ir.VectorType(elt, lanes), ir.VectorType(elt, wide)
+        i32 = ir.IntType(32)
+        b1 = ir.IntType(1)
+        names = ['d', 'doff'] + (['doff1'] if both else []) + ['s', 'soff', 'lo', 'hi'] \
+            + (['lo1', 'hi1'] if both else []) + ['n', 'fill', 'ok']
+        k = {nm: j for j, nm in enumerate(names)}
+
+        def arg32(nm):
+            return builder.trunc(context.cast(builder, args[k[nm]], at[k[nm]], types.int64),
+                                 i32)
+
+        def below(n, v):
+            return builder.icmp_signed('<', ir.Constant(ir.VectorType(i32, n), list(range(n))),
+                                       _splat(builder, v, n))
+
+        # source lanes read: stride*i + e for lo <= i < hi, and the lanes between (inside the
+        # source: a constant parity mask made LLVM's masked load 20-30% slower); with both
+        # phases, the hull of the two ranges (each the source's valid columns of a parity)
+        lo = builder.mul(arg32('lo'), ir.Constant(i32, stride))
+        hi = builder.sub(builder.mul(arg32('hi'), ir.Constant(i32, stride)),
+                         ir.Constant(i32, stride - 1))
+        if both:
+            smin = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(i32, [i32, i32]), "llvm.smin.i32")
+            smax = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(i32, [i32, i32]), "llvm.smax.i32")
+            lo = builder.call(smin, [lo, builder.add(builder.mul(arg32('lo1'),
+                                                                 ir.Constant(i32, 2)),
+                                                     ir.Constant(i32, 1))])
+            hi = builder.call(smax, [hi, builder.mul(arg32('hi1'), ir.Constant(i32, 2))])
+        rd = builder.and_(builder.not_(below(wide, lo)), below(wide, hi))
+        # a row of padding: no lane read (a separate flag, so that the mask of lo / hi, the
+        # same for every row of a plane, is computed once outside a caller's row loop)
+        ok = builder.icmp_signed('!=', context.cast(builder, args[k['ok']], at[k['ok']],
+                                                    types.int64), ir.Constant(ir.IntType(64), 0))
+        rd = builder.and_(rd, _splat(builder, ok, wide))
+        fill = _splat(builder, context.cast(builder, args[k['fill']], at[k['fill']],
+                                            at[0].dtype), wide)
+
+        def ptr(arr, off, ty):
+            data = make_array(at[k[arr]])(context, builder, args[k[arr]]).data
+            return builder.bitcast(builder.gep(data, [context.cast(
+                builder, args[k[off]], at[k[off]], types.intp)]), ty.as_pointer())
+        sfx = f"v{wide}{_suffix(elt)}"
+        ld = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(wt, [wt.as_pointer(), i32,
+                                                 ir.VectorType(b1, wide), wt]),
+            f"llvm.masked.load.{sfx}.p0{sfx}")
+        v = builder.call(ld, [ptr('s', 'soff', wt), ir.Constant(i32, 1), rd, fill])
+        sfx = f"v{lanes}{_suffix(elt)}"
+        st = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [vt, vt.as_pointer(), i32,
+                                                            ir.VectorType(b1, lanes)]),
+            f"llvm.masked.store.{sfx}.p0{sfx}")
+        wr = below(lanes, arg32('n'))
+        for e, off in enumerate(['doff', 'doff1'] if both else ['doff']):
+            ve = v
+            if stride > 1:   # every stride-th lane from e (the padding lanes hold the fill)
+                ve = builder.shuffle_vector(v, ir.Constant(wt, ir.Undefined),
+                                            ir.Constant(ir.VectorType(i32, lanes),
+                                                        [stride * j + e for j in range(lanes)]))
+            builder.call(st, [ve, ptr('d', off, vt), ir.Constant(i32, 1), wr])
+        return context.get_dummy_value()
+    return codegen
+
+
+def _copy_pad_typer(stride):
+    def typer(typingctx, d, doff, s, soff, lo, hi, n, fill, ok):
+        if not (isinstance(d, types.Array) and isinstance(s, types.Array)
+                and d.dtype == s.dtype):
+            return None
+        return (types.void(d, doff, s, soff, lo, hi, n, fill, ok),
+                _copy_pad_codegen(stride, False))
+    typer.__name__ = typer.__qualname__ = "copy_pad" + ("" if stride == 1 else str(stride))
+    return typer
+
+
+def _copy_pad2x_typer(typingctx, d, doff, doff1, s, soff, lo, hi, lo1, hi1, n, fill, ok):
+    if not (isinstance(d, types.Array) and isinstance(s, types.Array) and d.dtype == s.dtype):
+        return None
+    return (types.void(d, doff, doff1, s, soff, lo, hi, lo1, hi1, n, fill, ok),
+            _copy_pad_codegen(2, True))
+
+
+copy_pad = intrinsic(_copy_pad_typer(1))
+copy_pad.__doc__ = """copy_pad(d, doff, s, soff, lo, hi, n, fill, ok): d.flat[doff + i] =
+s.flat[soff + i] for lo <= i < hi if ok, else ``fill``, for 0 <= i < n <= 64 bytes (one vector;
+C-contiguous arrays of one dtype): a zero-padded row as one masked load (the padding lanes not
+read: soff + i may be outside s there) and one masked store."""
+copy_pad2 = intrinsic(_copy_pad_typer(2))
+copy_pad2.__doc__ = """copy_pad2(d, doff, s, soff, lo, hi, n, fill, ok): ``copy_pad`` from every
+second source element, d.flat[doff + i] = s.flat[soff + 2i] for lo <= i < hi (a stride phase
+of a padded row: one masked load of two vectors and a shuffle)."""
+_copy_pad2x_typer.__name__ = _copy_pad2x_typer.__qualname__ = "copy_pad2x"
+copy_pad2x = intrinsic(_copy_pad2x_typer)
+copy_pad2x.__doc__ = """copy_pad2x(d, doff, doff1, s, soff, lo, hi, lo1, hi1, n, fill, ok):
+both stride-2 phases of a padded row from one load, d.flat[doff + i] = s.flat[soff + 2i] for
+lo <= i < hi and d.flat[doff1 + i] = s.flat[soff + 2i + 1] for lo1 <= i < hi1 (if ok), else
+``fill``."""
+
+
+def _splat(builder, x, n):
+    """<n x type(x)> with every lane x."""
+    vt = ir.VectorType(x.type, n)
+    i32 = ir.IntType(32)
+    return builder.shuffle_vector(builder.insert_element(ir.Constant(vt, ir.Undefined), x,
+                                                         ir.Constant(i32, 0)),
+                                  ir.Constant(vt, ir.Undefined),
+                                  ir.Constant(ir.VectorType(i32, n), None))
+
+
 def _suffix(elt):
     return f"i{elt.width}" if isinstance(elt, ir.IntType) else {"float": "f32",
                                                                  "double": "f64"}[str(elt)]

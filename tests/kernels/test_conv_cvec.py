@@ -87,13 +87,16 @@ def _direct(n, c, m, h, w, k, s, p, d, threads, act=0, res=False, g=1):
     # (n, c, m, h, w, k, stride, pad, dilation): panels of 48 cut at 1, 16, 17, 33 channels;
     # rows of 1-8 and 9-17 pixels (tiles of 8, 7+6, 6+6+5); K past one block of 512 taps;
     # a 16x32 plane (512 floats: staged); grouped: 2 groups of 40 -> 50, 4 of 32 -> 32 (stride
-    # 2), 3 of 200 -> 60 (1x1), 8 groups of 16 -> 16
+    # 2), 3 of 200 -> 60 (1x1), 8 groups of 16 -> 16; unpadded layers read in place at
+    # strides 2 (1x1, 3x3 on odd planes, dilated)
     (1, 8, 1, 5, 5, 3, 1, 1, 1), (2, 16, 17, 9, 13, 3, 2, 1, 1), (1, 70, 100, 6, 17, 3, 1, 1, 1),
     (1, 600, 33, 7, 7, 1, 1, 0, 1), (1, 64, 49, 8, 8, 3, 1, 1, 1), (1, 3, 64, 12, 12, 7, 2, 3, 1),
     (1, 32, 96, 12, 12, 3, 1, 2, 2), (2, 40, 50, 16, 32, 3, 1, 1, 1),
     (1, 600, 20, 16, 32, 1, 1, 0, 1),
     (2, 80, 100, 9, 9, 3, 1, 1, 1, 2), (1, 128, 128, 14, 14, 3, 2, 1, 1, 4),
     (1, 600, 180, 7, 7, 1, 1, 0, 1, 3), (1, 128, 128, 7, 7, 3, 1, 1, 1, 8),
+    (1, 64, 48, 14, 14, 1, 2, 0, 1), (1, 32, 40, 15, 13, 3, 2, 0, 1),
+    (1, 48, 32, 9, 11, 3, 2, 0, 2), (1, 96, 64, 9, 9, 3, 2, 1, 1, 2),
 ])
 @pytest.mark.parametrize('threads', [1, 2])
 def test_kernel_edges_against_numpy(shape, threads):
@@ -143,8 +146,11 @@ def test_rule_boundaries():
     assert CV.cvec_wins(128, 128, 3, 3, 28, 28, 2, 2, group=4)
     assert CV.cvec_wins(128, 128, 3, 3, 28, 28, 1, 1, winograd_alt=True, group=4)
     assert not CV.cvec_wins(256, 256, 3, 3, 28, 28, 1, 1, winograd_alt=True, group=4)  # 64/group
-    assert not CV.cvec_wins(512, 512, 3, 3, 7, 7, 2, 2, group=16)  # strided onto 7x7
-    assert not CV.cvec_wins(64, 64, 3, 3, 28, 28, 2, 2, group=8)   # 8 per group: K 72
+    assert CV.cvec_wins(512, 512, 3, 3, 7, 7, 2, 2, group=16)      # strided onto 7x7
+    assert CV.cvec_wins(512, 512, 3, 3, 14, 14, 1, 1, group=64)    # 8 per group, 14x14
+    assert not CV.cvec_wins(256, 256, 3, 3, 28, 28, 1, 1, group=32)  # 8 per group, 28x28
+    assert not CV.cvec_wins(256, 256, 1, 1, 7, 7, 1, 1, group=8)   # 1x1: K 32
+    assert not CV.cvec_wins(256, 256, 1, 1, 14, 14, 1, 1, group=4)  # 1x1: K 64
     assert not CV.cvec_wins(64, 64, 3, 3, 14, 14, 1, 1, group=64)  # depthwise
 
 
