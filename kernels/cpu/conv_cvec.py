@@ -33,8 +33,8 @@ from numba.extending import intrinsic
 from .conv_implicit import tap_offsets
 from .epilogue import act_row
 from .gemm import eptr, next_task, num_threads, scratch_workers
+from .phases import phase_planes
 from .qgemm import _ptr
-from .quant import phase_planes
 
 _FM = {'reassoc', 'contract', 'arcp'}
 

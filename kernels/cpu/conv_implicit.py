@@ -26,8 +26,8 @@ from numba.extending import intrinsic
 
 from .epilogue import act_row
 from .gemm import eptr, next_task, num_threads
+from .phases import phase_planes
 from .qgemm import MR, NR, NV, _ptr, copy_short, emit_tile
-from .quant import phase_planes
 
 _FM = {'reassoc', 'contract', 'arcp'}
 

@@ -23,8 +23,9 @@ from numba import njit, prange
 from .conv import conv2d
 from .gemm import claim, count_done, eptr, matmul3d, next_task, num_threads
 from .mathfn import wide_vectors
-from .qgemm import (MR, NR, _tile, _tile_off, copy_pad, copy_pad2, copy_pad2x, copy_short,
-                    igemm, igemm_part, pack_p, pack_v, packed_sizes)
+from .phases import _col_range, _pad_row, _phases_used, phase_planes
+from .qgemm import (MR, NR, _tile, _tile_off, copy_short, igemm, igemm_part, pack_p, pack_v,
+                    packed_sizes)
 from .sync import wait_count
 
 _EXACT32 = float(1 << 24)
@@ -768,95 +769,6 @@ def _phase_planes(x4, zx, xb, sh, sw, ph, pw, dh, dw, kh, kw, hq, wq):
 
 
 @njit(cache=True, error_model='numpy')
-def phase_planes(src, xb, fill, nc, h, w, sh, sw, ph, pw, dh, dw, kh, kw, hq, wq):
-    """xb[(i*sh*sw + a*sw + e)*hq*wq + y*wq + x] = src[(i*h + y*sh + a - ph)*w + x*sw + e - pw]
-    for the nc (h, w) planes i of the flat src (xb's element type), ``fill`` outside them, for
-    the stride phases the taps use (``_phases_used``; the others are not written): the padded
-    stride-phase planes the in-place tile operands read (QLinearConv's bytes here, the float
-    implicit-gemm convolution's in ``conv_implicit``)."""
-    wide_vectors()
-    phases = _phases_used(sh, sw, dh, dw, kh, kw)
-    npq = phases.shape[0]
-    # per phase, outside the plane loop (their divisions per plane cost ~5 us on 512 planes):
-    # its row and column phase and the columns it takes from the input
-    geo = np.empty((npq, 4), np.int64)
-    for k in range(npq):
-        e = phases[k] % sw
-        x0, x1 = _col_range(w, wq, sw, pw, e)
-        geo[k, 0], geo[k, 1], geo[k, 2], geo[k, 3] = phases[k] // sw, e, x0, x1
-    pq = hq * wq
-    lanes = 64 // xb.itemsize
-    # rows of strides 1 and 2 in masked vector copies (``_vec_rows``); at stride 2 with both
-    # column phases used, each input row is loaded once for the pair
-    pair = sw == 2 and npq >= 2 and phases[0] % 2 == 0 and phases[1] % 2 == 1
-    mode = 0 if sw > 2 else (sw if not pair else 3)
-    if mode > 0:
-        # phase by phase, each over every plane in a loop of its own (the masks, the same for
-        # every row, outside it; the mode a constant in each inlined copy)
-        for k in range(0, npq, 2 if pair else 1):
-            a, e, x0, x1 = geo[k, 0], geo[k, 1], geo[k, 2], geo[k, 3]
-            d0 = phases[k] * pq
-            if mode == 1:
-                _vec_rows(1, xb, d0, d0, sh * sw * pq, src, a - ph, e - pw, h, w, sh, 1, x0,
-                          x1, 0, 0, nc, hq, wq, lanes, fill)
-            elif mode == 2:
-                _vec_rows(2, xb, d0, d0, sh * sw * pq, src, a - ph, e - pw, h, w, sh, 2, x0,
-                          x1, 0, 0, nc, hq, wq, lanes, fill)
-            else:
-                _vec_rows(3, xb, d0, d0 + pq, sh * sw * pq, src, a - ph, e - pw, h, w, sh, 2,
-                          x0, x1, geo[k + 1, 2], geo[k + 1, 3], nc, hq, wq, lanes, fill)
-        return
-    for bc in range(nc):
-        for k in range(npq):
-            a, e, x0, x1 = geo[k, 0], geo[k, 1], geo[k, 2], geo[k, 3]
-            dst = eptr(xb, (bc * sh * sw + phases[k]) * pq)
-            for y in range(hq):
-                r = y * sh + a - ph
-                o = y * wq
-                if not _pad_row(dst, o, r, h, wq, x0, x1, fill):
-                    continue
-                s_ = eptr(src, (bc * h + r) * w + e - pw)
-                for x in range(x0, x1):
-                    dst[o + x] = s_[x * sw]
-
-
-@njit(cache=True, error_model='numpy', inline='always')
-def _vec_rows(mode, xb, d0, d1, dstep, src, ra, ce, h, w, sh, sw, x0, x1, x0b, x1b, nc, hq, wq,
-              lanes, fill):
-    """One phase (a pair of column phases into d0 and d1 with mode 3) of the nc planes, dstep
-    apart, in masked vector copies: row y of plane i from source row i * h + y * sh + ra
-    (``fill`` outside 0..h-1), columns from ce (element by element a plane row of 7-28 costs
-    ~4 ns: 32 us for 512 planes 14x14, 85 us for their four stride-2 phases)."""
-    for i in range(nc):
-        p0, p1 = d0 + i * dstep, d1 + i * dstep
-        for y in range(hq):
-            r = y * sh + ra
-            ok = 0 <= r < h
-            s0 = (i * h + r) * w + ce
-            o = y * wq
-            if wq <= lanes:    # (one vector: the common case, without the loop)
-                _vec_row(mode, xb, p0 + o, p1 + o, src, s0, x0, x1, x0b, x1b, wq, fill, ok)
-                continue
-            j = 0
-            while j < wq:   # (not a range with a step: its trip count divides)
-                _vec_row(mode, xb, p0 + o + j, p1 + o + j, src, s0 + sw * j, x0 - j, x1 - j,
-                         x0b - j, x1b - j, min(lanes, wq - j), fill, ok)
-                j += lanes
-
-
-@njit(cache=True, error_model='numpy', inline='always')
-def _vec_row(mode, xb, d, d1, src, s, lo, hi, lo1, hi1, n, fill, ok):
-    """One vector of a padded phase row (all ``fill`` unless ok): stride 1 (mode 1), stride 2
-    (2), both stride-2 phases into d and d1 (3)."""
-    if mode == 1:
-        copy_pad(xb, d, src, s, lo, hi, n, fill, ok)
-    elif mode == 2:
-        copy_pad2(xb, d, src, s, lo, hi, n, fill, ok)
-    else:
-        copy_pad2x(xb, d, d1, src, s, lo, hi, lo1, hi1, n, fill, ok)
-
-
-@njit(cache=True, error_model='numpy')
 def _pack_panel(xb, base, off, kq, p0, nv, fx, o32):
     """o32[q*NR + j] = the 4 bytes xb[base + off[4q + e] + p0 + j] (e = 0..3) ^ fx, j < nv:
     one panel of the packed vector operand, read straight from the (phase) planes (512-bit
@@ -872,49 +784,6 @@ def _pack_panel(xb, base, off, kq, p0, nv, fx, o32):
         for j in range(nv):
             d[j] = (np.uint32(a0[j]) | (np.uint32(a1[j]) << s8) | (np.uint32(a2[j]) << s16)
                     | (np.uint32(a3[j]) << s24)) ^ fx
-
-
-@njit(cache=True, error_model='numpy', inline='always')
-def _col_range(w, wq, sw, pw, e):
-    """(x0, x1): the plane columns x of phase e inside the input (0 <= x*sw + e - pw < w)."""
-    x0 = min(max((pw - e + sw - 1) // sw, 0), wq)
-    return x0, min(max((w - 1 + pw - e) // sw + 1, x0), wq)
-
-
-@njit(cache=True, error_model='numpy', inline='always')
-def _fill(d, i0, i1, v):
-    for i in range(i0, i1):
-        d[i] = v
-
-
-@njit(cache=True, error_model='numpy', inline='always')
-def _pad_row(d, o, r, h, wq, x0, x1, v):
-    """Plane row at d[o:o + wq] for input row r: v where it is padding; False when all is."""
-    if r < 0 or r >= h:
-        _fill(d, o, o + wq, v)
-        return False
-    _fill(d, o, o + x0, v)
-    _fill(d, o + x1, o + wq, v)
-    return True
-
-
-@njit(cache=True, error_model='numpy')
-def _phases_used(sh, sw, dh, dw, kh, kw):
-    """The stride phases (a, e) some tap reads, as a*sw + e in increasing order."""
-    use_a = np.zeros(sh, np.bool_)
-    use_e = np.zeros(sw, np.bool_)
-    for i in range(kh):
-        use_a[i * dh % sh] = True
-    for j in range(kw):
-        use_e[j * dw % sw] = True
-    out = np.empty(sh * sw, np.int64)
-    n = 0
-    for a in range(sh):
-        for e in range(sw):
-            if use_a[a] and use_e[e]:
-                out[n] = a * sw + e
-                n += 1
-    return out[:n]
 
 
 @njit(cache=True, error_model='numpy')

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jitort.kernels.cpu.conv_implicit import _geom
-from jitort.kernels.cpu.quant import _phases_used, phase_planes
+from jitort.kernels.cpu.phases import _phases_used, phase_planes
 
 
 def _reference(src, nc, h, w, sh, sw, ph, pw, dh, dw, kh, kw, hq, wq, fill, out):

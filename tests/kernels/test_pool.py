@@ -228,12 +228,14 @@ def test_pool_3x3_separable_path(nthreads, shape, s, pads, oh, ow, op, ort_node)
 
 
 @pytest.mark.parametrize('op', ['MaxPool', 'AveragePool'])
-def test_pool_3x3_stride2_float64_vector_rows(nthreads, op, ort_node):
+@pytest.mark.parametrize('wd', [40, 8, 5])
+def test_pool_3x3_stride2_float64_vector_rows(nthreads, op, wd, ort_node):
     """float64 through the 16-output row vectors (pool._h3s2_max / _h3s2_avg), unpadded and
-    padded, a plane of 40 columns (19-20 outputs: one vector and a tail)."""
-    x = np.random.default_rng(6).standard_normal((2, 3, 9, 40))
+    padded, a plane of 40 columns (19-20 outputs: one vector and a tail); planes of one
+    vector a row (8 and 5 columns: pool._s2_small_*)."""
+    x = np.random.default_rng(6).standard_normal((2, 3, 9, wd))
     for p in (0, 1):
-        oh, ow = (9 + 2 * p - 3) // 2 + 1, (40 + 2 * p - 3) // 2 + 1
+        oh, ow = (9 + 2 * p - 3) // 2 + 1, (wd + 2 * p - 3) // 2 + 1
         out = np.full((2, 3, oh, ow), np.nan)
         if op == 'MaxPool':
             P.maxpool2d(x, out, 3, 3, 2, 2, p, p, 1, 1)
