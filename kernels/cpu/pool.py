@@ -8,12 +8,11 @@ region, so padding never contributes to a max or a sum.
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
-from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .conv import conv2d
 from .gemm import eptr, num_threads
-from .qgemm import _ptr
+from .qgemm import _ptr, _splat, masked_load, masked_store
 from .softmax import row_max
 
 _PAR_MIN_WORK = 1 << 16
@@ -107,27 +106,15 @@ def _s2_small_intrinsic(mx):
             n = _S2_SMALL_BYTES * 8 // at[0].dtype.bitwidth
             i32, i64 = ir.IntType(32), ir.IntType(64)
             vec = ir.VectorType(lane, n)
-            mt = ir.VectorType(ir.IntType(1), n)
-            sfx = f"v{n}f{at[0].dtype.bitwidth}"
-            ld = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(vec, [vec.as_pointer(), i32, mt, vec]),
-                f"llvm.masked.load.{sfx}.p0{sfx}")
-            st = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(ir.VoidType(), [vec, vec.as_pointer(), i32, mt]),
-                f"llvm.masked.store.{sfx}.p0{sfx}")
+            ld, st = masked_load(builder, vec), masked_store(builder, vec)
 
             def arg(k, ty=types.int64):
                 return context.cast(builder, args[k], at[k], ty)
 
             def below(v):
-                v32 = builder.trunc(v, i32)
-                sp = builder.shuffle_vector(
-                    builder.insert_element(ir.Constant(ir.VectorType(i32, n), ir.Undefined), v32,
-                                           ir.Constant(i32, 0)),
-                    ir.Constant(ir.VectorType(i32, n), ir.Undefined),
-                    ir.Constant(ir.VectorType(i32, n), None))
                 return builder.icmp_signed('<', ir.Constant(ir.VectorType(i32, n),
-                                                            list(range(n))), sp)
+                                                            list(range(n))),
+                                           _splat(builder, builder.trunc(v, i32), n))
             fill = ir.Constant(vec, [float('-inf') if mx else 0.0] * n)
             inw = below(arg(6))
 
@@ -135,10 +122,7 @@ def _s2_small_intrinsic(mx):
                 m = inw
                 if use is not None:
                     u = builder.icmp_signed('!=', arg(use), ir.Constant(i64, 0))
-                    m = builder.and_(m, builder.shuffle_vector(
-                        builder.insert_element(ir.Constant(mt, ir.Undefined), u,
-                                               ir.Constant(i32, 0)),
-                        ir.Constant(mt, ir.Undefined), ir.Constant(ir.VectorType(i32, n), None)))
+                    m = builder.and_(m, _splat(builder, u, n))
                 p = builder.bitcast(_ptr(context, builder, at[0], args[0], args[k], lane),
                                     vec.as_pointer())
                 return builder.call(ld, [p, ir.Constant(i32, 1), m, fill])

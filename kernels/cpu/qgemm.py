@@ -179,7 +179,6 @@ def copy_short(typingctx, d, doff, s, soff, n):
         elt = context.get_data_type(sig.args[0].dtype)
         vt = ir.VectorType(elt, 64)
         i32 = ir.IntType(32)
-        mt = ir.VectorType(ir.IntType(1), 64)
         nn = builder.trunc(context.cast(builder, args[4], sig.args[4], types.int64), i32)
         splat = builder.shuffle_vector(builder.insert_element(ir.Constant(ir.VectorType(i32, 64),
                                                                           ir.Undefined),
@@ -194,12 +193,7 @@ def copy_short(typingctx, d, doff, s, soff, n):
             p = builder.gep(data, [context.cast(builder, args[k + 1], sig.args[k + 1],
                                                 types.intp)])
             ptrs.append(builder.bitcast(p, vt.as_pointer()))
-        ld = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(vt, [vt.as_pointer(), i32, mt, vt]),
-            f"llvm.masked.load.v64{_suffix(elt)}.p0v64{_suffix(elt)}")
-        st = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [vt, vt.as_pointer(), i32, mt]),
-            f"llvm.masked.store.v64{_suffix(elt)}.p0v64{_suffix(elt)}")
+        ld, st = masked_load(builder, vt), masked_store(builder, vt)
         v = builder.call(ld, [ptrs[1], ir.Constant(i32, 1), mask, ir.Constant(vt, None)])
         builder.call(st, [v, ptrs[0], ir.Constant(i32, 1), mask])
         return context.get_dummy_value()
@@ -217,7 +211,6 @@ def _copy_pad_codegen(stride, both):
         wide = lanes * stride
         vt, wt = ir.VectorType(elt, lanes), ir.VectorType(elt, wide)
         i32 = ir.IntType(32)
-        b1 = ir.IntType(1)
         names = ['d', 'doff'] + (['doff1'] if both else []) + ['s', 'soff', 'lo', 'hi'] \
             + (['lo1', 'hi1'] if both else []) + ['n', 'fill', 'ok']
         k = {nm: j for j, nm in enumerate(names)}
@@ -258,17 +251,9 @@ def _copy_pad_codegen(stride, both):
             data = make_array(at[k[arr]])(context, builder, args[k[arr]]).data
             return builder.bitcast(builder.gep(data, [context.cast(
                 builder, args[k[off]], at[k[off]], types.intp)]), ty.as_pointer())
-        sfx = f"v{wide}{_suffix(elt)}"
-        ld = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(wt, [wt.as_pointer(), i32,
-                                                 ir.VectorType(b1, wide), wt]),
-            f"llvm.masked.load.{sfx}.p0{sfx}")
+        ld = masked_load(builder, wt)
         v = builder.call(ld, [ptr('s', 'soff', wt), ir.Constant(i32, 1), rd, fill])
-        sfx = f"v{lanes}{_suffix(elt)}"
-        st = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [vt, vt.as_pointer(), i32,
-                                                            ir.VectorType(b1, lanes)]),
-            f"llvm.masked.store.{sfx}.p0{sfx}")
+        st = masked_store(builder, vt)
         wr = below(lanes, arg32('n'))
         for e, off in enumerate(['doff', 'doff1'] if both else ['doff']):
             ve = v
@@ -324,6 +309,28 @@ def _splat(builder, x, n):
                                                          ir.Constant(i32, 0)),
                                   ir.Constant(vt, ir.Undefined),
                                   ir.Constant(ir.VectorType(i32, n), None))
+
+
+def masked_load(builder, vt):
+    """The declaration of ``llvm.masked.load`` for vector type vt: call it with (pointer to vt,
+    i32 alignment, <n x i1> mask, passthrough vt)."""
+    return cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(vt, [vt.as_pointer(), ir.IntType(32),
+                                             ir.VectorType(ir.IntType(1), vt.count), vt]),
+        f"llvm.masked.load.{_vsuffix(vt)}.p0{_vsuffix(vt)}")
+
+
+def masked_store(builder, vt):
+    """The declaration of ``llvm.masked.store`` for vector type vt: call it with (vt, pointer
+    to vt, i32 alignment, <n x i1> mask)."""
+    return cgutils.get_or_insert_function(
+        builder.module, ir.FunctionType(ir.VoidType(), [vt, vt.as_pointer(), ir.IntType(32),
+                                                        ir.VectorType(ir.IntType(1), vt.count)]),
+        f"llvm.masked.store.{_vsuffix(vt)}.p0{_vsuffix(vt)}")
+
+
+def _vsuffix(vt):
+    return f"v{vt.count}{_suffix(vt.element)}"
 
 
 def _suffix(elt):
