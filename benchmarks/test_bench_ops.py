@@ -189,6 +189,9 @@ def _model_case(nodes, inputs, outputs, inits=(), opset=17, tol=1e-4):
     Every op family compiled since issue 20 is benchmarked this way."""
     m = _typed_model(nodes, inputs, outputs, inits, opset)
     cm = jitort.compile(m, threads=THREADS)
+    # the compiled program, not the interpreter tier a cold cache starts on (with its
+    # background compilation holding a core: 2-thread kernels then ran 3x slower)
+    assert cm.wait_compiled(), "the background compilation failed"
     if cm.fallback_nodes():
         raise AssertionError(f"interpreted: {cm.fallback_nodes()}")
     so = ort.SessionOptions()
@@ -227,6 +230,7 @@ def _fused_case(n):
              helper.make_node('Mul', ['x', 'v'], ['y'])],
             [('x', x)], ['y'], [('a', np.array(1.5, np.float32)), ('b', np.array(0.25, np.float32))])
     cm = jitort.compile(_model(*args), threads=THREADS)
+    assert cm.wait_compiled(), "the background compilation failed"
     ort_fn = _session(*args)
     return (lambda: cm.run(None, {'x': x})), ort_fn, \
         (lambda: _check(cm.run(None, {'x': x})[0], ort_fn(), 1e-5))

@@ -30,6 +30,7 @@ def case(request):
     so.intra_op_num_threads = 1
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     cm = jitort.compile(model, threads=1)
+    assert cm.wait_compiled(), "the background compilation failed"
     np.testing.assert_allclose(cm.run(None, feeds)[0], sess.run(None, feeds)[0])
     return request.param, cm, sess, feeds
 
