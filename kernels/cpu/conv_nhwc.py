@@ -40,8 +40,12 @@ _PAR_MIN_DW = 1 << 15
 _PAR_MIN_FLOPS = 1 << 22
 # the same for the register-tiled rows (``_dw_tile``, 2-3x faster than the per-tap ones):
 # at 2 threads 0.2-0.5 M output elements * taps ran 1.4-1.9x their 1-thread time (11-16 us
-# of work against a parallel region's launch), 1.0-2.4 M 0.75-0.9x (Zen 5, 2026-11-27)
-_PAR_MIN_DW_TILES = 1 << 19
+# of work against a parallel region's launch), 1.0-2.4 M 0.75-0.9x in a loop of calls (Zen 5,
+# 2026-11-27). In a model the region follows a serial kernel (the layout transpose), and a
+# TBB worker idle for more than ~30 us takes ~9 us to wake on this host (1.4 us back to
+# back): 0.59 M (5x5/2, 480 channels, 7x7 outputs) took 18.5 us at 2 threads against 11 us
+# at 1, so the tiles split from 2 M (~40 us of work) (seventh session)
+_PAR_MIN_DW_TILES = 1 << 21
 # pointwise: output elements per row block (256 KB of float32: the epilogue pass stays in L2)
 _PW_BLOCK_ELEMS = 1 << 16
 
