@@ -559,15 +559,16 @@ def cvec_wins(C, M, KH, KW, OH, OW, SH, SW, winograd_alt=False, implicit_alt=Fal
 
 
 
-#: Grouped layers (``python scripts/sweep_conv_cvec.py --only "g > 1"``, 28 grouped 3x3
-#: layers, 1 thread, Zen 5, 2026-11-27; ratios to onnxruntime, the kernel taken otherwise ->
-#: this one): ResNeXt's 32 channels per group 1.11-2.07 -> 0.86-1.31 (stride 2 onto 7x7-28x28
-#: 1.44-2.07 -> 1.00-1.31: the input's stride phases now copied as masked vector rows, was
-#: element by element, 2-4x the tiles' time on 7x7 outputs), 16-24 per group 0.63-2.02 ->
-#: 0.50-1.20; 8 per group on 7x7-14x14 outputs 0.64-0.95 -> 0.47-0.57 but on 28x28-56x56
-#: 0.52-0.66 -> 0.53-0.78 (a vector of 16 lanes half idle; conv_group's gemm of 8 columns does
-#: as well or better there). Kept off: 64 and 128 per group where Winograd runs them (0.95 /
-#: 0.83 -> 1.15 / 1.02), and grouped 1x1 layers with K < 128
+#: Grouped layers (``python scripts/sweep_conv_cvec.py --only "g > 1"``, 24 grouped 3x3
+#: layers, 1 thread, Zen 5, 2026-11-27, seventh session; ratios to onnxruntime, the kernel
+#: taken otherwise -> this one): ResNeXt's 32 channels per group 1.11-2.02 -> 0.86-1.20,
+#: 16-24 per group 0.78-2.07 -> 0.56-1.31, 128 per group at stride 2 1.44 -> 1.00 (strided
+#: layers onto 7x7-28x28 since the input's stride phases are copied as masked vector rows,
+#: ``phases``; element by element the copy cost 2-4x the tiles on 7x7 outputs); 8 per group on
+#: 7x7-14x14 outputs 0.63-0.95 -> 0.47-0.57 but on 28x28-56x56 0.52-0.66 -> 0.53-0.78 (a
+#: vector of 16 lanes half idle; conv_group's gemm of 8 columns does as well or better there).
+#: Kept off: 64 and 128 per group where Winograd runs them (0.95 / 0.83 -> 1.15 / 1.02), and
+#: grouped 1x1 layers with K < 128
 #: (64 per group on 14x14: the per-group BLAS gemm 32 us, this 64-71 us: 64 taps do little
 #: for each transposed tile write).
 CVEC_GROUPED_MAX_CG_VS_WINOGRAD = 32
