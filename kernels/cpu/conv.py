@@ -887,10 +887,13 @@ def _dw_flat_offsets(kh_n, kw_n, sh, sw, dh, dw, wq, pe):
 #: output rows per pass of ``_dw_rows`` (each input row vector it loads serves up to this
 #: many of them) and the square kernels / strides it has code for (no dilation)
 _DW_ROWS = 4
-_DW_ROWS_KS = ((5, 1), (7, 1), (3, 2), (5, 2), (7, 2))   # (3x3 stride 1: _dw_flat's 9-tap loop)
+_DW_ROWS_KS = ((3, 1), (5, 1), (7, 1), (3, 2), (5, 2), (7, 2))
+# (3x3 stride 1 joined in the seventh session, from the 9-tap loop: 144ch 56x56 1.16 -> 1.10x
+# onnxruntime, ``python scripts/compare_depthwise.py``, 1 thread, Zen 5; the kernel alone
+# 0.91x its time there, 0.95-1.04x on 240ch 28x28)
 #: kernel rows per pass of ``_dw_rows``, by (kernel, stride): a pass's weight broadcasts, the 4
 #: accumulators and the input vector in the 32 vector registers (49 do not fit)
-_DW_ROW_GROUPS = {(5, 1): ((0, 1, 2, 3, 4),),
+_DW_ROW_GROUPS = {(3, 1): ((0, 1, 2),), (5, 1): ((0, 1, 2, 3, 4),),
                   (7, 1): ((0, 1, 2), (3, 4), (5, 6)), (3, 2): ((0, 1, 2),),
                   (5, 2): ((0, 1, 2, 3, 4),), (7, 2): ((0, 2), (4, 6), (1, 3, 5))}
 #: scratch elements past ``_dw_flat``'s planes and accumulator: ``_dw_rows`` computes whole
@@ -1063,7 +1066,7 @@ def _dw_flat(p, x, w, b, res, out, xs, acc, offs, phases, geo, sh, sw, ph, pw, d
     bv = b[c] if has_bias else z
     a = eptr(acc, 0)
     if (kh_n == kw_n and sh == sw and dh == 1 and dw == 1
-            and ((sh == 1 and (kh_n == 5 or kh_n == 7))
+            and ((sh == 1 and (kh_n == 3 or kh_n == 5 or kh_n == 7))
                  or (sh == 2 and (kh_n == 3 or kh_n == 5 or kh_n == 7)))):
         for r0 in range(0, oh_n, _DW_ROWS):
             _dw_rows(acc, r0 * wq, xs, r0 * wq, wq, wq, w, c * kh_n * kw_n, kh_n,

@@ -100,8 +100,11 @@ CASES = [
     (2, 5, 30, 61, 5, 3, 5, (2, 3), (0, 2, 1, 1), (1, 2), 5),     # column stride 3, dilated
     # taps in passes of eight, four, two, one (49 = 6 * 8 + 1, 25 = 3 * 8 + 1, 8, 6 = 4 + 2)
     (1, 8, 15, 17, 8, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1), 8),     # ConvNeXt-style 7x7
-    # 5x5 / 7x7 stride 1: conv._dw_rows, 4 output rows per pass (13 = 3 * 4 + 1 rows; a 7x7
-    # plane's 13-column rows, under one vector; uneven pads)
+    # 3x3 / 5x5 / 7x7 stride 1: conv._dw_rows, 4 output rows per pass (13 = 3 * 4 + 1 rows; a
+    # 7x7 plane's 13-column rows, under one vector; 22- and 40-wide rows, two and three
+    # vectors; uneven pads)
+    (2, 5, 13, 22, 5, 3, 3, (1, 1), (1, 1, 1, 1), (1, 1), 5),
+    (1, 3, 18, 40, 3, 3, 3, (1, 1), (0, 1, 2, 1), (1, 1), 3),
     (2, 5, 13, 10, 5, 5, 5, (1, 1), (2, 2, 2, 2), (1, 1), 5),
     (1, 7, 7, 7, 7, 7, 7, (1, 1), (3, 3, 3, 3), (1, 1), 7),
     (1, 3, 11, 21, 3, 5, 5, (1, 1), (0, 3, 2, 1), (1, 1), 3),
