@@ -90,6 +90,23 @@ def test_block_runs_channels_last_with_two_transposes():
     assert "GlobalAveragePool" not in ops and "ReduceMean" in ops
 
 
+@pytest.mark.parametrize("e,stride,hw,nhwc", [
+    (32, 1, 28, True), (192, 1, 28, True),     # whole vectors of channels onto 28x28
+    (72, 1, 28, False),                         # a half vector left
+    (96, 2, 56, True), (64, 2, 56, False),      # stride 2 onto 28x28: from 96 channels
+    (48, 1, 56, False),                         # 56x56 outputs
+])
+def test_depthwise_on_28x28_runs_channels_last_by_its_channels(e, stride, hw, nhwc):
+    """Above MAX_PLANE outputs only the depthwise convolution goes channels-last, up to 28x28
+    outputs with its channels a multiple of 16 (layout.DW_MAX_PLANE / DW_MIN_CHANNELS); the
+    pointwise convolutions of its block stay NCHW. Results match onnxruntime either way."""
+    m = _mobile_block(c=16, e=e, hw=hw, stride=stride, se=False)
+    ops = _ops(_optimized(m))
+    assert ops.count("FusedConvNHWC") == (1 if nhwc else 0), ops
+    assert ops.count("Transpose") == (2 if nhwc else 0), ops
+    _check(m)
+
+
 def test_no_depthwise_no_conversion():
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["a"]),
              helper.make_node("Relu", ["a"], ["y"])]

@@ -57,6 +57,17 @@ _ELEMENTWISE = {
 #: where NCHW rows are long, and a pointwise gemm with 8-24 output columns runs far below
 #: BLAS peak).
 MAX_PLANE = 256
+#: Depthwise convolutions whose channels fill whole 16-lane vectors run channels-last on
+#: larger planes too, up to DW_MAX_PLANE outputs, since the register-tiled channels-last
+#: kernel (``conv_nhwc._dw_tile``, 8 pixels x 16 channels). One-depthwise models, 1 thread,
+#: Zen 5, 2026-11-27 (seventh session; the two layout transposes included), channels-last /
+#: NCHW time onto 28x28 outputs: stride 1 with 32-240 channels 0.72-0.90 (16 channels 1.08,
+#: 72 -- a half vector left -- 1.10-1.13); stride 2 with 96-240 channels 0.90-0.95 (32-64
+#: channels 1.02-1.08, 72 1.56); onto 56x56 1.03-1.28 (48-144 channels), not taken. At 2
+#: threads the taken shapes are even (0.98-1.02).
+DW_MAX_PLANE = 28 * 28
+DW_LANES = 16
+DW_MIN_CHANNELS = {1: 32, 2: 96}   # by stride
 _REDUCE = {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd", "ReduceL1",
            "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}
 _GLOBAL_POOL = {"GlobalAveragePool": "ReduceMean", "GlobalMaxPool": "ReduceMax"}
@@ -98,9 +109,21 @@ def conv_kind(n: Node) -> str:
     group = int(n.attrs.get("group", 1))
     c = x.shape[1]
     oh, ow = n.outputs[0].shape[2:]
-    if not (isinstance(oh, int) and isinstance(ow, int) and oh * ow <= MAX_PLANE):
+    if not (isinstance(oh, int) and isinstance(ow, int)):
         return ""
-    return _kind(n, m, cg, kh, kw) if c == m or group == 1 else ""
+    kind = _kind(n, m, cg, kh, kw) if c == m or group == 1 else ""
+    if oh * ow <= MAX_PLANE or (kind == "depthwise" and _wide_depthwise(n, m, oh * ow)):
+        return kind
+    return ""
+
+
+def _wide_depthwise(n: Node, m, plane) -> bool:
+    """Whether a depthwise convolution above MAX_PLANE outputs still runs channels-last
+    (DW_MAX_PLANE)."""
+    strides = list(n.attrs.get("strides") or [1, 1])
+    need = DW_MIN_CHANNELS.get(max(strides))
+    return (plane <= DW_MAX_PLANE and need is not None and m >= need and m % DW_LANES == 0
+            and strides[0] == strides[1])
 
 
 def nhwc_kind(n: Node) -> str:
