@@ -59,12 +59,12 @@ _ELEMENTWISE = {
 MAX_PLANE = 256
 #: Depthwise convolutions whose channels fill whole 16-lane vectors run channels-last on
 #: larger planes too, up to DW_MAX_PLANE outputs, since the register-tiled channels-last
-#: kernel (``conv_nhwc._dw_tile``, 8 pixels x 16 channels). One-depthwise models, 1 thread,
-#: Zen 5, 2026-11-27 (seventh session; the two layout transposes included), channels-last /
-#: NCHW time onto 28x28 outputs: stride 1 with 32-240 channels 0.72-0.90 (16 channels 1.08,
-#: 72 -- a half vector left -- 1.10-1.13); stride 2 with 96-240 channels 0.90-0.95 (32-64
-#: channels 1.02-1.08, 72 1.56); onto 56x56 1.03-1.28 (48-144 channels), not taken. At 2
-#: threads the taken shapes are even (0.98-1.02).
+#: kernel (``conv_nhwc._dw_tile``, 8 pixels x 16 channels). ``python scripts/sweep_dw_layout.py``
+#: (one-depthwise models, the two layout transposes included; 1 thread, Zen 5, 2026-11-27,
+#: seventh session), channels-last / NCHW time onto 28x28 outputs: stride 1 with 32-240
+#: channels 0.72-0.90 (16 channels 1.10, 72 -- a half vector left -- 1.07-1.13); stride 2
+#: with 96-240 channels 0.81-0.96 (32-64 channels 0.97-1.09, 72 1.67); onto 56x56 1.03-1.40
+#: (48-144 channels), not taken. At 2 threads the taken shapes are even (0.98-1.02).
 DW_MAX_PLANE = 28 * 28
 DW_LANES = 16
 DW_MIN_CHANNELS = {1: 32, 2: 96}   # by stride
