@@ -24,6 +24,7 @@ from numba.np.arrayobj import make_array
 from numba.np.linalg import get_blas_kind
 
 from . import blas
+from .ptr import eptr  # noqa: F401  (re-exported: the kernels import it from here)
 
 from .epilogue import (ACT_CLIP, ACT_GELU, ACT_LEAKY_RELU, ACT_NONE, ACT_RELU,  # noqa: F401
                        ACT_SIGMOID, ACT_TANH, act_row, bias_act_2d)
@@ -116,20 +117,6 @@ def xgemm(typingctx, ta, tb, m, n, k, alpha, a, aoff, lda, b, boff, ldb, beta, c
     return sig, codegen
 
 
-@intrinsic
-def eptr(typingctx, arr, off):
-    """Raw pointer (``CPointer(dtype)``) to element ``off`` of ``arr``'s data (any layout;
-    ``off`` counts elements from the first one). Indexing it has no bounds or wraparound
-    checks and creates no array views (whose NRT reference counting costs ~10 ns each), so
-    short inner copy loops vectorize; the caller guarantees the range is valid."""
-    if not isinstance(arr, types.Array) or not isinstance(off, types.Integer):
-        return None
-    sig = types.CPointer(arr.dtype)(arr, off)
-
-    def codegen(context, builder, sig, args):
-        data = make_array(sig.args[0])(context, builder, args[0]).data
-        return builder.gep(data, [context.cast(builder, args[1], sig.args[1], types.intp)])
-    return sig, codegen
 
 
 @intrinsic

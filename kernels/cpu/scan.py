@@ -7,6 +7,8 @@ the dims before and after the scanned/selected axis. Loops run over ``axis`` out
 import numpy as np
 from numba import njit, prange
 
+from .ptr import eptr
+
 
 # --- CumSum / CumProd ------------------------------------------------------------------------
 
@@ -29,6 +31,22 @@ def _scan_plane(x, y, o, exclusive, reverse, prod):
         for i in range(inner):
             yr[i] = xr[i]
     a = first
+    if x.flags.c_contiguous and y.flags.c_contiguous:
+        # raw row pointers: three row views per step (their reference counting) cost as much
+        # as the adds on rows of 256 (64x128x256 along axis 1: 1.36x onnxruntime's time)
+        for _ in range(n_axis - 1):
+            prev = a
+            a += step
+            src = eptr(x, (o * n_axis + (prev if exclusive else a)) * inner)
+            yp = eptr(y, (o * n_axis + prev) * inner)
+            yr = eptr(y, (o * n_axis + a) * inner)
+            if prod:
+                for i in range(inner):
+                    yr[i] = yp[i] * src[i]
+            else:
+                for i in range(inner):
+                    yr[i] = yp[i] + src[i]
+        return
     for _ in range(n_axis - 1):
         prev = a
         a += step
