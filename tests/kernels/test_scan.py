@@ -220,3 +220,18 @@ def test_one_driver_serves_new_shapes():
     for shape in [(2, 5, 1), (2, 5, 3), (1, 40, 1), (3, 1, 2)]:
         feeds = {'x': rng.random(shape).astype(np.float32)}
         _same(cm.run(None, feeds), sess.run(None, feeds))
+
+
+def test_scan3_rejects_non_contiguous_operands():
+    """scan3 steps raw row pointers: a strided view (rejected when typed: the kernel reshapes
+    its operands) or a shape mismatch raises instead of reading past the rows."""
+    from numba.core.errors import TypingError
+    from jitort.kernels.cpu import scan
+    x = np.ones((2, 4, 6), np.float32)
+    y = np.zeros((2, 4, 6), np.float32)
+    scan.scan3(x, y, False, False, False)
+    np.testing.assert_array_equal(y[:, -1], np.full((2, 6), 4.0, np.float32))
+    with pytest.raises(TypingError):
+        scan.scan3(np.ones((2, 6, 4), np.float32).transpose(0, 2, 1), y, False, False, False)
+    with pytest.raises(ValueError, match="one shape"):
+        scan.scan3(x, np.zeros((2, 4, 5), np.float32), False, False, False)
