@@ -57,6 +57,7 @@ from .gemm import (_ceil_div, _gcd, claim, count_done, eptr,
                    next_task, num_threads, scratch_workers, xgemm)
 from .mathfn import wide_vectors
 from .phases import phase_layout, phase_planes_at
+from .qgemm import masked_store, splat
 from .sync import wait_count
 
 _FM = {'reassoc', 'contract', 'arcp'}
@@ -952,18 +953,9 @@ def _dw_rows(typingctx, a, aoff, xz, xoff, wq, nq, w, woff, k, r_n, bias, stride
         abase, xbase, wbase = ptr(0, a_, aoff_), ptr(2, xz_, xoff_), ptr(6, w_, woff_)
         wq64, nq64, pe64 = as64(wq_, 4), as64(nq_, 5), as64(pe_, 12)
         bval = context.cast(builder, bias_, at[10], dt)
-        zero_idx = ir.Constant(ir.VectorType(i32, lanes), None)
-
-        def splat(v):
-            return builder.shuffle_vector(
-                builder.insert_element(ir.Constant(vt, ir.Undefined), v, ir.Constant(i32, 0)),
-                ir.Constant(vt, ir.Undefined), zero_idx)
 
         lane_idx = ir.Constant(ir.VectorType(i64, lanes), list(range(lanes)))
-        mt = ir.VectorType(ir.IntType(1), lanes)
-        mstore = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [vt, vt.as_pointer(), i32, mt]),
-            f"llvm.masked.store.{suffix}.p0{suffix}")
+        mstore = masked_store(builder, vt)
         key = builder.add(builder.add(builder.mul(as64(k_, 8), ir.Constant(i64, 8)),
                                       as64(rn_, 9)),
                           builder.mul(as64(st_, 11), ir.Constant(i64, 128)))
@@ -975,13 +967,13 @@ def _dw_rows(typingctx, a, aoff, xz, xoff, wq, nq, w, woff, k, r_n, bias, stride
                 blk = builder.append_basic_block(f"dw.{tag}")
                 switch.add_case(ir.Constant(i64, ss * 128 + kk * 8 + rr), blk)
                 builder.position_at_end(blk)
-                bv = splat(bval)
+                bv = splat(builder, bval, lanes)
                 rows = [builder.mul(wq64, ir.Constant(i64, r)) for r in range(rr)]
                 # one pass per group of kernel rows, so that the group's weights stay in
                 # registers with the accumulators
                 for gi, grp in enumerate(_DW_ROW_GROUPS[(kk, ss)]):
-                    wts = {(ki, kj): splat(builder.load(
-                        builder.gep(wbase, [ir.Constant(i64, ki * kk + kj)])))
+                    wts = {(ki, kj): splat(builder, builder.load(
+                        builder.gep(wbase, [ir.Constant(i64, ki * kk + kj)])), lanes)
                         for ki in grp for kj in range(kk)}
                     uses = _dw_uses(kk, ss, rr, grp)
                     # a row's start (phase, row) outside the loop, its columns as constant
@@ -1015,11 +1007,7 @@ def _dw_rows(typingctx, a, aoff, xz, xoff, wq, nq, w, woff, k, r_n, bias, stride
                     # the last vector of a row stops at nq: past it are the next row's
                     # first columns, which that row's own pass accumulates
                     left = builder.sub(nq64, q)
-                    mask = builder.icmp_signed('<', lane_idx, builder.shuffle_vector(
-                        builder.insert_element(ir.Constant(ir.VectorType(i64, lanes),
-                                                           ir.Undefined), left,
-                                               ir.Constant(i32, 0)),
-                        ir.Constant(ir.VectorType(i64, lanes), ir.Undefined), zero_idx))
+                    mask = builder.icmp_signed('<', lane_idx, splat(builder, left, lanes))
                     for r in range(rr):
                         builder.call(mstore, [acc[r], dsts[r], ir.Constant(i32, 1), mask])
                     qn = builder.add(q, ir.Constant(i64, lanes))

@@ -34,7 +34,7 @@ from .conv_implicit import tap_offsets
 from .epilogue import act_row
 from .gemm import eptr, next_task, num_threads, scratch_workers
 from .phases import phase_planes
-from .qgemm import _ptr
+from .qgemm import _ptr, masked_load, masked_store, splat
 
 _FM = {'reassoc', 'contract', 'arcp'}
 
@@ -71,7 +71,7 @@ def _transpose_store(builder, a, mask, v, nch, obase, plane, rbase, flags):
     (16v + c) * plane, for 16v + c < nch, plus the residual at the same place (``ADD_RES``),
     then Relu (``RELU``). Three rounds of two-input shuffles turn the 8 x 16 block into 8
     vectors of 2 channels x 8 pixels; each half goes out as one masked 8-lane store."""
-    i1, i32, i64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+    i32, i64 = ir.IntType(32), ir.IntType(64)
     f32 = ir.FloatType()
     v8 = ir.VectorType(f32, 8)
 
@@ -91,13 +91,7 @@ def _transpose_store(builder, a, mask, v, nch, obase, plane, rbase, flags):
                                       for j in range(j0, j0 + 4) for e in range(4)])
                           for j0 in (0, 4)])
     # quads[2*half + q][g]: channels 8*half + 4g .. +3, pixels 4q .. 4q+3 (4 lanes each)
-    mload = cgutils.get_or_insert_function(
-        builder.module, ir.FunctionType(v8, [v8.as_pointer(), i32, ir.VectorType(i1, 8), v8]),
-        "llvm.masked.load.v8f32.p0v8f32")
-    mstore = cgutils.get_or_insert_function(
-        builder.module, ir.FunctionType(ir.VoidType(), [v8, v8.as_pointer(), i32,
-                                                        ir.VectorType(i1, 8)]),
-        "llvm.masked.store.v8f32.p0v8f32")
+    mload, mstore = masked_load(builder, v8), masked_store(builder, v8)
     add_res = builder.icmp_signed('!=', builder.and_(flags, ir.Constant(i64, ADD_RES)),
                                   ir.Constant(i64, 0))
     relu = builder.icmp_signed('!=', builder.and_(flags, ir.Constant(i64, RELU)),
@@ -148,7 +142,7 @@ def _ctile(typingctx, c, coff, xb, xoff, offs, ooff, kq, wt, woff, init, ioff, m
         (c_, coff_, xb_, xoff_, offs_, ooff_, kq_, wt_, woff_, init_, ioff_, mode_, mr_, nv_,
          out_, oof_, plane_, res_, flags_, nch_) = args
         a_t = sig.args
-        i32, i64 = ir.IntType(32), ir.IntType(64)
+        i64 = ir.IntType(64)
         f32 = ir.FloatType()
         v16 = ir.VectorType(f32, 16)
 
@@ -170,7 +164,6 @@ def _ctile(typingctx, c, coff, xb, xoff, offs, ooff, kq, wt, woff, init, ioff, m
         key = builder.add(builder.mul(as64(mr_, 12), ir.Constant(i64, 4)), as64(nv_, 13))
         fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16] * 3),
                                              "llvm.fma.v16f32")
-        splat = ir.Constant(ir.VectorType(i32, 16), None)
 
         def vptr(base, off):
             return builder.bitcast(builder.gep(base, [off]), v16.as_pointer())
@@ -215,10 +208,7 @@ def _ctile(typingctx, c, coff, xb, xoff, offs, ooff, kq, wt, woff, init, ioff, m
                 new = []
                 for r in range(r_n):
                     s = builder.load(builder.gep(xp, [ir.Constant(i64, r)]), align=4)
-                    bc = builder.shuffle_vector(
-                        builder.insert_element(ir.Constant(v16, ir.Undefined), s,
-                                               ir.Constant(i32, 0)),
-                        ir.Constant(v16, ir.Undefined), splat)
+                    bc = splat(builder, s, 16)
                     for v in range(v_n):
                         new.append(builder.call(fma, [bc, wv[v], accs[r * v_n + v]]))
                 inext = builder.add(i, ir.Constant(i64, 1))
@@ -261,12 +251,7 @@ def _ctile(typingctx, c, coff, xb, xoff, offs, ooff, kq, wt, woff, init, ioff, m
             builder.icmp_signed('!=', mr64, ir.Constant(i64, _DIRECT_R[1]))))
         with builder.if_then(shared):
             lane = ir.Constant(ir.VectorType(i64, 8), list(range(8)))
-            mrv = builder.shuffle_vector(
-                builder.insert_element(ir.Constant(ir.VectorType(i64, 8), ir.Undefined),
-                                       as64(mr_, 12), ir.Constant(i32, 0)),
-                ir.Constant(ir.VectorType(i64, 8), ir.Undefined),
-                ir.Constant(ir.VectorType(i32, 8), None))
-            mask = builder.icmp_signed('<', lane, mrv)
+            mask = builder.icmp_signed('<', lane, splat(builder, as64(mr_, 12), 8))
             for v in range(PW // 16):
                 # (only the vectors the panel has: a 16-channel panel transposes one)
                 with builder.if_then(builder.icmp_signed('<', ir.Constant(i64, 16 * v), nch64)):

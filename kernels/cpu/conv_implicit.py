@@ -27,7 +27,7 @@ from numba.extending import intrinsic
 from .epilogue import act_row
 from .gemm import eptr, next_task, num_threads
 from .phases import phase_planes
-from .qgemm import MR, NR, NV, _ptr, copy_short, emit_tile
+from .qgemm import MR, NR, NV, _ptr, copy_short, emit_tile, splat
 
 _FM = {'reassoc', 'contract', 'arcp'}
 
@@ -44,7 +44,7 @@ def _ftile_off(typingctx, c, coff, pp, poff, pv, voff, offs, kq, bias, boff):
 
     def codegen(context, builder, sig, args):
         c_, coff_, pp_, poff_, pv_, voff_, offs_, kq_, b_, boff_ = args
-        i32, i64 = ir.IntType(32), ir.IntType(64)
+        i64 = ir.IntType(64)
         f32 = ir.FloatType()
         v16 = ir.VectorType(f32, 16)
         vbase = _ptr(context, builder, sig.args[4], pv_, voff_, f32)
@@ -64,9 +64,7 @@ def _ftile_off(typingctx, c, coff, pp, poff, pv, voff, offs, kq, bias, boff):
 
         def init(r):
             s = builder.load(builder.gep(bbase, [ir.Constant(i64, r)]))
-            return builder.shuffle_vector(
-                builder.insert_element(ir.Constant(v16, ir.Undefined), s, ir.Constant(i32, 0)),
-                ir.Constant(v16, ir.Undefined), ir.Constant(ir.VectorType(i32, 16), None))
+            return splat(builder, s, 16)
         emit_tile(builder, _ptr(context, builder, sig.args[0], c_, coff_, v16),
                   _ptr(context, builder, sig.args[2], pp_, poff_, f32),
                   context.cast(builder, kq_, sig.args[7], types.int64), load_vecs, f32, step,

@@ -29,6 +29,7 @@ from numba.np.arrayobj import make_array
 from .epilogue import act_row
 from .gemm import eptr, next_task, num_threads, xgemm
 from .mathfn import wide_vectors
+from .qgemm import masked_load, masked_store, splat
 
 _FM = {'reassoc', 'contract', 'arcp'}
 
@@ -80,10 +81,9 @@ def _dw_tile(typingctx, out, ooff, x, xoff, w, c_n, rowst, k, r_n, kh_lo, kh_hi,
         (out_, ooff_, x_, xoff_, w_, c_, rowst_, k_, rn_, khlo_, khhi_, plo_, phi_, b_, hb_,
          res_, hr_, relu_, st_) = args
         at = sig.args
-        i1, i32, i64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+        i32, i64 = ir.IntType(32), ir.IntType(64)
         f32 = ir.FloatType()
         v16 = ir.VectorType(f32, 16)
-        m16 = ir.VectorType(i1, 16)
 
         def as64(j):
             return context.cast(builder, args[j], at[j], types.int64)
@@ -99,23 +99,11 @@ def _dw_tile(typingctx, out, ooff, x, xoff, w, c_n, rowst, k, r_n, kh_lo, kh_hi,
         hb = context.cast(builder, hb_, at[14], types.boolean)
         hr = context.cast(builder, hr_, at[16], types.boolean)
         rl = context.cast(builder, relu_, at[17], types.boolean)
-        mload = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(v16, [v16.as_pointer(), i32, m16, v16]),
-            "llvm.masked.load.v16f32.p0v16f32")
-        mstore = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [v16, v16.as_pointer(), i32, m16]),
-            "llvm.masked.store.v16f32.p0v16f32")
+        mload, mstore = masked_load(builder, v16), masked_store(builder, v16)
         fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16] * 3),
                                              "llvm.fma.v16f32")
         zero = ir.Constant(v16, None)
         lane = ir.Constant(ir.VectorType(i64, 16), list(range(16)))
-
-        def splat64(v):
-            vt = ir.VectorType(i64, 16)
-            return builder.shuffle_vector(builder.insert_element(ir.Constant(vt, ir.Undefined),
-                                                                 v, ir.Constant(i32, 0)),
-                                          ir.Constant(vt, ir.Undefined),
-                                          ir.Constant(ir.VectorType(i32, 16), None))
 
         def vp(ptr, off):
             return builder.bitcast(builder.gep(ptr, [off]), v16.as_pointer())
@@ -147,13 +135,9 @@ def _dw_tile(typingctx, out, ooff, x, xoff, w, c_n, rowst, k, r_n, kh_lo, kh_hi,
             builder.position_at_end(cl)
             cv = builder.phi(i64)
             cv.add_incoming(ir.Constant(i64, 0), entry)
-            cmask = builder.icmp_signed('<', builder.add(lane, splat64(cv)), splat64(c64))
+            cmask = builder.icmp_signed('<', builder.add(lane, splat(builder, cv, 16)), splat(builder, c64, 16))
             bias = builder.select(hb, ld(bbase, cv, cmask), zero)
-            xmask = [builder.and_(cmask, builder.shuffle_vector(
-                builder.insert_element(ir.Constant(m16, ir.Undefined), pk,
-                                       ir.Constant(i32, 0)),
-                ir.Constant(m16, ir.Undefined), ir.Constant(ir.VectorType(i32, 16), None)))
-                for pk in pok]
+            xmask = [builder.and_(cmask, splat(builder, pk, 16)) for pk in pok]
             # kernel rows
             kpre = builder.block
             kl = builder.append_basic_block(f"dwt.kh.{kk}x{rr}s{ss}")

@@ -12,7 +12,7 @@ from numba.extending import intrinsic
 
 from .conv import conv2d
 from .gemm import eptr, num_threads
-from .qgemm import _ptr, _splat, masked_load, masked_store
+from .qgemm import _ptr, splat, masked_load, masked_store
 from .softmax import row_max
 
 _PAR_MIN_WORK = 1 << 16
@@ -114,7 +114,7 @@ def _s2_small_intrinsic(mx):
             def below(v):
                 return builder.icmp_signed('<', ir.Constant(ir.VectorType(i32, n),
                                                             list(range(n))),
-                                           _splat(builder, builder.trunc(v, i32), n))
+                                           splat(builder, builder.trunc(v, i32), n))
             fill = ir.Constant(vec, [float('-inf') if mx else 0.0] * n)
             inw = below(arg(6))
 
@@ -122,7 +122,7 @@ def _s2_small_intrinsic(mx):
                 m = inw
                 if use is not None:
                     u = builder.icmp_signed('!=', arg(use), ir.Constant(i64, 0))
-                    m = builder.and_(m, _splat(builder, u, n))
+                    m = builder.and_(m, splat(builder, u, n))
                 p = builder.bitcast(_ptr(context, builder, at[0], args[0], args[k], lane),
                                     vec.as_pointer())
                 return builder.call(ld, [p, ir.Constant(i32, 1), m, fill])
@@ -1025,7 +1025,7 @@ def _fold_rows(o, src, n, mode, first, p):
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def _pool5_scratch(x, out, sh):
+def _pool5_scratch(x, out):
     """Element counts of _pool5_sep's scratch: the D pass's plane (H x W), and the H and W
     passes' (OH x W) planes (one row per output row)."""
     return (max(1, x.shape[3] * x.shape[4]), max(1, out.shape[3] * x.shape[4]))
@@ -1126,7 +1126,7 @@ def _pool5_par(x, out, idx, mode, want_idx, col_major, kd, kh, kw, sd, sh, sw, p
     tw = _axis_taps(out.shape[4], sw, pw, ew, dw, kw, x.shape[4], include_pad)
     th = _axis_taps(out.shape[3], sh, ph, eh, dh, kh, x.shape[3], include_pad)
     td = _axis_taps(out.shape[2], sd, pd, ed, dd, kd, x.shape[2], include_pad)
-    sizes = _pool5_scratch(x, out, sh)
+    sizes = _pool5_scratch(x, out)
     for q in prange(x.shape[0] * x.shape[1]):
         if want_idx:
             _pool5_plane(q, x, out, idx, mode, want_idx, col_major, kd, kh, kw, sd, sh, sw, pd,
@@ -1163,7 +1163,7 @@ def pool5d(x, out, idx, mode, want_idx, col_major, kd, kh, kw, sd, sh, sw, pd, p
     tw = _axis_taps(out.shape[4], sw, pw, ew, dw, kw, x.shape[4], include_pad)
     th = _axis_taps(out.shape[3], sh, ph, eh, dh, kh, x.shape[3], include_pad)
     td = _axis_taps(out.shape[2], sd, pd, ed, dd, kd, x.shape[2], include_pad)
-    sizes = _pool5_scratch(x, out, sh)
+    sizes = _pool5_scratch(x, out)
     t1 = np.empty(sizes[0], out.dtype)
     g = np.empty(sizes[1], out.dtype)
     f = np.empty(sizes[1], out.dtype)

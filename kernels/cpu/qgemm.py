@@ -67,7 +67,7 @@ def emit_tile(builder, cbase, pbase, kq64, load_vecs, lane, step, init=None):
     accumulator by ``step(acc, broadcast, vec)``; the MR*NV accumulators (16 lanes, zero or
     ``init(r)`` for row r at the start) then stored at cbase (``<16 x lane>*``). Shared by the
     integer tiles here and the float ones of ``conv_implicit``."""
-    i32, i64 = ir.IntType(32), ir.IntType(64)
+    i64 = ir.IntType(64)
     v16 = ir.VectorType(lane, 16)
     zero = ir.Constant(v16, None)
     starts = [zero] * MR if init is None else [init(r) for r in range(MR)]
@@ -88,10 +88,7 @@ def emit_tile(builder, cbase, pbase, kq64, load_vecs, lane, step, init=None):
     for r in range(MR):
         s = builder.load(builder.gep(pbase, [builder.add(builder.mul(i, ir.Constant(i64, MR)),
                                                          ir.Constant(i64, r))]), align=1)
-        bc = builder.shuffle_vector(builder.insert_element(ir.Constant(v16, ir.Undefined), s,
-                                                          ir.Constant(i32, 0)),
-                                   ir.Constant(v16, ir.Undefined),
-                                   ir.Constant(ir.VectorType(i32, 16), None))
+        bc = splat(builder, s, 16)
         for v in range(NV):
             new.append(step(accs[r * NV + v], bc, vecs[v]))
     inext = builder.add(i, ir.Constant(i64, 1))
@@ -180,13 +177,8 @@ def copy_short(typingctx, d, doff, s, soff, n):
         vt = ir.VectorType(elt, 64)
         i32 = ir.IntType(32)
         nn = builder.trunc(context.cast(builder, args[4], sig.args[4], types.int64), i32)
-        splat = builder.shuffle_vector(builder.insert_element(ir.Constant(ir.VectorType(i32, 64),
-                                                                          ir.Undefined),
-                                                              nn, ir.Constant(i32, 0)),
-                                       ir.Constant(ir.VectorType(i32, 64), ir.Undefined),
-                                       ir.Constant(ir.VectorType(i32, 64), None))
         mask = builder.icmp_signed('<', ir.Constant(ir.VectorType(i32, 64), list(range(64))),
-                                   splat)
+                                   splat(builder, nn, 64))
         ptrs = []
         for k in (0, 2):
             data = make_array(sig.args[k])(context, builder, args[k]).data
@@ -221,7 +213,7 @@ def _copy_pad_codegen(stride, both):
 
         def below(n, v):
             return builder.icmp_signed('<', ir.Constant(ir.VectorType(i32, n), list(range(n))),
-                                       _splat(builder, v, n))
+                                       splat(builder, v, n))
 
         # source lanes read: stride*i + e for lo <= i < hi, and the lanes between (inside the
         # source: a constant parity mask made LLVM's masked load 20-30% slower); with both
@@ -243,8 +235,8 @@ def _copy_pad_codegen(stride, both):
         # same for every row of a plane, is computed once outside a caller's row loop)
         ok = builder.icmp_signed('!=', context.cast(builder, args[k['ok']], at[k['ok']],
                                                     types.int64), ir.Constant(ir.IntType(64), 0))
-        rd = builder.and_(rd, _splat(builder, ok, wide))
-        fill = _splat(builder, context.cast(builder, args[k['fill']], at[k['fill']],
+        rd = builder.and_(rd, splat(builder, ok, wide))
+        fill = splat(builder, context.cast(builder, args[k['fill']], at[k['fill']],
                                             at[0].dtype), wide)
 
         def ptr(arr, off, ty):
@@ -301,8 +293,8 @@ lo <= i < hi and d.flat[doff1 + i] = s.flat[soff + 2i + 1] for lo1 <= i < hi1 (i
 ``fill``."""
 
 
-def _splat(builder, x, n):
-    """<n x type(x)> with every lane x."""
+def splat(builder, x, n):
+    """<n x type(x)> with every lane x (the broadcast the kernels' intrinsics build)."""
     vt = ir.VectorType(x.type, n)
     i32 = ir.IntType(32)
     return builder.shuffle_vector(builder.insert_element(ir.Constant(vt, ir.Undefined), x,
