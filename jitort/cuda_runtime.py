@@ -37,8 +37,22 @@ class CudaUnavailable(JitortError, RuntimeError):
     """``device="cuda"`` was asked for but numba's CUDA target cannot run here."""
 
 
+def _numpy_compat() -> None:
+    """Give numpy >= 2.5 back its ``row_stack`` alias of ``vstack`` when numba-cuda needs it.
+
+    numba-cuda 0.30.x registers an overload for ``np.row_stack`` whenever numpy >= 2.0, so on
+    numpy 2.5 (which removed the alias) its first kernel compilation fails with ``AttributeError:
+    module 'numpy' has no attribute 'row_stack'`` (NVIDIA/numba-cuda#907; numba-cuda is in
+    maintenance mode and will not fix it). Seen on the GPU machine: numba-cuda 0.30.4, numpy
+    2.5.2. The alias was always ``vstack`` itself, so restoring it changes nothing else.
+    """
+    if not hasattr(np, "row_stack"):
+        np.row_stack = np.vstack
+
+
 def cuda_module():
     """``numba.cuda`` if it can run kernels here (a GPU, or the simulator); else raise."""
+    _numpy_compat()
     try:
         from numba import cuda
     except Exception as e:  # numba without its CUDA target, or a broken numba-cuda install

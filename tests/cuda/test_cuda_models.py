@@ -169,3 +169,12 @@ def test_kernel_module_names_hash_their_header(monkeypatch):
     second = em.kernel("kc_relu", src)
     assert first != second and first.startswith("kc_relu_") and second.startswith("kc_relu_")
     assert em.kernels[second] == src.replace("__KNAME__", second)
+
+
+def test_numpy_row_stack_alias_restored(monkeypatch):
+    """numba-cuda 0.30 registers an overload of np.row_stack, which numpy 2.5 removed: the
+    backend puts the alias back before numba.cuda is used (seen on the GPU machine)."""
+    from jitort import cuda_runtime
+    monkeypatch.delattr(np, "row_stack", raising=False)
+    cuda_runtime._numpy_compat()
+    assert np.row_stack is np.vstack
