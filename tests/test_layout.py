@@ -1,4 +1,6 @@
 """The channels-last pass (jitort.passes.layout) and its NHWC kernels, against onnxruntime."""
+from pathlib import Path
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -97,14 +99,38 @@ def test_block_runs_channels_last_with_two_transposes():
     (48, 1, 56, False),                         # 56x56 outputs
 ])
 def test_depthwise_on_28x28_runs_channels_last_by_its_channels(e, stride, hw, nhwc):
-    """Above MAX_PLANE outputs only the depthwise convolution goes channels-last, up to 28x28
-    outputs with its channels a multiple of 16 (layout.DW_MAX_PLANE / DW_MIN_CHANNELS); the
-    pointwise convolutions of its block stay NCHW. Results match onnxruntime either way."""
+    """Above MAX_PLANE outputs only the depthwise convolution can go channels-last, up to
+    28x28 outputs with its channels a multiple of 16 (layout.DW_MAX_PLANE / DW_MIN_CHANNELS);
+    the pointwise convolutions of its block stay NCHW. Alone in its region, it stays NCHW
+    too and runs as ``conv_nhwc.dwconv_staged`` (bands transposed channels-last in scratch)
+    instead of between two whole-tensor transposes. Results match onnxruntime either way."""
     m = _mobile_block(c=16, e=e, hw=hw, stride=stride, se=False)
     ops = _ops(_optimized(m))
-    assert ops.count("FusedConvNHWC") == (1 if nhwc else 0), ops
-    assert ops.count("Transpose") == (2 if nhwc else 0), ops
-    _check(m)
+    assert ops.count("FusedConvNHWC") == 0 and ops.count("Transpose") == 0, ops
+    for threads in (1, 2):
+        cm = _check(m, threads=threads)
+        src = "".join(Path(p).read_text() for p in cm.generated_sources())
+        assert ("_cnhwc.dwconv_staged" in src) == nhwc
+
+
+def test_depthwise_alone_in_its_region_is_staged():
+    """A region of one depthwise convolution (its neighbours cannot run channels-last) is
+    left NCHW for dwconv_staged; one with a neighbour is converted."""
+    from jitort.passes import layout
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[1, 1],
+                              pads=[0, 0, 1, 1]),
+             helper.make_node("Conv", ["p", "wd", "bd"], ["d"], group=64, pads=[1] * 4),
+             helper.make_node("MaxPool", ["d"], ["y"], kernel_shape=[2, 2], strides=[1, 1],
+                              pads=[0, 0, 1, 1])]
+    m = _model(nodes, (1, 64, 14, 14), {"wd": _arr(64, 1, 3, 3), "bd": _arr(64)})
+    g = _optimized(m)
+    assert "FusedConvNHWC" not in _ops(g) and "Transpose" not in _ops(g)
+    (dw,) = [n for n in g.nodes if n.op_type in ("Conv", "FusedConv")]
+    assert layout.staged_depthwise(dw)
+    for threads in (1, 2):
+        _check(m, threads=threads)
+    m2 = _mobile_block(c=16, e=64, hw=14, se=False)   # pointwise neighbours on 14x14
+    assert _ops(_optimized(m2)).count("FusedConvNHWC") == 3
 
 
 def test_no_depthwise_no_conversion():

@@ -126,6 +126,23 @@ def _wide_depthwise(n: Node, m, plane) -> bool:
             and strides[0] == strides[1])
 
 
+def staged_depthwise(n: Node) -> bool:
+    """Whether a depthwise convolution that would run channels-last in a region of its own
+    stays NCHW, for ``conv_nhwc.dwconv_staged``: it transposes bands of rows channels-last in
+    a worker's scratch and runs the same register tiles, in one parallel region where the
+    region's two whole-tensor transposes and the kernel took three (1 thread: 0.9-1.05x the
+    region's time; 2 threads: 0.6-0.8x, ``python scripts/sweep_dw_layout.py``)."""
+    from jitort.kernels.cpu.conv_nhwc import staged_ok
+    if conv_kind(n) != "depthwise":
+        return False
+    w = n.inputs[1].const
+    strides = list(n.attrs.get("strides") or [1, 1])
+    dil = list(n.attrs.get("dilations") or [1, 1])
+    return (len(strides) == 2 and len(dil) == 2
+            and staged_ok(n.inputs[0].dtype, int(w.shape[3]), int(strides[1]), int(dil[0]),
+                          int(dil[1])))
+
+
 def nhwc_kind(n: Node) -> str:
     """"depthwise" or "pointwise" for a jitort.FusedConvNHWC (HWIO weights), else ""."""
     w = n.input(1)
@@ -212,7 +229,21 @@ def convert_to_channels_last(g: Graph) -> int:
             j = index.get(id(v.producer))
             if j is not None and ok[j]:
                 parent[find(i)] = find(j)
-    keep = {find(i) for i, n in enumerate(nodes) if ok[i] and conv_kind(n) == "depthwise"}
+    size: dict[int, int] = {}
+    for i in range(len(nodes)):
+        if ok[i]:
+            size[find(i)] = size.get(find(i), 0) + 1
+    def transposed_around(n: Node) -> bool:
+        """The model's own permutes meet the region's transposes (and cancel) around n."""
+        src = n.inputs[0].producer
+        return ((src is not None and src.op_type == "Transpose"
+                 and list(src.attrs.get("perm", [])) == TO_NCHW)
+                or any(r.op_type == "Transpose" and list(r.attrs.get("perm", [])) == TO_NHWC
+                       for r in consumers.get(id(n.outputs[0]), [])))
+
+    # a depthwise convolution alone in its region stays NCHW where dwconv_staged takes it
+    keep = {find(i) for i, n in enumerate(nodes) if ok[i] and conv_kind(n) == "depthwise"
+            and not (size[find(i)] == 1 and staged_depthwise(n) and not transposed_around(n))}
     region = [ok[i] and find(i) in keep for i in range(len(nodes))]
     outputs = g.output_ids()
 

@@ -30,6 +30,8 @@ from .epilogue import act_row
 from .gemm import eptr, next_task, num_threads, xgemm
 from .mathfn import wide_vectors
 from .qgemm import masked_load, masked_store, splat
+from .sync import next_affine
+from .transpose import transpose_block
 
 _FM = {'reassoc', 'contract', 'arcp'}
 
@@ -128,6 +130,7 @@ def _dw_tile(typingctx, out, ooff, x, xoff, w, c_n, rowst, k, r_n, kh_lo, kh_hi,
             pok = [builder.and_(builder.icmp_signed('<=', plo, ir.Constant(i64, p)),
                                 builder.icmp_signed('>', phi_v, ir.Constant(i64, p)))
                    for p in range(npx)]
+            padr = [builder.select(pk, ir.Constant(i64, p), plo) for p, pk in enumerate(pok)]
             entry = builder.block
             cl = builder.append_basic_block(f"dwt.c.{kk}x{rr}s{ss}")
             cdone = builder.append_basic_block(f"dwt.cdone.{kk}x{rr}s{ss}")
@@ -157,8 +160,10 @@ def _dw_tile(typingctx, out, ooff, x, xoff, w, c_n, rowst, k, r_n, kh_lo, kh_hi,
             xrow = builder.add(builder.mul(kh, rowst64), cv)
             new = list(accs)
             for p in range(npx):
-                xv = ld(xbase, builder.add(xrow, builder.mul(ir.Constant(i64, p), c64)),
-                        xmask[p])
+                # a padded pixel's load is masked off entirely; its address stays on a pixel
+                # of the row (plo): a masked access whose lanes fall on a page that is not
+                # mapped (before or after the tensor's allocation) takes ~15x as long
+                xv = ld(xbase, builder.add(xrow, builder.mul(padr[p], c64)), xmask[p])
                 for j in range(kk):
                     r, rem = divmod(p - j, ss)
                     if rem == 0 and 0 <= r < rr:
@@ -450,6 +455,184 @@ def _dw_run(x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, a
         for r in range(nrow):
             _dw_any_row(r, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act,
                         aa, ab, tiles)
+
+
+# --- depthwise on NCHW tensors through channels-last bands ---------------------------------
+
+#: float32 elements of a band's staged input and output rows in ``dwconv_staged`` (512 KB:
+#: half a core's L2 on the Zen 5 host; 128-256 K elements measured best, smaller bands pay
+#: more halo rows)
+_STAGE_ELEMS = 1 << 17
+#: output elements * taps from which ``dwconv_staged`` splits its work over the threads
+_PAR_MIN_STAGED = 1 << 17
+#: the smallest output plane whose bands are split over the threads (two workers' bands
+#: share each plane's cache line at their border: 960 channels of 4x4 outputs took 20.5 us
+#: on one thread and 38.6 on two)
+_STAGED_MIN_PLANE = 64
+#: float32 elements kept free before, between and after a worker's two staged blocks: the
+#: register tiles' masked accesses of a channel tail reach up to 15 lanes past a block
+_STAGE_GUARD = 16
+#: the fewest channels per block when ``staged_blocks`` splits the channels over the threads
+_STAGED_MIN_BLOCK = 32
+
+
+def staged_ok(dtype, kw, sw, dh, dw) -> bool:
+    """Whether ``dwconv_staged`` takes a depthwise convolution: float32, undilated, a 3-, 5-
+    or 7-wide kernel at column stride 1 or 2 (the register tiles' domain)."""
+    return (np.dtype(dtype) == np.float32 and dh == 1 and dw == 1 and kw in _TILE_K
+            and sw in (1, 2))
+
+
+def staged_blocks(c, plane, threads) -> int:
+    """Channel blocks of ``dwconv_staged``'s weights for ``threads`` threads: on output planes
+    too small to split by rows (under _STAGED_MIN_PLANE), one per thread where the channels
+    split evenly into blocks of at least _STAGED_MIN_BLOCK; else 1 (bands of rows split the
+    work: at 2 threads a channel split was slower than bands on planes of 14x14 and up, and
+    1.1-1.5x faster than one thread on 7x7 planes of 768-960 channels, Zen 5 host)."""
+    t = max(1, threads)
+    return (t if t > 1 and plane < _STAGED_MIN_PLANE and c % t == 0
+            and c // t >= _STAGED_MIN_BLOCK else 1)
+
+
+def staged_weights(w, blocks):
+    """(M, 1, KH, KW) depthwise weights -> ``dwconv_staged``'s (blocks, KH, KW, 1, M // blocks)."""
+    m, _, kh, kw = w.shape
+    cb = m // blocks
+    hwio = np.ascontiguousarray(w.transpose(2, 3, 1, 0))          # (KH, KW, 1, M)
+    return np.ascontiguousarray(hwio.reshape(kh, kw, 1, blocks, cb).transpose(3, 0, 1, 2, 4))
+
+
+def _stage_rows_py(c, w, kh, sh, oh, ow):
+    """Output rows per band of ``dwconv_staged`` (c channels per block): as many as keep a
+    band's staged input and output rows within _STAGE_ELEMS (at least one)."""
+    # (rb - 1) * sh * w * c + kh * w * c + rb * ow * c <= _STAGE_ELEMS
+    rb = (_STAGE_ELEMS // max(1, c) - (kh - sh) * w) // max(1, sh * w + ow)
+    return max(1, min(oh, rb))
+
+
+_stage_rows = njit(cache=True)(_stage_rows_py)
+
+
+def dw_staged_scratch_elems(cb, w, kh, sh, oh, ow, threads) -> int:
+    """float32 scratch elements of ``dwconv_staged`` for ``threads`` workers, cb channels per
+    block."""
+    rb = _stage_rows_py(cb, w, kh, sh, oh, ow)
+    g = _STAGE_GUARD
+    return max(1, threads) * (((rb - 1) * sh + kh) * w * cb + rb * ow * cb + 2 * g) + g
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _staged_band(t, nb, rb, x, w, b, res, out, buf, sh, sw, ph, pw, has_bias, has_res, act,
+                 aa, ab):
+    """Task t = (image, band, channel block) of ``dwconv_staged``: the band's input rows of
+    the block's channels transposed channels-last into buf, its output rows by
+    ``_dw_row_tiles``, the result transposed back into out (then residual and activation,
+    when there is a residual)."""
+    n_n, c_n, h_n, w_n = x.shape
+    oh_n, ow_n = out.shape[2], out.shape[3]
+    nblk, kh_n, cb = w.shape[0], w.shape[1], w.shape[4]
+    blk = t % nblk
+    tb = t // nblk
+    n = tb // nb
+    r0 = (tb - n * nb) * rb
+    r1 = min(oh_n, r0 + rb)
+    c0 = blk * cb
+    s0 = max(0, r0 * sh - ph)
+    nr = max(0, min(h_n, (r1 - 1) * sh - ph + kh_n) - s0)
+    rmax = (rb - 1) * sh + kh_n
+    g = _STAGE_GUARD
+    x1 = x.reshape(x.size)
+    xs = buf[g:g + nr * w_n * cb]
+    transpose_block(x1, (n * c_n + c0) * h_n * w_n + s0 * w_n, h_n * w_n, xs, 0, cb, cb,
+                    nr * w_n)
+    npx = (r1 - r0) * ow_n
+    y0 = 2 * g + rmax * w_n * cb
+    ys = buf[y0:y0 + npx * cb]
+    xs4 = xs.reshape((1, nr, w_n, cb))
+    ys4 = ys.reshape((1, r1 - r0, ow_n, cb))
+    wb = w[blk]
+    bb = b[c0:c0 + cb] if has_bias else b
+    for r in range(r1 - r0):
+        _dw_row_tiles(r, xs4, wb, bb, ys4, ys4, sh, sw, ph + s0 - r0 * sh, pw, has_bias, False,
+                      0 if has_res else act, aa, ab)
+    plane = oh_n * ow_n
+    base = (n * c_n + c0) * plane + r0 * ow_n
+    o1 = out.reshape(out.size)
+    transpose_block(ys, 0, cb, o1, base, plane, npx, cb)
+    if has_res:
+        q1 = res.reshape(res.size)
+        for c in range(cb):
+            o = base + c * plane
+            for j in range(npx):
+                o1[o + j] += q1[o + j]
+            if act != 0:
+                act_row(o1[o:o + npx], act, aa, ab)
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
+def _staged_par(nw, ntask, nb, rb, x, w, b, res, out, scr, per, sh, sw, ph, pw, has_bias,
+                has_res, act, aa, ab):
+    flags = np.zeros(ntask, np.int64)
+    for wk in prange(nw):
+        buf = scr[wk * per:(wk + 1) * per + _STAGE_GUARD]
+        i = 0
+        while True:
+            t, i = next_affine(flags, wk, nw, i)
+            if t < 0:
+                break
+            _staged_band(t, nb, rb, x, w, b, res, out, buf, sh, sw, ph, pw, has_bias, has_res,
+                         act, aa, ab)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def dwconv_staged(x, w, b, res, out, scr, sh, sw, ph, pw, has_bias, has_res, act, alpha_act,
+                  beta_act):
+    """Depthwise convolution of NCHW float32 tensors (x (N, C, H, W), out / res (N, C, OH, OW),
+    w (blocks, KH, KW, 1, C // blocks) from ``staged_weights``) by tasks of (image, band of
+    output rows, block of channels): a task's input rows are transposed channels-last into a
+    worker's scratch (``dw_staged_scratch_elems``), run as ``_dw_tile`` register tiles and
+    transposed back. What the layout pass's one-convolution region (transpose,
+    ``dwconv_nhwc``, transpose) computes, with L2-sized transposes instead of whole-tensor
+    ones, in one parallel region (``staged_ok``: the kernels it takes; begin pads ph / pw,
+    end pads implied by OH / OW)."""
+    n_n, c_n, h_n, w_n = x.shape
+    oh_n, ow_n = out.shape[2], out.shape[3]
+    nblk, kh_n, kw_n, cb = w.shape[0], w.shape[1], w.shape[2], w.shape[4]
+    if n_n * c_n * oh_n * ow_n == 0:
+        return
+    if (w.shape[3] != 1 or nblk * cb != c_n or out.shape[1] != c_n or out.shape[0] != n_n
+            or (has_bias and b.shape[0] != c_n) or x.itemsize != 4
+            or (kw_n != 3 and kw_n != 5 and kw_n != 7) or sw < 1 or sw > 2 or sh < 1
+            or (has_res and res.shape != out.shape)):
+        raise ValueError("dwconv_staged: unsupported shapes")
+    sh, sw, ph, pw = np.int64(sh), np.int64(sw), np.int64(ph), np.int64(pw)
+    act = np.int64(act)
+    aa, ab = np.float64(alpha_act), np.float64(beta_act)
+    rb = _stage_rows(cb, w_n, kh_n, sh, oh_n, ow_n)
+    per = ((rb - 1) * sh + kh_n) * w_n * cb + rb * ow_n * cb + 2 * _STAGE_GUARD
+    if scr.shape[0] < per + _STAGE_GUARD:
+        raise ValueError("dwconv_staged: scratch too small")
+    nth = num_threads()
+    par = nth > 1 and out.size * kh_n * kw_n >= _PAR_MIN_STAGED
+    nb = (oh_n + rb - 1) // rb
+    if par and n_n * nblk < nth:
+        if oh_n * ow_n >= _STAGED_MIN_PLANE:
+            # bands in a multiple of the threads (per image when fewer images than threads)
+            k = (nth + n_n * nblk - 1) // (n_n * nblk)
+            nb = (nb + k - 1) // k * k
+            rb = (oh_n + nb - 1) // nb
+            nb = (oh_n + rb - 1) // rb
+        elif n_n * nblk * nb < 2:
+            par = False
+    ntask = n_n * nb * nblk
+    nw = min(nth, ntask, (scr.shape[0] - _STAGE_GUARD) // per) if par else 1
+    if nw > 1:
+        _staged_par(nw, ntask, nb, rb, x, w, b, res, out, scr, per, sh, sw, ph, pw,
+                    bool(has_bias), bool(has_res), act, aa, ab)
+    else:
+        for t in range(ntask):
+            _staged_band(t, nb, rb, x, w, b, res, out, scr[:per + _STAGE_GUARD], sh, sw, ph,
+                         pw, bool(has_bias), bool(has_res), act, aa, ab)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)

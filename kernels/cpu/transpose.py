@@ -108,3 +108,24 @@ def transpose_last2_par(x3, y3):
     nw = min(num_threads(), nct)
     for w in prange(nw):
         _transpose_cols(x3, y3, min(cc, (w * nct // nw) * _TW), min(cc, ((w + 1) * nct // nw) * _TW))
+
+
+@njit(cache=True, error_model='numpy')
+def transpose_block(src, s_off, s_ld, dst, d_off, d_ld, rows, cols):
+    """``dst[d_off + j * d_ld + i] = src[s_off + i * s_ld + j]`` for i < rows, j < cols (1-D
+    arrays of 4-byte elements): a strided block, e.g. some rows of each plane of an NCHW
+    stack to channels-last and back, through the register tiles; the edges element by
+    element."""
+    i0 = 0
+    while i0 + _TW <= rows:
+        j0 = 0
+        while j0 + _TW <= cols:
+            _tile_t(src, s_off + i0 * s_ld + j0, s_ld, dst, d_off + j0 * d_ld + i0, d_ld)
+            j0 += _TW
+        for i in range(i0, i0 + _TW):
+            for j in range(j0, cols):
+                dst[d_off + j * d_ld + i] = src[s_off + i * s_ld + j]
+        i0 += _TW
+    for i in range(i0, rows):
+        for j in range(cols):
+            dst[d_off + j * d_ld + i] = src[s_off + i * s_ld + j]

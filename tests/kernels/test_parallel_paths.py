@@ -340,3 +340,29 @@ def test_softmax_parallel(nthreads):
     ref = e / e.sum(axis=1, keepdims=True)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-7)
     assert np.isnan(out[7]).all()
+
+
+def test_next_affine_order_and_claims():
+    """sync.next_affine: a worker takes its own share in order, then the others' shares from
+    their ends; a task claimed once is never handed out again."""
+    from numba import njit
+
+    from jitort.kernels.cpu.sync import next_affine
+
+    @njit
+    def drain(flags, wk, nw):
+        got = []
+        i = 0
+        while True:
+            t, i = next_affine(flags, wk, nw, i)
+            if t < 0:
+                return got
+            got.append(t)
+
+    flags = np.zeros(10, np.int64)
+    assert drain(flags, 1, 3) == [3, 4, 5, 9, 8, 7, 6, 2, 1, 0]
+    flags = np.zeros(10, np.int64)
+    flags[[3, 9, 0]] = 1                      # taken by other workers already
+    assert drain(flags, 1, 3) == [4, 5, 8, 7, 6, 2, 1]
+    assert drain(flags, 0, 3) == []
+    assert (flags >= 1).all()

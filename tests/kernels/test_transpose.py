@@ -62,3 +62,20 @@ def test_transpose_op_against_onnxruntime(shape, perm, dtype, nthreads):
     if tiled:
         par = nthreads > 1 and x.size >= (1 << 17)
         assert ('transpose_last2_par' in src) == par
+
+
+@pytest.mark.parametrize('rows,cols,s_ld,d_ld', [(16, 16, 16, 16), (40, 49, 60, 41),
+                                                   (3, 100, 100, 5), (33, 7, 9, 40)])
+def test_transpose_block_strided(rows, cols, s_ld, d_ld):
+    """transpose_block: dst[d_off + j * d_ld + i] = src[s_off + i * s_ld + j], register tiles
+    and element-by-element edges, the rest of dst untouched."""
+    from jitort.kernels.cpu.transpose import transpose_block
+    rng = np.random.default_rng(rows * cols)
+    src = rng.standard_normal(5 + rows * s_ld).astype(np.float32)
+    dst = np.full(7 + cols * d_ld, -1.0, np.float32)
+    transpose_block(src, 5, s_ld, dst, 7, d_ld, rows, cols)
+    want = np.full_like(dst, -1.0)
+    a = src[5:5 + rows * s_ld].reshape(rows, s_ld)[:, :cols]
+    view = want[7:7 + cols * d_ld].reshape(cols, d_ld)
+    view[:, :rows] = a.T
+    np.testing.assert_array_equal(dst, want)

@@ -139,6 +139,9 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
     oh, ow = ys4[2], ys4[3]
     # Winograd reads its own transformed weights: neither the im2col scratch nor the raw
     # weights are placed for it
+    if _use_staged(em, n):
+        _lower_dw_staged(em, n, xs4, ws4, ys4, strides, pads, residual, act)
+        return
     tile = _use_winograd(em, n, xs4, ws4, ys4, strides, dil, group)
     implicit = _use_implicit(em, n, xs4, ws4, ys4, group, bool(tile))
     if _use_cvec(em, n, xs4, ws4, ys4, strides, group, bool(tile), implicit):
@@ -182,6 +185,40 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
                 f"{b is not None}, {epi})")
 
 
+def _use_staged(em: Emitter, n: Node) -> bool:
+    """Whether a depthwise convolution runs as ``conv_nhwc.dwconv_staged``: the ones the layout
+    pass would run channels-last alone, in a region of their own (``layout.staged_depthwise``;
+    the pass leaves those NCHW). Decided once per node from the first shape, as
+    ``_use_winograd``."""
+    key = ("dw_staged", id(n))
+    if key not in em.memo:
+        from ...passes.layout import staged_depthwise
+        em.memo[key] = staged_depthwise(n)
+    return em.memo[key]
+
+
+def _lower_dw_staged(em: Emitter, n: Node, xs4, ws4, ys4, strides, pads, residual, act) -> None:
+    """A depthwise Conv / FusedConv as ``conv_nhwc.dwconv_staged`` (bands of rows transposed
+    channels-last in a worker's scratch): weights laid out in channel blocks at compile time
+    (``staged_weights``, one block per thread on small planes, ``staged_blocks``); bias,
+    residual and activation in the kernel."""
+    from jitort.kernels.cpu.conv_nhwc import (dw_staged_scratch_elems, staged_blocks,
+                                              staged_weights)
+    w, y, b = n.inputs[1], n.outputs[0], n.input(2)
+    c = concrete(xs4[1])
+    blocks = staged_blocks(c, concrete(ys4[2]) * concrete(ys4[3]), em.threads)
+    hwio = em.derived_const(("dw_staged", blocks, id(w.const)),
+                            lambda: staged_weights(w.const.reshape(ws4), blocks))
+    dims = [concrete(d) for d in (xs4[3], ws4[2], strides[0], ys4[2], ys4[3])]
+    scr = em.scratch(dw_staged_scratch_elems(c // blocks, *dims, em.threads), y.dtype)
+    xv, bv, rv, y4 = _io_args(em, n, xs4, ys4, residual)
+    code, alpha, beta = act
+    args = ", ".join(em.dim(v) for v in (strides[0], strides[1], pads[0], pads[1]))
+    em.call(f"_cnhwc.dwconv_staged({xv}, {hwio}, {bv}, {rv}, {y4}, {scr}, {args}, "
+            f"{b is not None}, {residual is not None}, {code}, {float_literal(alpha)}, "
+            f"{float_literal(beta)})")
+
+
 def _lower_conv2d_implicit(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pads, residual,
                            act) -> None:
     """A Conv / FusedConv as ``conv_implicit.conv2d_implicit``: weights packed at compile time,
@@ -211,18 +248,26 @@ def _lower_conv2d_cvec(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pads, 
     em.call(f"_convc.conv2d_cvec({call})")
 
 
-def _packed_args(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pads, residual, act, pk,
-                 scr, group=None) -> str:
-    """The arguments of the packed-weight convolution kernels (``conv2d_implicit``,
-    ``conv2d_cvec``, ``conv2d_grouped``): x, packed weights, kh, kw, bias, residual (the output
-    when none), output, scratch, strides, begin pads, dilations[, group], bias / residual flags
-    and the activation."""
+def _io_args(em: Emitter, n: Node, xs4, ys4, residual) -> tuple[str, str, str, str]:
+    """Input, bias (a 1-element zero array when none), residual (the output when none) and
+    output arguments of the kernels that take the conv epilogue's operands as arrays."""
     x, y, b = n.inputs[0], n.outputs[0], n.input(2)
     xv = f"{em.arr(x)}.reshape({em.tuple_expr(xs4)})"
     bv = em.arr(b) if b is not None else f"np.zeros(1, {tname(y.dtype)})"
     yv = _out_beside_residual(em, n, y, residual)
     y4 = f"{yv}.reshape({em.tuple_expr(ys4)})"
     rv = f"{em.arr(residual)}.reshape({em.tuple_expr(ys4)})" if residual is not None else y4
+    return xv, bv, rv, y4
+
+
+def _packed_args(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pads, residual, act, pk,
+                 scr, group=None) -> str:
+    """The arguments of the packed-weight convolution kernels (``conv2d_implicit``,
+    ``conv2d_cvec``, ``conv2d_grouped``): x, packed weights, kh, kw, bias, residual (the output
+    when none), output, scratch, strides, begin pads, dilations[, group], bias / residual flags
+    and the activation."""
+    b = n.input(2)
+    xv, bv, rv, y4 = _io_args(em, n, xs4, ys4, residual)
     code, alpha, beta = act
     geo = ", ".join(em.dim(v) for v in (ws4[2], ws4[3]))
     args = ", ".join(em.dim(v) for v in (strides[0], strides[1], pads[0], pads[1], dil[0], dil[1]))
