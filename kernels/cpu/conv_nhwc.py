@@ -459,10 +459,12 @@ def _dw_run(x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, a
 
 # --- depthwise on NCHW tensors through channels-last bands ---------------------------------
 
-#: float32 elements of a band's staged input and output rows in ``dwconv_staged`` (512 KB:
-#: half a core's L2 on the Zen 5 host; 128-256 K elements measured best, smaller bands pay
-#: more halo rows)
-_STAGE_ELEMS = 1 << 17
+#: float32 elements of a band's staged input and output rows in ``dwconv_staged`` (2 MB: on
+#: one thread most layers of up to 28x28 outputs are one band, so no input row is transposed
+#: twice; 128-512 K elements measured, 0.9-1.1x the layout region's time at 1 thread and
+#: 0.65-0.93x at 2 over nine layer shapes, ``/tmp``-style A/B loops on the Zen 5 host; at
+#: 128 K elements the 5x5 stride-2 layers' halo rows made it 1.1-1.4x at 1 thread)
+_STAGE_ELEMS = 1 << 19
 #: output elements * taps from which ``dwconv_staged`` splits its work over the threads
 _PAR_MIN_STAGED = 1 << 17
 #: the smallest output plane whose bands are split over the threads (two workers' bands

@@ -74,11 +74,15 @@ def test_depthwise_nhwc_against_numpy(dtype, threads, case):
     (1, 960, 7, 7, 5, 1, (2, 2, 2, 2), 1, False),      # a small plane: channel blocks
     (1, 64, 7, 7, 5, 2, (0, 0, 0, 0), 0, False),       # unpadded, 2x2 outputs
     (3, 20, 9, 11, 7, 1, (3, 3, 3, 3), 5, True),       # kernel as tall as the plane
-    (1, 32, 112, 112, 3, 2, (1, 1, 1, 1), 0, False),   # many bands, halo rows
+    (1, 32, 112, 112, 3, 2, (1, 1, 1, 1), 0, False),   # one band at 1 thread
+    (1, 96, 160, 96, 3, 1, (1, 1, 1, 1), 0, False),    # several bands: halo rows
+    (1, 64, 150, 80, 5, 2, (2, 2, 2, 2), 1, True),     # several strided bands
     (1, 48, 30, 17, 3, 1, (0, 1, 2, 1), 1, False),     # uneven pads
 ])
 def test_dwconv_staged_against_numpy(threads, blocks, case):
     import numba
+    if case[1] * case[2] * case[3] > CN._STAGE_ELEMS:   # the band rule these cases rely on
+        assert CN._stage_rows_py(case[1], case[3], case[4], case[5], case[2], case[3]) < case[2]
     n, c, h, w_, k, s, (pt, pl, pb, pr), act, has_res = case
     if c % blocks:
         pytest.skip("channels not divisible by the blocks")
