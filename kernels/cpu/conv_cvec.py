@@ -32,9 +32,10 @@ from numba.extending import intrinsic
 
 from .conv_implicit import tap_offsets
 from .epilogue import act_row
-from .gemm import eptr, next_task, num_threads, scratch_workers
+from .gemm import claim, count_done, eptr, next_task, num_threads, scratch_workers
 from .phases import phase_planes
 from .qgemm import _ptr, masked_load, masked_store, splat
+from .sync import next_affine, wait_count
 
 _FM = {'reassoc', 'contract', 'arcp'}
 
@@ -410,6 +411,43 @@ def _cvec_par(nw, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, re
                 tls[wk * tcap:(wk + 1) * tcap], mg, rstep, has_res, act, alpha, beta)
 
 
+@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
+def _cvec_par_copy(nw, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res, out,
+                   tls, tcap, mg, rstep, has_res, act, alpha, beta, src, nc, h, w, sw, ph, pw,
+                   dh, dw, kh, kw, hq, wq):
+    """``_cvec_par`` with the stride-phase copy of the nc input planes in the same parallel
+    region: the workers claim chunks of planes, count them done and wait for the last
+    before the tiles, each worker first in its own share (``sync.next_affine``)."""
+    nch = min(nc, 4 * nw)
+    per = (nc + nch - 1) // nch
+    nch = (nc + per - 1) // per
+    pq = sw * hq * wq
+    cnt = np.zeros(2, np.int64)
+    flags = np.zeros(ntask, np.int64)
+    m_n, oh_n, ow_n = out.shape[1], out.shape[2], out.shape[3]
+    out1 = out.reshape(out.size)
+    res1 = res.reshape(res.size)
+    for wk in prange(nw):
+        while True:
+            k = claim(cnt, 0)
+            if k >= nch:
+                break
+            c0 = k * per
+            c1 = min(nc, c0 + per)
+            phase_planes(src[c0 * h * w:c1 * h * w], xb[c0 * pq:c1 * pq], np.float32(0.0),
+                         c1 - c0, h, w, 1, sw, ph, pw, dh, dw, kh, kw, hq, wq)
+            count_done(cnt, 1)
+        wait_count(cnt, 1, nch)
+        tl = tls[wk * tcap:(wk + 1) * tcap]
+        i = 0
+        while True:
+            t, i = next_affine(flags, wk, nw, i)
+            if t < 0:
+                break
+            _task(t, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res1, out1, tl, m_n,
+                  mg, oh_n, ow_n, rstep, has_res, act, alpha, beta)
+
+
 #: below this many flops a convolution runs on one thread
 _PAR_MIN_FLOPS = 1 << 22
 #: phase-plane elements from which the copy is split over the threads by channels (it is
@@ -470,19 +508,13 @@ def _cvec_core(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, group, h
     planes = n_n * c_n * sw * hq * wq + MAXR
     if scr.shape[0] < planes + tcap:
         raise ValueError("conv2d_cvec: scratch too small")
-    if _direct(kh, kw, sh, sw, ph, pw, oh_n, ow_n, h, w):
+    nc = n_n * c_n
+    direct = _direct(kh, kw, sh, sw, ph, pw, oh_n, ow_n, h, w)
+    if direct:
         xb = x.reshape(x.size)   # the planes are the input (hq, wq = h, w): read in place
     else:
         xb = scr[:planes]
         xb[planes - MAXR:] = 0.0
-        nc = n_n * c_n
-        pw_n = min(num_threads(), nc)
-        if pw_n > 1 and float(nc) * hq * wq * sw >= _PAR_MIN_COPY:
-            _planes_par(pw_n, x.reshape(x.size), xb, nc, h, w, sw, ph, pw, dh, dw, kh, kw, hq,
-                        wq)
-        else:
-            phase_planes(x.reshape(x.size), xb, np.float32(0.0), nc, h, w, 1, sw, ph, pw, dh,
-                         dw, kh, kw, hq, wq)
     img = c_n * sw * hq * wq
     gimg = cg * sw * hq * wq
     off = tap_offsets(cg, kh, kw, 1, sw, dh, dw, hq, wq)
@@ -502,6 +534,21 @@ def _cvec_core(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, group, h
     ntask = n_n * npan * nrb
     tls = scr[planes:]
     nw = min(nth, ntask, tls.shape[0] // tcap) if par else 1
+    if nw > 1 and not direct:
+        # the phase copy and the tiles in one region (the strided grouped 512-channel layer
+        # onto 7x7 at 2 threads: 84.5 -> 77 us, the two versions alternating in one process)
+        _cvec_par_copy(nw, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res,
+                       out, tls, tcap, mg, sh * wq, has_res, act, alpha, beta,
+                       x.reshape(x.size), nc, h, w, sw, ph, pw, dh, dw, kh, kw, hq, wq)
+        return
+    if not direct:
+        pw_n = min(nth, nc)
+        if pw_n > 1 and float(nc) * hq * wq * sw >= _PAR_MIN_COPY:
+            _planes_par(pw_n, x.reshape(x.size), xb, nc, h, w, sw, ph, pw, dh, dw, kh, kw, hq,
+                        wq)
+        else:
+            phase_planes(x.reshape(x.size), xb, np.float32(0.0), nc, h, w, 1, sw, ph, pw, dh,
+                         dw, kh, kw, hq, wq)
     if nw > 1:
         _cvec_par(nw, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res, out,
                   tls, tcap, mg, sh * wq, has_res, act, alpha, beta)
