@@ -27,7 +27,7 @@ from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
 from .epilogue import act_row
-from .gemm import eptr, next_task, num_threads, xgemm
+from .gemm import eptr, next_task, num_threads, scratch_workers, xgemm
 from .mathfn import wide_vectors
 from .qgemm import masked_load, masked_store, splat
 from .sync import next_affine
@@ -491,7 +491,7 @@ def staged_blocks(c, plane, threads) -> int:
     split evenly into blocks of at least _STAGED_MIN_BLOCK; else 1 (bands of rows split the
     work: at 2 threads a channel split was slower than bands on planes of 14x14 and up, and
     1.1-1.5x faster than one thread on 7x7 planes of 768-960 channels, Zen 5 host)."""
-    t = max(1, threads)
+    t = scratch_workers(threads)
     return (t if t > 1 and plane < _STAGED_MIN_PLANE and c % t == 0
             and c // t >= _STAGED_MIN_BLOCK else 1)
 
@@ -520,7 +520,7 @@ def dw_staged_scratch_elems(cb, w, kh, sh, oh, ow, threads) -> int:
     block."""
     rb = _stage_rows_py(cb, w, kh, sh, oh, ow)
     g = _STAGE_GUARD
-    return max(1, threads) * (((rb - 1) * sh + kh) * w * cb + rb * ow * cb + 2 * g) + g
+    return scratch_workers(threads) * (((rb - 1) * sh + kh) * w * cb + rb * ow * cb + 2 * g) + g
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -553,7 +553,7 @@ def _staged_band(t, nb, rb, x, w, b, res, out, buf, sh, sw, ph, pw, has_bias, ha
     xs4 = xs.reshape((1, nr, w_n, cb))
     ys4 = ys.reshape((1, r1 - r0, ow_n, cb))
     wb = w[blk]
-    bb = b[c0:c0 + cb] if has_bias else b
+    bb = b[c0:c0 + cb]   # (the tiles load the bias even when they do not add it)
     for r in range(r1 - r0):
         _dw_row_tiles(r, xs4, wb, bb, ys4, ys4, sh, sw, ph + s0 - r0 * sh, pw, has_bias, False,
                       0 if has_res else act, aa, ab)
@@ -610,6 +610,8 @@ def dwconv_staged(x, w, b, res, out, scr, sh, sw, ph, pw, has_bias, has_res, act
     sh, sw, ph, pw = np.int64(sh), np.int64(sw), np.int64(ph), np.int64(pw)
     act = np.int64(act)
     aa, ab = np.float64(alpha_act), np.float64(beta_act)
+    if not has_bias:
+        b = np.zeros(c_n, x.dtype)   # the register tiles read C bias values either way
     rb = _stage_rows(cb, w_n, kh_n, sh, oh_n, ow_n)
     per = ((rb - 1) * sh + kh_n) * w_n * cb + rb * ow_n * cb + 2 * _STAGE_GUARD
     if scr.shape[0] < per + _STAGE_GUARD:

@@ -149,3 +149,27 @@ def test_depthwise_tiles_at_the_start_of_an_allocation():
                                atol=1e-4)
     del x
     buf.close()
+
+
+def test_staged_sizes_for_the_default_thread_count():
+    """compile(threads=None) sizes for Numba's whole pool."""
+    import numba
+    n = numba.config.NUMBA_NUM_THREADS
+    assert CN.staged_blocks(960, 49, None) == CN.staged_blocks(960, 49, n)
+    assert (CN.dw_staged_scratch_elems(32, 8, 3, 1, 8, 8, None)
+            == CN.dw_staged_scratch_elems(32, 8, 3, 1, 8, 8, n))
+
+
+def test_dwconv_staged_without_bias():
+    """has_bias False with the 1-element placeholder the code generator passes: the kernel
+    gives the tiles a zero bias of its own (they read C values either way)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 48, 10, 10)).astype(np.float32)
+    wo = rng.standard_normal((48, 1, 3, 3)).astype(np.float32)
+    out = np.full((1, 48, 10, 10), np.nan, np.float32)
+    scr = np.empty(CN.dw_staged_scratch_elems(48, 10, 3, 1, 10, 10, 2), np.float32)
+    CN.dwconv_staged(x, CN.staged_weights(wo, 1), np.zeros(1, np.float32), out, out, scr, 1, 1,
+                     1, 1, False, False, 0, 0.0, 0.0)
+    want = _reference(x.transpose(0, 2, 3, 1), wo.transpose(2, 3, 1, 0), 0.0, None, 1, 1, 1, 1,
+                      10, 10).transpose(0, 3, 1, 2)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
