@@ -2,6 +2,7 @@
 """Regenerate jitort/library_signatures.txt: the kernel-library entries the code generator emits.
 
     python scripts/library_signatures.py [MODEL.onnx ...] [--cache DIR ...] [--output PATH]
+                                         [--allow-failures]
 
 For each model (default: the ten models of ../shared/models, or $JITORT_MODEL_DIR, and the nine
 onnx light models) it compiles the model, plans its drivers for the default inputs (symbolic
@@ -10,7 +11,9 @@ kernel (``jitort.codegen.native.infer_records``), collecting the (kernel, argume
 every library call site. The call-site records
 (``*.sigs``) found in jitort's cache (``--cache``, default the current ``JITORT_CACHE_DIR``) are
 merged in (as today's ``native_call`` would call them; kernels committed to git only). Runs in a
-throwaway ``JITORT_CACHE_DIR``/``NUMBA_CACHE_DIR`` unless they are set.
+throwaway ``JITORT_CACHE_DIR``/``NUMBA_CACHE_DIR`` unless they are set. A model that fails to
+plan leaves the list unwritten (exit status 1) unless ``--allow-failures``: its kernels would
+silently drop out of the library.
 """
 from __future__ import annotations
 
@@ -57,6 +60,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", action="append", default=None, metavar="DIR",
                     help="jitort cache folders whose *.sigs records to merge (repeatable)")
     ap.add_argument("--output", default=None, help="default: jitort/library_signatures.txt")
+    ap.add_argument("--allow-failures", action="store_true",
+                    help="write the list even if some models fail to plan")
     a = ap.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="jitort-sigs-")
     caches = a.cache if a.cache is not None else [os.environ.get("JITORT_CACHE_DIR")
@@ -67,18 +72,26 @@ def main(argv=None) -> int:
     from jitort import library
     warnings.simplefilter("ignore")
     found: set = set()
+    failed: list[str] = []
     jobs = [(m, None) for m in (a.models or default_models())]
     t0 = time.perf_counter()
     for k, (path, feeds) in enumerate(jobs):
         try:
             new = model_entries(path, feeds) - found
-        except Exception as e:  # a case jitort cannot plan: its kernels are not emitted
-            print(f"[{k + 1}/{len(jobs)}] {path}: skipped ({type(e).__name__})", flush=True)
+        except Exception as e:  # a model jitort cannot plan: its kernels are not emitted
+            print(f"[{k + 1}/{len(jobs)}] {path}: FAILED ({type(e).__name__}: {e})", flush=True)
+            failed.append(Path(path).name)
             continue
         found |= new
         print(f"[{k + 1}/{len(jobs)}] {Path(path).name}: "
               f"{len(new)} new entries ({len(found)} in all, {time.perf_counter() - t0:.0f} s)",
               flush=True)
+    if failed and not a.allow_failures:
+        # a list written without them would drop their kernels from the library (a planning
+        # bug in light_shufflenet once dropped conv_group._core that way)
+        print(f"not written: {len(failed)} model(s) failed to plan ({', '.join(failed)}); "
+              "fix them, or pass --allow-failures", flush=True)
+        return 1
     for c in caches:  # records as today's code generator would emit them
         found |= set(library.cache_entries(c, normalize=True))
     # kernels committed to the repo only (work in progress in the checkout may emit others)
