@@ -14,6 +14,8 @@ depthwise convolution (the op that gains; a region of pointwise convolutions alo
 add transposes). Convolutions become ``jitort.FusedConvNHWC`` with HWIO weights; a tensor that
 enters a region gets one Transpose to NHWC, one that leaves it (or is a graph output) one back
 to NCHW, keeping its name. Dense and grouped convolutions, pools and everything else stay NCHW.
+A region of one depthwise convolution that ``conv_nhwc.dwconv_staged`` can run stays NCHW too
+(``staged_depthwise``): that kernel stages bands of rows channels-last itself.
 
 ``JITORT_LAYOUT=nchw`` turns the pass off (for comparisons). The CUDA backend's pipeline does
 not include it.
@@ -130,8 +132,9 @@ def staged_depthwise(n: Node) -> bool:
     """Whether a depthwise convolution that would run channels-last in a region of its own
     stays NCHW, for ``conv_nhwc.dwconv_staged``: it transposes bands of rows channels-last in
     a worker's scratch and runs the same register tiles, in one parallel region where the
-    region's two whole-tensor transposes and the kernel took three (1 thread: 0.9-1.05x the
-    region's time; 2 threads: 0.6-0.8x, ``python scripts/sweep_dw_layout.py``)."""
+    region's two whole-tensor transposes and the kernel took three (nine layer shapes, the
+    two alternating in one process, Zen 5: 0.9-1.1x the region's time at 1 thread,
+    0.65-0.93x at 2; benchmarks/README.md, eighth session)."""
     from jitort.kernels.cpu.conv_nhwc import staged_ok
     if conv_kind(n) != "depthwise":
         return False
@@ -233,6 +236,7 @@ def convert_to_channels_last(g: Graph) -> int:
     for i in range(len(nodes)):
         if ok[i]:
             size[find(i)] = size.get(find(i), 0) + 1
+
     def transposed_around(n: Node) -> bool:
         """The model's own permutes meet the region's transposes (and cancel) around n."""
         src = n.inputs[0].producer
