@@ -18,6 +18,10 @@ Layouts (C-contiguous, float32 or float64, one dtype per call):
     out (N, OH, OW, M)
 Begin pads ``ph``/``pw``; end pads implied by OH/OW; strides, dilations >= 1. Activation codes
 are those of ``epilogue``.
+
+``dwconv_staged`` runs the same register tiles on NCHW tensors (a depthwise convolution alone
+in its region, which the layout pass leaves NCHW): bands of rows / blocks of channels are
+transposed channels-last into a worker's scratch and back.
 """
 import numpy as np
 from llvmlite import ir
