@@ -132,9 +132,9 @@ def staged_depthwise(n: Node) -> bool:
     """Whether a depthwise convolution that would run channels-last in a region of its own
     stays NCHW, for ``conv_nhwc.dwconv_staged``: it transposes bands of rows channels-last in
     a worker's scratch and runs the same register tiles, in one parallel region where the
-    region's two whole-tensor transposes and the kernel took three (nine layer shapes, the
-    two alternating in one process, Zen 5: 0.9-1.1x the region's time at 1 thread,
-    0.65-0.93x at 2; benchmarks/README.md, eighth session)."""
+    region's two whole-tensor transposes and the kernel took three (``python
+    scripts/sweep_dw_staged.py``, 15 layers, Zen 5: 0.91x the region's time at 1 thread,
+    0.76x at 2, geomeans)."""
     from jitort.kernels.cpu.conv_nhwc import staged_ok
     if conv_kind(n) != "depthwise":
         return False

@@ -465,9 +465,9 @@ def _dw_run(x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, a
 
 #: float32 elements of a band's staged input and output rows in ``dwconv_staged`` (2 MB: on
 #: one thread most layers of up to 28x28 outputs are one band, so no input row is transposed
-#: twice; 128-512 K elements measured, 0.9-1.1x the layout region's time at 1 thread and
-#: 0.65-0.93x at 2 over nine layer shapes, ``/tmp``-style A/B loops on the Zen 5 host; at
-#: 128 K elements the 5x5 stride-2 layers' halo rows made it 1.1-1.4x at 1 thread)
+#: twice; 128-512 K elements measured, the 5x5 stride-2 layers' halo rows made 128 K 1.1-1.4x
+#: the layout region's time at 1 thread). ``python scripts/sweep_dw_staged.py`` (15 layers,
+#: Zen 5): staged / region 0.91 at 1 thread (0.75-1.18), 0.76 at 2 (0.54-1.02)
 _STAGE_ELEMS = 1 << 19
 #: output elements * taps from which ``dwconv_staged`` splits its work over the threads
 _PAR_MIN_STAGED = 1 << 17
