@@ -60,6 +60,27 @@ def _tile_t(typingctx, x, xoff, ldx, y, yoff, ldy):
 
 
 @njit(cache=True, error_model='numpy')
+def transpose_block(src, s_off, s_ld, dst, d_off, d_ld, rows, cols):
+    """``dst[d_off + j * d_ld + i] = src[s_off + i * s_ld + j]`` for i < rows, j < cols (1-D
+    arrays of 4-byte elements): a strided block, e.g. some rows of each plane of an NCHW
+    stack to channels-last and back, through the register tiles; the edges element by
+    element."""
+    i0 = 0
+    while i0 + _TW <= rows:
+        j0 = 0
+        while j0 + _TW <= cols:
+            _tile_t(src, s_off + i0 * s_ld + j0, s_ld, dst, d_off + j0 * d_ld + i0, d_ld)
+            j0 += _TW
+        for j in range(j0, cols):   # the last columns (dst rows written along i)
+            for i in range(i0, i0 + _TW):
+                dst[d_off + j * d_ld + i] = src[s_off + i * s_ld + j]
+        i0 += _TW
+    for j in range(cols):           # the last rows
+        for i in range(i0, rows):
+            dst[d_off + j * d_ld + i] = src[s_off + i * s_ld + j]
+
+
+@njit(cache=True, error_model='numpy')
 def _transpose_cols(x3, y3, c0, c1):
     """Columns c0..c1 of x (rows c0..c1 of y: one contiguous block of each batch of the
     output) of :func:`transpose_last2`; c0 a multiple of _TW."""
@@ -68,19 +89,7 @@ def _transpose_cols(x3, y3, c0, c1):
     y = y3.reshape(y3.size)
     for b in range(nb):
         xb = b * rr * cc
-        r0 = 0
-        while r0 + _TW <= rr:
-            c = c0
-            while c + _TW <= c1:
-                _tile_t(x, xb + r0 * cc + c, cc, y, xb + c * rr + r0, rr)
-                c += _TW
-            for cl in range(c, c1):  # the last columns, element by element
-                for r in range(r0, r0 + _TW):
-                    y[xb + cl * rr + r] = x[xb + r * cc + cl]
-            r0 += _TW
-        for cl in range(c0, c1):  # the last rows
-            for r in range(r0, rr):
-                y[xb + cl * rr + r] = x[xb + r * cc + cl]
+        transpose_block(x, xb + c0, cc, y, xb + c0 * rr, rr, rr, c1 - c0)
 
 
 @njit(cache=True, error_model='numpy')
@@ -109,23 +118,3 @@ def transpose_last2_par(x3, y3):
     for w in prange(nw):
         _transpose_cols(x3, y3, min(cc, (w * nct // nw) * _TW), min(cc, ((w + 1) * nct // nw) * _TW))
 
-
-@njit(cache=True, error_model='numpy')
-def transpose_block(src, s_off, s_ld, dst, d_off, d_ld, rows, cols):
-    """``dst[d_off + j * d_ld + i] = src[s_off + i * s_ld + j]`` for i < rows, j < cols (1-D
-    arrays of 4-byte elements): a strided block, e.g. some rows of each plane of an NCHW
-    stack to channels-last and back, through the register tiles; the edges element by
-    element."""
-    i0 = 0
-    while i0 + _TW <= rows:
-        j0 = 0
-        while j0 + _TW <= cols:
-            _tile_t(src, s_off + i0 * s_ld + j0, s_ld, dst, d_off + j0 * d_ld + i0, d_ld)
-            j0 += _TW
-        for i in range(i0, i0 + _TW):
-            for j in range(j0, cols):
-                dst[d_off + j * d_ld + i] = src[s_off + i * s_ld + j]
-        i0 += _TW
-    for i in range(i0, rows):
-        for j in range(cols):
-            dst[d_off + j * d_ld + i] = src[s_off + i * s_ld + j]
