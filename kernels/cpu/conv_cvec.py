@@ -404,23 +404,15 @@ def _worker(counter, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp,
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
 def _cvec_par(nw, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res, out, tls,
-              tcap, mg, rstep, has_res, act, alpha, beta):
-    counter = np.zeros(1, np.int64)
-    for wk in prange(nw):
-        _worker(counter, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res, out,
-                tls[wk * tcap:(wk + 1) * tcap], mg, rstep, has_res, act, alpha, beta)
-
-
-@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
-def _cvec_par_copy(nw, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res, out,
-                   tls, tcap, mg, rstep, has_res, act, alpha, beta, src, nc, h, w, sw, ph, pw,
-                   dh, dw, kh, kw, hq, wq):
-    """``_cvec_par`` with the stride-phase copy of the nc input planes in the same parallel
-    region: the workers claim chunks of planes, count them done and wait for the last
-    before the tiles, each worker first in its own share (``sync.next_affine``)."""
+              tcap, mg, rstep, has_res, act, alpha, beta, src, nc, h, w, sw, ph, pw, dh, dw,
+              kh, kw, hq, wq):
+    """The tiles over nw workers, each first in its own share (``sync.next_affine``), after
+    the stride-phase copy of the nc input planes of src into xb in the same parallel region
+    (nc = 0: the planes are read in place): the workers claim chunks of planes, count them
+    done and wait for the last."""
     nch = min(nc, 4 * nw)
-    per = (nc + nch - 1) // nch
-    nch = (nc + per - 1) // per
+    per = (nc + nch - 1) // max(1, nch)
+    nch = (nc + per - 1) // per if nc > 0 else 0
     pq = sw * hq * wq
     cnt = np.zeros(2, np.int64)
     flags = np.zeros(ntask, np.int64)
@@ -534,12 +526,14 @@ def _cvec_core(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, group, h
     ntask = n_n * npan * nrb
     tls = scr[planes:]
     nw = min(nth, ntask, tls.shape[0] // tcap) if par else 1
-    if nw > 1 and not direct:
+    if nw > 1:
         # the phase copy and the tiles in one region (the strided grouped 512-channel layer
-        # onto 7x7 at 2 threads: 84.5 -> 77 us, the two versions alternating in one process)
-        _cvec_par_copy(nw, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res,
-                       out, tls, tcap, mg, sh * wq, has_res, act, alpha, beta,
-                       x.reshape(x.size), nc, h, w, sw, ph, pw, dh, dw, kh, kw, hq, wq)
+        # onto 7x7 at 2 threads: 84.5 -> 77 us, one region against two, alternating in one
+        # process)
+        ncopy = 0 if direct else nc
+        _cvec_par(nw, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res, out,
+                  tls, tcap, mg, sh * wq, has_res, act, alpha, beta, x.reshape(x.size), ncopy,
+                  h, w, sw, ph, pw, dh, dw, kh, kw, hq, wq)
         return
     if not direct:
         pw_n = min(nth, nc)
@@ -549,13 +543,9 @@ def _cvec_core(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, group, h
         else:
             phase_planes(x.reshape(x.size), xb, np.float32(0.0), nc, h, w, 1, sw, ph, pw, dh,
                          dw, kh, kw, hq, wq)
-    if nw > 1:
-        _cvec_par(nw, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res, out,
-                  tls, tcap, mg, sh * wq, has_res, act, alpha, beta)
-    else:
-        counter = np.zeros(1, np.int64)
-        _worker(counter, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res, out,
-                tls[:tcap], mg, sh * wq, has_res, act, alpha, beta)
+    counter = np.zeros(1, np.int64)
+    _worker(counter, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res, out,
+            tls[:tcap], mg, sh * wq, has_res, act, alpha, beta)
 
 
 #: The rule, from ``python scripts/sweep_conv_cvec.py`` (71 group-1 layers, each against
