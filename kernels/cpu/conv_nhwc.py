@@ -519,12 +519,20 @@ def _stage_rows_py(c, w, kh, sh, oh, ow):
 _stage_rows = njit(cache=True)(_stage_rows_py)
 
 
+def _stage_worker_elems_py(cb, w, kh, sh, ow, rb):
+    """One worker's scratch in ``dwconv_staged``: a guard, the staged input rows of a band of
+    rb output rows (cb channels), a guard, its staged output rows."""
+    return ((rb - 1) * sh + kh) * w * cb + rb * ow * cb + 2 * _STAGE_GUARD
+
+
+_stage_worker_elems = njit(cache=True)(_stage_worker_elems_py)
+
+
 def dw_staged_scratch_elems(cb, w, kh, sh, oh, ow, threads) -> int:
     """float32 scratch elements of ``dwconv_staged`` for ``threads`` workers, cb channels per
-    block."""
+    block (and the guard after the last worker's)."""
     rb = _stage_rows_py(cb, w, kh, sh, oh, ow)
-    g = _STAGE_GUARD
-    return scratch_workers(threads) * (((rb - 1) * sh + kh) * w * cb + rb * ow * cb + 2 * g) + g
+    return scratch_workers(threads) * _stage_worker_elems_py(cb, w, kh, sh, ow, rb) + _STAGE_GUARD
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -617,7 +625,7 @@ def dwconv_staged(x, w, b, res, out, scr, sh, sw, ph, pw, has_bias, has_res, act
     if not has_bias:
         b = np.zeros(c_n, x.dtype)   # the register tiles read C bias values either way
     rb = _stage_rows(cb, w_n, kh_n, sh, oh_n, ow_n)
-    per = ((rb - 1) * sh + kh_n) * w_n * cb + rb * ow_n * cb + 2 * _STAGE_GUARD
+    per = _stage_worker_elems(cb, w_n, kh_n, sh, ow_n, rb)
     if scr.shape[0] < per + _STAGE_GUARD:
         raise ValueError("dwconv_staged: scratch too small")
     nth = num_threads()

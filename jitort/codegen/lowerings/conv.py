@@ -137,11 +137,11 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
     xs4, ws4, ys4, strides, dil, pads, group = _conv_geometry(em, n)
     c, kh, kw = xs4[1], ws4[2], ws4[3]
     oh, ow = ys4[2], ys4[3]
-    # Winograd reads its own transformed weights: neither the im2col scratch nor the raw
-    # weights are placed for it
     if _use_staged(em, n):
         _lower_dw_staged(em, n, xs4, ws4, ys4, strides, pads, residual, act)
         return
+    # Winograd reads its own transformed weights: neither the im2col scratch nor the raw
+    # weights are placed for it
     tile = _use_winograd(em, n, xs4, ws4, ys4, strides, dil, group)
     implicit = _use_implicit(em, n, xs4, ws4, ys4, group, bool(tile))
     if _use_cvec(em, n, xs4, ws4, ys4, strides, group, bool(tile), implicit):
