@@ -154,6 +154,11 @@ def test_generated_files_carry_the_library_hash_and_their_content_hash():
     assert f"kernels {_cache.modules_hash(libs)}" in text.splitlines()[0]
     import numba
     assert f"numba {numba.__version__}" in text.splitlines()[0]
+    # native_call's lowering is compiled into the driver: its source is in the name too
+    import hashlib
+    from jitort.codegen import native
+    calls = hashlib.sha256(Path(native.__file__).read_bytes()).hexdigest()[:12]
+    assert f"calls {calls}" in text.splitlines()[0]
     assert path.stem == modmgr.module_name("driver", text)  # the name is the text's hash
 
 
