@@ -65,10 +65,12 @@ def test_transpose_op_against_onnxruntime(shape, perm, dtype, nthreads):
 
 
 @pytest.mark.parametrize('rows,cols,s_ld,d_ld', [(16, 16, 16, 16), (40, 49, 60, 41),
-                                                   (3, 100, 100, 5), (33, 7, 9, 40)])
+                                                   (3, 100, 100, 5), (33, 7, 9, 40),
+                                                   (1, 1, 1, 1), (17, 15, 17, 17)])
 def test_transpose_block_strided(rows, cols, s_ld, d_ld):
     """transpose_block: dst[d_off + j * d_ld + i] = src[s_off + i * s_ld + j], register tiles
-    and element-by-element edges, the rest of dst untouched."""
+    and masked ones at the edges (arrays that end where the block does), the rest of dst
+    untouched."""
     from jitort.kernels.cpu.transpose import transpose_block
     rng = np.random.default_rng(rows * cols)
     src = rng.standard_normal(5 + rows * s_ld).astype(np.float32)
