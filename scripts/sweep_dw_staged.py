@@ -2,8 +2,8 @@
 """The A/B behind ``conv_nhwc.dwconv_staged`` and ``layout.staged_depthwise``: a depthwise
 convolution alone in its channels-last region, run as that region's three kernels (transpose
 to NHWC, ``dwconv_nhwc``, transpose back, each its own parallel region over whole tensors)
-and as the staged kernel (bands of rows / blocks of channels transposed channels-last in a
-worker's scratch, one parallel region), on the same NCHW tensors.
+and as the staged kernel (bands of rows, 16 channels at a time, transposed into (rows, W, 16)
+blocks in a worker's scratch, one parallel region), on the same NCHW tensors.
 
     python scripts/sweep_dw_staged.py [--threads 1 2] [--calls 200] [--rounds 3]
 
@@ -56,7 +56,7 @@ def _pair(c, h, k, s, threads):
 
     blocks = CN.staged_blocks(c, oh * oh, threads)
     wb = CN.staged_weights(wo, blocks)
-    scr = np.empty(CN.dw_staged_scratch_elems(c // blocks, h, k, s, oh, oh, threads),
+    scr = np.empty(CN.dw_staged_scratch_elems(h, k, s, oh, oh, threads),
                    np.float32)
 
     def staged():

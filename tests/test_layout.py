@@ -92,25 +92,35 @@ def test_block_runs_channels_last_with_two_transposes():
     assert "GlobalAveragePool" not in ops and "ReduceMean" in ops
 
 
-@pytest.mark.parametrize("e,stride,hw,nhwc", [
-    (32, 1, 28, True), (192, 1, 28, True),     # whole vectors of channels onto 28x28
-    (72, 1, 28, False),                         # a half vector left
-    (96, 2, 56, True), (64, 2, 56, False),      # stride 2 onto 28x28: from 96 channels
-    (48, 1, 56, False),                         # 56x56 outputs
+@pytest.mark.parametrize("e,stride,hw,region,staged", [
+    (32, 1, 28, True, True), (192, 1, 28, True, True),  # whole vectors of channels, 28x28
+    (72, 1, 28, False, False),                          # a half vector left: NCHW kernels
+    (96, 2, 56, True, True),                            # stride 2 onto 28x28: from 96
+    (64, 2, 56, False, True), (48, 1, 56, False, True),  # NCHW, channels in whole groups
+    (40, 1, 56, False, False),                          # NCHW, a part-filled group
 ])
-def test_depthwise_on_28x28_runs_channels_last_by_its_channels(e, stride, hw, nhwc):
+def test_depthwise_runs_staged_by_its_channels(e, stride, hw, region, staged):
     """Above MAX_PLANE outputs only the depthwise convolution can go channels-last, up to
     28x28 outputs with its channels a multiple of 16 (layout.DW_MAX_PLANE / DW_MIN_CHANNELS);
     the pointwise convolutions of its block stay NCHW. Alone in its region, it stays NCHW
-    too and runs as ``conv_nhwc.dwconv_staged`` (bands transposed channels-last in scratch)
-    instead of between two whole-tensor transposes. Results match onnxruntime either way."""
+    too (``layout.staged_depthwise``, ``region``). Either way, a depthwise convolution on
+    NCHW tensors whose channels fill whole 16-channel groups runs as
+    ``conv_nhwc.dwconv_staged`` (``layout.staged_nchw``: bands of rows transposed into
+    16-channel blocks in scratch), the others on the NCHW kernels. Results match onnxruntime
+    either way."""
+    from jitort.passes import layout
     m = _mobile_block(c=16, e=e, hw=hw, stride=stride, se=False)
-    ops = _ops(_optimized(m))
+    g = _optimized(m)
+    ops = _ops(g)
     assert ops.count("FusedConvNHWC") == 0 and ops.count("Transpose") == 0, ops
+    (dw,) = [n for n in g.nodes if n.op_type in ("Conv", "FusedConv")
+             and n.attrs.get("group", 1) > 1]
+    assert layout.staged_depthwise(dw) == (region and staged)
+    assert layout.staged_nchw(dw) == staged
     for threads in (1, 2):
         cm = _check(m, threads=threads)
         src = "".join(Path(p).read_text() for p in cm.generated_sources())
-        assert ("_cnhwc.dwconv_staged" in src) == nhwc
+        assert ("_cnhwc.dwconv_staged" in src) == staged
 
 
 def test_depthwise_alone_in_its_region_is_staged():

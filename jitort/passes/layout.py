@@ -146,6 +146,34 @@ def staged_depthwise(n: Node) -> bool:
                           int(dil[1])))
 
 
+def staged_nchw(n: Node) -> bool:
+    """Whether a depthwise convolution on NCHW tensors (one the pass leaves NCHW: planes above
+    DW_MAX_PLANE, fewer channels than DW_MIN_CHANNELS) runs as ``conv_nhwc.dwconv_staged``
+    instead of the NCHW kernels: float32 with constant weights, the register tiles' kernels
+    (``staged_ok``) and channels that fill whole DW_LANES-channel groups (the staged rows are
+    blocks of 16 channels: a part-filled one computes and moves idle lanes). A/B in one
+    process, 60 layers (8-120 channels x 3x3/1, 3x3/2, 5x5/1 x 28x28 and 56x56 planes, 1
+    thread, Zen 5, 2026-11-28): channels a multiple of 16 ran 0.75-1.04x the NCHW kernels'
+    time (3x3/1 on 56x56 ~1.0, strided and 5x5 0.75-0.85), 96 channels 7x7 on 56x56 0.68x;
+    8 and 24 channels 1.0-2.1x, 40 and 72 0.78-1.38x, so those stay NCHW."""
+    from jitort.kernels.cpu.conv_nhwc import staged_ok
+    if not ((n.op_type == "Conv" and not n.domain)
+            or (n.op_type == "FusedConv" and n.domain == JITORT_DOMAIN)):
+        return False
+    x, w = n.inputs[0], n.input(1)
+    if not (_rank4(x) and _rank4(n.outputs[0]) and w is not None and w.is_const
+            and w.const.ndim == 4 and auto_pad(n) in ("NOTSET", "VALID")):
+        return False
+    c, m = x.shape[1], w.const.shape[0]
+    strides = list(n.attrs.get("strides") or [1, 1])
+    dil = list(n.attrs.get("dilations") or [1, 1])
+    return (isinstance(c, int) and c == m == int(n.attrs.get("group", 1))
+            and w.const.shape[1] == 1 and c % DW_LANES == 0 and len(strides) == 2
+            and len(dil) == 2 and w.dtype == x.dtype
+            and staged_ok(x.dtype, int(w.const.shape[3]), int(strides[1]), int(dil[0]),
+                          int(dil[1])))
+
+
 def nhwc_kind(n: Node) -> str:
     """"depthwise" or "pointwise" for a jitort.FusedConvNHWC (HWIO weights), else ""."""
     w = n.input(1)

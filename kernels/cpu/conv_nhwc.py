@@ -20,8 +20,9 @@ Begin pads ``ph``/``pw``; end pads implied by OH/OW; strides, dilations >= 1. Ac
 are those of ``epilogue``.
 
 ``dwconv_staged`` runs the same register tiles on NCHW tensors (a depthwise convolution alone
-in its region, which the layout pass leaves NCHW): bands of rows / blocks of channels are
-transposed channels-last into a worker's scratch and back.
+in its region, which the layout pass leaves NCHW, and those outside any region whose channels
+fill whole 16-channel groups): bands of rows of 16 channels at a time are transposed into a
+worker's scratch as (rows, W, 16) blocks, the NCHW16c layout, and back.
 """
 import numpy as np
 from llvmlite import ir
@@ -63,29 +64,34 @@ _TILE_K = (3, 5, 7)
 
 
 @intrinsic
-def _dw_tile(typingctx, out, ooff, x, xoff, w, c_n, rowst, k, r_n, kh_lo, kh_hi, p_lo, p_hi, b,
-             has_bias, res, has_res, relu, stride):
+def _dw_tile(typingctx, out, x, w, b, res, geo, c_n, k, r_n, kh_lo, kh_hi, p_lo, p_hi,
+             has_bias, has_res, relu, stride):
     """r_n (1.._TILE_PX) consecutive output pixels of an undilated depthwise convolution k
-    columns wide (k in _TILE_K) with column stride ``stride`` (1 or 2), float32 channels-last,
-    every channel: out[ooff + r*C + c] = bias[c] + the sum over kernel rows kh in [kh_lo,
-    kh_hi) and columns j of w[(kh*k + j)*C + c] * x[xoff + kh*rowst + (r*stride + j)*C + c],
-    where input pixel p = r*stride + j counts only for p in [p_lo, p_hi) (a masked load: the
-    others are padding, never read), plus res at out's offsets (``has_res``), then Relu
-    (``relu``). Per 16 channels the r_n accumulators and k weight vectors stay in registers;
-    each input pixel vector is loaded once per kernel row for every output it feeds ((r_n - 1)
-    * stride + k loads for r_n * k FMAs, where the per-pixel loop loads two operands per FMA
-    and the output once per kernel row)."""
+    columns wide (k in _TILE_K) with column stride ``stride`` (1 or 2), float32, channels
+    [0, c_n) in vectors of 16. ``geo`` = (ooff, ops, ocs, xoff, xps, xcs, rowst, woff, wcs,
+    boff) places the operands: channel c of output pixel r at out[ooff + (c // 16) * ocs +
+    r * ops + c % 16] (res alike), of input pixel p in kernel row kh at x[xoff + (c // 16) *
+    xcs + kh * rowst + p * xps + c % 16], tap (kh, j) at w[woff + (kh*k + j) * wcs + c], bias
+    at b[boff + c]: channels-last has xps = C and xcs = 16, channel blocks of 16 (NCHW16c)
+    xps = 16 and xcs = the block's size. out = bias + the sum over kernel rows kh in [kh_lo,
+    kh_hi) and columns j of tap (kh, j) times input pixel r*stride + j, where input pixel p
+    counts only for p in [p_lo, p_hi) (a masked load: the others are padding, never read),
+    plus res (``has_res``), then Relu (``relu``). Per 16 channels the r_n accumulators and k
+    weight vectors stay in registers; each input pixel vector is loaded once per kernel row
+    for every output it feeds ((r_n - 1) * stride + k loads for r_n * k FMAs, where the
+    per-pixel loop loads two operands per FMA and the output once per kernel row)."""
     arrs = (out, x, w, b, res)
     if not all(isinstance(a, types.Array) and a.dtype == out.dtype for a in arrs):
         return None
-    sig = types.void(out, ooff, x, xoff, w, c_n, rowst, k, r_n, kh_lo, kh_hi, p_lo, p_hi, b,
-                     has_bias, res, has_res, relu, stride)
+    if not (isinstance(geo, types.BaseTuple) and len(geo) == 10
+            and all(isinstance(t, types.Integer) for t in geo.types)):
+        return None
+    sig = types.void(out, x, w, b, res, geo, c_n, k, r_n, kh_lo, kh_hi, p_lo, p_hi, has_bias,
+                     has_res, relu, stride)
     if out.dtype != types.float32:   # typed for the other float dtypes, never called for them
         return sig, lambda context, builder, sig, args: context.get_dummy_value()
 
     def codegen(context, builder, sig, args):
-        (out_, ooff_, x_, xoff_, w_, c_, rowst_, k_, rn_, khlo_, khhi_, plo_, phi_, b_, hb_,
-         res_, hr_, relu_, st_) = args
         at = sig.args
         i32, i64 = ir.IntType(32), ir.IntType(64)
         f32 = ir.FloatType()
@@ -97,14 +103,17 @@ def _dw_tile(typingctx, out, ooff, x, xoff, w, c_n, rowst, k, r_n, kh_lo, kh_hi,
         def base(j):
             return make_array(at[j])(context, builder, args[j]).data
 
-        obase = builder.gep(base(0), [as64(1)])
-        xbase = builder.gep(base(2), [as64(3)])
-        wbase, bbase, rbase = base(4), base(13), builder.gep(base(15), [as64(1)])
-        c64, rowst64, khlo, khhi = as64(5), as64(6), as64(9), as64(10)
+        g = [context.cast(builder, builder.extract_value(args[5], i), at[5].types[i],
+                          types.int64) for i in range(10)]
+        ooff, ops, ocs, xoff, xps, xcs, rowst64, woff, wcs, boff = g
+        obase, rbase = builder.gep(base(0), [ooff]), builder.gep(base(4), [ooff])
+        xbase, wbase, bbase = builder.gep(base(1), [xoff]), builder.gep(base(2), [woff]), \
+            builder.gep(base(3), [boff])
+        c64, khlo, khhi = as64(6), as64(9), as64(10)
         plo, phi_v = as64(11), as64(12)
-        hb = context.cast(builder, hb_, at[14], types.boolean)
-        hr = context.cast(builder, hr_, at[16], types.boolean)
-        rl = context.cast(builder, relu_, at[17], types.boolean)
+        hb = context.cast(builder, args[13], at[13], types.boolean)
+        hr = context.cast(builder, args[14], at[14], types.boolean)
+        rl = context.cast(builder, args[15], at[15], types.boolean)
         mload, mstore = masked_load(builder, v16), masked_store(builder, v16)
         fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16] * 3),
                                              "llvm.fma.v16f32")
@@ -118,7 +127,7 @@ def _dw_tile(typingctx, out, ooff, x, xoff, w, c_n, rowst, k, r_n, kh_lo, kh_hi,
             return builder.call(mload, [vp(ptr, off), ir.Constant(i32, 4), mask, zero])
 
         key = builder.add(builder.add(builder.mul(as64(7), ir.Constant(i64, 16)), as64(8)),
-                          builder.mul(as64(18), ir.Constant(i64, 256)))
+                          builder.mul(as64(16), ir.Constant(i64, 256)))
         exit_ = builder.append_basic_block("dwt.exit")
         switch = builder.switch(key, exit_)
         rn64 = as64(8)
@@ -135,6 +144,12 @@ def _dw_tile(typingctx, out, ooff, x, xoff, w, c_n, rowst, k, r_n, kh_lo, kh_hi,
                                 builder.icmp_signed('>', phi_v, ir.Constant(i64, p)))
                    for p in range(npx)]
             padr = [builder.select(pk, ir.Constant(i64, p), plo) for p, pk in enumerate(pok)]
+            # tiles with every pixel inside the row take unmasked loads through pointers
+            # stepped by the pixel stride (the masked path's per-pixel addresses and masks
+            # were spilled to the stack: 0.79-1.02x its time, geomean ~0.89, over 12 layers
+            # in an interleaved A/B, Zen 5)
+            inner = builder.and_(builder.icmp_signed('<=', plo, ir.Constant(i64, 0)),
+                                 builder.icmp_signed('>=', phi_v, ir.Constant(i64, npx)))
             entry = builder.block
             cl = builder.append_basic_block(f"dwt.c.{kk}x{rr}s{ss}")
             cdone = builder.append_basic_block(f"dwt.cdone.{kk}x{rr}s{ss}")
@@ -142,53 +157,84 @@ def _dw_tile(typingctx, out, ooff, x, xoff, w, c_n, rowst, k, r_n, kh_lo, kh_hi,
             builder.position_at_end(cl)
             cv = builder.phi(i64)
             cv.add_incoming(ir.Constant(i64, 0), entry)
-            cmask = builder.icmp_signed('<', builder.add(lane, splat(builder, cv, 16)), splat(builder, c64, 16))
+            cvec = builder.ashr(cv, ir.Constant(i64, 4))
+            xc = builder.mul(cvec, xcs)
+            oc = builder.mul(cvec, ocs)
+            cmask = builder.icmp_signed('<', builder.add(lane, splat(builder, cv, 16)),
+                                        splat(builder, c64, 16))
             bias = builder.select(hb, ld(bbase, cv, cmask), zero)
-            xmask = [builder.and_(cmask, splat(builder, pk, 16)) for pk in pok]
-            # kernel rows
+            fast = builder.and_(inner, builder.icmp_signed(
+                '<=', builder.add(cv, ir.Constant(i64, 16)), c64))
             kpre = builder.block
-            kl = builder.append_basic_block(f"dwt.kh.{kk}x{rr}s{ss}")
             kdone = builder.append_basic_block(f"dwt.khdone.{kk}x{rr}s{ss}")
-            builder.cbranch(builder.icmp_signed('<', khlo, khhi), kl, kdone)
-            builder.position_at_end(kl)
-            kh = builder.phi(i64)
-            kh.add_incoming(khlo, kpre)
-            accs = []
-            for _ in range(rr):
-                a = builder.phi(v16)
-                a.add_incoming(bias, kpre)
-                accs.append(a)
-            wrow = builder.add(builder.mul(builder.mul(kh, ir.Constant(i64, kk)), c64), cv)
-            wv = [ld(wbase, builder.add(wrow, builder.mul(ir.Constant(i64, j), c64)), cmask)
-                  for j in range(kk)]
-            xrow = builder.add(builder.mul(kh, rowst64), cv)
-            new = list(accs)
-            for p in range(npx):
-                # a padded pixel's load is masked off entirely; its address stays on a pixel
-                # of the row (plo): a masked access whose lanes fall on a page that is not
-                # mapped (before or after the tensor's allocation) takes ~15x as long
-                xv = ld(xbase, builder.add(xrow, builder.mul(padr[p], c64)), xmask[p])
-                for j in range(kk):
-                    r, rem = divmod(p - j, ss)
-                    if rem == 0 and 0 <= r < rr:
-                        new[r] = builder.call(fma, [xv, wv[j], new[r]])
-            khn = builder.add(kh, ir.Constant(i64, 1))
-            kend = builder.block
-            kh.add_incoming(khn, kend)
-            for a, nv in zip(accs, new):
-                a.add_incoming(nv, kend)
-            builder.cbranch(builder.icmp_signed('<', khn, khhi), kl, kdone)
+            kchoose = builder.append_basic_block(f"dwt.khsel.{kk}x{rr}s{ss}")
+            builder.cbranch(builder.icmp_signed('<', khlo, khhi), kchoose, kdone)
+            builder.position_at_end(kchoose)
+            kmpre = builder.append_basic_block(f"dwt.khm.{kk}x{rr}s{ss}")
+            ends = []
+            for masked in (False, True):
+                if masked:
+                    builder.position_at_end(kmpre)
+                    xmask = [builder.and_(cmask, splat(builder, pk, 16)) for pk in pok]
+                kl = builder.append_basic_block(f"dwt.kh{int(masked)}.{kk}x{rr}s{ss}")
+                if masked:
+                    builder.branch(kl)
+                else:
+                    builder.cbranch(fast, kl, kmpre)
+                pre = kmpre if masked else kchoose
+                builder.position_at_end(kl)
+                kh = builder.phi(i64)
+                kh.add_incoming(khlo, pre)
+                accs = []
+                for _ in range(rr):
+                    a = builder.phi(v16)
+                    a.add_incoming(bias, pre)
+                    accs.append(a)
+                wrow = builder.add(builder.mul(builder.mul(kh, ir.Constant(i64, kk)), wcs), cv)
+                xrow = builder.add(builder.mul(kh, rowst64), xc)
+                if masked:
+                    wv = [ld(wbase, builder.add(wrow, builder.mul(ir.Constant(i64, j), wcs)),
+                             cmask) for j in range(kk)]
+                else:
+                    wp, wv = builder.gep(wbase, [wrow]), []
+                    for j in range(kk):
+                        wv.append(builder.load(builder.bitcast(wp, v16.as_pointer()), align=4))
+                        wp = builder.gep(wp, [wcs])
+                    xp = builder.gep(xbase, [xrow])
+                new = list(accs)
+                for p in range(npx):
+                    if masked:
+                        # a padded pixel's load is masked off entirely; its address stays on
+                        # a pixel of the row (plo): a masked access whose lanes fall on a page
+                        # that is not mapped (before or after the tensor's allocation) takes
+                        # ~15x as long
+                        xv = ld(xbase, builder.add(xrow, builder.mul(padr[p], xps)), xmask[p])
+                    else:
+                        xv = builder.load(builder.bitcast(xp, v16.as_pointer()), align=4)
+                        xp = builder.gep(xp, [xps])
+                    for j in range(kk):
+                        r, rem = divmod(p - j, ss)
+                        if rem == 0 and 0 <= r < rr:
+                            new[r] = builder.call(fma, [xv, wv[j], new[r]])
+                khn = builder.add(kh, ir.Constant(i64, 1))
+                kend = builder.block
+                kh.add_incoming(khn, kend)
+                for a, nv in zip(accs, new):
+                    a.add_incoming(nv, kend)
+                builder.cbranch(builder.icmp_signed('<', khn, khhi), kl, kdone)
+                ends.append((kend, new))
             builder.position_at_end(kdone)
             fin = []
             for j in range(rr):
                 f = builder.phi(v16)
                 f.add_incoming(bias, kpre)
-                f.add_incoming(new[j], kend)
+                for kend, new in ends:
+                    f.add_incoming(new[j], kend)
                 fin.append(f)
             for r in range(rr):
                 with builder.if_then(builder.icmp_signed('<', ir.Constant(i64, r), rn64),
                                      likely=True):
-                    off = builder.add(builder.mul(ir.Constant(i64, r), c64), cv)
+                    off = builder.add(builder.mul(ir.Constant(i64, r), ops), oc)
                     v = builder.select(hr, builder.fadd(fin[r], ld(rbase, off, cmask)), fin[r])
                     pos = builder.fcmp_ordered('>', v, zero)
                     v = builder.select(rl, builder.select(pos, v, zero), v)
@@ -220,10 +266,10 @@ def _dw_row_tiles(r, x, w, b, res, out, sh, sw, ph, pw, has_bias, has_res, act, 
     for q0 in range(0, ow_n, mr):
         rn = min(mr, ow_n - q0)
         c0 = q0 * sw - pw
-        _dw_tile(out, (r * ow_n + q0) * c_n, x, ((n * n_h + ih0) * n_w + c0) * c_n, w, c_n,
-                 n_w * c_n, kw_n, rn, kh_lo, kh_hi, max(0, -c0),
-                 min((rn - 1) * sw + kw_n, n_w - c0), b, has_bias, res if has_res else out,
-                 has_res, act == 1, sw)
+        geo = ((r * ow_n + q0) * c_n, c_n, 16, ((n * n_h + ih0) * n_w + c0) * c_n, c_n, 16,
+               n_w * c_n, 0, c_n, 0)
+        _dw_tile(out, x, w, b, res, geo, c_n, kw_n, rn, kh_lo, kh_hi, max(0, -c0),
+                 min((rn - 1) * sw + kw_n, n_w - c0), has_bias, has_res, act == 1, sw)
     if act > 1:
         lo = ow_n * c_n
         act_row(out.reshape(-1)[r * lo:(r + 1) * lo], act, aa, ab)
@@ -463,12 +509,12 @@ def _dw_run(x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, a
 
 # --- depthwise on NCHW tensors through channels-last bands ---------------------------------
 
-#: float32 elements of a band's staged input and output rows in ``dwconv_staged`` (2 MB: on
-#: one thread most layers of up to 28x28 outputs are one band, so no input row is transposed
-#: twice; 128-512 K elements measured, the 5x5 stride-2 layers' halo rows made 128 K 1.1-1.4x
-#: the layout region's time at 1 thread). ``python scripts/sweep_dw_staged.py`` (15 layers,
-#: Zen 5): staged / region 0.91 at 1 thread (0.75-1.18), 0.76 at 2 (0.54-1.02)
-_STAGE_ELEMS = 1 << 19
+#: float32 elements of one 16-channel group's staged input and output rows of a band in
+#: ``dwconv_staged`` (256 KB: they stay in L2 between the transposes and the tiles; 2^15 to
+#: 2^18 gave the same times within this VM's noise on ``python scripts/sweep_dw_staged.py``,
+#: 15 layers of up to 56x56 inputs: staged / region 0.77-0.80 at 1 thread, 0.65-0.70 at 2,
+#: geomeans, Zen 5, 2026-11-28)
+_STAGE_ELEMS = 1 << 16
 #: output elements * taps from which ``dwconv_staged`` splits its work over the threads
 _PAR_MIN_STAGED = 1 << 17
 #: the smallest output plane whose bands are split over the threads (two workers' bands
@@ -492,11 +538,11 @@ def staged_ok(dtype, kw, sw, dh, dw) -> bool:
 def staged_blocks(c, plane, threads) -> int:
     """Channel blocks of ``dwconv_staged``'s weights for ``threads`` threads: on output planes
     too small to split by rows (under _STAGED_MIN_PLANE), one per thread where the channels
-    split evenly into blocks of at least _STAGED_MIN_BLOCK; else 1 (bands of rows split the
+    split evenly into blocks of whole 16-channel groups, at least _STAGED_MIN_BLOCK; else 1 (bands of rows split the
     work: at 2 threads a channel split was slower than bands on planes of 14x14 and up, and
     1.1-1.5x faster than one thread on 7x7 planes of 768-960 channels, Zen 5 host)."""
     t = scratch_workers(threads)
-    return (t if t > 1 and plane < _STAGED_MIN_PLANE and c % t == 0
+    return (t if t > 1 and plane < _STAGED_MIN_PLANE and c % (16 * t) == 0
             and c // t >= _STAGED_MIN_BLOCK else 1)
 
 
@@ -508,43 +554,44 @@ def staged_weights(w, blocks):
     return np.ascontiguousarray(hwio.reshape(kh, kw, 1, blocks, cb).transpose(3, 0, 1, 2, 4))
 
 
-def _stage_rows_py(c, w, kh, sh, oh, ow):
-    """Output rows per band of ``dwconv_staged`` (c channels per block): as many as keep a
-    band's staged input and output rows within _STAGE_ELEMS (at least one)."""
-    # (rb - 1) * sh * w * c + kh * w * c + rb * ow * c <= _STAGE_ELEMS
-    rb = (_STAGE_ELEMS // max(1, c) - (kh - sh) * w) // max(1, sh * w + ow)
+def _stage_rows_py(w, kh, sh, oh, ow):
+    """Output rows per band of ``dwconv_staged``: as many as keep one 16-channel group's
+    staged input and output rows within _STAGE_ELEMS (at least one)."""
+    # ((rb - 1) * sh + kh) * w * 16 + rb * ow * 16 <= _STAGE_ELEMS
+    rb = (_STAGE_ELEMS // 16 - (kh - sh) * w) // max(1, sh * w + ow)
     return max(1, min(oh, rb))
 
 
 _stage_rows = njit(cache=True)(_stage_rows_py)
 
 
-def _stage_worker_elems_py(cb, w, kh, sh, ow, rb):
-    """One worker's scratch in ``dwconv_staged``: a guard, the staged input rows of a band of
-    rb output rows (cb channels), a guard, its staged output rows."""
-    return ((rb - 1) * sh + kh) * w * cb + rb * ow * cb + 2 * _STAGE_GUARD
+def _stage_worker_elems_py(w, kh, sh, ow, rb):
+    """One worker's scratch in ``dwconv_staged``: a guard, one 16-channel group's staged input
+    rows of a band of rb output rows, a guard, its staged output rows."""
+    return ((rb - 1) * sh + kh) * w * 16 + rb * ow * 16 + 2 * _STAGE_GUARD
 
 
 _stage_worker_elems = njit(cache=True)(_stage_worker_elems_py)
 
 
-def dw_staged_scratch_elems(cb, w, kh, sh, oh, ow, threads) -> int:
-    """float32 scratch elements of ``dwconv_staged`` for ``threads`` workers, cb channels per
-    block (and the guard after the last worker's)."""
-    rb = _stage_rows_py(cb, w, kh, sh, oh, ow)
-    return scratch_workers(threads) * _stage_worker_elems_py(cb, w, kh, sh, ow, rb) + _STAGE_GUARD
+def dw_staged_scratch_elems(w, kh, sh, oh, ow, threads) -> int:
+    """float32 scratch elements of ``dwconv_staged`` for ``threads`` workers (and the guard
+    after the last worker's)."""
+    rb = _stage_rows_py(w, kh, sh, oh, ow)
+    return scratch_workers(threads) * _stage_worker_elems_py(w, kh, sh, ow, rb) + _STAGE_GUARD
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def _staged_band(t, nb, rb, x, w, b, res, out, buf, sh, sw, ph, pw, has_bias, has_res, act,
                  aa, ab):
-    """Task t = (image, band, channel block) of ``dwconv_staged``: the band's input rows of
-    the block's channels transposed channels-last into buf, its output rows by
-    ``_dw_row_tiles``, the result transposed back into out (then residual and activation,
-    when there is a residual)."""
+    """Task t = (image, band, channel block) of ``dwconv_staged``, 16 channels at a time: the
+    band's input rows of the 16 channels transposed into buf as one (rows, W, 16) block (the
+    NCHW16c layout: a tile's loads walk contiguous memory, and the next output row finds its
+    input rows in L1), the output rows by ``_dw_tile``, the (rows, OW, 16) result transposed
+    back into out (then residual and activation, when there is a residual)."""
     n_n, c_n, h_n, w_n = x.shape
     oh_n, ow_n = out.shape[2], out.shape[3]
-    nblk, kh_n, cb = w.shape[0], w.shape[1], w.shape[4]
+    nblk, kh_n, kw_n, cb = w.shape[0], w.shape[1], w.shape[2], w.shape[4]
     blk = t % nblk
     tb = t // nblk
     n = tb // nb
@@ -556,31 +603,42 @@ def _staged_band(t, nb, rb, x, w, b, res, out, buf, sh, sw, ph, pw, has_bias, ha
     rmax = (rb - 1) * sh + kh_n
     g = _STAGE_GUARD
     x1 = x.reshape(x.size)
-    xs = buf[g:g + nr * w_n * cb]
-    transpose_block(x1, (n * c_n + c0) * h_n * w_n + s0 * w_n, h_n * w_n, xs, 0, cb, cb,
-                    nr * w_n)
-    npx = (r1 - r0) * ow_n
-    y0 = 2 * g + rmax * w_n * cb
-    ys = buf[y0:y0 + npx * cb]
-    xs4 = xs.reshape((1, nr, w_n, cb))
-    ys4 = ys.reshape((1, r1 - r0, ow_n, cb))
-    wb = w[blk]
-    bb = b[c0:c0 + cb]   # (the tiles load the bias even when they do not add it)
-    for r in range(r1 - r0):
-        _dw_row_tiles(r, xs4, wb, bb, ys4, ys4, sh, sw, ph + s0 - r0 * sh, pw, has_bias, False,
-                      0 if has_res else act, aa, ab)
-    plane = oh_n * ow_n
-    base = (n * c_n + c0) * plane + r0 * ow_n
     o1 = out.reshape(out.size)
-    transpose_block(ys, 0, cb, o1, base, plane, npx, cb)
-    if has_res:
-        q1 = res.reshape(res.size)
-        for c in range(cb):
-            o = base + c * plane
-            for j in range(npx):
-                o1[o + j] += q1[o + j]
-            if act != 0:
-                act_row(o1[o:o + npx], act, aa, ab)
+    wb = w[blk].reshape(kh_n * kw_n * cb)
+    bb = b[c0:c0 + cb]   # (the tiles load the bias even when they do not add it)
+    y0 = 2 * g + rmax * w_n * 16
+    npx = (r1 - r0) * ow_n
+    plane = oh_n * ow_n
+    ih0 = r0 * sh - ph - s0          # staged row of output row r0's first tap (may be < 0)
+    seg = (ow_n + _TILE_PX - 1) // _TILE_PX
+    mr = (ow_n + seg - 1) // seg
+    relu = act == 1 and not has_res
+    for v0 in range(0, cb, 16):
+        cn = min(16, cb - v0)
+        transpose_block(x1, (n * c_n + c0 + v0) * h_n * w_n + s0 * w_n, h_n * w_n, buf, g, 16,
+                        cn, nr * w_n)
+        for r in range(r1 - r0):
+            i0 = ih0 + r * sh
+            kh_lo = max(0, -i0)
+            kh_hi = min(kh_n, nr - i0)
+            for q0 in range(0, ow_n, mr):
+                rn = min(mr, ow_n - q0)
+                cc = q0 * sw - pw
+                geo = (y0 + (r * ow_n + q0) * 16, 16, 0, g + (i0 * w_n + cc) * 16, 16, 0,
+                       w_n * 16, v0, cb, v0)
+                _dw_tile(buf, buf, wb, bb, buf, geo, cn, kw_n, rn, kh_lo, kh_hi, max(0, -cc),
+                         min((rn - 1) * sw + kw_n, w_n - cc), has_bias, False, relu, sw)
+        base = (n * c_n + c0 + v0) * plane + r0 * ow_n
+        transpose_block(buf, y0, 16, o1, base, plane, npx, cn)
+        if has_res or act > 1:
+            q1 = res.reshape(res.size)
+            for c in range(cn):
+                o = base + c * plane
+                if has_res:
+                    for j in range(npx):
+                        o1[o + j] += q1[o + j]
+                if act > 1 or (has_res and act != 0):
+                    act_row(o1[o:o + npx], act, aa, ab)
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
@@ -603,12 +661,14 @@ def dwconv_staged(x, w, b, res, out, scr, sh, sw, ph, pw, has_bias, has_res, act
                   beta_act):
     """Depthwise convolution of NCHW float32 tensors (x (N, C, H, W), out / res (N, C, OH, OW),
     w (blocks, KH, KW, 1, C // blocks) from ``staged_weights``) by tasks of (image, band of
-    output rows, block of channels): a task's input rows are transposed channels-last into a
-    worker's scratch (``dw_staged_scratch_elems``), run as ``_dw_tile`` register tiles and
-    transposed back. What the layout pass's one-convolution region (transpose,
-    ``dwconv_nhwc``, transpose) computes, with L2-sized transposes instead of whole-tensor
-    ones, in one parallel region (``staged_ok``: the kernels it takes; begin pads ph / pw,
-    end pads implied by OH / OW)."""
+    output rows, block of channels): 16 channels at a time, a task's input rows are
+    transposed into a worker's scratch as one (rows, W, 16) block (``dw_staged_scratch_elems``),
+    run as ``_dw_tile`` register tiles and transposed back. What the layout pass's
+    one-convolution region (transpose, ``dwconv_nhwc``, transpose) computes, with L2-sized
+    transposes instead of whole-tensor ones, in one parallel region (``staged_ok``: the
+    kernels it takes; begin pads ph / pw, end pads implied by OH / OW). Channels that do not
+    fill their last 16-channel group leave its other lanes idle (``layout.staged_nchw``
+    takes NCHW layers only with whole groups)."""
     n_n, c_n, h_n, w_n = x.shape
     oh_n, ow_n = out.shape[2], out.shape[3]
     nblk, kh_n, kw_n, cb = w.shape[0], w.shape[1], w.shape[2], w.shape[4]
@@ -624,8 +684,8 @@ def dwconv_staged(x, w, b, res, out, scr, sh, sw, ph, pw, has_bias, has_res, act
     aa, ab = np.float64(alpha_act), np.float64(beta_act)
     if not has_bias:
         b = np.zeros(c_n, x.dtype)   # the register tiles read C bias values either way
-    rb = _stage_rows(cb, w_n, kh_n, sh, oh_n, ow_n)
-    per = _stage_worker_elems(cb, w_n, kh_n, sh, ow_n, rb)
+    rb = _stage_rows(w_n, kh_n, sh, oh_n, ow_n)
+    per = _stage_worker_elems(w_n, kh_n, sh, ow_n, rb)
     if scr.shape[0] < per + _STAGE_GUARD:
         raise ValueError("dwconv_staged: scratch too small")
     nth = num_threads()

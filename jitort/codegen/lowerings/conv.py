@@ -188,12 +188,13 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
 def _use_staged(em: Emitter, n: Node) -> bool:
     """Whether a depthwise convolution runs as ``conv_nhwc.dwconv_staged``: the ones the layout
     pass would run channels-last alone, in a region of their own (``layout.staged_depthwise``;
-    the pass leaves those NCHW). Decided once per node from the first shape, as
+    the pass leaves those NCHW), and the NCHW ones whose channels fill whole 16-channel
+    groups (``layout.staged_nchw``). Decided once per node from the first shape, as
     ``_use_winograd``."""
     key = ("dw_staged", id(n))
     if key not in em.memo:
-        from ...passes.layout import staged_depthwise
-        em.memo[key] = staged_depthwise(n)
+        from ...passes.layout import staged_depthwise, staged_nchw
+        em.memo[key] = staged_depthwise(n) or staged_nchw(n)
     return em.memo[key]
 
 
@@ -210,7 +211,7 @@ def _lower_dw_staged(em: Emitter, n: Node, xs4, ws4, ys4, strides, pads, residua
     hwio = em.derived_const(("dw_staged", blocks, id(w.const)),
                             lambda: staged_weights(w.const.reshape(ws4), blocks))
     dims = [concrete(d) for d in (xs4[3], ws4[2], strides[0], ys4[2], ys4[3])]
-    scr = em.scratch(dw_staged_scratch_elems(c // blocks, *dims, em.threads), y.dtype)
+    scr = em.scratch(dw_staged_scratch_elems(*dims, em.threads), y.dtype)
     xv, bv, rv, y4 = _io_args(em, n, xs4, ys4, residual)
     code, alpha, beta = act
     args = ", ".join(em.dim(v) for v in (strides[0], strides[1], pads[0], pads[1]))
