@@ -160,3 +160,22 @@ def test_attention_nonpad_kv_seqlen_and_sliding_window():
     nonpad = np.array([6, 4], np.int64)
     _check("Attention", [("q", q), ("k", k), ("v", v), ("m", None), ("pk", None), ("pv", None),
                          ("n", nonpad)], opset=25, is_causal=1, left_window_size=2)
+
+
+@pytest.mark.parametrize("sq,skv,attrs", [
+    (150, 150, dict(is_causal=1)),                              # 3 row blocks, the last partial
+    (90, 125, dict(is_causal=1)),                               # keys before the queries
+    (140, 140, dict(is_causal=1, left_window_size=9)),          # a window: blocks start later
+    (100, 70, dict(left_window_size=5, right_window_size=3)),   # a window without causality
+])
+def test_attention_row_blocks_see_only_their_keys(sq, skv, attrs, nthreads):
+    """Rows whose visible keys vary (causal, sliding window, key padding) go in blocks of
+    ``attention._ROW_BLOCK`` rows, each block's scores and P @ V over the keys some row of it
+    sees: blocks of several rows, a partial last one, empty key ranges, against onnxruntime /
+    onnx.reference."""
+    from jitort.kernels.cpu import attention as A
+    assert sq > A._ROW_BLOCK
+    q, k, v = _rn(2, 2, sq, 16), _rn(2, 2, skv, 16, seed=1), _rn(2, 2, skv, 8, seed=2)
+    nonpad = np.array([skv, skv - 11], np.int64)
+    _check("Attention", [("q", q), ("k", k), ("v", v), ("m", None), ("pk", None), ("pv", None),
+                         ("n", nonpad)], opset=25, **attrs)
