@@ -46,6 +46,25 @@ class InputInfo:
 
 _MISSING = object()
 
+#: True in a process forked after Numba's GNU OpenMP threading layer started
+#: (``NUMBA_THREADING_LAYER=omp``; jitort's default is TBB): Numba kills such a child with
+#: SIGTERM as soon as it runs a parallel region, so its calls raise a jitort error instead
+_OMP_FORKED = False
+
+
+def _after_fork_in_child() -> None:
+    global _OMP_FORKED
+    try:
+        from numba.np.ufunc import parallel
+        if parallel._is_initialized and parallel._threading_layer == "omp":
+            from numba.np.ufunc import omppool
+            _OMP_FORKED = omppool.openmp_vendor == "GNU"
+    except Exception:  # (Numba's internals moved: leave calls alone)
+        pass
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
 
 class _InputSpec:
     """Precomputed checks for one graph input (keeps per-call validation to a few microseconds)."""
@@ -283,6 +302,12 @@ class CompiledModel:
         return self._execute(feeds, output_names)
 
     def _execute(self, feeds: dict, output_names) -> list[np.ndarray]:
+        if _OMP_FORKED:
+            raise ExecutionError(
+                "this process was forked from one that had started Numba's GNU OpenMP threads "
+                "(NUMBA_THREADING_LAYER=omp), which cannot run in a forked child (Numba would "
+                "kill it): start workers with multiprocessing's 'spawn' or 'forkserver' method, "
+                "or leave the threading layer to jitort's default (TBB)")
         t = self._tier0  # read once: the whole call runs on one tier
         if t is not None:
             return t.call(feeds, output_names)

@@ -105,3 +105,62 @@ def test_first_calls_of_new_shapes_race_safely():
     expected = [jitort.compile(_mlp(), threads=THREADS).run(None, f)  # a separate, serial model
                 for f in inputs]
     assert not _hammer(cm, inputs, expected, threads=8, calls=16)
+
+
+_FORK_SCRIPT = r"""
+import os, sys
+import numpy as np
+import jitort
+from onnx import TensorProto, helper
+node = helper.make_node("Relu", ["x"], ["y"])
+g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1 << 20])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+m.ir_version = 8
+cm = jitort.compile(m, threads=2, tiered=False)
+x = np.linspace(-1, 1, 1 << 20, dtype=np.float32)
+assert np.array_equal(cm(x)[0], np.maximum(x, 0))
+import numba
+print("layer", numba.threading_layer(), flush=True)
+pid = os.fork()
+if pid == 0:
+    try:
+        ok = np.array_equal(cm(x)[0], np.maximum(x, 0))
+        os.write(1, b"child ran %d\n" % ok)
+    except jitort.JitortError as e:
+        os.write(1, ("child raised: " + str(e)[:80] + "\n").encode())
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print("child status", status, flush=True)
+assert np.array_equal(cm(x)[0], np.maximum(x, 0))
+print("parent ran", flush=True)
+"""
+
+
+@pytest.mark.parametrize("layer", ["tbb", "omp"])
+def test_a_forked_child_runs_or_gets_a_clear_error(layer):
+    """With TBB (jitort's default) a child forked after the parent ran a model runs it too.
+    With Numba's GNU OpenMP layer such a child would be killed (SIGTERM) by its first parallel
+    region: its calls raise a JitortError naming the fix instead."""
+    import os
+    import subprocess
+    import sys
+    if layer == "omp":
+        try:
+            from numba.np.ufunc import omppool
+        except ImportError:
+            pytest.skip("Numba's OpenMP layer is not available")
+        if omppool.openmp_vendor != "GNU":
+            pytest.skip("only GNU OpenMP refuses forks")
+    env = dict(os.environ, NUMBA_THREADING_LAYER=layer)
+    r = subprocess.run([sys.executable, "-c", _FORK_SCRIPT], env=env, capture_output=True,
+                       text=True, timeout=600)
+    if r.returncode != 0 and "No threading layer could be loaded" in r.stderr:
+        pytest.skip(f"Numba's {layer} layer is not available")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"layer {layer}" in r.stdout and "parent ran" in r.stdout, r.stdout
+    assert "child status 0" in r.stdout, r.stdout   # neither signalled nor failed
+    if layer == "tbb":
+        assert "child ran 1" in r.stdout, r.stdout
+    else:
+        assert "child raised: this process was forked" in r.stdout, r.stdout
