@@ -18,6 +18,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .ptr import eptr
+
 _FM = {'reassoc', 'contract', 'arcp'}
 _F0 = np.float32(0.0)
 _F05 = np.float32(0.5)
@@ -680,19 +682,25 @@ _AG_PAR_POINTS = 1 << 16
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def _ag2_rows(theta, o, by, bx, t0, t1):
-    """Rows t0..t1-1 (t = n*H + h) of the 2-D grid o (N, H, W, 2)."""
+    """Rows t0..t1-1 (t = n*H + h) of the 2-D grid o (N, H, W, 2): per point two multiply-adds
+    in the output's type on the row's own offsets (bx in that type too), one flat loop over
+    the row's (x, y) pairs (element by element in float64 through o[n, h, w, e], the loop did
+    not vectorize: 1.3x onnxruntime's time on 8 grids of 224x224)."""
     H, W = o.shape[1], o.shape[2]
+    o1 = o.reshape(o.size)
+    ty = o.dtype.type
     for t in range(t0, t1):
         n = t // H
         h = t - n * H
-        r0 = theta[n, 0, 1] * by[h] + theta[n, 0, 2]
-        r1 = theta[n, 1, 1] * by[h] + theta[n, 1, 2]
-        a0 = theta[n, 0, 0]
-        a1 = theta[n, 1, 0]
-        orow = o[n, h]
+        r0 = ty(theta[n, 0, 1] * by[h] + theta[n, 0, 2])
+        r1 = ty(theta[n, 1, 1] * by[h] + theta[n, 1, 2])
+        a0 = ty(theta[n, 0, 0])
+        a1 = ty(theta[n, 1, 0])
+        row = eptr(o1, t * W * 2)
         for w in range(W):
-            orow[w, 0] = a0 * bx[w] + r0
-            orow[w, 1] = a1 * bx[w] + r1
+            x = bx[w]
+            row[2 * w] = a0 * x + r0
+            row[2 * w + 1] = a1 * x + r1
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
@@ -712,7 +720,7 @@ def affine_grid(theta, out, dims, align):
         H = dims[1]
         W = dims[2]
         by = _ag_base(H, align)
-        bx = _ag_base(W, align)
+        bx = _ag_base(W, align).astype(out.dtype)
         o = out.reshape((N, H, W, 2))
         if N * H > 1 and N * H * W >= _AG_PAR_POINTS:
             _ag2_par(min(N * H, 64), theta, o, by, bx)  # chunks; prange spreads them
@@ -725,12 +733,19 @@ def affine_grid(theta, out, dims, align):
     bz = _ag_base(Z, align)
     by = _ag_base(H, align)
     bx = _ag_base(W, align)
-    o = out.reshape((N, Z, H, W, 3))
+    bxt = bx.astype(out.dtype)
+    ty = out.dtype.type
+    o1 = out.reshape(out.size)
     for n in range(N):
+        a0, a1, a2 = ty(theta[n, 0, 0]), ty(theta[n, 1, 0]), ty(theta[n, 2, 0])
         for z in range(Z):
-            for h in range(H):
-                for e in range(3):
-                    r = theta[n, e, 1] * by[h] + theta[n, e, 2] * bz[z] + theta[n, e, 3]
-                    a = theta[n, e, 0]
-                    for w in range(W):
-                        o[n, z, h, w, e] = a * bx[w] + r
+            for h in range(H):   # one row of (x, y, z) triples, as _ag2_rows
+                r0 = ty(theta[n, 0, 1] * by[h] + theta[n, 0, 2] * bz[z] + theta[n, 0, 3])
+                r1 = ty(theta[n, 1, 1] * by[h] + theta[n, 1, 2] * bz[z] + theta[n, 1, 3])
+                r2 = ty(theta[n, 2, 1] * by[h] + theta[n, 2, 2] * bz[z] + theta[n, 2, 3])
+                row = eptr(o1, ((n * Z + z) * H + h) * W * 3)
+                for w in range(W):
+                    x = bxt[w]
+                    row[3 * w] = a0 * x + r0
+                    row[3 * w + 1] = a1 * x + r1
+                    row[3 * w + 2] = a2 * x + r2
