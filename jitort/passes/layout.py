@@ -130,11 +130,11 @@ def _wide_depthwise(n: Node, m, plane) -> bool:
 
 def staged_depthwise(n: Node) -> bool:
     """Whether a depthwise convolution that would run channels-last in a region of its own
-    stays NCHW, for ``conv_nhwc.dwconv_staged``: it transposes bands of rows channels-last in
-    a worker's scratch and runs the same register tiles, in one parallel region where the
-    region's two whole-tensor transposes and the kernel took three (``python
-    scripts/sweep_dw_staged.py``, 15 layers, Zen 5: 0.91x the region's time at 1 thread,
-    0.76x at 2, geomeans)."""
+    stays NCHW, for ``conv_nhwc.dwconv_staged``: it transposes bands of rows into 16-channel
+    blocks in a worker's scratch and runs the same register tiles, in one parallel region
+    where the region's two whole-tensor transposes and the kernel took three (``python
+    scripts/sweep_dw_staged.py``, 15 layers, Zen 5: 0.77-0.80x the region's time at 1
+    thread, 0.65-0.70x at 2, geomeans over four runs, 2026-11-28)."""
     from jitort.kernels.cpu.conv_nhwc import staged_ok
     if conv_kind(n) != "depthwise":
         return False

@@ -75,7 +75,7 @@ def _dw_tile(typingctx, out, x, w, b, res, geo, c_n, k, r_n, kh_lo, kh_hi, p_lo,
     at b[boff + c]: channels-last has xps = C and xcs = 16, channel blocks of 16 (NCHW16c)
     xps = 16 and xcs = the block's size. out = bias + the sum over kernel rows kh in [kh_lo,
     kh_hi) and columns j of tap (kh, j) times input pixel r*stride + j, where input pixel p
-    counts only for p in [p_lo, p_hi) (a masked load: the others are padding, never read),
+    counts only for p in [p_lo, p_hi) (the others are padding, never read: zeros instead),
     plus res (``has_res``), then Relu (``relu``). Per 16 channels the r_n accumulators and k
     weight vectors stay in registers; each input pixel vector is loaded once per kernel row
     for every output it feeds ((r_n - 1) * stride + k loads for r_n * k FMAs, where the
@@ -268,7 +268,7 @@ def _dw_tile(typingctx, out, x, w, b, res, geo, c_n, k, r_n, kh_lo, kh_hi, p_lo,
 def _dw_row_tiles(r, x, w, b, res, out, sh, sw, ph, pw, has_bias, has_res, act, aa, ab):
     """Output row r of an undilated float32 depthwise convolution with a 3-, 5- or 7-wide
     kernel and column stride 1 or 2, as ``_dw_tile`` register tiles of up to _TILE_PX pixels
-    (padding masked, no copy); other activations than Relu after."""
+    (padding read as zeros, no copy); other activations than Relu after."""
     n_h, n_w, c_n = x.shape[1], x.shape[2], x.shape[3]
     kh_n, kw_n = w.shape[0], w.shape[1]
     oh_n, ow_n = out.shape[1], out.shape[2]

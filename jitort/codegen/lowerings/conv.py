@@ -200,7 +200,7 @@ def _use_staged(em: Emitter, n: Node) -> bool:
 
 def _lower_dw_staged(em: Emitter, n: Node, xs4, ws4, ys4, strides, pads, residual, act) -> None:
     """A depthwise Conv / FusedConv as ``conv_nhwc.dwconv_staged`` (bands of rows transposed
-    channels-last in a worker's scratch): weights laid out in channel blocks at compile time
+    into 16-channel blocks in a worker's scratch): weights laid out in channel blocks at compile time
     (``staged_weights``, one block per thread on small planes, ``staged_blocks``); bias,
     residual and activation in the kernel."""
     from jitort.kernels.cpu.conv_nhwc import (dw_staged_scratch_elems, staged_blocks,
