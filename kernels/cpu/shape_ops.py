@@ -2,6 +2,8 @@
 import numpy as np
 from numba import njit, prange
 
+from .ptr import eptr
+
 
 # --- Pad ---------------------------------------------------------------------------------------
 # The lowering generates one loop nest per canonical rank (jitort/codegen/lowerings/shape_ops.py)
@@ -186,63 +188,83 @@ def reverse_sequence(x, lens, y, time_major):
 # is the inverse of DCR. The innermost loop runs along W on the side that is contiguous there.
 
 @njit(cache=True, error_model='numpy')
+def _check_c(x, y):
+    if not (x.flags.c_contiguous and y.flags.c_contiguous):
+        raise ValueError("DepthToSpace / SpaceToDepth: views must be C-contiguous")
+
+
+@njit(cache=True, error_model='numpy')
+def _d2s_plane(x, y, n, c, crd):
+    """(image, output channel) plane (n, c) of :func:`depth_to_space`: each output row (h, i)
+    gets its b input rows (j) interleaved while it is in L1, through raw pointers (a row view
+    per (i, j, h) and each output row visited b times before)."""
+    nc, nh, nb, nw = y.shape[1], y.shape[2], y.shape[3], y.shape[4]
+    for h in range(nh):
+        for i in range(nb):
+            yr = eptr(y, (((n * nc + c) * nh + h) * nb + i) * nw * nb)
+            for j in range(nb):
+                if crd:
+                    off = ((((n * nc + c) * nb + i) * nb + j) * nh + h) * nw
+                else:
+                    off = ((((n * nb + i) * nb + j) * nc + c) * nh + h) * nw
+                xr = eptr(x, off)
+                for w in range(nw):
+                    yr[w * nb + j] = xr[w]
+
+
+@njit(cache=True, error_model='numpy')
 def depth_to_space(x, y, crd):
-    nn, nc, nh, nb, nw, _ = y.shape
-    for n in range(nn):
-        for c in range(nc):
-            for h in range(nh):
-                for i in range(nb):
-                    for j in range(nb):
-                        xr = x[n, c, i, j, h] if crd else x[n, i, j, c, h]
-                        yr = y[n, c, h, i]
-                        for w in range(nw):
-                            yr[w, j] = xr[w]
+    """y (N, C, H, b, W, b) from x (N, b, b, C, H, W) (DCR) or (N, C, b, b, H, W) (CRD)."""
+    _check_c(x, y)
+    for n in range(y.shape[0]):
+        for c in range(y.shape[1]):
+            _d2s_plane(x, y, n, c, crd)
 
 
 @njit(cache=True, error_model='numpy', parallel=True)
 def depth_to_space_par(x, y, crd):
     """:func:`depth_to_space` with the (image, channel) pairs in a prange."""
-    nn, nc, nh, nb, nw, _ = y.shape
+    _check_c(x, y)
+    nn, nc = y.shape[0], y.shape[1]
     for t in prange(nn * nc):
         n = t // nc
-        c = t - n * nc
-        for h in range(nh):
-            for i in range(nb):
-                for j in range(nb):
-                    xr = x[n, c, i, j, h] if crd else x[n, i, j, c, h]
-                    yr = y[n, c, h, i]
-                    for w in range(nw):
-                        yr[w, j] = xr[w]
+        _d2s_plane(x, y, n, t - n * nc, crd)
+
+
+@njit(cache=True, error_model='numpy')
+def _s2d_plane(x, y, n, c, crd):
+    """(image, input channel) plane (n, c) of :func:`space_to_depth`: each input row (h, i)
+    read once into its b output rows (j) while it is in L1, through raw pointers (before: a
+    row view per (i, j, h), each input row read b times)."""
+    nc, nh, nb, nw = x.shape[1], x.shape[2], x.shape[3], x.shape[4]
+    for h in range(nh):
+        for i in range(nb):
+            xr = eptr(x, (((n * nc + c) * nh + h) * nb + i) * nw * nb)
+            for j in range(nb):
+                if crd:
+                    off = ((((n * nc + c) * nb + i) * nb + j) * nh + h) * nw
+                else:
+                    off = ((((n * nb + i) * nb + j) * nc + c) * nh + h) * nw
+                yr = eptr(y, off)
+                for w in range(nw):
+                    yr[w] = xr[w * nb + j]
 
 
 @njit(cache=True, error_model='numpy')
 def space_to_depth(x, y, crd):
     """y (N, b, b, C, H, W) (DCR) or (N, C, b, b, H, W) (CRD, opset 28) from x (N, C, H, b, W, b)."""
-    nn = x.shape[0]
-    nc, nh, nb, nw = x.shape[1], x.shape[2], x.shape[3], x.shape[4]
-    for n in range(nn):
-        for c in range(nc):
-            for i in range(nb):
-                for j in range(nb):
-                    for h in range(nh):
-                        xr = x[n, c, h, i]
-                        yr = y[n, c, i, j, h] if crd else y[n, i, j, c, h]
-                        for w in range(nw):
-                            yr[w] = xr[w, j]
+    _check_c(x, y)
+    for n in range(x.shape[0]):
+        for c in range(x.shape[1]):
+            _s2d_plane(x, y, n, c, crd)
 
 
 @njit(cache=True, error_model='numpy', parallel=True)
 def space_to_depth_par(x, y, crd):
     """:func:`space_to_depth` with the (image, channel) pairs in a prange."""
-    nn = x.shape[0]
-    nc, nh, nb, nw = x.shape[1], x.shape[2], x.shape[3], x.shape[4]
+    _check_c(x, y)
+    nn, nc = x.shape[0], x.shape[1]
     for t in prange(nn * nc):
         n = t // nc
-        c = t - n * nc
-        for i in range(nb):
-            for j in range(nb):
-                for h in range(nh):
-                    xr = x[n, c, h, i]
-                    yr = y[n, c, i, j, h] if crd else y[n, i, j, c, h]
-                    for w in range(nw):
-                        yr[w] = xr[w, j]
+        _s2d_plane(x, y, n, t - n * nc, crd)
+
