@@ -48,19 +48,13 @@ def _task(t, q, k, v, mask, y, qk, s, hq, hkv, sq, tk, d, dv, qs, ks, vs, ys, ha
     b = t // hq
     h = t - b * hq
     g = h // (hq // hkv)
-    dt = s.dtype.type
-    neg = dt(-np.inf)
-    mb = b if mask.shape[0] > 1 else 0
-    mh = h if mask.shape[1] > 1 else 0
-    mt = mask.shape[3]
     kv_valid = tk
     off = offset
     if has_nonpad:
         kv_valid = min(tk, nonpad[b])
         if causal or left >= 0 or right >= 0:
             off = nonpad[b] - sq
-    want_qk = qk.size > 0
-    ranged = (causal or left >= 0 or right >= 0 or has_nonpad) and not want_qk
+    ranged = (causal or left >= 0 or right >= 0 or has_nonpad) and qk.size == 0
     rb = _ROW_BLOCK if ranged else max(1, sq)
     for i0 in range(0, sq, rb):
         i1 = min(sq, i0 + rb)
@@ -69,19 +63,23 @@ def _task(t, q, k, v, mask, y, qk, s, hq, hkv, sq, tk, d, dv, qs, ks, vs, ys, ha
         if ranged:
             lo_b = _visible(i0, tk, off, left, right, causal, kv_valid)[0]
             hi_b = max(lo_b, _visible(i1 - 1, tk, off, left, right, causal, kv_valid)[1])
-        _block(i0, i1, lo_b, hi_b, b, h, g, q, k, v, mask, y, qk, s, sq, tk, d, dv, qs, ks,
-               vs, ys, has_mask, mask_bool, scale, softcap, causal, off, left, right,
-               kv_valid, mode, mb, mh, mt, want_qk, neg)
+        _block(i0, i1, lo_b, hi_b, b, h, g, q, k, v, mask, y, qk, s, tk, d, dv, qs, ks, vs,
+               ys, has_mask, mask_bool, scale, softcap, causal, off, left, right, kv_valid,
+               mode)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _block(i0, i1, lo_b, hi_b, b, h, g, q, k, v, mask, y, qk, s, sq, tk, d, dv, qs, ks, vs,
-           ys, has_mask, mask_bool, scale, softcap, causal, off, left, right, kv_valid, mode,
-           mb, mh, mt, want_qk, neg):
-    """Query rows [i0, i1) of a ``_task`` against keys [lo_b, hi_b) (every key a row of the
-    block sees): their scores, bias and softmax in s's rows (the other columns set to -inf
-    and then 0), then their output rows."""
+def _block(i0, i1, lo_b, hi_b, b, h, g, q, k, v, mask, y, qk, s, tk, d, dv, qs, ks, vs, ys,
+           has_mask, mask_bool, scale, softcap, causal, off, left, right, kv_valid, mode):
+    """Query rows [i0, i1) of a ``_task`` (batch b, query head h, key/value head g) against
+    keys [lo_b, hi_b) (every key a row of the block sees): their scores, bias and softmax in
+    s's rows (the other columns set to -inf and then 0), then their output rows."""
     dt = s.dtype.type
+    neg = dt(-np.inf)
+    mb = b if mask.shape[0] > 1 else 0
+    mh = h if mask.shape[1] > 1 else 0
+    mt = mask.shape[3]
+    want_qk = qk.size > 0
     nk = hi_b - lo_b
     if nk > 0:
         xgemm(0, 1, i1 - i0, nk, d, scale, q, b * qs[0] + h * qs[1] + i0 * qs[2], qs[2],

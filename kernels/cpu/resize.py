@@ -687,7 +687,6 @@ def _ag2_rows(theta, o, by, bx, t0, t1):
     the row's (x, y) pairs (element by element in float64 through o[n, h, w, e], the loop did
     not vectorize: 1.3x onnxruntime's time on 8 grids of 224x224)."""
     H, W = o.shape[1], o.shape[2]
-    o1 = o.reshape(o.size)
     ty = o.dtype.type
     for t in range(t0, t1):
         n = t // H
@@ -696,7 +695,7 @@ def _ag2_rows(theta, o, by, bx, t0, t1):
         r1 = ty(theta[n, 1, 1] * by[h] + theta[n, 1, 2])
         a0 = ty(theta[n, 0, 0])
         a1 = ty(theta[n, 1, 0])
-        row = eptr(o1, t * W * 2)
+        row = eptr(o, t * W * 2)
         for w in range(W):
             x = bx[w]
             row[2 * w] = a0 * x + r0
@@ -732,10 +731,8 @@ def affine_grid(theta, out, dims, align):
     W = dims[2]
     bz = _ag_base(Z, align)
     by = _ag_base(H, align)
-    bx = _ag_base(W, align)
-    bxt = bx.astype(out.dtype)
+    bx = _ag_base(W, align).astype(out.dtype)
     ty = out.dtype.type
-    o1 = out.reshape(out.size)
     for n in range(N):
         a0, a1, a2 = ty(theta[n, 0, 0]), ty(theta[n, 1, 0]), ty(theta[n, 2, 0])
         for z in range(Z):
@@ -743,9 +740,9 @@ def affine_grid(theta, out, dims, align):
                 r0 = ty(theta[n, 0, 1] * by[h] + theta[n, 0, 2] * bz[z] + theta[n, 0, 3])
                 r1 = ty(theta[n, 1, 1] * by[h] + theta[n, 1, 2] * bz[z] + theta[n, 1, 3])
                 r2 = ty(theta[n, 2, 1] * by[h] + theta[n, 2, 2] * bz[z] + theta[n, 2, 3])
-                row = eptr(o1, ((n * Z + z) * H + h) * W * 3)
+                row = eptr(out, ((n * Z + z) * H + h) * W * 3)
                 for w in range(W):
-                    x = bxt[w]
+                    x = bx[w]
                     row[3 * w] = a0 * x + r0
                     row[3 * w + 1] = a1 * x + r1
                     row[3 * w + 2] = a2 * x + r2

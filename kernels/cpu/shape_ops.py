@@ -194,22 +194,29 @@ def _check_c(x, y):
 
 
 @njit(cache=True, error_model='numpy')
-def _d2s_plane(x, y, n, c, crd):
-    """(image, output channel) plane (n, c) of :func:`depth_to_space`: each output row (h, i)
-    gets its b input rows (j) interleaved while it is in L1, through raw pointers (a row view
-    per (i, j, h) and each output row visited b times before)."""
-    nc, nh, nb, nw = y.shape[1], y.shape[2], y.shape[3], y.shape[4]
+def _space_plane(il, bl, n, c, crd, to_blocks):
+    """(image, channel) plane (n, c) of a 6-D transpose between ``il`` (N, C, H, b, W, b),
+    the side whose rows interleave b pixels, and ``bl`` (N, b, b, C, H, W) (DCR) or
+    (N, C, b, b, H, W) (CRD): ``to_blocks`` (SpaceToDepth) bl's b rows (j) from each row (h,
+    i) of il, else (DepthToSpace) the reverse. Each interleaved row is visited once for its b
+    rows while it is in L1, through raw pointers (a row view per (i, j, h), each interleaved
+    row visited b times, before)."""
+    nc, nh, nb, nw = il.shape[1], il.shape[2], il.shape[3], il.shape[4]
     for h in range(nh):
         for i in range(nb):
-            yr = eptr(y, (((n * nc + c) * nh + h) * nb + i) * nw * nb)
+            ir = eptr(il, (((n * nc + c) * nh + h) * nb + i) * nw * nb)
             for j in range(nb):
                 if crd:
                     off = ((((n * nc + c) * nb + i) * nb + j) * nh + h) * nw
                 else:
                     off = ((((n * nb + i) * nb + j) * nc + c) * nh + h) * nw
-                xr = eptr(x, off)
-                for w in range(nw):
-                    yr[w * nb + j] = xr[w]
+                br = eptr(bl, off)
+                if to_blocks:
+                    for w in range(nw):
+                        br[w] = ir[w * nb + j]
+                else:
+                    for w in range(nw):
+                        ir[w * nb + j] = br[w]
 
 
 @njit(cache=True, error_model='numpy')
@@ -218,7 +225,7 @@ def depth_to_space(x, y, crd):
     _check_c(x, y)
     for n in range(y.shape[0]):
         for c in range(y.shape[1]):
-            _d2s_plane(x, y, n, c, crd)
+            _space_plane(y, x, n, c, crd, False)
 
 
 @njit(cache=True, error_model='numpy', parallel=True)
@@ -228,26 +235,7 @@ def depth_to_space_par(x, y, crd):
     nn, nc = y.shape[0], y.shape[1]
     for t in prange(nn * nc):
         n = t // nc
-        _d2s_plane(x, y, n, t - n * nc, crd)
-
-
-@njit(cache=True, error_model='numpy')
-def _s2d_plane(x, y, n, c, crd):
-    """(image, input channel) plane (n, c) of :func:`space_to_depth`: each input row (h, i)
-    read once into its b output rows (j) while it is in L1, through raw pointers (before: a
-    row view per (i, j, h), each input row read b times)."""
-    nc, nh, nb, nw = x.shape[1], x.shape[2], x.shape[3], x.shape[4]
-    for h in range(nh):
-        for i in range(nb):
-            xr = eptr(x, (((n * nc + c) * nh + h) * nb + i) * nw * nb)
-            for j in range(nb):
-                if crd:
-                    off = ((((n * nc + c) * nb + i) * nb + j) * nh + h) * nw
-                else:
-                    off = ((((n * nb + i) * nb + j) * nc + c) * nh + h) * nw
-                yr = eptr(y, off)
-                for w in range(nw):
-                    yr[w] = xr[w * nb + j]
+        _space_plane(y, x, n, t - n * nc, crd, False)
 
 
 @njit(cache=True, error_model='numpy')
@@ -256,7 +244,7 @@ def space_to_depth(x, y, crd):
     _check_c(x, y)
     for n in range(x.shape[0]):
         for c in range(x.shape[1]):
-            _s2d_plane(x, y, n, c, crd)
+            _space_plane(x, y, n, c, crd, True)
 
 
 @njit(cache=True, error_model='numpy', parallel=True)
@@ -266,5 +254,5 @@ def space_to_depth_par(x, y, crd):
     nn, nc = x.shape[0], x.shape[1]
     for t in prange(nn * nc):
         n = t // nc
-        _s2d_plane(x, y, n, t - n * nc, crd)
+        _space_plane(x, y, n, t - n * nc, crd, True)
 
