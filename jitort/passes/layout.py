@@ -92,21 +92,41 @@ def _float(v: Value | None) -> bool:
         np.dtype(np.float32), np.dtype(np.float64))
 
 
-def conv_kind(n: Node) -> str:
-    """"depthwise", "pointwise" or "" for a Conv / FusedConv this pass can run channels-last."""
+def _plain_conv2d(n: Node) -> bool:
+    """A Conv / FusedConv over 4-D float tensors with constant 4-D weights (and a 1-D bias) of
+    the input's dtype and explicit pads: what the channels-last kernels and
+    ``conv_nhwc.dwconv_staged`` take."""
     if not ((n.op_type == "Conv" and not n.domain)
             or (n.op_type == "FusedConv" and n.domain == JITORT_DOMAIN)):
-        return ""
+        return False
     x, w = n.inputs[0], n.input(1)
     if not (_rank4(x) and _rank4(n.outputs[0]) and w is not None and w.is_const
             and w.const.ndim == 4 and _float(x) and w.dtype == x.dtype
             and n.outputs[0].dtype == x.dtype):
-        return ""
+        return False
     b = n.input(2)
     if b is not None and not (b.dtype == x.dtype and b.shape is not None and len(b.shape) == 1):
+        return False
+    return auto_pad(n) in ("NOTSET", "VALID")
+
+
+def _staged_kernel(n: Node) -> bool:
+    """Whether ``conv_nhwc.dwconv_staged``'s register tiles take the depthwise convolution n
+    (its kernel width, column stride and dilations: ``staged_ok``)."""
+    from jitort.kernels.cpu.conv_nhwc import staged_ok
+    w = n.inputs[1].const
+    strides = list(n.attrs.get("strides") or [1, 1])
+    dil = list(n.attrs.get("dilations") or [1, 1])
+    return (len(strides) == 2 and len(dil) == 2
+            and staged_ok(n.inputs[0].dtype, int(w.shape[3]), int(strides[1]), int(dil[0]),
+                          int(dil[1])))
+
+
+def conv_kind(n: Node) -> str:
+    """"depthwise", "pointwise" or "" for a Conv / FusedConv this pass can run channels-last."""
+    if not _plain_conv2d(n):
         return ""
-    if auto_pad(n) not in ("NOTSET", "VALID"):
-        return ""
+    x, w = n.inputs[0], n.input(1)
     m, cg, kh, kw = w.const.shape
     group = int(n.attrs.get("group", 1))
     c = x.shape[1]
@@ -135,15 +155,7 @@ def staged_depthwise(n: Node) -> bool:
     where the region's two whole-tensor transposes and the kernel took three (``python
     scripts/sweep_dw_staged.py``, 15 layers, Zen 5: 0.77-0.80x the region's time at 1
     thread, 0.65-0.70x at 2, geomeans over four runs, 2026-11-28)."""
-    from jitort.kernels.cpu.conv_nhwc import staged_ok
-    if conv_kind(n) != "depthwise":
-        return False
-    w = n.inputs[1].const
-    strides = list(n.attrs.get("strides") or [1, 1])
-    dil = list(n.attrs.get("dilations") or [1, 1])
-    return (len(strides) == 2 and len(dil) == 2
-            and staged_ok(n.inputs[0].dtype, int(w.shape[3]), int(strides[1]), int(dil[0]),
-                          int(dil[1])))
+    return conv_kind(n) == "depthwise" and _staged_kernel(n)
 
 
 def staged_nchw(n: Node) -> bool:
@@ -156,22 +168,11 @@ def staged_nchw(n: Node) -> bool:
     thread, Zen 5, 2026-11-28): channels a multiple of 16 ran 0.75-1.04x the NCHW kernels'
     time (3x3/1 on 56x56 ~1.0, strided and 5x5 0.75-0.85), 96 channels 7x7 on 56x56 0.68x;
     8 and 24 channels 1.0-2.1x, 40 and 72 0.78-1.38x, so those stay NCHW."""
-    from jitort.kernels.cpu.conv_nhwc import staged_ok
-    if not ((n.op_type == "Conv" and not n.domain)
-            or (n.op_type == "FusedConv" and n.domain == JITORT_DOMAIN)):
+    if not _plain_conv2d(n):
         return False
-    x, w = n.inputs[0], n.input(1)
-    if not (_rank4(x) and _rank4(n.outputs[0]) and w is not None and w.is_const
-            and w.const.ndim == 4 and auto_pad(n) in ("NOTSET", "VALID")):
-        return False
-    c, m = x.shape[1], w.const.shape[0]
-    strides = list(n.attrs.get("strides") or [1, 1])
-    dil = list(n.attrs.get("dilations") or [1, 1])
-    return (isinstance(c, int) and c == m == int(n.attrs.get("group", 1))
-            and w.const.shape[1] == 1 and c % DW_LANES == 0 and len(strides) == 2
-            and len(dil) == 2 and w.dtype == x.dtype
-            and staged_ok(x.dtype, int(w.const.shape[3]), int(strides[1]), int(dil[0]),
-                          int(dil[1])))
+    c, (m, cg) = n.inputs[0].shape[1], n.inputs[1].const.shape[:2]
+    return (isinstance(c, int) and c == m == int(n.attrs.get("group", 1)) and cg == 1
+            and c % DW_LANES == 0 and _staged_kernel(n))
 
 
 def nhwc_kind(n: Node) -> str:

@@ -97,6 +97,7 @@ def _tile_tm(typingctx, x, xoff, ldx, y, yoff, ldy, nr, nc):
         cmask = builder.icmp_signed('<', lane, splat(builder, nc_, _TW))
         rmask = builder.icmp_signed('<', lane, splat(builder, nr_, _TW))
         zero = ir.Constant(vt, None)
+
         def clamp(i, n):   # (inside the block, in row i, masked off past n: row 0)
             ok = builder.icmp_signed('<', ir.Constant(i64, i), n)
             return ok, builder.select(ok, ir.Constant(i64, i), ir.Constant(i64, 0))
