@@ -96,7 +96,8 @@ def test_block_runs_channels_last_with_two_transposes():
     (32, 1, 28, True, True), (192, 1, 28, True, True),  # whole vectors of channels, 28x28
     (72, 1, 28, False, False),                          # a half vector left: NCHW kernels
     (96, 2, 56, True, True),                            # stride 2 onto 28x28: from 96
-    (64, 2, 56, False, True), (48, 1, 56, False, True),  # NCHW, channels in whole groups
+    (64, 2, 56, False, True),                           # NCHW, channels in whole groups
+    (48, 1, 56, False, False),                          # ... but 3x3/1 onto 56x56: NCHW
     (40, 1, 56, False, False),                          # NCHW, a part-filled group
 ])
 def test_depthwise_runs_staged_by_its_channels(e, stride, hw, region, staged):
@@ -106,7 +107,8 @@ def test_depthwise_runs_staged_by_its_channels(e, stride, hw, region, staged):
     too (``layout.staged_depthwise``, ``region``). Either way, a depthwise convolution on
     NCHW tensors whose channels fill whole 16-channel groups runs as
     ``conv_nhwc.dwconv_staged`` (``layout.staged_nchw``: bands of rows transposed into
-    16-channel blocks in scratch), the others on the NCHW kernels. Results match onnxruntime
+    16-channel blocks in scratch) unless it is 3x3 stride 1 onto more than 28x28 outputs,
+    the others on the NCHW kernels. Results match onnxruntime
     either way."""
     from jitort.passes import layout
     m = _mobile_block(c=16, e=e, hw=hw, stride=stride, se=False)

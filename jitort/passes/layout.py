@@ -162,17 +162,22 @@ def staged_nchw(n: Node) -> bool:
     """Whether a depthwise convolution on NCHW tensors (one the pass leaves NCHW: planes above
     DW_MAX_PLANE, fewer channels than DW_MIN_CHANNELS) runs as ``conv_nhwc.dwconv_staged``
     instead of the NCHW kernels: float32 with constant weights, the register tiles' kernels
-    (``staged_ok``) and channels that fill whole DW_LANES-channel groups (the staged rows are
-    blocks of 16 channels: a part-filled one computes and moves idle lanes). A/B in one
-    process, 60 layers (8-120 channels x 3x3/1, 3x3/2, 5x5/1 x 28x28 and 56x56 planes, 1
-    thread, Zen 5, 2026-11-28): channels a multiple of 16 ran 0.75-1.04x the NCHW kernels'
-    time (3x3/1 on 56x56 ~1.0, strided and 5x5 0.75-0.85), 96 channels 7x7 on 56x56 0.68x;
-    8 and 24 channels 1.0-2.1x, 40 and 72 0.78-1.38x, so those stay NCHW."""
+    (``staged_ok``), channels that fill whole DW_LANES-channel groups (the staged rows are
+    blocks of 16 channels: a part-filled one computes and moves idle lanes), and not a 3x3
+    stride-1 layer onto more than DW_MAX_PLANE outputs (the NCHW kernels' fused nine-tap rows
+    are as fast there). ``python scripts/sweep_dw_nchw_staged.py`` (41 layers: 8-120 channels
+    x 3x3/1, 3x3/2, 5x5/1 x 28x28 / 56x56 inputs, 1 thread, Zen 5, 2026-11-28): whole groups
+    0.75-0.90x the NCHW kernels' time but 1.01-1.09x for 3x3/1 onto 56x56; part-filled groups
+    0.73-2.15x (8 and 24 channels 0.97-2.15, 56x56 planes 0.90-1.55)."""
     if not _plain_conv2d(n):
         return False
-    c, (m, cg) = n.inputs[0].shape[1], n.inputs[1].const.shape[:2]
+    c, (m, cg, kh, kw) = n.inputs[0].shape[1], n.inputs[1].const.shape
+    oh, ow = n.outputs[0].shape[2:]
+    strides = list(n.attrs.get("strides") or [1, 1])
+    big_3x3 = (kh == kw == 3 and strides == [1, 1] and not (
+        isinstance(oh, int) and isinstance(ow, int) and oh * ow <= DW_MAX_PLANE))
     return (isinstance(c, int) and c == m == int(n.attrs.get("group", 1)) and cg == 1
-            and c % DW_LANES == 0 and _staged_kernel(n))
+            and c % DW_LANES == 0 and not big_3x3 and _staged_kernel(n))
 
 
 def nhwc_kind(n: Node) -> str:
