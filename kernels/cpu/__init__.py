@@ -9,3 +9,8 @@ process, conv2d_bias_act in a second, call it big in a third).
 import numba as _numba
 
 _numba.get_num_threads()
+
+from . import workers as _workers  # noqa: E402
+
+# Numba's parallel regions on jitort's spinning pool (``workers``; JITORT_THREAD_POOL=0: not)
+_workers.install()
