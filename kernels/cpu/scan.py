@@ -546,20 +546,41 @@ def argext3_par(x, y, is_min, last):
 
 
 @njit(cache=True, error_model='numpy')
+def _hardmax_plane(x, y2, idx, o, bv):
+    """Hardmax of the plane x[o] (A, I) into the row y2[o] (A * I): its arg-maxima into idx[o]
+    (``bv`` (I,) scratch where I > 1), then zeros with a one at each."""
+    n_axis, inner = x.shape[1], x.shape[2]
+    if inner == 1:
+        idx[o, 0] = _arg_row(x[o, :, 0], 0, 0)
+    else:
+        _arg_cols(x, idx, o, bv, 0, 0)
+    yo = y2[o]
+    zero = y2.dtype.type(0)
+    for t in range(n_axis * inner):
+        yo[t] = zero
+    one = y2.dtype.type(1)
+    for i in range(inner):
+        yo[idx[o, i] * inner + i] = one
+
+
+@njit(cache=True, error_model='numpy')
 def hardmax3(x, y, idx):
     """Hardmax along axis 1 of x (O, A, I), A >= 1: y = 1 at the first maximum, 0 elsewhere;
     ``idx`` (O, I) int64 scratch."""
-    argext3(x, idx, 0, 0)
-    one = y.dtype.type(1)
-    zero = y.dtype.type(0)
     n_outer, n_axis, inner = x.shape
     y2 = y.reshape((n_outer, n_axis * inner))
+    bv = np.empty(inner, x.dtype)
     for o in range(n_outer):
-        yo = y2[o]
-        for t in range(n_axis * inner):
-            yo[t] = zero
-        for i in range(inner):
-            yo[idx[o, i] * inner + i] = one
+        _hardmax_plane(x, y2, idx, o, bv)
+
+
+@njit(cache=True, error_model='numpy', parallel=True)
+def hardmax3_par(x, y, idx):
+    """:func:`hardmax3` with the outer planes (or rows) in a prange."""
+    n_outer, n_axis, inner = x.shape
+    y2 = y.reshape((n_outer, n_axis * inner))
+    for o in prange(n_outer):
+        _hardmax_plane(x, y2, idx, o, np.empty(inner, x.dtype))
 
 
 # --- TopK -------------------------------------------------------------------------------------

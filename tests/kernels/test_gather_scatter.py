@@ -46,6 +46,28 @@ def test_gather_elements_bad_index():
         cm.run(None, {'x': x, 'i': idx})
 
 
+@pytest.mark.parametrize('axis', [0, 1, 2])
+def test_gather_elements_big_and_bad_index(axis):
+    """Past _PAR_ELEMS at 2 threads the gather runs its first index dim in a prange and a bad
+    index raises after the loop."""
+    dshape = (16, 40, 30)
+    x = _rn(*dshape)
+    idx = _idx((16, 40, 30), dshape[axis], seed=5)
+    node = helper.make_node('GatherElements', ['x', 'i'], ['y'], axis=axis)
+    _same(*run_both(node, [('x', x), ('i', idx)], threads=2))
+    cm = jitort.compile(_model(node, [('x', x), ('i', idx)]), strict=True, threads=2)
+    cm.run(None, {'x': x, 'i': idx})
+    assert any("k_gather_el3_par" in open(p).read() for p in cm.generated_sources())
+    for where in ((0, 0, 0), (15, 39, 29), (9, 3, 17)):
+        bad = idx.copy()
+        bad[where] = dshape[axis]
+        with pytest.raises(InvalidInput):
+            cm.run(None, {'x': x, 'i': bad})
+    np.testing.assert_array_equal(cm.run(None, {'x': x, 'i': idx})[0],
+                                  np.take_along_axis(x, np.where(idx < 0, idx + dshape[axis], idx),
+                                                     axis))
+
+
 # --- GatherND ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize('dshape,ishape,batch,dtype,opset', [

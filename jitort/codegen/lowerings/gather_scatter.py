@@ -27,8 +27,9 @@ _INT = (np.dtype(np.int32), np.dtype(np.int64))
 #: ``reduction`` attribute -> the kernels' codes (kernels/cpu/gather_scatter.py)
 _RED = {"none": 0, "add": 1, "mul": 2, "max": 3, "min": 4}
 
-#: gathered elements from which GatherND runs its rows in a prange
-_PAR_ELEMS = 1 << 16
+#: gathered elements from which GatherND runs its rows in a prange (GatherElements its first
+#: index dim)
+_PAR_ELEMS = 1 << 13
 
 
 def _dims(shape) -> tuple[int, ...]:
@@ -83,24 +84,40 @@ def _copy_data(em: Emitter, n: Node, data, others) -> str:
 
 # --- GatherElements / ScatterElements ---------------------------------------------------------
 
-def _elements_kernel(rank: int, axis: int, scatter: bool, reduction: int) -> str:
+def _elements_kernel(rank: int, axis: int, scatter: bool, reduction: int,
+                     parallel: bool = False) -> str:
     """Source of a GatherElements (``y, x, idx``) or ScatterElements (``y, idx, upd``) kernel of
     rank ``rank``: loops over the indices' dims; the element's index along ``axis`` is checked
-    (and wrapped) before it is used."""
+    (and wrapped) before it is used. A ``parallel`` gather runs its first index dim in a
+    prange (a raise inside one would keep Numba from parallelizing it): an index out of range
+    marks its row, and the kernel raises after the loop."""
     op = "ScatterElements" if scatter else "GatherElements"
     args = "y, idx, upd" if scatter else "y, x, idx"
-    lines = ["@njit(cache=True, error_model='numpy')", f"def __KNAME__({args}):",
-             f"    n = {'y' if scatter else 'x'}.shape[{axis}]"]
+    par = parallel and not scatter
+    lines = [f"@njit(cache=True, error_model='numpy'{', parallel=True' if par else ''})",
+             f"def __KNAME__({args}):", f"    n = {'y' if scatter else 'x'}.shape[{axis}]"]
+    if par:
+        lines.append("    bad = np.zeros(idx.shape[0], np.uint8)")
     ind = "    "
     for k in range(rank):
-        lines.append(f"{ind}for i{k} in range(idx.shape[{k}]):")
+        rng = "prange" if par and k == 0 else "range"
+        lines.append(f"{ind}for i{k} in {rng}(idx.shape[{k}]):")
         ind += "    "
     at = ", ".join(f"i{k}" for k in range(rank))
     tgt = ", ".join("j" if k == axis else f"i{k}" for k in range(rank))
     lines += [f"{ind}j = idx[{at}]",
               f"{ind}if j < 0:",
-              f"{ind}    j += n",
-              f"{ind}if j < 0 or j >= n:",
+              f"{ind}    j += n"]
+    if par:
+        lines += [f"{ind}if j < 0 or j >= n:",
+                  f"{ind}    bad[i0] = 1",
+                  f"{ind}else:",
+                  f"{ind}    y[{at}] = x[{tgt}]",
+                  "    for i in range(bad.shape[0]):",
+                  "        if bad[i]:",
+                  f"            raise IndexError('{op}: index out of range')"]
+        return "\n".join(lines) + "\n"
+    lines += [f"{ind}if j < 0 or j >= n:",
               f"{ind}    raise IndexError('{op}: index out of range')"]
     if not scatter:
         lines.append(f"{ind}y[{at}] = x[{tgt}]")
@@ -126,7 +143,14 @@ def lower_gather_elements(em: Emitter, n: Node) -> None:
         return
     if shape[axis] == 0:
         raise InvalidInput(f"{n.label}: indices into an empty axis")
-    kname = em.kernel(f"k_gather_el{rank}", _elements_kernel(rank, axis, False, 0))
+    key = ("gather_el_par", id(n))
+    if key not in em.memo:  # decided once per node: the text must not change with the shapes
+        isz = em.shape(idx)
+        em.memo[key] = (em.threads != 1 and concrete(_prod(isz)) >= _PAR_ELEMS
+                        and concrete(isz[0]) >= 2)
+    par = em.memo[key]
+    kname = em.kernel(f"k_gather_el{rank}{'_par' if par else ''}",
+                      _elements_kernel(rank, axis, False, 0, par))
     em.call(f"{kname}({yv}, {em.arr(x)}, {em.arr(idx)})")
 
 

@@ -18,9 +18,10 @@ from .common import _3d, _axis, _plain, _prod
 if TYPE_CHECKING:
     from ..cpu import Emitter
 
-#: elements from which a scan / arg-reduction / TopK runs its outer planes (rows) in a prange
-#: (a launch costs ~3 us; 64K elements take ~20-60 us serially)
-_PAR_ELEMS = 1 << 16
+#: elements from which a scan / arg-reduction / TopK / Hardmax runs its outer planes (rows) in a
+#: prange
+#: (a region on jitort's pool costs ~1 us; 16K elements take ~5-15 us serially)
+_PAR_ELEMS = 1 << 14
 
 
 def _host(em: Emitter, n: Node, v):
@@ -116,7 +117,8 @@ def lower_hardmax(em: Emitter, n: Node) -> None:
         return
     idx = em.scratch(o * i, np.int64)
     s3 = em.tuple_expr((o, a, i))
-    em.call(f"_scan.hardmax3({em.arr(x)}.reshape({s3}), {yv}.reshape({s3}), "
+    par = _par(em, n, o * a * i, o)
+    em.call(f"_scan.hardmax3{par}({em.arr(x)}.reshape({s3}), {yv}.reshape({s3}), "
             f"{idx}.reshape({em.tuple_expr((o, i))}))")
 
 
