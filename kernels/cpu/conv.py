@@ -88,13 +88,13 @@ def _kw_ranges(kw_n, dw, pw, sw, wd, ow_n):
 # elements * taps above which the planes are.
 _PAR_MIN_FLOPS = 1 << 20
 # ... when fewer (image, group) planes than threads make the threads split one plane's gemm
-# (by columns or output channels): a parallel region costs ~10-20 us more than the serial
-# call here (Numba's TBB layer; 2-vCPU Xeon, 2026-11-27, one process alternating 1 and 2
-# threads): 1x1 convolutions of 1.4 MFLOP took 1.5-1.9x the 1-thread time at 2 threads,
-# 5.5-6 MFLOP 0.71-1.4x (break-even), 22-24 MFLOP 0.58-0.78x; 3x3 ones 1.8 MFLOP 1.2x,
-# 3.6 MFLOP 0.9-1.0x, 7.2 MFLOP 0.8x. Independent planes (groups, images) split at any size
-# above _PAR_MIN_FLOPS (32 groups of 3x3 at 1.8 MFLOP: 0.62x).
-_PAR_MIN_FLOPS_SPLIT = 1 << 22
+# (by columns or output channels). Under Numba's TBB layer a region cost ~10-20 us more than
+# the serial call and this was 4 MFLOP (1x1 layers of 1.4 MFLOP took 1.5-1.9x the 1-thread
+# time at 2 threads); on jitort's pool (kernels/cpu/workers.py, ~1 us a region) ``python
+# scripts/sweep_conv_split.py`` (Zen 5 VM, 2026-11-28): 1.4-1.5 MFLOP 0.75-1.13 (one of six
+# above 1), 1.8 MFLOP 0.68-0.71, 2.7-7.5 MFLOP 0.49-0.71; 0.1-0.4 MFLOP stay serial.
+# Independent planes (groups, images) split at any size above _PAR_MIN_FLOPS.
+_PAR_MIN_FLOPS_SPLIT = 1 << 20
 _PAR_MIN_DW = 1 << 15
 # Depthwise convolutions are flat stencils over each padded plane (_dw_flat), except strided
 # ones with at most _DW_CB_MAX_OW output columns: _DW_CB channels at a time, vectorized across

@@ -440,8 +440,9 @@ def _cvec_par(nw, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, re
                   mg, oh_n, ow_n, rstep, has_res, act, alpha, beta)
 
 
-#: below this many flops a convolution runs on one thread
-_PAR_MIN_FLOPS = 1 << 22
+#: below this many flops a convolution runs on one thread (4 MFLOP under Numba's TBB layer;
+#: 1 MFLOP on jitort's pool, as conv.py's split, whose comment has the sweep)
+_PAR_MIN_FLOPS = 1 << 20
 #: phase-plane elements from which the copy is split over the threads by channels (it is
 #: serial work before the tiles' parallel region: at 2 threads a strided grouped layer spent
 #: a third of its time there)

@@ -30,8 +30,8 @@ _FM = {'reassoc', 'contract', 'arcp'}
 #: im2col elements per block of output positions (256 KB of float32)
 _COL_BLOCK_ELEMS = 1 << 16
 #: gemm flops from which the (image, group) tasks are split over threads (as conv.py's
-#: independent groups: at 2 threads a parallel region costs ~8 us here)
-_PAR_MIN_FLOPS = 1 << 20
+#: independent groups; 1 MFLOP while a TBB region cost ~8 us, halved for jitort's pool)
+_PAR_MIN_FLOPS = 1 << 19
 
 
 #: when ``conv2d_grouped`` runs a grouped convolution instead of conv.py's NCHW im2col: output

@@ -41,19 +41,22 @@ from .transpose import transpose_block
 _FM = {'reassoc', 'contract', 'arcp'}
 
 # output elements * taps above which the depthwise rows are split over threads; gemm flops
-# above which pointwise row blocks are (as one plane's gemm in kernels/cpu/conv.py: at 2
-# threads 1.8-2.7 MFLOP ran 1.01-1.02x the 1-thread time, 6-7.5 MFLOP 0.40-0.96x, 11-19
-# MFLOP 0.54-0.77x; Xeon host, 2026-11-27)
+# above which pointwise row blocks are (as one plane's gemm in kernels/cpu/conv.py, whose
+# comment has the sweep: 1.8-2.7 MFLOP pointwise layers 0.59-0.68x at 2 threads on jitort's
+# pool, 1.01-1.02x under TBB)
 _PAR_MIN_DW = 1 << 15
-_PAR_MIN_FLOPS = 1 << 22
+_PAR_MIN_FLOPS = 1 << 20
 # the same for the register-tiled rows (``_dw_tile``, 2-3x faster than the per-tap ones):
 # at 2 threads 0.2-0.5 M output elements * taps ran 1.4-1.9x their 1-thread time (11-16 us
 # of work against a parallel region's launch), 1.0-2.4 M 0.75-0.9x in a loop of calls (Zen 5,
 # 2026-11-27). In a model the region follows a serial kernel (the layout transpose), and a
 # TBB worker idle for more than ~30 us takes ~9 us to wake on this host (1.4 us back to
 # back): 0.59 M (5x5/2, 480 channels, 7x7 outputs) took 18.5 us at 2 threads against 11 us
-# at 1, so the tiles split from 2 M (~40 us of work) (seventh session)
-_PAR_MIN_DW_TILES = 1 << 21
+# at 1, so the tiles split from 2 M (~40 us of work) (seventh session). On jitort's pool
+# (kernels/cpu/workers.py: no late join, ~1 us a region) from 0.5 M: the op suite's
+# depthwise layers of 0.4-2 M (7x7-28x28 planes) gain 1.38-1.63x from the second thread
+# (``python scripts/op_scaling.py -k depthwise``, Zen 5 VM, 2026-11-28)
+_PAR_MIN_DW_TILES = 1 << 19
 # pointwise: output elements per row block (256 KB of float32: the epilogue pass stays in L2)
 _PW_BLOCK_ELEMS = 1 << 16
 

@@ -32,8 +32,9 @@ _FM = {'reassoc', 'contract', 'arcp'}
 # im2col-style column block per worker (elements; 512 KB of float32 stays in L2), but at
 # least one input row of every tap of the task's channels.
 _COL_BLOCK_ELEMS = 1 << 17
-# 2 * multiply-adds above which tasks are spread over prange workers (~20 us of work)
-_PAR_MIN_FLOPS = 1 << 20
+# 2 * multiply-adds above which tasks are spread over prange workers (~10 us of work; 2x below
+# its value under TBB, whose regions cost ~8 us more)
+_PAR_MIN_FLOPS = 1 << 19
 
 
 def convt_scratch_elems(cg, mg, k, rows, w, threads=None):

@@ -12,7 +12,9 @@ from numba import njit, prange
 from .gemm import eptr, num_threads, xgemm
 from .mathfn import fexpneg, fsigmoid
 
-_PAR_MIN_WORK = 1 << 16
+#: work from which these kernels split over the threads (4x below its value under Numba's
+#: TBB layer, as a region's cost fell: kernels/cpu/workers.py)
+_PAR_MIN_WORK = 1 << 14
 _FM = {'reassoc', 'contract', 'arcp'}
 
 

@@ -10,7 +10,9 @@ import math
 import numpy as np
 from numba import njit, prange
 
-_PAR_MIN_WORK = 1 << 15
+#: work from which these kernels split over the threads (4x below its value under Numba's
+#: TBB layer, as a region's cost fell: kernels/cpu/workers.py)
+_PAR_MIN_WORK = 1 << 13
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})

@@ -15,7 +15,9 @@ from .gemm import eptr, num_threads
 from .qgemm import _ptr, splat, masked_load, masked_store
 from .softmax import row_max
 
-_PAR_MIN_WORK = 1 << 16
+#: work from which these kernels split over the threads (4x below its value under Numba's
+#: TBB layer, as a region's cost fell: kernels/cpu/workers.py)
+_PAR_MIN_WORK = 1 << 14
 # Stride-1 pools over planes narrower than this run as one flat loop per tap (_flat_rows).
 _FLAT_MAX_OW = 32
 # AveragePool on planes of at most this many outputs sums its windows as a depthwise

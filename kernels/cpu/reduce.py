@@ -24,7 +24,9 @@ REDUCE_LOG_SUM = 7
 REDUCE_LOG_SUM_EXP = 8
 REDUCE_SUM_SQUARE = 9
 
-_PAR_MIN_WORK = 1 << 15
+#: work from which these kernels split over the threads (4x below its value under Numba's
+#: TBB layer, as a region's cost fell: kernels/cpu/workers.py)
+_PAR_MIN_WORK = 1 << 13
 
 
 # --- I == 1: one contiguous row -> scalar -----------------------------------------------

@@ -17,7 +17,9 @@ from numba import njit, prange
 
 from .gemm import num_threads, xgemm
 
-_PAR_MIN_FLOPS = 1 << 21
+#: flops from which the framed transforms split over the threads (4x below its value under
+#: Numba's TBB layer, as a region's cost fell: kernels/cpu/workers.py)
+_PAR_MIN_FLOPS = 1 << 19
 _ROW_BLOCK = 64
 
 

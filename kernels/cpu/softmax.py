@@ -18,7 +18,9 @@ from numba.np.arrayobj import make_array
 from .gemm import num_threads
 from .mathfn import fexpneg, wide_vectors
 
-_PAR_MIN_WORK = 1 << 15
+#: work from which these kernels split over the threads (4x below its value under Numba's
+#: TBB layer, as a region's cost fell: kernels/cpu/workers.py)
+_PAR_MIN_WORK = 1 << 13
 
 
 _VEC_BYTES = 64  # a 512-bit vector: 16 float32, 8 float64

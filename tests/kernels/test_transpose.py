@@ -7,6 +7,7 @@ from onnx import helper
 from onnx.helper import np_dtype_to_tensor_dtype as _tt
 
 import jitort
+from jitort.codegen.lowerings.data import _TRANSPOSE_PAR_ELEMS
 from jitort.kernels.cpu import transpose as T
 
 # batches, rows, columns around the tile width: whole tiles, partial edges, one row, empty
@@ -60,7 +61,7 @@ def test_transpose_op_against_onnxruntime(shape, perm, dtype, nthreads):
     tiled = dtype != np.int64 and perm not in ([2, 0, 1, 3],)
     assert ('_tr.transpose_last2' in src) == tiled
     if tiled:
-        par = nthreads > 1 and x.size >= (1 << 17)
+        par = nthreads > 1 and x.size >= _TRANSPOSE_PAR_ELEMS
         assert ('transpose_last2_par' in src) == par
 
 

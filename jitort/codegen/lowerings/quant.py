@@ -26,11 +26,13 @@ _I32 = np.dtype(np.int32)
 #: quantized integer types the kernels take
 _QINT = (np.dtype(np.uint8), np.dtype(np.int8), np.dtype(np.uint16), np.dtype(np.int16))
 _Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
-#: elements from which the elementwise kernels run split over the threads
-_PAR_ELEMS = 1 << 17
-#: DynamicQuantizeLinear's two passes share one parallel region: it gains from 48-64K floats at
-#: 2 threads (``python scripts/sweep_split.py``: serial vs split over 16K-256K floats)
-_DYN_PAR_ELEMS = 1 << 16
+#: elements from which the elementwise kernels run split over the threads (4x below its value
+#: under Numba's TBB layer, as a region's cost fell: kernels/cpu/workers.py)
+_PAR_ELEMS = 1 << 15
+#: DynamicQuantizeLinear's two passes share one parallel region: it gains from 32K floats at
+#: 2 threads on jitort's pool (``python scripts/sweep_split.py``, split / serial: 16-24K
+#: 1.01-1.02, 32K 0.85, 64K 0.74, 256K 0.56; from 48-64K under TBB)
+_DYN_PAR_ELEMS = 1 << 15
 #: output channels per group from which a constant-weight quantized convolution runs on the
 #: integer gemm (6-row tiles); fewer (depthwise) keep the float path's direct kernels
 _I8_MIN_MG = 4

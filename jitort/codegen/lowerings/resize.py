@@ -27,8 +27,10 @@ _COORDS = {"half_pixel": 0, "half_pixel_symmetric": 1, "pytorch_half_pixel": 2,
            "align_corners": 3, "asymmetric": 4, "tf_half_pixel_for_nearest": 5,
            "tf_crop_and_resize": 6}
 _NEAREST = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "ceil": 3}
-_PAR_MIN = 1 << 16  # output elements from which the prange variants run
-_PAR_MIN_COPY = 1 << 22  # the same for nearest
+#: output elements from which the prange variants run, and the same for nearest (both 4x
+#: below their values under Numba's TBB layer, as a region's cost fell: kernels/cpu/workers.py)
+_PAR_MIN = 1 << 14
+_PAR_MIN_COPY = 1 << 20
 
 
 def _s(v, default: str) -> str:
