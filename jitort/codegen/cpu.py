@@ -608,7 +608,8 @@ def lower_group(em: Emitter, grp: Group, consumers_outside) -> None:
         raise Unlowerable(grp.nodes[0], str(e)) from None
     key = ("par", id(grp.nodes[0]))
     if key not in em.memo:  # decided once per node (not a guard): the text must not change with the shapes
-        em.memo[key] = (math.prod(concrete(n) for n in out_shape) >= PARALLEL_MIN
+        em.memo[key] = (em.threads != 1
+                        and math.prod(concrete(n) for n in out_shape) >= PARALLEL_MIN
                         and concrete(extents[0]) > 1)
     parallel = em.memo[key]
     opnds = [Operand(np.dtype(v.dtype), f) for v, f in zip(operands, flags)]

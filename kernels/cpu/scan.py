@@ -546,12 +546,13 @@ def argext3_par(x, y, is_min, last):
 
 
 @njit(cache=True, error_model='numpy')
-def _hardmax_plane(x, y2, idx, o, bv):
+def _hardmax_plane(x, x2, y2, idx, o, bv):
     """Hardmax of the plane x[o] (A, I) into the row y2[o] (A * I): its arg-maxima into idx[o]
-    (``bv`` (I,) scratch where I > 1), then zeros with a one at each."""
+    (from the contiguous row x2[o] (O, A) where I == 1, else column by column with ``bv`` (I,)
+    scratch), then zeros with a one at each."""
     n_axis, inner = x.shape[1], x.shape[2]
     if inner == 1:
-        idx[o, 0] = _arg_row(x[o, :, 0], 0, 0)
+        idx[o, 0] = _arg_row(x2[o], 0, 0)
     else:
         _arg_cols(x, idx, o, bv, 0, 0)
     yo = y2[o]
@@ -569,9 +570,10 @@ def hardmax3(x, y, idx):
     ``idx`` (O, I) int64 scratch."""
     n_outer, n_axis, inner = x.shape
     y2 = y.reshape((n_outer, n_axis * inner))
+    x2 = x.reshape((n_outer, n_axis * inner))
     bv = np.empty(inner, x.dtype)
     for o in range(n_outer):
-        _hardmax_plane(x, y2, idx, o, bv)
+        _hardmax_plane(x, x2, y2, idx, o, bv)
 
 
 @njit(cache=True, error_model='numpy', parallel=True)
@@ -579,8 +581,9 @@ def hardmax3_par(x, y, idx):
     """:func:`hardmax3` with the outer planes (or rows) in a prange."""
     n_outer, n_axis, inner = x.shape
     y2 = y.reshape((n_outer, n_axis * inner))
+    x2 = x.reshape((n_outer, n_axis * inner))
     for o in prange(n_outer):
-        _hardmax_plane(x, y2, idx, o, np.empty(inner, x.dtype))
+        _hardmax_plane(x, x2, y2, idx, o, np.empty(inner, x.dtype))
 
 
 # --- TopK -------------------------------------------------------------------------------------

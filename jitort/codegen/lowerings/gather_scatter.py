@@ -195,7 +195,8 @@ def lower_gather_nd(em: Emitter, n: Node) -> None:
         raise InvalidInput(f"{n.label}: indices into an empty dim")
     key = ("gnd_par", id(n))
     if key not in em.memo:
-        em.memo[key] = concrete(nb * m * inner) >= _PAR_ELEMS and concrete(nb * m) >= 2
+        em.memo[key] = (em.threads != 1 and concrete(nb * m * inner) >= _PAR_ELEMS
+                        and concrete(nb * m) >= 2)
     par = "_par" if em.memo[key] else ""
     em.call(f"_gs.gather_nd3{par}({em.arr(x)}.reshape({em.tuple_expr((nb, _prod(dims), inner))}), "
             f"{em.arr(idx)}.reshape({em.tuple_expr((nb, m, k))}), "

@@ -30,6 +30,12 @@ _INT_OK = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "R
            "ReduceL2", "ReduceSumSquare", "ReduceLogSum"}
 
 
+#: elements from which a generated reduction runs its outer rows in a prange (at more than one
+#: thread; 4x below its value under Numba's TBB layer, as a region's cost fell:
+#: kernels/cpu/workers.py)
+_PAR_ELEMS = 1 << 15
+
+
 def _axes_from_input(n: Node) -> bool:
     return n.since_version >= (13 if n.op_type == "ReduceSum" else 18)
 
@@ -111,8 +117,8 @@ def lower_reduce(em: Emitter, n: Node) -> None:
     key = ("reduce_par", id(n))
     if key not in em.memo:  # decided once per node, not a guard
         from ..symbolic import concrete
-        em.memo[key] = (not flags[0] and concrete(_prod(sizes)) >= (1 << 17)
-                        and concrete(sizes[0]) > 1)
+        em.memo[key] = (em.threads != 1 and not flags[0] and concrete(sizes[0]) > 1
+                        and concrete(_prod(sizes)) >= _PAR_ELEMS)
     par = em.memo[key] and not flags[0]
     src = reduce_source(n.op_type, np.dtype(x.dtype), flags, par)
     kname = em.kernel(f"k_reduce{len(flags)}", src)

@@ -148,7 +148,8 @@ def lower_resize(em: Emitter, n: Node) -> None:
     key = ("resize_par", id(n))
     if key not in em.memo:
         # nearest is a copy: memory bound, a second thread pays only on big outputs
-        em.memo[key] = concrete(_prod(ys)) >= (_PAR_MIN if mode else _PAR_MIN_COPY)
+        em.memo[key] = (em.threads != 1
+                        and concrete(_prod(ys)) >= (_PAR_MIN if mode else _PAR_MIN_COPY))
     par = "_par" if em.memo[key] else ""
     ev = float_literal(extrap)
     if (len(active) == 2 and active[1] == active[0] + 1 and mode in (0, 1) and not antialias
@@ -215,7 +216,8 @@ def lower_gridsample(em: Emitter, n: Node) -> None:
         return
     key = ("gs_par", id(n))
     if key not in em.memo:
-        em.memo[key] = concrete(_prod(ys)) * (1 << D if mode == 1 else 1) >= _PAR_MIN
+        em.memo[key] = (em.threads != 1
+                        and concrete(_prod(ys)) * (1 << D if mode == 1 else 1) >= _PAR_MIN)
     par = "_par" if em.memo[key] else ""
     em.call(f"_resize.gridsample{par}({em.arr(x)}.reshape({em.tuple_expr((xs[0], xs[1], S))}), "
             f"{em.arr(g)}.reshape({em.tuple_expr((gs[0], P, D))}), "

@@ -38,7 +38,7 @@ def _par(em: Emitter, n: Node, work, rows) -> str:
     generated text does not change with the shapes."""
     key = ("scan_par", id(n))
     if key not in em.memo:
-        em.memo[key] = concrete(work) >= _PAR_ELEMS and concrete(rows) >= 2
+        em.memo[key] = em.threads != 1 and concrete(work) >= _PAR_ELEMS and concrete(rows) >= 2
     return "_par" if em.memo[key] else ""
 
 

@@ -192,7 +192,7 @@ def _emit_pad(em: Emitter, n: Node, x, y, begin, end, mode: str, val: str) -> No
     r = len(cx)
     key = ("pad_par", id(n))
     if key not in em.memo:
-        em.memo[key] = concrete(_prod(ys)) >= _PAR_PAD and r >= 2
+        em.memo[key] = em.threads != 1 and concrete(_prod(ys)) >= _PAR_PAD and r >= 2
     kname = em.kernel(f"k_pad{r}", _pad_kernel(r, cp, em.memo[key]))
     yv = em.out(y)
     bargs = "".join(f"{em.dim(b)}, {em.dim(c)}, {em.dim(m)}, " for b, c, m in cargs)
