@@ -10,6 +10,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .gemm import num_threads
+
 #: work from which these kernels split over the threads (4x below its value under Numba's
 #: TBB layer, as a region's cost fell: kernels/cpu/workers.py)
 _PAR_MIN_WORK = 1 << 13
@@ -60,7 +62,7 @@ def layernorm2d(x, scale, bias, out, eps, has_bias):
     o_n, n = x.shape
     if n == 0:
         return
-    if o_n * n >= _PAR_MIN_WORK and o_n > 1:
+    if num_threads() > 1 and o_n * n >= _PAR_MIN_WORK and o_n > 1:
         _layernorm_par(x, scale, bias, out, eps, has_bias)
         return
     for o in range(o_n):
@@ -95,7 +97,7 @@ def layernorm2d_stats(x, scale, bias, out, mean, inv, eps, has_bias):
     o_n, n = x.shape
     if n == 0:
         return
-    if o_n * n >= _PAR_MIN_WORK and o_n > 1:
+    if num_threads() > 1 and o_n * n >= _PAR_MIN_WORK and o_n > 1:
         _layernorm_stats_par(x, scale, bias, out, mean, inv, eps, has_bias)
         return
     for o in range(o_n):
@@ -126,7 +128,7 @@ def instancenorm3d(x, scale, bias, out, eps):
         return
     x2 = x.reshape(n_n * c_n, s_n)
     o2 = out.reshape(n_n * c_n, s_n)
-    if n_n * c_n * s_n >= _PAR_MIN_WORK and n_n * c_n > 1:
+    if num_threads() > 1 and n_n * c_n * s_n >= _PAR_MIN_WORK and n_n * c_n > 1:
         _instnorm_par(x2, scale, bias, o2, eps, c_n)
         return
     for p in range(n_n * c_n):
@@ -189,7 +191,7 @@ def groupnorm4d(x, scale, bias, out, eps, per_channel):
     n_n, g_n, cg, s_n = x.shape
     if cg * s_n == 0:
         return
-    if n_n * g_n * cg * s_n >= _PAR_MIN_WORK and n_n * g_n > 1:
+    if num_threads() > 1 and n_n * g_n * cg * s_n >= _PAR_MIN_WORK and n_n * g_n > 1:
         _groupnorm_par(x, scale, bias, out, eps, per_channel)
         return
     for n in range(n_n):
@@ -223,7 +225,7 @@ def rmsnorm2d(x, scale, out, eps):
     o_n, n = x.shape
     if n == 0:
         return
-    if o_n * n >= _PAR_MIN_WORK and o_n > 1:
+    if num_threads() > 1 and o_n * n >= _PAR_MIN_WORK and o_n > 1:
         _rms_par(x, scale, out, eps)
         return
     for o in range(o_n):
@@ -294,7 +296,7 @@ def lpnorm3d(x, out, p):
     o_n, a_n, ni = x.shape
     if o_n * a_n * ni == 0:
         return
-    if o_n * a_n * ni >= _PAR_MIN_WORK and o_n > 1:
+    if num_threads() > 1 and o_n * a_n * ni >= _PAR_MIN_WORK and o_n > 1:
         _lp_par(x, out, p)
     elif ni == 1:
         x2 = x.reshape(o_n, a_n)
@@ -354,7 +356,7 @@ def mvn5d(x, out):
     if q_n == 1:  # rows of B contiguous elements
         x4 = x.reshape(p_n, a_n, c_n, b_n)
         o4 = out.reshape(p_n, a_n, c_n, b_n)
-        if p_n * c_n > 1 and p_n * a_n * c_n * b_n >= _PAR_MIN_WORK:
+        if num_threads() > 1 and p_n * c_n > 1 and p_n * a_n * c_n * b_n >= _PAR_MIN_WORK:
             _mvn_rows_par(x4, o4)
         else:
             for p in range(p_n):

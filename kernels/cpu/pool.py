@@ -850,7 +850,7 @@ def global_avgpool(x, out):
     n, c, s = x.shape
     x2 = x.reshape(n * c, s)
     o1 = out.reshape(n * c)
-    if n * c * s >= _PAR_MIN_WORK and n * c > 1:
+    if num_threads() > 1 and n * c * s >= _PAR_MIN_WORK and n * c > 1:
         _global_avg_par(x2, o1)
         return
     cnt = x.dtype.type(s)
@@ -864,7 +864,7 @@ def global_maxpool(x, out):
     n, c, s = x.shape
     x2 = x.reshape(n * c, s)
     o1 = out.reshape(n * c)
-    if n * c * s >= _PAR_MIN_WORK and n * c > 1:
+    if num_threads() > 1 and n * c * s >= _PAR_MIN_WORK and n * c > 1:
         _global_max_par(x2, o1)
         return
     for p in range(n * c):

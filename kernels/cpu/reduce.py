@@ -11,6 +11,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .gemm import num_threads
 from .mathfn import fexp
 
 REDUCE_SUM = 0
@@ -160,7 +161,7 @@ def _reduce_par(x, out, kind):
 def reduce3d(x, out, kind):
     """out (O, I) = reduce_kind over axis 1 of x (O, N, I); see module docstring."""
     o_n, n, ni = x.shape
-    if o_n * n * ni >= _PAR_MIN_WORK and o_n > 1:
+    if num_threads() > 1 and o_n * n * ni >= _PAR_MIN_WORK and o_n > 1:
         _reduce_par(x, out, kind)
     elif ni == 1:
         x2 = x.reshape(o_n, n)

@@ -201,7 +201,7 @@ def _softmax_par(x, out, log):
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def _softmax_any(x, out, log):
     o_n, n, ni = x.shape
-    if o_n * n * ni >= _PAR_MIN_WORK and o_n > 1:
+    if num_threads() > 1 and o_n * n * ni >= _PAR_MIN_WORK and o_n > 1:
         _softmax_par(x, out, log)
     elif ni == 1:
         _softmax_rows(x.reshape(o_n, n), out.reshape(o_n, n), np.int64(0), o_n, log)
