@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
@@ -47,14 +48,19 @@ class InputInfo:
 _MISSING = object()
 
 #: True in a process forked after Numba's GNU OpenMP threading layer started
-#: (``NUMBA_THREADING_LAYER=omp``; jitort's default is TBB): Numba kills such a child with
-#: SIGTERM as soon as it runs a parallel region, so its calls raise a jitort error instead
+#: (``NUMBA_THREADING_LAYER=omp`` with ``JITORT_THREAD_POOL=0``): Numba kills such a child
+#: with SIGTERM as soon as it runs a parallel region, so its calls raise a jitort error
+#: instead. On jitort's worker pool (``kernels/cpu/workers.py``, the default) no region goes
+#: through the OpenMP layer and a forked child gets a fresh pool.
 _OMP_FORKED = False
 
 
 def _after_fork_in_child() -> None:
     global _OMP_FORKED
     try:
+        pool = sys.modules.get("jitort.kernels.cpu.workers")
+        if pool is not None and pool.installed():
+            return
         from numba.np.ufunc import parallel
         if parallel._is_initialized and parallel._threading_layer == "omp":
             from numba.np.ufunc import omppool
@@ -307,7 +313,8 @@ class CompiledModel:
                 "this process was forked from one that had started Numba's GNU OpenMP threads "
                 "(NUMBA_THREADING_LAYER=omp), which cannot run in a forked child (Numba would "
                 "kill it): start workers with multiprocessing's 'spawn' or 'forkserver' method, "
-                "or leave the threading layer to jitort's default (TBB)")
+                "or leave the parallel regions to jitort's worker pool (unset "
+                "JITORT_THREAD_POOL=0)")
         t = self._tier0  # read once: the whole call runs on one tier
         if t is not None:
             return t.call(feeds, output_names)
