@@ -801,13 +801,18 @@ def case(request):
 
 
 def _calls_per_block(jit_fn, ort_fn) -> int:
-    t0 = time.perf_counter()
-    with single_threaded():
-        jit_fn()
-    t1 = time.perf_counter()
-    ort_fn()
-    t2 = time.perf_counter()
-    return max(1, min(2000, int(BLOCK_S / max(t1 - t0, t2 - t1, 1e-7))))
+    """Calls per block: BLOCK_S over the slower engine's fastest of three calls (one call
+    caught by a GC pause or a preempted vCPU had cut a 0.6 ms case to 18 calls a block)."""
+    tj, to = [], []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        with single_threaded():
+            jit_fn()
+        t1 = time.perf_counter()
+        ort_fn()
+        tj.append(t1 - t0)
+        to.append(time.perf_counter() - t1)
+    return max(1, min(2000, int(BLOCK_S / max(min(tj), min(to), 1e-7))))
 
 
 def test_op(benchmark, case):
