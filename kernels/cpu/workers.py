@@ -63,6 +63,14 @@ MAX_ARRAYS = 1024
 MAX_DIMS = 1024
 
 _FUTEX_WAIT, _FUTEX_WAKE = 128, 129  # the _PRIVATE variants
+#: polls of the epoch between two ``pause`` instructions of a spinning worker. Under KVM a
+#: vCPU that executes pause after pause (less than ~128 cycles apart, a few thousand times)
+#: is taken for a lock waiter and descheduled (pause-loop exiting): on the 2-vCPU VM of
+#: issue 21 a worker pausing every poll lost its CPU for ~1 ms at a time, went to sleep 111
+#: times in a block of 500 back-to-back calls and the block ran at its 1-thread time. With no
+#: pause at all two 4 us tasks took 8.3 us at 2 threads (7.6 at 1): pause lets the sibling
+#: hyperthread run. Polls between pauses keep both.
+SPIN_POLLS = 128
 _SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}
 
 _i64 = ir.IntType(64)
@@ -83,11 +91,8 @@ class _Gen:
     def __init__(self, state_addr: int, machine: str):
         self.mod = ir.Module("jitort_workers")
         self.base = ir.Constant(_i64, state_addr)
-        # spin loops without ``pause`` unless JITORT_SPIN_PAUSE=1: under KVM a vCPU that keeps
-        # pausing is taken for a lock waiter and descheduled (pause-loop exiting); on the
-        # 2-vCPU VM of issue 21 the spinning worker then lost its CPU for ~1 ms at a time and
-        # a block of 500 back-to-back calls ran on one thread (111 sleeps against 1 without)
-        self.x86 = machine in ("x86_64", "amd64") and os.environ.get("JITORT_SPIN_PAUSE") == "1"
+        # ``pause`` in spin loops (JITORT_SPIN_PAUSE=0: none), one per SPIN_POLLS polls
+        self.x86 = machine in ("x86_64", "amd64") and os.environ.get("JITORT_SPIN_PAUSE") != "0"
         self.futex_nr = _SYS_FUTEX[machine]
 
     def fn(self, name, ret, args, internal=True):
@@ -285,6 +290,17 @@ class _Gen:
         b.store(_c(0), spins)
         b.branch(loop)
         b.position_at_end(idle)
+        poll, polled, rest = (f.append_basic_block(s) for s in ("poll", "polled", "rest"))
+        polls = cgutils.alloca_once_value(b, _c(0))
+        b.store(_c(0), polls)
+        b.branch(poll)
+        b.position_at_end(poll)
+        b.cbranch(b.icmp_signed("!=", self.ld(b, EPOCH), b.load(seen)), loop, polled)
+        b.position_at_end(polled)
+        i = b.add(b.load(polls), _c(1))
+        b.store(i, polls)
+        b.cbranch(b.icmp_signed("<", i, _c(SPIN_POLLS)), poll, rest)
+        b.position_at_end(rest)
         self.pause(b)
         s = b.add(b.load(spins), _c(1))
         b.store(s, spins)
