@@ -1,8 +1,9 @@
 #!/usr/bin/env python
 """What a Numba parallel region costs to launch, back to back and after a serial gap.
 
-    python scripts/bench_parallel_launch.py [--calls 3000]
-    NUMBA_THREADING_LAYER=omp python scripts/bench_parallel_launch.py
+    python scripts/bench_parallel_launch.py [--calls 3000]          # jitort's worker pool
+    JITORT_THREAD_POOL=0 python scripts/bench_parallel_launch.py    # Numba's layer (TBB)
+    JITORT_THREAD_POOL=0 NUMBA_THREADING_LAYER=omp python scripts/bench_parallel_launch.py
 
 A region with one trivial iteration per thread is timed at 1 and 2 threads, first called back
 to back, then each call after a serial busy loop of ~4, ~40 and ~400 us (the other kernels of
@@ -18,7 +19,10 @@ the kernels claim theirs, ``sync.next_affine``), called back to back from a comp
 because the other joined late. On the Zen 5 VM (2026-11-28), TBB: tasks of ~4 us 9.2 us at 2
 threads against 9.0 at 1 (a quarter of the calls on one thread), 15 us 23.4 against 30.7,
 37 us 46.1 against 74.7, 145 us 155.5 against 289.7 (~8-10 us per region whatever the gap);
-GNU OpenMP: 5.4, 16.6, 40.2, 154.6 (the second thread never late).
+GNU OpenMP: 5.4, 16.6, 40.2, 154.6 (the second thread never late). On jitort's pool
+(``kernels/cpu/workers.py``, tenth session, same VM): a region 0.6 us back to back or after
+gaps up to ~40 us, 8.2 us after 360 us (the worker asleep: woken, not waited for); two tasks
+4.5, 15.4, 37.8, 147.3 us at 2 threads (7.4, 28.7, 71.0, 283.6 at 1).
 """
 import argparse
 import time
@@ -27,6 +31,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from jitort.kernels.cpu import workers
 from jitort.kernels.cpu.sync import next_affine
 
 
@@ -75,7 +80,8 @@ def main():
     x = np.zeros(8)
     _region(x, 1)
     _busy(10)
-    print(f"threading layer: {numba.threading_layer()}")
+    print(f"threading layer: {numba.threading_layer()}"
+          + (" under jitort's worker pool" if workers.installed() else ""))
     for spin in (0, 2000, 20000, 200000):
         t0 = time.perf_counter()
         _busy(spin)
