@@ -25,6 +25,7 @@ from numba.np.linalg import get_blas_kind
 
 from . import blas
 from .ptr import eptr  # noqa: F401  (re-exported: the kernels import it from here)
+from .workers import num_threads  # noqa: F401  (re-exported, as eptr)
 
 from .epilogue import (ACT_CLIP, ACT_GELU, ACT_LEAKY_RELU, ACT_NONE, ACT_RELU,  # noqa: F401
                        ACT_SIGMOID, ACT_TANH, act_row, bias_act_2d)
@@ -50,7 +51,6 @@ _GEMV_COLS = 8192  # output columns per pass when B is (K, N): 32 KB of float32
 _FM = {'reassoc', 'contract', 'arcp'}
 
 _ll_void_p = ir.IntType(8).as_pointer()
-_ll_intp = cgutils.intp_t
 
 
 
@@ -180,25 +180,6 @@ count_done = _counter_op(
 read_count = _counter_op(
     "read_count", "``counter[i]`` read atomically with acquire order (a spin loop on it is not "
     "hoisted).", lambda b, p: b.load_atomic(p, 'acquire', 8))
-
-
-@intrinsic
-def num_threads(typingctx):
-    """Numba's current thread count inside njit code, cacheable.
-
-    ``numba.get_num_threads()`` in njit code goes through a ctypes pointer, which makes every
-    caller uncachable ("dynamic globals"). This calls the threading layer's C symbol, which
-    ``_launch_threads`` registers (kernels/cpu/__init__ launches the threads on import, so the
-    symbol also resolves when the caller is loaded from the cache).
-    """
-    from numba.np.ufunc.parallel import _launch_threads
-    _launch_threads()
-
-    def codegen(context, builder, sig, args):
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_ll_intp, []),
-                                            "get_num_threads")
-        return builder.call(fn, [])
-    return types.intp(), codegen
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)

@@ -11,7 +11,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .gemm import num_threads
+from .workers import num_threads
 from .mathfn import fexp
 
 REDUCE_SUM = 0

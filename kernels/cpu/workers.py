@@ -37,7 +37,9 @@ import threading
 import numpy as np
 from llvmlite import binding as ll
 from llvmlite import ir
+from numba import types
 from numba.core import cgutils
+from numba.extending import intrinsic
 
 # int64 slots of the shared state, one cache line per group written by different threads
 EPOCH = 0          # job number << 8 | its chunk count, published last (the workers poll it)
@@ -334,6 +336,26 @@ class _Gen:
 
 def _min(b, x, y):
     return b.select(b.icmp_signed("<", x, y), x, y)
+
+
+@intrinsic
+def num_threads(typingctx):
+    """Numba's current thread count inside njit code, cacheable.
+
+    ``numba.get_num_threads()`` in njit code goes through a ctypes pointer, which makes every
+    caller uncachable ("dynamic globals"). This calls the threading layer's C symbol, which
+    ``_launch_threads`` registers (kernels/cpu/__init__ launches the threads on import, so the
+    symbol also resolves when the caller is loaded from the cache).
+    """
+    from numba.np.ufunc.parallel import _launch_threads
+    _launch_threads()
+
+    def codegen(context, builder, sig, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_i64, []),
+                                            "get_num_threads")
+        return builder.call(fn, [])
+    return types.intp(), codegen
+
 
 
 _state = None
