@@ -25,7 +25,7 @@ from numba.np.linalg import get_blas_kind
 
 from . import blas
 from .ptr import eptr  # noqa: F401  (re-exported: the kernels import it from here)
-from .workers import num_threads  # noqa: F401  (re-exported, as eptr)
+from .nthreads import num_threads  # noqa: F401  (re-exported, as eptr)
 
 from .epilogue import (ACT_CLIP, ACT_GELU, ACT_LEAKY_RELU, ACT_NONE, ACT_RELU,  # noqa: F401
                        ACT_SIGMOID, ACT_TANH, act_row, bias_act_2d)

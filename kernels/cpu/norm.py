@@ -10,7 +10,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .workers import num_threads
+from .nthreads import num_threads
 
 #: work from which these kernels split over the threads (4x below its value under Numba's
 #: TBB layer, as a region's cost fell: kernels/cpu/workers.py)

@@ -11,7 +11,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .workers import num_threads
+from .nthreads import num_threads
 from .mathfn import fexp
 
 REDUCE_SUM = 0

@@ -17,9 +17,9 @@ registers), with its own, compiled here from LLVM IR by Numba's code generator:
   first from its own share (chunk i to thread i, as TBB tends to), then the others'. The caller
   runs every chunk no worker has claimed, then waits for the claimed ones: a worker that is
   late (asleep, descheduled) costs nothing but its share of the parallelism.
-- A worker spins (``pause``) for ``spin_us`` after its last chunk (default 100 us, env
-  ``JITORT_SPIN_US``: consecutive layers of a model find it awake) and then sleeps on a futex;
-  the next region wakes it with one system call and does not wait for it.
+- A worker spins for 100 us after its last chunk (env ``JITORT_SPIN_US``: consecutive layers
+  of a model find it awake), polling the epoch with one ``pause`` per SPIN_POLLS polls, and
+  then sleeps on a futex; the next region wakes it with one system call and does not wait.
 - Regions from a second thread while one runs, nested regions and one-chunk regions run their
   chunks on the calling thread. ``get_thread_id`` is the worker's number on a worker and 0
   elsewhere (the reductions Numba compiles index their partial sums by it).
@@ -37,9 +37,7 @@ import threading
 import numpy as np
 from llvmlite import binding as ll
 from llvmlite import ir
-from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic
 
 # int64 slots of the shared state, one cache line per group written by different threads
 EPOCH = 0          # job number << 8 | its chunk count, published last (the workers poll it)
@@ -167,7 +165,7 @@ class _Gen:
 
     def work(self, call_chunk):
         """work(t, e): thread t runs the chunks of job e (the epoch word) it can claim, its own
-        share first (the t-th of the NWORK contiguous ranges), then on round the others.
+        share first (the t-th of the NWORK contiguous ranges), then the others' in turn.
 
         The fields it reads may already belong to a later job when job e is over (the caller
         rewrites them once every chunk of e is done), but then every chunk of e is claimed
@@ -336,26 +334,6 @@ class _Gen:
 
 def _min(b, x, y):
     return b.select(b.icmp_signed("<", x, y), x, y)
-
-
-@intrinsic
-def num_threads(typingctx):
-    """Numba's current thread count inside njit code, cacheable.
-
-    ``numba.get_num_threads()`` in njit code goes through a ctypes pointer, which makes every
-    caller uncachable ("dynamic globals"). This calls the threading layer's C symbol, which
-    ``_launch_threads`` registers (kernels/cpu/__init__ launches the threads on import, so the
-    symbol also resolves when the caller is loaded from the cache).
-    """
-    from numba.np.ufunc.parallel import _launch_threads
-    _launch_threads()
-
-    def codegen(context, builder, sig, args):
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_i64, []),
-                                            "get_num_threads")
-        return builder.call(fn, [])
-    return types.intp(), codegen
-
 
 
 _state = None
