@@ -268,6 +268,17 @@ class Emitter:
         if id(src) in self.root:
             self.root[id(dst)] = self.root[id(src)]
 
+    def split(self, kind: str, node, work, threshold: int, units=2) -> bool:
+        """Whether ``node`` runs its kernel's prange variant: the model has more than one
+        thread, ``work`` is at least ``threshold`` and there are ``units`` >= 2 independent
+        pieces. Decided once per node (``memo``) from the first shapes it is planned for, so
+        the generated text does not change with the shapes (speed only, not a guard)."""
+        key = (kind, id(node))
+        if key not in self.memo:
+            self.memo[key] = (self.threads != 1 and concrete(work) >= threshold
+                              and concrete(units) >= 2)
+        return self.memo[key]
+
     def scratch(self, nelems: int, dtype) -> str:
         dt = np.dtype(dtype)
         r = self._row("ws", nelems * dt.itemsize)
@@ -606,12 +617,8 @@ def lower_group(em: Emitter, grp: Group, consumers_outside) -> None:
         extents, flags = collapse(out_shape, [em.shape(v) for v in operands], hints)
     except ValueError as e:
         raise Unlowerable(grp.nodes[0], str(e)) from None
-    key = ("par", id(grp.nodes[0]))
-    if key not in em.memo:  # decided once per node (not a guard): the text must not change with the shapes
-        em.memo[key] = (em.threads != 1
-                        and math.prod(concrete(n) for n in out_shape) >= PARALLEL_MIN
-                        and concrete(extents[0]) > 1)
-    parallel = em.memo[key]
+    parallel = em.split("par", grp.nodes[0], math.prod(concrete(n) for n in out_shape),
+                        PARALLEL_MIN, extents[0])
     opnds = [Operand(np.dtype(v.dtype), f) for v, f in zip(operands, flags)]
     prefix = "k_" + "_".join(dict.fromkeys(n.op_type.lower() for n in grp.nodes[:4]))
     ext = em.tuple_expr(extents)

@@ -56,10 +56,8 @@ def lower_transpose(em: Emitter, n: Node) -> None:
         bsz = _prod(in_shape[:r - 2])
         x3 = em.tuple_expr((bsz, in_shape[r - 2], in_shape[r - 1]))
         y3 = em.tuple_expr((bsz, in_shape[r - 1], in_shape[r - 2]))
-        key = ("transpose_par", id(n))
-        if key not in em.memo:
-            em.memo[key] = em.threads != 1 and concrete(_prod(shape)) >= _TRANSPOSE_PAR_ELEMS
-        fn = "transpose_last2_par" if em.memo[key] else "transpose_last2"
+        par = em.split("transpose_par", n, _prod(shape), _TRANSPOSE_PAR_ELEMS)
+        fn = "transpose_last2_par" if par else "transpose_last2"
         em.call(f"_tr.{fn}({em.arr(x)}.reshape({x3}), {em.out(y)}.reshape({y3}))")
         return
     idx_in = ["" for _ in range(r)]

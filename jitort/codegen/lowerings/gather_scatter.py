@@ -143,12 +143,8 @@ def lower_gather_elements(em: Emitter, n: Node) -> None:
         return
     if shape[axis] == 0:
         raise InvalidInput(f"{n.label}: indices into an empty axis")
-    key = ("gather_el_par", id(n))
-    if key not in em.memo:  # decided once per node: the text must not change with the shapes
-        isz = em.shape(idx)
-        em.memo[key] = (em.threads != 1 and concrete(_prod(isz)) >= _PAR_ELEMS
-                        and concrete(isz[0]) >= 2)
-    par = em.memo[key]
+    isz = em.shape(idx)
+    par = em.split("gather_el_par", n, _prod(isz), _PAR_ELEMS, isz[0])
     kname = em.kernel(f"k_gather_el{rank}{'_par' if par else ''}",
                       _elements_kernel(rank, axis, False, 0, par))
     em.call(f"{kname}({yv}, {em.arr(x)}, {em.arr(idx)})")
@@ -193,11 +189,7 @@ def lower_gather_nd(em: Emitter, n: Node) -> None:
         return
     if k and _prod(dims) == 0:
         raise InvalidInput(f"{n.label}: indices into an empty dim")
-    key = ("gnd_par", id(n))
-    if key not in em.memo:
-        em.memo[key] = (em.threads != 1 and concrete(nb * m * inner) >= _PAR_ELEMS
-                        and concrete(nb * m) >= 2)
-    par = "_par" if em.memo[key] else ""
+    par = "_par" if em.split("gnd_par", n, nb * m * inner, _PAR_ELEMS, nb * m) else ""
     em.call(f"_gs.gather_nd3{par}({em.arr(x)}.reshape({em.tuple_expr((nb, _prod(dims), inner))}), "
             f"{em.arr(idx)}.reshape({em.tuple_expr((nb, m, k))}), "
             f"{yv}.reshape({em.tuple_expr((nb, m, inner))}), {em.tuple_expr(dims + (1,))})")

@@ -56,11 +56,8 @@ def _dequantize_ok(n: Node) -> bool:
 
 
 def _par(em: Emitter, n: Node, elems, threshold: int = _PAR_ELEMS) -> bool:
-    """Split over the threads? Decided once per node from the first shape (speed only)."""
-    key = ("quant_par", id(n))
-    if key not in em.memo:
-        em.memo[key] = concrete(elems) >= threshold and em.threads != 1
-    return em.memo[key]
+    """Split over the threads? (``Emitter.split``)"""
+    return em.split("quant_par", n, elems, threshold)
 
 
 def _qdq_views(em: Emitter, n: Node):

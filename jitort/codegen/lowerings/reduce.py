@@ -114,12 +114,8 @@ def lower_reduce(em: Emitter, n: Node) -> None:
         runs = [(1, False)]
     flags = tuple(r for _, r in runs)
     sizes = [s for s, _ in runs]
-    key = ("reduce_par", id(n))
-    if key not in em.memo:  # decided once per node, not a guard
-        from ..symbolic import concrete
-        em.memo[key] = (em.threads != 1 and not flags[0] and concrete(sizes[0]) > 1
-                        and concrete(_prod(sizes)) >= _PAR_ELEMS)
-    par = em.memo[key] and not flags[0]
+    par = em.split("reduce_par", n, 0 if flags[0] else _prod(sizes), _PAR_ELEMS,
+                   sizes[0]) and not flags[0]
     src = reduce_source(n.op_type, np.dtype(x.dtype), flags, par)
     kname = em.kernel(f"k_reduce{len(flags)}", src)
     yv = em.out(y)

@@ -145,12 +145,9 @@ def lower_resize(em: Emitter, n: Node) -> None:
         else:
             em.arr(x)
         return
-    key = ("resize_par", id(n))
-    if key not in em.memo:
-        # nearest is a copy: memory bound, a second thread pays only on big outputs
-        em.memo[key] = (em.threads != 1
-                        and concrete(_prod(ys)) >= (_PAR_MIN if mode else _PAR_MIN_COPY))
-    par = "_par" if em.memo[key] else ""
+    # nearest is a copy: memory bound, a second thread pays only on big outputs
+    par = "_par" if em.split("resize_par", n, _prod(ys), _PAR_MIN if mode else _PAR_MIN_COPY) \
+        else ""
     ev = float_literal(extrap)
     if (len(active) == 2 and active[1] == active[0] + 1 and mode in (0, 1) and not antialias
             and all(xs[k] == 1 for k in range(active[1] + 1, r))):
@@ -214,11 +211,8 @@ def lower_gridsample(em: Emitter, n: Node) -> None:
     if _prod(ys) == 0:
         em.arr(x), em.arr(g)
         return
-    key = ("gs_par", id(n))
-    if key not in em.memo:
-        em.memo[key] = (em.threads != 1
-                        and concrete(_prod(ys)) * (1 << D if mode == 1 else 1) >= _PAR_MIN)
-    par = "_par" if em.memo[key] else ""
+    par = "_par" if em.split("gs_par", n, _prod(ys) * (1 << D if mode == 1 else 1), _PAR_MIN) \
+        else ""
     em.call(f"_resize.gridsample{par}({em.arr(x)}.reshape({em.tuple_expr((xs[0], xs[1], S))}), "
             f"{em.arr(g)}.reshape({em.tuple_expr((gs[0], P, D))}), "
             f"{yv}.reshape({em.tuple_expr((xs[0], xs[1], P))}), {em.tuple_expr((1,) * (3 - D) + xs[2:])}, "

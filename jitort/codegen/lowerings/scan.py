@@ -12,15 +12,13 @@ import numpy as np
 
 from ...ir import Node
 from ..registry import Unlowerable, lowering
-from ..symbolic import concrete
 from .common import _3d, _axis, _plain, _prod
 
 if TYPE_CHECKING:
     from ..cpu import Emitter
 
 #: elements from which a scan / arg-reduction / TopK / Hardmax runs its outer planes (rows) in a
-#: prange
-#: (a region on jitort's pool costs ~1 us; 16K elements take ~5-15 us serially)
+#: prange (a region on jitort's pool costs ~1 us; 16K elements take ~5-15 us serially)
 _PAR_ELEMS = 1 << 14
 
 
@@ -36,10 +34,7 @@ def _host(em: Emitter, n: Node, v):
 def _par(em: Emitter, n: Node, work, rows) -> str:
     """``"_par"`` when the node runs its rows in a prange: decided once per node (memo), so the
     generated text does not change with the shapes."""
-    key = ("scan_par", id(n))
-    if key not in em.memo:
-        em.memo[key] = em.threads != 1 and concrete(work) >= _PAR_ELEMS and concrete(rows) >= 2
-    return "_par" if em.memo[key] else ""
+    return "_par" if em.split("scan_par", n, work, _PAR_ELEMS, rows) else ""
 
 
 def _flag(em: Emitter, v) -> str:

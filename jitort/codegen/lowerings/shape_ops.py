@@ -190,10 +190,8 @@ def _emit_pad(em: Emitter, n: Node, x, y, begin, end, mode: str, val: str) -> No
         k = j
     axis(last, xs[last] * inner, ys[last] * inner)
     r = len(cx)
-    key = ("pad_par", id(n))
-    if key not in em.memo:
-        em.memo[key] = em.threads != 1 and concrete(_prod(ys)) >= _PAR_PAD and r >= 2
-    kname = em.kernel(f"k_pad{r}", _pad_kernel(r, cp, em.memo[key]))
+    par = em.split("pad_par", n, _prod(ys), _PAR_PAD, r)
+    kname = em.kernel(f"k_pad{r}", _pad_kernel(r, cp, par))
     yv = em.out(y)
     bargs = "".join(f"{em.dim(b)}, {em.dim(c)}, {em.dim(m)}, " for b, c, m in cargs)
     em.call(f"{kname}({yv}.reshape({em.tuple_expr(cy)}), {em.arr(x)}.reshape({em.tuple_expr(cx)}), "
