@@ -218,6 +218,36 @@ def test_winograd_layers_keep_only_their_transformed_weights():
     assert plan.ws_bytes <= scratch + 64, (plan.ws_bytes, scratch)
 
 
+@pytest.mark.parametrize("kind", ["matmul", "gemm_tb"])
+def test_constant_weights_are_packed_once(kind):
+    """A float32 MatMul / Gemm over a constant matrix runs on jitort's gemm with the weights
+    packed at compile time: the arena holds the packed panels (N padded to the panel width),
+    not the raw matrix, and the driver calls the packed entry."""
+    from jitort.kernels.cpu.sgemm import NR
+    rng = np.random.default_rng(5)
+    w = (rng.standard_normal((512, 300)) / 20).astype(np.float32)
+    c = rng.standard_normal(300).astype(np.float32)
+    if kind == "matmul":
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["t"]),
+                 helper.make_node("Add", ["t", "c"], ["u"]), helper.make_node("Relu", ["u"], ["z"])]
+        inits = {"w": w, "c": c}
+    else:
+        nodes = [helper.make_node("Gemm", ["x", "w", "c"], ["z"], transB=1, alpha=0.5)]
+        inits = {"w": np.ascontiguousarray(w.T), "c": c}
+    m = make_model(nodes, [("x", F32, ["N", 512])], [("z", F32, None)], inits)
+    cm = jitort.compile(m, threads=1)
+    for rows in (1, 7, 40):
+        x = rng.standard_normal((rows, 512)).astype(np.float32)
+        np.testing.assert_allclose(cm(x)[0], run_reference(m, {"x": x})[0], rtol=1e-4,
+                                   atol=1e-4)
+    shapes = sorted(a.shape for cc in cm._compilers.values() for _, a in cc.consts.parts)
+    packed = (512 * NR * -(-300 // NR),)
+    assert shapes == [(300,), packed], shapes
+    text = "".join(Path(p).read_text() for p in cm.generated_sources())
+    entry = "matmul_packed" if kind == "matmul" else "gemm_packed"
+    assert f"_gemm.{entry}" in text
+
+
 def test_driver_calls_name_their_onnx_nodes():
     """Each step of a generated driver is preceded by a comment naming the node(s) it runs, so a
     reader of the driver knows which layer a line is; a fused group names all its members."""

@@ -11,7 +11,7 @@ addressed by (batch, head, row) strides, so the 3-D ``(B, S, H * D)`` layout nee
 import numpy as np
 from numba import njit, prange
 
-from .gemm import num_threads, scratch_workers, xgemm
+from .gemm import num_threads, ogemm, scratch_workers
 from .mathfn import fexpneg, ftanh, wide_vectors
 from .softmax import row_max2
 
@@ -82,7 +82,7 @@ def _block(i0, i1, lo_b, hi_b, b, h, g, q, k, v, mask, y, qk, s, tk, d, dv, qs, 
     want_qk = qk.size > 0
     nk = hi_b - lo_b
     if nk > 0:
-        xgemm(0, 1, i1 - i0, nk, d, scale, q, b * qs[0] + h * qs[1] + i0 * qs[2], qs[2],
+        ogemm(0, 1, i1 - i0, nk, d, scale, q, b * qs[0] + h * qs[1] + i0 * qs[2], qs[2],
               k, b * ks[0] + g * ks[1] + lo_b * ks[2], ks[2], 0.0, s, i0 * tk + lo_b, tk)
     for i in range(i0, i1):
         mi = i if mask.shape[2] > 1 else 0
@@ -148,7 +148,7 @@ def _block(i0, i1, lo_b, hi_b, b, h, g, q, k, v, mask, y, qk, s, tk, d, dv, qs, 
             for j in range(dv):
                 y[b * ys[0] + h * ys[1] + i * ys[2] + j] = 0.0
         return
-    xgemm(0, 0, i1 - i0, dv, nk, 1.0, s, i0 * tk + lo_b, tk, v,
+    ogemm(0, 0, i1 - i0, dv, nk, 1.0, s, i0 * tk + lo_b, tk, v,
           b * vs[0] + g * vs[1] + lo_b * vs[2], vs[2], 0.0, y,
           b * ys[0] + h * ys[1] + i0 * ys[2], ys[2])
 
@@ -208,7 +208,7 @@ def qk_scores(q, k, qk, hq, hkv, d, qs, ks, scale):
         bb = t // hq
         h = t - bb * hq
         g = h // (hq // hkv)
-        xgemm(0, 1, sq, tk, d, scale, q, bb * qs[0] + h * qs[1], qs[2],
+        ogemm(0, 1, sq, tk, d, scale, q, bb * qs[0] + h * qs[1], qs[2],
               k, bb * ks[0] + g * ks[1], ks[2], 0.0, flat, t * sq * tk, tk)
 
 

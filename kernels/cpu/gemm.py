@@ -19,11 +19,12 @@ import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 from numba.np.arrayobj import make_array
 from numba.np.linalg import get_blas_kind
 
 from . import blas
+from .sgemm import NR as _PNR, sgemm_packed, sgemm_ptr
 from .ptr import eptr  # noqa: F401  (re-exported: the kernels import it from here)
 from .nthreads import num_threads  # noqa: F401  (re-exported, as eptr)
 
@@ -208,13 +209,13 @@ def _gcd(a, b):
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _plan(bo, m, n, k, nth, epi):
+def _plan(bo, m, n, k, nth, epi, align):
     """(nrb, rbs, ncb, cbs): row / column blocks per batch and their sizes.
 
     Serial (nth <= 1 or below the FLOP threshold): whole batches, except that a fused
     epilogue (``epi``) works on row blocks of ~_EPI_BLOCK_ELEMS. Parallel: each batch is cut
     into ``parts`` blocks so that bo * parts is a multiple of nth (rows when there are enough,
-    else columns).
+    else columns). Column blocks are multiples of ``align`` columns (prepacked B's panels).
     """
     flops = 2 * bo * m * n * k
     nrb = 1
@@ -249,6 +250,7 @@ def _plan(bo, m, n, k, nth, epi):
             if rbs > rmax:
                 nrb *= _ceil_div(rbs, rmax)
                 rbs = _ceil_div(m, nrb)
+    cbs = _ceil_div(cbs, align) * align
     nrb = _ceil_div(m, rbs)
     ncb = _ceil_div(n, cbs)
     return nrb, rbs, ncb, cbs
@@ -327,8 +329,45 @@ def _gemv_block(a, b, out, i, ia, ib, r, c0, c1, ta, tb, alpha, accumulate):
                     acc[j] += xk * bk[j]
 
 
+def ogemm(ta, tb, m, n, k, alpha, a, aoff, lda, b, boff, ldb, beta, c, coff, ldc):
+    """``xgemm``'s contract on jitort's own gemm (``sgemm.sgemm_ptr``: B packed per call)
+    for float32, the BLAS for other dtypes. For callers whose products it measured faster
+    than the vendor's: short ones (a few rows), attention's per-head blocks."""
+    raise NotImplementedError
+
+
+@overload(ogemm)
+def _ogemm_impl(ta, tb, m, n, k, alpha, a, aoff, lda, b, boff, ldb, beta, c, coff, ldc):
+    if all(isinstance(x, types.Array) and x.dtype == types.float32 for x in (a, b, c)):
+        def impl(ta, tb, m, n, k, alpha, a, aoff, lda, b, boff, ldb, beta, c, coff, ldc):
+            sgemm_ptr(ta != 0, tb != 0, m, n, k, alpha, eptr(a, aoff), lda, eptr(b, boff), ldb,
+                      beta, eptr(c, coff), ldc)
+            return np.int32(0)
+    else:
+        def impl(ta, tb, m, n, k, alpha, a, aoff, lda, b, boff, ldb, beta, c, coff, ldc):
+            return xgemm(ta, tb, m, n, k, alpha, a, aoff, lda, b, boff, ldb, beta, c, coff, ldc)
+    return impl
+
+
+def _packed_block(m, n, k, alpha, a, aoff, ars, aks, bp, p0, beta, c, coff, ldc):
+    """``sgemm.sgemm_packed`` for float32 operands; a no-op for others (prepacked weights
+    exist only for float32: see ``_mm_run``)."""
+    raise NotImplementedError
+
+
+@overload(_packed_block)
+def _packed_block_impl(m, n, k, alpha, a, aoff, ars, aks, bp, p0, beta, c, coff, ldc):
+    if a.dtype == types.float32 and c.dtype == types.float32:
+        def impl(m, n, k, alpha, a, aoff, ars, aks, bp, p0, beta, c, coff, ldc):
+            sgemm_packed(m, n, k, alpha, a, aoff, ars, aks, bp, p0, beta, c, coff, ldc)
+    else:
+        def impl(m, n, k, alpha, a, aoff, ars, aks, bp, p0, beta, c, coff, ldc):
+            pass
+    return impl
+
+
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _mm_task(t, a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
+def _mm_task(t, a, b, bp, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
              nrb, rbs, ncb, cbs):
     """One block of out[i, r0:r1, c0:c1] (see ``_mm_run``)."""
     bo, m, n = out.shape
@@ -373,6 +412,11 @@ def _mm_task(t, a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
                 row = out[i, r, c0:c1]
                 for j in range(c1 - c0):
                     row[j] = 0
+    elif bp.shape[0] > 0:
+        lda = a.shape[2]
+        aoff = ia * a.shape[1] * lda + (r0 if ta else r0 * lda)
+        _packed_block(r1 - r0, c1 - c0, k, alpha, a, aoff, 1 if ta else lda, lda if ta else 1,
+                      bp, c0 // _PNR, blas_beta, out, (i * m + r0) * n + c0, n)
     elif r1 - r0 == 1 and (c1 - c0) * k >= _GEMV_MIN:
         _gemv_block(a, b, out, i, ia, ib, r0, c0, c1, ta, tb, alpha, blas_beta != 0.0)
     else:
@@ -398,8 +442,8 @@ def _mm_task(t, a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
-def _mm_par(nw, a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab, nrb, rbs, ncb,
-            cbs):
+def _mm_par(nw, a, b, bp, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab, nrb, rbs,
+            ncb, cbs):
     """nw workers pull the tasks of ``_mm_task`` from a shared counter (``next_task``)."""
     ntask = out.shape[0] * nrb * ncb
     counter = np.zeros(1, np.int64)
@@ -408,18 +452,20 @@ def _mm_par(nw, a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab, nrb
             t = next_task(counter)
             if t >= ntask:
                 break
-            _mm_task(t, a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
+            _mm_task(t, a, b, bp, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
                      nrb, rbs, ncb, cbs)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _mm_run(a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab):
+def _mm_run(a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab, bp):
     """out[i] (M, N) = epilogue(alpha * op(a[i or 0]) @ op(b[i or 0])).
 
     a (Ba, M, K) or (Ba, K, M) if ta; b (Bb, K, N) or (Bb, N, K) if tb; out (Bo, M, N);
     Ba, Bb in {1, Bo}. mode 0: plain; 1: + bias (length N or 0), activation ``act``(aa, ab);
     2: Gemm, + beta * c2 (broadcast (1|M, 1|N)) when beta != 0. All ints are int64, all
-    scalars float64 (one compiled specialization per dtype).
+    scalars float64 (one compiled specialization per dtype). ``bp``: float32 B (K, N)
+    prepacked by ``sgemm.pack_b`` (then b is only a (1, K, N)-shaped placeholder, Bb == 1,
+    tb ignored, and the dtype float32), or an empty float32 array.
     """
     bo, m, n = out.shape
     if bo == 0 or m == 0 or n == 0:
@@ -427,14 +473,14 @@ def _mm_run(a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab):
     k = a.shape[1] if ta else a.shape[2]
     nth = num_threads()
     epi = mode == 1 and (bias.shape[0] > 0 or act != ACT_NONE)
-    nrb, rbs, ncb, cbs = _plan(bo, m, n, k, nth, epi)
+    nrb, rbs, ncb, cbs = _plan(bo, m, n, k, nth, epi, _PNR if bp.shape[0] > 0 else 1)
     ntask = bo * nrb * ncb
     if nth > 1 and ntask > 1 and 2 * bo * m * n * k >= _PAR_MIN_FLOPS:
-        _mm_par(min(nth, ntask), a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
-                nrb, rbs, ncb, cbs)
+        _mm_par(min(nth, ntask), a, b, bp, out, bias, c2, ta, tb, alpha, beta, mode, act, aa,
+                ab, nrb, rbs, ncb, cbs)
     else:
         for t in range(ntask):
-            _mm_task(t, a, b, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
+            _mm_task(t, a, b, bp, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
                      nrb, rbs, ncb, cbs)
 
 
@@ -460,7 +506,7 @@ def matmul3d(a, b, out):
     z2 = np.zeros((1, 1), out.dtype)
     i0 = np.int64(0)
     _mm_run(a3, b, o3, z1, z2, i0, i0, np.float64(1.0), np.float64(0.0), i0, i0,
-            np.float64(0.0), np.float64(0.0))
+            np.float64(0.0), np.float64(0.0), np.zeros(0, np.float32))
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -475,7 +521,7 @@ def matmul3d_bias_act(a, b, bias, out, act, alpha_act, beta_act):
     z2 = np.zeros((1, 1), out.dtype)
     i0 = np.int64(0)
     _mm_run(a3, b, o3, bias, z2, i0, i0, np.float64(1.0), np.float64(0.0), np.int64(1),
-            np.int64(act), np.float64(alpha_act), np.float64(beta_act))
+            np.int64(act), np.float64(alpha_act), np.float64(beta_act), np.zeros(0, np.float32))
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -495,4 +541,31 @@ def gemm(a, b, c, out, alpha, beta, trans_a, trans_b, has_c):
     _mm_run(a.reshape(1, a.shape[0], a.shape[1]), b.reshape(1, b.shape[0], b.shape[1]),
             out.reshape(1, m, n), z1, c, np.int64(1 if trans_a else 0),
             np.int64(1 if trans_b else 0), al, be, np.int64(2), np.int64(0),
-            np.float64(0.0), np.float64(0.0))
+            np.float64(0.0), np.float64(0.0), np.zeros(0, np.float32))
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def matmul_packed(a, bp, bias, out, act, alpha_act, beta_act):
+    """out (1, M, N) = act(a (1, M, K) @ B + bias) for float32 with a constant B (K, N)
+    prepacked by ``sgemm.pack_b`` into ``bp`` at compile time; bias (N,) or length 0; act codes
+    as ``matmul3d_bias_act`` (mode 0 when there is neither bias nor activation)."""
+    z2 = np.zeros((1, 1), out.dtype)
+    i0 = np.int64(0)
+    epi = bias.shape[0] > 0 or act != ACT_NONE
+    _mm_run(a, np.zeros((1, 1, 1), out.dtype), out, bias, z2, i0, i0, np.float64(1.0), np.float64(0.0),
+            np.int64(1 if epi else 0), np.int64(act), np.float64(alpha_act),
+            np.float64(beta_act), bp)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def gemm_packed(a, bp, c, out, alpha, beta, trans_a, has_c):
+    """ONNX Gemm (``gemm``) for float32 with op(B) (K, N) constant, prepacked by
+    ``sgemm.pack_b`` into ``bp`` at compile time (whatever its transB)."""
+    m, n = out.shape
+    t = out.dtype.type
+    al = np.float64(t(alpha))
+    be = np.float64(t(beta)) if has_c else np.float64(0.0)
+    z1 = np.zeros(0, out.dtype)
+    a3 = a.reshape(1, a.shape[0], a.shape[1])
+    _mm_run(a3, np.zeros((1, 1, 1), out.dtype), out.reshape(1, m, n), z1, c, np.int64(1 if trans_a else 0),
+            np.int64(0), al, be, np.int64(2), np.int64(0), np.float64(0.0), np.float64(0.0), bp)

@@ -1,7 +1,9 @@
-"""CPU kernels' raw element pointer (``eptr``), in a module of its own so that kernels that
-need nothing else from ``gemm`` (``scan``) do not share its cache closure. Imports nothing from
+"""CPU kernels' raw element pointer (``eptr``) and the vector broadcast of their LLVM IR
+(``splat``), in a module of its own so that kernels that need nothing else from ``gemm``
+(``scan``) do not share its cache closure. Imports nothing from
 jitort.
 """
+from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
@@ -21,3 +23,49 @@ def eptr(typingctx, arr, off):
         data = make_array(sig.args[0])(context, builder, args[0]).data
         return builder.gep(data, [context.cast(builder, args[1], sig.args[1], types.intp)])
     return sig, codegen
+
+
+def splat(builder, x, n):
+    """<n x type(x)> with every lane x (the broadcast the kernels' intrinsics build)."""
+    vt = ir.VectorType(x.type, n)
+    i32 = ir.IntType(32)
+    return builder.shuffle_vector(builder.insert_element(ir.Constant(vt, ir.Undefined), x,
+                                                         ir.Constant(i32, 0)),
+                                  ir.Constant(vt, ir.Undefined),
+                                  ir.Constant(ir.VectorType(i32, n), None))
+
+
+def tile_loop(builder, n, rows, nvec, vt, starts, load_vecs, load_bcast, step, name):
+    """The register-tile loop of the kernels' micro-kernels (LLVM IR): ``n`` >= 1 steps (an
+    i64 value), each broadcasting ``load_bcast(i, r)`` for the ``rows`` rows and combining it
+    with the ``nvec`` vectors ``load_vecs(i)`` into accumulator (r, v) by ``step(acc,
+    broadcast, vec)``; accumulators (vector type vt) start at ``starts[r]`` and live in phi
+    nodes. Returns their final values, row-major (r * nvec + v). Shared by the integer and
+    float tiles of ``qgemm`` / ``conv_implicit`` and the float gemm of ``sgemm``."""
+    i64 = ir.IntType(64)
+    pre = builder.block
+    loop = builder.append_basic_block(f"{name}.loop")
+    done = builder.append_basic_block(f"{name}.done")
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    i = builder.phi(i64)
+    i.add_incoming(ir.Constant(i64, 0), pre)
+    accs = []
+    for j in range(rows * nvec):
+        a = builder.phi(vt)
+        a.add_incoming(starts[j // nvec], pre)
+        accs.append(a)
+    vecs = load_vecs(i)
+    new = []
+    for r in range(rows):
+        bc = splat(builder, load_bcast(i, r), vt.count)
+        for v in range(nvec):
+            new.append(step(accs[r * nvec + v], bc, vecs[v]))
+    inext = builder.add(i, ir.Constant(i64, 1))
+    end = builder.block
+    i.add_incoming(inext, end)
+    for a, v in zip(accs, new):
+        a.add_incoming(v, end)
+    builder.cbranch(builder.icmp_signed('<', inext, n), loop, done)
+    builder.position_at_end(done)
+    return new

@@ -29,6 +29,7 @@ from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
 from .gemm import eptr
+from .ptr import splat, tile_loop  # splat re-exported: kernels import it from here
 
 _FEATURES = llvm.get_host_cpu_features()
 HAS_VNNI = bool(_FEATURES.get('avx512vnni', False) and _FEATURES.get('avx512bw', False))
@@ -66,38 +67,15 @@ def emit_tile(builder, cbase, pbase, kq64, load_vecs, lane, step, init=None):
     times the NV vectors ``load_vecs(i)`` gives for step i, each product summed into its
     accumulator by ``step(acc, broadcast, vec)``; the MR*NV accumulators (16 lanes, zero or
     ``init(r)`` for row r at the start) then stored at cbase (``<16 x lane>*``). Shared by the
-    integer tiles here and the float ones of ``conv_implicit``."""
+    integer tiles here and the float ones of ``conv_implicit`` (``ptr.tile_loop``)."""
     i64 = ir.IntType(64)
     v16 = ir.VectorType(lane, 16)
-    zero = ir.Constant(v16, None)
-    starts = [zero] * MR if init is None else [init(r) for r in range(MR)]
-    pre = builder.block
-    loop = builder.append_basic_block("qtile.loop")
-    done = builder.append_basic_block("qtile.done")
-    builder.branch(loop)
-    builder.position_at_end(loop)
-    i = builder.phi(i64)
-    i.add_incoming(ir.Constant(i64, 0), pre)
-    accs = []
-    for j in range(MR * NV):
-        a = builder.phi(v16)
-        a.add_incoming(starts[j // NV], pre)
-        accs.append(a)
-    vecs = load_vecs(i)
-    new = []
-    for r in range(MR):
-        s = builder.load(builder.gep(pbase, [builder.add(builder.mul(i, ir.Constant(i64, MR)),
-                                                         ir.Constant(i64, r))]), align=1)
-        bc = splat(builder, s, 16)
-        for v in range(NV):
-            new.append(step(accs[r * NV + v], bc, vecs[v]))
-    inext = builder.add(i, ir.Constant(i64, 1))
-    end = builder.block
-    i.add_incoming(inext, end)
-    for a, n in zip(accs, new):
-        a.add_incoming(n, end)
-    builder.cbranch(builder.icmp_signed('<', inext, kq64), loop, done)
-    builder.position_at_end(done)
+    starts = [ir.Constant(v16, None)] * MR if init is None else [init(r) for r in range(MR)]
+
+    def load_bcast(i, r):
+        return builder.load(builder.gep(pbase, [builder.add(builder.mul(i, ir.Constant(i64, MR)),
+                                                            ir.Constant(i64, r))]), align=1)
+    new = tile_loop(builder, kq64, MR, NV, v16, starts, load_vecs, load_bcast, step, "qtile")
     for j, n in enumerate(new):
         builder.store(n, builder.gep(cbase, [ir.Constant(i64, j)]), align=4)
 
@@ -291,16 +269,6 @@ copy_pad2x.__doc__ = """copy_pad2x(d, doff, doff1, s, soff, lo, hi, lo1, hi1, n,
 both stride-2 phases of a padded row from one load, d.flat[doff + i] = s.flat[soff + 2i] for
 lo <= i < hi and d.flat[doff1 + i] = s.flat[soff + 2i + 1] for lo1 <= i < hi1 (if ok), else
 ``fill``."""
-
-
-def splat(builder, x, n):
-    """<n x type(x)> with every lane x (the broadcast the kernels' intrinsics build)."""
-    vt = ir.VectorType(x.type, n)
-    i32 = ir.IntType(32)
-    return builder.shuffle_vector(builder.insert_element(ir.Constant(vt, ir.Undefined), x,
-                                                         ir.Constant(i32, 0)),
-                                  ir.Constant(vt, ir.Undefined),
-                                  ir.Constant(ir.VectorType(i32, n), None))
 
 
 def masked_load(builder, vt):

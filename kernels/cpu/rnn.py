@@ -348,7 +348,7 @@ def _project(x, w, wp, bsum, xw):
     z2 = np.zeros((1, 1), xw.dtype)
     _mm_run(x.reshape(1, rows, k), w.reshape(1, ncol, k), xw.reshape(1, rows, ncol), bsum, z2,
             np.int64(0), np.int64(1), np.float64(1.0), np.float64(0.0), np.int64(1),
-            np.int64(0), np.float64(0.0), np.float64(0.0))
+            np.int64(0), np.float64(0.0), np.float64(0.0), np.zeros(0, np.float32))
 
 
 def pack_recurrence(r):

@@ -124,7 +124,7 @@ def test_epilogue_blocks_split_the_wide_side(m, n):
     """A fused epilogue works on blocks of ~_EPI_BLOCK_ELEMS outputs: a wide output is cut
     into column blocks (each repacks only A), a tall one into row blocks; results are exact
     either way."""
-    nrb, rbs, ncb, cbs = G._plan(1, m, n, 64, 1, True)
+    nrb, rbs, ncb, cbs = G._plan(1, m, n, 64, 1, True, 1)
     assert rbs * cbs <= max(G._EPI_BLOCK_ELEMS, G._EPI_MIN_ROWS * cbs, G._EPI_MIN_COLS * rbs)
     if n > m:
         assert nrb == 1 and ncb > 1

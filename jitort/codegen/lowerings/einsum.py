@@ -205,7 +205,7 @@ def lower_einsum(em: Emitter, n: Node) -> None:
     def gemm(a, b, o, fa, fb):
         em.call(f"_gemm._mm_run({a}, {b}, {o}, np.zeros(0, {tn}), np.zeros((1, 1), {tn}), "
                 f"np.int64({fa}), np.int64({fb}), np.float64(1.0), np.float64(0.0), np.int64(0), "
-                f"np.int64(0), np.float64(0.0), np.float64(0.0))")
+                f"np.int64(0), np.float64(0.0), np.float64(0.0), np.zeros(0, np.float32))")
 
     if "".join(out) == "".join(batch + ms + ns):
         yv = em.out(y)

@@ -1,12 +1,22 @@
-"""CPU lowerings: matrix products: MatMul, MatMulBias, Gemm."""
+"""CPU lowerings: matrix products: MatMul, MatMulBias, Gemm.
+
+A float32 product whose B is a constant matrix (weights: batch 1) runs on jitort's own gemm
+with B packed once at compile time (``kernels.cpu.sgemm``; ``gemm.matmul_packed`` /
+``gemm.gemm_packed``), as onnxruntime prepacks its MatMul / Gemm weights for MLAS: the vendor
+BLAS packs all of B on every call (1.1-1.3x onnxruntime's time on transformer-sized
+products at 64+ rows, up to 3x at 2-8 rows). ``JITORT_PACKED_GEMM=0`` keeps the BLAS path.
+"""
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
+import numpy as np
 
 from ...ir import Node
 from ..registry import Unlowerable, lowering
 from ..elementwise import tname
+from ..symbolic import concrete
 from .common import (_is_float, _prod, act_args, ACT_CODES, float_literal)
 
 if TYPE_CHECKING:
@@ -44,9 +54,57 @@ def _matmul_views(em: Emitter, n: Node):
     return av, bv, yv
 
 
+#: multiply-adds below which an untransposed constant B stays on the BLAS path
+#: (``scripts/sweep_sgemm.py``, Zen 5, one thread: the packed path's fixed ~0.4 us lost to
+#: OpenBLAS at 8x64x196 and 32x64x64 and won from ~128K on; stored transposed (Gemm transB),
+#: where OpenBLAS is slow at few rows, packing won at every size swept)
+_PACKED_MIN_MACS = 1 << 17
+
+
+def _packed_b(em: Emitter, b, k: int, n_: int, trans: bool, rows=None):
+    """Name of B prepacked for ``sgemm`` (a compile-time constant), or None when B is not a
+    float32 constant matrix of k x n_ (n_ x k when ``trans``), the product is too small to
+    gain (``rows``: A's row count at this plan; the choice is a speed rule, not a guard), or
+    packing is switched off."""
+    if (not b.is_const or np.dtype(b.dtype) != np.float32
+            or os.environ.get("JITORT_PACKED_GEMM", "1") == "0" or k == 0 or n_ == 0):
+        return None
+    if not trans and rows is not None and concrete(rows) * k * n_ < _PACKED_MIN_MACS:
+        return None
+    from jitort.kernels.cpu.sgemm import pack_b
+    w = b.const.reshape((n_, k) if trans else (k, n_))
+    return em.derived_const(("sgemm", bool(trans), id(b.const)),
+                            lambda: pack_b(w.T if trans else w))
+
+
+def _lower_packed(em: Emitter, n: Node, bias) -> bool:
+    """MatMul / MatMulBias over a prepacked constant B (see the module docstring); False
+    when B does not qualify."""
+    a, b, y = n.inputs[0], n.inputs[1], n.outputs[0]
+    sa, sb = em.shape(a), em.shape(b)
+    if len(sa) == 0 or len(sb) != 2 or np.dtype(y.dtype) != np.float32:
+        return False
+    k, n_ = (int(d) for d in b.const.shape) if b.is_const else (0, 0)
+    rows = _prod(sa[:-1])
+    pk = _packed_b(em, b, k, n_, False, rows)
+    if pk is None:
+        return False
+    av = f"{em.arr(a)}.reshape({em.tuple_expr((1, rows, k))})"
+    yv = f"{em.out(y)}.reshape({em.tuple_expr((1, rows, n_))})"
+    if bias is None:
+        em.call(f"_gemm.matmul_packed({av}, {pk}, np.zeros(0, np.float32), {yv}, 0, 0.0, 0.0)")
+    else:
+        act, alpha, beta = act_args(n)
+        em.call(f"_gemm.matmul_packed({av}, {pk}, {em.arr(bias)}, {yv}, {act}, "
+                f"{float_literal(alpha)}, {float_literal(beta)})")
+    return True
+
+
 @lowering("MatMul", supports=lambda n: _is_float(n.inputs[0], n.inputs[1], n.outputs[0])
           and n.inputs[0].dtype == n.inputs[1].dtype)
 def lower_matmul(em: Emitter, n: Node) -> None:
+    if _lower_packed(em, n, None):
+        return
     av, bv, yshape = _matmul_views(em, n)
     y = em.out(n.outputs[0])
     em.call(f"_gemm.matmul3d({av}, {bv}, {y}.reshape({em.tuple_expr(yshape)}))")
@@ -56,6 +114,8 @@ def lower_matmul(em: Emitter, n: Node) -> None:
 @lowering("MatMulBias", domain="jitort", supports=lambda n: _is_float(n.inputs[0], n.inputs[1])
           and n.attrs.get("activation", "") in ACT_CODES)
 def lower_matmul_bias(em: Emitter, n: Node) -> None:
+    if _lower_packed(em, n, n.inputs[2]):
+        return
     av, bv, yshape = _matmul_views(em, n)
     bias = em.arr(n.inputs[2])
     y = em.out(n.outputs[0])
@@ -79,6 +139,17 @@ def lower_gemm(em: Emitter, n: Node) -> None:
     else:
         cv = f"np.zeros((1, 1), {dt})"
     yv = em.out(y)
+    tb = bool(n.attrs.get('transB', 0))
+    pk = None
+    if b.is_const and b.const.ndim == 2 and np.dtype(y.dtype) == np.float32:
+        k, n_ = b.const.shape[::-1] if tb else b.const.shape
+        pk = _packed_b(em, b, int(k), int(n_), tb, m)
+    if pk is not None:
+        em.call(f"_gemm.gemm_packed({em.arr(a)}, {pk}, {cv}, {yv}, "
+                f"{dt}({float(n.attrs.get('alpha', 1.0))!r}), "
+                f"{dt}({float(n.attrs.get('beta', 1.0))!r}), "
+                f"{bool(n.attrs.get('transA', 0))}, {c is not None})")
+        return
     em.call(f"_gemm.gemm({em.arr(a)}, {em.arr(b)}, {cv}, {yv}, {dt}({float(n.attrs.get('alpha', 1.0))!r}), "
             f"{dt}({float(n.attrs.get('beta', 1.0))!r}), {bool(n.attrs.get('transA', 0))}, "
             f"{bool(n.attrs.get('transB', 0))}, {c is not None})")
