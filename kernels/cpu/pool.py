@@ -1026,6 +1026,42 @@ def _fold_rows(o, src, n, mode, first, p):
             o[u] += abs(src[u]) ** p
 
 
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'},
+      inline='always')
+def _fold_taps(o, src, off, step, j0, j1, n, mode, init):
+    """o[:n] = the max (mode 0) or sum (else) of the runs src.flat[off + j*step :][:n] for
+    j0 <= j < j1 (``init`` when there are none), three runs per pass: an output window's
+    valid rows or planes of a 3-tap pool folded in one loop instead of a fill and three."""
+    if j1 <= j0:
+        for u in range(n):
+            o[u] = init
+        return
+    a = eptr(src, off + j0 * step)
+    j = j0 + 1
+    if j1 - j0 >= 3:
+        b = eptr(src, off + j * step)
+        c = eptr(src, off + (j + 1) * step)
+        j += 2
+        if mode == 0:
+            for u in range(n):
+                m = a[u] if a[u] > b[u] else b[u]
+                o[u] = m if m > c[u] else c[u]
+        else:
+            for u in range(n):
+                o[u] = a[u] + b[u] + c[u]
+    else:
+        for u in range(n):
+            o[u] = a[u]
+    for j in range(j, j1):
+        r = eptr(src, off + j * step)
+        if mode == 0:
+            for u in range(n):
+                o[u] = r[u] if r[u] > o[u] else o[u]
+        else:
+            for u in range(n):
+                o[u] += r[u]
+
+
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def _pool5_scratch(x, out):
     """Element counts of _pool5_sep's scratch: the D pass's plane (H x W), and the H and W
@@ -1066,32 +1102,33 @@ def _pool5_sep(q, x, out, t1, g, f, tw, th, td, mode, kh, kw, sd, sh, sw, pd, ph
     w1 = max(w0, min(ow_n, (w_n - 1 + pw - span) // sw + 1))  # floor: <= 0 when no such
     for od in range(od_n):
         o = eptr(t1, 0)
-        for u in range(pl):
-            o[u] = init
-        for i in range(td[od, 0], td[od, 1]):
-            _fold_rows(o, eptr(x, base + (od * sd - pd + i * dd) * pl), pl, mode, True, p)
+        if mode != 2:   # max / sum: the window's planes combined in one pass where it has
+            _fold_taps(o, x, base + (od * sd - pd) * pl, dd * pl, td[od, 0], td[od, 1], pl,
+                       mode, init)   # three (a pass to fill, one per plane, cost 2x)
+        else:
+            for u in range(pl):
+                o[u] = init
+            for i in range(td[od, 0], td[od, 1]):
+                _fold_rows(o, eptr(x, base + (od * sd - pd + i * dd) * pl), pl, mode, True, p)
         go = eptr(g, 0)
-        for u in range(ew):
-            go[u] = init
-        for j in range(kh):
-            if sh == 1:   # rows oh with 0 <= oh - ph + j*dh < h_n: one run
-                e0 = max(0, ph - j * dh)
-                e1 = min(oh_n, h_n + ph - j * dh)
-                if e1 > e0:
-                    _fold_rows(eptr(g, e0 * w_n), eptr(t1, (e0 - ph + j * dh) * w_n),
-                               (e1 - e0) * w_n, mode, False, p)
-                continue
+        if sh != 1:   # output row oh folds its window's valid rows of t1 (th), in one pass
             for oh in range(oh_n):
-                r = oh * sh - ph + j * dh
-                if 0 <= r < h_n:
-                    _fold_rows(eptr(g, oh * w_n), eptr(t1, r * w_n), w_n, mode, False, p)
+                _fold_taps(eptr(g, oh * w_n), t1, (oh * sh - ph) * w_n, dh * w_n, th[oh, 0],
+                           th[oh, 1], w_n, 1 if mode == 2 else mode, init)
+        else:
+            for u in range(ew):
+                go[u] = init
+        for j in range(kh if sh == 1 else 0):
+            # stride 1: rows oh with 0 <= oh - ph + j*dh < h_n are one run per tap
+            e0 = max(0, ph - j * dh)
+            e1 = min(oh_n, h_n + ph - j * dh)
+            if e1 > e0:
+                _fold_rows(eptr(g, e0 * w_n), eptr(t1, (e0 - ph + j * dh) * w_n),
+                           (e1 - e0) * w_n, mode, False, p)
         fo = eptr(f, 0)
         nf = ew - span
         if w1 > w0 and nf > 0:
-            for u in range(nf):
-                fo[u] = go[u]
-            for l in range(1, kw):
-                _fold_rows(fo, eptr(g, l * dw), nf, mode, False, p)
+            _fold_taps(fo, g, 0, dw, 0, kw, nf, 1 if mode == 2 else mode, init)
         dv = td[od, 2]
         for oh in range(oh_n):
             ob = eptr(out, obase + (od * oh_n + oh) * ow_n)

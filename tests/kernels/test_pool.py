@@ -258,3 +258,40 @@ def test_pool_3x3_separable_path_is_taken_where_it_wins():
     assert not P._sep3_ok(9, 9, 9, 9, 3, 3, 1, 1, 1, 1, 2, 2)       # dilated
     assert not P._sep3_ok(9, 9, 11, 11, 3, 3, 1, 1, 2, 2, 1, 1)     # centres outside the plane
     assert not P._sep3_ok(9, 9, 7, 7, 5, 5, 1, 1, 0, 0, 1, 1)       # 5x5
+
+
+def _pool5_cases():
+    # (x shape, kernel, strides, begin pads, end pads, dilations)
+    yield (1, 3, 16, 16, 16), (3, 3, 3), (2, 2, 2), (1, 1, 1), (1, 1, 1), (1, 1, 1)
+    yield (2, 2, 7, 9, 11), (3, 3, 3), (1, 1, 1), (1, 1, 1), (1, 1, 1), (1, 1, 1)
+    yield (1, 2, 6, 8, 10), (2, 2, 2), (2, 2, 2), (0, 0, 0), (0, 0, 0), (1, 1, 1)
+    yield (1, 2, 7, 9, 11), (3, 2, 4), (1, 2, 3), (1, 0, 2), (2, 1, 0), (1, 1, 1)
+    yield (1, 1, 9, 10, 11), (3, 3, 3), (2, 1, 2), (2, 1, 0), (0, 2, 2), (2, 2, 1)
+    yield (1, 2, 2, 3, 1), (3, 3, 3), (1, 2, 1), (1, 1, 1), (1, 1, 1), (1, 1, 1)
+
+
+@pytest.mark.parametrize('shape,k,s,pb,pe,d', list(_pool5_cases()))
+@pytest.mark.parametrize('op', ['MaxPool', 'AveragePool', 'LpPool'])
+def test_pool5d_separable_matches_onnxruntime(nthreads, shape, k, s, pb, pe, d, op, ort_node):
+    """3-D pools (pool._pool5_sep: the window's planes, then rows, then columns folded, three
+    taps per pass where a window has them) at every clipping pattern: pads on either side,
+    strides 1-3, dilations, windows that see one row, against onnxruntime."""
+    x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
+    osz = [(shape[2 + i] + pb[i] + pe[i] - d[i] * (k[i] - 1) - 1) // s[i] + 1 for i in range(3)]
+    out = np.full(shape[:2] + tuple(osz), np.nan, np.float32)
+    idx = np.zeros((1, 1, 1, 1, 1), np.int64)
+    attrs = dict(kernel_shape=list(k), strides=list(s), pads=list(pb) + list(pe))
+    if op == 'MaxPool':
+        runs = [(0, 0, 2, dict(attrs, dilations=list(d)))]
+    elif op == 'AveragePool':
+        if d != (1, 1, 1):
+            pytest.skip("onnxruntime's AveragePool has no dilations")
+        runs = [(1, cip, 2, dict(attrs, count_include_pad=cip)) for cip in (0, 1)]
+    else:
+        if d != (1, 1, 1):
+            pytest.skip("onnxruntime's LpPool 3-D has no dilations")
+        runs = [(2, 0, p, dict(attrs, p=p)) for p in (1, 2, 3)]
+    for mode, cip, p, at in runs:
+        P.pool5d(x, out, idx, mode, False, False, *k, *s, *pb, *pe, *d, bool(cip), p)
+        ref = ort_node(op, [x], **at)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
