@@ -49,6 +49,15 @@ _MIN_SPLIT_COLS = 32
 _GEMV_MIN = 1 << 14
 _GEMV_COLS = 8192  # output columns per pass when B is (K, N): 32 KB of float32
 
+# A product whose B is not a constant (activations @ activations) runs on jitort's gemm
+# packing B per call (``ogemm``) when B is untransposed and the block has 32-256 rows and
+# K * N >= 48K: ``scripts/sweep_sgemm.py`` at one thread (Zen 5) put it at 0.53-0.99 of
+# OpenBLAS's time there (geomean ~0.9), at 1.2-2.0 with fewer rows or a smaller B (the packing
+# is then most of the work), and at 1.0-1.09 from 512 rows
+_OWN_MIN_ROWS = 32
+_OWN_MAX_ROWS = 256
+_OWN_MIN_KN = 48 * 1024
+
 _FM = {'reassoc', 'contract', 'arcp'}
 
 _ll_void_p = ir.IntType(8).as_pointer()
@@ -425,8 +434,13 @@ def _mm_task(t, a, b, bp, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
         aoff = ia * a.shape[1] * lda + (r0 if ta else r0 * lda)
         boff = ib * b.shape[1] * ldb + (c0 * ldb if tb else c0)
         coff = (i * m + r0) * n + c0
-        st = xgemm(ta, tb, r1 - r0, c1 - c0, k, alpha, a, aoff, lda, b, boff, ldb,
-                   blas_beta, out, coff, n)
+        if tb == 0 and _OWN_MIN_ROWS <= r1 - r0 <= _OWN_MAX_ROWS and \
+                k * (c1 - c0) >= _OWN_MIN_KN:
+            st = ogemm(ta, tb, r1 - r0, c1 - c0, k, alpha, a, aoff, lda, b, boff, ldb,
+                       blas_beta, out, coff, n)
+        else:
+            st = xgemm(ta, tb, r1 - r0, c1 - c0, k, alpha, a, aoff, lda, b, boff, ldb,
+                       blas_beta, out, coff, n)
         if st != 0:
             raise RuntimeError("BLAS gemm failed")
     if mode == 1:
