@@ -23,7 +23,7 @@ def test_the_committed_list_reads_back_and_names_existing_kernels():
     es = library.read_list()
     assert len(es) >= 20
     # the conv2d wrappers are called at their common target (library.forward)
-    assert {"conv._conv2d_core", "gemm.matmul3d_bias_act", "winograd._winograd_core"} <= {
+    assert {"conv._conv2d_core", "gemm.matmul_packed", "winograd._winograd_core"} <= {
         e.kernel for e in es}
     for e in es:
         assert library.Entry.parse(e.text()) == e

@@ -563,11 +563,12 @@ def matmul_packed(a, bp, bias, out, act, alpha_act, beta_act):
     """out (1, M, N) = act(a (1, M, K) @ B + bias) for float32 with a constant B (K, N)
     prepacked by ``sgemm.pack_b`` into ``bp`` at compile time; bias (N,) or length 0; act codes
     as ``matmul3d_bias_act`` (mode 0 when there is neither bias nor activation)."""
+    code = np.int64(act)  # (converted once: a literal act compiles no copy per value)
     z2 = np.zeros((1, 1), out.dtype)
     i0 = np.int64(0)
-    epi = bias.shape[0] > 0 or act != ACT_NONE
-    _mm_run(a, np.zeros((1, 1, 1), out.dtype), out, bias, z2, i0, i0, np.float64(1.0), np.float64(0.0),
-            np.int64(1 if epi else 0), np.int64(act), np.float64(alpha_act),
+    epi = bias.shape[0] > 0 or code != ACT_NONE
+    _mm_run(a, np.zeros((1, 1, 1), out.dtype), out, bias, z2, i0, i0, np.float64(1.0),
+            np.float64(0.0), np.int64(1 if epi else 0), code, np.float64(alpha_act),
             np.float64(beta_act), bp)
 
 
@@ -575,11 +576,14 @@ def matmul_packed(a, bp, bias, out, act, alpha_act, beta_act):
 def gemm_packed(a, bp, c, out, alpha, beta, trans_a, has_c):
     """ONNX Gemm (``gemm``) for float32 with op(B) (K, N) constant, prepacked by
     ``sgemm.pack_b`` into ``bp`` at compile time (whatever its transB)."""
+    ta = bool(trans_a)  # (converted once: literal flags compile no copy per value)
+    hc = bool(has_c)
     m, n = out.shape
     t = out.dtype.type
     al = np.float64(t(alpha))
-    be = np.float64(t(beta)) if has_c else np.float64(0.0)
+    be = np.float64(t(beta)) if hc else np.float64(0.0)
     z1 = np.zeros(0, out.dtype)
     a3 = a.reshape(1, a.shape[0], a.shape[1])
-    _mm_run(a3, np.zeros((1, 1, 1), out.dtype), out.reshape(1, m, n), z1, c, np.int64(1 if trans_a else 0),
-            np.int64(0), al, be, np.int64(2), np.int64(0), np.float64(0.0), np.float64(0.0), bp)
+    _mm_run(a3, np.zeros((1, 1, 1), out.dtype), out.reshape(1, m, n), z1, c,
+            np.int64(1 if ta else 0), np.int64(0), al, be, np.int64(2), np.int64(0),
+            np.float64(0.0), np.float64(0.0), bp)
