@@ -42,14 +42,15 @@ MC = 480                           # rows per M-block: its K-block of A (480 KB)
 _FM = {'reassoc', 'contract', 'arcp'}
 
 
-def _emit_loop(builder, fma, vt, tl, arows, aks, bp, kc, mr, nvec):
+def _emit_loop(builder, fma, vt, tl, arows, aks, bp, bp2, kc, mr, nvec):
     """The tile loop for fixed (mr, nvec) (``ptr.tile_loop``): kc >= 1 steps, then the
-    accumulators stored to tl's rows (NV vectors apart)."""
+    accumulators stored to tl's rows (NV vectors apart). Vectors past NV (one row's pair of
+    panels) come from the panel at bp2."""
     i64 = ir.IntType(64)
 
     def load_vecs(k):
-        brow = builder.gep(bp, [builder.mul(k, ir.Constant(i64, NV))])
-        return [builder.load(builder.gep(brow, [ir.Constant(i64, v)]), align=4)
+        rows = [builder.gep(p, [builder.mul(k, ir.Constant(i64, NV))]) for p in (bp, bp2)]
+        return [builder.load(builder.gep(rows[v // NV], [ir.Constant(i64, v % NV)]), align=4)
                 for v in range(nvec)]
 
     def load_bcast(k, r):
@@ -66,41 +67,44 @@ def _emit_loop(builder, fma, vt, tl, arows, aks, bp, kc, mr, nvec):
 
 
 @intrinsic
-def _tile(typingctx, tl, a, aoff, ars, aks, bp, boff, kc, mr, nvec):
+def _tile(typingctx, tl, a, aoff, ars, aks, bp, boff, bstride, kc, mr, nvec):
     """tl[r*NR + j] = sum over q < kc of a[aoff + r*ars + q*aks] * bp[boff + q*NR + j] for
-    r < mr (1..MR), j < 16*nvec (nvec 1..NV); other entries of tl are left alone. tl, a, bp:
-    float32 pointers; kc >= 1."""
+    r < mr (1..MR), j < VW*nvec (nvec 1..NV); other entries of tl are left alone. One row
+    (mr 1) also takes nvec 2*NV: a pair of panels, the second at bp[boff + bstride:] (a
+    matrix-vector product reading two streams). tl, a, bp: float32 pointers; kc >= 1."""
     f32p = types.CPointer(types.float32)
     if not (tl == f32p and a == f32p and bp == f32p):
         return None
-    sig = types.void(tl, a, aoff, ars, aks, bp, boff, kc, mr, nvec)
+    sig = types.void(tl, a, aoff, ars, aks, bp, boff, bstride, kc, mr, nvec)
 
     def codegen(context, builder, sig, args):
-        tl_, a_, aoff_, ars_, aks_, bp_, boff_, kc_, mr_, nvec_ = args
+        tl_, a_, aoff_, ars_, aks_, bp_, boff_, bstride_, kc_, mr_, nvec_ = args
         i64 = ir.IntType(64)
         vt = ir.VectorType(ir.FloatType(), VW)
 
         def i(k, v):
             return context.cast(builder, v, sig.args[k], types.int64)
 
-        ars, aks, kc = i(3, ars_), i(4, aks_), i(7, kc_)
+        ars, aks, kc = i(3, ars_), i(4, aks_), i(8, kc_)
         abase = builder.gep(a_, [i(2, aoff_)])
         arows = [builder.gep(abase, [builder.mul(ars, ir.Constant(i64, r))]) for r in range(MR)]
-        bbase = builder.bitcast(builder.gep(bp_, [i(6, boff_)]), vt.as_pointer())
+        b0 = builder.gep(bp_, [i(6, boff_)])
+        bbase = builder.bitcast(b0, vt.as_pointer())
+        bbase2 = builder.bitcast(builder.gep(b0, [i(7, bstride_)]), vt.as_pointer())
         tlv = builder.bitcast(tl_, vt.as_pointer())
         fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt] * 3),
                                              f"llvm.fma.v{VW}f32")
-        sel = builder.add(builder.mul(i(8, mr_), ir.Constant(i64, 8)), i(9, nvec_))
+        sel = builder.add(builder.mul(i(9, mr_), ir.Constant(i64, 8 * NV)), i(10, nvec_))
         fn = builder.function
         out = fn.append_basic_block("sg.out")
         sw = builder.switch(sel, out)
-        for mr in range(1, MR + 1):
-            for nvec in range(1, NV + 1):
-                bb = fn.append_basic_block(f"sg.case.{mr}.{nvec}")
-                sw.add_case(ir.Constant(i64, mr * 8 + nvec), bb)
-                builder.position_at_end(bb)
-                _emit_loop(builder, fma, vt, tlv, arows, aks, bbase, kc, mr, nvec)
-                builder.branch(out)
+        shapes = [(mr, nvec) for mr in range(1, MR + 1) for nvec in range(1, NV + 1)]
+        for mr, nvec in shapes + [(1, 2 * NV)]:
+            bb = fn.append_basic_block(f"sg.case.{mr}.{nvec}")
+            sw.add_case(ir.Constant(i64, mr * 8 * NV + nvec), bb)
+            builder.position_at_end(bb)
+            _emit_loop(builder, fma, vt, tlv, arows, aks, bbase, bbase2, kc, mr, nvec)
+            builder.branch(out)
         builder.position_at_end(out)
         return context.get_dummy_value()
     return sig, codegen
@@ -128,14 +132,16 @@ def _pack(b, ldb, tb, k0, kc, j0, nv, bp_arr):
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _rows(m0, m1, kc, al, be, first, a, aoff, ars, aks, bp, boff, c, coff, ldc, nv, tl):
+def _rows(m0, m1, kc, al, be, first, a, aoff, ars, aks, bp, boff, bstride, c, coff, ldc, nv,
+          tl):
     """C rows m0..m1, columns coff..coff+nv (pointer c, leading dimension ldc) get alpha *
-    A[rows, K-block] @ one packed panel's K-block (kc x NR at pointer bp + boff); on the ``first``
-    K-block C is overwritten (beta == 0) or scaled by beta, else accumulated into."""
+    A[rows, K-block] @ one packed panel's K-block (kc x NR at pointer bp + boff; nv up to
+    2*NR for one row: the next panel's at bstride further); on the ``first`` K-block C is
+    overwritten (beta == 0) or scaled by beta, else accumulated into."""
     nvec = (nv + VW - 1) // VW
     for i0 in range(m0, m1, MR):
         mr = min(MR, m1 - i0)
-        _tile(tl, a, aoff + i0 * ars, ars, aks, bp, boff, kc, mr, nvec)
+        _tile(tl, a, aoff + i0 * ars, ars, aks, bp, boff, bstride, kc, mr, nvec)
         for r in range(mr):
             d = coff + (i0 + r) * ldc
             s = r * NR
@@ -159,8 +165,12 @@ def _macro(m, n, k, al, be, a, aoff, ars, aks, b, ldb, tb, bp, pbase0, pstride, 
     p of this call at pbase0 + p * pstride."""
     for m0 in range(0, m, MC):
         m1 = min(m, m0 + MC)
-        for j0 in range(0, n, NR):
-            nv = min(NR, n - j0)
+        j0 = 0
+        while j0 < n:
+            # one row over prepacked panels: two panels per pass (two streams from memory:
+            # a batch-1 fully connected layer is bandwidth-bound)
+            w = 2 * NR if m1 - m0 == 1 and pstride != 0 and j0 + 2 * NR <= n else NR
+            nv = min(w, n - j0)
             pbase = pbase0 + (j0 // NR) * pstride
             for k0 in range(0, k, KC):
                 kc = min(KC, k - k0)
@@ -169,8 +179,9 @@ def _macro(m, n, k, al, be, a, aoff, ars, aks, b, ldb, tb, bp, pbase0, pstride, 
                     boff = 0
                 else:
                     boff = pbase + k0 * NR
-                _rows(m0, m1, kc, al, be, k0 == 0, a, aoff + k0 * aks, ars, aks, bp, boff, c,
-                      coff + j0, ldc, nv, tl)
+                _rows(m0, m1, kc, al, be, k0 == 0, a, aoff + k0 * aks, ars, aks, bp, boff,
+                      pstride, c, coff + j0, ldc, nv, tl)
+            j0 += w
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)

@@ -60,7 +60,8 @@ def _act(v, act, al, be):
             6: np.clip(v, al, be)}[act]
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 5, 7), (3, 300, 70), (S.MR * 3 + 1, 64, 3 * S.NR + 1),
+@pytest.mark.parametrize("m,k,n", [(1, 5, 7), (1, 300, 3 * S.NR + 9), (3, 300, 70),
+                                   (S.MR * 3 + 1, 64, 3 * S.NR + 1),
                                    (130, 256, 1024)])
 @pytest.mark.parametrize("act,al,be", ACTS)
 @pytest.mark.parametrize("threads", [1, 2])
