@@ -2,10 +2,11 @@
 macro-kernel. Imports nothing from jitort.
 
 Why: OpenBLAS packs all of B on every call, and on this project's AVX-512 host its SkylakeX
-sgemm reached 180-200 GFLOP/s on transformer-sized products (128x256 @ 256x1024) against
-onnxruntime's MLAS at ~250 (MLAS gets its B -- the weights -- packed once, when the session
-is made), and 34-45 GFLOP/s on short ones (8 rows) where the packing is the whole cost; with B
-stored transposed (Gemm transB=1, a PyTorch Linear) OpenBLAS was slower still. Here A is read
+sgemm reached 178-223 GFLOP/s on transformer-sized products at 128 rows
+(``scripts/sweep_sgemm.py``) against ~245 for onnxruntime's MLAS on the op suite's 128x256 @
+256x1024 (MLAS gets its B -- the weights -- packed once, when the session is made), and 43-77
+GFLOP/s on 8-row products, where the packing is most of the work; with B stored transposed
+(Gemm transB=1, a PyTorch Linear) OpenBLAS was slower still. Here A is read
 in place (a tile's MR rows are MR streams of its K-block: no packing of A), and B is either
 packed once at compile time (``pack_b``, ``sgemm_packed``: constant weights) or a panel
 K-block at a time per call (``sgemm_ptr``). ``scripts/sweep_sgemm.py`` measures both against
