@@ -341,7 +341,9 @@ def _gemv_block(a, b, out, i, ia, ib, r, c0, c1, ta, tb, alpha, accumulate):
 def ogemm(ta, tb, m, n, k, alpha, a, aoff, lda, b, boff, ldb, beta, c, coff, ldc):
     """``xgemm``'s contract on jitort's own gemm (``sgemm.sgemm_ptr``: B packed per call)
     for float32, the BLAS for other dtypes. For callers whose products it measured faster
-    than the vendor's: short ones (a few rows), attention's per-head blocks."""
+    than the vendor's (``scripts/sweep_sgemm.py``, ``scripts/op_scaling.py``): attention's
+    per-head blocks, conv2d's im2col row blocks, ``_mm_task``'s 32-256-row products; with
+    few rows or a small B the per-call packing is most of the work and the BLAS wins."""
     raise NotImplementedError
 
 

@@ -1053,13 +1053,7 @@ def _fold_taps(o, src, off, step, j0, j1, n, mode, init):
         for u in range(n):
             o[u] = a[u]
     for j in range(j, j1):
-        r = eptr(src, off + j * step)
-        if mode == 0:
-            for u in range(n):
-                o[u] = r[u] if r[u] > o[u] else o[u]
-        else:
-            for u in range(n):
-                o[u] += r[u]
+        _fold_rows(o, eptr(src, off + j * step), n, mode, False, 1)
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
@@ -1110,21 +1104,20 @@ def _pool5_sep(q, x, out, t1, g, f, tw, th, td, mode, kh, kw, sd, sh, sw, pd, ph
                 o[u] = init
             for i in range(td[od, 0], td[od, 1]):
                 _fold_rows(o, eptr(x, base + (od * sd - pd + i * dd) * pl), pl, mode, True, p)
-        go = eptr(g, 0)
         if sh != 1:   # output row oh folds its window's valid rows of t1 (th), in one pass
             for oh in range(oh_n):
                 _fold_taps(eptr(g, oh * w_n), t1, (oh * sh - ph) * w_n, dh * w_n, th[oh, 0],
                            th[oh, 1], w_n, 1 if mode == 2 else mode, init)
-        else:
+        else:   # stride 1: rows oh with 0 <= oh - ph + j*dh < h_n are one run per tap
+            go = eptr(g, 0)
             for u in range(ew):
                 go[u] = init
-        for j in range(kh if sh == 1 else 0):
-            # stride 1: rows oh with 0 <= oh - ph + j*dh < h_n are one run per tap
-            e0 = max(0, ph - j * dh)
-            e1 = min(oh_n, h_n + ph - j * dh)
-            if e1 > e0:
-                _fold_rows(eptr(g, e0 * w_n), eptr(t1, (e0 - ph + j * dh) * w_n),
-                           (e1 - e0) * w_n, mode, False, p)
+            for j in range(kh):
+                e0 = max(0, ph - j * dh)
+                e1 = min(oh_n, h_n + ph - j * dh)
+                if e1 > e0:
+                    _fold_rows(eptr(g, e0 * w_n), eptr(t1, (e0 - ph + j * dh) * w_n),
+                               (e1 - e0) * w_n, mode, False, p)
         fo = eptr(f, 0)
         nf = ew - span
         if w1 > w0 and nf > 0:

@@ -3,8 +3,9 @@
 A float32 product whose B is a constant matrix (weights: batch 1) runs on jitort's own gemm
 with B packed once at compile time (``kernels.cpu.sgemm``; ``gemm.matmul_packed`` /
 ``gemm.gemm_packed``), as onnxruntime prepacks its MatMul / Gemm weights for MLAS: the vendor
-BLAS packs all of B on every call (1.1-1.3x onnxruntime's time on transformer-sized
-products at 64+ rows, up to 3x at 2-8 rows). ``JITORT_PACKED_GEMM=0`` keeps the BLAS path.
+BLAS packs all of B on every call (the op suite's gemm cases were 1.29-1.38x onnxruntime's
+time at one thread that way; ``scripts/sweep_sgemm.py`` compares both paths by shape).
+``JITORT_PACKED_GEMM=0`` keeps the BLAS path.
 """
 from __future__ import annotations
 
@@ -152,4 +153,4 @@ def lower_gemm(em: Emitter, n: Node) -> None:
         return
     em.call(f"_gemm.gemm({em.arr(a)}, {em.arr(b)}, {cv}, {yv}, {dt}({float(n.attrs.get('alpha', 1.0))!r}), "
             f"{dt}({float(n.attrs.get('beta', 1.0))!r}), {bool(n.attrs.get('transA', 0))}, "
-            f"{bool(n.attrs.get('transB', 0))}, {c is not None})")
+            f"{tb}, {c is not None})")
