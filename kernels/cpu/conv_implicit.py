@@ -27,6 +27,7 @@ from numba.extending import intrinsic
 from .epilogue import act_row
 from .gemm import eptr, next_task, num_threads
 from .phases import phase_planes
+from .ptr import outlined
 from .qgemm import MR, NR, NV, _ptr, copy_short, emit_tile, splat
 
 _FM = {'reassoc', 'contract', 'arcp'}
@@ -50,25 +51,29 @@ def _ftile_off(typingctx, c, coff, pp, poff, pv, voff, offs, kq, bias, boff):
         vbase = _ptr(context, builder, sig.args[4], pv_, voff_, f32)
         obase = _ptr(context, builder, sig.args[6], offs_, ir.Constant(i64, 0), i64)
         bbase = _ptr(context, builder, sig.args[8], b_, boff_, f32)
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(v16, [v16] * 3),
-                                             "llvm.fma.v16f32")
+        fp = f32.as_pointer()
 
-        def load_vecs(i):
-            row = builder.bitcast(builder.gep(vbase, [builder.load(builder.gep(obase, [i]))]),
-                                  v16.as_pointer())
-            return [builder.load(builder.gep(row, [ir.Constant(i64, v)]), align=4)
-                    for v in range(NV)]
+        def emit(b, fargs):
+            cb, pb, kq64, ob, vb, bb = fargs
+            fma = cgutils.get_or_insert_function(b.module, ir.FunctionType(v16, [v16] * 3),
+                                                 "llvm.fma.v16f32")
 
-        def step(acc, bc, vec):
-            return builder.call(fma, [bc, vec, acc])
+            def load_vecs(cur):
+                row = b.bitcast(b.gep(vb, [b.load(cur[0])]), v16.as_pointer())
+                return [b.load(b.gep(row, [ir.Constant(i64, v)]), align=4) for v in range(NV)]
 
-        def init(r):
-            s = builder.load(builder.gep(bbase, [ir.Constant(i64, r)]))
-            return splat(builder, s, 16)
-        emit_tile(builder, _ptr(context, builder, sig.args[0], c_, coff_, v16),
-                  _ptr(context, builder, sig.args[2], pp_, poff_, f32),
-                  context.cast(builder, kq_, sig.args[7], types.int64), load_vecs, f32, step,
-                  init)
+            def step(acc, bc, vec):
+                return b.call(fma, [bc, vec, acc])
+
+            def init(r):
+                return splat(b, b.load(b.gep(bb, [ir.Constant(i64, r)])), 16)
+            emit_tile(b, cb, pb, kq64, [(ob, ir.Constant(i64, 1))], load_vecs, f32, step, init)
+        fn = outlined(builder.module, "jitort.conv_implicit.ftile_off",
+                      [v16.as_pointer(), fp, i64, i64.as_pointer(), fp, fp], emit)
+        builder.call(fn, [_ptr(context, builder, sig.args[0], c_, coff_, v16),
+                          _ptr(context, builder, sig.args[2], pp_, poff_, f32),
+                          context.cast(builder, kq_, sig.args[7], types.int64), obase, vbase,
+                          bbase])
         return context.get_dummy_value()
     return sig, codegen
 

@@ -35,13 +35,25 @@ def splat(builder, x, n):
                                   ir.Constant(ir.VectorType(i32, n), None))
 
 
-def tile_loop(builder, n, rows, nvec, vt, starts, load_vecs, load_bcast, step, name):
+def tile_loop(builder, n, rows, nvec, vt, starts, streams, load_vecs, load_bcast, step, name):
     """The register-tile loop of the kernels' micro-kernels (LLVM IR): ``n`` >= 1 steps (an
-    i64 value), each broadcasting ``load_bcast(i, r)`` for the ``rows`` rows and combining it
-    with the ``nvec`` vectors ``load_vecs(i)`` into accumulator (r, v) by ``step(acc,
+    i64 value), each broadcasting ``load_bcast(cur, r)`` for the ``rows`` rows and combining it
+    with the ``nvec`` vectors ``load_vecs(cur)`` into accumulator (r, v) by ``step(acc,
     broadcast, vec)``; accumulators (vector type vt) start at ``starts[r]`` and live in phi
-    nodes. Returns their final values, row-major (r * nvec + v). Shared by the integer and
-    float tiles of ``qgemm`` / ``conv_implicit`` and the float gemm of ``sgemm``."""
+    nodes. Returns their final values, row-major (r * nvec + v).
+
+    ``streams`` is a list of (pointer, advance) pairs: each pointer lives in a phi node and
+    moves ``advance`` elements of its pointee type (an i64 value, loop-invariant) per step;
+    ``cur`` is the list of their values at the current step, and the loads address
+    ``cur[j]`` plus loop-invariant offsets only. The loop is written strength-reduced: no
+    step-index multiplications are left for LLVM's loop strength reduction, which jitort's
+    code is emitted without (``kernels._link``). Left to the register allocator, the
+    multiplications cost the tile its accumulators on the targets whose scheduling model
+    hoists the broadcasts (Intel's: the float32 6x64 tile spilled 20 of its 24 zmm
+    accumulators to the stack under ``skylake-avx512`` / ``rocketlake`` tuning).
+
+    Shared by the integer and float tiles of ``qgemm`` / ``conv_implicit`` and the float gemm
+    of ``sgemm``."""
     i64 = ir.IntType(64)
     pre = builder.block
     loop = builder.append_basic_block(f"{name}.loop")
@@ -50,22 +62,54 @@ def tile_loop(builder, n, rows, nvec, vt, starts, load_vecs, load_bcast, step, n
     builder.position_at_end(loop)
     i = builder.phi(i64)
     i.add_incoming(ir.Constant(i64, 0), pre)
+    cur = []
+    for p, _ in streams:
+        q = builder.phi(p.type)
+        q.add_incoming(p, pre)
+        cur.append(q)
     accs = []
     for j in range(rows * nvec):
         a = builder.phi(vt)
         a.add_incoming(starts[j // nvec], pre)
         accs.append(a)
-    vecs = load_vecs(i)
+    vecs = load_vecs(cur)
     new = []
     for r in range(rows):
-        bc = splat(builder, load_bcast(i, r), vt.count)
+        bc = splat(builder, load_bcast(cur, r), vt.count)
         for v in range(nvec):
             new.append(step(accs[r * nvec + v], bc, vecs[v]))
+    nxt = [builder.gep(q, [adv]) for q, (_, adv) in zip(cur, streams)]
     inext = builder.add(i, ir.Constant(i64, 1))
     end = builder.block
     i.add_incoming(inext, end)
+    for q, v in zip(cur, nxt):
+        q.add_incoming(v, end)
     for a, v in zip(accs, new):
         a.add_incoming(v, end)
     builder.cbranch(builder.icmp_signed('<', inext, n), loop, done)
     builder.position_at_end(done)
     return new
+
+
+def outlined(module, name, argtypes, emit):
+    """The function ``name`` of ``module`` (``void(argtypes)``), built on first use by
+    ``emit(builder, args)``: internal, never inlined, its pointer arguments ``noalias``.
+    The kernels' register tiles live in such functions so that their registers are allocated
+    for the tile alone: inlined into a caller whose other values stay live around the loop
+    (the C update's vectors of ``sgemm._rows``), the register allocator under Intel targets'
+    scheduling models kept 4 of the float32 tile's 24 accumulators in registers and moved the
+    rest through the stack at every step. One call per tile (kc steps) costs nothing
+    measurable."""
+    if name in module.globals:
+        return module.globals[name]
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), argtypes), name)
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")
+    fn.attributes.add("nounwind")
+    for arg in fn.args:
+        if isinstance(arg.type, ir.PointerType):
+            arg.add_attribute("noalias")
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    emit(builder, fn.args)
+    builder.ret_void()
+    return fn

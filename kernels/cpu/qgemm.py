@@ -29,7 +29,7 @@ from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
 from .gemm import eptr
-from .ptr import splat, tile_loop  # splat re-exported: kernels import it from here
+from .ptr import outlined, splat, tile_loop  # splat re-exported: kernels import it from here
 
 _FEATURES = llvm.get_host_cpu_features()
 HAS_VNNI = bool(_FEATURES.get('avx512vnni', False) and _FEATURES.get('avx512bw', False))
@@ -62,29 +62,31 @@ def _ptr(context, builder, arrty, arr, off, elt):
     return builder.bitcast(p, elt.as_pointer())
 
 
-def emit_tile(builder, cbase, pbase, kq64, load_vecs, lane, step, init=None):
+def emit_tile(builder, cbase, pbase, kq64, vstreams, load_vecs, lane, step, init=None):
     """The tile loop over kq64 >= 1 steps: MR broadcasts of ``lane`` scalars from pbase ([kq][MR])
-    times the NV vectors ``load_vecs(i)`` gives for step i, each product summed into its
+    times the NV vectors ``load_vecs(vcur)`` gives at the current pointers of ``vstreams``
+    ((pointer, advance per step) pairs, ``ptr.tile_loop``), each product summed into its
     accumulator by ``step(acc, broadcast, vec)``; the MR*NV accumulators (16 lanes, zero or
     ``init(r)`` for row r at the start) then stored at cbase (``<16 x lane>*``). Shared by the
-    integer tiles here and the float ones of ``conv_implicit`` (``ptr.tile_loop``)."""
+    integer tiles here and the float ones of ``conv_implicit``."""
     i64 = ir.IntType(64)
     v16 = ir.VectorType(lane, 16)
     starts = [ir.Constant(v16, None)] * MR if init is None else [init(r) for r in range(MR)]
 
-    def load_bcast(i, r):
-        return builder.load(builder.gep(pbase, [builder.add(builder.mul(i, ir.Constant(i64, MR)),
-                                                            ir.Constant(i64, r))]), align=1)
-    new = tile_loop(builder, kq64, MR, NV, v16, starts, load_vecs, load_bcast, step, "qtile")
+    def load_bcast(cur, r):
+        return builder.load(builder.gep(cur[0], [ir.Constant(i64, r)]), align=1)
+    streams = [(pbase, ir.Constant(i64, MR))] + vstreams
+    new = tile_loop(builder, kq64, MR, NV, v16, starts, streams,
+                    lambda cur: load_vecs(cur[1:]), load_bcast, step, "qtile")
     for j, n in enumerate(new):
         builder.store(n, builder.gep(cbase, [ir.Constant(i64, j)]), align=4)
 
 
-def _emit_tile(context, builder, cbase, pbase, kq64, load_vecs, p_is_u8):
+def _emit_tile(context, builder, cbase, pbase, kq64, vstreams, load_vecs, p_is_u8):
     """``emit_tile`` on packed bytes: steps of 4 byte products summed by ``vpdpbusd``."""
     def step(acc, bc, vec):
         return _dpbusd(builder, acc, bc, vec) if p_is_u8 else _dpbusd(builder, acc, vec, bc)
-    emit_tile(builder, cbase, pbase, kq64, load_vecs, ir.IntType(32), step)
+    emit_tile(builder, cbase, pbase, kq64, vstreams, load_vecs, ir.IntType(32), step)
 
 
 @intrinsic
@@ -103,13 +105,21 @@ def _tile(typingctx, c, coff, pp, poff, pv, voff, kq, bcast_u8):
         v16 = ir.VectorType(ir.IntType(32), 16)
         vbase = _ptr(context, builder, sig.args[4], pv_, voff_, v16)
 
-        def load_vecs(i):
-            return [builder.load(builder.gep(vbase, [builder.add(
-                builder.mul(i, ir.Constant(i64, NV)), ir.Constant(i64, v))]), align=1)
-                for v in range(NV)]
-        _emit_tile(context, builder, _ptr(context, builder, sig.args[0], c_, coff_, v16),
-                   _ptr(context, builder, sig.args[2], pp_, poff_, ir.IntType(32)),
-                   context.cast(builder, kq_, sig.args[6], types.int64), load_vecs, p_is_u8)
+        i32p = ir.IntType(32).as_pointer()
+
+        def emit(b, fargs):
+            cbase, pbase, kq64, vb = fargs
+
+            def load_vecs(cur):
+                return [b.load(b.gep(cur[0], [ir.Constant(i64, v)]), align=1)
+                        for v in range(NV)]
+            _emit_tile(context, b, cbase, pbase, kq64, [(vb, ir.Constant(i64, NV))], load_vecs,
+                       p_is_u8)
+        fn = outlined(builder.module, f"jitort.qgemm.tile.{int(p_is_u8)}",
+                      [v16.as_pointer(), i32p, i64, v16.as_pointer()], emit)
+        builder.call(fn, [_ptr(context, builder, sig.args[0], c_, coff_, v16),
+                          _ptr(context, builder, sig.args[2], pp_, poff_, ir.IntType(32)),
+                          context.cast(builder, kq_, sig.args[6], types.int64), vbase])
         return context.get_dummy_value()
     return sig, codegen
 
@@ -129,14 +139,21 @@ def _tile_off(typingctx, c, coff, pp, poff, pv, voff, offs, kq):
         vbase = _ptr(context, builder, sig.args[4], pv_, voff_, ir.IntType(8))
         obase = _ptr(context, builder, sig.args[6], offs_, ir.Constant(i64, 0), i64)
 
-        def load_vecs(i):
-            row = builder.bitcast(builder.gep(vbase, [builder.load(builder.gep(obase, [i]))]),
-                                  v16.as_pointer())
-            return [builder.load(builder.gep(row, [ir.Constant(i64, v)]), align=1)
-                    for v in range(NV)]
-        _emit_tile(context, builder, _ptr(context, builder, sig.args[0], c_, coff_, v16),
-                   _ptr(context, builder, sig.args[2], pp_, poff_, ir.IntType(32)),
-                   context.cast(builder, kq_, sig.args[7], types.int64), load_vecs, False)
+        i32p, i8p = ir.IntType(32).as_pointer(), ir.IntType(8).as_pointer()
+
+        def emit(b, fargs):
+            cbase, pbase, kq64, ob, vb = fargs
+
+            def load_vecs(cur):
+                row = b.bitcast(b.gep(vb, [b.load(cur[0])]), v16.as_pointer())
+                return [b.load(b.gep(row, [ir.Constant(i64, v)]), align=1) for v in range(NV)]
+            _emit_tile(context, b, cbase, pbase, kq64, [(ob, ir.Constant(i64, 1))], load_vecs,
+                       False)
+        fn = outlined(builder.module, "jitort.qgemm.tile_off",
+                      [v16.as_pointer(), i32p, i64, i64.as_pointer(), i8p], emit)
+        builder.call(fn, [_ptr(context, builder, sig.args[0], c_, coff_, v16),
+                          _ptr(context, builder, sig.args[2], pp_, poff_, ir.IntType(32)),
+                          context.cast(builder, kq_, sig.args[7], types.int64), obase, vbase])
         return context.get_dummy_value()
     return sig, codegen
 

@@ -30,7 +30,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .ptr import eptr, tile_loop
+from .ptr import eptr, outlined, tile_loop
 
 _AVX512 = bool(llb.get_host_cpu_features().get('avx512f', False))
 VW = 16 if _AVX512 else 8          # float32 lanes per vector register
@@ -43,28 +43,63 @@ MC = 480                           # rows per M-block: its K-block of A (480 KB)
 _FM = {'reassoc', 'contract', 'arcp'}
 
 
-def _emit_loop(builder, fma, vt, tl, arows, aks, bp, bp2, kc, mr, nvec):
+def _emit_loop(builder, fma, vt, nv, tl, a, roffs, aks, bp, bp2, kc, mr, nvec):
     """The tile loop for fixed (mr, nvec) (``ptr.tile_loop``): kc >= 1 steps, then the
-    accumulators stored to tl's rows (NV vectors apart). Vectors past NV (one row's pair of
-    panels) come from the panel at bp2."""
+    accumulators stored to tl's rows (nv vectors apart). A is one pointer advancing aks
+    elements per step, row r at the loop-invariant offset roffs[r]; B's panel pointers
+    advance nv vectors per step. Vectors past nv (one row's pair of panels) come from the
+    panel at bp2."""
     i64 = ir.IntType(64)
+    step_b = ir.Constant(i64, nv)
 
-    def load_vecs(k):
-        rows = [builder.gep(p, [builder.mul(k, ir.Constant(i64, NV))]) for p in (bp, bp2)]
-        return [builder.load(builder.gep(rows[v // NV], [ir.Constant(i64, v % NV)]), align=4)
-                for v in range(nvec)]
+    def load_vecs(cur):
+        return [builder.load(builder.gep(cur[1 + v // nv], [ir.Constant(i64, v % nv)]),
+                             align=4) for v in range(nvec)]
 
-    def load_bcast(k, r):
-        return builder.load(builder.gep(arows[r], [builder.mul(k, aks)]), align=4)
+    def load_bcast(cur, r):
+        return builder.load(builder.gep(cur[0], [roffs[r]]) if r else cur[0], align=4)
 
     def step(acc, bc, vec):
         return builder.call(fma, [bc, vec, acc])
-    new = tile_loop(builder, kc, mr, nvec, vt, [ir.Constant(vt, None)] * mr, load_vecs,
-                    load_bcast, step, f"sg.{mr}.{nvec}")
+    streams = [(a, aks), (bp, step_b)] + ([(bp2, step_b)] if nvec > nv else [])
+    new = tile_loop(builder, kc, mr, nvec, vt, [ir.Constant(vt, None)] * mr, streams,
+                    load_vecs, load_bcast, step, f"sg.{mr}.{nvec}")
     for r in range(mr):
         for v in range(nvec):
             builder.store(new[r * nvec + v],
-                          builder.gep(tl, [ir.Constant(i64, r * NV + v)]), align=4)
+                          builder.gep(tl, [ir.Constant(i64, r * nv + v)]), align=4)
+
+
+def tile_function(module: ir.Module, vw: int = VW, nv: int = NV, mr: int = MR) -> ir.Function:
+    """The micro-kernel as a function of its own in ``module`` (``ptr.outlined``: made once
+    per module, never inlined): ``void(<vw x float>* tl, float* a, i64 ars, i64 aks, <vw x
+    float>* b, <vw x float>* b2, i64 kc, i64 sel)``, sel = rows * 8 * nv + vectors. One loop
+    per (rows, vectors) shape of the edges, and the pair of panels of one row (vectors 2 * nv,
+    the second panel at b2). Parameterized by the vector width so that tests build it for
+    any target (``tests/kernels/test_codegen_targets.py``)."""
+    i64 = ir.IntType(64)
+    f32 = ir.FloatType()
+    vt = ir.VectorType(f32, vw)
+    vp = vt.as_pointer()
+
+    def emit(builder, args):
+        tl, a, ars, aks, bp, bp2, kc, sel = args
+        fn = builder.function
+        roffs = [builder.mul(ars, ir.Constant(i64, r)) for r in range(mr)]
+        fma = cgutils.get_or_insert_function(module, ir.FunctionType(vt, [vt] * 3),
+                                             f"llvm.fma.v{vw}f32")
+        out = fn.append_basic_block("sg.out")
+        sw = builder.switch(sel, out)
+        shapes = [(r, v) for r in range(1, mr + 1) for v in range(1, nv + 1)] + [(1, 2 * nv)]
+        for rows, nvec in shapes:
+            bb = fn.append_basic_block(f"sg.case.{rows}.{nvec}")
+            sw.add_case(ir.Constant(i64, rows * 8 * nv + nvec), bb)
+            builder.position_at_end(bb)
+            _emit_loop(builder, fma, vt, nv, tl, a, roffs, aks, bp, bp2, kc, rows, nvec)
+            builder.branch(out)
+        builder.position_at_end(out)
+    return outlined(module, f"jitort.sgemm.tile.{vw}x{nv}x{mr}",
+                    [vp, f32.as_pointer(), i64, i64, vp, vp, i64, i64], emit)
 
 
 @intrinsic
@@ -72,7 +107,8 @@ def _tile(typingctx, tl, a, aoff, ars, aks, bp, boff, bstride, kc, mr, nvec):
     """tl[r*NR + j] = sum over q < kc of a[aoff + r*ars + q*aks] * bp[boff + q*NR + j] for
     r < mr (1..MR), j < VW*nvec (nvec 1..NV); other entries of tl are left alone. One row
     (mr 1) also takes nvec 2*NV: a pair of panels, the second at bp[boff + bstride:] (a
-    matrix-vector product reading two streams). tl, a, bp: float32 pointers; kc >= 1."""
+    matrix-vector product reading two streams). tl, a, bp: float32 pointers; kc >= 1.
+    Calls ``tile_function``."""
     f32p = types.CPointer(types.float32)
     if not (tl == f32p and a == f32p and bp == f32p):
         return None
@@ -81,32 +117,17 @@ def _tile(typingctx, tl, a, aoff, ars, aks, bp, boff, bstride, kc, mr, nvec):
     def codegen(context, builder, sig, args):
         tl_, a_, aoff_, ars_, aks_, bp_, boff_, bstride_, kc_, mr_, nvec_ = args
         i64 = ir.IntType(64)
-        vt = ir.VectorType(ir.FloatType(), VW)
+        vp = ir.VectorType(ir.FloatType(), VW).as_pointer()
 
         def i(k, v):
             return context.cast(builder, v, sig.args[k], types.int64)
 
-        ars, aks, kc = i(3, ars_), i(4, aks_), i(8, kc_)
-        abase = builder.gep(a_, [i(2, aoff_)])
-        arows = [builder.gep(abase, [builder.mul(ars, ir.Constant(i64, r))]) for r in range(MR)]
         b0 = builder.gep(bp_, [i(6, boff_)])
-        bbase = builder.bitcast(b0, vt.as_pointer())
-        bbase2 = builder.bitcast(builder.gep(b0, [i(7, bstride_)]), vt.as_pointer())
-        tlv = builder.bitcast(tl_, vt.as_pointer())
-        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt] * 3),
-                                             f"llvm.fma.v{VW}f32")
         sel = builder.add(builder.mul(i(9, mr_), ir.Constant(i64, 8 * NV)), i(10, nvec_))
-        fn = builder.function
-        out = fn.append_basic_block("sg.out")
-        sw = builder.switch(sel, out)
-        shapes = [(mr, nvec) for mr in range(1, MR + 1) for nvec in range(1, NV + 1)]
-        for mr, nvec in shapes + [(1, 2 * NV)]:
-            bb = fn.append_basic_block(f"sg.case.{mr}.{nvec}")
-            sw.add_case(ir.Constant(i64, mr * 8 * NV + nvec), bb)
-            builder.position_at_end(bb)
-            _emit_loop(builder, fma, vt, tlv, arows, aks, bbase, bbase2, kc, mr, nvec)
-            builder.branch(out)
-        builder.position_at_end(out)
+        builder.call(tile_function(builder.module),
+                     [builder.bitcast(tl_, vp), builder.gep(a_, [i(2, aoff_)]), i(3, ars_),
+                      i(4, aks_), builder.bitcast(b0, vp),
+                      builder.bitcast(builder.gep(b0, [i(7, bstride_)]), vp), i(8, kc_), sel])
         return context.get_dummy_value()
     return sig, codegen
 
