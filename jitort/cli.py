@@ -174,7 +174,9 @@ def cmd_explain(args) -> int:
 
 def explain_report(cm, first_s: float, per_run_s: float, peak: float) -> str:
     """The text of ``jitort explain`` for a model compiled with ``profile=True`` and run."""
+    from . import tuning
     out = [cm.summary()]
+    out += ["choices: " + line for line in tuning.summary_lines()]
     applied = [f"{k} x{v}" for k, v in cm.pass_report.rewrites.items() if v]
     out.append("passes applied: " + (", ".join(applied) or "none"))
     out.append("pass seconds: " + ", ".join(f"{k} {v:.4f}" for k, v in
@@ -318,7 +320,37 @@ def cmd_warmup_library(args) -> int:
     return 0
 
 
+def cmd_tune(args) -> int:
+    """``jitort tune``: measure the implementation choices on this machine (``jitort.tuning``)."""
+    from . import tuning
+    if args.show:
+        print(tuning.show())
+        return 0
+    only = [o for item in args.only or [] for o in item.split(",") if o]
+    unknown = [o for o in only if o not in tuning.CHOICES]
+    if unknown:
+        print(f"unknown choices {unknown}; known: {sorted(tuning.CHOICES)}")
+        return 1
+    t = time.perf_counter()
+    try:
+        got = tuning.tune(only=only or None, budget_s=args.budget,
+                          progress=False if args.quiet else None)
+    finally:
+        if args.background:
+            tuning.decisions_path().with_suffix(".running").unlink(missing_ok=True)
+    if not args.quiet:
+        n = sum(len(e["buckets"]) for e in got.values())
+        print(f"calibrated {n} buckets of {len(got)} choices in {time.perf_counter() - t:.1f} s:"
+              f" {tuning.decisions_path()}")
+        print(tuning.show())
+    return 0
+
+
 def cmd_warmup(args) -> int:
+    if not args.no_tune:
+        from . import tuning
+        if tuning.enabled():
+            tuning.tune(progress=False if args.quiet else None)
     if args.library:
         return cmd_warmup_library(args)
     if args.only:
@@ -469,7 +501,20 @@ def main(argv=None) -> int:
                         "(repeatable, or comma-separated), e.g. --only conv_transpose")
     w.add_argument("--threads", type=int, default=None)
     w.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+    w.add_argument("--no-tune", action="store_true",
+                   help="skip the calibration of implementation choices (jitort tune)")
     w.set_defaults(fn=cmd_warmup)
+    t = sub.add_parser("tune", help="measure implementation choices on this machine and keep "
+                       "the decisions (beside the kernel cache)")
+    t.add_argument("--show", action="store_true", help="print the decisions and exit")
+    t.add_argument("--only", action="append", default=[], metavar="CHOICE",
+                   help="calibrate only this choice (repeatable, or comma-separated)")
+    t.add_argument("--budget", type=float, default=55.0,
+                   help="seconds of measurement at most (default 55); buckets not reached "
+                        "keep their previous decision or the default rule")
+    t.add_argument("--quiet", "-q", action="store_true", help="no progress bar or report")
+    t.add_argument("--background", action="store_true", help=argparse.SUPPRESS)
+    t.set_defaults(fn=cmd_tune)
     m = sub.add_parser("memory", help="memory plan report and PNG (tensors over step x offset)")
     m.add_argument("model")
     m.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",

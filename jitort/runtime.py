@@ -840,6 +840,8 @@ def compile(model: Any, *, threads: int | None = None, base_dir=None, optimize: 
                                  **kwargs)
     if device != "cpu":
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    from . import tuning
+    tuning.ensure_background()  # first use on this machine: calibrate, detached, never waited on
     return CompiledModel(model, threads=threads, base_dir=base_dir, optimize=optimize, **kwargs)
 
 

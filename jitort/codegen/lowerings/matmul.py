@@ -3,9 +3,9 @@
 A float32 product whose B is a constant matrix (weights: batch 1) runs on jitort's own gemm
 with B packed once at compile time (``kernels.cpu.sgemm``; ``gemm.matmul_packed`` /
 ``gemm.gemm_packed``), as onnxruntime prepacks its MatMul / Gemm weights for MLAS: the vendor
-BLAS packs all of B on every call (the op suite's gemm cases were 1.29-1.38x onnxruntime's
-time at one thread that way; ``scripts/sweep_sgemm.py`` compares both paths by shape).
-``JITORT_PACKED_GEMM=0`` keeps the BLAS path.
+BLAS packs all of B on every call. Which of the two a shape takes is the ``gemm.weights``
+choice of ``jitort.tuning`` (measured on this machine by ``jitort tune``; a shape rule
+before that). ``JITORT_PACKED_GEMM=0`` keeps the per-call path.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ... import tuning
 from ...ir import Node
 from ..registry import Unlowerable, lowering
 from ..elementwise import tname
@@ -55,22 +56,17 @@ def _matmul_views(em: Emitter, n: Node):
     return av, bv, yv
 
 
-#: multiply-adds below which an untransposed constant B stays on the BLAS path
-#: (``scripts/sweep_sgemm.py``, Zen 5, one thread: the packed path's fixed ~0.4 us lost to
-#: OpenBLAS at 8x64x196 and 32x64x64 and won from ~128K on; stored transposed (Gemm transB),
-#: where OpenBLAS is slow at few rows, packing won at every size swept)
-_PACKED_MIN_MACS = 1 << 17
-
-
-def _packed_b(em: Emitter, b, k: int, n_: int, trans: bool, rows=None):
+def _packed_b(em: Emitter, b, k: int, n_: int, trans: bool, rows):
     """Name of B prepacked for ``sgemm`` (a compile-time constant), or None when B is not a
-    float32 constant matrix of k x n_ (n_ x k when ``trans``), the product is too small to
-    gain (``rows``: A's row count at this plan; the choice is a speed rule, not a guard), or
-    packing is switched off."""
+    float32 constant matrix of k x n_ (n_ x k when ``trans``), the per-call path is the
+    faster one for this shape on this machine (``jitort.tuning``'s ``gemm.weights``: the
+    calibrated pick of the shape's bucket, else its default rule; ``rows``: A's row count at
+    this plan), or packing is switched off."""
     if (not b.is_const or np.dtype(b.dtype) != np.float32
             or os.environ.get("JITORT_PACKED_GEMM", "1") == "0" or k == 0 or n_ == 0):
         return None
-    if not trans and rows is not None and concrete(rows) * k * n_ < _PACKED_MIN_MACS:
+    if tuning.choose("gemm.weights", rows=concrete(rows), k=k, n=n_, trans=bool(trans),
+                     dtype="float32") != "packed":
         return None
     from jitort.kernels.cpu.sgemm import pack_b
     w = b.const.reshape((n_, k) if trans else (k, n_))

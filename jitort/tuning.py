@@ -1,0 +1,420 @@
+"""Per-machine calibration: where several implementations apply, measure them on this machine.
+
+A place in the compiler that chooses between implementations is a :class:`Choice`: a table of
+:class:`Candidate` s, each with an applicability rule (shape, dtype, ISA) and a way to time it
+on a representative problem, a map from a problem to its *shape bucket*, the grid of buckets
+``jitort tune`` measures, and the *default rule* (the shape rule measured where the code was
+written) that decides before calibration and wherever a bucket was not measured. Nothing is
+keyed by a model or a layer: only by shape buckets.
+
+Decisions (the fastest candidate per bucket, with every candidate's time) are persisted as
+JSON under ``<kernel cache root>/tuning/`` (``kernels._cache.cache_root``), one file per
+machine: the file name and its header carry the machine's identity (CPU vendor and model,
+LLVM's name for it and its ISA features, core count, the BLAS the kernels call) and each
+choice's entry the hash of the kernel sources it measured. A file that cannot be parsed, or
+whose identity is another machine's, is ignored with a :class:`TuningWarning`; an entry
+measured on other kernel sources is dropped. ``jitort tune`` calibrates (bounded time, a
+progress bar), ``jitort tune --show`` prints the decisions; on first use without decisions a
+compile starts ``jitort tune --background`` in a detached, low-priority process (never
+blocking a call; ``JITORT_TUNE=0`` turns both the background run and the use of decisions
+off, which the test suite does for reproducible code).
+
+Safety net: a candidate that took more than :data:`DEMOTE` times the best candidate's time in
+most of the buckets where both ran (at least :data:`DEMOTE_MIN_BUCKETS` of them, tiny ones
+left out) is *demoted* for the whole choice -- the default rule no
+longer picks it in buckets that were not measured -- and ``--show`` / ``jitort explain`` say so.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+#: a candidate this many times slower than the best in most measured buckets is demoted
+DEMOTE = 1.5
+FORMAT = 1
+
+
+class TuningWarning(UserWarning):
+    """A decision file was ignored (corrupt, another machine's) or calibration failed."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One implementation of a choice: ``applies(problem)`` says whether it can run the
+    problem; ``prepare(problem)`` returns a no-argument callable that runs it once (operands
+    allocated, constants packed, code compiled beforehand), which calibration times."""
+    name: str
+    applies: Callable[[dict], bool]
+    prepare: Callable[[dict], Callable[[], object]]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A place that chooses between implementations (see the module docstring)."""
+    name: str
+    doc: str
+    candidates: tuple
+    bucket: Callable[[dict], tuple]          # problem -> bucket key (a tuple of ints)
+    grid: Callable[[], list]                 # the buckets ``jitort tune`` measures
+    problem: Callable[[tuple], dict]         # a bucket's representative problem
+    default: Callable[[dict], str]           # today's shape rule: problem -> candidate name
+    modules: tuple = ()                      # kernel modules the candidates run (their hash)
+    work: Callable[[dict], float] = field(default=lambda p: 0.0)  # flops, for GFLOP/s
+
+    def candidate(self, name: str) -> Candidate:
+        return next(c for c in self.candidates if c.name == name)
+
+
+CHOICES: dict[str, Choice] = {}
+
+
+def register(choice: Choice) -> Choice:
+    CHOICES[choice.name] = choice
+    return choice
+
+
+# --- machine identity and the decision file --------------------------------------------------
+
+def _cpuinfo_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict:
+    """This machine's identity as calibration sees it: decisions measured under another one
+    are not applied."""
+    import llvmlite.binding as llb
+    from .kernels.cpu import blas
+    feats = llb.get_host_cpu_features()
+    isa = sorted(k for k, v in feats.items() if v)
+    return {"vendor": blas.cpu_vendor() or "unknown", "model": _cpuinfo_model(),
+            "llvm_cpu": os.environ.get("NUMBA_CPU_NAME") or llb.get_host_cpu_name(),
+            "isa": hashlib.sha256(" ".join(isa).encode()).hexdigest()[:16],
+            "avx512": bool(feats.get("avx512f")), "cores": os.cpu_count() or 1,
+            "blas": f"{blas.BLAS} {blas.CORE}".strip()}
+
+
+def machine_key(ident: dict | None = None) -> str:
+    ident = ident or machine()
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def decisions_dir() -> Path:
+    from .kernels._cache import cache_root
+    return cache_root() / "tuning"
+
+
+def decisions_path() -> Path:
+    return decisions_dir() / f"decisions-{machine_key()}.json"
+
+
+def library_hash(choice: Choice) -> str:
+    from .kernels._cache import modules_hash
+    return modules_hash(list(choice.modules)) if choice.modules else "-"
+
+
+def enabled() -> bool:
+    return os.environ.get("JITORT_TUNE", "1").lower() not in ("0", "off", "false", "no")
+
+
+_lock = threading.Lock()
+_loaded: dict = {"path": None, "stamp": None, "data": None}
+
+
+def load(path: Path | None = None, *, strict: bool = False) -> dict:
+    """The decisions that apply on this machine: ``{choice: entry}`` (entry: ``buckets`` ->
+    {bucket text: {pick, times}}, ``demoted``). A corrupt file or another machine's is
+    ignored with a :class:`TuningWarning` (an exception when ``strict``); entries measured
+    on other kernel sources are dropped. Re-read when the file changes."""
+    path = Path(path) if path is not None else decisions_path()
+    try:
+        st = path.stat()
+    except OSError:
+        return {}
+    stamp = (st.st_mtime_ns, st.st_size)
+    with _lock:
+        if _loaded["path"] == str(path) and _loaded["stamp"] == stamp:
+            return _loaded["data"]
+    data = _read(path, strict)
+    with _lock:
+        _loaded.update(path=str(path), stamp=stamp, data=data)
+    return data
+
+
+def _read(path: Path, strict: bool) -> dict:
+    def refuse(why: str) -> dict:
+        if strict:
+            raise ValueError(f"{path}: {why}")
+        warnings.warn(f"jitort: ignoring the calibration file {path}: {why}", TuningWarning,
+                      stacklevel=4)
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return refuse(f"cannot be read ({type(e).__name__}: {e})")
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or \
+            not isinstance(doc.get("choices"), dict):
+        return refuse("not a jitort decision file of this version")
+    here = machine()
+    if doc.get("machine") != here:
+        theirs = doc.get("machine") if isinstance(doc.get("machine"), dict) else {}
+        return refuse(f"measured on another machine ({theirs.get('model', '?')}, "
+                      f"{theirs.get('llvm_cpu', '?')}, {theirs.get('cores', '?')} cores, "
+                      f"BLAS {theirs.get('blas', '?')}; this one: {here['model']}, "
+                      f"{here['llvm_cpu']}, {here['cores']} cores, BLAS {here['blas']})")
+    out = {}
+    for name, entry in doc["choices"].items():
+        choice = CHOICES.get(name)
+        if choice is None or not isinstance(entry, dict):
+            continue
+        if entry.get("library") != library_hash(choice):
+            continue    # measured on other kernel sources: calibrate again
+        if not isinstance(entry.get("buckets"), dict):
+            return refuse(f"choice {name!r} has no bucket table")
+        out[name] = entry
+    return out
+
+
+def _bucket_text(key: tuple) -> str:
+    return "x".join(str(int(k)) for k in key)
+
+
+def choose(name: str, **problem) -> str:
+    """The candidate of choice ``name`` for ``problem``: the calibrated pick of its bucket
+    when this machine measured it, else the default rule (unless it names a demoted
+    candidate, then the fastest other applicable one by the rule's order)."""
+    choice = CHOICES[name]
+    entry = load().get(name) if enabled() else None
+    if entry:
+        hit = entry["buckets"].get(_bucket_text(choice.bucket(problem)))
+        if hit and choice.candidate(hit["pick"]).applies(problem):
+            return hit["pick"]
+    pick = choice.default(problem)
+    demoted = set(entry.get("demoted", ())) if entry else set()
+    if pick in demoted:
+        others = [c.name for c in choice.candidates
+                  if c.name not in demoted and c.applies(problem)]
+        if others:
+            return others[0]
+    return pick
+
+
+# --- measuring ------------------------------------------------------------------------------
+
+def _time(fn: Callable[[], object], min_time: float = 0.02, reps: int = 3) -> float:
+    """Seconds per call: the best of ``reps`` blocks of calls, each at least ``min_time``."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    once = max(time.perf_counter() - t0, 1e-7)
+    n = max(1, int(min_time / once))
+    best = math.inf
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / n)
+    return best
+
+
+def measure_bucket(choice: Choice, key: tuple, slow: dict | None = None) -> dict:
+    """{candidate: seconds} of every applicable candidate on the bucket's problem. ``slow``
+    multiplies a candidate's time (``JITORT_TUNE_SLOW=name:factor``: tests of the safety net
+    and of calibration itself)."""
+    prob = choice.problem(key)
+    times = {}
+    for cand in choice.candidates:
+        if cand.applies(prob):
+            times[cand.name] = _time(cand.prepare(prob)) * (slow or {}).get(cand.name, 1.0)
+    return times
+
+
+def _slow_factors() -> dict:
+    out = {}
+    for item in os.environ.get("JITORT_TUNE_SLOW", "").split(","):
+        if ":" in item:
+            k, v = item.split(":", 1)
+            out[k.strip()] = float(v)
+    return out
+
+
+#: buckets whose best time is under this are left out of the demotion vote (fixed costs,
+#: timer noise), and a vote needs at least DEMOTE_MIN_BUCKETS buckets
+DEMOTE_MIN_SECONDS = 20e-6
+DEMOTE_MIN_BUCKETS = 4
+
+
+def _demoted(buckets: dict) -> list:
+    """Candidates above DEMOTE x the best time in most of the (not tiny) buckets where they
+    ran."""
+    slow, ran = {}, {}
+    for b in buckets.values():
+        best = min(b["times"].values())
+        if best < DEMOTE_MIN_SECONDS:
+            continue
+        for c, t in b["times"].items():
+            ran[c] = ran.get(c, 0) + 1
+            slow[c] = slow.get(c, 0) + (t > DEMOTE * best)
+    return sorted(c for c, n in ran.items() if n >= DEMOTE_MIN_BUCKETS and slow[c] * 2 > n)
+
+
+def tune(only=None, budget_s: float = 55.0, progress=None, path: Path | None = None) -> dict:
+    """Measure every choice's grid (or the choices named in ``only``) on this machine within
+    about ``budget_s`` seconds and persist the decisions; returns the file's ``choices``.
+    Buckets not reached in time keep the default rule (and are measured by the next run)."""
+    import numba
+    from tqdm import tqdm
+    from .kernels.cpu import blas
+    path = Path(path) if path is not None else decisions_path()
+    slow = _slow_factors()
+    choices = [c for c in CHOICES.values() if not only or c.name in only]
+    old = load(path) if path.exists() else {}
+    doc_choices = {}
+    deadline = time.monotonic() + budget_s
+    total = sum(len(c.grid()) for c in choices)
+    bar = tqdm(total=total, desc="jitort tune", unit="bucket",
+               disable=(not sys.stderr.isatty()) if progress is None else not progress)
+    prev_threads = numba.get_num_threads()
+    numba.set_num_threads(1)        # decisions are per core: the kernels' BLAS runs 1 thread
+    try:
+        with blas.single_threaded():
+            for choice in choices:
+                kept = old.get(choice.name, {}).get("buckets", {})
+                buckets = {}
+                for key in choice.grid():
+                    text = _bucket_text(key)
+                    if time.monotonic() > deadline:
+                        if text in kept:
+                            buckets[text] = kept[text]
+                        bar.update(1)
+                        continue
+                    times = measure_bucket(choice, key, slow)
+                    bar.update(1)
+                    if times:
+                        prob = choice.problem(key)
+                        buckets[text] = {"pick": min(times, key=times.get), "times": times,
+                                         "gflops": {c: choice.work(prob) / t / 1e9
+                                                    for c, t in times.items()}}
+                doc_choices[choice.name] = {"library": library_hash(choice), "buckets": buckets,
+                                            "demoted": _demoted(buckets)}
+    finally:
+        numba.set_num_threads(prev_threads)
+        bar.close()
+    for name, entry in old.items():
+        doc_choices.setdefault(name, entry)
+    doc = {"format": FORMAT, "machine": machine(), "written": time.time(),
+           "choices": doc_choices}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
+    os.replace(tmp, path)
+    return doc_choices
+
+
+def show(path: Path | None = None) -> str:
+    """The decisions as text (``jitort tune --show``)."""
+    path = Path(path) if path is not None else decisions_path()
+    ident = machine()
+    lines = [f"machine: {ident['model']} ({ident['vendor']}, LLVM {ident['llvm_cpu']}, "
+             f"{'AVX-512' if ident['avx512'] else 'no AVX-512'}, {ident['cores']} cores, "
+             f"BLAS {ident['blas']})", f"decisions: {path}"]
+    data = load(path) if path.exists() else {}
+    if not data:
+        lines.append("not calibrated: every choice follows its default rule "
+                     "(run `jitort tune`)")
+    for name, choice in CHOICES.items():
+        entry = data.get(name)
+        lines.append("")
+        lines.append(f"{name}: {choice.doc}")
+        if not entry:
+            lines.append("  default rule (not measured here)")
+            continue
+        if entry.get("demoted"):
+            lines.append(f"  DEMOTED on this machine: {', '.join(entry['demoted'])} (over "
+                         f"{DEMOTE}x the best in most buckets; the default rule avoids it)")
+        cands = [c.name for c in choice.candidates]
+        lines.append(f"  {'bucket':<22}{'pick':>10}{'default':>10}" +
+                     "".join(f"{c + ' GF/s':>14}" for c in cands))
+        for text, b in sorted(entry["buckets"].items(), key=lambda kv: _sort_key(kv[0])):
+            key = tuple(int(x) for x in text.split("x"))
+            dflt = choice.default(choice.problem(key))
+            gf = b.get("gflops", {})
+            lines.append(f"  {text:<22}{b['pick']:>10}{dflt:>10}" +
+                         "".join(f"{gf[c]:14.1f}" if c in gf else f"{'-':>14}" for c in cands))
+        changed = sum(b["pick"] != choice.default(choice.problem(
+            tuple(int(x) for x in t.split("x")))) for t, b in entry["buckets"].items())
+        lines.append(f"  {len(entry['buckets'])} buckets measured, {changed} differ from the "
+                     f"default rule")
+    return "\n".join(lines)
+
+
+def _sort_key(text: str):
+    return tuple(int(x) for x in text.split("x"))
+
+
+def summary_lines() -> list:
+    """One line per choice for ``jitort explain``: calibrated or default, and demotions."""
+    data = load() if enabled() else {}
+    out = []
+    for name in CHOICES:
+        e = data.get(name)
+        if not e:
+            out.append(f"{name}: default rule (not calibrated on this machine)")
+        else:
+            dem = f"; demoted: {', '.join(e['demoted'])}" if e.get("demoted") else ""
+            out.append(f"{name}: calibrated here ({len(e['buckets'])} buckets){dem}")
+    return out
+
+
+# --- calibration on first use ----------------------------------------------------------------
+
+_started = False
+
+
+def ensure_background() -> None:
+    """Start ``jitort tune --background`` once per machine when no decisions exist yet: a
+    detached process at the lowest priority; models compiled meanwhile use the default rules,
+    those compiled after it wrote the file its decisions. Never blocks or fails a caller."""
+    global _started
+    if _started or not enabled() or os.environ.get("JITORT_TUNE_BACKGROUND", "1") == "0":
+        return
+    _started = True
+    try:
+        path = decisions_path()
+        if path.exists():
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = path.with_suffix(".running")
+        try:
+            if time.time() - lock.stat().st_mtime < 600:
+                return            # another process is calibrating
+        except OSError:
+            pass
+        lock.write_text(str(os.getpid()))
+        cmd = [sys.executable, "-m", "jitort", "tune", "--background", "--quiet"]
+        subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True,
+                         preexec_fn=(lambda: os.nice(19)) if hasattr(os, "nice") else None)
+    except Exception as e:  # noqa: BLE001 - calibration is an optimization, never a failure
+        warnings.warn(f"jitort: background calibration not started: {e}", TuningWarning)
+
+
+# the registered choices (imported for their register() calls)
+from . import tuning_choices  # noqa: E402,F401

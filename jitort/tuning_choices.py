@@ -1,0 +1,99 @@
+"""The choices calibration measures (``jitort.tuning``): candidates, buckets, default rules.
+
+``gemm.weights``: a float32 MatMul / Gemm whose B is a constant matrix (weights) runs either
+on jitort's own gemm with B packed once at compile time (``packed``: ``gemm.matmul_packed`` /
+``gemm.gemm_packed`` over ``sgemm.pack_b``'s panels) or on the per-call path (``unpacked``:
+``gemm.matmul3d`` / ``gemm.gemm``: a matrix-vector stream at one row, else the BLAS, or
+jitort's gemm packing B per call where ``gemm``'s activation rule says so). Buckets: A's rows
+(1, 2-7, 8-31, 32-127, 128+), K and N (up to 128, 512, 2048, more) and whether B is stored
+transposed (Gemm transB=1, a PyTorch Linear); each measured at its representative shape.
+Default rule (measured on a Zen 5 with ``scripts/sweep_sgemm.py``): packed from 128K
+multiply-adds on, and always when B is stored transposed.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .tuning import Candidate, Choice, register
+
+ROWS = (1, 4, 16, 64, 256)          # representative rows of the row classes
+DIMS = (64, 256, 1024, 4096)        # representative K / N of their classes
+PACKED_MIN_MACS = 1 << 17
+
+
+def _row_class(rows: int) -> int:
+    return ROWS[0 if rows <= 1 else 1 if rows < 8 else 2 if rows < 32 else 3 if rows < 128
+                else 4]
+
+
+def _dim_class(d: int) -> int:
+    return DIMS[0 if d <= 128 else 1 if d <= 512 else 2 if d <= 2048 else 3]
+
+
+def _gemm_bucket(p: dict) -> tuple:
+    return (_row_class(int(p["rows"])), _dim_class(int(p["k"])), _dim_class(int(p["n"])),
+            int(bool(p.get("trans"))))
+
+
+def _gemm_grid() -> list:
+    return [(r, k, n, t) for t in (0, 1) for r in ROWS for k in DIMS for n in DIMS]
+
+
+def _gemm_problem(key: tuple) -> dict:
+    r, k, n, t = key
+    return {"rows": r, "k": k, "n": n, "trans": bool(t), "dtype": "float32"}
+
+
+def _gemm_default(p: dict) -> str:
+    if p.get("trans"):
+        return "packed"
+    return "unpacked" if int(p["rows"]) * int(p["k"]) * int(p["n"]) < PACKED_MIN_MACS \
+        else "packed"
+
+
+def _is_f32(p: dict) -> bool:
+    return p.get("dtype", "float32") == "float32" and int(p["k"]) > 0 and int(p["n"]) > 0
+
+
+def _operands(p: dict):
+    rng = np.random.default_rng(0)
+    r, k, n = int(p["rows"]), int(p["k"]), int(p["n"])
+    a = rng.standard_normal((r, k)).astype(np.float32)
+    w = rng.standard_normal((n, k) if p.get("trans") else (k, n)).astype(np.float32)
+    return a, w, np.empty((r, n), np.float32)
+
+
+def _prepare_packed(p: dict):
+    from .kernels.cpu import gemm
+    from .kernels.cpu.sgemm import pack_b
+    a, w, y = _operands(p)
+    pk = pack_b(w.T if p.get("trans") else w)
+    if p.get("trans"):
+        c = np.zeros((1, 1), np.float32)
+        one = np.float32(1.0)
+        return lambda: gemm.gemm_packed(a, pk, c, y, one, one, False, False)
+    a3, y3 = a[None], y[None]
+    z = np.zeros(0, np.float32)
+    return lambda: gemm.matmul_packed(a3, pk, z, y3, 0, 0.0, 0.0)
+
+
+def _prepare_unpacked(p: dict):
+    from .kernels.cpu import gemm
+    a, w, y = _operands(p)
+    if p.get("trans"):
+        c = np.zeros((1, 1), np.float32)
+        one = np.float32(1.0)
+        return lambda: gemm.gemm(a, w, c, y, one, one, False, True, False)
+    a3, w3, y3 = a[None], w[None], y[None]
+    return lambda: gemm.matmul3d(a3, w3, y3)
+
+
+GEMM_WEIGHTS = register(Choice(
+    name="gemm.weights",
+    doc="float32 MatMul/Gemm over constant weights: B prepacked for jitort's gemm, or "
+        "the per-call path (BLAS)",
+    candidates=(Candidate("packed", _is_f32, _prepare_packed),
+                Candidate("unpacked", _is_f32, _prepare_unpacked)),
+    bucket=_gemm_bucket, grid=_gemm_grid, problem=_gemm_problem, default=_gemm_default,
+    modules=("gemm", "sgemm", "blas"),
+    work=lambda p: 2.0 * p["rows"] * p["k"] * p["n"]))

@@ -1,0 +1,207 @@
+"""Per-machine calibration (jitort/tuning.py): decisions measured, persisted, applied, refused.
+
+Every test points the kernel cache root (where decisions live) at its own folder and turns
+calibration on (the suite runs with ``JITORT_TUNE=0``: tests/conftest.py).
+"""
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import jitort
+from jitort import tuning
+from jitort.tuning_choices import GEMM_WEIGHTS
+
+from .helpers import F32, make_model, run_reference
+
+ROOT = Path(__file__).resolve().parents[1]
+# four buckets with enough work each (>= 20 us) for the demotion vote, small enough to
+# measure in well under a second
+SMALL_GRID = [(64, 256, 256, 0), (64, 1024, 256, 0), (16, 1024, 1024, 1), (256, 256, 256, 1)]
+
+
+@pytest.fixture
+def tune_dir(tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    monkeypatch.setenv("JITORT_TUNE", "1")
+    monkeypatch.setenv("JITORT_TUNE_BACKGROUND", "0")
+    monkeypatch.setenv("JITORT_KERNEL_CACHE_DIR", str(root))
+    monkeypatch.delenv("JITORT_TUNE_SLOW", raising=False)
+    # the kernels' own compiled code stays in the suite's cache (the root above is only read
+    # for tuning/): kernels._cache reads its root once per kernel module at import
+    yield root / "tuning"
+
+
+@pytest.fixture
+def small_grid(monkeypatch):
+    import dataclasses
+    small = dataclasses.replace(GEMM_WEIGHTS, grid=lambda: list(SMALL_GRID))
+    monkeypatch.setitem(tuning.CHOICES, "gemm.weights", small)
+    return small
+
+
+def _write(path: Path, picks: dict, machine=None, library=None, demoted=()):
+    doc = {"format": tuning.FORMAT, "machine": machine or tuning.machine(), "written": 0,
+           "choices": {"gemm.weights": {
+               "library": library or tuning.library_hash(GEMM_WEIGHTS), "demoted": list(demoted),
+               "buckets": {tuning._bucket_text(k): {"pick": v, "times": {"packed": 1e-3,
+                                                                         "unpacked": 1e-3}}
+                           for k, v in picks.items()}}}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _matmul_model(k=512, n=300, seed=5):
+    w = (np.random.default_rng(seed).standard_normal((k, n)) / 20).astype(np.float32)
+    return make_model([helper.make_node("MatMul", ["x", "w"], ["z"])],
+                      [("x", F32, ["N", k])], [("z", F32, None)], {"w": w})
+
+
+def _generated(cm) -> str:
+    return "".join(Path(p).read_text() for p in cm.generated_sources())
+
+
+def test_default_rule_before_calibration(tune_dir):
+    assert not tuning.decisions_path().exists()
+    # today's rule: packed from 128K multiply-adds, always with B stored transposed
+    assert tuning.choose("gemm.weights", rows=64, k=512, n=300, trans=False) == "packed"
+    assert tuning.choose("gemm.weights", rows=1, k=64, n=64, trans=False) == "unpacked"
+    assert tuning.choose("gemm.weights", rows=1, k=64, n=64, trans=True) == "packed"
+
+
+def test_calibrated_choice_is_applied(tune_dir):
+    """A decision file that picks the per-call path for the bucket of a 40 x 512 x 300
+    product: the generated driver calls the BLAS path, where the default rule packs B."""
+    m = _matmul_model()
+    x = np.random.default_rng(0).standard_normal((40, 512)).astype(np.float32)
+    want = run_reference(m, {"x": x})[0]
+    cm = jitort.compile(m, threads=1)
+    np.testing.assert_allclose(cm(x)[0], want, rtol=1e-4, atol=1e-4)
+    assert "_gemm.matmul_packed" in _generated(cm)
+
+    key = GEMM_WEIGHTS.bucket({"rows": 40, "k": 512, "n": 300, "trans": False})
+    _write(tuning.decisions_path(), {key: "unpacked"})
+    assert tuning.choose("gemm.weights", rows=40, k=512, n=300, trans=False) == "unpacked"
+    cm2 = jitort.compile(m, threads=1)
+    np.testing.assert_allclose(cm2(x)[0], want, rtol=1e-4, atol=1e-4)
+    text = _generated(cm2)
+    assert "_gemm.matmul3d," in text and "_gemm.matmul_packed" not in text
+
+
+def test_decisions_reused_by_a_new_process(tune_dir):
+    key = GEMM_WEIGHTS.bucket({"rows": 40, "k": 512, "n": 300, "trans": False})
+    _write(tuning.decisions_path(), {key: "unpacked"})
+    code = ("from jitort import tuning; "
+            "print(tuning.choose('gemm.weights', rows=40, k=512, n=300, trans=False))")
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ), cwd=ROOT,
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "unpacked", out.stderr
+
+
+@pytest.mark.parametrize("slow", ["packed", "unpacked"])
+def test_a_slowed_candidate_loses_and_is_demoted(tune_dir, small_grid, monkeypatch, slow):
+    """Calibration measures both candidates on every bucket; one made 50x slower loses all of
+    them and is demoted (the default rule then avoids it in unmeasured buckets too)."""
+    monkeypatch.setenv("JITORT_TUNE_SLOW", f"{slow}:50")
+    got = tuning.tune(only=["gemm.weights"], progress=False)["gemm.weights"]
+    assert len(got["buckets"]) == len(SMALL_GRID)
+    other = "unpacked" if slow == "packed" else "packed"
+    for b in got["buckets"].values():
+        assert set(b["times"]) == {"packed", "unpacked"}
+        assert b["pick"] == other
+    assert got["demoted"] == [slow]
+    # persisted, and applied outside the measured buckets through the demotion
+    assert tuning.decisions_path().exists()
+    unmeasured = {"rows": 1, "k": 64, "n": 64, "trans": slow == "packed"}
+    assert GEMM_WEIGHTS.default(unmeasured) == slow
+    assert tuning.choose("gemm.weights", **unmeasured) == other
+    assert f"DEMOTED on this machine: {slow}" in tuning.show()
+
+
+def test_unslowed_calibration_measures_real_times(tune_dir, small_grid):
+    got = tuning.tune(only=["gemm.weights"], progress=False)["gemm.weights"]
+    for text, b in got["buckets"].items():
+        assert all(0 < t < 1.0 for t in b["times"].values()), b
+        assert b["pick"] == min(b["times"], key=b["times"].get)
+        assert all(g > 0 for g in b["gflops"].values())
+
+
+def test_corrupt_file_is_ignored_with_a_warning(tune_dir):
+    p = tuning.decisions_path()
+    p.parent.mkdir(parents=True)
+    p.write_text('{"format": 1, "machine": {"vendor": "a')
+    with pytest.warns(tuning.TuningWarning, match="cannot be read"):
+        assert tuning.load() == {}
+    assert tuning.choose("gemm.weights", rows=1, k=64, n=64, trans=False) == "unpacked"
+    p.write_text(json.dumps({"format": 1, "machine": tuning.machine(), "choices": []}))
+    with pytest.warns(tuning.TuningWarning, match="not a jitort decision file"):
+        assert tuning.load() == {}
+
+
+def test_foreign_machine_file_is_ignored_with_a_warning(tune_dir):
+    key = GEMM_WEIGHTS.bucket({"rows": 1, "k": 64, "n": 64, "trans": False})
+    other = dict(tuning.machine(), model="Intel(R) Xeon(R) Platinum 8488C", llvm_cpu="rocketlake",
+                 vendor="intel")
+    _write(tuning.decisions_path(), {key: "packed"}, machine=other)
+    with pytest.warns(tuning.TuningWarning, match="another machine.*Xeon"):
+        assert tuning.load() == {}
+    assert tuning.choose("gemm.weights", rows=1, k=64, n=64, trans=False) == "unpacked"
+
+
+def test_entries_of_other_kernel_sources_are_dropped(tune_dir):
+    key = GEMM_WEIGHTS.bucket({"rows": 1, "k": 64, "n": 64, "trans": False})
+    _write(tuning.decisions_path(), {key: "packed"}, library="0123456789abcdef")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert tuning.load() == {}
+
+
+def test_tune_off_ignores_decisions(tune_dir, monkeypatch):
+    key = GEMM_WEIGHTS.bucket({"rows": 1, "k": 64, "n": 64, "trans": False})
+    _write(tuning.decisions_path(), {key: "packed"})
+    assert tuning.choose("gemm.weights", rows=1, k=64, n=64, trans=False) == "packed"
+    monkeypatch.setenv("JITORT_TUNE", "0")
+    assert tuning.choose("gemm.weights", rows=1, k=64, n=64, trans=False) == "unpacked"
+
+
+def test_machine_identity_names_the_cpu():
+    ident = tuning.machine()
+    assert set(ident) >= {"vendor", "model", "llvm_cpu", "isa", "cores", "blas"}
+    assert ident["cores"] >= 1 and ident["model"]
+    assert tuning.machine_key(ident) == tuning.machine_key(dict(ident))
+    assert tuning.machine_key(dict(ident, cores=ident["cores"] + 1)) != tuning.machine_key(ident)
+
+
+def test_first_use_starts_one_background_calibration(tune_dir, monkeypatch):
+    started = []
+    monkeypatch.setenv("JITORT_TUNE_BACKGROUND", "1")
+    monkeypatch.setattr(tuning, "_started", False)
+    monkeypatch.setattr(tuning.subprocess, "Popen", lambda cmd, **kw: started.append((cmd, kw)))
+    tuning.ensure_background()
+    tuning.ensure_background()
+    assert len(started) == 1
+    cmd, kw = started[0]
+    assert cmd[1:] == ["-m", "jitort", "tune", "--background", "--quiet"]
+    assert kw["start_new_session"] and kw["stdin"] == subprocess.DEVNULL
+    assert tuning.decisions_path().with_suffix(".running").exists()
+    # a machine with decisions starts none
+    monkeypatch.setattr(tuning, "_started", False)
+    _write(tuning.decisions_path(), {})
+    tuning.ensure_background()
+    assert len(started) == 1
+
+
+def test_cli_tune_show(tune_dir):
+    key = GEMM_WEIGHTS.bucket({"rows": 64, "k": 256, "n": 256, "trans": False})
+    _write(tuning.decisions_path(), {key: "unpacked"})
+    out = subprocess.run([sys.executable, "-m", "jitort", "tune", "--show"], cwd=ROOT,
+                         env=dict(os.environ), capture_output=True, text=True, check=True).stdout
+    assert "gemm.weights" in out and "64x256x256x0" in out and "unpacked" in out
+    assert "1 buckets measured, 1 differ from the default rule" in out
