@@ -842,6 +842,7 @@ def compile(model: Any, *, threads: int | None = None, base_dir=None, optimize: 
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     from . import tuning
     tuning.ensure_background()  # first use on this machine: calibrate, detached, never waited on
+    tuning.apply_runtime()      # decisions the kernels make at run time, from this machine's
     return CompiledModel(model, threads=threads, base_dir=base_dir, optimize=optimize, **kwargs)
 
 

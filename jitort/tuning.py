@@ -70,6 +70,9 @@ class Choice:
     default: Callable[[dict], str]           # today's shape rule: problem -> candidate name
     modules: tuple = ()                      # kernel modules the candidates run (their hash)
     work: Callable[[dict], float] = field(default=lambda p: 0.0)  # flops, for GFLOP/s
+    #: for a choice compiled kernels make at run time: ``apply(decisions)`` writes its picks
+    #: (``choose`` over its grid) where the kernels read them (``kernels.cpu.tunables``)
+    apply: Callable[[dict], None] | None = None
 
     def candidate(self, name: str) -> Candidate:
         return next(c for c in self.candidates if c.name == name)
@@ -196,12 +199,32 @@ def _bucket_text(key: tuple) -> str:
     return "x".join(str(int(k)) for k in key)
 
 
-def choose(name: str, **problem) -> str:
+def apply_runtime() -> None:
+    """Hand the decisions of the choices kernels make at run time to the kernels (cheap when
+    nothing changed: ``load`` is cached by the file's stamp). Called by ``compile()``."""
+    if not enabled():
+        return
+    data = load()
+    key = id(data)
+    if _applied.get("key") == key:
+        return
+    for choice in CHOICES.values():
+        if choice.apply is not None:
+            choice.apply(data)
+    _applied["key"] = key
+
+
+_applied: dict = {}
+
+
+def choose(name: str, decisions: dict | None = None, **problem) -> str:
     """The candidate of choice ``name`` for ``problem``: the calibrated pick of its bucket
     when this machine measured it, else the default rule (unless it names a demoted
-    candidate, then the fastest other applicable one by the rule's order)."""
+    candidate, then the first other applicable one). ``decisions``: instead of ``load()``."""
     choice = CHOICES[name]
-    entry = load().get(name) if enabled() else None
+    if decisions is None:
+        decisions = load() if enabled() else {}
+    entry = decisions.get(name)
     if entry:
         hit = entry["buckets"].get(_bucket_text(choice.bucket(problem)))
         if hit and choice.candidate(hit["pick"]).applies(problem):
@@ -218,7 +241,7 @@ def choose(name: str, **problem) -> str:
 
 # --- measuring ------------------------------------------------------------------------------
 
-def _time(fn: Callable[[], object], min_time: float = 0.02, reps: int = 3) -> float:
+def _time(fn: Callable[[], object], min_time: float = 0.01, reps: int = 3) -> float:
     """Seconds per call: the best of ``reps`` blocks of calls, each at least ``min_time``."""
     fn()
     t0 = time.perf_counter()
@@ -314,6 +337,8 @@ def tune(only=None, budget_s: float = 55.0, progress=None, path: Path | None = N
                                                     for c, t in times.items()}}
                 doc_choices[choice.name] = {"library": library_hash(choice), "buckets": buckets,
                                             "demoted": _demoted(buckets)}
+                if choice.apply is not None:   # later choices measure paths that use it
+                    _apply_entry(choice, doc_choices[choice.name])
     finally:
         numba.set_num_threads(prev_threads)
         bar.close()
@@ -326,6 +351,13 @@ def tune(only=None, budget_s: float = 55.0, progress=None, path: Path | None = N
     tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
     os.replace(tmp, path)
     return doc_choices
+
+
+def _apply_entry(choice: Choice, entry: dict) -> None:
+    """Apply one freshly measured entry before it is persisted (``tune``)."""
+    data = dict(load() if decisions_path().exists() else {})
+    data[choice.name] = entry
+    choice.apply(data)
 
 
 def show(path: Path | None = None) -> str:

@@ -1,5 +1,13 @@
 """The choices calibration measures (``jitort.tuning``): candidates, buckets, default rules.
 
+``gemm.activations``: a float32 product computed per call (B not a constant, untransposed:
+attention's per-head products, convolutions' im2col row blocks, activations @ activations,
+and the per-call path of ``gemm.weights``) runs either on jitort's gemm packing B per call
+(``own``: ``gemm.ogemm``) or on the BLAS (``blas``: ``gemm.xgemm``). Decided inside the
+compiled kernel (``gemm._own_per_call``) from ``kernels.cpu.tunables``, which
+:func:`_apply_activations` fills. Buckets: rows x K x N classes as below. Default rule
+(Zen 5, ``scripts/sweep_sgemm.py``): own for 32-256 rows with K * N >= 48K.
+
 ``gemm.weights``: a float32 MatMul / Gemm whose B is a constant matrix (weights) runs either
 on jitort's own gemm with B packed once at compile time (``packed``: ``gemm.matmul_packed`` /
 ``gemm.gemm_packed`` over ``sgemm.pack_b``'s panels) or on the per-call path (``unpacked``:
@@ -14,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .tuning import Candidate, Choice, register
+from .tuning import Candidate, Choice, choose, register
 
 ROWS = (1, 4, 16, 64, 256)          # representative rows of the row classes
 DIMS = (64, 256, 1024, 4096)        # representative K / N of their classes
@@ -86,6 +94,79 @@ def _prepare_unpacked(p: dict):
         return lambda: gemm.gemm(a, w, c, y, one, one, False, True, False)
     a3, w3, y3 = a[None], w[None], y[None]
     return lambda: gemm.matmul3d(a3, w3, y3)
+
+
+OWN_MIN_ROWS, OWN_MAX_ROWS, OWN_MIN_KN = 32, 256, 48 * 1024
+
+
+def _act_grid() -> list:
+    return [(r, k, n) for r in ROWS for k in DIMS for n in DIMS]
+
+
+def _act_problem(key: tuple) -> dict:
+    r, k, n = key
+    return {"rows": r, "k": k, "n": n, "dtype": "float32"}
+
+
+def _act_bucket(p: dict) -> tuple:
+    return (_row_class(int(p["rows"])), _dim_class(int(p["k"])), _dim_class(int(p["n"])))
+
+
+def _act_default(p: dict) -> str:
+    r, k, n = int(p["rows"]), int(p["k"]), int(p["n"])
+    return "own" if OWN_MIN_ROWS <= r <= OWN_MAX_ROWS and k * n >= OWN_MIN_KN else "blas"
+
+
+_per_call = {}
+
+
+def _per_call_kernels():
+    """Two small jitted callers of ``gemm.ogemm`` / ``gemm.xgemm`` (compiled once per
+    process: they are calibration's, not the library's)."""
+    if not _per_call:
+        from numba import njit
+        from .kernels.cpu import gemm as G
+
+        @njit
+        def own(m, n, k, a, b, c):
+            G.ogemm(0, 0, m, n, k, 1.0, a, 0, k, b, 0, n, 0.0, c, 0, n)
+
+        @njit
+        def blas_(m, n, k, a, b, c):
+            G.xgemm(0, 0, m, n, k, 1.0, a, 0, k, b, 0, n, 0.0, c, 0, n)
+        _per_call.update(own=own, blas=blas_)
+    return _per_call
+
+
+def _prepare_per_call(which: str):
+    def prepare(p: dict):
+        fn = _per_call_kernels()[which]
+        a, w, y = _operands(dict(p, trans=False))
+        m, k, n = int(p["rows"]), int(p["k"]), int(p["n"])
+        return lambda: fn(m, n, k, a, w, y)
+    return prepare
+
+
+def _apply_activations(decisions: dict) -> None:
+    from .kernels.cpu import tunables
+    flags = np.full(tunables.GEMM_OWN_SLOTS, tunables.DEFAULT, np.int64)
+    if decisions.get("gemm.activations"):
+        for key in _act_grid():
+            p = _act_problem(key)
+            slot = tunables.gemm_bucket_py(p["rows"], p["k"], p["n"])
+            flags[slot] = int(choose("gemm.activations", decisions, **p) == "own")
+    tunables.set_values(tunables.GEMM_OWN, flags)
+
+
+GEMM_ACTIVATIONS = register(Choice(
+    name="gemm.activations",
+    doc="float32 products computed per call (B not constant): jitort's gemm packing B per "
+        "call, or the BLAS",
+    candidates=(Candidate("own", _is_f32, _prepare_per_call("own")),
+                Candidate("blas", _is_f32, _prepare_per_call("blas"))),
+    bucket=_act_bucket, grid=_act_grid, problem=_act_problem, default=_act_default,
+    modules=("gemm", "sgemm", "blas", "tunables"),
+    work=lambda p: 2.0 * p["rows"] * p["k"] * p["n"], apply=_apply_activations))
 
 
 GEMM_WEIGHTS = register(Choice(

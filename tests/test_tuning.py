@@ -205,3 +205,65 @@ def test_cli_tune_show(tune_dir):
                          env=dict(os.environ), capture_output=True, text=True, check=True).stdout
     assert "gemm.weights" in out and "64x256x256x0" in out and "unpacked" in out
     assert "1 buckets measured, 1 differ from the default rule" in out
+
+
+def test_kernels_read_runtime_decisions():
+    """gemm._own_per_call (compiled) reads its bucket's slot of kernels.cpu.tunables: -1 its
+    built-in rule, 0 the BLAS, 1 jitort's gemm; decisions change without recompiling."""
+    from numba import njit
+    from jitort.kernels.cpu import gemm, tunables
+
+    @njit
+    def own(rows, k, n):
+        return gemm._own_per_call(rows, k, n)
+
+    slot = tunables.GEMM_OWN + tunables.gemm_bucket_py(64, 256, 1024)
+    saved = tunables.values(0, tunables.SIZE)
+    try:
+        tunables.reset()
+        assert own(64, 256, 1024) and not own(8, 256, 1024)    # the rule: 32-256 rows
+        tunables.set_values(slot, [0])
+        assert not own(64, 256, 1024) and not own(100, 300, 600)  # same bucket
+        tunables.set_values(slot, [1])
+        assert own(64, 256, 1024) and not own(8, 256, 1024)   # another bucket: the rule
+    finally:
+        tunables.set_values(0, saved)
+
+
+def test_bucket_classes_agree_between_kernels_and_tuning():
+    from jitort.kernels.cpu import tunables
+    from jitort.tuning_choices import GEMM_ACTIVATIONS
+    slots = {tunables.gemm_bucket_py(*key) for key in GEMM_ACTIVATIONS.grid()}
+    assert slots == set(range(tunables.GEMM_OWN_SLOTS))
+    for rows, k, n in [(1, 1, 1), (7, 129, 513), (31, 512, 2048), (127, 2049, 9999),
+                       (5000, 64, 64)]:
+        key = GEMM_ACTIVATIONS.bucket({"rows": rows, "k": k, "n": n})
+        assert tunables.gemm_bucket_py(rows, k, n) == tunables.gemm_bucket_py(*key)
+
+
+def test_activation_decisions_reach_the_kernels(tune_dir):
+    """Calibrated per-call picks are written into the kernels' table by apply_runtime()
+    (compile() calls it); with calibration off the kernels keep their rule."""
+    from jitort.kernels.cpu import tunables
+    from jitort.tuning_choices import GEMM_ACTIVATIONS
+    lib = tuning.library_hash(GEMM_ACTIVATIONS)
+    k_own, k_blas = (64, 256, 256), (256, 1024, 1024)   # default rule: own, own
+    doc = {"format": tuning.FORMAT, "machine": tuning.machine(), "written": 0, "choices": {
+        "gemm.activations": {"library": lib, "demoted": [], "buckets": {
+            tuning._bucket_text(k_own): {"pick": "own", "times": {"own": 1, "blas": 2}},
+            tuning._bucket_text(k_blas): {"pick": "blas", "times": {"own": 2, "blas": 1}}}}}}
+    p = tuning.decisions_path()
+    p.parent.mkdir(parents=True)
+    p.write_text(json.dumps(doc))
+    saved = tunables.values(0, tunables.SIZE)
+    try:
+        tuning.apply_runtime()
+        flags = tunables.values(tunables.GEMM_OWN, tunables.GEMM_OWN_SLOTS)
+        assert flags[tunables.gemm_bucket_py(*k_own)] == 1
+        assert flags[tunables.gemm_bucket_py(*k_blas)] == 0
+        # unmeasured buckets follow the default rule, written out
+        assert flags[tunables.gemm_bucket_py(4, 64, 64)] == 0
+        assert flags[tunables.gemm_bucket_py(64, 1024, 1024)] == 1
+        assert (flags >= 0).all()
+    finally:
+        tunables.set_values(0, saved)

@@ -23,7 +23,7 @@ from numba.extending import intrinsic, overload
 from numba.np.arrayobj import make_array
 from numba.np.linalg import get_blas_kind
 
-from . import blas
+from . import blas, tunables
 from .sgemm import NR as _PNR, sgemm_packed, sgemm_ptr
 from .ptr import eptr  # noqa: F401  (re-exported: the kernels import it from here)
 from .nthreads import num_threads  # noqa: F401  (re-exported, as eptr)
@@ -57,6 +57,17 @@ _GEMV_COLS = 8192  # output columns per pass when B is (K, N): 32 KB of float32
 _OWN_MIN_ROWS = 32
 _OWN_MAX_ROWS = 256
 _OWN_MIN_KN = 48 * 1024
+
+
+@njit(inline='always')
+def _own_per_call(rows, k, n):
+    """Whether a per-call float32 product (B untransposed) runs on jitort's gemm: the
+    calibrated decision of its shape bucket (``tunables``, written by ``jitort.tuning``'s
+    ``gemm.activations``), else the rule above."""
+    f = tunables.read(tunables.GEMM_OWN + tunables.gemm_bucket(rows, k, n))
+    if f < 0:
+        return _OWN_MIN_ROWS <= rows <= _OWN_MAX_ROWS and k * n >= _OWN_MIN_KN
+    return f == 1
 
 _FM = {'reassoc', 'contract', 'arcp'}
 
@@ -436,8 +447,7 @@ def _mm_task(t, a, b, bp, out, bias, c2, ta, tb, alpha, beta, mode, act, aa, ab,
         aoff = ia * a.shape[1] * lda + (r0 if ta else r0 * lda)
         boff = ib * b.shape[1] * ldb + (c0 * ldb if tb else c0)
         coff = (i * m + r0) * n + c0
-        if tb == 0 and _OWN_MIN_ROWS <= r1 - r0 <= _OWN_MAX_ROWS and \
-                k * (c1 - c0) >= _OWN_MIN_KN:
+        if tb == 0 and _own_per_call(r1 - r0, k, c1 - c0):
             st = ogemm(ta, tb, r1 - r0, c1 - c0, k, alpha, a, aoff, lda, b, boff, ldb,
                        blas_beta, out, coff, n)
         else:

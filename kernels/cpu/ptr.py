@@ -45,12 +45,10 @@ def tile_loop(builder, n, rows, nvec, vt, starts, streams, load_vecs, load_bcast
     ``streams`` is a list of (pointer, advance) pairs: each pointer lives in a phi node and
     moves ``advance`` elements of its pointee type (an i64 value, loop-invariant) per step;
     ``cur`` is the list of their values at the current step, and the loads address
-    ``cur[j]`` plus loop-invariant offsets only. The loop is written strength-reduced: no
-    step-index multiplications are left for LLVM's loop strength reduction, which jitort's
-    code is emitted without (``kernels._link``). Left to the register allocator, the
-    multiplications cost the tile its accumulators on the targets whose scheduling model
-    hoists the broadcasts (Intel's: the float32 6x64 tile spilled 20 of its 24 zmm
-    accumulators to the stack under ``skylake-avx512`` / ``rocketlake`` tuning).
+    ``cur[j]`` plus loop-invariant offsets only: the loop is written strength-reduced, as
+    jitort's code is emitted without LLVM's loop strength reduction (``kernels._link``).
+    Emit it into a function of its own (:func:`outlined`): inlined into a caller, it spills
+    its accumulators (see there).
 
     Shared by the integer and float tiles of ``qgemm`` / ``conv_implicit`` and the float gemm
     of ``sgemm``."""
