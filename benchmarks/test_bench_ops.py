@@ -5,6 +5,9 @@ blocks alternating with blocks of onnxruntime's (``test_op``; onnxruntime's medi
 
     python -m pytest benchmarks/test_bench_ops.py --benchmark-only -q
 
+onnxruntime runs at its defaults but for the thread count: ``SessionOptions()`` with only
+``intra_op_num_threads`` set (sequential execution, all graph optimizations, pool spinning on),
+CPUExecutionProvider.
 Both sides get 2 threads (Numba's pool and ORT's intra-op pool); ``JITORT_BENCH_THREADS=1``
 compares single-threaded kernel efficiency instead (robust when another process holds a core:
 an OpenMP fork-join region then waits for its descheduled worker, ORT's pool does not).
@@ -66,8 +69,7 @@ def _model(nodes, inputs, outputs, inits=()):
 def _session(nodes, inputs, outputs, inits=()):
     """ORT session for a small graph (see ``_model``), as a function returning the output."""
     so = ort.SessionOptions()
-    so.intra_op_num_threads = THREADS
-    so.inter_op_num_threads = 1
+    so.intra_op_num_threads = THREADS   # the only option set: the rest are onnxruntime's defaults
     sess = ort.InferenceSession(_model(nodes, inputs, outputs, inits).SerializeToString(), so,
                                 providers=['CPUExecutionProvider'])
     feeds = {n: a for n, a in inputs}
@@ -190,8 +192,7 @@ def _model_case(nodes, inputs, outputs, inits=(), opset=17, tol=1e-4):
     if cm.fallback_nodes():
         raise AssertionError(f"interpreted: {cm.fallback_nodes()}")
     so = ort.SessionOptions()
-    so.intra_op_num_threads = THREADS
-    so.inter_op_num_threads = 1
+    so.intra_op_num_threads = THREADS   # the only option set: the rest are onnxruntime's defaults
     sess = ort.InferenceSession(m.SerializeToString(), so, providers=['CPUExecutionProvider'])
     feeds = dict(inputs)
     return (lambda: cm.run(None, feeds)), (lambda: sess.run(None, feeds)[0]), \
