@@ -213,3 +213,34 @@ def test_off_switch_keeps_numbas_layer():
                        timeout=300, env=env, cwd="/")
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split() == ["False", "True"]
+
+
+def test_worker_placement(monkeypatch):
+    """Workers are bound to CPUs of their own only when the pool and the caller are exactly
+    the process's CPUs (auto), always (1) or never (0); worker k takes the k-th allowed CPU."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {4, 6, 9})
+    monkeypatch.setenv("JITORT_PIN_WORKERS", "auto")
+    assert workers.placement(2) == {1: 6, 2: 9}
+    assert workers.placement(1) == {}            # 2 threads on 3 CPUs: shared, unbound
+    assert workers.placement(0) == {}
+    monkeypatch.setenv("JITORT_PIN_WORKERS", "1")
+    assert workers.placement(1) == {1: 6}
+    assert workers.placement(4) == {1: 6, 2: 9, 3: 4, 4: 6}
+    monkeypatch.setenv("JITORT_PIN_WORKERS", "0")
+    assert workers.placement(2) == {}
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux affinity API")
+def test_started_workers_are_bound_where_placed():
+    if not workers.installed() or workers.state()[workers.NWORKERS] == 0:
+        pytest.skip("jitort's pool is not running in this process (one thread or disabled)")
+    where = workers.placement(int(workers.state()[workers.NWORKERS]))
+    found = {t.name: os.sched_getaffinity(t.native_id) for t in threading.enumerate()
+             if t.name.startswith("jitort-worker-")}
+    assert found, "no worker threads"
+    for name, cpus in found.items():
+        k = int(name.rsplit("-", 1)[1])
+        if k in where:
+            assert cpus == {where[k]}, (name, cpus)
+        else:
+            assert cpus == os.sched_getaffinity(0), (name, cpus)
