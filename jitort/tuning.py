@@ -241,32 +241,33 @@ def choose(name: str, decisions: dict | None = None, **problem) -> str:
 
 # --- measuring ------------------------------------------------------------------------------
 
-def _time(fn: Callable[[], object], min_time: float = 0.01, reps: int = 3) -> float:
-    """Seconds per call: the best of ``reps`` blocks of calls, each at least ``min_time``."""
+def _calls_per_block(fn: Callable[[], object], min_time: float) -> int:
     fn()
     t0 = time.perf_counter()
     fn()
-    once = max(time.perf_counter() - t0, 1e-7)
-    n = max(1, int(min_time / once))
-    best = math.inf
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / n)
-    return best
+    return max(1, int(min_time / max(time.perf_counter() - t0, 1e-7)))
 
 
-def measure_bucket(choice: Choice, key: tuple, slow: dict | None = None) -> dict:
-    """{candidate: seconds} of every applicable candidate on the bucket's problem. ``slow``
-    multiplies a candidate's time (``JITORT_TUNE_SLOW=name:factor``: tests of the safety net
-    and of calibration itself)."""
+def measure_bucket(choice: Choice, key: tuple, slow: dict | None = None,
+                   min_time: float = 0.01, reps: int = 3) -> dict:
+    """{candidate: seconds per call} of every applicable candidate on the bucket's problem:
+    the best of ``reps`` blocks of at least ``min_time`` each, the candidates' blocks
+    alternating (so that a load that comes and goes -- the user's own work while a
+    background calibration runs -- falls on all of them alike). ``slow`` multiplies a
+    candidate's time (``JITORT_TUNE_SLOW=name:factor``: tests of the safety net and of
+    calibration itself)."""
     prob = choice.problem(key)
-    times = {}
-    for cand in choice.candidates:
-        if cand.applies(prob):
-            times[cand.name] = _time(cand.prepare(prob)) * (slow or {}).get(cand.name, 1.0)
-    return times
+    fns = {c.name: c.prepare(prob) for c in choice.candidates if c.applies(prob)}
+    calls = {name: _calls_per_block(fn, min_time) for name, fn in fns.items()}
+    best = {name: math.inf for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            n = calls[name]
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - t0) / n)
+    return {name: t * (slow or {}).get(name, 1.0) for name, t in best.items()}
 
 
 def _slow_factors() -> dict:
