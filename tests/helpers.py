@@ -46,3 +46,19 @@ def x_model(nodes, xs, inits, outputs=("y",), opset=17):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     return m
+
+
+def numba_cache_beside_generated_code(monkeypatch):
+    """Tests that look for Numba's cache files of generated modules beside those modules (a
+    ``__pycache__`` in ``JITORT_CACHE_DIR``) call this first: with ``NUMBA_CACHE_DIR`` set
+    (a cold-cache run of the suite) Numba writes them there instead. Child processes and this
+    one's new dispatchers then cache beside the source; the kernel library's cache stays where
+    it was (``JITORT_KERNEL_CACHE_DIR``)."""
+    import os
+
+    import numba
+    nc = os.environ.get("NUMBA_CACHE_DIR")
+    if nc:
+        monkeypatch.setenv("JITORT_KERNEL_CACHE_DIR", os.environ.get("JITORT_KERNEL_CACHE_DIR") or nc)
+        monkeypatch.delenv("NUMBA_CACHE_DIR")
+        monkeypatch.setattr(numba.config, "CACHE_DIR", "")   # this process's new dispatchers

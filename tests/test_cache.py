@@ -80,7 +80,7 @@ def test_generated_code_is_keyed_by_the_kernel_modules_it_reaches(tmp_path):
     copy = tmp_path / "kernels"
     shutil.copytree(Path(kernels.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
     assert _cache.closure(["conv"]) == ["blas", "conv", "epilogue", "gemm", "mathfn", "nthreads",
-                                        "phases", "ptr", "qgemm", "sgemm", "sync"]
+                                        "phases", "ptr", "qgemm", "sgemm", "sync", "tunables"]
     h = {m: _cache.modules_hash([m], copy) for m in ("conv", "data", "mathfn")}
     assert h == {m: _cache.modules_hash([m]) for m in h}  # same sources, same hashes
     folders = {m: _cache.folder(m, copy) for m in _cache.modules(copy)}

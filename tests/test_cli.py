@@ -9,6 +9,7 @@ import pytest
 
 from jitort import cli
 
+from .helpers import numba_cache_beside_generated_code
 from .test_concurrency import _mlp
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +66,7 @@ def test_explain_reports_everything_the_issue_asks_for(mlp_file, tmp_path, capsy
 def test_warmup_fills_the_cache_and_reports_it(mlp_file, tmp_path, monkeypatch, capsys):
     # a fresh process: this one has the model's modules in memory already
     monkeypatch.setenv("JITORT_CACHE_DIR", str(tmp_path / "cache"))
+    numba_cache_beside_generated_code(monkeypatch)
     p = subprocess.run([sys.executable, "-m", "jitort", "warmup", mlp_file, "--shape", "x=2x32",
                         "--shape", "x=7x32", "-q"], cwd=ROOT, capture_output=True, text=True,
                        timeout=300)

@@ -21,6 +21,8 @@ from onnx import TensorProto, helper
 import jitort
 from jitort import tiering
 
+from .helpers import numba_cache_beside_generated_code
+
 ort = pytest.importorskip("onnxruntime")
 
 
@@ -58,6 +60,7 @@ def _ort(m, x):
 @pytest.fixture
 def fresh_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("JITORT_CACHE_DIR", str(tmp_path / "cache"))
+    numba_cache_beside_generated_code(monkeypatch)
     return tmp_path / "cache"
 
 
