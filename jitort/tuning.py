@@ -222,6 +222,9 @@ def choose(name: str, decisions: dict | None = None, **problem) -> str:
     when this machine measured it, else the default rule (unless it names a demoted
     candidate, then the first other applicable one). ``decisions``: instead of ``load()``."""
     choice = CHOICES[name]
+    forced = _forced.get(name)
+    if forced is not None and choice.candidate(forced).applies(problem):
+        return forced
     if decisions is None:
         decisions = load() if enabled() else {}
     entry = decisions.get(name)
@@ -237,6 +240,31 @@ def choose(name: str, decisions: dict | None = None, **problem) -> str:
         if others:
             return others[0]
     return pick
+
+
+_forced: dict = {}
+
+
+class force:
+    """``with force(name, candidate):`` -- ``choose(name, ...)`` answers ``candidate`` wherever
+    it applies (this process): calibration compiles a one-node model each way to time a
+    choice the lowerings make. Not thread-safe; calibration runs one candidate at a time."""
+
+    def __init__(self, name: str, candidate: str):
+        CHOICES[name].candidate(candidate)      # a KeyError-like StopIteration on a typo
+        self.name, self.candidate = name, candidate
+
+    def __enter__(self):
+        self.saved = _forced.get(self.name)
+        _forced[self.name] = self.candidate
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is None:
+            _forced.pop(self.name, None)
+        else:
+            _forced[self.name] = self.saved
+        return False
 
 
 # --- measuring ------------------------------------------------------------------------------
@@ -302,7 +330,8 @@ def _demoted(buckets: dict) -> list:
 def tune(only=None, budget_s: float = 55.0, progress=None, path: Path | None = None) -> dict:
     """Measure every choice's grid (or the choices named in ``only``) on this machine within
     about ``budget_s`` seconds and persist the decisions; returns the file's ``choices``.
-    Buckets not reached in time keep the default rule (and are measured by the next run)."""
+    Buckets never measured go first, then those measured longest ago; buckets not reached in
+    time keep their earlier decision, or the default rule, and the next run starts there."""
     import numba
     from tqdm import tqdm
     from .kernels.cpu import blas
@@ -319,32 +348,44 @@ def tune(only=None, budget_s: float = 55.0, progress=None, path: Path | None = N
     numba.set_num_threads(1)        # decisions are per core: the kernels' BLAS runs 1 thread
     try:
         with blas.single_threaded():
-            for choice in choices:
-                kept = old.get(choice.name, {}).get("buckets", {})
-                buckets = {}
+            buckets = {c.name: {t: b for t, b in old.get(c.name, {}).get("buckets", {}).items()
+                                if t in {_bucket_text(k) for k in c.grid()}} for c in choices}
+            # buckets never measured first (in the choices' order: a later choice may run
+            # through an earlier one's decisions), then the longest ago: runs cut short by
+            # the budget add up to the whole grid
+            work = []
+            for ci, choice in enumerate(choices):
                 for key in choice.grid():
-                    text = _bucket_text(key)
-                    if time.monotonic() > deadline:
-                        if text in kept:
-                            buckets[text] = kept[text]
-                        bar.update(1)
-                        continue
-                    times = measure_bucket(choice, key, slow)
-                    bar.update(1)
-                    if times:
-                        prob = choice.problem(key)
-                        buckets[text] = {"pick": min(times, key=times.get), "times": times,
-                                         "gflops": {c: choice.work(prob) / t / 1e9
-                                                    for c, t in times.items()}}
-                doc_choices[choice.name] = {"library": library_hash(choice), "buckets": buckets,
-                                            "demoted": _demoted(buckets)}
+                    b = buckets[choice.name].get(_bucket_text(key))
+                    work.append(((b is not None, b.get("at", 0) if b else 0, ci), choice, key))
+            work.sort(key=lambda w: w[0])
+            for _, choice, key in work:
+                bar.update(1)
+                if time.monotonic() > deadline:
+                    continue
+                times = measure_bucket(choice, key, slow)
+                if not times:
+                    continue
+                prob = choice.problem(key)
+                buckets[choice.name][_bucket_text(key)] = {
+                    "pick": min(times, key=times.get), "times": times, "at": time.time(),
+                    "gflops": {c: choice.work(prob) / t / 1e9 for c, t in times.items()}}
                 if choice.apply is not None:   # later choices measure paths that use it
-                    _apply_entry(choice, doc_choices[choice.name])
+                    _apply_entry(choice, {"buckets": buckets[choice.name], "demoted": []})
+            for choice in choices:
+                doc_choices[choice.name] = {"library": library_hash(choice),
+                                            "buckets": buckets[choice.name],
+                                            "demoted": _demoted(buckets[choice.name])}
     finally:
         numba.set_num_threads(prev_threads)
         bar.close()
     for name, entry in old.items():
         doc_choices.setdefault(name, entry)
+    if progress is not False and time.monotonic() > deadline:
+        left = sum(1 for _, c, k in work if _bucket_text(k) not in buckets[c.name])
+        if left:
+            print(f"jitort tune: the {budget_s:.0f} s budget ran out with {left} buckets never "
+                  f"measured; run it again to go on", file=sys.stderr)
     doc = {"format": FORMAT, "machine": machine(), "written": time.time(),
            "choices": doc_choices}
     path.parent.mkdir(parents=True, exist_ok=True)

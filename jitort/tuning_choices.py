@@ -17,12 +17,23 @@ jitort's gemm packing B per call where ``gemm``'s activation rule says so). Buck
 transposed (Gemm transB=1, a PyTorch Linear); each measured at its representative shape.
 Default rule (measured on a Zen 5 with ``scripts/sweep_sgemm.py``): packed from 128K
 multiply-adds on, and always when B is stored transposed.
+
+``conv.winograd``: a group-1 3x3 stride-1 float32 convolution with constant weights runs as
+Winograd (``kernels.cpu.winograd``, weights transformed at compile time) or as whatever the
+convolution lowering picks without it (``direct``: im2col + gemm, the implicit gemms,
+channels-last tiles: ``lowerings/conv.py``'s cascade). The lowering decides, so each
+candidate is timed as a one-Conv model compiled by jitort with the choice forced
+(``tuning.force``). Buckets: channels (the geometric mean of C and M: up to 48, 96, 192,
+more) x output plane (up to 10, 20, 40, more a side), 16. Default rule:
+``winograd.winograd_wins`` (Zen 5 sweeps).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .tuning import Candidate, Choice, choose, register
+from .tuning import Candidate, Choice, choose, force, register
 
 ROWS = (1, 4, 16, 64, 256)          # representative rows of the row classes
 DIMS = (64, 256, 1024, 4096)        # representative K / N of their classes
@@ -178,3 +189,73 @@ GEMM_WEIGHTS = register(Choice(
     bucket=_gemm_bucket, grid=_gemm_grid, problem=_gemm_problem, default=_gemm_default,
     modules=("gemm", "sgemm", "blas"),
     work=lambda p: 2.0 * p["rows"] * p["k"] * p["n"]))
+
+
+CHANNELS = (32, 64, 128, 256)
+PLANES = (7, 14, 28, 56)
+
+
+def _chan_class(c: float) -> int:
+    return CHANNELS[0 if c <= 48 else 1 if c <= 96 else 2 if c <= 192 else 3]
+
+
+def _plane_class(s: int) -> int:
+    return PLANES[0 if s <= 10 else 1 if s <= 20 else 2 if s <= 40 else 3]
+
+
+def _conv_bucket(p: dict) -> tuple:
+    return (_chan_class(math.sqrt(int(p["c"]) * int(p["m"]))),
+            _plane_class(max(int(p["oh"]), int(p["ow"]))))
+
+
+def _conv_grid() -> list:
+    return [(c, s) for c in CHANNELS for s in PLANES]
+
+
+def _conv_problem(key: tuple) -> dict:
+    c, s = key
+    return {"c": c, "m": c, "oh": s, "ow": s, "dtype": "float32"}
+
+
+def _conv_default(p: dict) -> str:
+    from .kernels.cpu.winograd import winograd_wins
+    return "winograd" if winograd_wins(int(p["c"]), int(p["m"]), int(p["oh"]), int(p["ow"])) \
+        else "direct"
+
+
+def _conv_applies(p: dict) -> bool:
+    return p.get("dtype", "float32") == "float32"
+
+
+def _prepare_conv(which: str):
+    def prepare(p: dict):
+        from onnx import TensorProto, helper, numpy_helper
+        from .runtime import compile as jit_compile
+        c, m, oh, ow = int(p["c"]), int(p["m"]), int(p["oh"]), int(p["ow"])
+        rng = np.random.default_rng(0)
+        w = (rng.standard_normal((m, c, 3, 3)) / (3 * c) ** 0.5).astype(np.float32)
+        b = rng.standard_normal(m).astype(np.float32)
+        g = helper.make_graph(
+            [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])], "conv",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, oh, ow])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+            [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        feeds = {"x": rng.standard_normal((1, c, oh, ow)).astype(np.float32)}
+        with force("conv.winograd", which):
+            cm = jit_compile(model, threads=1, tiered=False)
+            cm.run(None, feeds)           # plans (lowers) and compiles here, inside force
+        return lambda: cm.run(None, feeds)
+    return prepare
+
+
+CONV_WINOGRAD = register(Choice(
+    name="conv.winograd",
+    doc="group-1 3x3 stride-1 float32 convolutions over constant weights: Winograd, or the "
+        "lowering's other paths (im2col, implicit gemms, channels-last)",
+    candidates=(Candidate("winograd", _conv_applies, _prepare_conv("winograd")),
+                Candidate("direct", _conv_applies, _prepare_conv("direct"))),
+    bucket=_conv_bucket, grid=_conv_grid, problem=_conv_problem, default=_conv_default,
+    modules=("winograd", "conv", "conv_cvec", "conv_implicit", "conv_nhwc", "gemm", "sgemm"),
+    work=lambda p: 2.0 * p["c"] * p["m"] * 9 * p["oh"] * p["ow"]))

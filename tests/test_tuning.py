@@ -267,3 +267,58 @@ def test_activation_decisions_reach_the_kernels(tune_dir):
         assert (flags >= 0).all()
     finally:
         tunables.set_values(0, saved)
+
+
+def _conv_model(c=32, size=14):
+    rng = np.random.default_rng(1)
+    w = (rng.standard_normal((c, c, 3, 3)) / (3 * c) ** 0.5).astype(np.float32)
+    return make_model([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+                      [("x", F32, [1, c, size, size])], [("y", F32, None)], {"w": w})
+
+
+@pytest.mark.parametrize("which", ["winograd", "direct"])
+def test_forced_and_calibrated_convolution_path(tune_dir, which):
+    """conv.winograd, a choice the lowering makes: forced (as calibration times it) or
+    calibrated, the generated driver calls Winograd or not, and the output is right."""
+    from jitort.tuning_choices import CONV_WINOGRAD
+    m = _conv_model()
+    x = np.random.default_rng(0).standard_normal((1, 32, 14, 14)).astype(np.float32)
+    want = run_reference(m, {"x": x})[0]
+    with tuning.force("conv.winograd", which):
+        cm = jitort.compile(m, threads=1)
+        np.testing.assert_allclose(cm(x)[0], want, rtol=1e-4, atol=1e-4)
+    assert ("_wino.conv3x3_winograd" in _generated(cm)) == (which == "winograd")
+    assert "conv.winograd" not in tuning._forced
+    key = CONV_WINOGRAD.bucket({"c": 32, "m": 32, "oh": 14, "ow": 14})
+    doc = {"format": tuning.FORMAT, "machine": tuning.machine(), "written": 0, "choices": {
+        "conv.winograd": {"library": tuning.library_hash(CONV_WINOGRAD), "demoted": [],
+                          "buckets": {tuning._bucket_text(key): {
+                              "pick": which, "times": {"winograd": 1, "direct": 1}}}}}}
+    p = tuning.decisions_path()
+    p.parent.mkdir(parents=True)
+    p.write_text(json.dumps(doc))
+    cm2 = jitort.compile(m, threads=1)
+    np.testing.assert_allclose(cm2(x)[0], want, rtol=1e-4, atol=1e-4)
+    assert ("_wino.conv3x3_winograd" in _generated(cm2)) == (which == "winograd")
+
+
+def test_conv_choice_measures_both_paths(tune_dir, monkeypatch):
+    """Calibrating conv.winograd compiles the one-Conv model each way and times it."""
+    import dataclasses
+    from jitort.tuning_choices import CONV_WINOGRAD
+    small = dataclasses.replace(CONV_WINOGRAD, grid=lambda: [(32, 14)])
+    monkeypatch.setitem(tuning.CHOICES, "conv.winograd", small)
+    monkeypatch.setenv("JITORT_TUNE_SLOW", "winograd:20")
+    got = tuning.tune(only=["conv.winograd"], progress=False)["conv.winograd"]
+    (b,) = got["buckets"].values()
+    assert set(b["times"]) == {"winograd", "direct"} and b["pick"] == "direct"
+
+
+def test_budget_cut_runs_add_up(tune_dir, small_grid):
+    """A run with no budget measures nothing new; the next one measures the buckets never
+    measured first."""
+    first = tuning.tune(only=["gemm.weights"], progress=False, budget_s=0)["gemm.weights"]
+    assert first["buckets"] == {}
+    got = tuning.tune(only=["gemm.weights"], progress=False)["gemm.weights"]
+    assert len(got["buckets"]) == len(SMALL_GRID)
+    assert all("at" in b for b in got["buckets"].values())

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ... import tuning
 from ...ir import Node
 from ..registry import Unlowerable, lowering
 from ..symbolic import concrete
@@ -39,9 +40,10 @@ def _conv_geometry(em, n: Node):
 
 def _use_winograd(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, group) -> int:
     """Winograd's output tile (2 or 4) for a 3x3 stride-1 convolution with constant weights on
-    a plane where it wins (``kernels.cpu.winograd.winograd_wins`` / ``winograd_tile``; grouped:
-    per group, and ``winograd_grouped_wins``, the rule ``python
-    scripts/sweep_winograd_grouped.py`` measures), else 0.
+    a plane where it wins (group 1: ``jitort.tuning``'s ``conv.winograd``, calibrated on this
+    machine, else ``kernels.cpu.winograd.winograd_wins``; ``winograd_tile``; grouped: per
+    group, and ``winograd_grouped_wins``, the rule ``python scripts/sweep_winograd_grouped.py``
+    measures), else 0.
     Decided once per node from the first shape, not guarded: the generated text must not
     change with the shapes (the kernel is correct for every shape, only its speed depends on
     them)."""
@@ -54,8 +56,12 @@ def _use_winograd(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, group) -> i
         dims = [c // group, m // group, concrete(ys4[2]), concrete(ys4[3])]
         ok = (w.is_const and tuple(ws4[2:]) == (3, 3) and list(strides) == [1, 1]
               and list(dil) == [1, 1] and c % group == 0 and m % group == 0
-              and np.dtype(w.dtype) in (np.float32, np.float64) and winograd_wins(*dims)
-              and (group == 1 or winograd_grouped_wins(*dims)))
+              and np.dtype(w.dtype) in (np.float32, np.float64))
+        if ok and group == 1:   # measured on this machine where calibrated (jitort.tuning)
+            ok = tuning.choose("conv.winograd", c=c, m=m, oh=dims[2], ow=dims[3],
+                               dtype=str(np.dtype(w.dtype))) == "winograd"
+        elif ok:
+            ok = winograd_wins(*dims) and winograd_grouped_wins(*dims)
         em.memo[key] = winograd_tile(*dims) if ok else 0
     return em.memo[key]
 
