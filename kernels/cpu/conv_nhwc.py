@@ -32,7 +32,7 @@ from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
 from .epilogue import act_row
-from .gemm import eptr, next_task, num_threads, scratch_workers, xgemm
+from .gemm import eptr, next_task, num_threads, pgemm, scratch_workers
 from .mathfn import wide_vectors
 from .qgemm import masked_load, masked_store, splat
 from .sync import next_affine
@@ -59,6 +59,8 @@ _PAR_MIN_FLOPS = 1 << 20
 _PAR_MIN_DW_TILES = 1 << 19
 # pointwise: output elements per row block (256 KB of float32: the epilogue pass stays in L2)
 _PW_BLOCK_ELEMS = 1 << 16
+#: pixel blocks of at most this many rows stream the weights instead of calling a gemm
+_PW_STREAM_ROWS = 4
 
 
 #: pixels per register tile of ``_dw_tile`` (at most) and the kernel widths it has code for
@@ -765,10 +767,26 @@ def _pw_task(t, rb, x, w, b, res, out, has_bias, has_res, act, aa, ab):
                     for m in range(m_n):
                         oq[m] += b[m]
     else:
-        st = xgemm(0, 0, p1 - p0, m_n, c_n, 1.0, x, p0 * c_n, c_n, w, 0, m_n, beta, out,
-                   p0 * m_n, m_n)
-        if st != 0:
-            raise RuntimeError("BLAS gemm failed")
+        if p1 - p0 <= _PW_STREAM_ROWS:
+            # a few pixels (a batch-1 fully connected layer as a 1x1 convolution): stream the
+            # weights once, row by row, into the block's output rows (a gemm packs them all
+            # first: 1x960 @ 960x1280 took 480 us that way)
+            if not has_res:
+                for q in range(nel):
+                    o[q] = 0
+            xp = eptr(x, p0 * c_n)
+            for c in range(c_n):
+                wr = eptr(w, c * m_n)
+                for p in range(p1 - p0):
+                    xv = xp[p * c_n + c]
+                    oq = eptr(out, (p0 + p) * m_n)
+                    for m in range(m_n):
+                        oq[m] += xv * wr[m]
+        else:
+            st = pgemm(0, 0, p1 - p0, m_n, c_n, 1.0, x, p0 * c_n, c_n, w, 0, m_n, beta, out,
+                       p0 * m_n, m_n)
+            if st != 0:
+                raise RuntimeError("BLAS gemm failed")
         if has_bias and not has_res:
             for p in range(p1 - p0):
                 oq = eptr(out, (p0 + p) * m_n)

@@ -371,6 +371,16 @@ def _ogemm_impl(ta, tb, m, n, k, alpha, a, aoff, lda, b, boff, ldb, beta, c, cof
     return impl
 
 
+@njit(inline='always')
+def pgemm(ta, tb, m, n, k, alpha, a, aoff, lda, b, boff, ldb, beta, c, coff, ldc):
+    """``xgemm``'s contract for a product computed per call: on jitort's gemm (``ogemm``)
+    where ``_own_per_call`` says so for its shape (B untransposed; calibrated per machine),
+    else on the BLAS. Returns 0."""
+    if tb == 0 and _own_per_call(m, k, n):
+        return ogemm(ta, tb, m, n, k, alpha, a, aoff, lda, b, boff, ldb, beta, c, coff, ldc)
+    return xgemm(ta, tb, m, n, k, alpha, a, aoff, lda, b, boff, ldb, beta, c, coff, ldc)
+
+
 def _packed_block(m, n, k, alpha, a, aoff, ars, aks, bp, p0, beta, c, coff, ldc):
     """``sgemm.sgemm_packed`` for float32 operands; a no-op for others (prepacked weights
     exist only for float32: see ``_mm_run``)."""

@@ -173,3 +173,32 @@ def test_dwconv_staged_without_bias():
     want = _reference(x.transpose(0, 2, 3, 1), wo.transpose(2, 3, 1, 0), 0.0, None, 1, 1, 1, 1,
                       10, 10).transpose(0, 3, 1, 2)
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize('dtype', [np.float32, np.float64])
+@pytest.mark.parametrize('case', [
+    # n, h, w, c, m, bias, residual, act
+    (1, 1, 1, 96, 1280, True, False, 1),    # a batch-1 classifier head: weights streamed
+    (1, 2, 2, 40, 33, True, True, 0),       # 4 pixels, residual
+    (3, 1, 1, 17, 50, False, False, 1),     # 3 images of one pixel, no bias
+    (1, 3, 3, 24, 40, True, True, 1),       # 9 pixels: the gemm path
+    (2, 7, 7, 64, 256, True, False, 0),     # 98 pixels in blocks
+])
+def test_pointwise_nhwc_against_numpy(dtype, case):
+    """pwconv_nhwc: blocks of at most _PW_STREAM_ROWS pixels stream the weights, bigger ones
+    take the gemm; bias, residual (onto which the product accumulates) and Relu."""
+    n, h, wd, c, m, bias, residual, act = case
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((n, h, wd, c)).astype(dtype)
+    w = (rng.standard_normal((1, 1, c, m)) / c ** 0.5).astype(dtype)
+    b = rng.standard_normal(m).astype(dtype) if bias else np.zeros(m, dtype)
+    res = rng.standard_normal((n, h, wd, m)).astype(dtype) if residual else None
+    out = np.empty((n, h, wd, m), dtype)
+    CN.pwconv_nhwc(x, w, b, res if residual else out, out, bias, residual, act, 0.0, 0.0)
+    want = x.astype(np.float64) @ w[0, 0].astype(np.float64) + b
+    if residual:
+        want = want + res
+    if act == 1:
+        want = np.maximum(want, 0)
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(out, want, rtol=tol, atol=tol)
