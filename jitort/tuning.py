@@ -463,7 +463,8 @@ _started = False
 
 
 def ensure_background() -> None:
-    """Start ``jitort tune --background`` once per machine when no decisions exist yet: a
+    """Start ``jitort tune --background`` when a choice has no decisions for this machine and
+    these kernel sources (first use, or an update that changed a kernel a choice measured): a
     detached process at the lowest priority; models compiled meanwhile use the default rules,
     those compiled after it wrote the file its decisions. Never blocks or fails a caller."""
     global _started
@@ -472,8 +473,8 @@ def ensure_background() -> None:
     _started = True
     try:
         path = decisions_path()
-        if path.exists():
-            return
+        if path.exists() and all(name in load(path) for name in CHOICES):
+            return        # every choice calibrated here, on these kernel sources
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = path.with_suffix(".running")
         try:

@@ -191,11 +191,26 @@ def test_first_use_starts_one_background_calibration(tune_dir, monkeypatch):
     assert cmd[1:] == ["-m", "jitort", "tune", "--background", "--quiet"]
     assert kw["start_new_session"] and kw["stdin"] == subprocess.DEVNULL
     assert tuning.decisions_path().with_suffix(".running").exists()
-    # a machine with decisions starts none
+    # while that one runs (its lock is fresh) no other starts
+    monkeypatch.setattr(tuning, "_started", False)
+    tuning.ensure_background()
+    assert len(started) == 1
+    # it ended, leaving decisions for some choices only (or a kernel a choice measured
+    # changed since): another one starts
+    tuning.decisions_path().with_suffix(".running").unlink()
     monkeypatch.setattr(tuning, "_started", False)
     _write(tuning.decisions_path(), {})
     tuning.ensure_background()
-    assert len(started) == 1
+    assert len(started) == 2
+    # a machine with decisions for every choice starts none
+    monkeypatch.setattr(tuning, "_started", False)
+    doc = json.loads(tuning.decisions_path().read_text())
+    for name, choice in tuning.CHOICES.items():
+        doc["choices"][name] = {"library": tuning.library_hash(choice), "demoted": [],
+                                "buckets": {}}
+    tuning.decisions_path().write_text(json.dumps(doc))
+    tuning.ensure_background()
+    assert len(started) == 2
 
 
 def test_cli_tune_show(tune_dir):
