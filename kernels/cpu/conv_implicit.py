@@ -28,16 +28,37 @@ from .epilogue import act_row
 from .gemm import eptr, next_task, num_threads
 from .phases import phase_planes
 from .ptr import outlined
-from .qgemm import MR, NR, NV, _ptr, copy_short, emit_tile, splat
+from .qgemm import MR, NR, _ptr, copy_short, emit_tile, offset_vecs, splat
 
 _FM = {'reassoc', 'contract', 'arcp'}
+
+
+def ftile_off_function(module: ir.Module) -> ir.Function:
+    """``_ftile_off``'s loop as a function of its own in ``module`` (``ptr.outlined``):
+    ``void(<16 x float>* c, float* p, i64 kq, i64* offs, float* v, float* bias)``: MR x NR
+    float32 accumulators starting from the bias, step q's vectors at element offs[q] of v."""
+    i64, f32 = ir.IntType(64), ir.FloatType()
+    v16, fp = ir.VectorType(f32, 16), f32.as_pointer()
+
+    def emit(b, fargs):
+        cb, pb, kq64, ob, vb, bb = fargs
+        fma = cgutils.get_or_insert_function(b.module, ir.FunctionType(v16, [v16] * 3),
+                                             "llvm.fma.v16f32")
+
+        def init(r):
+            return splat(b, b.load(b.gep(bb, [ir.Constant(i64, r)])), 16)
+        emit_tile(b, cb, pb, kq64, [(ob, ir.Constant(i64, 1))],
+                  lambda cur: offset_vecs(b, vb, cur, v16, 4), f32,
+                  lambda acc, bc, vec: b.call(fma, [bc, vec, acc]), init)
+    return outlined(module, "jitort.conv_implicit.ftile_off",
+                    [v16.as_pointer(), fp, i64, i64.as_pointer(), fp, fp], emit)
 
 
 @intrinsic
 def _ftile_off(typingctx, c, coff, pp, poff, pv, voff, offs, kq, bias, boff):
     """c[coff : coff + MR*NR] (float32, row-major MR x NR) = bias[boff + r] + the sum over
     kq >= 1 steps q of pp[poff + q*MR + r] * pv[voff + offs[q] : + NR] (float32 arrays, offs
-    int64 elements)."""
+    int64 elements). Calls ``ftile_off_function``."""
     f32t = types.float32
     if not all(isinstance(a, types.Array) and a.dtype == f32t for a in (c, pp, pv, bias)):
         return None
@@ -45,35 +66,14 @@ def _ftile_off(typingctx, c, coff, pp, poff, pv, voff, offs, kq, bias, boff):
 
     def codegen(context, builder, sig, args):
         c_, coff_, pp_, poff_, pv_, voff_, offs_, kq_, b_, boff_ = args
-        i64 = ir.IntType(64)
-        f32 = ir.FloatType()
-        v16 = ir.VectorType(f32, 16)
-        vbase = _ptr(context, builder, sig.args[4], pv_, voff_, f32)
-        obase = _ptr(context, builder, sig.args[6], offs_, ir.Constant(i64, 0), i64)
-        bbase = _ptr(context, builder, sig.args[8], b_, boff_, f32)
-        fp = f32.as_pointer()
-
-        def emit(b, fargs):
-            cb, pb, kq64, ob, vb, bb = fargs
-            fma = cgutils.get_or_insert_function(b.module, ir.FunctionType(v16, [v16] * 3),
-                                                 "llvm.fma.v16f32")
-
-            def load_vecs(cur):
-                row = b.bitcast(b.gep(vb, [b.load(cur[0])]), v16.as_pointer())
-                return [b.load(b.gep(row, [ir.Constant(i64, v)]), align=4) for v in range(NV)]
-
-            def step(acc, bc, vec):
-                return b.call(fma, [bc, vec, acc])
-
-            def init(r):
-                return splat(b, b.load(b.gep(bb, [ir.Constant(i64, r)])), 16)
-            emit_tile(b, cb, pb, kq64, [(ob, ir.Constant(i64, 1))], load_vecs, f32, step, init)
-        fn = outlined(builder.module, "jitort.conv_implicit.ftile_off",
-                      [v16.as_pointer(), fp, i64, i64.as_pointer(), fp, fp], emit)
-        builder.call(fn, [_ptr(context, builder, sig.args[0], c_, coff_, v16),
-                          _ptr(context, builder, sig.args[2], pp_, poff_, f32),
-                          context.cast(builder, kq_, sig.args[7], types.int64), obase, vbase,
-                          bbase])
+        i64, f32 = ir.IntType(64), ir.FloatType()
+        builder.call(ftile_off_function(builder.module),
+                     [_ptr(context, builder, sig.args[0], c_, coff_, ir.VectorType(f32, 16)),
+                      _ptr(context, builder, sig.args[2], pp_, poff_, f32),
+                      context.cast(builder, kq_, sig.args[7], types.int64),
+                      _ptr(context, builder, sig.args[6], offs_, ir.Constant(i64, 0), i64),
+                      _ptr(context, builder, sig.args[4], pv_, voff_, f32),
+                      _ptr(context, builder, sig.args[8], b_, boff_, f32)])
         return context.get_dummy_value()
     return sig, codegen
 

@@ -82,18 +82,59 @@ def emit_tile(builder, cbase, pbase, kq64, vstreams, load_vecs, lane, step, init
         builder.store(n, builder.gep(cbase, [ir.Constant(i64, j)]), align=4)
 
 
-def _emit_tile(context, builder, cbase, pbase, kq64, vstreams, load_vecs, p_is_u8):
+def offset_vecs(builder, base, cur, vt, align):
+    """The NV vectors (type ``vt``) at ``base`` plus the element offset the table pointer
+    ``cur[0]`` points at: V read in place at one offset per step (``tile_off_function``,
+    ``conv_implicit.ftile_off_function``)."""
+    i64 = ir.IntType(64)
+    row = builder.bitcast(builder.gep(base, [builder.load(cur[0])]), vt.as_pointer())
+    return [builder.load(builder.gep(row, [ir.Constant(i64, v)]), align=align)
+            for v in range(NV)]
+
+
+def _emit_tile(builder, cbase, pbase, kq64, vstreams, load_vecs, p_is_u8):
     """``emit_tile`` on packed bytes: steps of 4 byte products summed by ``vpdpbusd``."""
     def step(acc, bc, vec):
         return _dpbusd(builder, acc, bc, vec) if p_is_u8 else _dpbusd(builder, acc, vec, bc)
     emit_tile(builder, cbase, pbase, kq64, vstreams, load_vecs, ir.IntType(32), step)
 
 
+_V16 = ir.VectorType(ir.IntType(32), 16)
+_I64 = ir.IntType(64)
+
+
+def tile_function(module: ir.Module, p_is_u8: bool) -> ir.Function:
+    """``_tile``'s loop as a function of its own in ``module`` (``ptr.outlined``):
+    ``void(<16 x i32>* c, i32* p, i64 kq, <16 x i32>* v)``, V packed ([kq][NR][4] bytes)."""
+    def emit(b, fargs):
+        cbase, pbase, kq64, vb = fargs
+
+        def load_vecs(cur):
+            return [b.load(b.gep(cur[0], [ir.Constant(_I64, v)]), align=1) for v in range(NV)]
+        _emit_tile(b, cbase, pbase, kq64, [(vb, ir.Constant(_I64, NV))], load_vecs, p_is_u8)
+    return outlined(module, f"jitort.qgemm.tile.{int(p_is_u8)}",
+                    [_V16.as_pointer(), ir.IntType(32).as_pointer(), _I64, _V16.as_pointer()],
+                    emit)
+
+
+def tile_off_function(module: ir.Module) -> ir.Function:
+    """``_tile_off``'s loop as a function of its own in ``module``: ``void(<16 x i32>* c,
+    i32* p, i64 kq, i64* offs, i8* v)``, step q's vectors at byte ``offs[q]`` of v."""
+    def emit(b, fargs):
+        cbase, pbase, kq64, ob, vb = fargs
+        _emit_tile(b, cbase, pbase, kq64, [(ob, ir.Constant(_I64, 1))],
+                   lambda cur: offset_vecs(b, vb, cur, _V16, 1), False)
+    return outlined(module, "jitort.qgemm.tile_off",
+                    [_V16.as_pointer(), ir.IntType(32).as_pointer(), _I64,
+                     _I64.as_pointer(), ir.IntType(8).as_pointer()], emit)
+
+
 @intrinsic
 def _tile(typingctx, c, coff, pp, poff, pv, voff, kq, bcast_u8):
     """c[coff : coff + MR*NR] (int32, row-major MR x NR) = the tile's S over kq >= 1 steps of
     4: pp[poff:] packed P ([kq][MR][4] bytes), pv[voff:] packed V ([kq][NR][4]). When
-    ``bcast_u8`` (a literal) P holds the unsigned bytes, else V does."""
+    ``bcast_u8`` (a literal) P holds the unsigned bytes, else V does. Calls
+    ``tile_function``."""
     if not isinstance(bcast_u8, types.BooleanLiteral):
         return None
     p_is_u8 = bcast_u8.literal_value
@@ -101,25 +142,11 @@ def _tile(typingctx, c, coff, pp, poff, pv, voff, kq, bcast_u8):
 
     def codegen(context, builder, sig, args):
         c_, coff_, pp_, poff_, pv_, voff_, kq_, _ = args
-        i64 = ir.IntType(64)
-        v16 = ir.VectorType(ir.IntType(32), 16)
-        vbase = _ptr(context, builder, sig.args[4], pv_, voff_, v16)
-
-        i32p = ir.IntType(32).as_pointer()
-
-        def emit(b, fargs):
-            cbase, pbase, kq64, vb = fargs
-
-            def load_vecs(cur):
-                return [b.load(b.gep(cur[0], [ir.Constant(i64, v)]), align=1)
-                        for v in range(NV)]
-            _emit_tile(context, b, cbase, pbase, kq64, [(vb, ir.Constant(i64, NV))], load_vecs,
-                       p_is_u8)
-        fn = outlined(builder.module, f"jitort.qgemm.tile.{int(p_is_u8)}",
-                      [v16.as_pointer(), i32p, i64, v16.as_pointer()], emit)
-        builder.call(fn, [_ptr(context, builder, sig.args[0], c_, coff_, v16),
-                          _ptr(context, builder, sig.args[2], pp_, poff_, ir.IntType(32)),
-                          context.cast(builder, kq_, sig.args[6], types.int64), vbase])
+        builder.call(tile_function(builder.module, p_is_u8),
+                     [_ptr(context, builder, sig.args[0], c_, coff_, _V16),
+                      _ptr(context, builder, sig.args[2], pp_, poff_, ir.IntType(32)),
+                      context.cast(builder, kq_, sig.args[6], types.int64),
+                      _ptr(context, builder, sig.args[4], pv_, voff_, _V16)])
         return context.get_dummy_value()
     return sig, codegen
 
@@ -129,31 +156,18 @@ def _tile_off(typingctx, c, coff, pp, poff, pv, voff, offs, kq):
     """``_tile`` with V read in place: step q's NR columns of 4 unsigned bytes are the NR*4
     bytes at pv[voff + offs[q]:] (offs: int64 byte offsets, one per step), P ([kq][MR][4]
     signed bytes at pp[poff:]) as in ``_tile``. A convolution's channel-interleaved padded
-    input is such a V, with one offset per (4 channels, tap) step: no im2col copy."""
+    input is such a V, with one offset per (4 channels, tap) step: no im2col copy. Calls
+    ``tile_off_function``."""
     sig = types.void(c, coff, pp, poff, pv, voff, offs, kq)
 
     def codegen(context, builder, sig, args):
         c_, coff_, pp_, poff_, pv_, voff_, offs_, kq_ = args
-        i64 = ir.IntType(64)
-        v16 = ir.VectorType(ir.IntType(32), 16)
-        vbase = _ptr(context, builder, sig.args[4], pv_, voff_, ir.IntType(8))
-        obase = _ptr(context, builder, sig.args[6], offs_, ir.Constant(i64, 0), i64)
-
-        i32p, i8p = ir.IntType(32).as_pointer(), ir.IntType(8).as_pointer()
-
-        def emit(b, fargs):
-            cbase, pbase, kq64, ob, vb = fargs
-
-            def load_vecs(cur):
-                row = b.bitcast(b.gep(vb, [b.load(cur[0])]), v16.as_pointer())
-                return [b.load(b.gep(row, [ir.Constant(i64, v)]), align=1) for v in range(NV)]
-            _emit_tile(context, b, cbase, pbase, kq64, [(ob, ir.Constant(i64, 1))], load_vecs,
-                       False)
-        fn = outlined(builder.module, "jitort.qgemm.tile_off",
-                      [v16.as_pointer(), i32p, i64, i64.as_pointer(), i8p], emit)
-        builder.call(fn, [_ptr(context, builder, sig.args[0], c_, coff_, v16),
-                          _ptr(context, builder, sig.args[2], pp_, poff_, ir.IntType(32)),
-                          context.cast(builder, kq_, sig.args[7], types.int64), obase, vbase])
+        builder.call(tile_off_function(builder.module),
+                     [_ptr(context, builder, sig.args[0], c_, coff_, _V16),
+                      _ptr(context, builder, sig.args[2], pp_, poff_, ir.IntType(32)),
+                      context.cast(builder, kq_, sig.args[7], types.int64),
+                      _ptr(context, builder, sig.args[6], offs_, ir.Constant(_I64, 0), _I64),
+                      _ptr(context, builder, sig.args[4], pv_, voff_, ir.IntType(8))])
         return context.get_dummy_value()
     return sig, codegen
 

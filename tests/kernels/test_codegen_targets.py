@@ -14,9 +14,9 @@ these tests keep them that way for every target, whatever CPU runs the suite, an
 ``_rows``-like caller) to show that they would see it.
 
 Tiles covered: ``sgemm.tile_function`` (AVX-512: 16 lanes x 4 vectors; AVX2: 8 x 2), the
-float implicit-convolution tile of ``conv_implicit._ftile_off`` and the integer tiles of
-``qgemm._tile`` / ``_tile_off`` (both AVX-512 only, built here the way those intrinsics
-build them: ``qgemm.emit_tile`` in a ``ptr.outlined`` function). The integer tile uses
+float implicit-convolution tile (``conv_implicit.ftile_off_function``) and the integer tiles
+(``qgemm.tile_function`` / ``tile_off_function``), both AVX-512 only: the functions the
+kernels' intrinsics call, built here for each target. The integer tile uses
 ``vpdpbusd`` on VNNI targets and the portable widened-product form elsewhere (``qgemm.
 _dpbusd`` reads ``qgemm.HAS_VNNI``, set per target here).
 """
@@ -26,10 +26,8 @@ from collections import Counter
 import llvmlite.binding as ll
 import pytest
 from llvmlite import ir
-from numba.core import cgutils
 
-from jitort.kernels.cpu import qgemm, sgemm
-from jitort.kernels.cpu.ptr import outlined, splat
+from jitort.kernels.cpu import conv_implicit, qgemm, sgemm
 
 #: LLVM CPU names, by the widest vector registers their feature sets (derived by LLVM from
 #: the name alone: features="") give; VNNI: AVX512-VNNI among them
@@ -47,7 +45,6 @@ ll.initialize_all_asmprinters()
 
 I64 = ir.IntType(64)
 F32 = ir.FloatType()
-I32 = ir.IntType(32)
 
 
 def _shape(cpu):
@@ -104,29 +101,7 @@ def ftile_off_module():
     """``conv_implicit._ftile_off``'s function: 6 x 64 float32 accumulators from the bias,
     a weight broadcast per row and step, 4 vectors at a per-step offset from a table."""
     module = ir.Module("ftile_off")
-    v16 = ir.VectorType(F32, 16)
-    fp = F32.as_pointer()
-
-    def emit(b, fargs):
-        cb, pb, kq64, ob, vb, bb = fargs
-        fma = cgutils.get_or_insert_function(b.module, ir.FunctionType(v16, [v16] * 3),
-                                             "llvm.fma.v16f32")
-
-        def load_vecs(cur):
-            row = b.bitcast(b.gep(vb, [b.load(cur[0])]), v16.as_pointer())
-            return [b.load(b.gep(row, [ir.Constant(I64, v)]), align=4)
-                    for v in range(qgemm.NV)]
-
-        def step(acc, bc, vec):
-            return b.call(fma, [bc, vec, acc])
-
-        def init(r):
-            return splat(b, b.load(b.gep(bb, [ir.Constant(I64, r)])), 16)
-        qgemm.emit_tile(b, cb, pb, kq64, [(ob, ir.Constant(I64, 1))], load_vecs, F32, step,
-                        init)
-    fn = outlined(module, "jitort.conv_implicit.ftile_off",
-                  [v16.as_pointer(), fp, I64, I64.as_pointer(), fp, fp], emit)
-    return _export(module, fn)
+    return _export(module, conv_implicit.ftile_off_function(module))
 
 
 def qtile_module(off, p_is_u8=False):
@@ -134,32 +109,7 @@ def qtile_module(off, p_is_u8=False):
     at a per-step byte offset from a table): 6 x 64 int32 accumulators, ``qgemm._dpbusd``
     steps (``vpdpbusd`` where ``qgemm.HAS_VNNI``, else its portable form)."""
     module = ir.Module("qtile")
-    v16 = ir.VectorType(I32, 16)
-    i32p, i8p = I32.as_pointer(), ir.IntType(8).as_pointer()
-
-    def emit(b, fargs):
-        if off:
-            cbase, pbase, kq64, ob, vb = fargs
-
-            def load_vecs(cur):
-                row = b.bitcast(b.gep(vb, [b.load(cur[0])]), v16.as_pointer())
-                return [b.load(b.gep(row, [ir.Constant(I64, v)]), align=1)
-                        for v in range(qgemm.NV)]
-            streams = [(ob, ir.Constant(I64, 1))]
-        else:
-            cbase, pbase, kq64, vb = fargs
-
-            def load_vecs(cur):
-                return [b.load(b.gep(cur[0], [ir.Constant(I64, v)]), align=1)
-                        for v in range(qgemm.NV)]
-            streams = [(vb, ir.Constant(I64, qgemm.NV))]
-        qgemm._emit_tile(None, b, cbase, pbase, kq64, streams, load_vecs, p_is_u8)
-    if off:
-        fn = outlined(module, "jitort.qgemm.tile_off",
-                      [v16.as_pointer(), i32p, I64, I64.as_pointer(), i8p], emit)
-    else:
-        fn = outlined(module, f"jitort.qgemm.tile.{int(p_is_u8)}",
-                      [v16.as_pointer(), i32p, I64, v16.as_pointer()], emit)
+    fn = qgemm.tile_off_function(module) if off else qgemm.tile_function(module, p_is_u8)
     return _export(module, fn)
 
 
