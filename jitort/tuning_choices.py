@@ -35,32 +35,37 @@ import numpy as np
 
 from .tuning import Candidate, Choice, choose, force, register
 
-ROWS = (1, 4, 16, 64, 256)          # representative rows of the row classes
-DIMS = (64, 256, 1024, 4096)        # representative K / N of their classes
+ROWS = (1, 4, 16, 64, 256)          # representative rows of kernels.cpu.tunables' row classes
+DIMS = (64, 256, 1024, 4096)        # representative K / N of its dimension classes
 PACKED_MIN_MACS = 1 << 17
 
 
-def _row_class(rows: int) -> int:
-    return ROWS[0 if rows <= 1 else 1 if rows < 8 else 2 if rows < 32 else 3 if rows < 128
-                else 4]
+def _act_bucket(p: dict) -> tuple:
+    from .kernels.cpu import tunables   # the classes the compiled kernels bucket by
+    return (ROWS[tunables.row_class.py_func(int(p["rows"]))],
+            DIMS[tunables.dim_class.py_func(int(p["k"]))],
+            DIMS[tunables.dim_class.py_func(int(p["n"]))])
 
 
-def _dim_class(d: int) -> int:
-    return DIMS[0 if d <= 128 else 1 if d <= 512 else 2 if d <= 2048 else 3]
+def _act_grid() -> list:
+    return [(r, k, n) for r in ROWS for k in DIMS for n in DIMS]
+
+
+def _act_problem(key: tuple) -> dict:
+    r, k, n = key
+    return {"rows": r, "k": k, "n": n, "dtype": "float32"}
 
 
 def _gemm_bucket(p: dict) -> tuple:
-    return (_row_class(int(p["rows"])), _dim_class(int(p["k"])), _dim_class(int(p["n"])),
-            int(bool(p.get("trans"))))
+    return _act_bucket(p) + (int(bool(p.get("trans"))),)
 
 
 def _gemm_grid() -> list:
-    return [(r, k, n, t) for t in (0, 1) for r in ROWS for k in DIMS for n in DIMS]
+    return [key + (t,) for t in (0, 1) for key in _act_grid()]
 
 
 def _gemm_problem(key: tuple) -> dict:
-    r, k, n, t = key
-    return {"rows": r, "k": k, "n": n, "trans": bool(t), "dtype": "float32"}
+    return dict(_act_problem(key[:3]), trans=bool(key[3]))
 
 
 def _gemm_default(p: dict) -> str:
@@ -107,25 +112,11 @@ def _prepare_unpacked(p: dict):
     return lambda: gemm.matmul3d(a3, w3, y3)
 
 
-OWN_MIN_ROWS, OWN_MAX_ROWS, OWN_MIN_KN = 32, 256, 48 * 1024
-
-
-def _act_grid() -> list:
-    return [(r, k, n) for r in ROWS for k in DIMS for n in DIMS]
-
-
-def _act_problem(key: tuple) -> dict:
-    r, k, n = key
-    return {"rows": r, "k": k, "n": n, "dtype": "float32"}
-
-
-def _act_bucket(p: dict) -> tuple:
-    return (_row_class(int(p["rows"])), _dim_class(int(p["k"])), _dim_class(int(p["n"])))
-
-
 def _act_default(p: dict) -> str:
+    from .kernels.cpu import gemm      # the rule the kernel applies without a decision
     r, k, n = int(p["rows"]), int(p["k"]), int(p["n"])
-    return "own" if OWN_MIN_ROWS <= r <= OWN_MAX_ROWS and k * n >= OWN_MIN_KN else "blas"
+    return "own" if gemm._OWN_MIN_ROWS <= r <= gemm._OWN_MAX_ROWS and \
+        k * n >= gemm._OWN_MIN_KN else "blas"
 
 
 _per_call = {}

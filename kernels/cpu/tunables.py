@@ -69,16 +69,22 @@ def read(typingctx, slot):
 
 
 @njit(inline='always')
-def _dim_class(d):
+def row_class(rows):
+    """Index of a product's row count among the classes 1, 2-7, 8-31, 32-127, 128+."""
+    return 0 if rows <= 1 else 1 if rows < 8 else 2 if rows < 32 else 3 if rows < 128 else 4
+
+
+@njit(inline='always')
+def dim_class(d):
+    """Index of a product's K or N among the classes up to 128, 512, 2048, more."""
     return 0 if d <= 128 else 1 if d <= 512 else 2 if d <= 2048 else 3
 
 
 @njit(inline='always')
 def gemm_bucket(rows, k, n):
-    """Slot offset (from GEMM_OWN) of a product's bucket; the same classes as
-    ``jitort.tuning_choices`` (rows, K, N)."""
-    rc = 0 if rows <= 1 else 1 if rows < 8 else 2 if rows < 32 else 3 if rows < 128 else 4
-    return (rc * GEMM_DIM_CLASSES + _dim_class(k)) * GEMM_DIM_CLASSES + _dim_class(n)
+    """Slot offset (from GEMM_OWN) of a product's bucket (the classes above, which
+    ``jitort.tuning_choices`` uses too)."""
+    return (row_class(rows) * GEMM_DIM_CLASSES + dim_class(k)) * GEMM_DIM_CLASSES + dim_class(n)
 
 
 def gemm_bucket_py(rows: int, k: int, n: int) -> int:
