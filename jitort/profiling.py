@@ -255,7 +255,7 @@ def machine_peak_gflops(refresh: bool = False) -> float:
 
     A practical peak for "achieved/peak" ratios, not the theoretical FMA peak.
     """
-    key = f"{platform.machine()} {_cpu_name()} cores={os.cpu_count()} numpy={np.__version__}"
+    key = f"{platform.machine()} {cpu_name()} cores={os.cpu_count()} numpy={np.__version__}"
     path = modmgr.cache_dir() / "peak.json"
     if not refresh:
         try:
@@ -284,7 +284,8 @@ def machine_peak_gflops(refresh: bool = False) -> float:
     return gflops
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo; the platform's processor string elsewhere)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

@@ -26,6 +26,7 @@ longer picks it in buckets that were not measured -- and ``--show`` / ``jitort e
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -88,30 +89,24 @@ def register(choice: Choice) -> Choice:
 
 # --- machine identity and the decision file --------------------------------------------------
 
-def _cpuinfo_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-    return platform.processor() or platform.machine()
-
-
-def machine() -> dict:
-    """This machine's identity as calibration sees it: decisions measured under another one
-    are not applied."""
+@functools.lru_cache(maxsize=None)
+def _machine() -> dict:
     import llvmlite.binding as llb
     from .kernels.cpu import blas
+    from .profiling import cpu_name
     feats = llb.get_host_cpu_features()
     isa = sorted(k for k, v in feats.items() if v)
-    return {"vendor": blas.cpu_vendor() or "unknown", "model": _cpuinfo_model(),
+    return {"vendor": blas.cpu_vendor() or "unknown", "model": cpu_name(),
             "llvm_cpu": os.environ.get("NUMBA_CPU_NAME") or llb.get_host_cpu_name(),
             "isa": hashlib.sha256(" ".join(isa).encode()).hexdigest()[:16],
             "avx512": bool(feats.get("avx512f")), "cores": os.cpu_count() or 1,
             "blas": f"{blas.BLAS} {blas.CORE}".strip()}
+
+
+def machine() -> dict:
+    """This machine's identity as calibration sees it (decisions measured under another one
+    are not applied); computed once per process: every lowering decision asks for it."""
+    return dict(_machine())
 
 
 def machine_key(ident: dict | None = None) -> str:
@@ -141,11 +136,11 @@ _lock = threading.Lock()
 _loaded: dict = {"path": None, "stamp": None, "data": None}
 
 
-def load(path: Path | None = None, *, strict: bool = False) -> dict:
+def load(path: Path | None = None) -> dict:
     """The decisions that apply on this machine: ``{choice: entry}`` (entry: ``buckets`` ->
     {bucket text: {pick, times}}, ``demoted``). A corrupt file or another machine's is
-    ignored with a :class:`TuningWarning` (an exception when ``strict``); entries measured
-    on other kernel sources are dropped. Re-read when the file changes."""
+    ignored with a :class:`TuningWarning`; entries measured on other kernel sources are
+    dropped. Re-read when the file changes."""
     path = Path(path) if path is not None else decisions_path()
     try:
         st = path.stat()
@@ -155,16 +150,14 @@ def load(path: Path | None = None, *, strict: bool = False) -> dict:
     with _lock:
         if _loaded["path"] == str(path) and _loaded["stamp"] == stamp:
             return _loaded["data"]
-    data = _read(path, strict)
+    data = _read(path)
     with _lock:
         _loaded.update(path=str(path), stamp=stamp, data=data)
     return data
 
 
-def _read(path: Path, strict: bool) -> dict:
+def _read(path: Path) -> dict:
     def refuse(why: str) -> dict:
-        if strict:
-            raise ValueError(f"{path}: {why}")
         warnings.warn(f"jitort: ignoring the calibration file {path}: {why}", TuningWarning,
                       stacklevel=4)
         return {}
@@ -199,14 +192,19 @@ def _bucket_text(key: tuple) -> str:
     return "x".join(str(int(k)) for k in key)
 
 
+def _bucket_key(text: str) -> tuple:
+    """The inverse of ``_bucket_text``."""
+    return tuple(int(x) for x in text.split("x"))
+
+
 def apply_runtime() -> None:
     """Hand the decisions of the choices kernels make at run time to the kernels (cheap when
     nothing changed: ``load`` is cached by the file's stamp). Called by ``compile()``."""
     if not enabled():
         return
     data = load()
-    key = id(data)
-    if _applied.get("key") == key:
+    key = (_loaded["path"], _loaded["stamp"]) if data else None
+    if "key" in _applied and _applied["key"] == key:
         return
     for choice in CHOICES.values():
         if choice.apply is not None:
@@ -269,24 +267,17 @@ class force:
 
 # --- measuring ------------------------------------------------------------------------------
 
-def _calls_per_block(fn: Callable[[], object], min_time: float) -> int:
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    return max(1, int(min_time / max(time.perf_counter() - t0, 1e-7)))
-
-
-def measure_bucket(choice: Choice, key: tuple, slow: dict | None = None,
-                   min_time: float = 0.01, reps: int = 3) -> dict:
-    """{candidate: seconds per call} of every applicable candidate on the bucket's problem:
-    the best of ``reps`` blocks of at least ``min_time`` each, the candidates' blocks
-    alternating (so that a load that comes and goes -- the user's own work while a
-    background calibration runs -- falls on all of them alike). ``slow`` multiplies a
-    candidate's time (``JITORT_TUNE_SLOW=name:factor``: tests of the safety net and of
-    calibration itself)."""
-    prob = choice.problem(key)
-    fns = {c.name: c.prepare(prob) for c in choice.candidates if c.applies(prob)}
-    calls = {name: _calls_per_block(fn, min_time) for name, fn in fns.items()}
+def time_calls(fns: dict, min_time: float = 0.01, reps: int = 3) -> dict:
+    """{name: seconds per call} of the no-argument callables ``fns``: the best of ``reps``
+    blocks of at least ``min_time`` each, the callables' blocks alternating (so that a load
+    that comes and goes -- the user's own work while a background calibration runs -- falls
+    on all of them alike)."""
+    calls = {}
+    for name, fn in fns.items():
+        fn()
+        t0 = time.perf_counter()
+        fn()
+        calls[name] = max(1, int(min_time / max(time.perf_counter() - t0, 1e-7)))
     best = {name: math.inf for name in fns}
     for _ in range(reps):
         for name, fn in fns.items():
@@ -295,6 +286,15 @@ def measure_bucket(choice: Choice, key: tuple, slow: dict | None = None,
             for _ in range(n):
                 fn()
             best[name] = min(best[name], (time.perf_counter() - t0) / n)
+    return best
+
+
+def measure_bucket(choice: Choice, key: tuple, slow: dict | None = None) -> dict:
+    """{candidate: seconds per call} of every applicable candidate on the bucket's problem
+    (``time_calls``). ``slow`` multiplies a candidate's time (``JITORT_TUNE_SLOW=name:factor``:
+    tests of the safety net and of calibration itself)."""
+    prob = choice.problem(key)
+    best = time_calls({c.name: c.prepare(prob) for c in choice.candidates if c.applies(prob)})
     return {name: t * (slow or {}).get(name, 1.0) for name, t in best.items()}
 
 
@@ -371,7 +371,7 @@ def tune(only=None, budget_s: float = 55.0, progress=None, path: Path | None = N
                     "pick": min(times, key=times.get), "times": times, "at": time.time(),
                     "gflops": {c: choice.work(prob) / t / 1e9 for c, t in times.items()}}
                 if choice.apply is not None:   # later choices measure paths that use it
-                    _apply_entry(choice, {"buckets": buckets[choice.name], "demoted": []})
+                    choice.apply({choice.name: {"buckets": buckets[choice.name]}})
             for choice in choices:
                 doc_choices[choice.name] = {"library": library_hash(choice),
                                             "buckets": buckets[choice.name],
@@ -393,13 +393,6 @@ def tune(only=None, budget_s: float = 55.0, progress=None, path: Path | None = N
     tmp.write_text(json.dumps(doc, indent=1, sort_keys=True))
     os.replace(tmp, path)
     return doc_choices
-
-
-def _apply_entry(choice: Choice, entry: dict) -> None:
-    """Apply one freshly measured entry before it is persisted (``tune``)."""
-    data = dict(load() if decisions_path().exists() else {})
-    data[choice.name] = entry
-    choice.apply(data)
 
 
 def show(path: Path | None = None) -> str:
@@ -426,21 +419,16 @@ def show(path: Path | None = None) -> str:
         cands = [c.name for c in choice.candidates]
         lines.append(f"  {'bucket':<22}{'pick':>10}{'default':>10}" +
                      "".join(f"{c + ' GF/s':>14}" for c in cands))
-        for text, b in sorted(entry["buckets"].items(), key=lambda kv: _sort_key(kv[0])):
-            key = tuple(int(x) for x in text.split("x"))
-            dflt = choice.default(choice.problem(key))
+        changed = 0
+        for text, b in sorted(entry["buckets"].items(), key=lambda kv: _bucket_key(kv[0])):
+            dflt = choice.default(choice.problem(_bucket_key(text)))
+            changed += b["pick"] != dflt
             gf = b.get("gflops", {})
             lines.append(f"  {text:<22}{b['pick']:>10}{dflt:>10}" +
                          "".join(f"{gf[c]:14.1f}" if c in gf else f"{'-':>14}" for c in cands))
-        changed = sum(b["pick"] != choice.default(choice.problem(
-            tuple(int(x) for x in t.split("x")))) for t, b in entry["buckets"].items())
         lines.append(f"  {len(entry['buckets'])} buckets measured, {changed} differ from the "
                      f"default rule")
     return "\n".join(lines)
-
-
-def _sort_key(text: str):
-    return tuple(int(x) for x in text.split("x"))
 
 
 def summary_lines() -> list:

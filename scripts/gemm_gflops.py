@@ -16,7 +16,6 @@ import argparse
 import math
 import os
 import platform
-import time
 
 os.environ.setdefault("JITORT_TUNE_BACKGROUND", "0")
 
@@ -25,20 +24,6 @@ import numpy as np  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
 from jitort import tuning  # noqa: E402
-
-
-def _time(fn, reps):
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    n = max(1, int(0.02 / max(time.perf_counter() - t0, 1e-7)))
-    best = math.inf
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / n)
-    return best
 
 
 def main():
@@ -63,15 +48,13 @@ def main():
         for key in choice.grid():
             p = choice.problem(key)
             flops = choice.work(p)
-            g = {c.name: flops / _time(c.prepare(p), args.reps) / 1e9
-                 for c in choice.candidates if c.applies(p)}
+            fns = {c.name: c.prepare(p) for c in choice.candidates if c.applies(p)}
             a = np.ones((p["rows"], p["k"]), np.float32)
-            b = np.ones((p["k"], p["n"]), np.float32)
-            if p.get("trans"):
-                bt = np.ones((p["n"], p["k"]), np.float32)
-                g_np = flops / _time(lambda: a @ bt.T, args.reps) / 1e9
-            else:
-                g_np = flops / _time(lambda: a @ b, args.reps) / 1e9
+            b = np.ones((p["n"], p["k"]) if p.get("trans") else (p["k"], p["n"]), np.float32)
+            fns["numpy"] = (lambda: a @ b.T) if p.get("trans") else (lambda: a @ b)
+            g = {name: flops / t / 1e9
+                 for name, t in tuning.time_calls(fns, 0.02, args.reps).items()}
+            g_np = g.pop("numpy")
             text = tuning._bucket_text(key)
             pick = decided.get(text, {}).get("pick", "-")
             r = g[own] / g[ref]
