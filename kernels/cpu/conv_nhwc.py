@@ -769,8 +769,8 @@ def _pw_task(t, rb, x, w, b, res, out, has_bias, has_res, act, aa, ab):
     else:
         if p1 - p0 <= _PW_STREAM_ROWS:
             # a few pixels (a batch-1 fully connected layer as a 1x1 convolution): stream the
-            # weights once, row by row, into the block's output rows (a gemm packs them all
-            # first: 1x960 @ 960x1280 took 480 us that way)
+            # weights once, row by row, into the block's output rows (a gemm would pack all
+            # of them first, for a product the weights' size in memory dominates)
             if not has_res:
                 for q in range(nel):
                     o[q] = 0

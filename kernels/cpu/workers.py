@@ -367,9 +367,8 @@ def placement(n: int) -> dict:
 
     Why: after an idle gap (a server between requests, an engine alternating with another),
     Linux wakes a sleeping worker on the CPU of the thread that woke it (wake-affine), and
-    the two then share one core until the load balancer moves one: on a 2-vCPU AMD EPYC
-    (Zen 4) crnn at 2 threads took 1.9-3.0 ms per call for the first several calls after
-    60 ms idle against 1.2 back to back; bound, 1.14-1.17 from the third call."""
+    the two then share one core until the load balancer moves one, for several calls
+    (figures: docs/calibration.md)."""
     mode = os.environ.get("JITORT_PIN_WORKERS", "auto").strip().lower()
     if mode in ("0", "off", "no", "false") or n <= 0:
         return {}
