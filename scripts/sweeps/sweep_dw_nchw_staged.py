@@ -4,7 +4,7 @@ compiled twice in this process -- on the NCHW kernels and on ``conv_nhwc.dwconv_
 rule forced off / on through ``layout.staged_nchw``, which the conv lowering consults) --
 called alternately, round by round; prints staged / nchw per layer and what the rule picks.
 
-    python scripts/sweep_dw_nchw_staged.py [--threads 1] [--rounds 9] [--only "c % 16"]
+    python scripts/sweeps/sweep_dw_nchw_staged.py [--threads 1] [--rounds 9] [--only "c % 16"]
 
 Layers: 8-120 channels x (3x3 stride 1, 3x3 stride 2, 5x5 stride 1) x 28x28 / 56x56 inputs,
 with a bias, one image. The generated programs go to a temporary ``JITORT_CACHE_DIR``.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 CHANNELS = (8, 16, 24, 32, 40, 48, 64, 72, 96, 120)

@@ -9,7 +9,7 @@ alternating in one process; prints the times, split/serial, and what the rule pi
   ``_TRANSPOSE_PAR_ELEMS``): ``transpose.transpose_last2`` vs ``transpose_last2_par`` over
   (rows, columns) shapes of 24K-800K floats, NCHW <-> NHWC and K^T forms.
 
-    python scripts/sweep_split.py [--reps 5]
+    python scripts/sweeps/sweep_split.py [--reps 5]
 """
 import argparse
 

@@ -5,7 +5,7 @@ convolution (float32, batch 1, bias + Relu) timed as the implicit gemm and as im
 taps per output K = C*KH*KW and the time ratio. ``--winograd``: 3x3 stride-1 layers against
 ``winograd.conv3x3_winograd`` instead.
 
-    NUMBA_NUM_THREADS=1 python scripts/compare_conv_implicit.py [--reps 5] [--winograd]
+    NUMBA_NUM_THREADS=1 python scripts/sweeps/compare_conv_implicit.py [--reps 5] [--winograd]
 """
 import argparse
 import time

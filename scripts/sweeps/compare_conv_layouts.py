@@ -2,7 +2,7 @@
 """Channels-last vs NCHW convolution kernels on a sweep of layer shapes (the rule behind
 ``jitort/passes/layout.py``'s MAX_PLANE): kernel time alone, 1 thread, best of 5x10 calls.
 
-    NUMBA_NUM_THREADS=1 python scripts/compare_conv_layouts.py
+    NUMBA_NUM_THREADS=1 python scripts/sweeps/compare_conv_layouts.py
 
 Prints nhwc/nchw per shape (depthwise and pointwise; planes 7-112, 8-960 channels).
 """

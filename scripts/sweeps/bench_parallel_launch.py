@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """What a Numba parallel region costs to launch, back to back and after a serial gap.
 
-    python scripts/bench_parallel_launch.py [--calls 3000]          # jitort's worker pool
-    JITORT_THREAD_POOL=0 python scripts/bench_parallel_launch.py    # Numba's layer (TBB)
-    JITORT_THREAD_POOL=0 NUMBA_THREADING_LAYER=omp python scripts/bench_parallel_launch.py
+    python scripts/sweeps/bench_parallel_launch.py [--calls 3000]          # jitort's worker pool
+    JITORT_THREAD_POOL=0 python scripts/sweeps/bench_parallel_launch.py    # Numba's layer (TBB)
+    JITORT_THREAD_POOL=0 NUMBA_THREADING_LAYER=omp python scripts/sweeps/bench_parallel_launch.py
 
 A region with one trivial iteration per thread is timed at 1 and 2 threads, first called back
 to back, then each call after a serial busy loop of ~4, ~40 and ~400 us (the other kernels of

@@ -4,7 +4,7 @@ planes (1x1, 3x3 stride 1 and 2, 1x7 / 7x1, 5x5), the channels-across-lanes impl
 (``conv2d_cvec``) against the kernel the lowering takes otherwise (im2col / pointwise BLAS,
 Winograd, the implicit gemm), each against onnxruntime in the same process.
 
-    python scripts/sweep_conv_cvec.py [--threads 1] [--runs 100] [--only "h <= 14"]
+    python scripts/sweeps/sweep_conv_cvec.py [--threads 1] [--runs 100] [--only "h <= 14"]
 
 Per shape, three one-node Conv + Relu models run alternating call by call (jitort with the rule
 forced off, forced on -- by replacing ``cvec_wins`` while the model is planned -- and
@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # scripts/: compare_model, compare_conv_shapes
 
 # (C, M, kernel (kh, kw), stride, output plane): the families of the deep stages of CNNs
 CASES = (

@@ -3,13 +3,13 @@
 "same" padding) compiled twice, the depthwise convolution channels-last (with its two layout
 transposes) and NCHW, on 28x28 and 56x56 outputs.
 
-    python scripts/sweep_dw_layout.py [--threads 1] [--calls 400]
+    python scripts/sweeps/sweep_dw_layout.py [--threads 1] [--calls 400]
 
 Per shape both models are compiled in this process (``layout.DW_MAX_PLANE`` set before each
 compile: 0 keeps the convolution NCHW, 10**9 with no channel condition lets the pass take
 it), then timed twice each in
 turn (median of ``--calls`` calls, the best of the two rounds); prints nhwc / nchw and what
-the committed rule picks. The sixth session's ``scripts/compare_conv_layouts.py`` times the
+the committed rule picks. The sixth session's ``scripts/sweeps/compare_conv_layouts.py`` times the
 kernels alone, without the transposes.
 """
 import argparse
@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # scripts/: compare_model, compare_conv_shapes
 from compare_conv_shapes import one_conv  # noqa: E402
 
 #: (channels, input plane, kernel, stride)

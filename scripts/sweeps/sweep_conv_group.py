@@ -4,7 +4,7 @@ convolutions over channels per group x output plane x stride, each timed with co
 im2col kernel (``conv2d_bias_act``) and with ``conv2d_grouped``, alternating in one process,
 outputs compared; prints both times, grouped / im2col and the rule's choice.
 
-    python scripts/sweep_conv_group.py [--threads 1] [--reps 3]
+    python scripts/sweeps/sweep_conv_group.py [--threads 1] [--reps 3]
 
 A row where the rule picks the slower kernel by more than 10 % is marked ``<-``.
 """

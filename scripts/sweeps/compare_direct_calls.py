@@ -2,7 +2,7 @@
 """Drivers that call kernels through the address table vs kernels linked into the driver
 (``JITORT_DIRECT_CALLS``, jitort/codegen/native.py), with onnxruntime, in one process.
 
-    python scripts/compare_direct_calls.py MODEL.onnx [--threads 1] [--rounds 40]
+    python scripts/sweeps/compare_direct_calls.py MODEL.onnx [--threads 1] [--rounds 40]
 
 Both programs are compiled in this process (the compile time of each is printed: run with a
 fresh ``JITORT_CACHE_DIR`` to time a cold compile of the generated code); calls then alternate

@@ -5,7 +5,7 @@ the deep CNN layers' shapes (M output channels, K = C * taps, N = output pixels:
 plane). The numbers behind ``kernels/cpu/conv_cvec.py``'s note that N = 49 runs well below
 N = 48 or 64.
 
-    python scripts/sweep_gemm_columns.py [--reps 20]
+    python scripts/sweeps/sweep_gemm_columns.py [--reps 20]
 """
 import argparse
 import time

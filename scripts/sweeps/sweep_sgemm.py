@@ -4,7 +4,7 @@ over rows x K x columns, the vendor BLAS (``gemm.xgemm``), jitort's gemm packing
 (``gemm.ogemm``: what attention's per-head products and the ``use_own`` rule run) and with B
 prepacked (``gemm.matmul_packed``: what constant weights run), alternating in one process.
 
-    python scripts/sweep_sgemm.py [--reps 3] [--tb]
+    python scripts/sweeps/sweep_sgemm.py [--reps 3] [--tb]
 
 Prints microseconds and own / BLAS ratios per shape, then the geomean of each ratio by row
 count. ``--tb``: B stored transposed (N, K), as Gemm transB=1 and attention's K^T.

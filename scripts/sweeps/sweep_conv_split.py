@@ -4,8 +4,8 @@ MFLOP" rule (``kernels/cpu/conv.py`` ``_PAR_MIN_FLOPS_SPLIT``, ``kernels/cpu/con
 ``_PAR_MIN_FLOPS``): each layer (one image, so fewer planes than threads) timed at 1 and at
 2 Numba threads, alternating in one process; prints both times and 2-thread / 1-thread.
 
-    python scripts/sweep_conv_split.py [--reps 3]             # the rule as installed
-    python scripts/sweep_conv_split.py --split-from 1         # split from 1 MFLOP instead
+    python scripts/sweeps/sweep_conv_split.py [--reps 3]             # the rule as installed
+    python scripts/sweeps/sweep_conv_split.py --split-from 1         # split from 1 MFLOP instead
 
 Below the rule's threshold the installed kernels stay serial at 2 threads (ratio ~1);
 ``--split-from MFLOP`` compiles the two kernel modules into a throwaway cache with that

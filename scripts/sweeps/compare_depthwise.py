@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Depthwise convolutions, jitort against onnxruntime, calls interleaved in one process.
 
-    python scripts/compare_depthwise.py [--threads 1] [--runs 300]
+    python scripts/sweeps/compare_depthwise.py [--threads 1] [--runs 300]
 
 Each case is a one-node Conv model (group = channels, bias, "same" padding;
 ``compare_conv_shapes.one_conv``) compiled by ``jitort.compile`` (tiering off) and run by
@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # scripts/: compare_model, compare_conv_shapes
 from compare_conv_shapes import one_conv, time_conv  # noqa: E402
 
 #: (channels, plane, kernel, stride): MobileNet / EfficientNet / ConvNeXt depthwise layers

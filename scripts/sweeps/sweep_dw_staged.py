@@ -5,7 +5,7 @@ to NHWC, ``dwconv_nhwc``, transpose back, each its own parallel region over whol
 and as the staged kernel (bands of rows, 16 channels at a time, transposed into (rows, W, 16)
 blocks in a worker's scratch, one parallel region), on the same NCHW tensors.
 
-    python scripts/sweep_dw_staged.py [--threads 1 2] [--calls 200] [--rounds 3]
+    python scripts/sweeps/sweep_dw_staged.py [--threads 1 2] [--calls 200] [--rounds 3]
 
 The kernels are called directly (no model around them, so no per-call runtime cost on
 either side), the two versions alternating round by round in this process (this VM's speed

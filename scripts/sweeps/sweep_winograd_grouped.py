@@ -3,7 +3,7 @@
 convolutions, Winograd with its gemms per group against the kernels the lowering would take
 otherwise (``conv_group`` / im2col), each against onnxruntime.
 
-    python scripts/sweep_winograd_grouped.py [--threads 1] [--runs 150]
+    python scripts/sweeps/sweep_winograd_grouped.py [--threads 1] [--runs 150]
 
 Each side runs in its own process (the rule forced on, then off, by replacing
 ``winograd_grouped_wins``), one-node Conv + Relu models from ``compare_conv_shapes.one_conv``
@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # scripts/: compare_model, compare_conv_shapes
 
 CASES = [(cg, c, h) for cg in (8, 16, 32, 64, 128)
          for h, c in ((56, 128), (28, 256), (14, 512), (10, 512)) if c // cg >= 2]
