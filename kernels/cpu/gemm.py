@@ -29,7 +29,7 @@ from .ptr import eptr  # noqa: F401  (re-exported: the kernels import it from he
 from .nthreads import num_threads  # noqa: F401  (re-exported, as eptr)
 
 from .epilogue import (ACT_CLIP, ACT_GELU, ACT_LEAKY_RELU, ACT_NONE, ACT_RELU,  # noqa: F401
-                       ACT_SIGMOID, ACT_TANH, act_row, bias_act_2d)
+                       ACT_SIGMOID, ACT_TANH, act_row)
 
 # 2*M*N*K above which a matmul is split over threads (a prange launch costs ~3 us; 1 MFLOP
 # is ~20 us of single-threaded sgemm).
@@ -201,18 +201,6 @@ count_done = _counter_op(
 read_count = _counter_op(
     "read_count", "``counter[i]`` read atomically with acquire order (a spin loop on it is not "
     "hoisted).", lambda b, p: b.load_atomic(p, 'acquire', 8))
-
-
-@njit(cache=True, error_model='numpy', fastmath=_FM)
-def _dot2d(a2, b2, out2):
-    """out2 (M, N) = a2 (M, K) @ b2 (K, N); any of M, N, K may be 0 (serial np.dot)."""
-    m, n = out2.shape
-    if m == 0 or n == 0:
-        return
-    if a2.shape[1] == 0:
-        out2[:, :] = 0
-        return
-    np.dot(a2, b2, out2)
 
 
 # --- task decomposition ----------------------------------------------------------------------

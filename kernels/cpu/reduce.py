@@ -1,9 +1,9 @@
-"""Reductions over axis 1 of a 3-D view (ONNX Reduce*, ArgMax, ArgMin).
+"""Reductions over axis 1 of a 3-D view (ONNX Reduce*; ArgMax / ArgMin are ``scan.argext3``).
 
-x (O, N, I) C-contiguous float32 or float64 -> out (O, I) of the same dtype (int64 for
-arg*). The caller folds the reduced axes into N (and keepdims is a reshape). ``kind`` is
-one of the REDUCE_* codes. Empty reductions (N == 0) give the ONNX identities: sum 0,
-prod 1, max -inf, min +inf, l1/l2/sum_square 0, log_sum and log_sum_exp -inf, mean NaN.
+x (O, N, I) C-contiguous float32 or float64 -> out (O, I) of the same dtype. The caller folds
+the reduced axes into N (and keepdims is a reshape). ``kind`` is one of the REDUCE_* codes.
+Empty reductions (N == 0) give the ONNX identities: sum 0, prod 1, max -inf, min +inf,
+l1/l2/sum_square 0, log_sum and log_sum_exp -inf, mean NaN.
 Max/min propagate NaN, as onnxruntime does (``v != v`` is the NaN test; no ``nnan`` fastmath).
 """
 import math
@@ -171,64 +171,3 @@ def reduce3d(x, out, kind):
         tmp = np.empty(ni, x.dtype)
         for o in range(o_n):
             _reduce_block(x[o], out[o], tmp, kind)
-
-
-# --- ArgMax / ArgMin -------------------------------------------------------------------
-@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def _arg_block(xb, orow, best, is_max, select_last):
-    """orow (I,) int64 = arg-extremum over N of xb (N, I); best (I,) scratch (dtype)."""
-    n, ni = xb.shape
-    for i in range(ni):
-        orow[i] = 0
-    if n == 0:
-        return
-    r0 = xb[0]
-    for i in range(ni):
-        best[i] = r0[i]
-    for j in range(1, n):
-        xr = xb[j]
-        if is_max and select_last:
-            for i in range(ni):
-                v = xr[i]
-                take = v >= best[i]
-                best[i] = v if take else best[i]
-                orow[i] = j if take else orow[i]
-        elif is_max:
-            for i in range(ni):
-                v = xr[i]
-                take = v > best[i]
-                best[i] = v if take else best[i]
-                orow[i] = j if take else orow[i]
-        elif select_last:
-            for i in range(ni):
-                v = xr[i]
-                take = v <= best[i]
-                best[i] = v if take else best[i]
-                orow[i] = j if take else orow[i]
-        else:
-            for i in range(ni):
-                v = xr[i]
-                take = v < best[i]
-                best[i] = v if take else best[i]
-                orow[i] = j if take else orow[i]
-
-
-@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def _arg3d(x, out, is_max, select_last):
-    o_n, n, ni = x.shape
-    best = np.empty(ni, x.dtype)
-    for o in range(o_n):
-        _arg_block(x[o], out[o], best, is_max, select_last)
-
-
-@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def argmax3d(x, out, select_last):
-    """ONNX ArgMax over axis 1: x (O, N, I) -> out (O, I) int64. Ties resolve to the first
-    index, or the last when ``select_last``. N == 0 writes 0."""
-    _arg3d(x, out, True, select_last)
-
-
-@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def argmin3d(x, out, select_last):
-    """ONNX ArgMin over axis 1: x (O, N, I) -> out (O, I) int64; ties as ``argmax3d``."""
-    _arg3d(x, out, False, select_last)

@@ -88,26 +88,6 @@ def test_reduce3d_vs_ort(kind, ort_node):
     np.testing.assert_allclose(out, ref, rtol=2e-5)
 
 
-@pytest.mark.parametrize('dtype', DTYPES)
-@pytest.mark.parametrize('shape', [(3, 7, 1), (2, 5, 4), (1, 1, 1), (0, 3, 2), (2, 3, 0)])
-@pytest.mark.parametrize('select_last', [False, True])
-def test_argmax_argmin(dtype, shape, select_last, ort_node):
-    x = np.random.default_rng(7).integers(0, 3, shape).astype(dtype)   # many ties
-    for fn, op in ((R.argmax3d, 'ArgMax'), (R.argmin3d, 'ArgMin')):
-        out = np.full((shape[0], shape[2]), -1, np.int64)
-        fn(x, out, select_last)
-        if x.size and dtype == np.float32:
-            ref = ort_node(op, [x], axis=1, keepdims=0, select_last_index=int(select_last),
-                           out_dtypes=[np.int64])
-        else:
-            xs = x[:, ::-1] if select_last else x
-            ref = (np.argmax if op == 'ArgMax' else np.argmin)(xs, axis=1) if x.size else \
-                np.zeros(out.shape, np.int64)
-            if select_last and x.size:
-                ref = shape[1] - 1 - ref
-        np.testing.assert_array_equal(out, ref)
-
-
 # --- whole Reduce* nodes through jitort.compile (strict: nothing interpreted) vs onnxruntime ----
 import onnxruntime as ort  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
