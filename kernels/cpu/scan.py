@@ -103,15 +103,34 @@ def scan3_par(x, y, exclusive, reverse, prod):
 
 # --- ArgMax / ArgMin / Hardmax ---------------------------------------------------------------
 
-@njit(cache=True, error_model='numpy')
-def _arg_gt(r):
-    """Index of the first maximum of the contiguous row r."""
+@njit(inline='always')
+def _takes(v, b, is_min, last):
+    """Does v replace the running extreme b? Strictly better keeps the first index of ties
+    (``last`` = 0), better or equal the last. Inlined with constant flags: one compare."""
+    if is_min:
+        return v <= b if last else v < b
+    return v >= b if last else v > b
+
+
+@njit(inline='always')
+def _merges(m, i, b, k, is_min, last):
+    """Does the lane extreme m (at index i) replace b (at k)? Equal values: the lower index
+    (the higher with ``last``), whatever lane held it."""
+    return _takes(m, b, is_min, False) or (m == b and (i > k if last else i < k))
+
+
+@njit(inline='always')
+def _arg_ext(r, is_min, last):
+    """Index of the first (``last``: the last) maximum (``is_min``: minimum) of the contiguous
+    row r. Rows of 16 and more keep eight running extremes, one per lane of a block of eight
+    (independent compares the CPU overlaps), merged at the end. Inlined into :func:`_arg_row`
+    once per flag pair, so each copy compiles with its comparison fixed."""
     n = r.shape[0]
     if n < 16:
         b = r[0]
         k = 0
         for a in range(1, n):
-            if r[a] > b:
+            if _takes(r[a], b, is_min, last):
                 b = r[a]
                 k = a
         return k
@@ -135,341 +154,62 @@ def _arg_gt(r):
     for blk in range(1, nb):
         base = blk * 8
         v0 = r[base + 0]
-        if v0 > m0:
+        if _takes(v0, m0, is_min, last):
             m0 = v0
             i0 = base + 0
         v1 = r[base + 1]
-        if v1 > m1:
+        if _takes(v1, m1, is_min, last):
             m1 = v1
             i1 = base + 1
         v2 = r[base + 2]
-        if v2 > m2:
+        if _takes(v2, m2, is_min, last):
             m2 = v2
             i2 = base + 2
         v3 = r[base + 3]
-        if v3 > m3:
+        if _takes(v3, m3, is_min, last):
             m3 = v3
             i3 = base + 3
         v4 = r[base + 4]
-        if v4 > m4:
+        if _takes(v4, m4, is_min, last):
             m4 = v4
             i4 = base + 4
         v5 = r[base + 5]
-        if v5 > m5:
+        if _takes(v5, m5, is_min, last):
             m5 = v5
             i5 = base + 5
         v6 = r[base + 6]
-        if v6 > m6:
+        if _takes(v6, m6, is_min, last):
             m6 = v6
             i6 = base + 6
         v7 = r[base + 7]
-        if v7 > m7:
+        if _takes(v7, m7, is_min, last):
             m7 = v7
             i7 = base + 7
     b = m0
     k = i0
-    if m1 > b or (m1 == b and i1 < k):
+    if _merges(m1, i1, b, k, is_min, last):
         b = m1
         k = i1
-    if m2 > b or (m2 == b and i2 < k):
+    if _merges(m2, i2, b, k, is_min, last):
         b = m2
         k = i2
-    if m3 > b or (m3 == b and i3 < k):
+    if _merges(m3, i3, b, k, is_min, last):
         b = m3
         k = i3
-    if m4 > b or (m4 == b and i4 < k):
+    if _merges(m4, i4, b, k, is_min, last):
         b = m4
         k = i4
-    if m5 > b or (m5 == b and i5 < k):
+    if _merges(m5, i5, b, k, is_min, last):
         b = m5
         k = i5
-    if m6 > b or (m6 == b and i6 < k):
+    if _merges(m6, i6, b, k, is_min, last):
         b = m6
         k = i6
-    if m7 > b or (m7 == b and i7 < k):
+    if _merges(m7, i7, b, k, is_min, last):
         b = m7
         k = i7
     for a in range(nb * 8, n):
-        if r[a] > b:
-            b = r[a]
-            k = a
-    return k
-
-
-@njit(cache=True, error_model='numpy')
-def _arg_ge(r):
-    """Index of the last maximum of r."""
-    n = r.shape[0]
-    if n < 16:
-        b = r[0]
-        k = 0
-        for a in range(1, n):
-            if r[a] >= b:
-                b = r[a]
-                k = a
-        return k
-    m0 = r[0]
-    i0 = 0
-    m1 = r[1]
-    i1 = 1
-    m2 = r[2]
-    i2 = 2
-    m3 = r[3]
-    i3 = 3
-    m4 = r[4]
-    i4 = 4
-    m5 = r[5]
-    i5 = 5
-    m6 = r[6]
-    i6 = 6
-    m7 = r[7]
-    i7 = 7
-    nb = n // 8
-    for blk in range(1, nb):
-        base = blk * 8
-        v0 = r[base + 0]
-        if v0 >= m0:
-            m0 = v0
-            i0 = base + 0
-        v1 = r[base + 1]
-        if v1 >= m1:
-            m1 = v1
-            i1 = base + 1
-        v2 = r[base + 2]
-        if v2 >= m2:
-            m2 = v2
-            i2 = base + 2
-        v3 = r[base + 3]
-        if v3 >= m3:
-            m3 = v3
-            i3 = base + 3
-        v4 = r[base + 4]
-        if v4 >= m4:
-            m4 = v4
-            i4 = base + 4
-        v5 = r[base + 5]
-        if v5 >= m5:
-            m5 = v5
-            i5 = base + 5
-        v6 = r[base + 6]
-        if v6 >= m6:
-            m6 = v6
-            i6 = base + 6
-        v7 = r[base + 7]
-        if v7 >= m7:
-            m7 = v7
-            i7 = base + 7
-    b = m0
-    k = i0
-    if m1 > b or (m1 == b and i1 > k):
-        b = m1
-        k = i1
-    if m2 > b or (m2 == b and i2 > k):
-        b = m2
-        k = i2
-    if m3 > b or (m3 == b and i3 > k):
-        b = m3
-        k = i3
-    if m4 > b or (m4 == b and i4 > k):
-        b = m4
-        k = i4
-    if m5 > b or (m5 == b and i5 > k):
-        b = m5
-        k = i5
-    if m6 > b or (m6 == b and i6 > k):
-        b = m6
-        k = i6
-    if m7 > b or (m7 == b and i7 > k):
-        b = m7
-        k = i7
-    for a in range(nb * 8, n):
-        if r[a] >= b:
-            b = r[a]
-            k = a
-    return k
-
-
-@njit(cache=True, error_model='numpy')
-def _arg_lt(r):
-    """Index of the first minimum of r."""
-    n = r.shape[0]
-    if n < 16:
-        b = r[0]
-        k = 0
-        for a in range(1, n):
-            if r[a] < b:
-                b = r[a]
-                k = a
-        return k
-    m0 = r[0]
-    i0 = 0
-    m1 = r[1]
-    i1 = 1
-    m2 = r[2]
-    i2 = 2
-    m3 = r[3]
-    i3 = 3
-    m4 = r[4]
-    i4 = 4
-    m5 = r[5]
-    i5 = 5
-    m6 = r[6]
-    i6 = 6
-    m7 = r[7]
-    i7 = 7
-    nb = n // 8
-    for blk in range(1, nb):
-        base = blk * 8
-        v0 = r[base + 0]
-        if v0 < m0:
-            m0 = v0
-            i0 = base + 0
-        v1 = r[base + 1]
-        if v1 < m1:
-            m1 = v1
-            i1 = base + 1
-        v2 = r[base + 2]
-        if v2 < m2:
-            m2 = v2
-            i2 = base + 2
-        v3 = r[base + 3]
-        if v3 < m3:
-            m3 = v3
-            i3 = base + 3
-        v4 = r[base + 4]
-        if v4 < m4:
-            m4 = v4
-            i4 = base + 4
-        v5 = r[base + 5]
-        if v5 < m5:
-            m5 = v5
-            i5 = base + 5
-        v6 = r[base + 6]
-        if v6 < m6:
-            m6 = v6
-            i6 = base + 6
-        v7 = r[base + 7]
-        if v7 < m7:
-            m7 = v7
-            i7 = base + 7
-    b = m0
-    k = i0
-    if m1 < b or (m1 == b and i1 < k):
-        b = m1
-        k = i1
-    if m2 < b or (m2 == b and i2 < k):
-        b = m2
-        k = i2
-    if m3 < b or (m3 == b and i3 < k):
-        b = m3
-        k = i3
-    if m4 < b or (m4 == b and i4 < k):
-        b = m4
-        k = i4
-    if m5 < b or (m5 == b and i5 < k):
-        b = m5
-        k = i5
-    if m6 < b or (m6 == b and i6 < k):
-        b = m6
-        k = i6
-    if m7 < b or (m7 == b and i7 < k):
-        b = m7
-        k = i7
-    for a in range(nb * 8, n):
-        if r[a] < b:
-            b = r[a]
-            k = a
-    return k
-
-
-@njit(cache=True, error_model='numpy')
-def _arg_le(r):
-    """Index of the last minimum of r."""
-    n = r.shape[0]
-    if n < 16:
-        b = r[0]
-        k = 0
-        for a in range(1, n):
-            if r[a] <= b:
-                b = r[a]
-                k = a
-        return k
-    m0 = r[0]
-    i0 = 0
-    m1 = r[1]
-    i1 = 1
-    m2 = r[2]
-    i2 = 2
-    m3 = r[3]
-    i3 = 3
-    m4 = r[4]
-    i4 = 4
-    m5 = r[5]
-    i5 = 5
-    m6 = r[6]
-    i6 = 6
-    m7 = r[7]
-    i7 = 7
-    nb = n // 8
-    for blk in range(1, nb):
-        base = blk * 8
-        v0 = r[base + 0]
-        if v0 <= m0:
-            m0 = v0
-            i0 = base + 0
-        v1 = r[base + 1]
-        if v1 <= m1:
-            m1 = v1
-            i1 = base + 1
-        v2 = r[base + 2]
-        if v2 <= m2:
-            m2 = v2
-            i2 = base + 2
-        v3 = r[base + 3]
-        if v3 <= m3:
-            m3 = v3
-            i3 = base + 3
-        v4 = r[base + 4]
-        if v4 <= m4:
-            m4 = v4
-            i4 = base + 4
-        v5 = r[base + 5]
-        if v5 <= m5:
-            m5 = v5
-            i5 = base + 5
-        v6 = r[base + 6]
-        if v6 <= m6:
-            m6 = v6
-            i6 = base + 6
-        v7 = r[base + 7]
-        if v7 <= m7:
-            m7 = v7
-            i7 = base + 7
-    b = m0
-    k = i0
-    if m1 < b or (m1 == b and i1 > k):
-        b = m1
-        k = i1
-    if m2 < b or (m2 == b and i2 > k):
-        b = m2
-        k = i2
-    if m3 < b or (m3 == b and i3 > k):
-        b = m3
-        k = i3
-    if m4 < b or (m4 == b and i4 > k):
-        b = m4
-        k = i4
-    if m5 < b or (m5 == b and i5 > k):
-        b = m5
-        k = i5
-    if m6 < b or (m6 == b and i6 > k):
-        b = m6
-        k = i6
-    if m7 < b or (m7 == b and i7 > k):
-        b = m7
-        k = i7
-    for a in range(nb * 8, n):
-        if r[a] <= b:
+        if _takes(r[a], b, is_min, last):
             b = r[a]
             k = a
     return k
@@ -477,15 +217,31 @@ def _arg_le(r):
 
 @njit(cache=True, error_model='numpy')
 def _arg_row(r, is_min, last):
+    """:func:`_arg_ext` with constant flags: one specialized copy per (is_min, last)."""
     if is_min:
-        return _arg_le(r) if last else _arg_lt(r)
-    return _arg_ge(r) if last else _arg_gt(r)
+        if last:
+            return _arg_ext(r, True, True)
+        return _arg_ext(r, True, False)
+    if last:
+        return _arg_ext(r, False, True)
+    return _arg_ext(r, False, False)
+
+
+@njit(inline='always')
+def _cols_step(xr, bv, yr, a, is_min, last):
+    """Row a of a plane against the running extremes bv (I,) and their indices yr (I,):
+    a select per element, no branch, so the loop vectorizes."""
+    for i in range(xr.shape[0]):
+        t = _takes(xr[i], bv[i], is_min, last)
+        bv[i] = xr[i] if t else bv[i]
+        yr[i] = a if t else yr[i]
 
 
 @njit(cache=True, error_model='numpy')
 def _arg_cols(x, y, o, bv, is_min, last):
     """Arg-extreme of x[o] (A, I) along A for each of the I columns into y[o]; ``bv`` (I,) holds
-    the running extremes. One loop per comparison (a flag tested inside kept it scalar)."""
+    the running extremes. One loop per flag pair, each with its comparison fixed (a flag tested
+    inside the loop kept it scalar)."""
     n_axis, inner = x.shape[1], x.shape[2]
     yr = y[o]
     x0 = x[o, 0]
@@ -495,25 +251,13 @@ def _arg_cols(x, y, o, bv, is_min, last):
     for a in range(1, n_axis):
         xr = x[o, a]
         if is_min and last:
-            for i in range(inner):
-                t = xr[i] <= bv[i]
-                bv[i] = xr[i] if t else bv[i]
-                yr[i] = a if t else yr[i]
+            _cols_step(xr, bv, yr, a, True, True)
         elif is_min:
-            for i in range(inner):
-                t = xr[i] < bv[i]
-                bv[i] = xr[i] if t else bv[i]
-                yr[i] = a if t else yr[i]
+            _cols_step(xr, bv, yr, a, True, False)
         elif last:
-            for i in range(inner):
-                t = xr[i] >= bv[i]
-                bv[i] = xr[i] if t else bv[i]
-                yr[i] = a if t else yr[i]
+            _cols_step(xr, bv, yr, a, False, True)
         else:
-            for i in range(inner):
-                t = xr[i] > bv[i]
-                bv[i] = xr[i] if t else bv[i]
-                yr[i] = a if t else yr[i]
+            _cols_step(xr, bv, yr, a, False, False)
 
 
 @njit(cache=True, error_model='numpy')

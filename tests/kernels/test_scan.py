@@ -124,6 +124,23 @@ def test_argmax_opset11_and_big():
     _same(*run_both(node, [('x', x)], opset=11, threads=2))
 
 
+@pytest.mark.parametrize('dtype', [np.float32, np.int64])
+def test_argext3_all_four_comparisons(dtype):
+    """argext3 directly: first / last maximum and minimum, contiguous rows shorter and longer
+    than 16 (the eight-lane path, with a tail) and columns (inner > 1); small ints: many ties."""
+    from jitort.kernels.cpu import scan
+    rng = np.random.default_rng(1)
+    for shape in [(3, 100, 1), (4, 37, 1), (2, 9, 1), (5, 16, 1), (3, 50, 5), (2, 1, 3)]:
+        x = rng.integers(0, 4, shape).astype(dtype)
+        for is_min in (0, 1):
+            f = np.argmin if is_min else np.argmax
+            for last in (0, 1):
+                y = np.full((shape[0], shape[2]), -1, np.int64)
+                scan.argext3(x, y, is_min, last)
+                ref = shape[1] - 1 - f(x[:, ::-1], axis=1) if last else f(x, axis=1)
+                np.testing.assert_array_equal(y, ref)
+
+
 # --- TopK -----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize('dtype,shape,k,axis,largest', [
