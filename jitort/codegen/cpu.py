@@ -32,9 +32,13 @@ from . import lowerings  # noqa: F401 (each family registers its lowerings on im
 from . import native
 from .registry import (KERNEL_MODULES, LOWER, SUPPORT, Unlowerable, lowering,  # noqa: F401
                        registry)
+from .calls import (FLAT, Call, Dim, Generated, KernelModule, Offset, Slots, View, check_arg, prod_expr,
+                    render_direct, render_native, sum_expr)
 from .symbolic import GuardedHostvals, Sym, SymShapes, Tape, concrete, same_shape
 from .elementwise import (EXPR, FLOATS, Operand, collapse, kernel_source, supports_elementwise,
                           tname)
+
+_data = KernelModule("data")
 
 #: Elementwise work below this many elements runs serially (16K floats: ~3-10 us of work; a
 #: region on jitort's pool costs ~1 us, 4x lower than when this was 64K under TBB).
@@ -93,6 +97,8 @@ class Emitter:
         self.seg, self.shapes, self.hostvals, self.consts, self.memo = seg, shapes, hostvals, consts, memo
         self.calls: list[tuple[int, str]] = []  # (step, line)
         self.decls: dict[str, str] = {}
+        self.decl_views: dict[str, View] = {}  # declared name -> its view
+        self.views: dict[int, View] = {}  # id(value) -> its array as a call argument
         self.dims: list[int] = []
         self.rows: list[Row] = []
         self.names: dict[int, str] = {}
@@ -110,10 +116,16 @@ class Emitter:
         self._count = 0
 
     # sizes ---------------------------------------------------------------------------------
-    def dim(self, n: int) -> str:
+    def size(self, n: int) -> Dim:
         """A size (or integer parameter) in generated code: a slot of the ``d`` array."""
         self.dims.append(n if isinstance(n, Sym) else int(n))  # a Sym keeps its provenance
-        return f"d[{len(self.dims) - 1}]"
+        return Dim(len(self.dims) - 1)
+
+    def sizes(self, shape) -> tuple[Dim, ...]:
+        return tuple(self.size(n) for n in shape)
+
+    def dim(self, n: int) -> str:
+        return repr(self.size(n))
 
     def shape_expr(self, v: Value, shape=None) -> str:
         shape = self.shape(v) if shape is None else shape
@@ -132,10 +144,55 @@ class Emitter:
         self._count += 1
         return f"{prefix}{self._count}"
 
-    def _view(self, buf: str, row: int, dtype, shape) -> str:
-        helper = self.kernel(*_view_source(dtype, len(shape)))
-        dims = "".join(", " + self.dim(n) for n in shape)
-        return f"{helper}({buf}, o[{row}, 0], o[{row}, 1]{dims})"
+    def _row_view(self, buf: str, row: int, dtype, shape, start=()) -> View:
+        """A view of row ``row`` of buffer ``buf`` (``start``: sizes added to its offset)."""
+        first = (Offset(row, False), *start)
+        end = (*first, self.size(math.prod(shape) * np.dtype(dtype).itemsize)) if start \
+            else (Offset(row, True),)
+        return View(buf, np.dtype(dtype).name, first, end,
+                    tuple((self.size(n),) for n in shape))
+
+    def _bind(self, prefix: str, view: View) -> str:
+        """Declare a fresh name for a row's view; returns the name.
+
+        The declaration's text serves lowerings that still build their calls as text
+        (transitional); ``decl_views`` maps the name back to the view."""
+        def term(t):
+            return f"o[{t.row}, {int(t.end)}]" if isinstance(t, Offset) else repr(t)
+        helper = self.kernel(*_view_source(view.dtype, len(view.sizes)))
+        dims = "".join(", " + repr(p[0]) for p in view.sizes)
+        name = self._fresh(prefix)
+        self.decls[name] = (f"{helper}({view.base}, {' + '.join(map(term, view.start))}, "
+                            f"{' + '.join(map(term, view.end))}{dims})")
+        self.decl_views[name] = view
+        return name
+
+    def read(self, v: Value) -> View:
+        """``v``'s array as a kernel-call argument; records the read."""
+        self.arr(v)
+        return self.views[id(v)]
+
+    def shaped(self, v: Value, shape) -> View:
+        """``v``'s array read as ``shape`` (same element count)."""
+        return self.read(v).reshape(self.sizes(shape))
+
+    def write(self, v: Value, reuse: Value | None = None) -> View:
+        """The array ``v`` is written into at this step (see :meth:`out`)."""
+        self.out(v, reuse)
+        return self.views[id(v)]
+
+    def temp(self, nelems: int, dtype) -> View:
+        """Scratch space for this step only."""
+        name = self.scratch(nelems, dtype)
+        return self.decl_views[name]
+
+    def constant(self, key, make) -> View:
+        """A constant computed from the model's constants (see :meth:`derived_const`)."""
+        return self.decl_views[self.derived_const(key, make)]
+
+    def generated(self, prefix: str, source: str) -> Generated:
+        """A kernel generated for this model (see :meth:`kernel`)."""
+        return Generated(self.kernel(prefix, source))
 
     def arr(self, v: Value) -> str:
         """Expression of ``v``'s array, declaring a view on first use; records the read."""
@@ -155,23 +212,21 @@ class Emitter:
                 k = sum(row.kind == "pb" for row in self.rows)
                 r = self._row("pb", math.prod(shape) * host.dtype.itemsize, host)
                 self.rows[r].vid = id(v)
-                name = self._fresh("p")
-                self.decls[name] = self._view(f"h{k}", r, host.dtype, shape)
+                name = self._bind("p", self._row_view(f"h{k}", r, host.dtype, shape))
             else:
                 raise KeyError(f"value {v.name!r} read before it is produced")
             self.names[id(v)] = name
+            self.views[id(v)] = self.decl_views.get(name) or View(name, None)
         r = self.root.get(id(v))
         if r is not None:
             self.rows[r].end = self.step
         return name
 
     def _const_view(self, arr: np.ndarray) -> str:
-        name = self._fresh("c")
         start, end = self.consts.place(arr)
         r = self._row("cb", end - start)
         self.rows[r].fixed = (start, end)
-        self.decls[name] = self._view("cb", r, arr.dtype, arr.shape)
-        return name
+        return self._bind("c", self._row_view("cb", r, arr.dtype, arr.shape))
 
     def derived_const(self, key, make) -> str:
         """View of a constant computed at compile time from the model's constants (``make()``:
@@ -226,22 +281,14 @@ class Emitter:
         elif id(v) in self.embed:  # written straight into its slice of a Concat output
             r, off = self._embedded(v)
             shape = self.shape(v)
-            nbytes = math.prod(shape) * np.dtype(v.dtype).itemsize
-            helper = self.kernel(*_view_source(v.dtype, len(shape)))
-            start = f"o[{r}, 0] + {self.dim(off)}"
-            name = self._fresh("v")
-            self.decls[name] = (f"{helper}(ws, {start}, {start} + {self.dim(nbytes)}"
-                                f"{''.join(', ' + self.dim(n) for n in shape)})")
+            name = self._bind("v", self._row_view("ws", r, v.dtype, shape, (self.size(off),)))
             self.root[id(v)] = r
         elif id(v) in self.embed_parents:  # a Concat output whose inputs were written in place
             r = self._embedded(v)[0] if id(v) in self.embed else self._parent_row(v)
-            shape = self.shape(v)
-            name = self._fresh("v")
-            self.decls[name] = self._view("ws", r, v.dtype, shape)
+            name = self._bind("v", self._row_view("ws", r, v.dtype, self.shape(v)))
         elif reuse is not None:
             r = self.root[id(reuse)]
-            name = self._fresh("v")
-            self.decls[name] = self._view("ws", r, v.dtype, self.shape(v))
+            name = self._bind("v", self._row_view("ws", r, v.dtype, self.shape(v)))
             self.root[id(v)] = r
             self.inplace += 1
         else:
@@ -249,22 +296,24 @@ class Emitter:
             shape = self.shape(v)
             r = self._row("ws", math.prod(shape) * dt.itemsize)
             self.rows[r].label = v.name
-            name = self._fresh("v")
-            self.decls[name] = self._view("ws", r, dt, shape)
+            name = self._bind("v", self._row_view("ws", r, dt, shape))
             self.root[id(v)] = r
         self.names[id(v)] = name
+        self.views[id(v)] = self.decl_views.get(name) or View(name, None)
         return name
 
     def alias(self, dst: Value, src: Value) -> None:
         """``dst`` is ``src`` reshaped (a view, no copy) -- or a copy if ``dst`` is an output."""
         s = self.arr(src)
         if id(dst) in self.out_index:
-            y = self.out(dst)
-            self.call(f"_data.copy_flat({s}.reshape(-1), {y}.reshape(-1))")
+            self.call(_data.copy_flat, self.read(src).flat(), self.write(dst).flat())
             return
         name = self._fresh("v")
-        self.decls[name] = f"{s}.reshape({self.shape_expr(dst)})"
+        view = self.views[id(src)].reshape(self.sizes(self.shape(dst)))
+        self.decls[name] = f"{s}.reshape(({''.join(repr(p[0]) + ', ' for p in view.sizes)}))"
+        self.decl_views[name] = view
         self.names[id(dst)] = name
+        self.views[id(dst)] = view
         if id(src) in self.root:
             self.root[id(dst)] = self.root[id(src)]
 
@@ -283,16 +332,21 @@ class Emitter:
         dt = np.dtype(dtype)
         r = self._row("ws", nelems * dt.itemsize)
         self.rows[r].label = "scratch"
-        name = self._fresh("s")
-        self.decls[name] = self._view("ws", r, dt, (nelems,))
-        return name
+        return self._bind("s", self._row_view("ws", r, dt, (nelems,)))
 
     def _row(self, kind: str, nbytes: int, host=None) -> int:
         self.rows.append(Row(kind, nbytes, self.step, self.step, host))
         return len(self.rows) - 1
 
-    def call(self, line: str) -> None:
-        self.calls.append((self.step, line))
+    def call(self, callee, *args) -> None:
+        """Emit ``callee(*args)`` at this step: a :class:`~jitort.codegen.calls.Kernel` or
+        :class:`~jitort.codegen.calls.Generated` and its arguments (see calls.py), or
+        (transitional) one line of driver text."""
+        if isinstance(callee, str) and not args:
+            self.calls.append((self.step, callee))
+            return
+        check_arg(args)
+        self.calls.append((self.step, Call(callee, args)))
 
     def kernel(self, prefix: str, source: str) -> str:
         """Register a generated kernel (deduplicated by text); returns its function name."""
@@ -305,6 +359,23 @@ class Emitter:
             got = _KERNEL_NAMES[key] = (name, source.replace("__KNAME__", name))
         self.kernels[got[0]] = got[1]
         return got[0]
+
+    def view_expr(self, v: View, slots: Slots) -> str:
+        """``v`` as a driver expression built by generated helpers (debug and direct-call
+        drivers, and views a call-site spec cannot spell)."""
+        if v.dtype is None:  # an argument array
+            if v.sizes is None:
+                e = v.base
+            elif v.sizes == FLAT:
+                e = f"{self.kernel('flat', _FLAT_SOURCE)}({v.base})"
+            else:
+                rs = self.kernel(f"rs_{len(v.sizes)}", _reshape_helper_source(len(v.sizes)))
+                e = f"{rs}({v.base}{''.join(', ' + prod_expr(p, slots) for p in v.sizes)})"
+        else:
+            helper = self.kernel(*_view_source(v.dtype, len(v.sizes)))
+            e = (f"{helper}({v.base}, {sum_expr(v.start, slots)}, {sum_expr(v.end, slots)}"
+                 f"{''.join(', ' + prod_expr(p, slots) for p in v.sizes)})")
+        return e + "[0]" if v.scalar else e
 
     def next_step(self) -> None:
         self.step += 1
@@ -1015,12 +1086,10 @@ class SegmentCompiler:
         # kernel-library and fused-kernel calls go through the fp table (codegen/native.py)
         n_sites, fused = 0, {k for k in em.kernels if k.startswith("k_")}
         views: list = []  # the views call sites build (checked against each plan's sizes)
+        slots = Slots(len(em.dims))
         for i, lines in enumerate(chunks):
-            if not native.DIRECT_CALLS:
-                lines, n_sites, made = native.rewrite_calls(
-                    lines, KERNEL_MODULES, fused, _DRIVER_KEY, n_sites,
-                    None if self.debug else em.decls)
-                views += made
+            lines, n_sites, made = self._render(em, lines, fused, n_sites, slots)
+            views += made
             used = _declared_closure(em.decls, lines)
             body = [f"    {n} = {em.decls[n]}" for n in em.decls if n in used]
             body += [f"    {line}" for line in lines]
@@ -1083,6 +1152,45 @@ class SegmentCompiler:
         return Plan(self.profiler.driver(parts), d, o, pb, mem.workspace_bytes, mem,
                     out_shapes, exports, imports, mod.__file__, new, parts, uses_blas=uses_blas,
                     n_sites=n_sites, views=views)
+
+
+    def _render(self, em: Emitter, lines: list, fused: set, k: int, slots: Slots):
+        """A chunk's statements as driver text: kernel calls through the ``fp`` table (call
+        sites numbered from ``k``), or direct (``JITORT_DIRECT_CALLS``). Returns the lines,
+        the next site number and the views the call sites build."""
+        out, views, pending = [], [], []
+
+        def helper(v):
+            return em.view_expr(v, slots)
+
+        def flush(k):  # lines of text from lowerings that still build their calls as text
+            if pending and not native.DIRECT_CALLS:
+                got, k, made = native.rewrite_calls(pending, KERNEL_MODULES, fused, _DRIVER_KEY, k,
+                                                    None if self.debug else em.decls)
+                out.extend(got)
+                views.extend(made)
+            else:
+                out.extend(pending)
+            pending.clear()
+            return k
+
+        for line in lines:
+            if isinstance(line, str):
+                pending.append(line)
+                continue
+            k = flush(k)
+            if native.DIRECT_CALLS:
+                out.append(render_direct(line, _ALIASES, helper))
+                continue
+            text, made = render_native(line, f"{_DRIVER_KEY}:{k}", slots, _ALIASES, helper,
+                                       fold_views=not self.debug)
+            out.append(text)
+            views += made
+            k += 1
+        return out, flush(k), views
+
+
+_ALIASES = {m: a for a, m in KERNEL_MODULES.items()}
 
 
 def _host_bytes(host) -> np.ndarray:
@@ -1173,7 +1281,8 @@ def _rewrite_offsets(em: Emitter) -> None:
     base = len(em.dims)
     sub = lambda m: f"d[{base + 2 * int(m.group(1)) + int(m.group(2))}]"  # noqa: E731
     em.decls = {k: _OFFSET.sub(sub, v) for k, v in em.decls.items()}
-    em.calls = [(step, _OFFSET.sub(sub, line)) for step, line in em.calls]
+    em.calls = [(step, _OFFSET.sub(sub, line) if isinstance(line, str) else line)
+                for step, line in em.calls]
 
 
 _REWRITES: dict = {}
@@ -1207,7 +1316,7 @@ def _rewrite_reshapes(em: Emitter) -> None:
         em.kernels.update(helpers)
         return
     n0, k0 = len(em.dims), set(em.kernels)
-    em.calls = [(step, rewrite(line)) for step, line in em.calls]
+    em.calls = [(step, rewrite(line) if isinstance(line, str) else line) for step, line in em.calls]
     em.decls = {k: rewrite(v) for k, v in em.decls.items()}
     if len(_REWRITES) > 256:
         _REWRITES.clear()
@@ -1246,7 +1355,7 @@ def _chunks(calls: list[tuple[int, str]]) -> list[list[str]]:
             chunks.append([])
             count = 0
         chunks[-1].append(line)
-        count += not line.startswith("#")
+        count += not (isinstance(line, str) and line.startswith("#"))
         last_step = step
     if not chunks[-1]:
         chunks[-1].append("pass")

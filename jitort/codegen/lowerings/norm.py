@@ -6,12 +6,22 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...ir import Node
+from ..calls import KernelModule, Scalar
 from ..registry import Unlowerable, lowering
 from ..elementwise import tname
 from .common import (_3d, _axis, _float_io, _is_float, _plain, _prod)
 
 if TYPE_CHECKING:
     from ..cpu import Emitter
+
+_data = KernelModule("data")
+_norm = KernelModule("norm")
+_softmax = KernelModule("softmax")
+
+
+def _eps(n: Node, default: float = 1e-5) -> Scalar:
+    """The ``epsilon`` attribute in the output's type."""
+    return Scalar(np.dtype(n.outputs[0].dtype).name, float(n.attrs.get("epsilon", default)))
 
 
 @lowering("Softmax", "LogSoftmax", supports=_float_io)
@@ -27,10 +37,10 @@ def lower_softmax(em: Emitter, n: Node) -> None:
     else:
         axis = _axis(n.attrs.get("axis", 1), rank)
         dims = (_prod(shape[:axis]), _prod(shape[axis:]), 1)
-    fn = "softmax3d" if n.op_type == "Softmax" else "logsoftmax3d"
-    t = em.tuple_expr(dims)
-    yv = em.out(y)
-    em.call(f"_softmax.{fn}({em.arr(x)}.reshape({t}), {yv}.reshape({t}))")
+    fn = _softmax.softmax3d if n.op_type == "Softmax" else _softmax.logsoftmax3d
+    t = em.sizes(dims)
+    yv = em.write(y)
+    em.call(fn, em.read(x).reshape(t), yv.reshape(t))
 
 
 def _ln_ok(n: Node) -> bool:
@@ -49,24 +59,21 @@ def lower_layernorm(em: Emitter, n: Node) -> None:
     outer, inner = _prod(shape[:axis]), _prod(shape[axis:])
     if _prod(em.shape(scale)) != inner or (bias is not None and _prod(em.shape(bias)) != inner):
         raise Unlowerable(n, "LayerNormalization scale/bias broadcast")
-    dt = tname(y.dtype)
-    t2 = em.tuple_expr((outer, inner))
-    t1 = em.tuple_expr((inner,))
-    sv = f"{em.arr(scale)}.reshape({t1})"
-    bv = f"{em.arr(bias)}.reshape({t1})" if bias is not None else sv
-    yv = em.out(y)
-    eps = f"{dt}({float(n.attrs.get('epsilon', 1e-5))!r})"
+    t2 = em.sizes((outer, inner))
+    t1 = em.sizes((inner,))
+    sv = em.read(scale).reshape(t1)
+    bv = em.read(bias).reshape(t1) if bias is not None else sv
+    yv = em.write(y).reshape(t2)
     if len(n.outputs) == 1:
-        em.call(f"_norm.layernorm2d({em.arr(x)}.reshape({t2}), {sv}, {bv}, {yv}.reshape({t2}), "
-                f"{eps}, {bias is not None})")
+        em.call(_norm.layernorm2d, em.read(x).reshape(t2), sv, bv, yv, _eps(n), bias is not None)
         return
     # Mean and InvStdDev: (outer,) values, shaped like x with the normalized axes set to 1
-    to = em.tuple_expr((outer,))
-    stats = [f"{em.out(v)}.reshape({to})" for v in n.outputs[1:]]
+    to = em.sizes((outer,))
+    stats = [em.write(v).reshape(to) for v in n.outputs[1:]]
     if len(stats) == 1:
-        stats.append(f"{em.scratch(outer, y.dtype)}.reshape({to})")
-    em.call(f"_norm.layernorm2d_stats({em.arr(x)}.reshape({t2}), {sv}, {bv}, {yv}.reshape({t2}), "
-            f"{stats[0]}, {stats[1]}, {eps}, {bias is not None})")
+        stats.append(em.temp(outer, y.dtype).reshape(to))
+    em.call(_norm.layernorm2d_stats, em.read(x).reshape(t2), sv, bv, yv, stats[0], stats[1],
+            _eps(n), bias is not None)
 
 
 @lowering("BatchNormalization", supports=lambda n: _float_io(n) and len(n.outputs) == 1
@@ -76,22 +83,16 @@ def lower_batchnorm(em: Emitter, n: Node) -> None:
     shape = em.shape(x)
     if len(shape) < 2 or any(v.dtype != x.dtype for v in n.inputs[1:5]):
         raise Unlowerable(n, "BatchNormalization layout/dtypes")
-    t3 = em.tuple_expr((shape[0], shape[1], _prod(shape[2:])))
-    p = [em.arr(v) for v in n.inputs[1:5]]
-    dt = tname(y.dtype)
-    yv = em.out(y)
-    em.call(f"_norm.batchnorm3d({em.arr(x)}.reshape({t3}), {', '.join(p)}, {yv}.reshape({t3}), "
-            f"{dt}({float(n.attrs.get('epsilon', 1e-5))!r}))")
+    t3 = em.sizes((shape[0], shape[1], _prod(shape[2:])))
+    p = [em.read(v) for v in n.inputs[1:5]]
+    yv = em.write(y)
+    em.call(_norm.batchnorm3d, em.read(x).reshape(t3), *p, yv.reshape(t3), _eps(n))
 
 
 def _norm_io(n: Node) -> bool:
     """Float input/output and every other present input of the same dtype."""
     return _float_io(n) and len(n.outputs) == 1 and all(
         v is None or v.dtype == n.inputs[0].dtype for v in n.inputs)
-
-
-def _eps(n: Node, dt: str, default: float = 1e-5) -> str:
-    return f"{dt}({float(n.attrs.get('epsilon', default))!r})"
 
 
 @lowering("InstanceNormalization", supports=_norm_io)
@@ -103,12 +104,11 @@ def lower_instnorm(em: Emitter, n: Node) -> None:
     c = shape[1]
     if any(_prod(em.shape(v)) != c for v in n.inputs[1:3]):
         raise Unlowerable(n, "InstanceNormalization scale/B are not (C,)")
-    t3 = em.tuple_expr((shape[0], c, _prod(shape[2:])))
-    t1 = em.tuple_expr((c,))
-    dt = tname(y.dtype)
-    yv = em.out(y)
-    em.call(f"_norm.instancenorm3d({em.arr(x)}.reshape({t3}), {em.arr(n.inputs[1])}.reshape({t1}), "
-            f"{em.arr(n.inputs[2])}.reshape({t1}), {yv}.reshape({t3}), {_eps(n, dt)})")
+    t3 = em.sizes((shape[0], c, _prod(shape[2:])))
+    t1 = em.sizes((c,))
+    yv = em.write(y)
+    em.call(_norm.instancenorm3d, em.read(x).reshape(t3), em.read(n.inputs[1]).reshape(t1),
+            em.read(n.inputs[2]).reshape(t1), yv.reshape(t3), _eps(n))
 
 
 @lowering("GroupNormalization", supports=_norm_io)
@@ -125,12 +125,11 @@ def lower_groupnorm(em: Emitter, n: Node) -> None:
     want = c if per_channel else g
     if _prod(em.shape(scale)) != want or _prod(em.shape(bias)) != want:
         raise Unlowerable(n, f"GroupNormalization scale/bias are not ({want},)")
-    t4 = em.tuple_expr((shape[0], g, c // g, _prod(shape[2:])))
-    t1 = em.tuple_expr((want,))
-    dt = tname(y.dtype)
-    yv = em.out(y)
-    em.call(f"_norm.groupnorm4d({em.arr(x)}.reshape({t4}), {em.arr(scale)}.reshape({t1}), "
-            f"{em.arr(bias)}.reshape({t1}), {yv}.reshape({t4}), {_eps(n, dt)}, {per_channel})")
+    t4 = em.sizes((shape[0], g, c // g, _prod(shape[2:])))
+    t1 = em.sizes((want,))
+    yv = em.write(y)
+    em.call(_norm.groupnorm4d, em.read(x).reshape(t4), em.read(scale).reshape(t1),
+            em.read(bias).reshape(t1), yv.reshape(t4), _eps(n), per_channel)
 
 
 @lowering("RMSNormalization", supports=_norm_io)
@@ -141,11 +140,10 @@ def lower_rmsnorm(em: Emitter, n: Node) -> None:
     outer, inner = _prod(shape[:axis]), _prod(shape[axis:])
     if _prod(em.shape(scale)) != inner:
         raise Unlowerable(n, "RMSNormalization scale broadcast")
-    dt = tname(y.dtype)
-    t2 = em.tuple_expr((outer, inner))
-    yv = em.out(y)
-    em.call(f"_norm.rmsnorm2d({em.arr(x)}.reshape({t2}), {em.arr(scale)}.reshape({em.tuple_expr((inner,))}), "
-            f"{yv}.reshape({t2}), {_eps(n, dt)})")
+    t2 = em.sizes((outer, inner))
+    yv = em.write(y)
+    em.call(_norm.rmsnorm2d, em.read(x).reshape(t2), em.shaped(scale, (inner,)), yv.reshape(t2),
+            _eps(n))
 
 
 @lowering("LpNormalization", supports=lambda n: _norm_io(n) and n.attrs.get("p", 2) in (1, 2))
@@ -155,9 +153,9 @@ def lower_lpnorm(em: Emitter, n: Node) -> None:
     if not shape:
         raise Unlowerable(n, "LpNormalization of a scalar")
     axis = _axis(n.attrs.get("axis", -1), len(shape))
-    t3 = em.tuple_expr(_3d(shape, axis))
-    yv = em.out(y)
-    em.call(f"_norm.lpnorm3d({em.arr(x)}.reshape({t3}), {yv}.reshape({t3}), {int(n.attrs.get('p', 2))})")
+    t3 = em.sizes(_3d(shape, axis))
+    yv = em.write(y)
+    em.call(_norm.lpnorm3d, em.read(x).reshape(t3), yv.reshape(t3), int(n.attrs.get("p", 2)))
 
 
 @lowering("MeanVarianceNormalization", supports=_norm_io)
@@ -175,9 +173,9 @@ def lower_mvn(em: Emitter, n: Node) -> None:
         runs = [(1, not runs[0][1])] + runs
     if len(runs) > 5:
         raise Unlowerable(n, f"MeanVarianceNormalization over more than two axis runs {axes}")
-    t5 = em.tuple_expr([s for s, _ in runs])
-    yv = em.out(y)
-    em.call(f"_norm.mvn5d({em.arr(x)}.reshape({t5}), {yv}.reshape({t5}))")
+    t5 = em.sizes([s for s, _ in runs])
+    yv = em.write(y)
+    em.call(_norm.mvn5d, em.read(x).reshape(t5), yv.reshape(t5))
 
 
 def _dropout_ok(n: Node) -> bool:
@@ -196,14 +194,14 @@ def lower_dropout(em: Emitter, n: Node) -> None:
     """Dropout in inference: the output is the input; the mask all True from opset 12 (the
     spec), all zeros before (onnxruntime's Dropout 7-11 writes a zero mask)."""
     x, y = n.inputs[0], n.outputs[0]
-    yv = em.out(y)
-    em.call(f"_data.copy_flat({em.arr(x)}.reshape(-1), {yv}.reshape(-1))")
+    yv = em.write(y)
+    em.call(_data.copy_flat, em.read(x).flat(), yv.flat())
     if len(n.outputs) > 1 and n.outputs[1] is not None and not n.outputs[1].name.startswith("__unused_"):
         m = n.outputs[1]
-        mv = em.out(m)
+        mv = em.write(m)
         on = n.since_version >= 12
         one = str(on) if np.dtype(m.dtype) == np.bool_ else f"{tname(m.dtype)}({int(on)})"
         src = ("@njit(cache=True, error_model='numpy')\ndef __KNAME__(m):\n"
                "    mf = m.reshape(-1)\n    for i in range(mf.shape[0]):\n"
                f"        mf[i] = {one}\n")
-        em.call(f"{em.kernel('k_dropout_mask', src)}({mv})")
+        em.call(em.generated("k_dropout_mask", src), mv)
