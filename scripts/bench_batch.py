@@ -41,7 +41,7 @@ def write_dataset(folder: Path, rows: int, seq: int, files: int = 4) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from jitort.batch import to_arrow
+    from jitort.apps.batch import to_arrow
     rng = np.random.default_rng(0)
     ids = rng.integers(0, 8000, (rows, seq)).astype(np.int64)
     mask = np.ones((rows, seq), np.int64)
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
         return 2
 
     import jitort
-    from jitort import batch
+    from jitort.apps import batch
     cores = os.cpu_count() or 1
     tmp = Path(tempfile.mkdtemp(prefix="jitort-bench-batch-"))
     try:

@@ -40,7 +40,7 @@ def default_models() -> list[str]:
 def model_entries(path: str, feeds: dict | None = None) -> set:
     import jitort
     from jitort import library, tiering
-    from jitort.cli import _feeds_for
+    from jitort.apps.cli import feeds_for as _feeds_for
     from jitort.codegen import native
     cm = jitort.compile(path, tiered=False)
     if feeds is None:

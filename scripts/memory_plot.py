@@ -9,7 +9,7 @@ can beat), the dashed line the workspace jitort allocates. Prints the report per
 """
 import sys
 
-from jitort.cli import main
+from jitort.apps.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["memory", *sys.argv[1:]]))

@@ -9,7 +9,7 @@ options loads them instead of compiling. A progress bar per model advances per k
 """
 import sys
 
-from jitort.cli import main
+from jitort.apps.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["warmup", *sys.argv[1:]]))

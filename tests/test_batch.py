@@ -10,7 +10,7 @@ import pytest
 from onnx import helper
 
 import jitort
-from jitort import batch, cli
+from jitort.apps import batch, cli
 
 from .helpers import F32, I64, make_model
 from .models import shared_path

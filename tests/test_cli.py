@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 import pytest
 
-from jitort import cli
+from jitort.apps import cli
 
 from .helpers import numba_cache_beside_generated_code
 from .test_concurrency import _mlp

@@ -1,4 +1,4 @@
-"""Batch inference on a real local Ray (issue 23): jitort.ray's actor class in Ray Data's
+"""Batch inference on a real local Ray (issue 23): jitort.apps.ray's actor class in Ray Data's
 map_batches, ``jitort batch --engine ray`` on 4,096 bert rows against onnxruntime, and a worker
 process killed mid-run."""
 import os
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import jitort
-from jitort import batch
+from jitort.apps import batch
 
 from .test_batch import (EMB, assert_matches_onnxruntime, bert_dataset, bert_or_skip,
                          grid_model, grid_reference, seq_model, seq_reference, seq_rows, write)
@@ -20,7 +20,7 @@ ray = pytest.importorskip("ray", reason="Ray is optional: pip install 'jitort[ra
 pytest.importorskip("ray.data", reason="Ray Data is optional: pip install 'jitort[ray]'")
 pa = pytest.importorskip("pyarrow")
 
-import jitort.ray as jray  # noqa: E402
+import jitort.apps.ray as jray  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -205,7 +205,7 @@ import os, sys
 os.environ.pop("NUMBA_NUM_THREADS", None)
 if sys.argv[1] == "started":
     import jitort.kernels.cpu  # starts Numba's pool, as an actor's unpickling of jitort does
-from jitort.ray import pin_threads
+from jitort.apps.ray import pin_threads
 limits = pin_threads(1)
 import numba
 @numba.njit
@@ -218,7 +218,7 @@ print("ok", os.environ["NUMBA_NUM_THREADS"], numba.config.NUMBA_NUM_THREADS)
 
 @pytest.mark.parametrize("pool", ["started", "not started"])
 def test_pinned_worker_can_still_compile(pool):
-    """A worker pins its threads (jitort.ray.pin_threads) and then has to compile (a cold
+    """A worker pins its threads (jitort.apps.ray.pin_threads) and then has to compile (a cold
     cache): Numba refused every compilation ("Cannot set NUMBA_NUM_THREADS to a different value
     once the threads have been launched") whether its pool had started before the pin (the
     environment then said 1, the pool 2) or started after it (from the stale setting)."""

@@ -51,7 +51,7 @@ def parse_shapes(items: list[str]) -> list[dict[str, tuple[int, ...]]]:
     return [{k: v[min(i, len(v) - 1)] for k, v in per.items()} for i in range(n)]
 
 
-def _feeds_for(cm, inputs: list[str], seed: int = 0, shapes: dict | None = None) -> dict:
+def feeds_for(cm, inputs: list[str], seed: int = 0, shapes: dict | None = None) -> dict:
     """Feeds from ``name=file.npy`` options and declared shapes; random data for the rest."""
     given = {}
     for item in inputs or []:
@@ -112,7 +112,7 @@ def cmd_bench(args) -> int:
     for path in models:
         t = time.perf_counter()
         cm = jitort.compile(path, threads=args.threads)
-        feeds = _feeds_for(cm, [])
+        feeds = feeds_for(cm, [])
         cm.run(None, feeds)  # the first result (the interpreter tier while the code compiles)
         first_s = time.perf_counter() - t
         if not cm.wait_compiled():  # steady state is the compiled program's, never tier 0's
@@ -143,7 +143,7 @@ def cmd_bench(args) -> int:
 def cmd_run(args) -> int:
     import jitort
     cm = jitort.compile(args.model, threads=args.threads, profile=bool(args.profile))
-    outs = cm.run(None, _feeds_for(cm, args.input, shapes=parse_shapes(args.shape)[0]))
+    outs = cm.run(None, feeds_for(cm, args.input, shapes=parse_shapes(args.shape)[0]))
     for name, o in zip(cm.output_names, outs):
         print(f"{name}: {o.dtype}{list(o.shape)} mean={o.mean():.6g} std={o.std():.6g}")
     if args.profile:
@@ -155,9 +155,9 @@ def cmd_run(args) -> int:
 
 def cmd_explain(args) -> int:
     import jitort
-    from .profiling import machine_peak_gflops
+    from jitort.profiling import machine_peak_gflops
     cm = jitort.compile(args.model, threads=args.threads, profile=True)
-    feeds = _feeds_for(cm, args.input, shapes=parse_shapes(args.shape)[0])
+    feeds = feeds_for(cm, args.input, shapes=parse_shapes(args.shape)[0])
     t = time.perf_counter()
     cm.run(None, feeds)  # plans and compiles (or loads from the cache)
     first = time.perf_counter() - t
@@ -174,7 +174,7 @@ def cmd_explain(args) -> int:
 
 def explain_report(cm, first_s: float, per_run_s: float, peak: float) -> str:
     """The text of ``jitort explain`` for a model compiled with ``profile=True`` and run."""
-    from . import tuning
+    from jitort import tuning
     out = [cm.summary()]
     out += ["choices: " + line for line in tuning.summary_lines()]
     applied = [f"{k} x{v}" for k, v in cm.pass_report.rewrites.items() if v]
@@ -231,7 +231,7 @@ def warmup_model(path: str, shape_sets: list[dict], threads=None, position: int 
     from tqdm.auto import tqdm
 
     import jitort
-    from .codegen import module as modmgr
+    from jitort.codegen import module as modmgr
 
     name = _name(path)
     bar = tqdm(total=0, desc=f"{name:<16}", unit="kernel", position=position, leave=True,
@@ -265,7 +265,7 @@ def warmup_model(path: str, shape_sets: list[dict], threads=None, position: int 
     try:
         cm = jitort.compile(path, threads=threads, tiered=False)
         for shapes in shape_sets:
-            cm.run(None, _feeds_for(cm, [], shapes=shapes))
+            cm.run(None, feeds_for(cm, [], shapes=shapes))
     finally:
         numba.core.event.unregister("numba:compile", listener)
         modmgr.load_hooks.remove(on_load)
@@ -291,7 +291,7 @@ def cmd_memory(args) -> int:
     cm = jitort.compile(args.model, example_shapes=shape_sets if args.shape else None,
                         tiered=False)
     if not args.shape:
-        cm.run(None, _feeds_for(cm, [], shapes={}))
+        cm.run(None, feeds_for(cm, [], shapes={}))
     for row in memory_report(cm):
         print(f"outputs {row['out_shapes']}: workspace {row['workspace_bytes']:,} B, lower bound "
               f"{row['lower_bound']:,} B ({row['ratio']:.3f}x), {row['tensors']} tensors")
@@ -305,7 +305,7 @@ def cmd_memory(args) -> int:
 
 def cmd_warmup_library(args) -> int:
     """``jitort warmup --library``: the kernel library's entries into Numba's on-disk cache."""
-    from . import library
+    from jitort import library
     only = [o for item in args.only or [] for o in item.split(",") if o]
     es = library.entries(only=only)
     if not es:
@@ -322,7 +322,7 @@ def cmd_warmup_library(args) -> int:
 
 def cmd_tune(args) -> int:
     """``jitort tune``: measure the implementation choices on this machine (``jitort.tuning``)."""
-    from . import tuning
+    from jitort import tuning
     if args.show:
         print(tuning.show())
         return 0
@@ -348,7 +348,7 @@ def cmd_tune(args) -> int:
 
 def cmd_warmup(args) -> int:
     if not args.no_tune:
-        from . import tuning
+        from jitort import tuning
         if tuning.enabled():
             tuning.tune(progress=False if args.quiet else None)
     if args.library:
@@ -371,7 +371,7 @@ def cmd_warmup(args) -> int:
         jobs = [(p, shape_sets, args.threads, i, progress) for i, p in enumerate(models)]
         with ProcessPoolExecutor(max_workers=args.jobs, mp_context=ctx) as ex:
             results = list(ex.map(_warmup_worker, jobs))
-    from .codegen.module import cache_dir
+    from jitort.codegen.module import cache_dir
     for r in results:
         print(f"{r['model']}: {r['compiled']} kernels compiled, {r['cached']} from cache, "
               f"{r['seconds']:.1f} s")
@@ -387,8 +387,8 @@ def _size(d: Path) -> tuple[int, int]:
 
 
 def cmd_cache(args) -> int:
-    from .codegen.module import cache_dir, gen_hash
-    from .kernels import _cache
+    from jitort.codegen.module import cache_dir, gen_hash
+    from jitort.kernels import _cache
     root, kroot = cache_dir(), _cache.cache_root()
     if args.action == "clear":
         shutil.rmtree(root, ignore_errors=True)
@@ -438,9 +438,9 @@ def cmd_cache(args) -> int:
 # --- batch -------------------------------------------------------------------------------------
 
 def cmd_batch(args) -> int:
-    """Parquet rows through the model into a Parquet folder (jitort/batch.py)."""
-    from . import batch
-    from .errors import JitortError
+    """Parquet rows through the model into a Parquet folder (jitort/apps/batch.py)."""
+    from jitort.apps import batch
+    from jitort.errors import JitortError
     try:
         r = batch.run(args.model, args.input, args.output, engine=args.engine,
                       workers=args.workers, batch_size=args.batch_size,
@@ -459,24 +459,26 @@ def cmd_batch(args) -> int:
 
 # --- main --------------------------------------------------------------------------------------
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="jitort", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-v", "--verbose", action="count", default=0, help="-v INFO, -vv DEBUG logging")
-    sub = p.add_subparsers(dest="cmd", required=True)
+def _shape_option(s, help_text: str) -> None:
+    s.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS", help=help_text)
+
+
+def _add_bench(sub) -> None:
     b = sub.add_parser("bench", help="jitort vs onnxruntime latency")
     b.add_argument("models", nargs="*")
     b.add_argument("--repeat", type=int, default=20)
     b.add_argument("--threads", type=int, default=None)
     b.set_defaults(fn=cmd_bench)
+
+
+def _add_run_and_explain(sub) -> None:
     for name, fn, helptext in (("run", cmd_run, "run once, print output summaries"),
                                ("explain", cmd_explain, "passes, fusion, fallbacks, memory, "
                                                         "per-kernel FLOPs and GFLOP/s")):
         s = sub.add_parser(name, help=helptext)
         s.add_argument("model")
         s.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy")
-        s.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
-                       help="shape of an input without --input, e.g. input_ids=1x128")
+        _shape_option(s, "shape of an input without --input, e.g. input_ids=1x128")
         s.add_argument("--threads", type=int, default=None)
         s.set_defaults(fn=fn)
         if name == "run":
@@ -486,10 +488,12 @@ def main(argv=None) -> int:
             s.add_argument("--repeat", type=int, default=10, help="timed runs after the first")
             s.add_argument("--trace", metavar="TRACE.json", default=None,
                            help="also write the Chrome trace of the timed runs")
+
+
+def _add_warmup(sub) -> None:
     w = sub.add_parser("warmup", help="compile models into the on-disk cache")
     w.add_argument("models", nargs="*")
-    w.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
-                   help="declared input shape (repeat a name for several shapes)")
+    _shape_option(w, "declared input shape (repeat a name for several shapes)")
     w.add_argument("--jobs", "-j", type=int, default=None,
                    help="parallel processes: models (default 1), or with --library library "
                         "entries (default: the CPUs)")
@@ -504,6 +508,9 @@ def main(argv=None) -> int:
     w.add_argument("--no-tune", action="store_true",
                    help="skip the calibration of implementation choices (jitort tune)")
     w.set_defaults(fn=cmd_warmup)
+
+
+def _add_tune(sub) -> None:
     t = sub.add_parser("tune", help="measure implementation choices on this machine and keep "
                        "the decisions (beside the kernel cache)")
     t.add_argument("--show", action="store_true", help="print the decisions and exit")
@@ -515,12 +522,17 @@ def main(argv=None) -> int:
     t.add_argument("--quiet", "-q", action="store_true", help="no progress bar or report")
     t.add_argument("--background", action="store_true", help=argparse.SUPPRESS)
     t.set_defaults(fn=cmd_tune)
+
+
+def _add_memory(sub) -> None:
     m = sub.add_parser("memory", help="memory plan report and PNG (tensors over step x offset)")
     m.add_argument("model")
-    m.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
-                   help="input shape, e.g. input_ids=1x128 (the largest plan is drawn)")
+    _shape_option(m, "input shape, e.g. input_ids=1x128 (the largest plan is drawn)")
     m.add_argument("--png", default=None, help="output path (default: MODEL-plan.png)")
     m.set_defaults(fn=cmd_memory)
+
+
+def _add_batch(sub) -> None:
     bt = sub.add_parser("batch", help="run the model over a Parquet dataset (one row per sample)")
     bt.add_argument("model")
     bt.add_argument("--input", required=True, help="Parquet file or folder; columns named after "
@@ -538,12 +550,30 @@ def main(argv=None) -> int:
                     help="a bad row: stop with an error naming it, or record it in "
                          "OUTPUT/_errors.jsonl and go on")
     bt.set_defaults(fn=cmd_batch)
+
+
+def _add_cache(sub) -> None:
     c = sub.add_parser("cache", help="the on-disk cache of generated code and kernels")
     c.add_argument("action", choices=["info", "prune", "clear"],
                    help="info: what is cached; prune: remove the folders of other kernel "
                         "sources or versions; clear: remove the generated code")
     c.set_defaults(fn=cmd_cache)
-    args = p.parse_args(argv)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``jitort`` argument parser: one sub-command per ``cmd_*`` function above."""
+    p = argparse.ArgumentParser(prog="jitort", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-v", "--verbose", action="count", default=0, help="-v INFO, -vv DEBUG logging")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    for add in (_add_bench, _add_run_and_explain, _add_warmup, _add_tune, _add_memory,
+                _add_batch, _add_cache):
+        add(sub)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     if args.verbose:
         logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
         log.setLevel(logging.DEBUG if args.verbose > 1 else logging.INFO)
