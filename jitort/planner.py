@@ -108,71 +108,84 @@ def plan_memory(buffers: list[Buffer], prefer: list | None = None) -> MemoryPlan
         if b.begin > b.end:
             raise ValueError(f"buffer {b.key!r} ends before it begins")
     bound = lower_bound(buffers)
-    preferred = {}  # choices in the order given, each once
-    for c in prefer or ():
-        name, promoted = (c, ()) if isinstance(c, str) else c
-        if name in ORDERS and all(0 <= i < len(buffers) for i in promoted):
-            preferred[(name, tuple(dict.fromkeys(promoted)))] = None
-    plain = [(n, ()) for n in ORDERS]
-    rank = {c: i for i, c in enumerate(plain)}
-    index = {id(b): i for i, b in enumerate(buffers)}
-    best = None  # (total, tie-break, offsets, choice): ties go to ORDERS' order, not the try order
-    runs: dict = {}  # plain order -> (total, offsets)
-    repaired: set = set()
-
-    def consider(total, offsets, choice):
-        nonlocal best
-        cand = (total, rank.get(choice, -1), offsets, choice)
-        if best is None or cand[:2] < best[:2]:
-            best = cand
-
-    def place(choice):
-        """One greedy run in the order ``choice``; its (workspace, offsets)."""
-        offsets = _greedy(_ordered(buffers, *choice))
-        total = max((off + align(b.size) for b, off in offsets), default=0)
-        consider(total, offsets, choice)
-        return total, offsets
-
-    def repair(total, offsets, choice):
-        """Promote the buffers ending at the top, MAX_PROMOTIONS rounds at most."""
-        repaired.add(choice)
-        name, promoted = choice
-        for _ in range(MAX_PROMOTIONS):
-            top = [index[id(b)] for b, off in offsets
-                   if off + align(b.size) == total and index[id(b)] not in promoted]
-            if not top:
-                return
-            promoted = promoted + tuple(sorted(top))
-            total, offsets = place((name, promoted))
-            if total <= bound:
-                return
-
-    def run(choice):
-        total, offsets = place(choice)
-        if choice in rank:
-            runs[choice] = (total, offsets)
-        return total <= bound  # optimal: no other order can do better
-
-    done = any(run(c) for c in preferred)
-    first = next((c for c in preferred if c in rank), None)
+    preferred = _preferred(prefer, len(buffers))
+    search = _Search(buffers, bound)
+    done = any(search.run(c) for c in preferred)
+    first = next((c for c in preferred if c in search.rank), None)
     if not done and first is not None and buffers:
         # the plain order that won the last shapes missed, and so did every other preferred
         # choice: repair it before trying the other orders (gpt2's first S=128 shape: 3
         # runs instead of 6)
-        repair(*runs[first], first)
-        done = best[0] <= bound
+        search.repair(*search.runs[first], first)
+        done = search.best[0] <= bound
     if not done:
-        done = any(run(c) for c in plain if c not in runs)
-    if best[0] > bound and buffers:
+        done = any(search.run(c) for c in search.plain if c not in search.runs)
+    if search.best[0] > bound and buffers:
         # from the best plain order (ties by rank): the same start whatever was preferred, so
         # a preference never makes the plan worse than plan_memory(buffers) would
-        start = min(runs, key=lambda c: (runs[c][0], rank[c]))
-        if start not in repaired:
-            repair(*runs[start], start)
-    for b, off in best[2]:
+        start = min(search.runs, key=lambda c: (search.runs[c][0], search.rank[c]))
+        if start not in search.repaired:
+            search.repair(*search.runs[start], start)
+    total, _, offsets, (name, promoted) = search.best
+    for b, off in offsets:
         b.offset = off
-    name, promoted = best[3]
-    return MemoryPlan(buffers, best[0], bound, order=name, promoted=promoted)
+    return MemoryPlan(buffers, total, bound, order=name, promoted=promoted)
+
+
+def _preferred(prefer: list | None, n: int) -> dict:
+    """The choices of ``prefer`` as ``(name, promoted)`` keys, in the order given, each once;
+    names not in ``ORDERS`` and positions outside ``n`` buffers are dropped."""
+    preferred = {}
+    for c in prefer or ():
+        name, promoted = (c, ()) if isinstance(c, str) else c
+        if name in ORDERS and all(0 <= i < n for i in promoted):
+            preferred[(name, tuple(dict.fromkeys(promoted)))] = None
+    return preferred
+
+
+class _Search:
+    """One :func:`plan_memory` call's greedy runs: a choice is ``(order name, promoted
+    positions)``; ``best`` is the smallest workspace so far."""
+
+    def __init__(self, buffers: list[Buffer], bound: int):
+        self.buffers, self.bound = buffers, bound
+        self.plain = [(n, ()) for n in ORDERS]
+        self.rank = {c: i for i, c in enumerate(self.plain)}
+        self.index = {id(b): i for i, b in enumerate(buffers)}
+        # (total, tie-break, offsets, choice): ties go to ORDERS' order, not the try order
+        self.best = None
+        self.runs: dict = {}  # plain order -> (total, offsets)
+        self.repaired: set = set()
+
+    def place(self, choice):
+        """One greedy run in the order ``choice``; its (workspace, offsets)."""
+        offsets = _greedy(_ordered(self.buffers, *choice))
+        total = max((off + align(b.size) for b, off in offsets), default=0)
+        cand = (total, self.rank.get(choice, -1), offsets, choice)
+        if self.best is None or cand[:2] < self.best[:2]:
+            self.best = cand
+        return total, offsets
+
+    def repair(self, total, offsets, choice) -> None:
+        """Promote the buffers ending at the top, MAX_PROMOTIONS rounds at most."""
+        self.repaired.add(choice)
+        name, promoted = choice
+        for _ in range(MAX_PROMOTIONS):
+            top = [self.index[id(b)] for b, off in offsets
+                   if off + align(b.size) == total and self.index[id(b)] not in promoted]
+            if not top:
+                return
+            promoted = promoted + tuple(sorted(top))
+            total, offsets = self.place((name, promoted))
+            if total <= self.bound:
+                return
+
+    def run(self, choice) -> bool:
+        """One greedy run; whether it reached the lower bound (then no order can do better)."""
+        total, offsets = self.place(choice)
+        if choice in self.rank:
+            self.runs[choice] = (total, offsets)
+        return total <= self.bound
 
 
 def _ordered(buffers: list[Buffer], name: str, promoted: tuple = ()) -> list[Buffer]:

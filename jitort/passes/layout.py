@@ -248,6 +248,37 @@ def convert_to_channels_last(g: Graph) -> int:
     if not any(ok[i] and conv_kind(n) == "depthwise" for i, n in enumerate(nodes)):
         return 0
     index = {id(n): i for i, n in enumerate(nodes)}
+    consumers = g.consumers()
+    region = _regions(nodes, ok, index, consumers)
+    outputs = g.output_ids()
+    twins = _Twins(g)
+    count = 0
+    for i, n in enumerate(nodes):
+        if not region[i]:
+            twins.nodes.append(n)
+            continue
+        count += 1
+        outs = []
+        for o in n.outputs:
+            t = Value(g.fresh_name(o.name + "_nhwc"), o.dtype, tuple(o.shape[p] for p in TO_NHWC))
+            outs.append(t)
+        twins.nodes.append(_nhwc_node(g, n, outs, twins))
+        for o, t in zip(n.outputs, outs):
+            twins.cl[id(o)] = t
+            readers = consumers.get(id(o), [])
+            if id(o) in outputs or any(not region[index[id(r)]] for r in readers):
+                twins.nodes.append(Node("Transpose", [t], [o], {"perm": list(TO_NCHW)}, "",
+                                        g.fresh_name("to_nchw"), 1))
+    g.nodes = twins.nodes
+    g.relink()
+    log.info("channels-last regions: %d nodes", count)
+    return count
+
+
+def _regions(nodes: list[Node], ok: list[bool], index: dict, consumers: dict) -> list[bool]:
+    """Per node, whether it is converted: the connected components of convertible nodes
+    (linked through non-constant 4-D values) that hold a depthwise convolution, except a
+    depthwise convolution alone in its component that dwconv_staged takes in NCHW."""
     parent = list(range(len(nodes)))
 
     def find(i):
@@ -256,7 +287,6 @@ def convert_to_channels_last(g: Graph) -> int:
             i = parent[i]
         return i
 
-    consumers = g.consumers()
     for i, n in enumerate(nodes):
         if not ok[i]:
             continue
@@ -270,90 +300,78 @@ def convert_to_channels_last(g: Graph) -> int:
     for i in range(len(nodes)):
         if ok[i]:
             size[find(i)] = size.get(find(i), 0) + 1
-
-    def transposed_around(n: Node) -> bool:
-        """The model's own permutes meet the region's transposes (and cancel) around n."""
-        src = n.inputs[0].producer
-        return ((src is not None and src.op_type == "Transpose"
-                 and list(src.attrs.get("perm", [])) == TO_NCHW)
-                or any(r.op_type == "Transpose" and list(r.attrs.get("perm", [])) == TO_NHWC
-                       for r in consumers.get(id(n.outputs[0]), [])))
-
-    # a depthwise convolution alone in its region stays NCHW where dwconv_staged takes it
     keep = {find(i) for i, n in enumerate(nodes) if ok[i] and conv_kind(n) == "depthwise"
-            and not (size[find(i)] == 1 and staged_depthwise(n) and not transposed_around(n))}
-    region = [ok[i] and find(i) in keep for i in range(len(nodes))]
-    outputs = g.output_ids()
+            and not (size[find(i)] == 1 and staged_depthwise(n)
+                     and not _transposed_around(n, consumers))}
+    return [ok[i] and find(i) in keep for i in range(len(nodes))]
 
-    cl: dict[int, Value] = {}          # id(NCHW value) -> its NHWC twin
-    new_nodes: list[Node] = []
 
-    def nhwc(v: Value) -> Value:
+def _transposed_around(n: Node, consumers: dict) -> bool:
+    """The model's own permutes meet the region's transposes (and cancel) around n."""
+    src = n.inputs[0].producer
+    return ((src is not None and src.op_type == "Transpose"
+             and list(src.attrs.get("perm", [])) == TO_NCHW)
+            or any(r.op_type == "Transpose" and list(r.attrs.get("perm", [])) == TO_NHWC
+                   for r in consumers.get(id(n.outputs[0]), [])))
+
+
+class _Twins:
+    """The rewritten node list and the NHWC twin of each NCHW value a region reads."""
+
+    def __init__(self, g: Graph):
+        self.g = g
+        self.cl: dict[int, Value] = {}  # id(NCHW value) -> its NHWC twin
+        self.nodes: list[Node] = []
+
+    def nhwc(self, v: Value) -> Value:
         """The NHWC twin of a 4-D value read in a region (a Transpose in, made once)."""
-        t = cl.get(id(v))
+        t = self.cl.get(id(v))
         if t is None:
+            g = self.g
             t = Value(g.fresh_name(v.name + "_nhwc"), v.dtype,
                       tuple(v.shape[p] for p in TO_NHWC))
-            new_nodes.append(Node("Transpose", [v], [t], {"perm": list(TO_NHWC)}, "",
-                                  g.fresh_name("to_nhwc"), 1))
-            cl[id(v)] = t
+            self.nodes.append(Node("Transpose", [v], [t], {"perm": list(TO_NHWC)}, "",
+                                   g.fresh_name("to_nhwc"), 1))
+            self.cl[id(v)] = t
         return t
 
-    def operand(v: Value | None) -> Value | None:
+    def operand(self, v: Value | None) -> Value | None:
+        """An elementwise operand in NHWC: constants permuted, 4-D values through their twin."""
         if v is None:
             return None
         if v.is_const:
-            return _permute_const(v, g) if v.shape is not None and len(v.shape) >= 1 \
+            return _permute_const(v, self.g) if v.shape is not None and len(v.shape) >= 1 \
                 and not _size1(v) else v
         if _rank4(v):
-            return nhwc(v)
+            return self.nhwc(v)
         return v   # size 1: the same in both layouts
 
-    count = 0
-    for i, n in enumerate(nodes):
-        if not region[i]:
-            new_nodes.append(n)
-            continue
-        count += 1
-        outs = []
-        for o in n.outputs:
-            t = Value(g.fresh_name(o.name + "_nhwc"), o.dtype, tuple(o.shape[p] for p in TO_NHWC))
-            outs.append(t)
-        kind = conv_kind(n)
-        if kind:
-            w = n.inputs[1]
-            hwio = const_value(g.fresh_name(w.name + "_hwio"),
-                               np.ascontiguousarray(w.const.transpose(2, 3, 1, 0)))
-            ins = [nhwc(n.inputs[0]), hwio, n.input(2)]
-            if n.input(3) is not None:
-                ins.append(nhwc(n.inputs[3]))
-            attrs = {k: v for k, v in n.attrs.items() if k != "kernel_shape"}
-            attrs.setdefault("activation", "")
-            attrs.setdefault("activation_params", [0.0, 0.0])
-            new = Node("FusedConvNHWC", ins, outs, attrs, JITORT_DOMAIN, n.name, 1)
-        elif n.op_type in _GLOBAL_POOL:
-            new = _reduce_node(g, _GLOBAL_POOL[n.op_type], nhwc(n.inputs[0]), outs, [1, 2], n)
-        elif n.op_type in _REDUCE:
-            axes = sorted(_AXIS[a % 4] for a in _const_axes(n))
-            new = _reduce_node(g, n.op_type, nhwc(n.inputs[0]), outs, axes, n)
-        elif n.op_type == "Concat":
-            new = Node("Concat", [nhwc(v) for v in n.inputs], outs,
-                       dict(n.attrs, axis=_AXIS[int(n.attrs.get("axis", 0)) % 4]), "", n.name,
-                       n.since_version)
-        else:
-            new = Node(n.op_type, [operand(v) for v in n.inputs], outs, dict(n.attrs), n.domain,
-                       n.name, n.since_version)
-        new_nodes.append(new)
-        for o, t in zip(n.outputs, outs):
-            cl[id(o)] = t
-            readers = consumers.get(id(o), [])
-            if id(o) in outputs or any(not region[index[id(r)]] for r in readers):
-                new_nodes.append(Node("Transpose", [t], [o], {"perm": list(TO_NCHW)}, "",
-                                      g.fresh_name("to_nchw"), 1))
-    g.nodes = new_nodes
-    g.relink()
-    log.info("channels-last regions: %d nodes", count)
-    return count
+
+def _nhwc_node(g: Graph, n: Node, outs: list[Value], twins: _Twins) -> Node:
+    """The NHWC form of region node ``n``, writing ``outs`` (its inputs' twins made first)."""
+    nhwc = twins.nhwc
+    if conv_kind(n):
+        w = n.inputs[1]
+        hwio = const_value(g.fresh_name(w.name + "_hwio"),
+                           np.ascontiguousarray(w.const.transpose(2, 3, 1, 0)))
+        ins = [nhwc(n.inputs[0]), hwio, n.input(2)]
+        if n.input(3) is not None:
+            ins.append(nhwc(n.inputs[3]))
+        attrs = {k: v for k, v in n.attrs.items() if k != "kernel_shape"}
+        attrs.setdefault("activation", "")
+        attrs.setdefault("activation_params", [0.0, 0.0])
+        return Node("FusedConvNHWC", ins, outs, attrs, JITORT_DOMAIN, n.name, 1)
+    if n.op_type in _GLOBAL_POOL:
+        return _reduce_node(g, _GLOBAL_POOL[n.op_type], nhwc(n.inputs[0]), outs, [1, 2], n)
+    if n.op_type in _REDUCE:
+        axes = sorted(_AXIS[a % 4] for a in _const_axes(n))
+        return _reduce_node(g, n.op_type, nhwc(n.inputs[0]), outs, axes, n)
+    if n.op_type == "Concat":
+        return Node("Concat", [nhwc(v) for v in n.inputs], outs,
+                    dict(n.attrs, axis=_AXIS[int(n.attrs.get("axis", 0)) % 4]), "", n.name,
+                    n.since_version)
+    return Node(n.op_type, [twins.operand(v) for v in n.inputs], outs, dict(n.attrs), n.domain,
+                n.name, n.since_version)
 
 
 def _reduce_node(g: Graph, op: str, x: Value, outs: list[Value], axes: list[int], n: Node) -> Node:
