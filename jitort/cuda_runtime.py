@@ -17,17 +17,18 @@ device arrays for outputs produced on the device.
 """
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import Counter
 from typing import Any, Sequence
 
 import numpy as np
 
-from .codegen.cpu import CpuBackend, SegmentCompiler
+from . import devices
+from .codegen.cpu import CpuBackend
 from .codegen.cuda import CudaBackend, CudaPlan, CudaSegmentCompiler
 from .errors import ExecutionError, InvalidInput, JitortError
-from .interpreter import make_runner
+from .executor import infer_shapes, value_key
 from .partition import HOST, INTERP, InterpStep, Segment, assign, schedule
-from .runtime import PLAN_CACHE_SIZE, CompiledModel, _value_key, infer_shapes
+from .runtime import CompiledModel
 
 _PLAIN = [np.dtype(t) for t in (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
                                 np.uint8, np.uint16, np.uint32, np.uint64, np.bool_)]
@@ -130,36 +131,20 @@ class CudaCompiledModel(CompiledModel):
         if not self._placed:  # after a fallback the placement is kept as edited
             self.placement = assign(self.graph, [CudaBackend(), CpuBackend()])
             self._placed = True
-        self.steps = mixed_schedule(self.graph, self.placement)
-        self._input_ids = [id(v) for v in self.graph.inputs]
-        self._all_outputs = list(range(len(self.graph.outputs)))
-        input_ids = {id(v) for v in self.graph.inputs}
-        self._output_needs_copy = [v.is_const or id(v) in input_ids for v in self.graph.outputs]
+        super()._build_program()
         self._fresh_outputs = self._fast = None  # outputs may stay on the device
         self._pin_blas = True
-        self._runners, self._host_runners, self._compilers, self._plans = {}, {}, {}, {}
-        self._program = []
-        for step in self.steps:
-            if isinstance(step, InterpStep):
-                self._runners[id(step.node)] = make_runner(step.node, self.graph.opsets)
-                self._program.append((self._interp_step, step))
-                continue
-            if step.backend == "cuda":
-                comp = CudaSegmentCompiler(step, self.placement, self._run_host, infer_shapes)
-            else:  # the CPU runtime's compiler, with its options
-                comp = SegmentCompiler(step, self.placement, self._run_host, infer_shapes,
-                                       debug=getattr(self, "debug", False),
-                                       threads=getattr(self, "threads", None))
-                comp.profiler = getattr(self, "profiler", None)
-            self._compilers[id(step)] = comp
-            self._plans[id(step)] = step.plans = OrderedDict()
-            step.input_ids = [id(v) for v in step.inputs]
-            step.arg_ids = [id(v) for v in step.arg_inputs]
-            step.output_ids = [id(v) for v in step.arg_outputs]
-            step.output_dtypes = [np.dtype(v.dtype) for v in step.arg_outputs]
-            step.cb = np.zeros(0, np.uint8)
-            run = self._cuda_segment if step.backend == "cuda" else self._cpu_segment
-            self._program.append((run, step))
+
+    def _schedule(self) -> list:
+        return mixed_schedule(self.graph, self.placement)
+
+    def _segment_compiler(self, step: Segment):
+        if step.backend == "cuda":
+            return CudaSegmentCompiler(step, self.placement, self._run_host, infer_shapes)
+        return super()._segment_compiler(step)  # the CPU runtime's compiler, with its options
+
+    def _step_runner(self, step: Segment):
+        return self._cuda_segment if step.backend == "cuda" else self._cpu_segment
 
     def _fall_back(self, node, why: str) -> None:
         # a CUDA lowering that declines these shapes hands the node to the CPU backend first
@@ -214,7 +199,7 @@ class CudaCompiledModel(CompiledModel):
         host_view = dict(feeds)
         for k, a in dev_feeds.items():  # validated through a same-shape stand-in (not touched)
             host_view[k] = np.empty(tuple(a.shape), np.dtype(a.dtype))
-        arrays = self._validate(host_view)
+        arrays = self.validate(host_view)
         env = _Env()
         for v, a in zip(self.graph.inputs, arrays):
             if v.name in dev_feeds:
@@ -228,7 +213,7 @@ class CudaCompiledModel(CompiledModel):
         for v in self.graph.outputs:
             if not v.is_const:
                 self._host(id(v), env)
-        return self._collect(env, output_names)
+        return self.collect(env, output_names)
 
     def _adopt(self, name: str, a):
         if not hasattr(a, "copy_to_host"):  # a foreign array (CuPy, PyTorch...): wrap, no copy
@@ -289,7 +274,7 @@ class CudaCompiledModel(CompiledModel):
             arrays[id(v)] = self._host(id(v), env)
         key = tuple(tuple(arrays[i].shape) for i in seg.input_ids)
         if seg.value_inputs:
-            key += tuple(_value_key(arrays[id(v)]) for v in seg.value_inputs)
+            key += tuple(value_key(arrays[id(v)]) for v in seg.value_inputs)
         plans = self._plans[id(seg)]
         plan: CudaPlan | None = plans.get(key)
         if plan is None:
@@ -297,7 +282,7 @@ class CudaCompiledModel(CompiledModel):
                 plan = self._compilers[id(seg)].plan(arrays)
                 plan.device_consts = [self._upload(c) for c in plan.consts]
                 plans[key] = plan
-                if len(plans) > PLAN_CACHE_SIZE:
+                if len(plans) > self.plan_cache_size:
                     plans.popitem(last=False)
         cuda = self.cuda
         W = self._workspace_views(plan.ws_bytes)
@@ -353,6 +338,8 @@ class CudaCompiledModel(CompiledModel):
                 f"interpreted {c.get(INTERP, 0)}; boundary copies per call "
                 f"{len(self.transfer_plan())}")
 
+
+devices.register("cuda", CudaCompiledModel)
 
 __all__ = ["CudaCompiledModel", "CudaUnavailable", "cuda_module", "is_device_array",
            "mixed_schedule"]

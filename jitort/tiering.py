@@ -7,31 +7,38 @@ make its caller wait for that:
 * **Tier 0** runs the optimized graph in the numpy interpreter (:mod:`jitort.interpreter`, with
   its im2col/window paths for convolutions and pools): no model-specific compilation at all.
 * On the first call (at ``compile()`` already when every input shape is fixed) the compiled
-  program runs once in *probe* mode, in the calling thread: each segment's plan is made
-  (cheap) and run when its driver is in Numba's on-disk cache. A warm cache thus switches at
-  once (the call returns the compiled program's result, after about a second of loading).
-* At the first driver that is not cached the probe stops, and a background thread starts
-  **separate processes** (``python -m jitort.tiering K JOBS LOG``, the job on stdin) that compile the program for
-  those inputs, each a share of the driver functions, writing the generated modules and
-  Numba's machine code into the cache (Numba compiles holding the GIL, so a thread would stall
-  the callers); meanwhile calls run on tier 0. The thread then loads the program from the
-  cache, runs it once on the same inputs, and **switches** the model to it: a call reads the
-  tier once when it starts, so every call runs wholly on one tier, also with other threads
-  calling.
+  program runs once in *probe* mode (``execute_compiled(..., only_cached=True)``), in the
+  calling thread: each segment's plan is made (cheap) and run when its driver is in Numba's
+  on-disk cache. A warm cache thus switches at once (the call returns the compiled program's
+  result, after about a second of loading).
+* At the first driver that is not cached the probe stops and the model's compile is queued on
+  the process-wide :data:`jitort.compile_queue.QUEUE`, which keeps at most
+  ``JITORT_COMPILE_JOBS`` compile processes alive whatever the number of models; meanwhile
+  calls run on tier 0. When its turn comes the job probes the cache again (another model may
+  have compiled the same generated code meanwhile), else starts **separate processes**
+  (``python -m jitort.tiering K JOBS LOG``, the job on stdin) that compile the program for those
+  inputs, each a share of the driver functions, writing the generated modules and Numba's
+  machine code into the cache (Numba compiles holding the GIL, so a thread would stall the
+  callers). The model then loads the program from the cache, runs it once on the same inputs,
+  and **switches** to it: a call reads the tier once when it starts, so every call runs wholly
+  on one tier, also with other threads calling.
 
-The background process outlives its parent if the parent exits first, so that the next process
+A compile process outlives its parent if the parent exits first, so that the next process
 finds the cache warm (Numba writes its index and data files by atomic rename: a process killed
 at any point leaves no damaged entry). A compilation that fails leaves the model on tier 0 and
 warns (:class:`TieringWarning`) on the next call or :meth:`~jitort.CompiledModel.wait_compiled`.
 
-Turn it off with ``compile(model, tiered=False)`` or ``JITORT_TIERED=0``; profiled models and
-models that the interpreter cannot run whole are never tiered.
+The model is reached through the executor's public surface only (:mod:`jitort.executor`).
+Turn tiering off with ``compile(model, tiered=False)`` or ``JITORT_TIERED=0``; profiled models
+and models that the interpreter cannot run whole are never tiered.
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -40,10 +47,18 @@ import time
 import warnings
 from pathlib import Path
 
+import numba
 import numpy as np
 
+from . import library, serialize
+from .codegen import module as modmgr
+from .codegen import native
+from .codegen.cpu import aligned_empty
+from .compile_queue import QUEUE, compile_jobs  # noqa: F401  (compile_jobs: this module's API)
 from .errors import JitortError
+from .executor import NotCached
 from .interpreter import make_runner, node_inputs
+from .pinning import interpreter_blas
 
 log = logging.getLogger("jitort.tiering")
 
@@ -55,20 +70,21 @@ class TieringWarning(UserWarning):
     """The background compilation failed: the model keeps running on the interpreter tier."""
 
 
-class _NotCached(Exception):
-    """Raised inside a probe run: this plan's driver would have to be compiled."""
-
-
 def enabled_by_default() -> bool:
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off", "")
 
 
 class Tiering:
-    """The interpreter tier of one model and the background switch to its compiled tier."""
+    """The interpreter tier of one model and the background switch to its compiled tier.
 
-    def __init__(self, cm):
-        self.cm = cm
-        g = cm.graph
+    ``executor``: the model (:class:`jitort.executor.Executor`, with the session's
+    ``input_names``); ``on_switch``: called once calls are to run compiled.
+    """
+
+    def __init__(self, executor, on_switch=None):
+        self.executor = executor
+        self._on_switch = on_switch
+        g = executor.graph
         self.nodes = list(g.nodes)
         # builds every runner now: raises UnsupportedOp when the interpreter lacks an op
         self.runners = [make_runner(n, g.opsets) for n in self.nodes]
@@ -82,33 +98,36 @@ class Tiering:
         for vid, i in last.items():
             if vid not in keep:
                 self.free_after[i].append(vid)
-        self.state = "interpreter"  # -> "compiling" -> "compiled" | "failed"
+        #: "interpreter" -> "queued" -> "compiling" -> "compiled" | "failed"
+        self.state = "interpreter"
         self.error: BaseException | None = None
         self._warned = False
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
         self._done = threading.Event()
+        self.started = False   # the background was started (or everything was cached)
         self.starting = False  # a first call has begun probing the cache
         #: whether the background needed a compile process (False: everything was cached)
         self.compiled_in_child: bool | None = None
+        #: the compile processes of the job once it runs (tests kill them)
+        self.children: list[subprocess.Popen] = []
+        self._feeds: dict | None = None  # what the background compiles for
+        self._environ: dict | None = None  # the compile processes' environment (at submit)
+        self._work: Path | None = None  # their folder under the cache directory (at submit)
 
     # --- tier 0 ----------------------------------------------------------------------------
     def call(self, feeds: dict, output_names) -> list[np.ndarray]:
-        cm = self.cm
-        arrays = cm._validate(feeds)
-        if self._thread is None:
+        ex = self.executor
+        arrays = ex.validate(feeds)
+        if not self.started:
             outs = self.start(arrays, output_names)
             if outs is not None:  # everything was cached: this call ran compiled
                 return outs
         elif self.state == "failed":
             self._warn_once()
-        env = dict(zip(cm._input_ids, arrays))
-        _numpy_blas_pin()
-        try:
+        env = dict(zip(ex.input_ids, arrays))
+        with interpreter_blas:
             self.interpret(env)
-        finally:
-            _numpy_blas_unpin()
-        return cm._collect(env, output_names, fresh=False)
+        return ex.collect(env, output_names, fresh=False)
 
     def interpret(self, env: dict, free: bool = True) -> dict:
         """Run every node on ``env`` (value id -> array, the graph inputs set); with ``free``,
@@ -126,61 +145,91 @@ class Tiering:
     # --- background ------------------------------------------------------------------------
     def start(self, arrays: list, output_names=None) -> list | None:
         """Probe the cache for these inputs in the calling thread; when every driver is cached,
-        switch now and return the compiled program's outputs. Otherwise start the background
+        switch now and return the compiled program's outputs. Otherwise queue the background
         compile and return None (once per model)."""
-        cm = self.cm
         with self._lock:
-            if self._thread is not None:
+            if self.started:
                 return None
             self.starting = True
-            feeds = dict(zip(cm.input_names, arrays))
-            try:
-                # loads what is cached and runs it; stops at the first driver to compile
-                cm._tls.probe = True
-                outs = cm._execute_compiled(feeds, output_names)
-            except _NotCached:
-                outs = None
-            finally:
-                cm._tls.probe = False
+            feeds = dict(zip(self.executor.input_names, arrays))
+            outs = self._run_if_cached(feeds, output_names)
             if outs is not None:
                 self.compiled_in_child = False
-                self._thread = threading.current_thread()
+                self.started = True
                 self._switch()
                 self._done.set()
                 return outs
+            self._feeds = {n: np.array(a, copy=True) if isinstance(a, np.ndarray) else a
+                           for n, a in feeds.items()}
+            self._environ = dict(os.environ, **{ENV: "0"})
+            self._work = modmgr.cache_dir() / "tiering"
+            QUEUE.submit(self, compile_jobs())
             self.compiled_in_child = True
-            self.state = "compiling"
-            copies = {n: np.array(a, copy=True) if isinstance(a, np.ndarray) else a
-                      for n, a in feeds.items()}
-            self._thread = threading.Thread(target=self._background, args=(copies,),
-                                            name="jitort-tiering", daemon=True)
-            self._thread.start()
+            self.state = "queued" if self.state == "interpreter" else self.state
+            self.started = True
+            return None
+
+    def _run_if_cached(self, feeds: dict, output_names=None) -> list | None:
+        """The compiled program's outputs when every driver it needs is cached, else None."""
+        try:
+            return self.executor.execute_compiled(feeds, output_names, only_cached=True)
+        except NotCached:
             return None
 
     def _switch(self) -> None:
         self.state = "compiled"
-        self.cm._tier0 = None  # calls that start from now on run compiled
+        if self._on_switch is not None:
+            self._on_switch()
 
-    def _background(self, feeds: dict) -> None:
-        cm = self.cm
-        try:
-            compile_in_process(cm, feeds)
-            cm._execute_compiled(feeds, None)  # from the cache now: loads, runs once
+    def compile_now(self, lease) -> None:
+        """The queue's turn (a worker thread): switch at once if the cache has everything now
+        (another model compiled the same generated code), else compile in at most
+        ``lease.slots`` processes, every one of which has exited when this returns."""
+        if self._run_if_cached(self._feeds) is not None:
+            self.compiled_in_child = False
             self._switch()
+            return
+        self.state = "compiling"
+        _, (source, options, device) = serialize.reduce(self.executor)
+        options = dict(options, tiered=False, example_shapes=None, profile=False)
+        job = {"source": source, "options": options, "device": device, "feeds": self._feeds}
+        run_compile_processes(job, lease.slots, self._environ, self._work, lease=lease,
+                              children=self.children)
+
+    def compiled(self, error: BaseException | None) -> None:
+        """After :meth:`compile_now` (``error``: what it raised): load the program from the
+        cache, run it once and switch; on any failure stay on tier 0 and report it."""
+        try:
+            if error is not None:
+                raise error
+            if self.state != "compiled":
+                self.executor.execute_compiled(self._feeds)  # from the cache now: loads, runs
+                self._switch()
         except BaseException as e:  # noqa: BLE001 - reported to the caller, tier 0 goes on
             self.error = e
             self.state = "failed"
             log.warning("background compilation failed, staying on the interpreter: %s", e)
         finally:
+            self._feeds = None
             self._done.set()
+
+    def dropped(self, reason: str, forked: bool = False) -> None:
+        """The queue will not run this job: stay on tier 0. ``forked``: in a forked child,
+        whose copies of this object's locks may be held by threads that do not exist here."""
+        if forked:
+            self._lock._at_fork_reinit()
+            self._done._at_fork_reinit()
+        self.error = JitortError(f"the background compile did not run: {reason}")
+        self.state = "failed"
+        self._done.set()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the compiled tier runs (True) or the background failed (False, with a
         :class:`TieringWarning`); ``timeout`` seconds at most (then False)."""
-        if self._thread is None and self.starting:  # a first call is probing the cache
+        if not self.started and self.starting:  # a first call is probing the cache
             with self._lock:
                 pass
-        if self._thread is None:
+        if not self.started:
             raise JitortError("nothing is compiling yet: call the model once (or compile it "
                               "with example_shapes) so that the input shapes are known")
         self._done.wait(timeout)
@@ -195,145 +244,92 @@ class Tiering:
                           f"interpreter tier: {self.error}", TieringWarning, stacklevel=4)
 
 
-# numpy's own OpenBLAS runs one thread during interpreter-tier calls: the compile processes
-# hold the other cores, and OpenBLAS threads waiting for a busy core made densenet121's
-# interpreted call 5x slower (1.3-2.6 s against 0.27-0.40 s with one thread)
-_blas = {"depth": 0, "saved": None, "fns": None}
-_blas_lock = threading.Lock()
-
-
-def _numpy_blas_fns():
-    if _blas["fns"] is None:
-        try:
-            from .kernels.cpu.blas import _numpy_openblas
-            found = _numpy_openblas()
-            _blas["fns"] = (found[1], found[2]) if found else ()
-        except Exception:  # pragma: no cover - another BLAS: leave it alone
-            _blas["fns"] = ()
-    return _blas["fns"]
-
-
-def _numpy_blas_pin() -> None:
-    fns = _numpy_blas_fns()
-    if not fns:
-        return
-    with _blas_lock:
-        if _blas["depth"] == 0:
-            _blas["saved"] = fns[1]()
-            if _blas["saved"] != 1:
-                fns[0](1)
-        _blas["depth"] += 1
-
-
-def _numpy_blas_unpin() -> None:
-    fns = _numpy_blas_fns()
-    if not fns:
-        return
-    with _blas_lock:
-        _blas["depth"] -= 1
-        if _blas["depth"] == 0 and _blas["saved"] not in (None, 1):
-            fns[0](_blas["saved"])
-
-
-def plan_cached(plan) -> bool:
-    """Whether every Numba function of ``plan``'s driver module has an entry in the on-disk
-    cache (so running it loads machine code instead of compiling)."""
-    from .codegen import native
-    mod = native.driver_module(plan)
-    if mod is None:
-        return False
-    parts = native.part_names(mod)
-    return bool(parts) and all(_dispatcher_cached(getattr(mod, p))
-                               and native.records_exist(mod, p) for p in parts)
-
-
-def _dispatcher_cached(disp) -> bool:
-    cache = getattr(disp, "_cache", None)
-    impl = getattr(cache, "_cache_file", None)
-    if impl is None:
-        return False
-    try:
-        return bool(impl._load_index())
-    except Exception:  # an unreadable index: not usable, let the compile process redo it
-        return False
-
-
-# --- the compile process ----------------------------------------------------------------------
-def compile_jobs() -> int:
-    """Compile processes to start: ``JITORT_COMPILE_JOBS``, else the CPUs this process may use
-    (at most 4: each also loads the model and Numba)."""
-    env = os.environ.get("JITORT_COMPILE_JOBS")
-    if env:
-        return max(1, int(env))
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        n = os.cpu_count() or 1
-    return max(1, min(4, n))
-
-
-def compile_in_process(cm, feeds: dict, jobs: int | None = None) -> None:
-    """Compile ``cm``'s program for ``feeds`` in ``jobs`` child processes (into the on-disk
-    cache), each taking a share of the driver functions; raise
-    :class:`JitortError` with the tail of a process's log when one fails."""
-    from . import serialize
-    from .codegen import module as modmgr
-    jobs = compile_jobs() if jobs is None else jobs
-    _, (source, options, device) = serialize.reduce(cm)
-    options = dict(options, tiered=False, example_shapes=None, profile=False)
-    work = modmgr.cache_dir() / "tiering"
+# --- the compile processes -------------------------------------------------------------------
+def run_compile_processes(job: dict, jobs: int, environ: dict | None = None,
+                          work: Path | None = None, *, lease=None,
+                          children: list | None = None) -> None:
+    """Compile ``job`` (model source, options, device, feeds) in ``jobs`` child processes into
+    the on-disk cache, each taking a share of the driver functions. Returns when every process
+    has exited; when one fails the others are stopped and :class:`JitortError` carries the tail
+    of its log. ``environ``: the processes' environment; ``work``: the folder of their logs
+    and sync files (default: under the cache directory); ``lease`` (:class:`jitort.compile_queue.Lease`): start no process once it has
+    closed; ``children``: a list the processes are appended to as they start."""
+    environ = dict(os.environ, **{ENV: "0"}) if environ is None else environ
+    work = modmgr.cache_dir() / "tiering" if work is None else work
     work.mkdir(parents=True, exist_ok=True)
-    # the job goes through each child's stdin (no file to leave behind if this process dies)
     stem = f"{os.getpid()}-{time.monotonic_ns()}"
     sync = work / f"sync-{stem}"  # the children's steps (library kernels before drivers)
     sync.mkdir()
-    job = pickle.dumps({"source": source, "options": options, "device": device, "feeds": feeds,
-                        "sync": str(sync)}, protocol=pickle.HIGHEST_PROTOCOL)
-    env = dict(os.environ, **{ENV: "0"})
+    # the job goes through each child's stdin (no file to leave behind if this process dies)
+    payload = pickle.dumps(dict(job, sync=str(sync)), protocol=pickle.HIGHEST_PROTOCOL)
     logs = [str(work / f"compile-{stem}-{k}.log") for k in range(jobs)]
-    procs = []
+    procs = [] if children is None else children
     try:
         for k, logpath in enumerate(logs):
+            if lease is not None and not lease.open():
+                raise JitortError("the process is exiting")
             with open(logpath, "wb") as logf:
                 # its own session: a Ctrl-C in the caller's terminal does not kill it half-way,
                 # and it finishes filling the cache if the caller exits first
                 procs.append(subprocess.Popen(
                     [sys.executable, "-m", "jitort.tiering", str(k), str(jobs), logpath],
-                    stdin=subprocess.PIPE, stdout=logf, stderr=logf, env=env,
+                    stdin=subprocess.PIPE, stdout=logf, stderr=logf, env=environ,
                     start_new_session=True))
-        cm._tiering_child = procs[0]  # tests kill it through this
-        cm._tiering_children = procs
         for p in procs:
-            try:
-                p.stdin.write(job)
-                p.stdin.close()
-            except BrokenPipeError:  # it died already: its exit status tells
-                pass
-        failed = [(k, rc) for k, rc in enumerate(p.wait() for p in procs) if rc != 0]
-        if failed:
-            k, rc = failed[0]
+            _send(p, payload)
+        failed = _wait_all(procs)
+        if failed is not None:
+            k, rc = failed
             tail = Path(logs[k]).read_text(errors="replace")[-2000:]
             raise JitortError(f"the compile process exited with status {rc}: {tail.strip()}")
     finally:
-        for p in logs:
+        for p in procs:  # a start that failed half-way: the others read EOF and exit
+            _send(p, b"")
+            p.wait()
+        for path in logs:
             try:
-                os.unlink(p)
+                os.unlink(path)
             except FileNotFoundError:
                 pass
-        if all(p.poll() is not None for p in procs):  # else the children still use it
-            shutil.rmtree(sync, ignore_errors=True)
+        shutil.rmtree(sync, ignore_errors=True)
+
+
+def _send(p: subprocess.Popen, payload: bytes) -> None:
+    if p.stdin is None or p.stdin.closed:
+        return
+    try:
+        if payload:
+            p.stdin.write(payload)
+        p.stdin.close()
+    except BrokenPipeError:  # it died already: its exit status tells
+        pass
+
+
+def _wait_all(procs: list) -> tuple[int, int] | None:
+    """Wait for every process; the first that fails (index, status) stops the others, whose
+    share would be useless (or wait for the failed one at a sync step)."""
+    while True:
+        codes = [p.poll() for p in procs]
+        bad = [(k, rc) for k, rc in enumerate(codes) if rc not in (None, 0)]
+        if bad:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+            for p in procs:
+                p.wait()
+            return bad[0]
+        if all(rc is not None for rc in codes):
+            return None
+        time.sleep(0.05)
 
 
 def driver_parts(cm, feeds: dict) -> list:
     """Plan every segment of ``cm`` for ``feeds`` (the interpreter gives the values between
     segments): ``(module, driver function name, argument types)`` of each driver function,
     for the exact argument types a call passes."""
-    import numba
-    from .codegen import native
-    from .codegen.cpu import aligned_empty
-    from .partition import InterpStep
-    env = dict(zip(cm._input_ids, cm._validate(feeds)))
-    segs = [seg for seg in cm.steps if not isinstance(seg, InterpStep)]
+    env = dict(zip(cm.input_ids, cm.validate(feeds)))
+    compiled = cm.compiled_segments()
+    segs = [seg for seg, _ in compiled]
     # the values a segment's plan and call read; when the inputs are all of them (a wholly
     # compiled model) nothing is interpreted (bert, resnet18: 0.4-1.7 s of a compile process)
     need = {id(v) for seg in segs for v in [*seg.inputs, *seg.value_inputs]}
@@ -341,9 +337,9 @@ def driver_parts(cm, feeds: dict) -> list:
     if not need <= env.keys():
         Tiering(cm).interpret(env, free=False)
     parts = []
-    for seg in segs:
-        plan = cm._compilers[id(seg)].plan(env)
-        cb = cm._compilers[id(seg)].consts.materialize()
+    for seg, compiler in compiled:
+        plan = compiler.plan(env)
+        cb = compiler.consts.materialize()
         outs = [np.empty(sh, dt) for sh, dt in zip(plan.out_shapes, seg.output_dtypes)]
         args = [aligned_empty(max(plan.ws_bytes, 64)), cb, plan.d,
                 np.zeros(max(plan.n_sites, 1), np.int64), *plan.pb,
@@ -360,7 +356,6 @@ def compile_share(cm, feeds: dict, k: int, jobs: int, sync: str | None = None) -
     processes) the library kernels the drivers call and the cache lacks are compiled first,
     shared out between the processes (:func:`_kernels_first`). Returns how many driver
     functions it compiled."""
-    from .codegen import native
     parts = driver_parts(cm, feeds)
     mine = [parts[i] for i in _share(parts, jobs)[k]]
     if sync is not None and jobs > 1 and not _library_warm(parts):
@@ -374,9 +369,6 @@ def _library_warm(parts: list) -> bool:
     """Whether every library entry known for the kernels the drivers name (jitort's list and
     the cache's records) is in Numba's cache: then the drivers are typed straight away (typing
     them twice would cost more than what is left to compile)."""
-    import inspect
-    import re
-    from . import library
     names = set()
     for mod, part, _ in parts:
         src = inspect.getsource(getattr(mod, part).py_func)
@@ -403,8 +395,6 @@ def _kernels_first(mine: list, k: int, jobs: int, sync: Path) -> None:
     writes ``sync/done-k``; drivers wait for every ``done``. A process that fails still
     writes its files; waits end after ``_SYNC_WAIT_S`` (then the drivers compile what is
     missing themselves)."""
-    from . import library
-    from .codegen import native
     need: set = set()
     try:  # best effort: whatever fails here, the drivers' typing compiles it
         for mod, part, sig in mine:
@@ -454,7 +444,6 @@ def _sync_wait(sync: Path, step: str, jobs: int) -> None:
 def _share(parts: list, jobs: int) -> list[list[int]]:
     """Driver functions per process, longest first onto the least loaded process: Numba's time
     grows with a function's statements (every process computes the same split)."""
-    import inspect
     cost = []
     for mod, part, _ in parts:
         try:
@@ -475,8 +464,7 @@ def _child(k: int, jobs: int, logpath: str) -> int:
     except (AttributeError, OSError):  # pragma: no cover - no nice here
         pass
     job = pickle.loads(sys.stdin.buffer.read())
-    import jitort
-    cm = jitort.compile(job["source"], device=job["device"], **job["options"])
+    cm = serialize.rebuild(job["source"], job["options"], job["device"])
     compile_share(cm, job["feeds"], k, jobs, job.get("sync"))
     try:
         os.unlink(logpath)  # done: nothing to report (the parent may be gone)

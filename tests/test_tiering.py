@@ -5,6 +5,7 @@ points ``JITORT_CACHE_DIR`` at a fresh folder, so the background really compiles
 """
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -151,9 +152,9 @@ def test_a_killed_compile_process_leaves_no_broken_cache_entry(fresh_cache):
     cm = jitort.compile(m, tiered=True)
     cm(x)
     deadline = time.monotonic() + 60
-    while getattr(cm, "_tiering_child", None) is None and time.monotonic() < deadline:
+    while not cm._tiering.children and time.monotonic() < deadline:
         time.sleep(0.05)
-    proc = cm._tiering_child
+    proc = cm._tiering.children[0]
     # kill it as soon as Numba has written its first cache entry: mid-way through the cache
     while not list(fresh_cache.rglob("*.nbi")) and proc.poll() is None:
         time.sleep(0.005)
@@ -186,7 +187,7 @@ def test_fixed_shapes_start_compiling_at_compile_and_tiering_can_be_turned_off(f
                                                                                monkeypatch):
     m = _model(5.5, batch=2)
     cm = jitort.compile(m, tiered=True)
-    assert cm._tiering._thread is not None  # shapes known: started without a call
+    assert cm._tiering.started  # shapes known: started without a call
     assert cm.wait_compiled(timeout=300)
     x = np.ones((2, 8), np.float32)
     np.testing.assert_allclose(cm(x)[0], _ort(m, x), rtol=1e-5, atol=1e-6)
@@ -286,3 +287,121 @@ def test_compile_processes_plan_a_wholly_compiled_model_without_interpreting(fre
     assert all(x_type in sig for _, _, sig in parts), parts  # typed for the feeds given
     # what it planned runs: the driver compiles for those argument types and gives ORT's result
     np.testing.assert_allclose(cm(**feeds)[0], _ort(m, feeds["x"]), rtol=1e-5, atol=1e-5)
+
+
+# --- the process-wide compile queue (jitort/compile_queue.py) --------------------------------
+
+def _live_compile_processes() -> int:
+    """Compile processes (``python -m jitort.tiering``) alive now among this process's
+    children (zombies, which have exited, not counted)."""
+    me, n = os.getpid(), 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+            if int(ppid) != me or state == "Z":
+                continue
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read()
+        except (OSError, ValueError, IndexError):  # it exited while we looked
+            continue
+        n += b"jitort.tiering" in cmd
+    return n
+
+
+#: op chains of the queue test: ``len(_KINDS)`` distinct generated programs, shared by models
+#: that differ only in their constant (which lives in the constants buffer, not in the code)
+_KINDS = [
+    (lambda: [helper.make_node("Add", ["x", "c"], ["y"])], lambda x, c: x + c),
+    (lambda: [helper.make_node("Mul", ["x", "c"], ["y"])], lambda x, c: x * c),
+    (lambda: [helper.make_node("Sub", ["x", "c"], ["y"])], lambda x, c: x - c),
+    (lambda: [helper.make_node("Add", ["x", "c"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
+     lambda x, c: np.maximum(x + c, 0)),
+    (lambda: [helper.make_node("Max", ["x", "c"], ["y"])], lambda x, c: np.maximum(x, c)),
+    (lambda: [helper.make_node("Min", ["x", "c"], ["y"])], lambda x, c: np.minimum(x, c)),
+]
+
+
+def _tiny(kind: int, seed: int):
+    """A one- or two-node model on x [2, 8] (fixed: it starts compiling at compile()) and a
+    constant vector of its own; returns the model and its numpy reference."""
+    c = np.random.default_rng(seed).standard_normal(8).astype(np.float32)
+    nodes, ref = _KINDS[kind]
+    g = helper.make_graph(nodes(), "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor("c", TensorProto.FLOAT, [8], c)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), lambda x: ref(x, c)
+
+
+def test_fifty_models_share_a_bounded_compile_queue(fresh_cache, monkeypatch):
+    """50 tiered models compiled in a loop: at most JITORT_COMPILE_JOBS compile processes are
+    ever alive; queued models answer on the interpreter tier, every model is promoted and
+    answers the same compiled; models dropped while queued are never compiled."""
+    from jitort.compile_queue import QUEUE
+    bound = 2
+    monkeypatch.setenv("JITORT_COMPILE_JOBS", str(bound))
+    samples, stop = [], threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            samples.append(_live_compile_processes())
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    started, collected = QUEUE.started, QUEUE.collected
+    x = np.random.default_rng(7).standard_normal((2, 8)).astype(np.float32)
+    try:
+        models = []
+        for i in range(45):
+            m, ref = _tiny(i % 5, i)
+            models.append((jitort.compile(m, tiered=True), ref))
+        for i in range(5):  # the last in line, of a kind of their own: gone before their turn
+            jitort.compile(_tiny(5, 100 + i)[0], tiered=True)
+        gc.collect()
+        queued = 0
+        for cm, ref in models:
+            assert cm._tiering is not None
+            was_queued = cm._tiering.state == "queued"
+            got = cm(x)[0]
+            queued += was_queued and cm._tiering.state in ("queued", "compiling")
+            np.testing.assert_allclose(got, ref(x), rtol=1e-6, atol=1e-6)
+        assert queued >= 20, queued  # most models answered from the queue, on tier 0
+        for cm, ref in models:
+            assert cm.wait_compiled(timeout=600)
+            assert cm.tier == "compiled"
+            np.testing.assert_allclose(cm(x)[0], ref(x), rtol=1e-6, atol=1e-6)
+    finally:
+        stop.set()
+        sampler.join()
+    assert max(samples) <= bound, max(samples)
+    assert max(samples) >= 1  # the sampler saw the compiles it bounds
+    assert QUEUE.peak <= bound
+    assert QUEUE.started - started == 45 and QUEUE.collected - collected == 5
+    # each of the 5 programs compiled in a process at most once or twice (two at a time);
+    # the other models found it in the cache when their turn came
+    assert sum(bool(cm._tiering.compiled_in_child) for cm, _ in models) <= 2 * 5
+
+
+def test_the_queue_closes_at_exit(fresh_cache):
+    """A process that exits with models still queued exits at once and cleanly: nothing
+    waits for the queue, and no compile process starts during shutdown."""
+    code = ("import numpy as np, jitort, onnx, sys\n"
+            "from jitort.compile_queue import QUEUE\n"
+            "ms = [jitort.compile(onnx.load(p), tiered=True) for p in sys.argv[1:]]\n"
+            "print('waiting', QUEUE.waiting())\n")
+    paths = []
+    for i in range(4):
+        path = fresh_cache.parent / f"m{i}.onnx"
+        onnx.save(_tiny(i % 5, 200 + i)[0], path)
+        paths.append(str(path))
+    env = dict(os.environ, JITORT_COMPILE_JOBS="1")
+    t = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True,
+                         env=env, cwd=str(fresh_cache.parent), timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["waiting", "3"]  # one running, three in line
+    assert "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert time.monotonic() - t < 120
