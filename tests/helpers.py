@@ -62,3 +62,45 @@ def numba_cache_beside_generated_code(monkeypatch):
         monkeypatch.setenv("JITORT_KERNEL_CACHE_DIR", os.environ.get("JITORT_KERNEL_CACHE_DIR") or nc)
         monkeypatch.delenv("NUMBA_CACHE_DIR")
         monkeypatch.setattr(numba.config, "CACHE_DIR", "")   # this process's new dispatchers
+
+
+def assert_outputs_close(got, want, *, rtol=1e-4, atol=1e-5, equal_nan=False, exact=False,
+                         check_dtype=True, names=None):
+    """jitort's outputs ``got`` against a reference's ``want`` (lists, in output order).
+
+    The number of outputs first (a ``zip`` over the two would stop at the shorter and compare
+    nothing past it), then per output its shape (``assert_allclose`` broadcasts: (3,) against
+    (1, 3) would pass), its dtype unless ``check_dtype`` is false, and its values: exactly for
+    integer, bool and string outputs or with ``exact``, else within ``rtol``/``atol``.
+    ``names`` labels the outputs in messages (default: their positions)."""
+    got, want = list(got), list(want)
+    assert len(got) == len(want), f"{len(got)} outputs, the reference gives {len(want)}"
+    for k, (g, w) in enumerate(zip(got, want)):
+        where = f"output {names[k] if names else k}"
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.shape == w.shape, f"{where}: shape {g.shape}, the reference's {w.shape}"
+        if check_dtype:
+            assert g.dtype == w.dtype, f"{where}: dtype {g.dtype}, the reference's {w.dtype}"
+        if exact or w.dtype.kind not in "fc":
+            np.testing.assert_array_equal(g, w, err_msg=where)
+        else:
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, equal_nan=equal_nan,
+                                       err_msg=where)
+
+
+def require_cases(cases, minimum: int, source: str):
+    """``cases`` (a generated suite's parameters, read from ``source``) when there are at least
+    ``minimum`` of them; otherwise a collection error.
+
+    A suite parametrized over a data source (onnx's node tests, a model folder, a table) would
+    otherwise shrink without a sound when the source breaks or moves: an empty list is one
+    skipped test, a truncated one fewer passes. ``minimum`` sits comfortably below today's count,
+    so a newer onnx that drops a few cases does not trip it; raise it when the source grows."""
+    import pytest
+
+    cases = list(cases)
+    if len(cases) < minimum:
+        pytest.fail(f"{len(cases)} cases from {source}, fewer than the {minimum} expected: the "
+                    "source is missing or truncated (or the floor in the test needs revisiting)",
+                    pytrace=False)
+    return cases

@@ -10,6 +10,7 @@ import pytest
 
 import jitort
 
+from .helpers import assert_outputs_close, require_cases
 from .models import (SHARED, SHARED_MODELS, light_models, light_path, shared_feeds, shared_path,
                      without_final_softmax)
 
@@ -32,9 +33,7 @@ def _check(path, feeds, capsys, name):
         feeds = feeds(cm)
     got = cm.run(None, feeds)
     want = _ort_run(path, feeds)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape and g.dtype == w.dtype
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    assert_outputs_close(got, want, rtol=1e-4, atol=1e-5, names=cm.output_names)
     share = cm.compiled_share
     with capsys.disabled():
         print(f"\n{name}: {cm.summary()}; workspace {cm.workspace_bytes} B, "
@@ -44,7 +43,12 @@ def _check(path, feeds, capsys, name):
     return cm
 
 
-@pytest.mark.parametrize("name", light_models())
+#: onnx ships nine light models (onnx/backend/test/data/light); see require_cases.
+MIN_LIGHT_MODELS = 8
+
+
+@pytest.mark.parametrize("name", require_cases(light_models(), MIN_LIGHT_MODELS,
+                                               "onnx's light models"))
 def test_light_model(name, capsys):
     """Outputs against onnxruntime's; for the models that end in Softmax, the logits (see
     ``without_final_softmax``: their constant weights make every logit equal)."""

@@ -28,6 +28,8 @@ from jitort import ir, shapes as S
 from jitort.errors import InvalidInput
 from jitort.importer import import_model
 
+from .helpers import require_cases
+
 
 # ------------------------------------------------------------------------------------------
 # backend node test cases
@@ -87,7 +89,9 @@ def _collect():
     return out
 
 
-CASES = _collect()
+#: onnx 1.23 has 1,884 node cases; fewer than this means the source broke (see require_cases).
+MIN_NODE_CASES = 1700
+CASES = require_cases(_collect(), MIN_NODE_CASES, "onnx's backend node tests")
 _RESULTS: dict[str, tuple[str, str]] = {}
 
 
@@ -108,7 +112,7 @@ def _run_case(name, model, load):
     ins, outs = load()
     if any(a is None for a in list(ins) + list(outs)):
         return "unsupported", "non-tensor inputs or outputs"
-    feed = {v.name: a for v, a in zip(g.inputs, ins)}
+    feed = {v.name: a for v, a in zip(g.inputs, ins, strict=True)}
     need = set(S.value_inputs(n))
     shapes, values = [], []
     for i, v in enumerate(n.inputs):
@@ -124,7 +128,7 @@ def _run_case(name, model, load):
     except Exception as e:
         return "error", f"{n.op_type} v{n.since_version}: {type(e).__name__}: {e}"
     pos = {id(o): i for i, o in enumerate(n.outputs)}
-    expected = [(pos[id(o)], tuple(a.shape)) for o, a in zip(g.outputs, outs)]
+    expected = [(pos[id(o)], tuple(a.shape)) for o, a in zip(g.outputs, outs, strict=True)]
     if len(got) != len(n.outputs) or any(got[i] != s for i, s in expected):
         return "mismatch", f"{n.op_type} v{n.since_version}: got {got}, expected {expected}"
     if any(type(d) is not int for s in got for d in s):
@@ -144,13 +148,14 @@ def _run_multi(g, model, load):
     names = [o.name for n in g.nodes for o in n.outputs if not o.name.startswith("__unused")]
     del m.graph.output[:]
     m.graph.output.extend(onnx.ValueInfoProto(name=nm) for nm in names)
-    feed = {v.name: a for v, a in zip(g.inputs, ins)}
+    feed = {v.name: a for v, a in zip(g.inputs, ins, strict=True)}
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            env = dict(zip(names, ReferenceEvaluator(m).run(None, feed)))
+            ref_outs = ReferenceEvaluator(m).run(None, feed)
     except Exception as e:
         return "unsupported", f"reference evaluator: {e}"
+    env = dict(zip(names, ref_outs, strict=True))
     env.update(feed)
     checked = 0
     for n in g.nodes:
@@ -170,6 +175,9 @@ def _run_multi(g, model, load):
                 got = S.infer(n, shapes, values)
             except Exception as e:
                 return "error", f"{n.label} v{n.since_version}: {type(e).__name__}: {e}"
+            if len(got) != len(n.outputs):
+                return "mismatch", f"{n.label} v{n.since_version}: {len(got)} shapes for " \
+                                   f"{len(n.outputs)} outputs"
             for o, s in zip(n.outputs, got):
                 a = env.get(o.name)
                 if isinstance(a, (np.ndarray, np.generic)) and np.shape(a) != s:
