@@ -145,10 +145,16 @@ class KernelCacheLocator(caching._CacheLocator):
 
 
 def install() -> None:
-    """Put :class:`KernelCacheLocator` first in Numba's locator list (before any kernel is defined)."""
+    """Put :class:`KernelCacheLocator` first in Numba's locator list (before any kernel is
+    defined; idempotent). Checked against Numba 0.60-0.68 (``_link.CHECKED``): the locator
+    list is ``CacheImpl._locator_classes`` throughout (``_CacheImpl`` before Numba 0.56), and
+    ``_CacheLocator``'s interface (``ensure_cache_path``, ``get_cache_path``,
+    ``get_source_stamp``, ``get_disambiguator``, ``from_function``) is the same throughout."""
     if os.environ.get("JITORT_KERNEL_CACHE", "").lower() == "tree":
         return
-    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # renamed in numba 0.61
+    from ._link import check_numba
+    check_numba("kernels._cache's locator")
+    impl = getattr(caching, "CacheImpl", None) or caching._CacheImpl  # public from numba 0.56
     classes = impl._locator_classes
     if KernelCacheLocator not in classes:
         classes.insert(0, KernelCacheLocator)

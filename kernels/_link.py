@@ -6,8 +6,11 @@ by itself, by the parfor body calling it, by ``_wino_par`` and by ``_winograd_co
 transforms once more below it. Most of the kernel library's compile time (162 s of 162 s for
 the Winograd entry, where 52 s is the code compiled once) was that repetition.
 
-Installed by ``kernels/__init__`` (``JITORT_KERNEL_LINK=copy`` keeps Numba's way): patches of
-Numba's linking, naming and caching.
+Installed by :func:`install`, which the kernel library's entry point (``kernels.install``, run
+once when ``jitort.kernels`` is imported) calls (``JITORT_KERNEL_LINK=copy`` keeps Numba's way):
+patches of Numba's linking, naming and caching. Each replaces a Numba internal: they were
+checked against the Numba versions in :data:`CHECKED` (the table in :func:`_patches` names the
+range for each), and :func:`install` warns when the running Numba is outside it.
 
 * **Linking** (:func:`_module_for_linking`): a function of the kernel library (module-level
   dispatcher of ``jitort.kernels.cpu``, disk cache on, one of its compiled overloads) of at least
@@ -43,8 +46,10 @@ import importlib
 import os
 import re
 import sys
+import warnings
 
 import llvmlite.binding as ll
+import numba
 from numba.core import caching, codegen
 from numba.core.bytecode import FunctionIdentity
 from numba.core.cpu_options import FastMathOptions
@@ -267,17 +272,84 @@ def _finalize_specific(self):
         ll.set_option("jitort", "-disable-lsr=false")
 
 
+#: Numba releases (major, minor), inclusive, that every patch below was checked against: the
+#: kernel tests run on 0.68.1, and the source of each function replaced (or wrapped) is the same
+#: from 0.60.0 to 0.68.1 but where :func:`_patches` says otherwise. ``pyproject.toml`` pins
+#: ``numba>=0.60``.
+CHECKED = ((0, 60), (0, 68))
+
+
+def numba_version() -> tuple[int, int]:
+    """The running Numba's (major, minor)."""
+    parts = re.findall(r"\d+", numba.__version__)[:2]
+    return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+
+
+def check_numba(what: str) -> bool:
+    """Whether the running Numba lies in :data:`CHECKED`; else a ``RuntimeWarning`` naming
+    ``what`` (the patches run anyway: Numba's internals may still match)."""
+    lo, hi = CHECKED
+    if lo <= numba_version() <= hi:
+        return True
+    warnings.warn(f"jitort.kernels: {what} replace Numba internals checked against Numba "
+                  f"{lo[0]}.{lo[1]} to {hi[0]}.{hi[1]}, not {numba.__version__}; if kernels "
+                  "fail to compile or load, set JITORT_KERNEL_LINK=copy (and report it)",
+                  RuntimeWarning, stacklevel=3)
+    return False
+
+
+def _patches(link: bool):
+    """(owner, attribute, replacement) of each patch; ``link``: the linking ones too. All checked
+    against Numba 0.60-0.68 (:data:`CHECKED`)."""
+    table = [
+        # 0.60-0.68: JITCodeLibrary._finalize_specific emits the object code (its body changed
+        # in 0.62, timings only; wrapped, not copied)
+        (codegen.JITCodeLibrary, "_finalize_specific", _finalize_specific),
+    ]
+    if link:
+        table += [
+            # 0.60-0.68: FastMathOptions.encode prints the flag set into mangled names
+            (FastMathOptions, "encode", _fastmath_encode),
+            # 0.60-0.68: CPUCodeLibrary._get_module_for_linking copies the module with its
+            # functions linkonce_odr (uses _shared_module / _final_module)
+            (codegen.CPUCodeLibrary, "_get_module_for_linking", _module_for_linking),
+            # 0.60-0.68: CompileResultCacheImpl.reduce / rebuild: the cached payload tuple
+            (caching.CompileResultCacheImpl, "reduce", _reduce),
+            (caching.CompileResultCacheImpl, "rebuild", _rebuild),
+            # 0.60-0.68: FunctionIdentity.from_function (classmethod) sets unique_id /
+            # unique_name; derive() builds a lifted loop's identity from it
+            (FunctionIdentity, "from_function", classmethod(_from_function)),
+            (FunctionIdentity, "derive", _derive),
+            # 0.60-0.68: Cache._load_overload, under Cache.load_overload's guard
+            (caching.Cache, "_load_overload", _load_overload),
+        ]
+    return table
+
+
+_installed = False
+
+
 def install() -> None:
-    codegen.JITCodeLibrary._finalize_specific = _finalize_specific
-    if mode().startswith("copy"):
+    """Install the patches (:func:`_patches`), once per process: repeated calls do nothing.
+    Called by ``kernels.install`` before any kernel is defined or loaded; code compiled or
+    loaded before it keeps Numba's own linking. Warns (:func:`check_numba`) when the running
+    Numba lies outside :data:`CHECKED`; raises ``RuntimeError`` when an internal it replaces is
+    missing (JITORT_KERNEL_LINK=copy then leaves all but the LSR patch out)."""
+    global _installed
+    if _installed:
         return
-    if getattr(codegen.CPUCodeLibrary, "_jitort_link", False):
-        return
-    FastMathOptions.encode = _fastmath_encode
-    codegen.CPUCodeLibrary._get_module_for_linking = _module_for_linking
-    caching.CompileResultCacheImpl.reduce = _reduce
-    caching.CompileResultCacheImpl.rebuild = _rebuild
-    FunctionIdentity.from_function = classmethod(_from_function)
-    FunctionIdentity.derive = _derive
-    caching.Cache._load_overload = _load_overload
-    codegen.CPUCodeLibrary._jitort_link = True
+    link = not mode().startswith("copy") and not getattr(codegen.CPUCodeLibrary, "_jitort_link",
+                                                         False)  # (a reloaded copy of this module)
+    table = _patches(link)
+    check_numba("kernels._link's patches")
+    missing = [f"{owner.__name__}.{attr}" for owner, attr, _ in table if not hasattr(owner, attr)]
+    if missing:
+        raise RuntimeError(f"jitort.kernels: Numba {numba.__version__} has no {', '.join(missing)}"
+                           " (kernels/_link.py patches them; checked against Numba "
+                           f"{CHECKED[0][0]}.{CHECKED[0][1]}-{CHECKED[1][0]}.{CHECKED[1][1]}); "
+                           "JITORT_KERNEL_LINK=copy keeps Numba's own linking")
+    for owner, attr, new in table:
+        setattr(owner, attr, new)
+    if link:
+        codegen.CPUCodeLibrary._jitort_link = True
+    _installed = True

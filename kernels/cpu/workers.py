@@ -424,13 +424,20 @@ def enabled() -> bool:
 def install() -> bool:
     """Compile the pool, register its ``numba_parallel_for`` / ``get_thread_id`` and start its
     workers (once per process; after Numba's threading layer is launched, before any parallel
-    code is compiled or loaded). Whether the pool is in use."""
+    code is compiled or loaded). Whether the pool is in use.
+
+    Checked against Numba 0.60-0.68 (``kernels._link.CHECKED``; a warning outside it): the
+    symbols ``numba.np.ufunc.parallel._launch_threads`` registers and the gufunc calling
+    convention the compiled entry follows are the same throughout."""
     global _state, _entry
     if _entry is not None:
         return True
     if not enabled():
         return False
     from numba.np.ufunc import parallel
+
+    from .._link import check_numba
+    check_numba("kernels.cpu.workers' parallel_for")
     if getattr(parallel, "_jitort_workers", None) is not None:  # this module imported twice
         _state, _entry = parallel._jitort_workers
         return True

@@ -151,3 +151,21 @@ def test_loop_strength_reduction_is_off_only_for_jitort_code(tmp_path, lsr):
     else:  # set and reset around each emission of a library function
         assert out["kernel"] == "['-disable-lsr=false', '-disable-lsr=true'] 0"
         assert out["mode"] == "link 2 nolsr"
+
+
+def test_install_is_idempotent_and_checks_the_numba_version(monkeypatch):
+    import numba
+    from numba.core import caching, codegen
+
+    import jitort.kernels as kernels
+    kernels.install()
+    kernels.install()
+    assert kernels._installed and _link._installed
+    if not _link.mode().startswith("copy"):
+        assert caching.Cache._load_overload is _link._load_overload
+        assert codegen.CPUCodeLibrary._get_module_for_linking is _link._module_for_linking
+    lo, hi = _link.CHECKED
+    for outside in (f"{lo[0]}.{lo[1] - 1}.0", f"{hi[0]}.{hi[1] + 1}.0rc1"):
+        monkeypatch.setattr(numba, "__version__", outside)
+        with pytest.warns(RuntimeWarning, match="checked against Numba"):
+            assert not _link.check_numba("test")
