@@ -18,7 +18,8 @@ The owner protocol (see :class:`jitort.tiering.Tiering`): ``compile_now(lease)``
 worker thread and starts at most ``lease.slots`` processes, every one of which has exited when
 it returns or raises; ``compiled(error)`` follows once the slots are free again (``error`` is
 what ``compile_now`` raised, or None); ``dropped(reason)`` is called instead of both when the
-job will not run.
+job will not run (``forked=True`` in a forked child: locks the owner holds may be held by
+threads that do not exist there).
 """
 from __future__ import annotations
 
@@ -143,7 +144,7 @@ class CompileQueue:
         for owner in inherited:
             if owner is not None:
                 owner.dropped("the process was forked while the model waited for or ran its "
-                              "background compile")
+                              "background compile", forked=True)
 
 
 #: the process-wide queue

@@ -1,10 +1,11 @@
 """The devices :func:`jitort.compile` can compile for, as a table the backends register into.
 
 Each device names a factory ``(model, **options) -> CompiledModel``. The CPU session
-(:mod:`jitort.runtime`) registers ``"cpu"``; :mod:`jitort.cuda_runtime` registers ``"cuda"``
-when it is imported. A backend whose module is heavy to import (``numba.cuda``) is listed in
-:data:`_PROVIDERS` and imported the first time its device is asked for, so that ``import
-jitort`` does not pay for it and the session never imports the backend modules itself.
+(:mod:`jitort.runtime`) registers ``"cpu"`` and :mod:`jitort.cuda_runtime` registers ``"cuda"``
+when imported. :data:`_PROVIDERS` names the module of each device, imported the first time the
+device is asked for: the session never imports a backend module (``numba.cuda`` loads only when
+``device="cuda"`` is asked for), and a module below the session can compile a model through
+``factory("cpu")`` without importing :mod:`jitort.runtime`.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Callable
 from .errors import JitortError
 
 #: device -> the module that registers it on import (imported when the device is first asked for)
-_PROVIDERS = {"cuda": "jitort.cuda_runtime"}
+_PROVIDERS = {"cpu": "jitort.runtime", "cuda": "jitort.cuda_runtime"}
 
 _factories: dict[str, Callable] = {}
 

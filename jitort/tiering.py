@@ -159,14 +159,15 @@ class Tiering:
                 self._switch()
                 self._done.set()
                 return outs
+            want = compile_jobs()  # a bad JITORT_COMPILE_JOBS raises here, nothing queued
             self._feeds = {n: np.array(a, copy=True) if isinstance(a, np.ndarray) else a
                            for n, a in feeds.items()}
             self._environ = dict(os.environ, **{ENV: "0"})
             self._work = modmgr.cache_dir() / "tiering"
-            QUEUE.submit(self, compile_jobs())
             self.compiled_in_child = True
-            self.state = "queued" if self.state == "interpreter" else self.state
+            self.state = "queued"  # before submit: the job may run (and move it on) at once
             self.started = True
+            QUEUE.submit(self, want)
             return None
 
     def _run_if_cached(self, feeds: dict, output_names=None) -> list | None:

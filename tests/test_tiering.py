@@ -405,3 +405,37 @@ def test_the_queue_closes_at_exit(fresh_cache):
     assert out.stdout.split() == ["waiting", "3"]  # one running, three in line
     assert "Traceback" not in out.stderr, out.stderr[-2000:]
     assert time.monotonic() - t < 120
+
+
+def test_a_forked_child_drops_the_queue_it_inherited(fresh_cache):
+    """A child forked while models wait in the queue does not wait for compiles it cannot see:
+    its copies of those models report a dropped compile and answer on the interpreter tier;
+    the parent's queue goes on and promotes them."""
+    code = ("import os, sys, warnings, numpy as np, onnx, jitort\n"
+            "from jitort.compile_queue import QUEUE\n"
+            "ms = [jitort.compile(onnx.load(p), tiered=True) for p in sys.argv[1:]]\n"
+            "x = np.ones((2, 8), np.float32)\n"
+            "want = [m(x)[0] for m in ms]\n"
+            "assert QUEUE.waiting() >= 1\n"
+            "pid = os.fork()\n"
+            "if pid == 0:\n"
+            "    with warnings.catch_warnings(record=True) as w:\n"
+            "        warnings.simplefilter('always')\n"
+            "        ok = [m.wait_compiled(timeout=5) for m in ms]\n"
+            "    same = all(np.array_equal(m(x)[0], y) for m, y in zip(ms, want))\n"
+            "    forked = any('forked' in str(e.message) for e in w)\n"
+            "    os._exit(0 if not any(ok) and same and forked and QUEUE.waiting() == 0 else 3)\n"
+            "_, status = os.waitpid(pid, 0)\n"
+            "assert all(m.wait_compiled(timeout=300) for m in ms), 'parent promotes'\n"
+            "assert all(np.array_equal(m(x)[0], y) for m, y in zip(ms, want))\n"
+            "print('child', os.waitstatus_to_exitcode(status))\n")
+    paths = []
+    for i in range(2):  # one compiling, one in line (the same program: it then loads)
+        path = fresh_cache.parent / f"f{i}.onnx"
+        onnx.save(_tiny(0, 300 + i)[0], path)
+        paths.append(str(path))
+    out = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True,
+                         env=dict(os.environ, JITORT_COMPILE_JOBS="1"),
+                         cwd=str(fresh_cache.parent), timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-2:] == ["child", "0"], out.stdout + out.stderr[-2000:]
