@@ -3,7 +3,8 @@
 * README.md is at most 200 lines and carries the test command ``.ci/run`` runs;
 * every relative link (and its #anchor) in README.md, docs/, benchmarks/README.md and
   scripts/sweeps/README.md points to an existing file and heading;
-* every ``scripts/...`` path those documents name exists;
+* every ``scripts/...`` path those documents name exists, and every ``JITORT_*`` variable the
+  code reads is in docs/runtime.md's options table;
 * ``scripts/perf_tables.py`` turns pytest-benchmark JSON into the tables of docs/performance.md.
 """
 import importlib.util
@@ -80,6 +81,18 @@ def test_named_scripts_exist(doc):
         names |= {f"scripts/sweeps/{n}" for n in re.findall(r"^\| `(\w+\.py)`", text, re.M)}
     missing = sorted(n for n in names if not (ROOT / n).exists())
     assert not missing, f"{doc.relative_to(ROOT)} names scripts that do not exist: {missing}"
+
+
+def test_every_environment_variable_in_the_options_table():
+    """Each ``JITORT_*`` name the compiler or the kernels read (a quoted string there) is a row of
+    docs/runtime.md's options table."""
+    used = set()
+    for path in [*(ROOT / "jitort").rglob("*.py"), *(ROOT / "kernels").rglob("*.py")]:
+        used |= set(re.findall(r"[\"'](JITORT_[A-Z0-9_]+)[\"']", path.read_text()))
+    documented = set(re.findall(r"^\| `(JITORT_[A-Z0-9_]+)`", (ROOT / "docs" / "runtime.md").read_text(),
+                                re.M))
+    assert used, "no JITORT_* variable found: the pattern no longer matches the code"
+    assert not used - documented, f"undocumented in docs/runtime.md: {sorted(used - documented)}"
 
 
 # --- scripts/perf_tables.py --------------------------------------------------------------------
