@@ -16,9 +16,8 @@ from .mathfn import fexpneg, ftanh, wide_vectors
 from .softmax import row_max2
 
 _FM = {'reassoc', 'contract', 'arcp'}
-#: query rows per block when the keys a row sees vary by row (``_task``): 'attention 4d
-#: causal 8x128x64' at 1 thread (op suite, Zen 5) 244 us with one block, 230 with blocks of
-#: 32 rows (5/8 of the flops in smaller gemms), 215 with 64 (3/4); onnxruntime 184-187
+#: query rows per block when the keys a row sees vary by row (``_task``): bigger blocks make
+#: fewer, larger gemms, smaller ones skip more masked keys
 _ROW_BLOCK = 64
 
 

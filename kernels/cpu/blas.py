@@ -111,8 +111,8 @@ def _private_openblas():
     Why a copy: numpy's instance is the user's -- its thread count (which jitort would have
     to pin around every call) and its ``OPENBLAS_CORETYPE`` (read once, when it loads). A
     machine may set ``OPENBLAS_CORETYPE=Haswell`` for numpy (this project's AMD EPYC Zen 5
-    does), which runs AVX2 kernels on an AVX-512 CPU: 136 GFLOP/s sgemm at one thread where
-    the library's own detection (SkylakeX kernels) gives 220-270, onnxruntime's MLAS ~210.
+    does), which runs AVX2 kernels on an AVX-512 CPU, well below what the library's own
+    detection (SkylakeX kernels) gives.
     The private instance detects the CPU itself unless ``JITORT_OPENBLAS_CORETYPE`` names a
     core (``inherit``: the process's ``OPENBLAS_CORETYPE``); it never starts threads, so
     nothing needs pinning, and numpy's instance is left exactly as the user set it."""

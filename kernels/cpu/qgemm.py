@@ -454,7 +454,7 @@ def _igemm_part(pp, rowsum, zp, pv, colsum, zv, c2, k, bcast_u8, t0, t1, pn0, pn
         w = min(NR, n_n - j0)
         # the panel's columns as slices indexed from 0: with j0 from a caller's bound, LLVM
         # cannot see colsum[j0 + j] >= 0, keeps Numba's negative-index wraparound per element
-        # and the epilogue stays scalar (2.2x the whole gemm's time)
+        # and the epilogue stays scalar
         cs = colsum[j0:j0 + w]
         zvp = zv[j0:j0 + w] if per_v else zv
         for t in range(t0, t1):

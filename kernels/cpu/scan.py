@@ -32,8 +32,7 @@ def _scan_plane(x, y, o, exclusive, reverse, prod):
             yr[i] = xr[i]
     a = first
     # raw row pointers (C-contiguous x and y: scan3 checks): three row views per step (their
-    # reference counting) cost as much as the adds on rows of 256 (64x128x256 along axis 1:
-    # 1.36x onnxruntime's time)
+    # reference counting) would cost as much as the adds on rows of a few hundred elements
     for _ in range(n_axis - 1):
         prev = a
         a += step
@@ -51,7 +50,7 @@ def _scan_plane(x, y, o, exclusive, reverse, prod):
 @njit(cache=True, error_model='numpy')
 def _scan_row(x, y, exclusive, reverse, prod):
     """The scan of one contiguous row (the last axis): a running scalar in a register (the
-    plane form, one row view per element, ran at ~2.8 ns per element)."""
+    plane form would make a row view per element)."""
     n = x.shape[0]
     acc = y.dtype.type(1) if prod else y.dtype.type(0)
     for t in range(n):
@@ -368,8 +367,8 @@ def _sift_down(hv, hi, pos, n, largest):
 
 
 #: TopK scans its rows in chunks: one vectorized count of the elements that beat the heap's root
-#: per chunk, element by element only where that count is not 0 (128 rows of 1000, k=5: 80 us
-#: in chunks of 32, 188 us element by element, 112 us in chunks of 256)
+#: per chunk, element by element only where that count is not 0 (short chunks find the rare
+#: elements that enter cheaply; long ones would redo more work after each)
 _CHUNK = 32
 
 
@@ -451,8 +450,8 @@ def _topk_sorted(r, vr, ir, largest):
 
 @njit(cache=True, error_model='numpy')
 def _topk_any(r, vr, ir, largest, hv, hi):
-    """The heap for k below half the row, a full stable sort above (128 rows of 1000, k=500:
-    heap 20 ms, sort 17 ms; k=250: heap 9-14 ms, sort 15 ms)."""
+    """The heap for k below half the row, a full stable sort above (where the heap's
+    sifts cost more than the sort)."""
     if 2 * vr.shape[0] >= r.shape[0]:
         _topk_sorted(r, vr, ir, largest)
     else:

@@ -1,12 +1,10 @@
 """jitort's own float32 gemm: a register-tiled micro-kernel (LLVM IR) under a blocked
 macro-kernel. Imports nothing from jitort.
 
-Why: OpenBLAS packs all of B on every call, and on this project's AVX-512 host its SkylakeX
-sgemm reached 178-223 GFLOP/s on transformer-sized products at 128 rows
-(``scripts/sweep_sgemm.py``) against ~245 for onnxruntime's MLAS on the op suite's 128x256 @
-256x1024 (MLAS gets its B -- the weights -- packed once, when the session is made), and 43-77
-GFLOP/s on 8-row products, where the packing is most of the work; with B stored transposed
-(Gemm transB=1, a PyTorch Linear) OpenBLAS was slower still. Here A is read
+Why: OpenBLAS packs all of B on every call: on transformer-sized products it stays behind
+onnxruntime's MLAS (which packs B -- the weights -- once, when the session is made), and on
+products of a few rows the packing is most of the work; with B stored transposed (Gemm
+transB=1, a PyTorch Linear) OpenBLAS is slower still. Here A is read
 in place (a tile's MR rows are MR streams of its K-block: no packing of A), and B is either
 packed once at compile time (``pack_b``, ``sgemm_packed``: constant weights) or a panel
 K-block at a time per call (``sgemm_ptr``). ``scripts/sweep_sgemm.py`` measures both against

@@ -50,8 +50,8 @@ def next_affine(flags, wk, nw, i):
 
     A shared counter hands the tasks out in the order the workers arrive, which differs from
     call to call: a tensor written by one core in one call is then written or read by the
-    other in the next, and its cache lines move between the cores' L2 (960 channels of 7x7,
-    two workers on a channel half each: 34 us from a counter against 29 on one thread). Here
+    other in the next, and its cache lines move between the cores' L2 (enough to lose the
+    second thread's gain on small layers). Here
     worker wk (the prange index, which TBB keeps on one thread from call to call) takes the
     same tasks each call unless the other is late, and then the other takes them from the far
     end of the share."""

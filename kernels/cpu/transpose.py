@@ -122,8 +122,8 @@ def transpose_block(src, s_off, s_ld, dst, d_off, d_ld, rows, cols):
     """``dst[d_off + j * d_ld + i] = src[s_off + i * s_ld + j]`` for i < rows, j < cols (1-D
     arrays of 4-byte elements): a strided block, e.g. some rows of each plane of an NCHW
     stack to channels-last and back, through the register tiles; the partial tiles at the
-    edges through masked ones (element by element, a strip of 8 rows by 12544 columns took
-    2.5x a whole depthwise convolution)."""
+    edges through masked ones (element by element, a long strip would cost more than the
+    convolution around it)."""
     i0 = 0
     while i0 < rows:
         nr = min(_TW, rows - i0)
