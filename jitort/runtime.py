@@ -13,11 +13,11 @@ import sys
 from collections import Counter
 from typing import Any, Sequence
 
-from . import devices, serialize, tiering
+from . import devices, serialize, tiering, tuning
 from .codegen import module as modmgr
 from .codegen.cpu import CpuBackend
 from .errors import ExecutionError, InvalidInput, JitortError, UnsupportedOp
-from .executor import Executor, infer_shapes, value_key  # noqa: F401  (this module's API)
+from .executor import Executor, infer_shapes  # noqa: F401  (infer_shapes: this module's API)
 from .feeds import InputInfo, available_memory  # noqa: F401  (this module's API)
 from .importer import import_model
 from .partition import HOST, INTERP, InterpStep, assign
@@ -246,7 +246,6 @@ def _strict_default() -> bool:
 
 
 def _compile_cpu(model: Any, **options) -> CompiledModel:
-    from . import tuning
     tuning.ensure_background()  # first use on this machine: calibrate, detached, never waited on
     tuning.apply_runtime()      # decisions the kernels make at run time, from this machine's
     return CompiledModel(model, **options)
