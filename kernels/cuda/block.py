@@ -41,3 +41,11 @@ def reduce(buf, v, op):
 def neg_inf(x):
     """-inf of ``x``'s type."""
     return x * 0 - math.inf
+
+
+@cuda.jit(device=True)
+def row_base(inner, n):
+    """Element offset of the row this block reduces: block o of an (outer, n, inner) view is row
+    (o // inner, :, o % inner), its elements ``inner`` apart."""
+    o = cuda.blockIdx.x
+    return (o // inner) * n * inner + o % inner

@@ -6,7 +6,7 @@ shared memory. ``conv2d_bias_act`` fuses a bias and an activation (codes as in `
 """
 from numba import cuda
 
-from .mathfn import act, grid1
+from .mathfn import act, grid1, split2
 
 BLOCK = 128
 
@@ -17,10 +17,7 @@ def _conv_k(x, xo, w, wo, b, bo, r, ro, y, yo, c, h, wd, kout, kh, kw, oh, ow, s
     i = cuda.grid(1)
     if i >= total:
         return
-    ox = i % ow
-    rr = i // ow
-    oy = rr % oh
-    rr //= oh
+    ox, oy, rr = split2(i, ow, oh)
     k = rr % kout
     n = rr // kout
     cg = c // group

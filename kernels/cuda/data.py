@@ -1,7 +1,7 @@
 """Data movement: strided N-d copies (Transpose, Slice, Concat, Split) and Gather."""
 from numba import cuda
 
-from .mathfn import grid1
+from .mathfn import grid1, split2
 
 BLOCK = 128
 #: Rank of the strided copy (shorter shapes are padded with leading 1s).
@@ -45,10 +45,7 @@ def _gather_k(data, do, idx, io, y, yo, a, k, inner, total, err):
     i = cuda.grid(1)
     if i >= total:
         return
-    e = i % inner
-    r = i // inner
-    j = r % k
-    o = r // k
+    e, j, o = split2(i, inner, k)
     q = idx[io + j]
     if q < 0:
         q += a

@@ -35,6 +35,14 @@ def act(x, code, alpha, beta):
     return x
 
 
+@cuda.jit(device=True)
+def split2(i, a, b):
+    """(i % a, i // a % b, i // a // b): the two innermost coordinates of the flat index i of
+    a C-ordered (..., b, a) array, and the flat index of the rest."""
+    q = i // a
+    return i % a, q % b, q // b
+
+
 def grid1(n: int, block: int) -> int:
     """Blocks for ``n`` threads (at least one: a launch with zero blocks is an error)."""
     return max(1, (n + block - 1) // block)

@@ -4,7 +4,7 @@ import math
 from numba import cuda
 
 from . import reduce as _reduce
-from .mathfn import grid1
+from .mathfn import grid1, split2
 
 BLOCK = 128
 
@@ -15,10 +15,7 @@ def _pool_k(x, xo, y, yo, h, wd, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, is_max,
     i = cuda.grid(1)
     if i >= total:
         return
-    ox = i % ow
-    r = i // ow
-    oy = r % oh
-    nc = r // oh
+    ox, oy, nc = split2(i, ow, oh)
     base = xo + nc * h * wd
     zero = x[xo] * 0
     acc = zero - math.inf if is_max else zero

@@ -39,7 +39,7 @@ def _make(dt):
     def kern(x, xo, y, yo, r, inner, kind):
         buf = cuda.shared.array(BLOCK, dtype=dt)
         o = cuda.blockIdx.x
-        base = (o // inner) * r * inner + o % inner
+        base = block.row_base(inner, r)
         t = cuda.threadIdx.x
         zero = x[xo] * 0
         m = zero

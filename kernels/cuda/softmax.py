@@ -12,8 +12,7 @@ def _make(dt):
     @cuda.jit
     def kern(x, xo, y, yo, a, inner, log):
         buf = cuda.shared.array(BLOCK, dtype=dt)
-        row = cuda.blockIdx.x
-        base = (row // inner) * a * inner + row % inner
+        base = block.row_base(inner, a)
         t = cuda.threadIdx.x
         zero = x[xo + base] * 0
         m = block.neg_inf(zero)
