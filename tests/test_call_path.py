@@ -96,3 +96,47 @@ def test_blas_flag_follows_the_kernel_modules():
     cm = jitort.compile(_two_outputs())
     cm.run(None, {"x": np.ones((2, 8), np.float32), "y": np.ones((2, 8), np.float32)})
     assert all(p.uses_blas for p in cm.plans()) and cm._pin_blas
+
+
+def test_settings_restored_when_a_call_fails():
+    """A call that raises inside the compiled program (an index out of range) gives the
+    caller's thread count back and leaves the BLAS pin balanced (jitort.pinning.pinned)."""
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs two Numba threads to tell the model's count from the caller's")
+    table = helper.make_tensor("t", F32, [4, 8], np.arange(32, dtype=np.float32).tolist())
+    m = _model([helper.make_node("Gather", ["t", "i"], ["g"]),
+                helper.make_node("MatMul", ["g", "w"], ["y"])],
+               [("i", TensorProto.INT64, ["N"])], [("y", F32, None)],
+               [table, helper.make_tensor("w", F32, [8, 2], np.ones(16).tolist())])
+    cm = jitort.compile(m, threads=1)
+    good = np.array([0, 3], np.int64)
+    np.testing.assert_allclose(cm(good)[0], _ort(m, {"i": good})[0], rtol=1e-6)
+    numba.set_num_threads(2)
+    try:
+        for bad in (np.array([0, 9], np.int64), np.array([9], np.int64)):
+            with pytest.raises(InvalidInput, match="out of range"):
+                cm(bad)
+            assert numba.get_num_threads() == 2
+            assert blas._depth == 0
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    np.testing.assert_allclose(cm(good)[0], _ort(m, {"i": good})[0], rtol=1e-6)
+
+
+def test_pinned_restores_on_the_way_out_also_when_the_block_raises():
+    from jitort.pinning import pinned
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs two Numba threads")
+    numba.set_num_threads(2)
+    try:
+        with pytest.raises(RuntimeError):
+            with pinned(1, True):
+                assert numba.get_num_threads() == 1 and blas._depth == 1
+                with pinned(None, True):  # nested: the pin is shared, counted
+                    assert blas._depth == 2
+                raise RuntimeError
+        assert numba.get_num_threads() == 2 and blas._depth == 0
+        with pinned(2, False):  # already the caller's count: nothing to set or restore
+            assert numba.get_num_threads() == 2 and blas._depth == 0
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
