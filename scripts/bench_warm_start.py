@@ -1,26 +1,39 @@
 #!/usr/bin/env python
-"""Cold vs warm start of a model: ``compile()`` + first call in a fresh process.
+"""Start-up of a fresh process: ``import jitort``, and the first compiled result on warm caches.
 
-    python scripts/bench_warm_start.py [MODEL.onnx] [--warm-runs N] [--keep DIR]
+    python scripts/bench_warm_start.py [MODEL.onnx] [--repeat N] [--fresh-caches] [--profile N]
 
-Default model: bert from ../shared/models (B=1, S=128). Every run is a new Python process with
-``JITORT_CACHE_DIR`` *and* ``NUMBA_CACHE_DIR`` pointed at directories of a fresh temporary
-folder, so the cold run also compiles the kernel library (nothing cached anywhere); the warm
-runs then reuse the same folders. Each child reports, from its own clock:
+Every figure comes from a new Python process, ``--repeat`` times (min and median shown):
 
-    import   ``import jitort`` (numpy, numba, onnx, scipy's BLAS)
-    compile  ``jitort.compile(path)``
-    first    the first call (plans the shapes, loads or compiles the generated code)
+    interpreter   a child that imports nothing: Python's own start, from the parent's spawn
+    import        ``import jitort`` alone, timed inside the child
+    first result  inside the child, from before ``import jitort`` to the first output of the
+                  compiled program (``jitort.compile(model, tiered=False)`` and one call), split
+                  into import / compile (which imports the compiler itself: numpy, onnx, Numba,
+                  scipy's BLAS) / first call (plans, loads the generated code and the kernels);
+                  "since launch" adds the interpreter's start (from the parent's spawn)
 
-and the parent measures the whole process (interpreter start to exit). The ratio compares
-compile + first call, cold / warm (the best warm run), and the script checks the issue's
-bar: warm compile + first call <= 1.5 s and >= 10x faster than cold.
+Warm caches: one unmeasured child runs first, so that the generated code and Numba's compiled
+kernels are in the on-disk caches; the measured children then find them (each reports how many
+functions Numba compiled: 0 on warm caches). By default the caches are the ones the environment
+names (``JITORT_CACHE_DIR``, ``NUMBA_CACHE_DIR``, else ``~/.cache/jitort``); ``--fresh-caches``
+points both at a new temporary folder, so that the unmeasured run is a cold compile (minutes),
+reported as such. ``--profile N`` runs one more warm child under cProfile (processor time) and
+prints its N most expensive functions by cumulative time.
+
+"CPU time" is the child's processor time (all its threads) over the first result: on a busy
+machine, where the wall times stretch, it stays close to what an idle machine's wall time is.
+
+Default model: bert from ../shared/models (``JITORT_MODEL_DIR``), B=1, S=128. The CPU's model
+name is printed beside the figures. Bars (issue 43): ``import jitort`` <= 0.3 s and the first
+result <= 1.0 s (medians, inside the child); the exit status is 1 when one is missed.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,54 +41,102 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+IMPORT_BAR_S = 0.3
+FIRST_RESULT_BAR_S = 1.0
 
-FEEDS = r"""
-rng = np.random.default_rng(0)
-feeds = {}
-for info in cm.inputs:
-    shape = [d if isinstance(d, int) else (1 if i == 0 else 128) for i, d in enumerate(info.shape)]
-    dt = np.dtype(info.dtype)
-    if dt.kind == "f":
-        feeds[info.name] = rng.standard_normal(shape).astype(dt)
-    else:
-        feeds[info.name] = rng.integers(0, 2 if "mask" in info.name else 100, shape).astype(dt)
-"""
-
+# argv: model, launch time (time.time() in the parent), mode: "none" | "import" | "first"
 CHILD = r"""
-import json, sys, time
-t0 = time.perf_counter()
-import numpy as np
-import jitort
-t1 = time.perf_counter()
-cm = jitort.compile(sys.argv[1], tiered=False)  # the compiled program, not the first tier
-t2 = time.perf_counter()
-""" + FEEDS + r"""out = cm.run(None, feeds)
-t3 = time.perf_counter()
-print("RESULT " + json.dumps({"import": t1 - t0, "compile": t2 - t1, "first": t3 - t2,
-                              "compiles": jitort.compile_count(),
-                              "checksum": float(np.float64(out[0].astype(np.float64).sum()))}))
+import sys, time
+t0, c0 = time.perf_counter(), time.process_time()
+mode = sys.argv[3]
+r = {}
+untimed = 0.0  # making the feeds: not start-up
+if mode != "none":
+    import jitort
+    t1 = time.perf_counter()
+    r["import"] = t1 - t0
+if mode == "first":
+    import numpy as np
+    cm = jitort.compile(sys.argv[1], tiered=False)  # the compiled program, not the first tier
+    t2, c2 = time.perf_counter(), time.process_time()
+    from jitort.apps.cli import feeds_for  # B=1, other symbolic dims 128, random values
+    feeds = feeds_for(cm, [])
+    t3, c3 = time.perf_counter(), time.process_time()
+    out = cm.run(None, feeds)
+    t4 = time.perf_counter()
+    untimed = t3 - t2
+    r.update(compile=t2 - t1, first_call=t4 - t3, total=(t4 - t0) - untimed,
+             cpu=time.process_time() - c0 - (c3 - c2),
+             compiles=jitort.compile_count(),
+             checksum=float(out[0].astype(np.float64).sum()))
+r["since_launch"] = time.time() - float(sys.argv[2]) - untimed
+import json
+print("RESULT " + json.dumps(r))
 """
 
 
-def run_child(model: str, env: dict) -> dict:
-    t = time.perf_counter()
-    p = subprocess.run([sys.executable, "-c", CHILD, model], env=env, capture_output=True,
-                       text=True, cwd=ROOT)
-    wall = time.perf_counter() - t
+def run_child(model: str, mode: str, env: dict, profile: Path | None = None) -> dict:
+    code = CHILD
+    if profile:  # processor time, not wall time: a busy machine shows the same costs
+        code = ("import cProfile, time\n_prof = cProfile.Profile(time.process_time)\n"
+                f"_prof.enable()\nexec({CHILD!r})\n_prof.disable()\n"
+                f"_prof.dump_stats({str(profile)!r})\n")
+    cmd = [sys.executable, "-c", code, model, repr(time.time()), mode]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
     if p.returncode != 0:
         sys.stderr.write(p.stdout + p.stderr)
-        raise SystemExit(f"child failed with exit code {p.returncode}")
+        raise SystemExit(f"child ({mode}) failed with exit code {p.returncode}")
     line = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    r = json.loads(line[len("RESULT "):])
-    r["process"] = wall
-    return r
+    return json.loads(line[len("RESULT "):])
 
 
-def fmt(tag: str, r: dict) -> str:
-    return (f"{tag:<7} import {r['import']:6.2f} s  compile {r['compile']:6.2f} s  "
-            f"first call {r['first']:7.2f} s  compile+first {r['compile'] + r['first']:7.2f} s  "
-            f"import+compile+first {r['import'] + r['compile'] + r['first']:7.2f} s  "
-            f"process {r['process']:7.2f} s  numba compiles {r['compiles']}")
+def stats(values: list[float]) -> str:
+    return f"min {min(values):6.3f} s  median {statistics.median(values):6.3f} s"
+
+
+def measure(model: str, env: dict, repeat: int) -> dict[str, list]:
+    """``repeat`` rounds of the three children, interleaved so that a disturbance of the
+    machine spreads over all the figures instead of one."""
+    runs: dict[str, list] = {"none": [], "import": [], "first": []}
+    for _ in range(repeat):
+        for mode in runs:
+            runs[mode].append(run_child(model, mode, env))
+    return runs
+
+
+def report(runs: dict[str, list], cpu: str) -> bool:
+    first = runs["first"]
+    rows = [("interpreter (since launch)", [r["since_launch"] for r in runs["none"]]),
+            ("import jitort", [r["import"] for r in runs["import"]]),
+            ("import jitort (since launch)", [r["since_launch"] for r in runs["import"]]),
+            ("first result", [r["total"] for r in first]),
+            ("  of which import", [r["import"] for r in first]),
+            ("  of which compile()", [r["compile"] for r in first]),
+            ("  of which first call", [r["first_call"] for r in first]),
+            ("first result (since launch)", [r["since_launch"] for r in first]),
+            ("first result, CPU time", [r["cpu"] for r in first])]
+    print(f"CPU: {cpu}; {len(first)} processes per figure")
+    for name, values in rows:
+        print(f"  {name:<30}{stats(values)}")
+    compiled = sorted({r["compiles"] for r in first})
+    same = len({round(r["checksum"], 3) for r in first}) == 1
+    # generated code and kernels load from the caches; functions Numba compiles anyway in every
+    # process (not cached by design or by mistake) count here too
+    print(f"  Numba compilations per measured process: {compiled}; same outputs: {same}")
+    imp = statistics.median(r["import"] for r in runs["import"])
+    res = statistics.median(r["total"] for r in first)
+    ok = imp <= IMPORT_BAR_S and res <= FIRST_RESULT_BAR_S and same
+    print(f"{'PASS' if ok else 'FAIL'} (bars: import jitort <= {IMPORT_BAR_S} s, first "
+          f"compiled result <= {FIRST_RESULT_BAR_S} s, medians, on {cpu})")
+    return ok
+
+
+def print_profile(model: str, env: dict, top: int, tmp: Path) -> None:
+    import pstats
+    out = tmp / "warm_first.prof"
+    run_child(model, "first", env, profile=out)
+    print(f"\ncProfile of one warm child (processor time, cumulative, top {top}):")
+    pstats.Stats(str(out)).sort_stats("cumulative").print_stats(top)
 
 
 def main(argv=None) -> int:
@@ -85,41 +146,32 @@ def main(argv=None) -> int:
                     default=str(Path(os.environ.get("JITORT_MODEL_DIR",
                                                     ROOT.parent / "shared" / "models"))
                                 / "bert.onnx"))
-    ap.add_argument("--warm-runs", type=int, default=3)
-    ap.add_argument("--keep", default=None, help="use (and keep) this folder instead of a temp one")
+    ap.add_argument("--repeat", type=int, default=5, help="processes per figure (default 5)")
+    ap.add_argument("--fresh-caches", action="store_true",
+                    help="new temporary caches: the unmeasured first run compiles everything")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="also profile one warm child and print its top N functions")
     args = ap.parse_args(argv)
     if not Path(args.model).exists():
         raise SystemExit(f"model not found: {args.model}")
+    sys.path.insert(0, str(ROOT))
+    from jitort.profiling import cpu_name
+    cpu = cpu_name()
 
-    with tempfile.TemporaryDirectory(prefix="jitort-warm-") as tmp:
-        base = Path(args.keep) if args.keep else Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="jitort-start-") as tmp:
         env = dict(os.environ)
-        env["JITORT_CACHE_DIR"] = str(base / "jitort")
-        env["NUMBA_CACHE_DIR"] = str(base / "numba")
-        for k in ("JITORT_CACHE_DIR", "NUMBA_CACHE_DIR"):
-            if any(Path(env[k]).glob("*")):
-                raise SystemExit(f"{env[k]} is not empty: the cold run needs empty caches")
-        print(f"model {args.model}\ncaches {base}")
-        cold = run_child(args.model, env)
-        print(fmt("cold", cold), flush=True)
-        warms = []
-        for i in range(args.warm_runs):
-            warms.append(run_child(args.model, env))
-            print(fmt(f"warm{i + 1}", warms[-1]), flush=True)
-    warm = min(warms, key=lambda r: r["compile"] + r["first"])
-    cold_s, warm_s = cold["compile"] + cold["first"], warm["compile"] + warm["first"]
-    ratio = cold_s / warm_s
-    ok_same = all(abs(w["checksum"] - cold["checksum"]) <= 1e-6 * max(1.0, abs(cold["checksum"]))
-                  for w in warms)
-    print(f"compile+first call: cold {cold_s:.2f} s, warm {warm_s:.2f} s (best of {len(warms)}), "
-          f"ratio {ratio:.1f}x")
-    cold_i, warm_i = cold_s + cold["import"], warm_s + warm["import"]
-    print(f"with import: cold {cold_i:.2f} s, warm {warm_i:.2f} s, ratio {cold_i / warm_i:.1f}x")
-    print(f"warm runs compiled nothing: {all(w['compiles'] == 0 for w in warms)}; "
-          f"same outputs: {ok_same}")
-    ok = ratio >= 10 and warm_s <= 1.5 and ok_same
-    print("PASS" if ok else "FAIL",
-          "(bar: warm compile+first call <= 1.5 s and >= 10x faster than cold)")
+        if args.fresh_caches:
+            env["JITORT_CACHE_DIR"] = str(Path(tmp) / "jitort")
+            env["NUMBA_CACHE_DIR"] = str(Path(tmp) / "numba")
+        print(f"model {args.model}\ncaches "
+              f"{env.get('JITORT_CACHE_DIR', '~/.cache/jitort (default)')}")
+        t = time.perf_counter()
+        warm = run_child(args.model, "first", env)
+        print(f"unmeasured first run (warms the caches): {time.perf_counter() - t:.2f} s, "
+              f"{warm['compiles']} Numba compilations", flush=True)
+        ok = report(measure(args.model, env, args.repeat), cpu)
+        if args.profile:
+            print_profile(args.model, env, args.profile, Path(tmp))
     return 0 if ok else 1
 
 

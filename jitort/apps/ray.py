@@ -15,9 +15,9 @@ of one CPU on a 2-CPU Ray, ``materialize()`` the read first: see below)
 
 or :func:`map_dataset` (the same with the pool and thread settings filled in). Rows are read as
 in :mod:`jitort.apps.batch` (one sample per row, lists reshaped to the per-sample shape) and each
-output comes back as a column of nested lists. ``model`` may be a path (every node must see it), bytes,
-or a :class:`~jitort.CompiledModel`, which pickles as its source and compile options and loads
-its compiled code from the node's on-disk cache (:mod:`jitort.serialize`).
+output comes back as a column of nested lists. ``model`` may be a path (every node must see it),
+bytes, or a :class:`~jitort.CompiledModel`, which pickles as its source and compile options and
+loads its compiled code from the node's on-disk cache (:mod:`jitort.serialize`).
 
 Threads: each actor reserves ``threads`` CPUs from Ray and runs the model on that many Numba
 threads, with the BLAS libraries limited to as many, so that ``workers x threads`` fits the
