@@ -86,11 +86,12 @@ def test_generated_code_is_keyed_by_the_kernel_modules_it_reaches(tmp_path):
     folders = {m: _cache.folder(m, copy) for m in _cache.modules(copy)}
     assert folders == {m: _cache.folder(m) for m in _cache.modules()}
     assert folders["conv"] == f"conv-{h['conv']}"
+    # CUDA kernels are not called from CPU code: editing one invalidates nothing
     cuda = next(copy.rglob("cuda/*.py"), None)
-    if cuda is not None:  # CUDA kernels are not called from CPU code: no invalidation
-        cuda.write_text(cuda.read_text() + "\n# edited\n")
-        assert {m: _cache.folder(m, copy) for m in folders} == folders
-        assert {m: _cache.modules_hash([m], copy) for m in h} == h
+    assert cuda is not None, f"no CUDA kernel under {copy}: the check below would check nothing"
+    cuda.write_text(cuda.read_text() + "\n# edited\n")
+    assert {m: _cache.folder(m, copy) for m in folders} == folders
+    assert {m: _cache.modules_hash([m], copy) for m in h} == h
     gemm = copy / "cpu" / "gemm.py"  # imported by conv, not by data nor mathfn
     gemm.write_text(gemm.read_text() + "\n# an edit that changes nothing but the text\n")
     assert _cache.modules_hash(["conv"], copy) != h["conv"]
@@ -258,7 +259,7 @@ def test_two_processes_warming_the_same_model_both_succeed(tmp_path, mlp_file):
     procs = [subprocess.Popen(cmd, env=_env(cache), cwd=ROOT, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
     results = [p.communicate(timeout=300) for p in procs]
-    for p, (out, err) in zip(procs, results):
+    for p, (out, err) in zip(procs, results, strict=True):
         assert p.returncode == 0, out + err
         assert "mlp:" in out and "Traceback" not in err, out + err
     gen = _gen(cache)

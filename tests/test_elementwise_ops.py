@@ -11,6 +11,8 @@ from onnx.helper import np_dtype_to_tensor_dtype as tt
 
 import jitort
 
+from .helpers import assert_outputs_close
+
 
 def _run_both(nodes, inputs, out_dtype, opset=18, threads=1, outs=('y',)):
     vi = [helper.make_tensor_value_info(n, tt(a.dtype), a.shape) for n, a in inputs]
@@ -26,12 +28,7 @@ def _run_both(nodes, inputs, out_dtype, opset=18, threads=1, outs=('y',)):
     so.intra_op_num_threads = 1
     ref = ort.InferenceSession(m.SerializeToString(), so,
                                providers=['CPUExecutionProvider']).run(None, feeds)
-    for a, b in zip(got, ref):
-        assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, a.dtype, b.shape, b.dtype)
-        if a.dtype.kind == 'f':
-            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
-        else:
-            np.testing.assert_array_equal(a, b)
+    assert_outputs_close(got, ref, rtol=1e-4, atol=1e-6)
     return got[0]
 
 

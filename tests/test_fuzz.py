@@ -406,6 +406,9 @@ def check(case: Case, debug: bool = False) -> str:
         raise Mismatch(f"jitort crashed with {type(e).__name__}: {e}\n{case.describe()}") from e
     if want is None:
         return "jitort only"
+    if not len(got) == len(want) == len(case.outputs):
+        raise Mismatch(f"{len(got)} outputs from jitort, {len(want)} from {ref}, "
+                       f"{len(case.outputs)} in the graph\n{case.describe()}")
     for (name, _), g, w in zip(case.outputs, got, want):
         w = np.asarray(w)
         if g.shape != w.shape or g.dtype != w.dtype:

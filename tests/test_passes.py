@@ -10,7 +10,7 @@ from jitort.passes.patterns import fold_conv_batchnorm, fuse_matmul_add
 from jitort.passes.simplify import (eliminate_common_subexpressions, eliminate_dead_code,
                                     eliminate_identities, fold_constants)
 
-from .helpers import F32, make_model, run_reference
+from .helpers import F32, assert_outputs_close, make_model, run_reference
 
 
 def ops(g):
@@ -155,9 +155,7 @@ def _check_vs_ort(m, feeds=None, rtol=1e-4, atol=1e-5):
     got = cm.run(None, feeds)
     f64 = any(a.dtype == np.float64 for a in feeds.values())
     want = run_reference(m, feeds) if f64 else _ort(m, feeds)
-    for g, w in zip(got, want):
-        assert g.shape == w.shape and g.dtype == w.dtype
-        np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
+    assert_outputs_close(got, want, rtol=rtol, atol=atol)
     return cm
 
 
@@ -280,7 +278,8 @@ def test_strided_pointwise_conv_reads_a_subsampled_input():
     feeds = _feeds(m)
     env = {id(v): feeds[v.name] for v in cm.graph.inputs}
     for n in cm.graph.nodes:  # each node as the interpreter tier runs it
-        for o, a in zip(n.outputs, make_runner(n, cm.graph.opsets)(node_inputs(n, env))):
+        for o, a in zip(n.outputs, make_runner(n, cm.graph.opsets)(node_inputs(n, env)),
+                        strict=True):
             env[id(o)] = a
     np.testing.assert_allclose(env[id(cm.graph.outputs[0])], _ort(m, feeds)[0], rtol=1e-4,
                                atol=1e-5)

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import jitort
-from tests.helpers import F32, I64, make_model
+from tests.helpers import F32, I64, assert_outputs_close, make_model
 
 RNG = np.random.default_rng(7)
 BOOL = TensorProto.BOOL
@@ -34,9 +34,7 @@ def check(model, feeds, *, on_cuda=None, rtol=1e-4, atol=1e-5):
     assert counts.get("cuda", 0) == want, cm.summary()
     got = cm(**feeds)
     ref = _ort(model, feeds)
-    for g, r in zip(got, ref):
-        assert g.shape == r.shape and g.dtype == r.dtype
-        np.testing.assert_allclose(g, r, rtol=rtol, atol=atol)
+    assert_outputs_close(got, ref, rtol=rtol, atol=atol)
     return cm
 
 
