@@ -15,7 +15,6 @@ import json
 import math
 import os
 import platform
-import re
 import threading
 import time
 from dataclasses import dataclass
@@ -25,9 +24,7 @@ from typing import Callable
 import numpy as np
 
 from .codegen import module as modmgr
-
-_CALLEE = re.compile(r"^\s*([A-Za-z_][\w.]*)\(")
-
+from .codegen.assembly import callee_names
 
 @dataclass
 class Part:
@@ -79,7 +76,7 @@ class Profiler:
         items = _step_items(compiler, shapes)
         out = []
         for fn, lines, step in zip(fns, chunks, steps):
-            kernels = [m.group(1) for m in map(_CALLEE.match, lines) if m]
+            kernels = callee_names(lines)
             nodes = [] if step is None or step >= len(items) else items[step]
             flops = sum(node_flops(n, shapes) for n in nodes)
             out.append(Part(fn, "+".join(kernels) or "empty", kernels, [n.label for n in nodes],
@@ -162,7 +159,7 @@ class Profiler:
 
 def _step_items(compiler, shapes: dict) -> list[list]:
     """The nodes of each step, in the order ``SegmentCompiler.plan`` lowers them."""
-    from .codegen.cpu import Group, group_nodes
+    from .codegen.fusion import Group, group_nodes
     from .codegen.elementwise import supports_elementwise
     from .partition import HOST
     compiled = [n for n in compiler.seg.nodes if compiler.placement[id(n)] != HOST]

@@ -183,9 +183,11 @@ def _num(dtype: str, v) -> str:
 
 def literal(a, expr: Callable) -> str:
     """An argument that is not folded into a call site's spec, as a driver expression
-    (``expr`` renders a :class:`View` or :class:`Dim`)."""
-    if isinstance(a, (View, Dim)):
+    (``expr`` renders a :class:`View`)."""
+    if isinstance(a, View):
         return expr(a)
+    if isinstance(a, Dim):
+        return repr(a)
     if isinstance(a, tuple):
         return "(" + "".join(literal(x, expr) + ", " for x in a) + ")"
     if isinstance(a, Scalar):

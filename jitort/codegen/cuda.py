@@ -29,7 +29,9 @@ import numpy as np
 from ..ir import Node, Value
 from ..planner import Buffer, MemoryPlan, plan_memory
 from . import module as modmgr
-from .cpu import Group, SegmentCompiler, Unlowerable, group_nodes, group_operands, registry
+from .cpu import SegmentCompiler
+from .fusion import Group, group_nodes, group_operands
+from .registry import Unlowerable, registry
 from .elementwise import (EXPR, LoopStyle, Operand, collapse, kernel_source,
                           supports_elementwise)
 from .lowerings import (ACT_CODES, REDUCE_KIND, _3d, _axes_from_input, _axis, _conv_geometry,

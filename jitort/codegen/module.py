@@ -133,8 +133,7 @@ def _calls_hash() -> str:
     """Hash of ``codegen/native.py``, whose ``native_call`` lowering is compiled into every
     driver: an edit there (how views are built, how a kernel is called) must reach cached
     drivers too, which otherwise keep the machine code of the old lowering."""
-    from . import native
-    return hashlib.sha256(Path(native.__file__).read_bytes()).hexdigest()[:12]
+    return hashlib.sha256(Path(__file__).with_name("native.py").read_bytes()).hexdigest()[:12]
 
 
 def module_name(prefix: str, source: str) -> str:

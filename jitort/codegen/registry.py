@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable
 from ..ir import Node
 
 if TYPE_CHECKING:
-    from .cpu import Emitter  # noqa: F401
+    from .emitter import Emitter  # noqa: F401
 
 
 class Unlowerable(Exception):
