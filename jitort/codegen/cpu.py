@@ -27,7 +27,7 @@ from . import lowerings  # noqa: F401 (each family registers its lowerings on im
 from .assembly import _node_note, assemble
 from .elementwise import Operand, collapse, kernel_source, supports_elementwise
 from .emitter import ConstArena, Emitter, aligned_empty  # noqa: F401 (aligned_empty: runtime's)
-from .fusion import Group, concat_placements, group_nodes, group_operands  # noqa: F401
+from .fusion import Group, concat_placements, fused_steps, group_operands
 from .plan import MAX_RECORDS, Plan, Recording, check_views, layout, promote
 from .registry import KERNEL_MODULES, LOWER, SUPPORT, Unlowerable  # noqa: F401 (tests patch LOWER)
 from .symbolic import GuardedHostvals, SymShapes, Tape, concrete
@@ -334,12 +334,9 @@ class SegmentCompiler:
         seg = self.seg
         em = Emitter(seg, shapes, hostvals, self.consts, self.memo)
         em.threads = self.threads
-        readers: dict[int, list[Node]] = {}
-        for n in compiled:
-            for v in n.all_inputs():
-                readers.setdefault(id(v), []).append(n)
-        out_ids = {id(v) for v in seg.outputs}
-        items = group_nodes(compiled, shapes, supports_elementwise, self.memo.get("unit_dims"))
+        steps = fused_steps(compiled, shapes, supports_elementwise, self.memo.get("unit_dims"),
+                            seg.outputs)
+        items = [item for item, _ in steps]
         last_use: dict[int, int] = {}
         for step, item in enumerate(items):
             for n in (item.nodes if isinstance(item, Group) else [item]):
@@ -349,13 +346,9 @@ class SegmentCompiler:
             last_use[id(v)] = len(items)
         em.last_use = last_use
         em.embed = concat_placements(items, shapes, em, self.placement)
-        for item in items:
-            em.notes[em.step] = _node_note(item.nodes if isinstance(item, Group) else [item])
-            if isinstance(item, Group):
-                members = {id(n) for n in item.nodes}
-
-                def outside(v, members=members):
-                    return id(v) in out_ids or any(id(r) not in members for r in readers.get(id(v), []))
+        for item, outside in steps:
+            em.notes[em.step] = _node_note(item.nodes if outside else [item])
+            if outside:
                 lower_group(em, item, outside)
             else:
                 fn = LOWER.get((item.domain, item.op_type))

@@ -30,7 +30,7 @@ from ..ir import Node, Value
 from ..planner import Buffer, MemoryPlan, plan_memory
 from . import module as modmgr
 from .cpu import SegmentCompiler
-from .fusion import Group, group_nodes, group_operands
+from .fusion import Group, fused_steps, group_operands
 from .registry import Unlowerable, registry
 from .elementwise import (EXPR, LoopStyle, Operand, collapse, kernel_source,
                           supports_elementwise)
@@ -654,18 +654,9 @@ class CudaSegmentCompiler(SegmentCompiler):
             {id(v): env[id(v)] for v in seg.value_inputs})
         self.memo["unit_dims"] = self._probe_unit_dims(env, shapes)
         em = CudaEmitter(seg, shapes, hostvals, self.memo)
-        readers: dict[int, list[Node]] = {}
-        for n in compiled:
-            for v in n.all_inputs():
-                readers.setdefault(id(v), []).append(n)
-        out_ids = {id(v) for v in seg.outputs}
-        for item in group_nodes(compiled, shapes, supports_device_elementwise,
-                                self.memo.get("unit_dims")):
-            if isinstance(item, Group):
-                members = {id(n) for n in item.nodes}
-
-                def outside(v, members=members):
-                    return id(v) in out_ids or any(id(r) not in members for r in readers.get(id(v), []))
+        for item, outside in fused_steps(compiled, shapes, supports_device_elementwise,
+                                         self.memo.get("unit_dims"), seg.outputs):
+            if outside:
                 lower_group(em, item, outside)
             else:
                 fn = LOWER.get((item.domain, item.op_type))

@@ -26,6 +26,29 @@ class Group:
     unit: tuple | None = None  # which of the shape's size-1 dims stay 1 for every input shape
 
 
+def fused_steps(nodes: list[Node], shapes: dict, is_elementwise, unit: dict | None,
+                outputs) -> list[tuple]:
+    """The steps of a segment: ``(item, outside)`` per fused :class:`Group` or single node, in
+    order; ``outside(v)`` (groups only, else None) tells whether a group member's result is
+    read after the group (by a later step or as one of the segment's ``outputs``)."""
+    readers: dict[int, list[Node]] = {}
+    for n in nodes:
+        for v in n.all_inputs():
+            readers.setdefault(id(v), []).append(n)
+    out_ids = {id(v) for v in outputs}
+    steps = []
+    for item in group_nodes(nodes, shapes, is_elementwise, unit):
+        if not isinstance(item, Group):
+            steps.append((item, None))
+            continue
+        members = {id(n) for n in item.nodes}
+
+        def outside(v, members=members):
+            return id(v) in out_ids or any(id(r) not in members for r in readers.get(id(v), []))
+        steps.append((item, outside))
+    return steps
+
+
 def group_nodes(nodes: list[Node], shapes: dict, is_elementwise,
                 unit: dict | None = None) -> list[Group | Node]:
     """Greedy fusion of elementwise nodes into groups that share one iteration space.
