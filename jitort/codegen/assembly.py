@@ -15,7 +15,7 @@ import numpy as np
 
 from . import module as modmgr
 from . import native
-from .calls import Slots, callee_text, render_direct, render_native
+from .calls import Call, Slots, callee_text, render_direct, render_native
 from .emitter import Emitter, _FLAT_SOURCE, _reshape_helper_source
 from .registry import KERNEL_MODULES
 
@@ -37,6 +37,7 @@ class Driver:
     n_sites: int
     views: list  # the views its call sites build (checked against each plan's sizes)
     new_modules: int
+    calls: list  # its kernel calls in order
 
 
 def assemble(em: Emitter, seg, shapes, debug: bool, profile: bool) -> Driver:
@@ -106,7 +107,7 @@ def assemble(em: Emitter, seg, shapes, debug: bool, profile: bool) -> Driver:
         new += 1
     mod = modmgr.load(dname, src)
     return Driver(mod, chunks, None if not profile else chunk_steps, imports, libs, n_sites,
-                  views, new)
+                  views, new, [c for _, c in em.calls if isinstance(c, Call)])
 
 
 def callee_names(lines: list) -> list[str]:

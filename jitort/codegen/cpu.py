@@ -389,4 +389,4 @@ class SegmentCompiler:
             call = self.profiler.driver(parts)
         return Plan(call, d, o, pb, mem.workspace_bytes, mem, out_shapes, exports,
                     drv.kernel_names, mod.__file__, drv.new_modules, parts, uses_blas=uses_blas,
-                    n_sites=drv.n_sites, views=drv.views)
+                    n_sites=drv.n_sites, views=drv.views, calls=drv.calls)

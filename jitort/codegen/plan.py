@@ -43,6 +43,8 @@ class Plan:
     fp: np.ndarray | None = None
     #: the views the driver's call sites build from ``d`` (``native.rewrite_calls``)
     views: list = field(default_factory=list)
+    #: the driver's kernel calls in order (:class:`~jitort.codegen.calls.Call`)
+    calls: list = field(default_factory=list)
 
 
 #: Recordings kept per segment (one per distinct lowering outcome: structure, unit dims...).
@@ -87,7 +89,7 @@ class Recording:
         return Plan(p.driver, d, o, pb, mem.workspace_bytes, mem,
                     [shapes[id(v)] for v in seg.arg_outputs], exports, p.kernel_names,
                     p.source_path, 0, uses_blas=p.uses_blas, n_sites=p.n_sites, fp=p.fp,
-                    views=p.views)
+                    views=p.views, calls=p.calls)
 
 
 def host_bytes(host) -> np.ndarray:
