@@ -127,7 +127,9 @@ def test_a_slowed_candidate_loses_and_is_demoted(tune_dir, small_grid, monkeypat
 
 def test_unslowed_calibration_measures_real_times(tune_dir, small_grid):
     got = tuning.tune(only=["gemm.weights"], progress=False)["gemm.weights"]
+    assert len(got["buckets"]) == len(SMALL_GRID)   # else the loop below checks nothing
     for text, b in got["buckets"].items():
+        assert set(b["times"]) == {"packed", "unpacked"}, b
         assert all(0 < t < 1.0 for t in b["times"].values()), b
         assert b["pick"] == min(b["times"], key=b["times"].get)
         assert all(g > 0 for g in b["gflops"].values())
