@@ -204,6 +204,7 @@ def assert_same(got, expected, where: str = "") -> None:
 
 def run_case(name: str) -> None:
     model, data_sets = node_cases()[name]
+    assert data_sets, f"{name}: no data sets, nothing to compare"
     graph = _graph_for(model)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
