@@ -20,13 +20,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...ir import Node
-from ..elementwise import tname
+from ..calls import KernelModule, Scalar, View, Zeros
 from ..registry import Unlowerable, lowering
 from .common import _float_io, _prod
 from .reduce import canonical_runs, reduce_source
 
 if TYPE_CHECKING:
     from ..cpu import Emitter
+
+_data = KernelModule("data")
+_gemm = KernelModule("gemm")
 
 
 def _parse(n: Node, ranks: list[int]) -> tuple[list[str], str]:
@@ -70,10 +73,10 @@ def _parse(n: Node, ranks: list[int]) -> tuple[list[str], str]:
     return letters, out
 
 
-def _permute(em: Emitter, src: str, shape, perm, dtype, dst: str | None = None) -> str:
+def _permute(em: Emitter, src: View, shape, perm, dtype, dst: View | None = None) -> View:
     """``src`` (of ``shape``) with its axes permuted by ``perm``, written into ``dst`` (a scratch
-    buffer if None; no copy then when ``perm`` keeps the data in place); returns the
-    expression of the result, shaped [shape[p] for p in perm]."""
+    buffer if None; no copy then when ``perm`` keeps the data in place); returns the result,
+    shaped [shape[p] for p in perm]."""
     out_shape = [shape[p] for p in perm]
     keep = [p for p in perm if shape[p] != 1]  # size-1 axes do not move data
     runs: list[list[int]] = []
@@ -83,12 +86,12 @@ def _permute(em: Emitter, src: str, shape, perm, dtype, dst: str | None = None) 
         else:
             runs.append([p])
     if len(runs) <= 1 and dst is None:
-        return f"{src}.reshape({em.tuple_expr(out_shape)})"
+        return src.reshape(em.sizes(out_shape))
     if dst is None:
-        dst = em.scratch(_prod(out_shape), dtype)
+        dst = em.temp(_prod(out_shape), dtype)
     if len(runs) <= 1:
-        em.call(f"_data.copy_flat({src}.reshape(-1), {dst}.reshape(-1))")
-        return f"{dst}.reshape({em.tuple_expr(out_shape)})"
+        em.call(_data.copy_flat, src.flat(), dst.flat())
+        return dst.reshape(em.sizes(out_shape))
     order = sorted(range(len(runs)), key=lambda i: runs[i][0])
     in_shape = [_prod([shape[a] for a in runs[i]]) for i in order]
     run_shape = [_prod([shape[a] for a in r]) for r in runs]
@@ -103,18 +106,17 @@ def _permute(em: Emitter, src: str, shape, perm, dtype, dst: str | None = None) 
         lines.append(f"{ind}for i{k} in range(y.shape[{k}]):")
         ind += "    "
     lines.append(f"{ind}y[{', '.join(f'i{k}' for k in range(r))}] = x[{', '.join(idx_in)}]")
-    kname = em.kernel(f"k_einsum_perm{r}", "\n".join(lines) + "\n")
-    em.call(f"{kname}({dst}.reshape({em.tuple_expr(run_shape)}), "
-            f"{src}.reshape({em.tuple_expr(in_shape)}))")
-    return f"{dst}.reshape({em.tuple_expr(out_shape)})"
+    kname = em.generated(f"k_einsum_perm{r}", "\n".join(lines) + "\n")
+    em.call(kname, dst.reshape(em.sizes(run_shape)), src.reshape(em.sizes(in_shape)))
+    return dst.reshape(em.sizes(out_shape))
 
 
-def _diagonal(em: Emitter, src: str, letters: str, shape, dtype):
+def _diagonal(em: Emitter, src: View, letters: str, shape, dtype):
     """The diagonal of ``src`` over its repeated letters (``ii->i``): a gathered copy in
-    scratch; returns (expression, letters, shape) with each letter once."""
+    scratch; returns (view, letters, shape) with each letter once."""
     uniq = "".join(dict.fromkeys(letters))
     ushape = [shape[letters.index(c)] for c in uniq]
-    dst = em.scratch(_prod(ushape), dtype)
+    dst = em.temp(_prod(ushape), dtype)
     r = len(uniq)
     lines = ["@njit(cache=True, error_model='numpy')", "def __KNAME__(y, x):"]
     ind = "    "
@@ -123,25 +125,27 @@ def _diagonal(em: Emitter, src: str, letters: str, shape, dtype):
         ind += "    "
     xi = ", ".join(f"i{uniq.index(c)}" for c in letters)
     lines.append(f"{ind}y[{', '.join(f'i{k}' for k in range(r))},] = x[{xi},]")
-    kname = em.kernel(f"k_einsum_diag{r}_{len(letters)}", "\n".join(lines) + "\n")
-    em.call(f"{kname}({dst}.reshape({em.tuple_expr(ushape)}), {src})")
-    return f"{dst}.reshape({em.tuple_expr(ushape)})", uniq, ushape
+    kname = em.generated(f"k_einsum_diag{r}_{len(letters)}", "\n".join(lines) + "\n")
+    dv = dst.reshape(em.sizes(ushape))
+    em.call(kname, dv, src)
+    return dv, uniq, ushape
 
 
-def _sum_out(em: Emitter, n: Node, src: str, letters: str, shape, drop: set, dtype):
-    """Sum ``src`` over the letters in ``drop``; returns (expression, letters, shape) left."""
+def _sum_out(em: Emitter, n: Node, src: View, letters: str, shape, drop: set, dtype):
+    """Sum ``src`` over the letters in ``drop``; returns (view, letters, shape) left."""
     axes = [k for k, c in enumerate(letters) if c in drop]
     runs = canonical_runs(shape, axes)
     left = "".join(c for c in letters if c not in drop)
     lshape = [d for c, d in zip(letters, shape) if c not in drop]
-    dst = em.scratch(_prod(lshape), dtype)
+    dst = em.temp(_prod(lshape), dtype)
     if not runs:
         runs = [(1, False)]
     flags = tuple(r for _, r in runs)
-    kname = em.kernel(f"k_reduce{len(flags)}", reduce_source("ReduceSum", np.dtype(dtype), flags, False))
-    em.call(f"{kname}({src}.reshape({em.tuple_expr([s for s, _ in runs])}), "
-            f"{dst}.reshape({em.tuple_expr([1 if r else s for s, r in runs])}))")
-    return f"{dst}.reshape({em.tuple_expr(lshape)})", left, lshape
+    kname = em.generated(f"k_reduce{len(flags)}",
+                         reduce_source("ReduceSum", np.dtype(dtype), flags, False))
+    em.call(kname, src.reshape(em.sizes([s for s, _ in runs])),
+            dst.reshape(em.sizes([1 if r else s for s, r in runs])))
+    return dst.reshape(em.sizes(lshape)), left, lshape
 
 
 def _einsum_ok(n: Node) -> bool:
@@ -161,7 +165,7 @@ def lower_einsum(em: Emitter, n: Node) -> None:
                 raise Unlowerable(n, f"Einsum: letter {c!r} has sizes {dims[c]} and {d} (broadcast)")
             dims[c] = d
     dt = y.dtype
-    srcs = [em.arr(v) for v in n.inputs]
+    srcs = [em.read(v) for v in n.inputs]
     for j, t in enumerate(letters):  # diagonals first: each letter once per operand
         if len(set(t)) != len(t):
             srcs[j], letters[j], shapes[j] = _diagonal(em, srcs[j], t, shapes[j], dt)
@@ -173,7 +177,7 @@ def lower_einsum(em: Emitter, n: Node) -> None:
             srcs[j], letters[j], shapes[j] = _sum_out(em, n, srcs[j], t, shapes[j], drop, dt)
     if len(letters) == 1:
         t = letters[0]
-        yv = em.out(y)
+        yv = em.write(y)
         _permute(em, srcs[0], shapes[0], [t.index(c) for c in out], dt, yv)
         return
     ta_l, tb_l = letters
@@ -184,7 +188,7 @@ def lower_einsum(em: Emitter, n: Node) -> None:
     bt, m, nn, k = (_prod([dims[c] for c in g]) for g in (batch, ms, ns, ks))
 
     def layout(t, shape, src, first, second):
-        """(expression as (bt, x, y) with trans flag) for operand letters t: as is when t reads
+        """(view as (bt, x, y) with trans flag) for operand letters t: as is when t reads
         batch+first+second (flag 0) or batch+second+first (flag 1), else a permuted copy."""
         s = "".join(t)
         if s == "".join(batch + first + second):
@@ -198,25 +202,26 @@ def lower_einsum(em: Emitter, n: Node) -> None:
     b_src, tb = layout(tb_l, shapes[1], srcs[1], ks, ns)
     a3 = (bt, k, m) if ta else (bt, m, k)
     b3 = (bt, nn, k) if tb else (bt, k, nn)
-    a_e = f"{a_src}.reshape({em.tuple_expr(a3)})"
-    b_e = f"{b_src}.reshape({em.tuple_expr(b3)})"
-    tn = tname(dt)
+    a_e = a_src.reshape(em.sizes(a3))
+    b_e = b_src.reshape(em.sizes(b3))
+    tn = np.dtype(dt).name
 
     def gemm(a, b, o, fa, fb):
-        em.call(f"_gemm._mm_run({a}, {b}, {o}, np.zeros(0, {tn}), np.zeros((1, 1), {tn}), "
-                f"np.int64({fa}), np.int64({fb}), np.float64(1.0), np.float64(0.0), np.int64(0), "
-                f"np.int64(0), np.float64(0.0), np.float64(0.0), np.zeros(0, np.float32))")
+        em.call(_gemm._mm_run, a, b, o, Zeros(tn, (0,)), Zeros(tn, (1, 1)),
+                Scalar("int64", fa), Scalar("int64", fb), Scalar("float64", 1.0),
+                Scalar("float64", 0.0), Scalar("int64", 0), Scalar("int64", 0),
+                Scalar("float64", 0.0), Scalar("float64", 0.0), Zeros("float32", (0,)))
 
     if "".join(out) == "".join(batch + ms + ns):
-        yv = em.out(y)
-        gemm(a_e, b_e, f"{yv}.reshape({em.tuple_expr((bt, m, nn))})", ta, tb)
+        yv = em.write(y)
+        gemm(a_e, b_e, yv.reshape(em.sizes((bt, m, nn))), ta, tb)
         return
     if "".join(out) == "".join(batch + ns + ms):  # y^T = b^T a^T
-        yv = em.out(y)
-        gemm(b_e, a_e, f"{yv}.reshape({em.tuple_expr((bt, nn, m))})", 1 - tb, 1 - ta)
+        yv = em.write(y)
+        gemm(b_e, a_e, yv.reshape(em.sizes((bt, nn, m))), 1 - tb, 1 - ta)
         return
-    tmp = em.scratch(bt * m * nn, dt)
-    gemm(a_e, b_e, f"{tmp}.reshape({em.tuple_expr((bt, m, nn))})", ta, tb)
+    tmp = em.temp(bt * m * nn, dt)
+    gemm(a_e, b_e, tmp.reshape(em.sizes((bt, m, nn))), ta, tb)
     order = batch + ms + ns
-    yv = em.out(y)
+    yv = em.write(y)
     _permute(em, tmp, [dims[c] for c in order], [order.index(c) for c in out], dt, yv)

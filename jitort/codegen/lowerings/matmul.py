@@ -16,13 +16,15 @@ import numpy as np
 
 from ... import tuning
 from ...ir import Node
+from ..calls import KernelModule, Scalar, Zeros
 from ..registry import Unlowerable, lowering
-from ..elementwise import tname
 from ..symbolic import concrete
-from .common import (_is_float, _prod, act_args, ACT_CODES, float_literal)
+from .common import (_is_float, _prod, act_args, ACT_CODES)
 
 if TYPE_CHECKING:
     from ..cpu import Emitter
+
+_gemm = KernelModule("gemm")
 
 
 def _matmul_views(em: Emitter, n: Node):
@@ -36,20 +38,20 @@ def _matmul_views(em: Emitter, n: Node):
     n_ = sb2[-1]
     ba, bb = sa2[:-2], sb2[:-2]
     if _prod(bb) == 1:  # weights-like B: one big GEMM over all rows of A
-        av = f"{em.arr(a)}.reshape({em.tuple_expr((1, _prod(ba) * m, k))})"
-        bv = f"{em.arr(b)}.reshape({em.tuple_expr((1, k, n_))})"
+        av = em.shaped(a, (1, _prod(ba) * m, k))
+        bv = em.shaped(b, (1, k, n_))
         yv = (1, _prod(ba) * m, n_)
     else:
         rank = max(len(ba), len(bb))
         ba_, bb_ = (1,) * (rank - len(ba)) + ba, (1,) * (rank - len(bb)) + bb
         if ba_ == bb_:
             batch = _prod(ba_)
-            av = f"{em.arr(a)}.reshape({em.tuple_expr((batch, m, k))})"
-            bv = f"{em.arr(b)}.reshape({em.tuple_expr((batch, k, n_))})"
+            av = em.shaped(a, (batch, m, k))
+            bv = em.shaped(b, (batch, k, n_))
         elif _prod(ba_) == 1:
             batch = _prod(bb_)
-            av = f"{em.arr(a)}.reshape({em.tuple_expr((1, m, k))})"
-            bv = f"{em.arr(b)}.reshape({em.tuple_expr((batch, k, n_))})"
+            av = em.shaped(a, (1, m, k))
+            bv = em.shaped(b, (batch, k, n_))
         else:
             raise Unlowerable(n, f"MatMul batch broadcast {sa} x {sb}")
         yv = (batch, m, n_)
@@ -57,7 +59,7 @@ def _matmul_views(em: Emitter, n: Node):
 
 
 def _packed_b(em: Emitter, b, k: int, n_: int, trans: bool, rows):
-    """Name of B prepacked for ``sgemm`` (a compile-time constant), or None when B is not a
+    """B prepacked for ``sgemm`` (a compile-time constant), or None when B is not a
     float32 constant matrix of k x n_ (n_ x k when ``trans``), the per-call path is the
     faster one for this shape on this machine (``jitort.tuning``'s ``gemm.weights``: the
     calibrated pick of the shape's bucket, else its default rule; ``rows``: A's row count at
@@ -70,8 +72,7 @@ def _packed_b(em: Emitter, b, k: int, n_: int, trans: bool, rows):
         return None
     from jitort.kernels.cpu.sgemm import pack_b
     w = b.const.reshape((n_, k) if trans else (k, n_))
-    return em.derived_const(("sgemm", bool(trans), id(b.const)),
-                            lambda: pack_b(w.T if trans else w))
+    return em.constant(("sgemm", bool(trans), id(b.const)), lambda: pack_b(w.T if trans else w))
 
 
 def _lower_packed(em: Emitter, n: Node, bias) -> bool:
@@ -86,14 +87,14 @@ def _lower_packed(em: Emitter, n: Node, bias) -> bool:
     pk = _packed_b(em, b, k, n_, False, rows)
     if pk is None:
         return False
-    av = f"{em.arr(a)}.reshape({em.tuple_expr((1, rows, k))})"
-    yv = f"{em.out(y)}.reshape({em.tuple_expr((1, rows, n_))})"
+    av = em.shaped(a, (1, rows, k))
+    yv = em.write(y).reshape(em.sizes((1, rows, n_)))
     if bias is None:
-        em.call(f"_gemm.matmul_packed({av}, {pk}, np.zeros(0, np.float32), {yv}, 0, 0.0, 0.0)")
+        em.call(_gemm.matmul_packed, av, pk, Zeros("float32", (0,)), yv, 0, 0.0, 0.0)
     else:
         act, alpha, beta = act_args(n)
-        em.call(f"_gemm.matmul_packed({av}, {pk}, {em.arr(bias)}, {yv}, {act}, "
-                f"{float_literal(alpha)}, {float_literal(beta)})")
+        em.call(_gemm.matmul_packed, av, pk, em.read(bias), yv, act,
+                Scalar("float64", float(alpha)), Scalar("float64", float(beta)))
     return True
 
 
@@ -103,8 +104,8 @@ def lower_matmul(em: Emitter, n: Node) -> None:
     if _lower_packed(em, n, None):
         return
     av, bv, yshape = _matmul_views(em, n)
-    y = em.out(n.outputs[0])
-    em.call(f"_gemm.matmul3d({av}, {bv}, {y}.reshape({em.tuple_expr(yshape)}))")
+    y = em.write(n.outputs[0])
+    em.call(_gemm.matmul3d, av, bv, y.reshape(em.sizes(yshape)))
 
 
 
@@ -114,12 +115,12 @@ def lower_matmul_bias(em: Emitter, n: Node) -> None:
     if _lower_packed(em, n, n.inputs[2]):
         return
     av, bv, yshape = _matmul_views(em, n)
-    bias = em.arr(n.inputs[2])
-    y = em.out(n.outputs[0])
+    bias = em.read(n.inputs[2])
+    y = em.write(n.outputs[0])
     act, alpha, beta = act_args(n)
-    dt = tname(n.outputs[0].dtype)
-    em.call(f"_gemm.matmul3d_bias_act({av}, {bv}, {bias}, {y}.reshape({em.tuple_expr(yshape)}), "
-            f"{act}, {float_literal(alpha, dt)}, {float_literal(beta, dt)})")
+    dt = np.dtype(n.outputs[0].dtype).name
+    em.call(_gemm.matmul3d_bias_act, av, bv, bias, y.reshape(em.sizes(yshape)), act,
+            Scalar(dt, float(alpha)), Scalar(dt, float(beta)))
 
 
 @lowering("Gemm", supports=lambda n: _is_float(n.inputs[0], n.inputs[1], n.outputs[0])
@@ -128,25 +129,23 @@ def lower_gemm(em: Emitter, n: Node) -> None:
     a, b, y = n.inputs[0], n.inputs[1], n.outputs[0]
     c = n.input(2)
     m, nn = em.shape(y)
-    dt = tname(y.dtype)
+    dt = np.dtype(y.dtype).name
     if c is not None:
         sc = em.shape(c)
         c2 = {0: (1, 1), 1: (1, sc[0] if sc else 1)}.get(len(sc), tuple(sc))
-        cv = f"{em.arr(c)}.reshape({em.tuple_expr(c2)})"
+        cv = em.shaped(c, c2)
     else:
-        cv = f"np.zeros((1, 1), {dt})"
-    yv = em.out(y)
+        cv = Zeros(dt, (1, 1))
+    yv = em.write(y)
     tb = bool(n.attrs.get('transB', 0))
     pk = None
     if b.is_const and b.const.ndim == 2 and np.dtype(y.dtype) == np.float32:
         k, n_ = b.const.shape[::-1] if tb else b.const.shape
         pk = _packed_b(em, b, int(k), int(n_), tb, m)
+    alpha = Scalar(dt, float(n.attrs.get("alpha", 1.0)))
+    beta = Scalar(dt, float(n.attrs.get("beta", 1.0)))
+    ta = bool(n.attrs.get("transA", 0))
     if pk is not None:
-        em.call(f"_gemm.gemm_packed({em.arr(a)}, {pk}, {cv}, {yv}, "
-                f"{dt}({float(n.attrs.get('alpha', 1.0))!r}), "
-                f"{dt}({float(n.attrs.get('beta', 1.0))!r}), "
-                f"{bool(n.attrs.get('transA', 0))}, {c is not None})")
+        em.call(_gemm.gemm_packed, em.read(a), pk, cv, yv, alpha, beta, ta, c is not None)
         return
-    em.call(f"_gemm.gemm({em.arr(a)}, {em.arr(b)}, {cv}, {yv}, {dt}({float(n.attrs.get('alpha', 1.0))!r}), "
-            f"{dt}({float(n.attrs.get('beta', 1.0))!r}), {bool(n.attrs.get('transA', 0))}, "
-            f"{tb}, {c is not None})")
+    em.call(_gemm.gemm, em.read(a), em.read(b), cv, yv, alpha, beta, ta, tb, c is not None)
