@@ -13,11 +13,15 @@ import numpy as np
 
 from ...ir import Node
 from ...shapes.attention import attention_dims
+from ..calls import KernelModule, Scalar, Zeros
 from ..registry import Unlowerable, lowering
-from .common import _is_float, float_literal
+from .common import _is_float
 
 if TYPE_CHECKING:
     from ..cpu import Emitter
+
+_attn = KernelModule("attention")
+_signal = KernelModule("signal")
 
 
 def _attention_ok(n: Node) -> bool:
@@ -64,14 +68,13 @@ def lower_attention(em: Emitter, n: Node) -> None:
     for x, past, out, dd, s in ((k, past_k, pk_out, d, shapes[1]), (v, past_v, pv_out, dv, shapes[2])):
         xs = _strides(s, rank4, hkv)
         if past is None and out is None:
-            kv.append((f"{em.arr(x)}.reshape(-1)", xs))
+            kv.append((em.read(x).flat(), xs))
             continue
-        cache = em.out(out) if out is not None else em.scratch(b * hkv * tot * dd, dt)
-        c4 = f"{cache}.reshape({em.tuple_expr((b, hkv, tot, dd))})"
-        pv = (f"{em.arr(past)}.reshape({em.tuple_expr((b, hkv, p, dd))})" if past is not None
-              else f"np.zeros((1, 1, 0, 1), {_tn(dt)})")
-        em.call(f"_attn.concat_cache({pv}, {em.arr(x)}.reshape(-1), {_tup(em, xs)}, {c4})")
-        kv.append((f"{c4}.reshape(-1)", (hkv * tot * dd, tot * dd, dd)))
+        cache = em.write(out) if out is not None else em.temp(b * hkv * tot * dd, dt)
+        c4 = cache.reshape(em.sizes((b, hkv, tot, dd)))
+        pv = em.shaped(past, (b, hkv, p, dd)) if past is not None else Zeros(dt.name, (1, 1, 0, 1))
+        em.call(_attn.concat_cache, pv, em.read(x).flat(), em.sizes(xs), c4)
+        kv.append((c4.flat(), (hkv * tot * dd, tot * dd, dd)))
     (kf, ks), (vf, vs) = kv
     if mask is not None:
         ms = tuple(em.shape(mask))
@@ -83,42 +86,34 @@ def lower_attention(em: Emitter, n: Node) -> None:
                 raise Unlowerable(n, f"attn_mask {what} dim {got} does not broadcast to {full}")
         if m4[3] > tot:
             raise Unlowerable(n, f"attn_mask has {m4[3]} keys, more than the {tot} attended")
-        mv = f"{em.arr(mask)}.reshape({em.tuple_expr(m4)})"
+        mv = em.shaped(mask, m4)
         mask_bool = np.dtype(mask.dtype) == np.bool_
     else:
-        mv, mask_bool = f"np.zeros((1, 1, 1, 1), {_tn(dt)})", False
+        mv, mask_bool = Zeros(dt.name, (1, 1, 1, 1)), False
     mode = int(a.get("qk_matmul_output_mode", 0))
     if qk_out is not None and mode not in (0, 1, 2, 3):
         raise Unlowerable(n, f"qk_matmul_output_mode {mode}")
-    qf = f"{em.arr(q)}.reshape(-1)"
+    qf = em.read(q).flat()
     scale = a.get("scale")
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)  # (pins d: a model constant)
     softcap = float(a.get("softcap", 0.0))
-    yv = em.out(y)
+    yv = em.write(y)
     ys = _strides(em.shape(y), rank4, hq)
-    qkv = (em.out(qk_out) + f".reshape({em.tuple_expr((b, hq, sq, tot))})" if qk_out is not None
-           else f"np.zeros((0, 1, 1, 1), {_tn(dt)})")
+    qkv = (em.write(qk_out).reshape(em.sizes((b, hq, sq, tot))) if qk_out is not None
+           else Zeros(dt.name, (0, 1, 1, 1)))
     if qk_out is not None and mode == 0:
-        em.call(f"_attn.qk_scores({qf}, {kf}, {qkv}, {em.dim(hq)}, {em.dim(hkv)}, {em.dim(d)}, "
-                f"{_tup(em, qs)}, {_tup(em, ks)}, {float_literal(scale)})")
-    scr = em.scratch(attention_scratch_elems(sq, tot, b * hq, em.threads), dt)
-    npv = em.arr(nonpad) + ".reshape(-1)" if nonpad is not None else "np.zeros(0, np.int64)"
-    dims = ", ".join(em.dim(x) for x in (b, hq, hkv, sq, tot, d, dv))
-    em.call(f"_attn.attention({qf}, {kf}, {vf}, {mv}, {yv}.reshape(-1), {qkv}, {scr}, {dims}, "
-            f"{_tup(em, qs)}, {_tup(em, ks)}, {_tup(em, vs)}, {_tup(em, ys)}, {mask is not None}, "
-            f"{mask_bool}, {float_literal(scale)}, {float_literal(softcap)}, "
-            f"{bool(a.get('is_causal', 0))}, {em.dim(p)}, {int(a.get('left_window_size', -1))}, "
-            f"{int(a.get('right_window_size', -1))}, {npv}, {nonpad is not None}, "
-            f"{mode if qk_out is not None else -1})")
-
-
-def _tn(dt: np.dtype) -> str:
-    return f"np.{np.dtype(dt).name}"
-
-
-def _tup(em: Emitter, xs) -> str:
-    """An int64 array of sizes in generated code (three strides: one argument, not three)."""
-    return f"np.array({em.tuple_expr(xs)}, np.int64)"
+        em.call(_attn.qk_scores, qf, kf, qkv, em.size(hq), em.size(hkv), em.size(d),
+                em.sizes(qs), em.sizes(ks), Scalar("float64", scale))
+    scr = em.temp(attention_scratch_elems(sq, tot, b * hq, em.threads), dt)
+    npv = em.read(nonpad).flat() if nonpad is not None else Zeros("int64", (0,))
+    dims = em.sizes((b, hq, hkv, sq, tot, d, dv))
+    # strides: a tuple of three sizes (one argument, not three)
+    em.call(_attn.attention, qf, kf, vf, mv, yv.flat(), qkv, scr, *dims,
+            em.sizes(qs), em.sizes(ks), em.sizes(vs), em.sizes(ys), mask is not None,
+            mask_bool, Scalar("float64", scale), Scalar("float64", softcap),
+            bool(a.get("is_causal", 0)), em.size(p), int(a.get("left_window_size", -1)),
+            int(a.get("right_window_size", -1)), npv, nonpad is not None,
+            mode if qk_out is not None else -1)
 
 
 def _rotary_ok(n: Node) -> bool:
@@ -136,7 +131,6 @@ def lower_rotary(em: Emitter, n: Node) -> None:
     y = n.outputs[0]
     if len(xs) == 4:
         b, h, s, d = xs
-        view = (b, h, s, d)
     elif len(xs) == 3:
         heads = int(n.attrs.get("num_heads", 0))
         if heads <= 0 or xs[2] % heads:
@@ -156,12 +150,23 @@ def lower_rotary(em: Emitter, n: Node) -> None:
         raise Unlowerable(n, "without position_ids the caches must be (B, S, rot/2)")
     if pos is not None and tuple(em.shape(pos)) != (b, s):
         raise Unlowerable(n, "position_ids must be (B, S)")
-    c2 = em.tuple_expr((cs[0] * cs[1] if len(cs) == 3 else cs[0], rot // 2))
-    xv = f"{em.arr(x)}.reshape({em.tuple_expr(view)})"
-    yv = f"{em.out(y)}.reshape({em.tuple_expr(view)})"
-    if len(xs) == 4:  # (B, H, S, D) seen as (B, S, H, D)
-        xv, yv = f"{xv}.transpose((0, 2, 1, 3))", f"{yv}.transpose((0, 2, 1, 3))"
-    pv = (f"{em.arr(pos)}.reshape({em.tuple_expr((b, s))})" if pos is not None
-          else "np.zeros((1, 1), np.int64)")
-    em.call(f"_attn.rotary({xv}, {em.arr(cos)}.reshape({c2}), {em.arr(sin)}.reshape({c2}), "
-            f"{pv}, {yv}, {pos is not None}, {bool(n.attrs.get('interleaved', 0))}, {em.dim(rot)})")
+    c2 = (cs[0] * cs[1] if len(cs) == 3 else cs[0], rot // 2)
+    flags = (pos is not None, bool(n.attrs.get("interleaved", 0)))
+    if len(xs) == 4:
+        # (B, H, S, D): the kernel reads (B, S, H, D); the call IR has no strided (transposed)
+        # views, so heads and sequence swap through scratch, rotated in place there
+        t = em.temp(b * h * s * d, x.dtype).reshape(em.sizes((b, s, h, d)))
+        em.call(_signal.swap12, em.shaped(x, xs), t)
+        em.call(_attn.rotary, t, em.shaped(cos, c2), em.shaped(sin, c2), _positions(em, pos, b, s),
+                t, *flags, em.size(rot))
+        em.call(_signal.swap12, t, em.write(y).reshape(em.sizes(xs)))
+        return
+    xv = em.shaped(x, view)
+    yv = em.write(y).reshape(em.sizes(view))
+    em.call(_attn.rotary, xv, em.shaped(cos, c2), em.shaped(sin, c2), _positions(em, pos, b, s),
+            yv, *flags, em.size(rot))
+
+
+def _positions(em: Emitter, pos, b, s):
+    """position_ids as (B, S), or a placeholder."""
+    return em.shaped(pos, (b, s)) if pos is not None else Zeros("int64", (1, 1))
