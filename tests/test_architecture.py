@@ -1,6 +1,7 @@
-"""The shape of the source tree (issue 43): no import cycle between the modules of jitort/, no
-module above MAX_MODULE_LINES lines, no function above MAX_FUNCTION_LINES lines except the ones
-named in LONG_FUNCTIONS with their reason.
+"""The shape of the source tree (issue 43): no import cycle between the modules of jitort/ (and
+the kernel library, kernels/, installed as jitort.kernels), the kernel library never importing
+the compiler, no module of jitort/ above MAX_MODULE_LINES lines, no function of jitort/ above
+MAX_FUNCTION_LINES lines except the ones named in LONG_FUNCTIONS with their reason.
 
 Static checks on the text: nothing is imported or run. Every failure message lists every
 offender, not just the first.
@@ -12,6 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "jitort"
+KERNELS = ROOT / "kernels"  # the package jitort.kernels (pyproject.toml's package-dir)
 
 MAX_MODULE_LINES = 700
 MAX_FUNCTION_LINES = 80
@@ -24,14 +26,17 @@ LONG_FUNCTIONS: dict[str, str] = {}
 
 # --- the import graph --------------------------------------------------------------------------
 
-def module_files() -> dict[str, Path]:
-    """Dotted module name -> file, for every module under jitort/ (packages by __init__.py)."""
+def module_files(kernels: bool = False) -> dict[str, Path]:
+    """Dotted module name -> file, for every module under jitort/ (packages by __init__.py),
+    and with ``kernels`` every module of the kernel library as jitort.kernels.*."""
     out = {}
-    for f in sorted(PACKAGE.rglob("*.py")):
-        parts = f.relative_to(ROOT).with_suffix("").parts
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = f
+    for root, package in ((PACKAGE, ("jitort",)), *([(KERNELS, ("jitort", "kernels"))]
+                                                     if kernels else [])):
+        for f in sorted(root.rglob("*.py")):
+            parts = package + f.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = f
     return out
 
 
@@ -67,14 +72,15 @@ def imports(module: str, path: Path) -> list[tuple[str, list[str]]]:
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the modules of jitort/ its import statements execute: ``from m import x``
-    executes the submodule ``m.x`` when there is one, else ``m``. Importing ``a.b.c`` executes
-    the packages ``a`` and ``a.b`` too: edges to those are kept, except to the importer's own
-    ancestors, which Python has always started before the importer runs (else every package
-    whose __init__ imports its submodules would be a cycle). An explicit import of an ancestor
-    (``import jitort`` or ``from .. import __version__`` inside jitort.x) is an edge like any
-    other: the facade depends on the modules, not the other way round."""
-    files = module_files()
+    """Module -> the modules of jitort/ and kernels/ its import statements execute: ``from m
+    import x`` executes the submodule ``m.x`` when there is one, else ``m``. Importing
+    ``a.b.c`` executes the packages ``a`` and ``a.b`` too: edges to those are kept, except to
+    the importer's own ancestors, which Python has always started before the importer runs
+    (else every package whose __init__ imports its submodules would be a cycle). An explicit
+    import of an ancestor (``import jitort`` or ``from .. import __version__`` inside
+    jitort.x) is an edge like any other: the facade depends on the modules, not the other way
+    round."""
+    files = module_files(kernels=True)
     mods = set(files)
     graph: dict[str, set[str]] = {}
     for mod, path in files.items():
@@ -209,12 +215,23 @@ def test_the_cycle_finder_names_every_cycle():
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
+def test_the_kernel_library_never_imports_the_compiler():
+    graph = import_graph()
+    kernel = "jitort.kernels"
+    assert any(m.startswith(kernel + ".") for m in graph)
+    found = {m: sorted(t for t in deps if t != kernel and not t.startswith(kernel + "."))
+             for m, deps in graph.items() if m == kernel or m.startswith(kernel + ".")}
+    found = {m: deps for m, deps in found.items() if deps}
+    assert not found, "kernel modules importing the compiler:\n" + \
+        "\n".join(f"  {m} -> {', '.join(deps)}" for m, deps in sorted(found.items()))
+
+
 def test_no_import_cycles():
-    found = cycles(import_graph())
-    groups = components(import_graph())
+    graph = import_graph()
+    found, groups = cycles(graph), components(graph)
     assert not found, (
-        f"{len(found)} import cycles in jitort/ (the shortest through each import that closes "
-        f"one), in {len(groups)} groups of modules:\n"
+        f"{len(found)} import cycles in jitort/ and kernels/ (the shortest through each import "
+        f"that closes one), in {len(groups)} groups of modules:\n"
         + "\n".join("  " + " -> ".join(c) for c in found) + "\ngroups:\n"
         + "\n".join("  " + ", ".join(g) for g in groups))
 
