@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import jitort
 from jitort.apps import ray as jray
 # the row format's API, here too: jitort.apps.batch is the module users import
 from jitort.apps.rows import (ERROR, ERRORS_FILE, PART_BYTES, ROW, ColumnError,  # noqa: F401
@@ -63,7 +64,6 @@ def run(model, input, output, *, engine: str = "local", workers: int | None = No
     CompiledModel given as ``model`` travels as it pickles: as its path when compiled from
     one). Other keyword arguments go to :func:`jitort.compile`; ``tiered`` defaults to False, so
     that every row comes from the compiled program."""
-    import jitort
     if engine not in ("local", "ray"):
         raise ValueError(f"engine must be 'local' or 'ray', got {engine!r}")
     if batch_size < 1:

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+import jitort
+
 log = logging.getLogger("jitort")
 
 
@@ -100,7 +102,6 @@ def _name(path: str) -> str:
 # --- bench -------------------------------------------------------------------------------------
 
 def cmd_bench(args) -> int:
-    import jitort
     try:
         import onnxruntime as ort
     except ImportError:
@@ -141,7 +142,6 @@ def cmd_bench(args) -> int:
 # --- run ---------------------------------------------------------------------------------------
 
 def cmd_run(args) -> int:
-    import jitort
     cm = jitort.compile(args.model, threads=args.threads, profile=bool(args.profile))
     outs = cm.run(None, feeds_for(cm, args.input, shapes=parse_shapes(args.shape)[0]))
     for name, o in zip(cm.output_names, outs):
@@ -154,7 +154,6 @@ def cmd_run(args) -> int:
 # --- explain -----------------------------------------------------------------------------------
 
 def cmd_explain(args) -> int:
-    import jitort
     from jitort.profiling import machine_peak_gflops
     cm = jitort.compile(args.model, threads=args.threads, profile=True)
     feeds = feeds_for(cm, args.input, shapes=parse_shapes(args.shape)[0])
@@ -230,7 +229,6 @@ def warmup_model(path: str, shape_sets: list[dict], threads=None, position: int 
     import numba
     from tqdm.auto import tqdm
 
-    import jitort
     from jitort.codegen import module as modmgr
 
     name = _name(path)
@@ -285,7 +283,6 @@ def _warmup_worker(job):
 
 def cmd_memory(args) -> int:
     """Plan the model for the declared shapes, print the memory report, draw the plan as a PNG."""
-    import jitort
     from jitort.memory import memory_report, plot_plan
     shape_sets = parse_shapes(args.shape)
     cm = jitort.compile(args.model, example_shapes=shape_sets if args.shape else None,

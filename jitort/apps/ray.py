@@ -40,6 +40,7 @@ import logging
 import os
 from typing import Any
 
+import jitort
 from jitort.apps import rows as _rows
 from jitort.errors import InvalidInput, JitortError
 
@@ -110,7 +111,6 @@ class JitortPredictor:
             raise ValueError(f"on_error must be 'raise' or 'record', got {on_error!r}")
         self._limits = pin_threads(threads)
         compile_options.setdefault("tiered", False)  # every row from the compiled program
-        import jitort
         self.model = (model if isinstance(model, jitort.CompiledModel)
                       else jitort.compile(model, threads=threads, **compile_options))
         self.predict = _rows.Predictor(self.model)
