@@ -15,12 +15,16 @@ import numpy as np
 
 from ...errors import InvalidInput
 from ...ir import Node
+from ..calls import KernelModule, View
 from ..registry import Unlowerable, lowering
 from ..symbolic import concrete
 from .common import _axis, _plain, _prod
 
 if TYPE_CHECKING:
-    from ..cpu import Emitter
+    from ..emitter import Emitter
+
+_data = KernelModule("data")
+_gs = KernelModule("gather_scatter")
 
 _INT = (np.dtype(np.int32), np.dtype(np.int64))
 
@@ -66,19 +70,19 @@ def _scatter_supported(n: Node) -> bool:
     return _str(n.attrs.get("reduction"), "none") in _RED
 
 
-def _copy_data(em: Emitter, n: Node, data, others) -> str:
+def _copy_data(em: Emitter, n: Node, data, others) -> View:
     """Declare the scatter's output as a copy of ``data`` (emitted); write it over ``data``'s own
     buffer when it dies here and no other input (``others``) is a view of that buffer."""
     y = n.outputs[0]
     r = em.root.get(id(data))
     if (r is not None and em.can_donate(data, y)
             and all(v is None or em.root.get(id(v)) != r for v in others)):
-        em.arr(data)
-        return em.out(y, reuse=data)
-    src = em.arr(data)
-    yv = em.out(y)
+        em.read(data)
+        return em.write(y, reuse=data)
+    src = em.read(data)
+    yv = em.write(y)
     if _prod(em.shape(y)) != 0:
-        em.call(f"_data.copy_flat({src}.reshape(-1), {yv}.reshape(-1))")
+        em.call(_data.copy_flat, src.flat(), yv.flat())
     return yv
 
 
@@ -138,16 +142,17 @@ def lower_gather_elements(em: Emitter, n: Node) -> None:
     if rank == 0:
         raise Unlowerable(n, "GatherElements on a scalar")
     axis = _axis(n.attrs.get("axis", 0), rank)
-    yv = em.out(y)
+    yv = em.write(y)
     if _prod(em.shape(idx)) == 0:
         return
     if shape[axis] == 0:
         raise InvalidInput(f"{n.label}: indices into an empty axis")
     isz = em.shape(idx)
     par = em.split("gather_el_par", n, _prod(isz), _PAR_ELEMS, isz[0])
-    kname = em.kernel(f"k_gather_el{rank}{'_par' if par else ''}",
-                      _elements_kernel(rank, axis, False, 0, par))
-    em.call(f"{kname}({yv}, {em.arr(x)}, {em.arr(idx)})")
+    kern = em.generated(f"k_gather_el{rank}{'_par' if par else ''}",
+                        _elements_kernel(rank, axis, False, 0, par))
+    xv = em.read(x)
+    em.call(kern, yv, xv, em.read(idx))
 
 
 @lowering("ScatterElements", "Scatter", supports=_scatter_supported)
@@ -168,8 +173,9 @@ def lower_scatter_elements(em: Emitter, n: Node) -> None:
         return
     if shape[axis] == 0:
         raise InvalidInput(f"{n.label}: indices into an empty axis")
-    kname = em.kernel(f"k_scatter_el{rank}", _elements_kernel(rank, axis, True, red))
-    em.call(f"{kname}({yv}, {em.arr(idx)}, {em.arr(upd)})")
+    kern = em.generated(f"k_scatter_el{rank}", _elements_kernel(rank, axis, True, red))
+    iv = em.read(idx)
+    em.call(kern, yv, iv, em.read(upd))
 
 
 # --- GatherND / ScatterND -----------------------------------------------------------------------
@@ -184,15 +190,16 @@ def lower_gather_nd(em: Emitter, n: Node) -> None:
     dims = tuple(xs[b:b + k])
     inner = _prod(xs[b + k:])
     m = _prod(ishape[b:-1])
-    yv = em.out(y)
+    yv = em.write(y)
     if nb * m * inner == 0:
         return
     if k and _prod(dims) == 0:
         raise InvalidInput(f"{n.label}: indices into an empty dim")
-    par = "_par" if em.split("gnd_par", n, nb * m * inner, _PAR_ELEMS, nb * m) else ""
-    em.call(f"_gs.gather_nd3{par}({em.arr(x)}.reshape({em.tuple_expr((nb, _prod(dims), inner))}), "
-            f"{em.arr(idx)}.reshape({em.tuple_expr((nb, m, k))}), "
-            f"{yv}.reshape({em.tuple_expr((nb, m, inner))}), {em.tuple_expr(dims + (1,))})")
+    par = em.split("gnd_par", n, nb * m * inner, _PAR_ELEMS, nb * m)
+    xv = em.shaped(x, (nb, _prod(dims), inner))
+    iv = em.shaped(idx, (nb, m, k))
+    em.call(_gs.gather_nd3_par if par else _gs.gather_nd3, xv, iv,
+            yv.reshape(em.sizes((nb, m, inner))), em.sizes(dims + (1,)))
 
 
 @lowering("ScatterND", supports=_scatter_supported)
@@ -213,10 +220,10 @@ def lower_scatter_nd(em: Emitter, n: Node) -> None:
         return
     if k and _prod(dims) == 0:
         raise InvalidInput(f"{n.label}: indices into an empty dim")
-    em.call(f"_gs.scatter_nd2({yv}.reshape({em.tuple_expr((_prod(dims), inner))}), "
-            f"{em.arr(idx)}.reshape({em.tuple_expr((1, m, k))}), "
-            f"{em.arr(upd)}.reshape({em.tuple_expr((m, inner))}), {em.tuple_expr(dims + (1,))}, "
-            f"{em.dim(red)})")
+    y2 = yv.reshape(em.sizes((_prod(dims), inner)))
+    iv = em.shaped(idx, (1, m, k))
+    uv = em.shaped(upd, (m, inner))
+    em.call(_gs.scatter_nd2, y2, iv, uv, em.sizes(dims + (1,)), em.size(red))
 
 
 # --- OneHot -------------------------------------------------------------------------------------
@@ -230,9 +237,8 @@ def lower_onehot(em: Emitter, n: Node) -> None:
     o, depth, i = _prod(ys[:axis]), ys[axis], _prod(ys[axis + 1:])
     if _prod(em.shape(vals)) != 2:
         raise InvalidInput(f"{n.label}: values must hold 2 elements (off, on)")
-    yv = em.out(y)
+    yv = em.write(y)
     if o * depth * i == 0:
         return
-    em.call(f"_gs.onehot3({em.arr(idx)}.reshape({em.tuple_expr((o, i))}), "
-            f"{yv}.reshape({em.tuple_expr((o, depth, i))}), "
-            f"{em.arr(vals)}.reshape({em.tuple_expr((2,))}))")
+    iv = em.shaped(idx, (o, i))
+    em.call(_gs.onehot3, iv, yv.reshape(em.sizes((o, depth, i))), em.shaped(vals, (2,)))
