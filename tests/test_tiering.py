@@ -6,6 +6,7 @@ points ``JITORT_CACHE_DIR`` at a fresh folder, so the background really compiles
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 import signal
 import subprocess
@@ -311,34 +312,36 @@ def _live_compile_processes() -> int:
     return n
 
 
-#: op chains of the queue test: ``len(_KINDS)`` distinct generated programs, shared by models
-#: that differ only in their constant (which lives in the constants buffer, not in the code)
-_KINDS = [
-    (lambda: [helper.make_node("Add", ["x", "c"], ["y"])], lambda x, c: x + c),
-    (lambda: [helper.make_node("Mul", ["x", "c"], ["y"])], lambda x, c: x * c),
-    (lambda: [helper.make_node("Sub", ["x", "c"], ["y"])], lambda x, c: x - c),
-    (lambda: [helper.make_node("Add", ["x", "c"], ["a"]), helper.make_node("Relu", ["a"], ["y"])],
-     lambda x, c: np.maximum(x + c, 0)),
-    (lambda: [helper.make_node("Max", ["x", "c"], ["y"])], lambda x, c: np.maximum(x, c)),
-    (lambda: [helper.make_node("Min", ["x", "c"], ["y"])], lambda x, c: np.minimum(x, c)),
-]
+#: the binary ops of the queue tests' models, with their numpy reference
+_OPS = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Max": np.maximum,
+        "Min": np.minimum}
 
 
-def _tiny(kind: int, seed: int):
-    """A one- or two-node model on x [2, 8] (fixed: it starts compiling at compile()) and a
-    constant vector of its own; returns the model and its numpy reference."""
+def _tiny(chain: tuple, seed: int):
+    """x [2, 8] -> op(...op(x, c)..., c) for the ops of ``chain``, with a constant vector c of
+    its own: models of one chain differ only in c, which lives in the constants buffer, so
+    they share one generated program. x is of fixed shape: it starts compiling at compile().
+    Returns the model and its numpy reference."""
     c = np.random.default_rng(seed).standard_normal(8).astype(np.float32)
-    nodes, ref = _KINDS[kind]
-    g = helper.make_graph(nodes(), "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+    names = ["x", *[f"t{k}" for k in range(len(chain) - 1)], "y"]
+    nodes = [helper.make_node(op, [names[k], "c"], [names[k + 1]]) for k, op in enumerate(chain)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
                           [helper.make_tensor("c", TensorProto.FLOAT, [8], c)])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), lambda x: ref(x, c)
+
+    def ref(x):
+        for op in chain:
+            x = _OPS[op](x, c)
+        return x
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), ref
 
 
-def test_fifty_models_share_a_bounded_compile_queue(fresh_cache, monkeypatch):
-    """50 tiered models compiled in a loop: at most JITORT_COMPILE_JOBS compile processes are
-    ever alive; queued models answer on the interpreter tier, every model is promoted and
-    answers the same compiled; models dropped while queued are never compiled."""
+def _queue_drains_within_the_bound(monkeypatch, chains: list, dropped: tuple) -> None:
+    """Compile a tiered model per entry of ``chains`` in a loop, then 5 of chain ``dropped``
+    that are garbage-collected at once (last in line): while they drain, at most
+    JITORT_COMPILE_JOBS compile processes are ever alive; queued models answer on the
+    interpreter tier; every kept model is promoted and answers the same compiled; the dropped
+    ones never run."""
     from jitort.compile_queue import QUEUE
     bound = 2
     monkeypatch.setenv("JITORT_COMPILE_JOBS", str(bound))
@@ -355,11 +358,11 @@ def test_fifty_models_share_a_bounded_compile_queue(fresh_cache, monkeypatch):
     x = np.random.default_rng(7).standard_normal((2, 8)).astype(np.float32)
     try:
         models = []
-        for i in range(45):
-            m, ref = _tiny(i % 5, i)
+        for i, chain in enumerate(chains):
+            m, ref = _tiny(chain, i)
             models.append((jitort.compile(m, tiered=True), ref))
-        for i in range(5):  # the last in line, of a kind of their own: gone before their turn
-            jitort.compile(_tiny(5, 100 + i)[0], tiered=True)
+        for i in range(5):
+            jitort.compile(_tiny(dropped, 1000 + i)[0], tiered=True)
         gc.collect()
         queued = 0
         for cm, ref in models:
@@ -368,9 +371,9 @@ def test_fifty_models_share_a_bounded_compile_queue(fresh_cache, monkeypatch):
             got = cm(x)[0]
             queued += was_queued and cm._tiering.state in ("queued", "compiling")
             np.testing.assert_allclose(got, ref(x), rtol=1e-6, atol=1e-6)
-        assert queued >= 20, queued  # most models answered from the queue, on tier 0
+        assert queued >= len(chains) // 2, queued  # most answered from the queue, on tier 0
         for cm, ref in models:
-            assert cm.wait_compiled(timeout=600)
+            assert cm.wait_compiled(timeout=900)
             assert cm.tier == "compiled"
             np.testing.assert_allclose(cm(x)[0], ref(x), rtol=1e-6, atol=1e-6)
     finally:
@@ -379,10 +382,23 @@ def test_fifty_models_share_a_bounded_compile_queue(fresh_cache, monkeypatch):
     assert max(samples) <= bound, max(samples)
     assert max(samples) >= 1  # the sampler saw the compiles it bounds
     assert QUEUE.peak <= bound
-    assert QUEUE.started - started == 45 and QUEUE.collected - collected == 5
-    # each of the 5 programs compiled in a process at most once or twice (two at a time);
-    # the other models found it in the cache when their turn came
-    assert sum(bool(cm._tiering.compiled_in_child) for cm, _ in models) <= 2 * 5
+    assert QUEUE.started - started == len(chains) and QUEUE.collected - collected == 5
+    # a program compiles in a process at most twice (two jobs at a time); a model whose
+    # program another model compiled meanwhile finds it in the cache when its turn comes
+    in_child = sum(bool(cm._tiering.compiled_in_child) for cm, _ in models)
+    assert in_child <= 2 * len(set(chains)), in_child
+
+
+def test_fifty_models_share_a_bounded_compile_queue(fresh_cache, monkeypatch):
+    """45 models of 5 programs, and 5 more dropped while queued."""
+    _queue_drains_within_the_bound(monkeypatch, [(op,) for op in _OPS] * 9, ("Min", "Add"))
+
+
+@pytest.mark.slow
+def test_fifty_distinct_programs_share_a_bounded_compile_queue(fresh_cache, monkeypatch):
+    """45 models of 45 programs (each compiles in a process), and 5 more dropped."""
+    chains = list(itertools.product(_OPS, repeat=3))[:45]
+    _queue_drains_within_the_bound(monkeypatch, chains, ("Min", "Min", "Min", "Min"))
 
 
 def test_the_queue_closes_at_exit(fresh_cache):
@@ -395,7 +411,7 @@ def test_the_queue_closes_at_exit(fresh_cache):
     paths = []
     for i in range(4):
         path = fresh_cache.parent / f"m{i}.onnx"
-        onnx.save(_tiny(i % 5, 200 + i)[0], path)
+        onnx.save(_tiny((list(_OPS)[i],), 200 + i)[0], path)
         paths.append(str(path))
     env = dict(os.environ, JITORT_COMPILE_JOBS="1")
     t = time.monotonic()
@@ -432,7 +448,7 @@ def test_a_forked_child_drops_the_queue_it_inherited(fresh_cache):
     paths = []
     for i in range(2):  # one compiling, one in line (the same program: it then loads)
         path = fresh_cache.parent / f"f{i}.onnx"
-        onnx.save(_tiny(0, 300 + i)[0], path)
+        onnx.save(_tiny(("Add",), 300 + i)[0], path)
         paths.append(str(path))
     out = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True,
                          env=dict(os.environ, JITORT_COMPILE_JOBS="1"),
