@@ -29,8 +29,14 @@ import threading
 import weakref
 from collections import deque
 
+from .errors import JitortError
+
 #: environment variable: compile processes alive at most per process
 ENV_JOBS = "JITORT_COMPILE_JOBS"
+
+
+class InvalidSetting(JitortError, ValueError):
+    """An environment variable jitort reads has a value it cannot use."""
 
 
 def compile_jobs() -> int:
@@ -41,8 +47,11 @@ def compile_jobs() -> int:
         try:
             n = int(env)
         except ValueError:
-            raise ValueError(f"{ENV_JOBS} must be a positive int, got {env!r}") from None
-        return max(1, n)
+            n = 0
+        if n < 1:
+            raise InvalidSetting(f"{ENV_JOBS} must be a positive int (the most compile "
+                                 f"processes alive at once), got {env!r}")
+        return n
     try:
         n = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux

@@ -96,11 +96,14 @@ class Executor:
     """Runs one model's program. Thread-safe: plans are made under a lock, and each calling
     thread has its own workspace.
 
-    A subclass sets ``graph``, ``placement``, ``threads``, ``debug``, ``profiler``, ``strict``
-    and ``plan_cache_size`` and calls :meth:`_init_executor` before anything runs.
+    A subclass sets ``graph``, ``output_names``, ``placement``, ``threads``, ``debug``,
+    ``profiler``, ``strict`` and ``plan_cache_size`` and calls :meth:`_init_executor` before
+    anything runs. ``_validate`` and ``_input_ids`` are the older names of :meth:`validate` and
+    :attr:`input_ids`.
     """
 
     graph: Graph
+    output_names: list
     placement: dict
     threads: int | None
     debug: bool
@@ -415,8 +418,6 @@ class Executor:
                     result[k] = np.array(a, copy=True)
                 seen.add(id(a))
         return result
-
-    _collect = collect
 
     def release(self) -> None:
         """Give back the calling thread's workspace and drop cached plans."""

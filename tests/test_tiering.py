@@ -455,3 +455,21 @@ def test_a_forked_child_drops_the_queue_it_inherited(fresh_cache):
                          cwd=str(fresh_cache.parent), timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-2:] == ["child", "0"], out.stdout + out.stderr[-2000:]
+
+
+def test_a_bad_compile_jobs_setting_is_refused_clearly(fresh_cache, monkeypatch):
+    from jitort.compile_queue import QUEUE, InvalidSetting
+    m, ref = _tiny(("Sub", "Mul"), 400)
+    waiting = QUEUE.waiting()
+    for bad in ("two", "0", "-3"):
+        monkeypatch.setenv("JITORT_COMPILE_JOBS", bad)
+        with pytest.raises(InvalidSetting, match="JITORT_COMPILE_JOBS must be a positive int"):
+            jitort.compile(m, tiered=True)  # fixed shapes: it would queue its compile now
+        assert QUEUE.waiting() == waiting
+    assert issubclass(InvalidSetting, jitort.JitortError)
+    monkeypatch.setenv("JITORT_COMPILE_JOBS", "1")
+    cm = jitort.compile(m, tiered=True)
+    x = np.ones((2, 8), np.float32)
+    np.testing.assert_allclose(cm(x)[0], ref(x), rtol=1e-6)
+    assert cm.wait_compiled(timeout=300)
+    np.testing.assert_allclose(cm(x)[0], ref(x), rtol=1e-6)
