@@ -18,10 +18,9 @@ from ..registry import Unlowerable, lowering
 from .common import _is_float
 
 if TYPE_CHECKING:
-    from ..cpu import Emitter
+    from ..emitter import Emitter
 
 _attn = KernelModule("attention")
-_signal = KernelModule("signal")
 
 
 def _attention_ok(n: Node) -> bool:
@@ -151,22 +150,38 @@ def lower_rotary(em: Emitter, n: Node) -> None:
     if pos is not None and tuple(em.shape(pos)) != (b, s):
         raise Unlowerable(n, "position_ids must be (B, S)")
     c2 = (cs[0] * cs[1] if len(cs) == 3 else cs[0], rot // 2)
-    flags = (pos is not None, bool(n.attrs.get("interleaved", 0)))
+    cv, sv = em.shaped(cos, c2), em.shaped(sin, c2)
+    interleaved = bool(n.attrs.get("interleaved", 0))
     if len(xs) == 4:
-        # (B, H, S, D): the kernel reads (B, S, H, D); the call IR has no strided (transposed)
-        # views, so heads and sequence swap through scratch, rotated in place there
-        t = em.temp(b * h * s * d, x.dtype).reshape(em.sizes((b, s, h, d)))
-        em.call(_signal.swap12, em.shaped(x, xs), t)
-        em.call(_attn.rotary, t, em.shaped(cos, c2), em.shaped(sin, c2), _positions(em, pos, b, s),
-                t, *flags, em.size(rot))
-        em.call(_signal.swap12, t, em.write(y).reshape(em.sizes(xs)))
+        # (B, H, S, D) read in place as (B * H, S, 1, D) rows: the kernel indexes the caches by
+        # (row, position), so each (batch, head) row gets its batch's positions (without
+        # position_ids, the row b * S + s of the (B * S, rot/2) caches)
+        pos2 = em.temp(b * h * s, np.int64).reshape(em.sizes((b * h, s)))
+        em.call(em.generated("k_rotary_positions", _POSITIONS_SRC), _positions(em, pos, b, s),
+                pos2, em.size(h), pos is not None)
+        t4 = em.sizes((b * h, s, 1, d))
+        yv = em.write(y).reshape(t4)
+        em.call(_attn.rotary, em.read(x).reshape(t4), cv, sv, pos2, yv, True, interleaved,
+                em.size(rot))
         return
     xv = em.shaped(x, view)
     yv = em.write(y).reshape(em.sizes(view))
-    em.call(_attn.rotary, xv, em.shaped(cos, c2), em.shaped(sin, c2), _positions(em, pos, b, s),
-            yv, *flags, em.size(rot))
+    em.call(_attn.rotary, xv, cv, sv, _positions(em, pos, b, s), yv, pos is not None, interleaved,
+            em.size(rot))
 
 
 def _positions(em: Emitter, pos, b, s):
     """position_ids as (B, S), or a placeholder."""
     return em.shaped(pos, (b, s)) if pos is not None else Zeros("int64", (1, 1))
+
+
+#: out (B * H, S): row r holds batch r // H's positions: pos (B, S) when has_pos, else the
+#: caches' row of each (batch, position)
+_POSITIONS_SRC = """@njit(cache=True, error_model='numpy')
+def __KNAME__(pos, out, heads, has_pos):
+    n, sl = out.shape
+    for r in range(n):
+        b = r // heads
+        for i in range(sl):
+            out[r, i] = pos[b, i] if has_pos else b * sl + i
+"""
