@@ -6,12 +6,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...ir import Node
+from ..calls import KernelModule, Scalar, View, Zeros
 from ..registry import Unlowerable, lowering
-from ..elementwise import tname
 from .common import (_conv_pads, _float_io, _prod)
 
 if TYPE_CHECKING:
-    from ..cpu import Emitter
+    from ..emitter import Emitter
+
+_pool = KernelModule("pool")
 
 
 def _pool_ok(n: Node) -> bool:
@@ -41,12 +43,12 @@ def _pool_geometry(em: Emitter, n: Node):
     return x, y, k, strides, dil, pads, ends
 
 
-def _pool4(em: Emitter, v, expr: str) -> str:
-    """``expr`` (the array of value ``v``) as the 4-D array the 2-D pool kernels take."""
+def _pool4(em: Emitter, v, view: View) -> View:
+    """``view`` (the array of value ``v``) as the 4-D array the 2-D pool kernels take."""
     vs = em.shape(v)
     if len(vs) == 4:
-        return expr
-    return f"{expr}.reshape({em.tuple_expr((vs[0], vs[1], 1, vs[2]))})"
+        return view
+    return view.reshape(em.sizes((vs[0], vs[1], 1, vs[2])))
 
 
 def _pool_nd_geometry(em: Emitter, n: Node, k):
@@ -77,14 +79,13 @@ def _lower_pool5(em: Emitter, n: Node, mode: int, k, p: int = 2, include_pad: bo
     x, y = n.inputs[0], n.outputs[0]
     k3, s3, p3, e3, d3, xs5, ys5 = _pool_nd_geometry(em, n, k)
     ind = n.outputs[1] if len(n.outputs) > 1 and n.outputs[1] is not None else None
-    xv = f"{em.arr(x)}.reshape({em.tuple_expr(xs5)})"
-    yv = f"{em.out(y)}.reshape({em.tuple_expr(ys5)})"
-    iv = (f"{em.out(ind)}.reshape({em.tuple_expr(ys5)})" if ind is not None
-          else "np.zeros((1, 1, 1, 1, 1), np.int64)")
+    xv = em.shaped(x, xs5)
+    yv = em.write(y).reshape(em.sizes(ys5))
+    iv = (em.write(ind).reshape(em.sizes(ys5)) if ind is not None
+          else Zeros("int64", (1, 1, 1, 1, 1)))
     col_major = int(n.attrs.get("storage_order", 0)) == 1
-    args = ", ".join(em.dim(v) for v in (*k3, *s3, *p3, *e3, *d3))
-    em.call(f"_pool.pool5d({xv}, {yv}, {iv}, {mode}, {ind is not None}, {col_major}, {args}, "
-            f"{include_pad}, {int(p)})")
+    em.call(_pool.pool5d, xv, yv, iv, mode, ind is not None, col_major,
+            *em.sizes((*k3, *s3, *p3, *e3, *d3)), include_pad, int(p))
 
 
 def _maxpool_ok(n: Node) -> bool:
@@ -100,9 +101,9 @@ def lower_maxpool(em: Emitter, n: Node) -> None:
         _lower_pool5(em, n, 0, list(n.attrs["kernel_shape"]))
         return
     x, y, k, s, dil, pads, _ = _pool_geometry(em, n)
-    yv = _pool4(em, y, em.out(y))
-    args = ", ".join(em.dim(v) for v in (k[0], k[1], s[0], s[1], pads[0], pads[1], dil[0], dil[1]))
-    em.call(f"_pool.maxpool2d({_pool4(em, x, em.arr(x))}, {yv}, {args})")
+    yv = _pool4(em, y, em.write(y))
+    args = em.sizes((k[0], k[1], s[0], s[1], pads[0], pads[1], dil[0], dil[1]))
+    em.call(_pool.maxpool2d, _pool4(em, x, em.read(x)), yv, *args)
 
 
 @lowering("AveragePool", supports=_pool_ok)
@@ -113,10 +114,10 @@ def lower_avgpool(em: Emitter, n: Node) -> None:
                      include_pad=bool(n.attrs.get("count_include_pad", 0)))
         return
     x, y, k, s, dil, pads, ends = _pool_geometry(em, n)
-    yv = _pool4(em, y, em.out(y))
-    args = ", ".join(em.dim(v) for v in (k[0], k[1], s[0], s[1], pads[0], pads[1]))
-    em.call(f"_pool.avgpool2d({_pool4(em, x, em.arr(x))}, {yv}, {args}, "
-            f"{bool(n.attrs.get('count_include_pad', 0))}, {em.dim(ends[0])}, {em.dim(ends[1])})")
+    yv = _pool4(em, y, em.write(y))
+    args = em.sizes((k[0], k[1], s[0], s[1], pads[0], pads[1]))
+    em.call(_pool.avgpool2d, _pool4(em, x, em.read(x)), yv, *args,
+            bool(n.attrs.get("count_include_pad", 0)), *em.sizes((ends[0], ends[1])))
 
 
 @lowering("LpPool", supports=_pool_ok)
@@ -136,10 +137,9 @@ def lower_global_pool(em: Emitter, n: Node) -> None:
     xs = em.shape(x)
     if len(xs) < 3:
         raise Unlowerable(n, "global pooling needs N, C and spatial dims")
-    fn = "global_avgpool" if n.op_type == "GlobalAveragePool" else "global_maxpool"
-    yv = em.out(y)
-    em.call(f"_pool.{fn}({em.arr(x)}.reshape({em.tuple_expr((xs[0], xs[1], _prod(xs[2:])))}), "
-            f"{yv}.reshape({em.tuple_expr((xs[0], xs[1]))}))")
+    fn = _pool.global_avgpool if n.op_type == "GlobalAveragePool" else _pool.global_maxpool
+    yv = em.write(y)
+    em.call(fn, em.shaped(x, (xs[0], xs[1], _prod(xs[2:]))), yv.reshape(em.sizes((xs[0], xs[1]))))
 
 
 @lowering("MaxUnpool", supports=lambda n: _float_io(n) and np.dtype(n.inputs[1].dtype) == np.int64)
@@ -150,20 +150,19 @@ def lower_max_unpool(em: Emitter, n: Node) -> None:
     xs, ins, ys = em.shape(x), em.shape(ind), em.shape(y)
     if tuple(xs) != tuple(ins):
         raise Unlowerable(n, f"X {xs} and I {ins} differ in shape")
-    yv = em.out(y)
-    em.call(f"_pool.max_unpool({em.arr(x)}.reshape({em.tuple_expr((_prod(xs),))}), "
-            f"{em.arr(ind)}.reshape({em.tuple_expr((_prod(ins),))}), "
-            f"{yv}.reshape({em.tuple_expr((_prod(ys),))}))")
+    yv = em.write(y)
+    em.call(_pool.max_unpool, em.shaped(x, (_prod(xs),)), em.shaped(ind, (_prod(ins),)),
+            yv.reshape(em.sizes((_prod(ys),))))
 
 
 @lowering("LRN", supports=_float_io)
 def lower_lrn(em: Emitter, n: Node) -> None:
     x, y = n.inputs[0], n.outputs[0]
     xs = em.shape(x)
-    t3 = em.tuple_expr((xs[0], xs[1], _prod(xs[2:])))
-    dt = tname(y.dtype)
+    t3 = em.sizes((xs[0], xs[1], _prod(xs[2:])))
+    dt = np.dtype(y.dtype).name
     a = n.attrs
-    yv = em.out(y)
-    em.call(f"_pool.lrn({em.arr(x)}.reshape({t3}), {yv}.reshape({t3}), {int(a['size'])}, "
-            f"{dt}({float(a.get('alpha', 1e-4))!r}), {dt}({float(a.get('beta', 0.75))!r}), "
-            f"{dt}({float(a.get('bias', 1.0))!r}))")
+    yv = em.write(y)
+    em.call(_pool.lrn, em.read(x).reshape(t3), yv.reshape(t3), int(a["size"]),
+            Scalar(dt, float(a.get("alpha", 1e-4))), Scalar(dt, float(a.get("beta", 0.75))),
+            Scalar(dt, float(a.get("bias", 1.0))))
