@@ -103,8 +103,8 @@ class CompileQueue:
             owner.dropped("the process is exiting")
 
     def waiting(self) -> int:
-        """Jobs waiting for their turn (owners possibly gone)."""
-        return len(self._waiting)
+        """Jobs waiting for their turn whose owner is alive."""
+        return sum(1 for ref, _ in list(self._waiting) if ref() is not None)
 
     def running(self) -> int:
         """Slots held by running jobs (an upper bound of their live processes)."""

@@ -345,6 +345,12 @@ def _queue_drains_within_the_bound(monkeypatch, chains: list, dropped: tuple) ->
     from jitort.compile_queue import QUEUE
     bound = 2
     monkeypatch.setenv("JITORT_COMPILE_JOBS", str(bound))
+    gc.collect()  # the queue is process-wide: let what earlier tests left in it drain first
+    deadline = time.monotonic() + 600
+    while (QUEUE.running() or QUEUE.waiting()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert QUEUE.running() == 0
+    QUEUE.peak = 0
     samples, stop = [], threading.Event()
 
     def sample():
