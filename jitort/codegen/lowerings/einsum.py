@@ -26,7 +26,7 @@ from .common import _float_io, _prod
 from .reduce import canonical_runs, reduce_source
 
 if TYPE_CHECKING:
-    from ..cpu import Emitter
+    from ..emitter import Emitter
 
 _data = KernelModule("data")
 _gemm = KernelModule("gemm")

@@ -22,7 +22,7 @@ from ..symbolic import concrete
 from .common import (_is_float, _prod, act_args, ACT_CODES)
 
 if TYPE_CHECKING:
-    from ..cpu import Emitter
+    from ..emitter import Emitter
 
 _gemm = KernelModule("gemm")
 

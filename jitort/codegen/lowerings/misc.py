@@ -12,17 +12,21 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...ir import Node
+from ..calls import KernelModule, Scalar, View, Zeros
 from ..registry import Unlowerable, lowering
-from .common import _PLAIN, _axis, _conv_pads, _is_float, _prod, float_literal
+from .common import _PLAIN, _axis, _conv_pads, _is_float, _prod
 
 if TYPE_CHECKING:
-    from ..cpu import Emitter
+    from ..emitter import Emitter
+
+_misc = KernelModule("misc")
 
 _I = (np.dtype(np.int32), np.dtype(np.int64))
 
 
-def _npdt(v) -> str:
-    return f"np.{np.dtype(v.dtype).name}"
+def _dtn(v) -> str:
+    """``v``'s numpy dtype name."""
+    return np.dtype(v.dtype).name
 
 
 @lowering("Det", supports=lambda n: _is_float(n.inputs[0], n.outputs[0]))
@@ -30,9 +34,8 @@ def lower_det(em: Emitter, n: Node) -> None:
     x, y = n.inputs[0], n.outputs[0]
     xs = em.shape(x)
     b, m = _prod(xs[:-2]), xs[-1]
-    yv = em.out(y)
-    em.call(f"_misc.det({em.arr(x)}.reshape({em.tuple_expr((b, m, m))}), "
-            f"{yv}.reshape({em.tuple_expr((b,))}))")
+    yv = em.write(y)
+    em.call(_misc.det, em.shaped(x, (b, m, m)), yv.reshape(em.sizes((b,))))
 
 
 def _loss_ok(n: Node) -> bool:
@@ -53,8 +56,8 @@ def _red(n: Node) -> int:
     return _RED[r]
 
 
-def _loss_common(em, n: Node, x_expr: str, xs, lse=None):
-    """The NLL call over a (N, C, D) view ``x_expr`` of log-probabilities (of scores when
+def _loss_common(em, n: Node, x3: View, xs, lse: View | None = None):
+    """The NLL call over a (N, C, D) view ``x3`` of log-probabilities (of scores when
     ``lse``, the (N, D) log-sum-exp, is given)."""
     t, y = n.inputs[1], n.outputs[0]
     w = n.inputs[2] if len(n.inputs) > 2 else None
@@ -66,14 +69,13 @@ def _loss_common(em, n: Node, x_expr: str, xs, lse=None):
         raise Unlowerable(n, "weight must have shape (C,)")
     red = _red(n)
     ign = n.attrs.get("ignore_index")
-    wv = em.arr(w) if w is not None else f"np.zeros(1, {_npdt(y)})"
-    yv = em.out(y)
+    wv = em.read(w) if w is not None else Zeros(_dtn(y), (1,))
+    yv = em.write(y)
     ys = (nn, d) if red == 0 else (1, 1)
-    lv = lse if lse is not None else "np.zeros((1, 1), np.float64)"
-    em.call(f"_misc.nll({x_expr}, {em.arr(t)}.reshape({em.tuple_expr((nn, d))}), {wv}, "
-            f"{em.dim(int(w is not None))}, {em.dim(int(ign) if ign is not None else 0)}, "
-            f"{em.dim(int(ign is not None))}, {em.dim(red)}, {lv}, {em.dim(int(lse is not None))}, "
-            f"{yv}.reshape({em.tuple_expr(ys)}))")
+    lv = lse if lse is not None else Zeros("float64", (1, 1))
+    em.call(_misc.nll, x3, em.shaped(t, (nn, d)), wv, em.size(int(w is not None)),
+            em.size(int(ign) if ign is not None else 0), em.size(int(ign is not None)),
+            em.size(red), lv, em.size(int(lse is not None)), yv.reshape(em.sizes(ys)))
 
 
 @lowering("NegativeLogLikelihoodLoss", supports=_loss_ok)
@@ -82,8 +84,7 @@ def lower_nll(em: Emitter, n: Node) -> None:
     xs = em.shape(x)
     if len(xs) < 2:
         raise Unlowerable(n, "input must be at least 2-D")
-    _loss_common(em, n, f"{em.arr(x)}.reshape({em.tuple_expr((xs[0], xs[1], _prod(xs[2:])))})",
-                 xs)
+    _loss_common(em, n, em.shaped(x, (xs[0], xs[1], _prod(xs[2:]))), xs)
 
 
 @lowering("SoftmaxCrossEntropyLoss", supports=_loss_ok)
@@ -95,13 +96,13 @@ def lower_sce(em: Emitter, n: Node) -> None:
     if len(xs) < 2:
         raise Unlowerable(n, "scores must be at least 2-D")
     x3 = (xs[0], xs[1], _prod(xs[2:]))
-    xv = f"{em.arr(x)}.reshape({em.tuple_expr(x3)})"
-    lse = f"{em.scratch(x3[0] * x3[2], np.float64)}.reshape({em.tuple_expr((x3[0], x3[2]))})"
-    em.call(f"_misc.log_sum_exp1({xv}, {lse})")
+    xv = em.shaped(x, x3)
+    lse = em.temp(x3[0] * x3[2], np.float64).reshape(em.sizes((x3[0], x3[2])))
+    em.call(_misc.log_sum_exp1, xv, lse)
     lpo = n.outputs[1] if len(n.outputs) > 1 and n.outputs[1] is not None else None
     if lpo is not None:
-        lp = f"{em.out(lpo)}.reshape({em.tuple_expr(x3)})"
-        em.call(f"_misc.sub_lse({xv}, {lse}, {lp})")
+        lp = em.write(lpo).reshape(em.sizes(x3))
+        em.call(_misc.sub_lse, xv, lse, lp)
     _loss_common(em, n, xv, xs, lse)
 
 
@@ -119,13 +120,12 @@ def lower_bitcast(em: Emitter, n: Node) -> None:
     # same item size: reinterpret the input's bytes as the output type and copy
     src = ("@njit(cache=True, error_model='numpy')\n"
            "def __KNAME__(y, x):\n"
-           f"    xv = x.view({_npdt(y)})\n"
+           f"    xv = x.view(np.{_dtn(y)})\n"
            "    for i in range(y.shape[0]):\n"
            "        y[i] = xv[i]\n")
-    k = em.kernel(f"k_bitcast_{np.dtype(x.dtype).name}_{np.dtype(y.dtype).name}", src)
-    yv = em.out(y)
-    em.call(f"{k}({yv}.reshape({em.tuple_expr((size,))}), "
-            f"{em.arr(x)}.reshape({em.tuple_expr((size,))}))")
+    k = em.generated(f"k_bitcast_{_dtn(x)}_{_dtn(y)}", src)
+    yv = em.write(y)
+    em.call(k, yv.reshape(em.sizes((size,))), em.shaped(x, (size,)))
 
 
 def _ts_ok(n: Node) -> bool:
@@ -157,12 +157,11 @@ def lower_tensor_scatter(em: Emitter, n: Node) -> None:
     if idx is not None and tuple(em.shape(idx)) != (ps[0],):
         raise Unlowerable(n, "write_indices must have shape (batch,)")
     b, p, i = ps[0], _prod(ps[1:axis]), _prod(ps[axis + 1:])
-    iv = em.arr(idx) if idx is not None else "np.zeros(1, np.int64)"
-    yv = em.out(y)
-    em.call(f"_misc.tensor_scatter({em.arr(past)}.reshape({em.tuple_expr((b, p, ps[axis], i))}), "
-            f"{em.arr(upd)}.reshape({em.tuple_expr((b, p, us[axis], i))}), {iv}, "
-            f"{em.dim(int(idx is not None))}, {em.dim(int(mode == 'circular'))}, "
-            f"{yv}.reshape({em.tuple_expr((b, p, ps[axis], i))}))")
+    iv = em.read(idx) if idx is not None else Zeros("int64", (1,))
+    yv = em.write(y)
+    em.call(_misc.tensor_scatter, em.shaped(past, (b, p, ps[axis], i)),
+            em.shaped(upd, (b, p, us[axis], i)), iv, em.size(int(idx is not None)),
+            em.size(int(mode == "circular")), yv.reshape(em.sizes((b, p, ps[axis], i))))
 
 
 def _deform_ok(n: Node) -> bool:
@@ -196,15 +195,13 @@ def lower_deform_conv(em: Emitter, n: Node) -> None:
         raise Unlowerable(n, f"mask shape {ms}")
     if bias is not None and tuple(em.shape(bias)) != (oc,):
         raise Unlowerable(n, "bias must have shape (OC,)")
-    dt = _npdt(x)
-    mv = em.arr(mask) if mask is not None else f"np.zeros((1, 1, 1, 1), {dt})"
-    bv = em.arr(bias) if bias is not None else f"np.zeros(1, {dt})"
-    yv = em.out(y)
-    args = ", ".join(em.dim(v) for v in (kh, kw, strides[0], strides[1], pads[0], pads[1],
-                                          dil[0], dil[1], og, grp))
-    em.call(f"_misc.deform_conv2d({em.arr(x)}, {em.arr(w)}, {em.arr(off)}, {mv}, "
-            f"{em.dim(int(mask is not None))}, {bv}, {em.dim(int(bias is not None))}, {yv}, "
-            f"{args})")
+    dt = _dtn(x)
+    mv = em.read(mask) if mask is not None else Zeros(dt, (1, 1, 1, 1))
+    bv = em.read(bias) if bias is not None else Zeros(dt, (1,))
+    yv = em.write(y)
+    args = em.sizes((kh, kw, strides[0], strides[1], pads[0], pads[1], dil[0], dil[1], og, grp))
+    em.call(_misc.deform_conv2d, em.read(x), em.read(w), em.read(off), mv,
+            em.size(int(mask is not None)), bv, em.size(int(bias is not None)), yv, *args)
 
 
 @lowering("CausalConvWithState",
@@ -220,15 +217,15 @@ def lower_causal_conv(em: Emitter, n: Node) -> None:
         raise Unlowerable(n, f"activation {act!r}")
     xs, ws = em.shape(x), em.shape(w)
     st_shape = (xs[0], xs[1], ws[2] - 1)
-    dt = _npdt(x)
-    yv = em.out(n.outputs[0])
+    dt = _dtn(x)
+    yv = em.write(n.outputs[0])
     st = n.outputs[1] if len(n.outputs) > 1 else None
-    sv = em.out(st) if st is not None else \
-        f"{em.scratch(_prod(st_shape), x.dtype)}.reshape({em.tuple_expr(st_shape)})"
-    bv = em.arr(bias) if bias is not None else f"np.zeros(1, {dt})"
-    pv = em.arr(past) if past is not None else f"np.zeros((1, 1, 1), {dt})"
-    em.call(f"_misc.causal_conv({em.arr(x)}, {em.arr(w)}, {bv}, {em.dim(int(bias is not None))}, "
-            f"{pv}, {em.dim(int(past is not None))}, {em.dim(int(act != 'none'))}, {yv}, {sv})")
+    sv = em.write(st) if st is not None else \
+        em.temp(_prod(st_shape), x.dtype).reshape(em.sizes(st_shape))
+    bv = em.read(bias) if bias is not None else Zeros(dt, (1,))
+    pv = em.read(past) if past is not None else Zeros(dt, (1, 1, 1))
+    em.call(_misc.causal_conv, em.read(x), em.read(w), bv, em.size(int(bias is not None)),
+            pv, em.size(int(past is not None)), em.size(int(act != "none")), yv, sv)
 
 
 @lowering("LinearAttention",
@@ -254,26 +251,21 @@ def lower_linear_attention(em: Emitter, n: Node) -> None:
     b, t = qs[0], qs[1]
     dk, dv = qs[2] // hq, vs[2] // hkv
     scale = float(n.attrs.get("scale", 0.0) or 0.0)  # 0: the kernel takes 1/sqrt(d_k)
-    dt = _npdt(q)
+    dt = _dtn(q)
     state_shape = (b, hkv, dk, dv)
-    yv = em.out(n.outputs[0])
+    yv = em.write(n.outputs[0])
     so = n.outputs[1] if len(n.outputs) > 1 else None
-    sv = em.out(so) if so is not None else \
-        f"{em.scratch(_prod(state_shape), q.dtype)}.reshape({em.tuple_expr(state_shape)})"
-    pv = em.arr(past) if past is not None else f"np.zeros((1, 1, 1, 1), {dt})"
+    sv = em.write(so) if so is not None else \
+        em.temp(_prod(state_shape), q.dtype).reshape(em.sizes(state_shape))
+    pv = em.read(past) if past is not None else Zeros(dt, (1, 1, 1, 1))
     if dec is not None:
         ds = em.shape(dec)
         dg = ds[2] // hkv
-        gv = f"{em.arr(dec)}.reshape({em.tuple_expr((b, t, hkv, dg))})"
+        gv = em.shaped(dec, (b, t, hkv, dg))
     else:
-        gv = f"np.zeros((1, 1, 1, 1), {dt})"
-    if bet is not None:
-        bv = f"{em.arr(bet)}.reshape({em.tuple_expr(em.shape(bet))})"
-    else:
-        bv = f"np.zeros((1, 1, 1), {dt})"
-    em.call(f"_misc.linear_attention({em.arr(q)}.reshape({em.tuple_expr((b, t, hq, dk))}), "
-            f"{em.arr(k)}.reshape({em.tuple_expr((b, t, hkv, dk))}), "
-            f"{em.arr(v)}.reshape({em.tuple_expr((b, t, hkv, dv))}), {pv}, "
-            f"{em.dim(int(past is not None))}, {gv}, {em.dim(int(dec is not None))}, {bv}, "
-            f"{em.dim(int(bet is not None))}, {float_literal(scale)}, "
-            f"{yv}.reshape({em.tuple_expr((b, t, hq, dv))}), {sv})")
+        gv = Zeros(dt, (1, 1, 1, 1))
+    bv = em.shaped(bet, em.shape(bet)) if bet is not None else Zeros(dt, (1, 1, 1))
+    em.call(_misc.linear_attention, em.shaped(q, (b, t, hq, dk)), em.shaped(k, (b, t, hkv, dk)),
+            em.shaped(v, (b, t, hkv, dv)), pv, em.size(int(past is not None)), gv,
+            em.size(int(dec is not None)), bv, em.size(int(bet is not None)),
+            Scalar("float64", scale), yv.reshape(em.sizes((b, t, hq, dv))), sv)

@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...ir import Node
-from ..elementwise import tname
+from ..calls import KernelModule, Scalar, Zeros
 from ..registry import Unlowerable, lowering
-from .common import _is_float, float_literal
+from .common import _is_float
 
 if TYPE_CHECKING:
-    from ..cpu import Emitter
+    from ..emitter import Emitter
+
+_rnn = KernelModule("rnn")
 
 _GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 _DEFAULT_ACTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
@@ -110,7 +112,7 @@ def lower_rnn(em: Emitter, n: Node) -> None:
     layout = int(n.attrs.get("layout", 0)) if n.since_version >= 14 else 0
     seq, batch = (xs[1], xs[0]) if layout else (xs[0], xs[1])
     dt = np.dtype(x.dtype)
-    tn = tname(dt)
+    tn = dt.name
     codes, alphas, betas = _activations(n)
     reverse = _name(n.attrs.get("direction", "forward")) == "reverse"
     clip = n.attrs.get("clip")
@@ -118,67 +120,66 @@ def lower_rnn(em: Emitter, n: Node) -> None:
     if clip < 0:
         raise Unlowerable(n, f"negative clip {clip}")  # onnxruntime rejects it too
 
-    xv = f"{em.arr(x)}.reshape({em.tuple_expr(xs)})"
-    wv = f"{em.arr(w)}.reshape({em.tuple_expr((nd, g * hd, xs[2]))})"
+    xv = em.shaped(x, xs)
+    wv = em.shaped(w, (nd, g * hd, xs[2]))
     if w.is_const:
         from jitort.kernels.cpu.rnn import pack_weights
-        wpv = em.derived_const(("rnn_wpack", id(w.const)), lambda: pack_weights(w.const))
+        wpv = em.constant(("rnn_wpack", id(w.const)), lambda: pack_weights(w.const))
     else:
-        wpv = f"np.zeros((0, 0, 0), {tn})"
+        wpv = Zeros(tn, (0, 0, 0))
     if r.is_const:
         from jitort.kernels.cpu.rnn import pack_recurrence
-        rpv = em.derived_const(("rnn_rpack", id(r.const)), lambda: pack_recurrence(r.const))
+        rpv = em.constant(("rnn_rpack", id(r.const)), lambda: pack_recurrence(r.const))
     else:
-        rpv = f"np.zeros((0, 0, 0, 0), {tn})"
+        rpv = Zeros(tn, (0, 0, 0, 0))
     if r.is_const:
-        rt = em.derived_const(("rnn_rt", id(r.const)),
-                              lambda: np.ascontiguousarray(r.const.transpose(0, 2, 1)))
-        rtv = f"{rt}.reshape({em.tuple_expr((nd, hd, g * hd))})"
+        rt = em.constant(("rnn_rt", id(r.const)),
+                         lambda: np.ascontiguousarray(r.const.transpose(0, 2, 1)))
+        rtv = rt.reshape(em.sizes((nd, hd, g * hd)))
     else:
-        rts = em.scratch(nd * hd * g * hd, dt)
-        rtv = f"{rts}.reshape({em.tuple_expr((nd, hd, g * hd))})"
-        em.call(f"_rnn.transpose_r({em.arr(r)}.reshape({em.tuple_expr((nd, g * hd, hd))}), {rtv})")
+        rts = em.temp(nd * hd * g * hd, dt)
+        rtv = rts.reshape(em.sizes((nd, hd, g * hd)))
+        em.call(_rnn.transpose_r, em.shaped(r, (nd, g * hd, hd)), rtv)
 
     def opt(i, shape, zero):
         v = n.input(i)
         if v is None:
             return zero
-        return f"{em.arr(v)}.reshape({em.tuple_expr(shape)})"
+        return em.shaped(v, shape)
 
     yh_shape = (batch, nd, hd) if layout else (nd, batch, hd)
-    bv = opt(_B, (nd, 2 * g * hd), f"np.zeros((1, 0), {tn})")
-    sv = opt(_SEQ, (batch,), "np.zeros(0, np.int32)")
-    h0 = opt(_H0, yh_shape, f"np.zeros((0, 0, 0), {tn})")
-    ws = em.scratch(scratch_elems(seq, batch, hd, g, nd), dt)
+    bv = opt(_B, (nd, 2 * g * hd), Zeros(tn, (1, 0)))
+    sv = opt(_SEQ, (batch,), Zeros("int32", (0,)))
+    h0 = opt(_H0, yh_shape, Zeros(tn, (0, 0, 0)))
+    ws = em.temp(scratch_elems(seq, batch, hd, g, nd), dt)
     if op == "LSTM":
-        c0 = opt(_C0, yh_shape, f"np.zeros((0, 0, 0), {tn})")
-        pv = opt(_P, (nd, 3 * hd), f"np.zeros((1, 0), {tn})")
+        c0 = opt(_C0, yh_shape, Zeros(tn, (0, 0, 0)))
+        pv = opt(_P, (nd, 3 * hd), Zeros(tn, (1, 0)))
 
     outs = [o if _wanted(o) else None for o in n.outputs] + [None] * (3 - len(n.outputs))
     y_shape = (batch, seq, nd, hd) if layout else (seq, nd, batch, hd)
 
     def out(v, shape):
         if v is None:
-            return f"np.zeros({(0,) * len(shape)}, {tn})"
-        return f"{em.out(v)}.reshape({em.tuple_expr(shape)})"
+            return Zeros(tn, (0,) * len(shape))
+        return em.write(v).reshape(em.sizes(shape))
 
     yv = out(outs[0], y_shape)
     yhv = out(outs[1], yh_shape)
     # padded to 6 slots: one tuple type for every op and direction count (fewer specializations)
     pad = 6 - len(codes)
     codes, alphas, betas = codes + [0] * pad, alphas + [0.0] * pad, betas + [0.0] * pad
-    acts = "(" + "".join(f"np.int64({c}), " for c in codes) + ")"
-    al = "(" + "".join(float_literal(a) + ", " for a in alphas) + ")"
-    be = "(" + "".join(float_literal(b) + ", " for b in betas) + ")"
+    acts = tuple(Scalar("int64", c) for c in codes)
+    al = tuple(Scalar("float64", a) for a in alphas)
+    be = tuple(Scalar("float64", b) for b in betas)
     # flags travel in the d array: a literal would compile one specialization per value
-    tail = f"{em.dim(layout)}, {em.dim(int(reverse))}, {acts}, {al}, {be}, {float_literal(clip)}"
+    tail = (em.size(layout), em.size(int(reverse)), acts, al, be, Scalar("float64", clip))
     if op == "LSTM":
         ycv = out(outs[2], yh_shape)
-        cif = em.dim(int(bool(n.attrs.get("input_forget", 0))))
-        em.call(f"_rnn.lstm({xv}, {wv}, {wpv}, {rtv}, {rpv}, {bv}, {pv}, {h0}, {c0}, {sv}, {yv}, {yhv}, "
-                f"{ycv}, {ws}, {tail}, {cif})")
+        cif = em.size(int(bool(n.attrs.get("input_forget", 0))))
+        em.call(_rnn.lstm, xv, wv, wpv, rtv, rpv, bv, pv, h0, c0, sv, yv, yhv, ycv, ws, *tail, cif)
     elif op == "GRU":
-        lbr = em.dim(int(bool(n.attrs.get("linear_before_reset", 0))))
-        em.call(f"_rnn.gru({xv}, {wv}, {wpv}, {rtv}, {rpv}, {bv}, {h0}, {sv}, {yv}, {yhv}, {ws}, {tail}, {lbr})")
+        lbr = em.size(int(bool(n.attrs.get("linear_before_reset", 0))))
+        em.call(_rnn.gru, xv, wv, wpv, rtv, rpv, bv, h0, sv, yv, yhv, ws, *tail, lbr)
     else:
-        em.call(f"_rnn.rnn({xv}, {wv}, {wpv}, {rtv}, {rpv}, {bv}, {h0}, {sv}, {yv}, {yhv}, {ws}, {tail})")
+        em.call(_rnn.rnn, xv, wv, wpv, rtv, rpv, bv, h0, sv, yv, yhv, ws, *tail)

@@ -15,11 +15,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...ir import Node
+from ..calls import KernelModule, View, Zeros
 from ..registry import Unlowerable, lowering
 from .common import _3d, _PLAIN, _is_float
 
 if TYPE_CHECKING:
-    from ..cpu import Emitter
+    from ..emitter import Emitter
+
+_signal = KernelModule("signal")
 
 
 def _value(em, n: Node, i: int):
@@ -71,10 +74,10 @@ def dft_matrix(nuse, ndft, nbins, c, cout, inverse, irfft, dtype):
 
 
 
-def _twiddle(em, n: Node, nuse, ndft, nbins, c, cout, inverse, irfft, dtype) -> str:
+def _twiddle(em, n: Node, nuse, ndft, nbins, c, cout, inverse, irfft, dtype) -> View:
     key = ("dft", int(nuse), int(ndft), int(nbins), int(c), int(cout), bool(inverse),
            bool(irfft), np.dtype(dtype).str)
-    return em.derived_const(key, lambda: dft_matrix(*key[1:8], dtype))
+    return em.constant(key, lambda: dft_matrix(*key[1:8], dtype))
 
 
 def _fft_twiddles(ndft: int) -> np.ndarray:
@@ -87,15 +90,15 @@ def _dft_rows(em, n, x2, rows, nlen, c, w, y2, nbins, cout, fft=None):
     """One transform call over (rows, nlen, c) -> (rows, nbins, cout): the twiddle-matrix GEMM
     (``w``), or when ``fft`` = (ndft, inverse, herm) the radix-2 FFT (a power-of-two length:
     O(n log n) beats the O(n^2) GEMM from the shortest lengths)."""
-    xe = f"{x2}.reshape({em.tuple_expr((rows, nlen, c))})"
-    ye = f"{y2}.reshape({em.tuple_expr((rows, nbins, cout))})"
+    xe = x2.reshape(em.sizes((rows, nlen, c)))
+    ye = y2.reshape(em.sizes((rows, nbins, cout)))
     if fft is None:
-        em.call(f"_signal.dft_rows({xe}, {w}, {ye})")
+        em.call(_signal.dft_rows, xe, w, ye)
         return
     ndft, inverse, herm = fft
-    tw = em.derived_const(("fft_tw", int(ndft)), lambda: _fft_twiddles(int(ndft)))
-    em.call(f"_signal.fft_rows({xe}, {tw}, {ye}, {em.dim(ndft)}, {em.dim(int(inverse))}, "
-            f"{em.dim(int(herm))})")
+    tw = em.constant(("fft_tw", int(ndft)), lambda: _fft_twiddles(int(ndft)))
+    em.call(_signal.fft_rows, xe, tw, ye, em.size(ndft), em.size(int(inverse)),
+            em.size(int(herm)))
 
 
 def _fft_len(ndft: int) -> bool:
@@ -136,19 +139,19 @@ def lower_dft(em: Emitter, n: Node) -> None:
     o, _, i = _3d(xs[:-1], axis)
     fft = (ndft, inverse, irfft) if _fft_len(ndft) else None
     w = None if fft else _twiddle(em, n, nuse, ndft, nbins, c, cout, inverse, irfft, x.dtype)
-    xv = em.arr(x)
-    yv = em.out(y)
+    xv = em.read(x)
+    yv = em.write(y)
     if i == 1:
         _dft_rows(em, n, xv, o, length, c, w, yv, nbins, cout, fft)
         return
     # the transform axis is not next to the complex axis: swap it there through scratch
-    xt = em.scratch(o * i * length * c, x.dtype)
-    yt = em.scratch(o * i * nbins * cout, x.dtype)
-    em.call(f"_signal.swap12({xv}.reshape({em.tuple_expr((o, length, i, c))}), "
-            f"{xt}.reshape({em.tuple_expr((o, i, length, c))}))")
+    xt = em.temp(o * i * length * c, x.dtype)
+    yt = em.temp(o * i * nbins * cout, x.dtype)
+    em.call(_signal.swap12, xv.reshape(em.sizes((o, length, i, c))),
+            xt.reshape(em.sizes((o, i, length, c))))
     _dft_rows(em, n, xt, o * i, length, c, w, yt, nbins, cout, fft)
-    em.call(f"_signal.swap12({yt}.reshape({em.tuple_expr((o, i, nbins, cout))}), "
-            f"{yv}.reshape({em.tuple_expr((o, nbins, i, cout))}))")
+    em.call(_signal.swap12, yt.reshape(em.sizes((o, i, nbins, cout))),
+            yv.reshape(em.sizes((o, nbins, i, cout))))
 
 
 @lowering("STFT", supports=lambda n: _is_float(n.inputs[0], n.outputs[0]))
@@ -172,11 +175,11 @@ def lower_stft(em: Emitter, n: Node) -> None:
         raise Unlowerable(n, f"frame_step {step}")
     fft = (flen, False, False) if _fft_len(flen) else None
     w = None if fft else _twiddle(em, n, flen, flen, nbins, c, 2, False, False, x.dtype)
-    fr = em.scratch(b * frames * flen * c, x.dtype)
-    wv = em.arr(win) if win is not None else f"np.zeros(0, np.{np.dtype(x.dtype).name})"
-    yv = em.out(y)
-    em.call(f"_signal.stft_frames({em.arr(x)}, {wv}, {em.dim(step)}, "
-            f"{fr}.reshape({em.tuple_expr((b, frames, flen, c))}))")
+    fr = em.temp(b * frames * flen * c, x.dtype)
+    wv = em.read(win) if win is not None else Zeros(np.dtype(x.dtype).name, (0,))
+    yv = em.write(y)
+    em.call(_signal.stft_frames, em.read(x), wv, em.size(step),
+            fr.reshape(em.sizes((b, frames, flen, c))))
     _dft_rows(em, n, fr, b * frames, flen, c, w, yv, nbins, 2, fft)
 
 
@@ -192,9 +195,9 @@ _WINDOW_KIND = {"HannWindow": 0, "HammingWindow": 1, "BlackmanWindow": 2}
 def lower_window(em: Emitter, n: Node) -> None:
     """Only reached when the size is not a constant (constant windows fold on the host): the
     length comes from the output shape."""
-    yv = em.out(n.outputs[0])
-    em.call(f"_signal.window({yv}, {em.dim(_WINDOW_KIND[n.op_type])}, "
-            f"{em.dim(int(n.attrs.get('periodic', 1)))})")
+    yv = em.write(n.outputs[0])
+    em.call(_signal.window, yv, em.size(_WINDOW_KIND[n.op_type]),
+            em.size(int(n.attrs.get("periodic", 1))))
 
 
 @lowering("MelWeightMatrix", supports=_gen_ok)
@@ -204,6 +207,6 @@ def lower_mel(em: Emitter, n: Node) -> None:
     dl = _value(em, n, 1)
     if dl is None:
         raise Unlowerable(n, "dft_length missing")
-    yv = em.out(n.outputs[0])
-    em.call(f"_signal.mel_weight_matrix({yv}, {em.dim(int(dl.reshape(-1)[0]))}, "
-            f"{em.arr(n.inputs[2])}, {em.arr(n.inputs[3])}, {em.arr(n.inputs[4])})")
+    yv = em.write(n.outputs[0])
+    em.call(_signal.mel_weight_matrix, yv, em.size(int(dl.reshape(-1)[0])),
+            *[em.read(v) for v in n.inputs[2:5]])
