@@ -13,6 +13,11 @@ The driver text is rendered once, at the end (:func:`render_call`), by the backe
 assembly: a call through the function-pointer table (``native_call``), whose views are built by
 the call site from a spec string, or (debug and ``JITORT_DIRECT_CALLS`` modes) a direct call
 whose views are built by small generated helpers. Nothing parses driver text back.
+
+The CUDA backend's calls use the same :class:`Call` and :class:`Kernel` (of the
+``jitort.kernels.cuda`` library), with its own arguments (:class:`DeviceView`,
+:class:`DeviceArray`) and launches of generated kernels (:class:`Launch`); its renderer is
+:mod:`jitort.codegen.cuda_render`.
 """
 from __future__ import annotations
 
@@ -25,29 +30,40 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Kernel:
-    """A function of the kernel library: ``jitort.kernels.cpu.<module>.<name>``."""
+    """A function of the kernel library: ``jitort.kernels.<package>.<module>.<name>`` (the
+    package: ``cpu``, or ``cuda`` for the CUDA backend's library)."""
 
     module: str
     name: str
+    package: str = "cpu"
+
+    @property
+    def path(self) -> str:
+        """The module that defines it: ``jitort.kernels.cpu.norm``."""
+        return f"jitort.kernels.{self.package}.{self.module}"
 
     def __repr__(self) -> str:
+        if self.package != "cpu":
+            return f"{self.package}.{self.module}.{self.name}"
         return f"{self.module}.{self.name}"
 
 
 class KernelModule:
     """A lowering's handle on a kernel-library module: ``_norm = KernelModule("norm")``, then
-    ``_norm.layernorm2d`` is that :class:`Kernel`. Nothing is imported until a driver runs,
-    so lowering modules stay cheap to import."""
+    ``_norm.layernorm2d`` is that :class:`Kernel`; ``package="cuda"`` names a module of the
+    CUDA library. Nothing is imported until a driver runs, so lowering modules stay cheap to
+    import."""
 
-    __slots__ = ("module",)
+    __slots__ = ("module", "package")
 
-    def __init__(self, module: str):
+    def __init__(self, module: str, package: str = "cpu"):
         self.module = module
+        self.package = package
 
     def __getattr__(self, name: str) -> Kernel:
         if name.startswith("__"):
             raise AttributeError(name)
-        return Kernel(self.module, name)
+        return Kernel(self.module, name, self.package)
 
 
 @dataclass(frozen=True)
@@ -143,11 +159,50 @@ class Zeros:
     shape: tuple = (0,)
 
 
+# --- CUDA arguments and callees (rendered by :mod:`jitort.codegen.cuda_render`) ------------
+
+@dataclass(frozen=True)
+class DeviceView:
+    """A CUDA kernel's operand: a flat device array and an element offset, passed as the two
+    arguments ``array, offset``. ``array``: ``X[i]`` / ``Y[i]`` (a segment input / output),
+    ``C[k]`` (a constant uploaded once) or ``w_<dtype>`` (the workspace as that dtype); the
+    offset is workspace buffer ``row``'s element offset ``o[row]`` (None: 0) plus ``shift``
+    (sizes read from ``d``)."""
+
+    array: str
+    row: int | None = None
+    shift: tuple[Dim, ...] = ()
+
+    def at(self, dim: Dim) -> "DeviceView":
+        """The view ``dim`` elements further on."""
+        return replace(self, shift=(*self.shift, dim))
+
+
+@dataclass(frozen=True)
+class DeviceArray:
+    """A driver argument passed whole to a CUDA kernel (the error flag ``E``)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A launch of a generated CUDA kernel, ``kernel[grid, block](...)``: ``grid`` blocks (a
+    size read from ``d``) of ``block`` threads."""
+
+    kernel: Generated
+    grid: Dim
+    block: int
+
+    def __repr__(self) -> str:
+        return f"{self.kernel.name}[{self.grid!r}, {self.block}]"
+
+
 @dataclass(frozen=True)
 class Call:
     """One statement of a driver: ``callee(*args)``."""
 
-    callee: Kernel | Generated
+    callee: Kernel | Generated | Launch
     args: tuple
 
     def views(self) -> list[View]:
@@ -245,14 +300,19 @@ def checked_view(v: View, slots: Slots) -> dict:
             "item": None if v.dtype is None else np.dtype(v.dtype).itemsize}
 
 
-def callee_text(callee, aliases: dict[str, str]) -> str:
-    """``_alias.name`` for a library kernel, the function's name for a generated one."""
+def alias(module: str) -> str:
+    """The name a driver imports kernel-library module ``module`` under."""
+    return "_" + module
+
+
+def callee_text(callee, aliases: Callable[[str], str] = alias) -> str:
+    """``_module.name`` for a library kernel, the function's name for a generated one."""
     if isinstance(callee, Kernel):
-        return f"{aliases[callee.module]}.{callee.name}"
+        return f"{aliases(callee.module)}.{callee.name}"
     return callee.name
 
 
-def render_native(call: Call, key: str, slots: Slots, aliases: dict[str, str],
+def render_native(call: Call, key: str, slots: Slots, aliases: Callable[[str], str],
                   helper_expr: Callable, fold_views: bool = True) -> tuple[str, list[dict]]:
     """``call`` as a :func:`~jitort.codegen.native.native_call` statement: sizes and (with
     ``fold_views``) views go into the spec, built by the call site; everything else travels
@@ -282,7 +342,7 @@ def render_native(call: Call, key: str, slots: Slots, aliases: dict[str, str],
             f'"{";".join(spec)}", {tup(rest)})'), made
 
 
-def render_direct(call: Call, aliases: dict[str, str], helper_expr: Callable) -> str:
+def render_direct(call: Call, aliases: Callable[[str], str], helper_expr: Callable) -> str:
     """``call`` as a plain call (the kernel linked into the driver)."""
     args = ", ".join(literal(a, helper_expr) for a in call.args)
     return f"{callee_text(call.callee, aliases)}({args})"
