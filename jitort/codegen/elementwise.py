@@ -4,11 +4,13 @@
 (already loaded) operands. A fused group of such nodes becomes one kernel: a loop nest over the
 collapsed iteration space, loads hoisted to the loop level where their index is complete, one
 SSA temporary per node, stores of the group's outputs. The CUDA renderer reuses the table and
-the group analysis and swaps the loop prologue and decorator.
+the group analysis and swaps the loop prologue, the decorator and the spelling of math
+functions (:func:`math_call`).
 """
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Callable
 
@@ -44,6 +46,29 @@ def lit(value, dt) -> str:
     return f"{tname(dt)}({int(value)})"
 
 
+#: The math functions the templates call, by name -> their spelling in CPU kernel text. A
+#: backend renders the templates with its own table (``LoopStyle.math``); a name missing from
+#: it has no version there (:class:`NoMath`).
+CPU_MATH = {**{f: f"np.{f}" for f in (
+    "exp", "log", "log1p", "sqrt", "floor", "ceil", "rint", "sign", "fmod", "trunc", "tanh",
+    "sin", "cos", "tan", "arcsin", "arccos", "arctan", "sinh", "cosh", "arcsinh", "arccosh",
+    "arctanh")}, "erf": "math.erf", "exp32": "_m.exp32", "sigmoid32": "_m.sigmoid32",
+    "tanh32": "_m.tanh32", "erf32": "_m.erf32"}
+_MATH: ContextVar[dict] = ContextVar("elementwise_math", default=CPU_MATH)
+
+
+class NoMath(LookupError):
+    """A template called a math function the backend's table does not have."""
+
+
+def math_call(name: str, *args: str) -> str:
+    """A call of math function ``name`` as the backend being rendered spells it."""
+    table = _MATH.get()
+    if name not in table:
+        raise NoMath(name)
+    return f"{table[name]}({', '.join(args)})"
+
+
 ExprFn = Callable[[Node, list, list, np.dtype], str]
 EXPR: dict[str, ExprFn] = {}
 #: dtypes each op is compiled for (others go to the interpreter)
@@ -76,16 +101,16 @@ expr("Neg", dtypes=FLOATS + INTS)(lambda n, a, d, o: f"(-{a[0]})")
 expr("Abs", dtypes=FLOATS + INTS)(lambda n, a, d, o: f"abs({a[0]})")
 expr("Identity", "Expand", dtypes=NUMERIC + (BOOL,))(lambda n, a, d, o: a[0])
 expr("Reciprocal")(lambda n, a, d, o: f"({lit(1, o)} / {a[0]})")
-expr("Sqrt")(lambda n, a, d, o: f"np.sqrt({a[0]})")
-expr("Floor")(lambda n, a, d, o: f"np.floor({a[0]})")
-expr("Ceil")(lambda n, a, d, o: f"np.ceil({a[0]})")
-expr("Round")(lambda n, a, d, o: f"np.rint({a[0]})")
+expr("Sqrt")(lambda n, a, d, o: math_call("sqrt", a[0]))
+expr("Floor")(lambda n, a, d, o: math_call("floor", a[0]))
+expr("Ceil")(lambda n, a, d, o: math_call("ceil", a[0]))
+expr("Round")(lambda n, a, d, o: math_call("rint", a[0]))
 _NP_UNARY = {"Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "arcsin", "Acos": "arccos",
              "Atan": "arctan", "Sinh": "sinh", "Cosh": "cosh", "Asinh": "arcsinh",
              "Acosh": "arccosh", "Atanh": "arctanh"}
 for _op, _fn in _NP_UNARY.items():
-    expr(_op)(lambda n, a, d, o, _fn=_fn: f"np.{_fn}({a[0]})")
-expr("Log")(lambda n, a, d, o: f"np.log({a[0]})")
+    expr(_op)(lambda n, a, d, o, _fn=_fn: math_call(_fn, a[0]))
+expr("Log")(lambda n, a, d, o: math_call("log", a[0]))
 expr("IsNaN", dtypes=FLOATS)(lambda n, a, d, o: f"({a[0]} != {a[0]})")
 
 
@@ -95,22 +120,24 @@ def _f32(o) -> bool:
 
 @expr("Exp")
 def _exp(n, a, d, o):
-    return f"_m.exp32({a[0]})" if _f32(o) else f"np.exp({a[0]})"
+    return math_call("exp32", a[0]) if _f32(o) else math_call("exp", a[0])
 
 
 @expr("Sigmoid")
 def _sigmoid(n, a, d, o):
-    return f"_m.sigmoid32({a[0]})" if _f32(o) else f"({lit(1, o)} / ({lit(1, o)} + np.exp(-{a[0]})))"
+    if _f32(o):
+        return math_call("sigmoid32", a[0])
+    return f"({lit(1, o)} / ({lit(1, o)} + {math_call('exp', '-' + a[0])}))"
 
 
 @expr("Tanh")
 def _tanh(n, a, d, o):
-    return f"_m.tanh32({a[0]})" if _f32(o) else f"np.tanh({a[0]})"
+    return math_call("tanh32", a[0]) if _f32(o) else math_call("tanh", a[0])
 
 
 @expr("Erf")
 def _erf(n, a, d, o):
-    return f"_m.erf32({a[0]})" if _f32(o) else f"math.erf({a[0]})"
+    return math_call("erf32", a[0]) if _f32(o) else math_call("erf", a[0])
 
 
 def _max(x, y):  # NaN-propagating select, like np.maximum
@@ -163,7 +190,7 @@ def _pow(n, a, d, o):
         if v == 1.0:
             return a[0]
         if v == 0.5 and is_f:
-            return f"np.sqrt({a[0]})"
+            return math_call("sqrt", a[0])
         if v == 3.0:
             return f"({a[0]} * {a[0]} * {a[0]})"
     if not is_f:  # integer base: std::pow on doubles, truncated, as onnxruntime
@@ -226,8 +253,8 @@ def _hswish(n, a, d, o):
 @expr("Softplus")
 def _softplus(n, a, d, o):
     x = a[0]
-    return (f"({x} + np.log1p(np.exp(-{x})) if {x} > {lit(0, o)} "
-            f"else np.log1p(np.exp({x})))")
+    return (f"({x} + {math_call('log1p', math_call('exp', '-' + x))} if {x} > {lit(0, o)} "
+            f"else {math_call('log1p', math_call('exp', x))})")
 
 
 @expr("Softsign")
@@ -284,11 +311,11 @@ def _mod(n, a, d, o):
     t = tname(o)
     if n.attrs.get("fmod", 0):  # C fmod: the sign of the dividend
         if np.dtype(o).kind == "f":
-            return f"np.fmod({a[0]}, {a[1]})"
+            return math_call("fmod", a[0], a[1])
         # integers: std::fmod on doubles, as onnxruntime; a - trunc(a / b) * b in float64 is
         # the same for |a|, |b| < 2**53 and vectorizes (integer division does not)
         fa, fb = f"np.float64({a[0]})", f"np.float64({a[1]})"
-        return f"{t}({fa} - np.trunc({fa} / {fb}) * {fb})"
+        return f"{t}({fa} - {math_call('trunc', f'{fa} / {fb}')} * {fb})"
     return f"{t}({a[0]} % {a[1]})"  # Python/numpy mod: the sign of the divisor
 
 
@@ -301,7 +328,7 @@ def _bitshift(n, a, d, o):
 for _op, _sym in (("BitwiseAnd", "&"), ("BitwiseOr", "|"), ("BitwiseXor", "^")):
     expr(_op, dtypes=INTS)(lambda n, a, d, o, _sym=_sym: f"{tname(o)}({a[0]} {_sym} {a[1]})")
 expr("BitwiseNot", dtypes=INTS)(lambda n, a, d, o: f"{tname(o)}(~{a[0]})")
-expr("Sign", dtypes=FLOATS + INTS)(lambda n, a, d, o: f"{tname(o)}(np.sign({a[0]}))")
+expr("Sign", dtypes=FLOATS + INTS)(lambda n, a, d, o: f"{tname(o)}({math_call('sign', a[0])})")
 
 
 # --- more activations ------------------------------------------------------------------------
@@ -453,6 +480,8 @@ class LoopStyle:
     """
 
     table = EXPR
+    #: how its kernels spell the math functions the templates call (see :func:`math_call`)
+    math = CPU_MATH
     #: statement placed first in the innermost loop body (None: nothing): the CPU's asks
     #: LLVM for 512-bit vectors where the CPU has them (``mathfn.wide_vectors``)
     widen: str | None = "_m.wide_vectors()"
@@ -520,11 +549,15 @@ def kernel_source(name: str, ops: list[tuple[Node, list[int], int]], operands: l
                 body.append(ind + load(j))
     if style.widen:
         body.append(ind + style.widen)
-    for node, refs, t in ops:
-        args = [None if r is None else (f"t{r}" if r >= 0 else f"a{-1 - r}") for r in refs]
-        dts = [None if r is None else (temp_dtypes[r] if r >= 0 else operands[-1 - r].dtype)
-               for r in refs]
-        body.append(f"{ind}t{t} = {style.table[node.op_type](node, args, dts, temp_dtypes[t])}")
+    math_names = _MATH.set(style.math)
+    try:
+        for node, refs, t in ops:
+            args = [None if r is None else (f"t{r}" if r >= 0 else f"a{-1 - r}") for r in refs]
+            dts = [None if r is None else (temp_dtypes[r] if r >= 0 else operands[-1 - r].dtype)
+                   for r in refs]
+            body.append(f"{ind}t{t} = {style.table[node.op_type](node, args, dts, temp_dtypes[t])}")
+    finally:
+        _MATH.reset(math_names)
     for i, t in enumerate(out_temps):
         target = ins[inplace[i]] if i in inplace else outs[i]
         body.append(f"{ind}{style.store(target, rank)} = t{t}")
