@@ -17,10 +17,11 @@ kernel takes one array per operand whatever its rank. The generated driver::
 the device (uploaded once), ``X``/``Y`` the segment's flat inputs/outputs, ``E`` an int32 error
 flag (Gather's index check), ``d`` the sizes and launch grids, ``o`` each workspace buffer's
 element offset. The text depends on the structure only, so new shapes reuse it and the kernels.
+Lowerings emit kernel-call objects (``em.call(_gemm.gemm, ...)``, :mod:`jitort.codegen.calls`);
+:mod:`jitort.codegen.cuda_render` writes the driver from them.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -29,58 +30,56 @@ import numpy as np
 from ..ir import Node, Value
 from ..planner import Buffer, MemoryPlan, plan_memory
 from . import module as modmgr
+from .calls import Call, DeviceArray, DeviceView, Dim, Generated, KernelModule, Launch
 from .cpu import SegmentCompiler
+from .cuda_render import check_device_arg, driver_source
 from .fusion import Group, fused_steps, group_operands
 from .registry import Unlowerable, registry
-from .elementwise import (EXPR, LoopStyle, Operand, collapse, kernel_source,
+from .elementwise import (EXPR, LoopStyle, NoMath, Operand, collapse, kernel_source,
                           supports_elementwise)
 from .lowerings import (ACT_CODES, REDUCE_KIND, _3d, _axes_from_input, _axis, _conv_geometry,
-                        _conv_pads, _prod, act_args, float_literal, slice_start_step)
+                        _conv_pads, _prod, act_args, slice_start_step)
 
 #: Threads per block of generated elementwise kernels.
 EW_BLOCK = 128
 
+#: Handles on the CUDA kernel library: ``_gemm.gemm`` is ``jitort.kernels.cuda.gemm.gemm``.
+_data, _gemm, _conv, _pool, _softmax, _norm, _reduce = (
+    KernelModule(m, package="cuda") for m in ("data", "gemm", "conv", "pool", "softmax", "norm",
+                                              "reduce"))
+
 # --- the elementwise table: the CPU's expressions with device math ---------------------------
 
-#: numpy/jitort math in the CPU table -> what a CUDA kernel calls instead.
-_DEVICE_MATH = {
-    "_m.exp32": "math.exp", "_m.tanh32": "math.tanh", "_m.erf32": "math.erf",
-    "_m.sigmoid32": "_cm.sigmoid", "np.exp": "math.exp", "np.log": "math.log",
-    "np.log1p": "math.log1p", "np.sqrt": "math.sqrt", "np.tanh": "math.tanh",
-    "np.sin": "math.sin", "np.cos": "math.cos", "np.tan": "math.tan", "np.arcsin": "math.asin",
-    "np.arccos": "math.acos", "np.arctan": "math.atan", "np.sinh": "math.sinh",
-    "np.cosh": "math.cosh", "np.arcsinh": "math.asinh", "np.arccosh": "math.acosh",
-    "np.arctanh": "math.atanh",
-}
-_CALL = re.compile(r"\b(_m\.\w+|np\.[a-z]\w*)\(")
+#: The templates' math functions (:data:`~jitort.codegen.elementwise.CPU_MATH`) as a CUDA
+#: kernel calls them; the others (np.fmod, np.trunc, ...) have no device version here.
+CUDA_MATH = {**{f: f"math.{f}" for f in ("exp", "log", "log1p", "sqrt", "tanh", "erf", "sin",
+                                         "cos", "tan", "sinh", "cosh")},
+             **{f"arc{f}": f"math.a{f}" for f in ("sin", "cos", "tan", "sinh", "cosh", "tanh")},
+             "exp32": "math.exp", "tanh32": "math.tanh", "erf32": "math.erf",
+             "sigmoid32": "_cm.sigmoid"}
 #: Ops whose CPU expression has no device equivalent here (math.floor returns an int in Numba).
 _NO_DEVICE = {"Round", "Sign", "Floor", "Ceil"}
 
 
-def _device_expr(fn):
+def _on_device(fn):
+    """``fn`` rendered for a device: a math function without a device version makes the node
+    fall back."""
     def render(n, a, d, o):
-        text = fn(n, a, d, o)
-
-        def sub(m):
-            name = m.group(1)
-            if name in _DEVICE_MATH:
-                return _DEVICE_MATH[name] + "("
-            if name.startswith("np.") and name[3:] in _SCALAR_TYPES:
-                return m.group(0)  # a typed literal or cast: np.float32(...)
-            raise Unlowerable(n, f"no device version of {name}")
-        return _CALL.sub(sub, text)
+        try:
+            return fn(n, a, d, o)
+        except NoMath as e:
+            raise Unlowerable(n, f"no device version of {e.args[0]}") from None
     return render
 
 
-_SCALAR_TYPES = {"float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                 "uint32", "uint64", "bool_"}
-CUDA_EXPR = {op: _device_expr(fn) for op, fn in EXPR.items() if op not in _NO_DEVICE}
+CUDA_EXPR = {op: _on_device(fn) for op, fn in EXPR.items() if op not in _NO_DEVICE}
 
 
 class CudaStyle(LoopStyle):
     """One thread per output element: the flat thread index is split into the collapsed dims."""
 
     table = CUDA_EXPR
+    math = CUDA_MATH
     widen = None
 
     def head(self, name, outs, ins, rank, parallel):
@@ -148,15 +147,22 @@ class _Row:
     end: int
 
 
+#: The driver's int32 error flag (Gather's index check), passed whole.
+ERR = DeviceArray("E")
+
+
 class CudaEmitter:
-    """Builds one driver body for one signature. Each value maps to ``(array, offset)`` text."""
+    """Builds one driver's kernel calls for one signature: each value is a
+    :class:`~jitort.codegen.calls.DeviceView` (array and element offset), each size a
+    :class:`~jitort.codegen.calls.Dim` of ``d``; :meth:`call` records a
+    :class:`~jitort.codegen.calls.Call` (rendered by :mod:`jitort.codegen.cuda_render`)."""
 
     def __init__(self, seg, shapes, hostvals, memo):
         self.seg, self.shapes, self.hostvals, self.memo = seg, shapes, hostvals, memo
-        self.lines: list[str] = []
+        self.calls: list[tuple[int, Call]] = []  # (step, call)
         self.dims: list[int] = []
         self.rows: list[_Row] = []
-        self.loc: dict[int, tuple[str, str]] = {}
+        self.views: dict[int, DeviceView] = {}  # id(value) -> its array and offset
         self.root: dict[int, int] = {}  # id(value) -> workspace row backing it
         self.consts: list[np.ndarray] = []
         self._const_index: dict[int, int] = {}
@@ -167,64 +173,78 @@ class CudaEmitter:
         self.in_index = {id(v): i for i, v in enumerate(seg.arg_inputs)}
         self.out_index = {id(v): i for i, v in enumerate(seg.arg_outputs)}
 
-    def dim(self, n: int) -> str:
+    def size(self, n: int) -> Dim:
+        """A size (or integer parameter) in the driver: a slot of the ``d`` array."""
         self.dims.append(int(n))
-        return f"d[{len(self.dims) - 1}]"
+        return Dim(len(self.dims) - 1)
+
+    def sizes(self, xs) -> tuple[Dim, ...]:
+        return tuple(self.size(x) for x in xs)
 
     def shape(self, v: Value) -> tuple[int, ...]:
         return v.const.shape if v.is_const else self.shapes[id(v)]
 
-    def size(self, v: Value) -> int:
-        return _prod(self.shape(v))
-
-    def arr(self, v: Value) -> str:
-        """``"array, offset"`` of ``v`` for a kernel call; records the read."""
-        got = self.loc.get(id(v))
+    def read(self, v: Value) -> DeviceView:
+        """``v``'s array and offset as a kernel-call argument; records the read."""
+        got = self.views.get(id(v))
         if got is None:
             if id(v) in self.in_index:
-                got = (f"X[{self.in_index[id(v)]}]", "0")
+                got = DeviceView(f"X[{self.in_index[id(v)]}]")
             elif v.is_const or id(v) in self.hostvals:
                 host = v.const if v.is_const else self.hostvals[id(v)]
                 k = self._const_index.get(id(host))
                 if k is None:
                     k = self._const_index[id(host)] = len(self.consts)
                     self.consts.append(np.ascontiguousarray(host).reshape(-1))
-                got = (f"C[{k}]", "0")
+                got = DeviceView(f"C[{k}]")
             else:
                 raise KeyError(f"value {v.name!r} read before it is produced")
-            self.loc[id(v)] = got
+            self.views[id(v)] = got
         r = self.root.get(id(v))
         if r is not None:
             self.rows[r].end = self.step
-        return f"{got[0]}, {got[1]}"
+        return got
 
-    def out(self, v: Value) -> str:
-        """``"array, offset"`` that ``v`` is written to at this step."""
+    def write(self, v: Value) -> DeviceView:
+        """The array and offset ``v`` is written to at this step."""
         if id(v) in self.out_index:
-            got = (f"Y[{self.out_index[id(v)]}]", "0")
+            got = DeviceView(f"Y[{self.out_index[id(v)]}]")
         else:
             dt = np.dtype(v.dtype)
-            self.rows.append(_Row(self.size(v) * dt.itemsize, dt, self.step, self.step))
+            self.rows.append(_Row(_prod(self.shape(v)) * dt.itemsize, dt, self.step, self.step))
             r = len(self.rows) - 1
             self.root[id(v)] = r
             self.dtypes.add(dt.name)
-            got = (f"w_{dt.name}", f"o[{r}]")
-        self.loc[id(v)] = got
-        return f"{got[0]}, {got[1]}"
+            got = DeviceView(f"w_{dt.name}", r)
+        self.views[id(v)] = got
+        return got
 
     def alias(self, dst: Value, src: Value) -> None:
         """``dst`` is ``src`` reshaped: the same array and offset (a copy if ``dst`` is an output)."""
-        s = self.arr(src)
+        s = self.read(src)
         if id(dst) in self.out_index:
-            n = self.size(dst)
-            self.call(f"_data.copy_nd({s}, (1,), {self.out(dst)}, (1,), ({self.dim(n)},))")
+            n = _prod(self.shape(dst))
+            self.call(_data.copy_nd, s, (1,), self.write(dst), (1,), (self.size(n),))
             return
-        self.loc[id(dst)] = self.loc[id(src)]
+        self.views[id(dst)] = s
         if id(src) in self.root:
             self.root[id(dst)] = self.root[id(src)]
 
-    def call(self, line: str) -> None:
-        self.lines.append(line)
+    def error_flag(self) -> DeviceArray:
+        """The driver's error flag, checked after the call."""
+        self.uses_err = True
+        return ERR
+
+    def call(self, callee, *args) -> None:
+        """Emit ``callee(*args)`` at this step: a CUDA library
+        :class:`~jitort.codegen.calls.Kernel` or a :class:`~jitort.codegen.calls.Launch`."""
+        for a in args:
+            check_device_arg(a)
+        self.calls.append((self.step, Call(callee, args)))
+
+    def generated(self, prefix: str, source: str) -> Generated:
+        """A kernel generated for this model (see :meth:`kernel`)."""
+        return Generated(self.kernel(prefix, source))
 
     def kernel(self, prefix: str, source: str) -> str:
         # the header is hashed too (it names the versions the text compiles with): else a new
@@ -257,13 +277,13 @@ def lower_group(em: CudaEmitter, grp: Group, consumers_outside) -> None:
     prefix = "kc_" + "_".join(dict.fromkeys(n.op_type.lower() for n in grp.nodes[:4]))
     src = kernel_source("__KNAME__", ops, opnds, outs, len(extents), False, temp_dtypes,
                         style=CUDA_STYLE)
-    kname = em.kernel(prefix, src)
+    kernel = em.generated(prefix, src)
     total = _prod(extents)
-    args = [em.out(grp.nodes[i].outputs[0]) for i in outs]
-    args += [em.arr(v) for v in operands]
-    args += [em.dim(e) for e in extents] + [em.dim(total)]
+    args = [em.write(grp.nodes[i].outputs[0]) for i in outs]
+    args += [em.read(v) for v in operands]
+    args += [*em.sizes(extents), em.size(total)]
     if total:
-        em.call(f"{kname}[{em.dim(max(1, -(-total // EW_BLOCK)))}, {EW_BLOCK}]({', '.join(args)})")
+        em.call(Launch(kernel, em.size(max(1, -(-total // EW_BLOCK))), EW_BLOCK), *args)
 
 
 # --- lowerings -------------------------------------------------------------------------------
@@ -294,10 +314,6 @@ def _strides(shape) -> list[int]:
         out.append(acc)
         acc *= s
     return out[::-1]
-
-
-def _tup(em: CudaEmitter, xs) -> str:
-    return "(" + "".join(f"{em.dim(x)}, " for x in xs) + ")"
 
 
 @lowering("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", supports=_plain)
@@ -333,10 +349,9 @@ def _mm_ok(n: Node) -> bool:
 @lowering("MatMul", supports=_mm_ok)
 def lower_matmul(em: CudaEmitter, n: Node) -> None:
     nb, m, nn, k, sab, sbb = _mm_geometry(em, n)
-    a, b = em.arr(n.inputs[0]), em.arr(n.inputs[1])
-    y = em.out(n.outputs[0])
-    em.call(f"_gemm.matmul3d({a}, {em.dim(sab)}, {b}, {em.dim(sbb)}, {y}, "
-            f"{', '.join(em.dim(x) for x in (nb, m, nn, k))})")
+    a, b = em.read(n.inputs[0]), em.read(n.inputs[1])
+    y = em.write(n.outputs[0])
+    em.call(_gemm.matmul3d, a, em.size(sab), b, em.size(sbb), y, *em.sizes((nb, m, nn, k)))
 
 
 @lowering("MatMulBias", domain="jitort", supports=lambda n: _mm_ok(n) and _is_float(n.inputs[2])
@@ -345,12 +360,11 @@ def lower_matmul_bias(em: CudaEmitter, n: Node) -> None:
     nb, m, nn, k, sab, sbb = _mm_geometry(em, n)
     if _prod(em.shape(n.inputs[2])) != nn:
         raise Unlowerable(n, "MatMulBias bias is not one row")
-    a, b, bias = em.arr(n.inputs[0]), em.arr(n.inputs[1]), em.arr(n.inputs[2])
-    y = em.out(n.outputs[0])
+    a, b, bias = em.read(n.inputs[0]), em.read(n.inputs[1]), em.read(n.inputs[2])
+    y = em.write(n.outputs[0])
     act, alpha, beta = act_args(n)
-    em.call(f"_gemm.matmul3d_bias_act({a}, {em.dim(sab)}, {b}, {em.dim(sbb)}, {bias}, {y}, "
-            f"{', '.join(em.dim(x) for x in (nb, m, nn, k))}, {act}, "
-            f"{float_literal(alpha, 'float')}, {float_literal(beta, 'float')})")
+    em.call(_gemm.matmul3d_bias_act, a, em.size(sab), b, em.size(sbb), bias, y,
+            *em.sizes((nb, m, nn, k)), act, float(alpha), float(beta))
 
 
 @lowering("Gemm", supports=_same_float)
@@ -362,14 +376,14 @@ def lower_gemm(em: CudaEmitter, n: Node) -> None:
     if c is not None:
         sc = em.shape(c)
         rows, cols = {0: (1, 1), 1: (1, sc[0] if sc else 1)}.get(len(sc), tuple(sc))
-        cv, csi, csj = em.arr(c), (cols if rows > 1 else 0), (1 if cols > 1 else 0)
+        cv, csi, csj = em.read(c), (cols if rows > 1 else 0), (1 if cols > 1 else 0)
     else:
-        cv, csi, csj = em.arr(a), 0, 0  # not read
-    av, bv = em.arr(a), em.arr(b)
-    yv = em.out(y)
-    em.call(f"_gemm.gemm({av}, {bv}, {cv}, {em.dim(csi)}, {em.dim(csj)}, {yv}, "
-            f"{', '.join(em.dim(x) for x in (m, nn, k))}, {float(n.attrs.get('alpha', 1.0))!r}, "
-            f"{float(n.attrs.get('beta', 1.0))!r}, {ta}, {tb}, {c is not None})")
+        cv, csi, csj = em.read(a), 0, 0  # not read
+    av, bv = em.read(a), em.read(b)
+    yv = em.write(y)
+    em.call(_gemm.gemm, av, bv, cv, em.size(csi), em.size(csj), yv, *em.sizes((m, nn, k)),
+            float(n.attrs.get("alpha", 1.0)), float(n.attrs.get("beta", 1.0)), ta, tb,
+            c is not None)
 
 
 @lowering("Transpose", supports=_plain)
@@ -388,9 +402,9 @@ def lower_transpose(em: CudaEmitter, n: Node) -> None:
     xs = _strides(shape)
     out_shape = [_prod([shape[a] for a in r]) for r in runs]
     xstr = [xs[r[-1]] for r in runs]
-    xv = em.arr(x)
-    em.call(f"_data.copy_nd({xv}, {_tup(em, xstr)}, {em.out(y)}, {_tup(em, _strides(out_shape))}, "
-            f"{_tup(em, out_shape)})")
+    xv = em.read(x)
+    em.call(_data.copy_nd, xv, em.sizes(xstr), em.write(y), em.sizes(_strides(out_shape)),
+            em.sizes(out_shape))
 
 
 @lowering("Concat", supports=_plain)
@@ -400,13 +414,13 @@ def lower_concat(em: CudaEmitter, n: Node) -> None:
     axis = _axis(n.attrs["axis"], len(shape))
     o, total, i = _3d(shape, axis)
     parts = [(v, em.shape(v)[axis]) for v in n.inputs if v is not None]
-    srcs = [em.arr(v) for v, _ in parts]
-    arr, off = em.out(y).split(", ")
+    srcs = [em.read(v) for v, _ in parts]
+    yv = em.write(y)
     start = 0
     for (v, a), s in zip(parts, srcs):
         if a:
-            em.call(f"_data.copy_nd({s}, {_tup(em, (a * i, i, 1))}, {arr}, {off} + {em.dim(start * i)}, "
-                    f"{_tup(em, (total * i, i, 1))}, {_tup(em, (o, a, i))})")
+            em.call(_data.copy_nd, s, em.sizes((a * i, i, 1)), yv.at(em.size(start * i)),
+                    em.sizes((total * i, i, 1)), em.sizes((o, a, i)))
         start += a
 
 
@@ -416,14 +430,14 @@ def lower_split(em: CudaEmitter, n: Node) -> None:
     shape = em.shape(x)
     axis = _axis(n.attrs.get("axis", 0), len(shape))
     o, total, i = _3d(shape, axis)
-    arr, off = em.arr(x).split(", ")
+    xv = em.read(x)
     start = 0
     for v in n.outputs:
         a = em.shape(v)[axis]
-        yv = em.out(v)
+        yv = em.write(v)
         if a:
-            em.call(f"_data.copy_nd({arr}, {off} + {em.dim(start * i)}, {_tup(em, (total * i, i, 1))}, "
-                    f"{yv}, {_tup(em, (a * i, i, 1))}, {_tup(em, (o, a, i))})")
+            em.call(_data.copy_nd, xv.at(em.size(start * i)), em.sizes((total * i, i, 1)), yv,
+                    em.sizes((a * i, i, 1)), em.sizes((o, a, i)))
         start += a
 
 
@@ -437,10 +451,10 @@ def lower_slice(em: CudaEmitter, n: Node) -> None:
     start, step = slice_start_step(em, n, shape)  # the ends are in the inferred output shape
     xs = _strides(shape)
     out_shape = em.shape(y)
-    arr, off = em.arr(x).split(", ")
+    xv = em.read(x)
     base = sum(st * s for st, s in zip(start, xs)) if _prod(out_shape) else 0
-    em.call(f"_data.copy_nd({arr}, {off} + {em.dim(base)}, {_tup(em, [a * b for a, b in zip(xs, step)])}, "
-            f"{em.out(y)}, {_tup(em, _strides(out_shape))}, {_tup(em, out_shape)})")
+    em.call(_data.copy_nd, xv.at(em.size(base)), em.sizes([a * b for a, b in zip(xs, step)]),
+            em.write(y), em.sizes(_strides(out_shape)), em.sizes(out_shape))
 
 
 @lowering("Gather", supports=lambda n: _plain(n)
@@ -452,9 +466,8 @@ def lower_gather(em: CudaEmitter, n: Node) -> None:
         raise Unlowerable(n, "Gather on a scalar")
     o, a, i = _3d(shape, _axis(n.attrs.get("axis", 0), len(shape)))
     k = _prod(em.shape(idx))
-    em.uses_err = True
-    dv, iv = em.arr(data), em.arr(idx)
-    em.call(f"_data.gather3({dv}, {iv}, {em.out(y)}, {', '.join(em.dim(v) for v in (o, a, k, i))}, E)")
+    dv, iv = em.read(data), em.read(idx)
+    em.call(_data.gather3, dv, iv, em.write(y), *em.sizes((o, a, k, i)), em.error_flag())
 
 
 @lowering("Softmax", "LogSoftmax", supports=_same_float)
@@ -468,9 +481,9 @@ def lower_softmax(em: CudaEmitter, n: Node) -> None:
     else:
         axis = _axis(n.attrs.get("axis", 1), len(shape))
         dims = (_prod(shape[:axis]), _prod(shape[axis:]), 1)
-    fn = "softmax3d" if n.op_type == "Softmax" else "logsoftmax3d"
-    xv = em.arr(x)
-    em.call(f"_softmax.{fn}({xv}, {em.out(y)}, {', '.join(em.dim(v) for v in dims)})")
+    kernel = _softmax.softmax3d if n.op_type == "Softmax" else _softmax.logsoftmax3d
+    xv = em.read(x)
+    em.call(kernel, xv, em.write(y), *em.sizes(dims))
 
 
 @lowering("LayerNormalization", supports=lambda n: _same_float(n) and len(n.outputs) == 1)
@@ -479,12 +492,12 @@ def lower_layernorm(em: CudaEmitter, n: Node) -> None:
     shape = em.shape(x)
     axis = _axis(n.attrs.get("axis", -1), len(shape))
     outer, inner = _prod(shape[:axis]), _prod(shape[axis:])
-    if em.size(scale) != inner or (bias is not None and em.size(bias) != inner):
+    if _prod(em.shape(scale)) != inner or (bias is not None and _prod(em.shape(bias)) != inner):
         raise Unlowerable(n, "LayerNormalization scale/bias broadcast")
-    xv, sv = em.arr(x), em.arr(scale)
-    bv = em.arr(bias) if bias is not None else sv
-    em.call(f"_norm.layernorm2d({xv}, {sv}, {bv}, {em.out(y)}, {em.dim(outer)}, {em.dim(inner)}, "
-            f"{float(n.attrs.get('epsilon', 1e-5))!r}, {bias is not None})")
+    xv, sv = em.read(x), em.read(scale)
+    bv = em.read(bias) if bias is not None else sv
+    em.call(_norm.layernorm2d, xv, sv, bv, em.write(y), em.size(outer), em.size(inner),
+            float(n.attrs.get("epsilon", 1e-5)), bias is not None)
 
 
 @lowering("BatchNormalization", supports=lambda n: _same_float(n) and len(n.outputs) == 1
@@ -494,10 +507,9 @@ def lower_batchnorm(em: CudaEmitter, n: Node) -> None:
     shape = em.shape(x)
     if len(shape) < 2:
         raise Unlowerable(n, "BatchNormalization of rank < 2")
-    p = ", ".join(em.arr(v) for v in [x] + n.inputs[1:5])
-    em.call(f"_norm.batchnorm3d({p}, {em.out(y)}, "
-            f"{', '.join(em.dim(v) for v in (shape[0], shape[1], _prod(shape[2:])))}, "
-            f"{float(n.attrs.get('epsilon', 1e-5))!r})")
+    params = [em.read(v) for v in [x] + n.inputs[1:5]]
+    em.call(_norm.batchnorm3d, *params, em.write(y),
+            *em.sizes((shape[0], shape[1], _prod(shape[2:]))), float(n.attrs.get("epsilon", 1e-5)))
 
 
 @lowering(*REDUCE_KIND, supports=lambda n: _is_float(n.inputs[0], n.outputs[0])
@@ -524,9 +536,8 @@ def lower_reduce(em: CudaEmitter, n: Node) -> None:
     o, r, i = _prod(shape[:axes[0]]), _prod(shape[axes[0]:axes[-1] + 1]), _prod(shape[axes[-1] + 1:])
     if r == 0:
         raise Unlowerable(n, "reduction over an empty axis")
-    xv = em.arr(x)
-    em.call(f"_reduce.reduce3d({xv}, {em.out(y)}, {', '.join(em.dim(v) for v in (o, r, i))}, "
-            f"{REDUCE_KIND[n.op_type]})")
+    xv = em.read(x)
+    em.call(_reduce.reduce3d, xv, em.write(y), *em.sizes((o, r, i)), REDUCE_KIND[n.op_type])
 
 
 def _lower_conv(em: CudaEmitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> None:
@@ -534,23 +545,22 @@ def _lower_conv(em: CudaEmitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> N
     the output's shape and activation applied by each thread to its output element)."""
     x, w, b, y = n.inputs[0], n.inputs[1], n.input(2), n.outputs[0]
     xs, ws, ys, strides, dil, pads, group = _conv_geometry(em, n)
-    xv, wv = em.arr(x), em.arr(w)
-    bv = em.arr(b) if b is not None else wv
+    xv, wv = em.read(x), em.read(w)
+    bv = em.read(b) if b is not None else wv
     geo = (xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], ys[2], ys[3], strides[0], strides[1],
            pads[0], pads[1], dil[0], dil[1], group)
-    dims = ", ".join(em.dim(v) for v in geo)
+    dims = em.sizes(geo)
     if n.op_type == "Conv":
-        em.call(f"_conv.conv2d({xv}, {wv}, {bv}, {em.out(y)}, {dims}, {b is not None})")
+        em.call(_conv.conv2d, xv, wv, bv, em.write(y), *dims, b is not None)
         return
-    rv = em.arr(residual) if residual is not None else None
-    yv = em.out(y)  # a fresh row, live with the residual's at this step: never the same memory
+    rv = em.read(residual) if residual is not None else None
+    yv = em.write(y)  # a fresh row, live with the residual's at this step: never the same memory
     code, alpha, beta = act
-    epi = f"{code}, {float_literal(alpha, 'float')}, {float_literal(beta, 'float')}"
+    epi = (code, float(alpha), float(beta))
     if residual is None:
-        em.call(f"_conv.conv2d_bias_act({xv}, {wv}, {bv}, {yv}, {dims}, {b is not None}, {epi})")
+        em.call(_conv.conv2d_bias_act, xv, wv, bv, yv, *dims, b is not None, *epi)
     else:
-        em.call(f"_conv.conv2d_bias_add_act({xv}, {wv}, {bv}, {rv}, {yv}, {dims}, {b is not None}, "
-                f"True, {epi})")
+        em.call(_conv.conv2d_bias_add_act, xv, wv, bv, rv, yv, *dims, b is not None, True, *epi)
 
 
 @lowering("Conv", supports=_same_float)
@@ -590,18 +600,17 @@ def _pool_geometry(em: CudaEmitter, n: Node):
 @lowering("MaxPool", supports=lambda n: _pool_ok(n) and n.attrs.get("storage_order", 0) == 0)
 def lower_maxpool(em: CudaEmitter, n: Node) -> None:
     geo, dil, _ = _pool_geometry(em, n)
-    xv = em.arr(n.inputs[0])
-    em.call(f"_pool.maxpool2d({xv}, {em.out(n.outputs[0])}, "
-            f"{', '.join(em.dim(v) for v in geo + tuple(dil))})")
+    xv = em.read(n.inputs[0])
+    em.call(_pool.maxpool2d, xv, em.write(n.outputs[0]), *em.sizes(geo + tuple(dil)))
 
 
 @lowering("AveragePool", supports=lambda n: _pool_ok(n)
           and list(n.attrs.get("dilations", [1, 1])) == [1, 1])
 def lower_avgpool(em: CudaEmitter, n: Node) -> None:
     geo, _, ends = _pool_geometry(em, n)
-    xv = em.arr(n.inputs[0])
-    em.call(f"_pool.avgpool2d({xv}, {em.out(n.outputs[0])}, {', '.join(em.dim(v) for v in geo)}, "
-            f"{bool(n.attrs.get('count_include_pad', 0))}, {em.dim(ends[0])}, {em.dim(ends[1])})")
+    xv = em.read(n.inputs[0])
+    em.call(_pool.avgpool2d, xv, em.write(n.outputs[0]), *em.sizes(geo),
+            bool(n.attrs.get("count_include_pad", 0)), em.size(ends[0]), em.size(ends[1]))
 
 
 @lowering("GlobalAveragePool", "GlobalMaxPool", supports=lambda n: _is_float(n.inputs[0], n.outputs[0]))
@@ -609,10 +618,9 @@ def lower_global_pool(em: CudaEmitter, n: Node) -> None:
     xs = em.shape(n.inputs[0])
     if len(xs) < 3 or _prod(xs[2:]) == 0:
         raise Unlowerable(n, "global pooling needs N, C and non-empty spatial dims")
-    fn = "global_avgpool" if n.op_type == "GlobalAveragePool" else "global_maxpool"
-    xv = em.arr(n.inputs[0])
-    em.call(f"_pool.{fn}({xv}, {em.out(n.outputs[0])}, {em.dim(xs[0] * xs[1])}, "
-            f"{em.dim(_prod(xs[2:]))})")
+    kernel = _pool.global_avgpool if n.op_type == "GlobalAveragePool" else _pool.global_maxpool
+    xv = em.read(n.inputs[0])
+    em.call(kernel, xv, em.write(n.outputs[0]), em.size(xs[0] * xs[1]), em.size(_prod(xs[2:])))
 
 
 # --- segment compilation ---------------------------------------------------------------------
@@ -632,6 +640,7 @@ class CudaPlan:
     uses_err: bool
     kernel_names: list[str]
     source_path: str
+    calls: list[Call]  # the driver's kernel calls, in order
     device_consts: list | None = None
 
 
@@ -665,26 +674,15 @@ class CudaSegmentCompiler(SegmentCompiler):
                 fn(em, item)
             em.step += 1
         for v in seg.arg_outputs:
-            if id(v) not in em.loc:
+            if id(v) not in em.views:
                 raise Unlowerable(seg.nodes[-1], f"segment output {v.name} not produced")
         exports = {id(v): hostvals[id(v)] for v in seg.outputs if id(v) in hostvals}
         return self._finish(em, shapes, exports)
 
     def _finish(self, em: CudaEmitter, shapes, exports) -> CudaPlan:
-        body = [f"    w_{dt} = W[{dt!r}]" for dt in sorted(em.dtypes)]
-        body += [f"    {line}" for line in em.lines] or ["    pass"]
+        calls = [c for _, c in em.calls]
+        src = driver_source(calls, em.dtypes)
         names = sorted(em.kernels)
-        src = "\n".join([
-            modmgr.header().rstrip(),
-            "import numpy as np",
-            "from jitort.kernels.cuda import data as _data, gemm as _gemm, conv as _conv, "
-            "pool as _pool, softmax as _softmax, norm as _norm, reduce as _reduce",
-            *[f"from {modmgr.PACKAGE}.{k} import {k}" for k in names],
-            "", "",
-            "def call(W, C, X, Y, E, d, o):",
-            *body,
-            "",
-        ])
         for name in names:
             modmgr.load(name, modmgr.header() + _PRELUDE + em.kernels[name])
         mod = modmgr.load(modmgr.module_name("cudadriver", src), src)
@@ -693,4 +691,4 @@ class CudaSegmentCompiler(SegmentCompiler):
         o = tuple(b.offset // em.rows[b.key].dtype.itemsize for b in bufs)  # 64-byte aligned
         return CudaPlan(mod.call, tuple(em.dims), o, mem.workspace_bytes, mem,
                         [shapes[id(v)] for v in self.seg.arg_outputs], exports, em.consts,
-                        em.uses_err, names, mod.__file__)
+                        em.uses_err, names, mod.__file__, calls)
