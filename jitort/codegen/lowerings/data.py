@@ -6,12 +6,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...ir import Node
+from ..calls import KernelModule
 from ..registry import Unlowerable, lowering
 from ..symbolic import concrete
 from .common import (_3d, _axis, _plain, _prod)
 
 if TYPE_CHECKING:
-    from ..cpu import Emitter
+    from ..emitter import Emitter
+
+_data = KernelModule("data")
+_tr = KernelModule("transpose")
 
 
 @lowering("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity",
@@ -45,8 +49,8 @@ def lower_transpose(em: Emitter, n: Node) -> None:
     in_shape = [_prod([shape[a] for a in runs[i]]) for i in order]
     out_shape = [_prod([shape[a] for a in r]) for r in runs]
     if len(runs) == 1:
-        yv = em.out(y)
-        em.call(f"_data.copy_flat({em.arr(x)}.reshape(-1), {yv}.reshape(-1))")
+        yv = em.write(y)
+        em.call(_data.copy_flat, em.read(x).flat(), yv.flat())
         return
     r = len(runs)
     pos = {i: j for j, i in enumerate(order)}  # run i sits at input position pos[i]
@@ -54,11 +58,12 @@ def lower_transpose(em: Emitter, n: Node) -> None:
             and all(pos[i] == i for i in range(r - 2))):
         # the last two (merged) axes swap: NCHW <-> NHWC, K^T, 2-D: tiles through registers
         bsz = _prod(in_shape[:r - 2])
-        x3 = em.tuple_expr((bsz, in_shape[r - 2], in_shape[r - 1]))
-        y3 = em.tuple_expr((bsz, in_shape[r - 1], in_shape[r - 2]))
+        x3 = em.sizes((bsz, in_shape[r - 2], in_shape[r - 1]))
+        y3 = em.sizes((bsz, in_shape[r - 1], in_shape[r - 2]))
         par = em.split("transpose_par", n, _prod(shape), _TRANSPOSE_PAR_ELEMS)
-        fn = "transpose_last2_par" if par else "transpose_last2"
-        em.call(f"_tr.{fn}({em.arr(x)}.reshape({x3}), {em.out(y)}.reshape({y3}))")
+        fn = _tr.transpose_last2_par if par else _tr.transpose_last2
+        xv = em.read(x).reshape(x3)
+        em.call(fn, xv, em.write(y).reshape(y3))
         return
     idx_in = ["" for _ in range(r)]
     for out_axis, run_i in enumerate(range(r)):
@@ -69,10 +74,9 @@ def lower_transpose(em: Emitter, n: Node) -> None:
         lines.append(f"{ind}for i{k} in range(y.shape[{k}]):")
         ind += "    "
     lines.append(f"{ind}y[{', '.join(f'i{k}' for k in range(r))}] = x[{', '.join(idx_in)}]")
-    kname = em.kernel(f"k_transpose{r}", "\n".join(lines) + "\n")
-    yv = em.out(y)
-    em.call(f"{kname}({yv}.reshape({em.tuple_expr(out_shape)}), "
-            f"{em.arr(x)}.reshape({em.tuple_expr(in_shape)}))")
+    kern = em.generated(f"k_transpose{r}", "\n".join(lines) + "\n")
+    yv = em.write(y).reshape(em.sizes(out_shape))
+    em.call(kern, yv, em.shaped(x, in_shape))
 
 
 @lowering("Gather", supports=lambda n: _plain(n)
@@ -85,13 +89,13 @@ def lower_gather(em: Emitter, n: Node) -> None:
     axis = _axis(n.attrs.get("axis", 0), len(shape))
     o, a, i = _3d(shape, axis)
     k = _prod(em.shape(idx))
-    yv = em.out(y)
+    yv = em.write(y)
     # decided once per node (memo) so the generated text does not change with the shapes
     if ("par", id(n)) not in em.memo:
         em.memo[("par", id(n))] = concrete(o * k * i) >= (1 << 16)  # once, not a guard
-    par = "_par" if em.memo[("par", id(n))] else ""
-    em.call(f"_data.gather3{par}({em.arr(data)}.reshape({em.tuple_expr((o, a, i))}), "
-            f"{em.arr(idx)}.reshape({em.tuple_expr((k,))}), {yv}.reshape({em.tuple_expr((o, k, i))}))")
+    fn = _data.gather3_par if em.memo[("par", id(n))] else _data.gather3
+    dv = em.shaped(data, (o, a, i))
+    em.call(fn, dv, em.shaped(idx, (k,)), yv.reshape(em.sizes((o, k, i))))
 
 
 @lowering("Concat", supports=_plain)
@@ -100,18 +104,16 @@ def lower_concat(em: Emitter, n: Node) -> None:
     shape = em.shape(y)
     axis = _axis(n.attrs["axis"], len(shape))
     o, total, i = _3d(shape, axis)
-    yv = em.out(y)
-    y3 = f"{yv}.reshape({em.tuple_expr((o, total, i))})"
+    y3 = em.write(y).reshape(em.sizes((o, total, i)))
     off = 0
     for v in n.inputs:
         if v is None:
             continue
         a = em.shape(v)[axis]
         if a and em.embed.get(id(v), (None,))[0] is not y:  # embedded inputs are already there
-            em.call(f"_data.copy3_into({em.arr(v)}.reshape({em.tuple_expr((o, a, i))}), {y3}, "
-                    f"{em.dim(off)})")
+            em.call(_data.copy3_into, em.shaped(v, (o, a, i)), y3, em.size(off))
         else:
-            em.arr(v)  # record the read (keeps the shared buffer alive)
+            em.read(v)  # record the read (keeps the shared buffer alive)
         off += a
 
 
@@ -121,12 +123,12 @@ def lower_split(em: Emitter, n: Node) -> None:
     shape = em.shape(x)
     axis = _axis(n.attrs.get("axis", 0), len(shape))
     o, total, i = _3d(shape, axis)
-    x3 = f"{em.arr(x)}.reshape({em.tuple_expr((o, total, i))})"
+    x3 = em.shaped(x, (o, total, i))
     off = 0
     for v in n.outputs:
         a = em.shape(v)[axis]
-        yv = em.out(v)
-        em.call(f"_data.copy3_from({x3}, {yv}.reshape({em.tuple_expr((o, a, i))}), {em.dim(off)})")
+        yv = em.write(v).reshape(em.sizes((o, a, i)))
+        em.call(_data.copy3_from, x3, yv, em.size(off))
         off += a
 
 
@@ -173,7 +175,7 @@ def lower_slice(em: Emitter, n: Node) -> None:
     lines.append(f"{ind}y[{', '.join(f'i{k}' for k in range(rank))}{',' if rank == 1 else ''}] = x[{ix}{',' if rank == 1 else ''}]")
     if rank == 0:
         raise Unlowerable(n, "Slice of a scalar")
-    kname = em.kernel(f"k_slice{rank}", "\n".join(lines) + "\n")
-    args = "".join(f", {em.dim(start[k])}, {em.dim(step[k])}" for k in sliced)
-    yv = em.out(y)
-    em.call(f"{kname}({yv}, {em.arr(x)}{args})")
+    kern = em.generated(f"k_slice{rank}", "\n".join(lines) + "\n")
+    args = [em.size(v) for k in sliced for v in (start[k], step[k])]
+    yv = em.write(y)
+    em.call(kern, yv, em.read(x), *args)
