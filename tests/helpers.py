@@ -104,3 +104,16 @@ def require_cases(cases, minimum: int, source: str):
                     "source is missing or truncated (or the floor in the test needs revisiting)",
                     pytrace=False)
     return cases
+
+
+def kernels_called(cm) -> list:
+    """The callees of the kernel calls of each distinct generated driver of ``cm``, in order
+    (:class:`jitort.codegen.calls.Kernel` for the library, ``Generated`` for fused kernels)."""
+    drivers = {p.source_path: p.calls for p in cm.plans()}
+    return [c.callee for path in sorted(drivers) for c in drivers[path]]
+
+
+def called_names(cm) -> list[str]:
+    """:func:`kernels_called` as names: ``module.function`` for library kernels, the
+    generated function's name (``k_...``) for fused ones."""
+    return [repr(k) for k in kernels_called(cm)]

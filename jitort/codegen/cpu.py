@@ -29,7 +29,7 @@ from .elementwise import Operand, collapse, kernel_source, supports_elementwise
 from .emitter import ConstArena, Emitter, aligned_empty  # noqa: F401 (aligned_empty: runtime's)
 from .fusion import Group, concat_placements, fused_steps, group_operands
 from .plan import MAX_RECORDS, Plan, Recording, check_views, layout, promote
-from .registry import KERNEL_MODULES, LOWER, SUPPORT, Unlowerable  # noqa: F401 (tests patch LOWER)
+from .registry import LOWER, SUPPORT, Unlowerable  # noqa: F401 (tests patch LOWER)
 from .symbolic import GuardedHostvals, SymShapes, Tape, concrete
 
 #: Elementwise work below this many elements runs serially (16K floats: ~3-10 us of work; a
@@ -360,7 +360,7 @@ class SegmentCompiler:
         exports = {id(v): dict.get(hostvals, id(v)) for v in seg.outputs if id(v) in hostvals}
         outs_needed = seg.arg_outputs
         for v in outs_needed:  # an output nobody wrote (e.g. produced by a host node) is a bug
-            if id(v) not in em.names:
+            if not em.produced(v):
                 raise Unlowerable(seg.nodes[-1], f"segment output {v.name} not produced")
         return em, exports
 
@@ -379,7 +379,7 @@ class SegmentCompiler:
         check_views(drv.views, d, mem, pb, seg, shapes)
         out_shapes = [shapes[id(v)] for v in seg.arg_outputs]
         from ..kernels.cpu.blas import calls_blas
-        uses_blas = any(calls_blas(KERNEL_MODULES[a]) for a in drv.libs)
+        uses_blas = any(calls_blas(m) for m in drv.libs)
         mod = drv.module
         parts = None
         call = mod.call

@@ -42,12 +42,12 @@ class Row:
 
 
 class Emitter:
-    """Builds one driver's body for one signature. Deterministic: same structure, same text.
+    """Builds one driver's kernel calls for one signature. Deterministic: the same structure
+    gives the same calls, hence the same driver text.
 
-    Array names are *declared* (``self.decls``: name -> expression) rather than emitted, so a
-    chunk of the driver can re-declare exactly the views it uses. Every size and offset goes
-    through the ``d`` and ``o`` arrays: literal ints passed to an njit function would make Numba
-    compile one specialization per literal value.
+    Every size and offset goes through the ``d`` array (:class:`~jitort.codegen.calls.Dim`,
+    :class:`~jitort.codegen.calls.Offset`): literal ints passed to an njit function would make
+    Numba compile one specialization per literal value.
     """
 
     #: the model's thread count (None: as many as Numba runs); per-worker scratch is sized by it
@@ -55,14 +55,11 @@ class Emitter:
 
     def __init__(self, seg, shapes, hostvals, consts: "ConstArena", memo: dict):
         self.seg, self.shapes, self.hostvals, self.consts, self.memo = seg, shapes, hostvals, consts, memo
-        self.calls: list[tuple[int, str]] = []  # (step, line)
-        self.decls: dict[str, str] = {}
-        self.decl_views: dict[str, View] = {}  # declared name -> its view
+        self.calls: list[tuple[int, Call]] = []  # (step, call)
         self.views: dict[int, View] = {}  # id(value) -> its array as a call argument
         self.dims: list[int] = []
         self.rows: list[Row] = []
-        self.names: dict[int, str] = {}
-        self.derived: dict[tuple, str] = {}  # derived_const key -> name
+        self.derived: dict = {}  # constant() key -> its view
         self.root: dict[int, int] = {}  # id(value) -> row backing it (through aliases)
         self.kernels: dict[str, str] = {}  # module name -> source
         self.step = 0
@@ -73,7 +70,6 @@ class Emitter:
         self.notes: dict[int, str] = {}  # step -> the ONNX node(s) it runs (driver comments)
         self.in_index = {id(v): i for i, v in enumerate(seg.arg_inputs)}
         self.out_index = {id(v): i for i, v in enumerate(seg.arg_outputs)}
-        self._count = 0
 
     # sizes ---------------------------------------------------------------------------------
     def size(self, n: int) -> Dim:
@@ -84,26 +80,12 @@ class Emitter:
     def sizes(self, shape) -> tuple[Dim, ...]:
         return tuple(self.size(n) for n in shape)
 
-    def dim(self, n: int) -> str:
-        return repr(self.size(n))
-
-    def shape_expr(self, v: Value, shape=None) -> str:
-        shape = self.shape(v) if shape is None else shape
-        return self.tuple_expr(shape)
-
-    def tuple_expr(self, sizes) -> str:
-        return "(" + "".join(self.dim(n) + ", " for n in sizes) + ")"
-
     def shape(self, v: Value) -> tuple[int, ...]:
         if v.is_const:
             return v.const.shape
         return self.shapes[id(v)]
 
     # arrays ----------------------------------------------------------------------------------
-    def _fresh(self, prefix: str) -> str:
-        self._count += 1
-        return f"{prefix}{self._count}"
-
     def _row_view(self, buf: str, row: int, dtype, shape, start=()) -> View:
         """A view of row ``row`` of buffer ``buf`` (``start``: sizes added to its offset)."""
         first = (Offset(row, False), *start)
@@ -112,58 +94,16 @@ class Emitter:
         return View(buf, np.dtype(dtype).name, first, end,
                     tuple((self.size(n),) for n in shape))
 
-    def _bind(self, prefix: str, view: View) -> str:
-        """Declare a fresh name for a row's view; returns the name.
-
-        The declaration's text serves lowerings that still build their calls as text
-        (transitional); ``decl_views`` maps the name back to the view."""
-        def term(t):
-            return f"o[{t.row}, {int(t.end)}]" if isinstance(t, Offset) else repr(t)
-        helper = self.kernel(*_view_source(view.dtype, len(view.sizes)))
-        dims = "".join(", " + repr(p[0]) for p in view.sizes)
-        name = self._fresh(prefix)
-        self.decls[name] = (f"{helper}({view.base}, {' + '.join(map(term, view.start))}, "
-                            f"{' + '.join(map(term, view.end))}{dims})")
-        self.decl_views[name] = view
-        return name
-
     def read(self, v: Value) -> View:
         """``v``'s array as a kernel-call argument; records the read."""
-        self.arr(v)
-        return self.views[id(v)]
-
-    def shaped(self, v: Value, shape) -> View:
-        """``v``'s array read as ``shape`` (same element count)."""
-        return self.read(v).reshape(self.sizes(shape))
-
-    def write(self, v: Value, reuse: Value | None = None) -> View:
-        """The array ``v`` is written into at this step (see :meth:`out`)."""
-        self.out(v, reuse)
-        return self.views[id(v)]
-
-    def temp(self, nelems: int, dtype) -> View:
-        """Scratch space for this step only."""
-        name = self.scratch(nelems, dtype)
-        return self.decl_views[name]
-
-    def constant(self, key, make) -> View:
-        """A constant computed from the model's constants (see :meth:`derived_const`)."""
-        return self.decl_views[self.derived_const(key, make)]
-
-    def generated(self, prefix: str, source: str) -> Generated:
-        """A kernel generated for this model (see :meth:`kernel`)."""
-        return Generated(self.kernel(prefix, source))
-
-    def arr(self, v: Value) -> str:
-        """Expression of ``v``'s array, declaring a view on first use; records the read."""
-        name = self.names.get(id(v))
-        if name is None:
+        view = self.views.get(id(v))
+        if view is None:
             if id(v) in self.in_index:
-                name = f"x{self.in_index[id(v)]}"
+                view = View(f"x{self.in_index[id(v)]}", None)
             elif id(v) in self.out_index:
-                name = f"y{self.out_index[id(v)]}"
+                view = View(f"y{self.out_index[id(v)]}", None)
             elif v.is_const:
-                name = self._const_view(v.const)
+                view = self._const_view(v.const)
             elif id(v) in self.hostvals:
                 # the contents travel as an ``h*`` argument (no decision depends on them): raw
                 # access, and the shape from the shape pass so that the size stays symbolic
@@ -172,33 +112,44 @@ class Emitter:
                 k = sum(row.kind == "pb" for row in self.rows)
                 r = self._row("pb", math.prod(shape) * host.dtype.itemsize, host)
                 self.rows[r].vid = id(v)
-                name = self._bind("p", self._row_view(f"h{k}", r, host.dtype, shape))
+                view = self._row_view(f"h{k}", r, host.dtype, shape)
             else:
                 raise KeyError(f"value {v.name!r} read before it is produced")
-            self.names[id(v)] = name
-            self.views[id(v)] = self.decl_views.get(name) or View(name, None)
+            self.views[id(v)] = view
         r = self.root.get(id(v))
         if r is not None:
             self.rows[r].end = self.step
-        return name
+        return view
 
-    def _const_view(self, arr: np.ndarray) -> str:
+    def shaped(self, v: Value, shape) -> View:
+        """``v``'s array read as ``shape`` (same element count)."""
+        return self.read(v).reshape(self.sizes(shape))
+
+    def produced(self, v: Value) -> bool:
+        """Whether some step wrote (or aliased) ``v``."""
+        return id(v) in self.views
+
+    def generated(self, prefix: str, source: str) -> Generated:
+        """A kernel generated for this model (see :meth:`kernel`)."""
+        return Generated(self.kernel(prefix, source))
+
+    def _const_view(self, arr: np.ndarray) -> View:
         start, end = self.consts.place(arr)
         r = self._row("cb", end - start)
         self.rows[r].fixed = (start, end)
-        return self._bind("c", self._row_view("cb", r, arr.dtype, arr.shape))
+        return self._row_view("cb", r, arr.dtype, arr.shape)
 
-    def derived_const(self, key, make) -> str:
-        """View of a constant computed at compile time from the model's constants (``make()``:
+    def constant(self, key, make) -> View:
+        """A constant computed at compile time from the model's constants (``make()``:
         prepacked weights), made once per ``key`` and segment (the memo outlives re-lowerings
         for new shapes, so the constants arena does not grow with them)."""
-        name = self.derived.get(key)
-        if name is None:
+        view = self.derived.get(key)
+        if view is None:
             arr = self.memo.get(key)
             if arr is None:
                 arr = self.memo[key] = np.ascontiguousarray(make())
-            name = self.derived[key] = self._const_view(arr)
-        return name
+            view = self.derived[key] = self._const_view(arr)
+        return view
 
     def can_donate(self, src: Value, dst: Value) -> bool:
         """May ``dst`` be written in place over ``src``'s buffer at this step?
@@ -234,21 +185,20 @@ class Emitter:
             return r, base + off
         return self._parent_row(parent), off
 
-    def out(self, v: Value, reuse: Value | None = None) -> str:
-        """Declare the array ``v`` is written into at this step (over ``reuse``'s buffer if given)."""
+    def write(self, v: Value, reuse: Value | None = None) -> View:
+        """The array ``v`` is written into at this step (over ``reuse``'s buffer if given)."""
         if id(v) in self.out_index:
-            name = f"y{self.out_index[id(v)]}"
+            view = View(f"y{self.out_index[id(v)]}", None)
         elif id(v) in self.embed:  # written straight into its slice of a Concat output
             r, off = self._embedded(v)
-            shape = self.shape(v)
-            name = self._bind("v", self._row_view("ws", r, v.dtype, shape, (self.size(off),)))
+            view = self._row_view("ws", r, v.dtype, self.shape(v), (self.size(off),))
             self.root[id(v)] = r
         elif id(v) in self.embed_parents:  # a Concat output whose inputs were written in place
             r = self._embedded(v)[0] if id(v) in self.embed else self._parent_row(v)
-            name = self._bind("v", self._row_view("ws", r, v.dtype, self.shape(v)))
+            view = self._row_view("ws", r, v.dtype, self.shape(v))
         elif reuse is not None:
             r = self.root[id(reuse)]
-            name = self._bind("v", self._row_view("ws", r, v.dtype, self.shape(v)))
+            view = self._row_view("ws", r, v.dtype, self.shape(v))
             self.root[id(v)] = r
             self.inplace += 1
         else:
@@ -256,24 +206,18 @@ class Emitter:
             shape = self.shape(v)
             r = self._row("ws", math.prod(shape) * dt.itemsize)
             self.rows[r].label = v.name
-            name = self._bind("v", self._row_view("ws", r, dt, shape))
+            view = self._row_view("ws", r, dt, shape)
             self.root[id(v)] = r
-        self.names[id(v)] = name
-        self.views[id(v)] = self.decl_views.get(name) or View(name, None)
-        return name
+        self.views[id(v)] = view
+        return view
 
     def alias(self, dst: Value, src: Value) -> None:
         """``dst`` is ``src`` reshaped (a view, no copy) -- or a copy if ``dst`` is an output."""
-        s = self.arr(src)
+        view = self.read(src)
         if id(dst) in self.out_index:
-            self.call(_data.copy_flat, self.read(src).flat(), self.write(dst).flat())
+            self.call(_data.copy_flat, view.flat(), self.write(dst).flat())
             return
-        name = self._fresh("v")
-        view = self.views[id(src)].reshape(self.sizes(self.shape(dst)))
-        self.decls[name] = f"{s}.reshape(({''.join(repr(p[0]) + ', ' for p in view.sizes)}))"
-        self.decl_views[name] = view
-        self.names[id(dst)] = name
-        self.views[id(dst)] = view
+        self.views[id(dst)] = view.reshape(self.sizes(self.shape(dst)))
         if id(src) in self.root:
             self.root[id(dst)] = self.root[id(src)]
 
@@ -288,11 +232,12 @@ class Emitter:
                               and concrete(units) >= 2)
         return self.memo[key]
 
-    def scratch(self, nelems: int, dtype) -> str:
+    def temp(self, nelems: int, dtype) -> View:
+        """Scratch space for this step only."""
         dt = np.dtype(dtype)
         r = self._row("ws", nelems * dt.itemsize)
         self.rows[r].label = "scratch"
-        return self._bind("s", self._row_view("ws", r, dt, (nelems,)))
+        return self._row_view("ws", r, dt, (nelems,))
 
     def _row(self, kind: str, nbytes: int, host=None) -> int:
         self.rows.append(Row(kind, nbytes, self.step, self.step, host))
@@ -300,11 +245,7 @@ class Emitter:
 
     def call(self, callee, *args) -> None:
         """Emit ``callee(*args)`` at this step: a :class:`~jitort.codegen.calls.Kernel` or
-        :class:`~jitort.codegen.calls.Generated` and its arguments (see calls.py), or
-        (transitional) one line of driver text."""
-        if isinstance(callee, str) and not args:
-            self.calls.append((self.step, callee))
-            return
+        :class:`~jitort.codegen.calls.Generated` and its arguments (see calls.py)."""
         check_arg(args)
         self.calls.append((self.step, Call(callee, args)))
 

@@ -32,7 +32,7 @@ from typing import Callable
 
 import numba
 
-from .. import __version__
+from ..version import __version__
 
 PACKAGE = "jitort_gen"
 _lock = threading.RLock()

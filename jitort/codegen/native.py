@@ -26,13 +26,11 @@ from Numba's cache is not typed again. A driver function that is cached without 
 """
 from __future__ import annotations
 
-import ast
 import functools
 import importlib
 import math
 import os
 import pickle
-import re
 import tempfile
 import threading
 from pathlib import Path
@@ -59,8 +57,6 @@ _INFER: dict = {}
 _TABLES: dict[tuple, np.ndarray] = {}
 _lock = threading.RLock()
 
-#: a call-site key in generated text: ``"<prefix>:<k>"`` (the prefix is unique to the driver)
-_KEY = re.compile(r'_nc\([\w.]+, "(\w+):(\d+)"')
 
 
 @intrinsic
@@ -233,139 +229,8 @@ def parse_spec(spec: str) -> tuple:
     return tuple(out)
 
 
-_CALL = re.compile(r"^(\s*)((?:_[a-z_]+\.)?\w+)\((.*)\)\s*$")
-
-
-def rewrite_calls(lines: list[str], modules, kernels, placeholder: str, start: int,
-                  decls: dict[str, str] | None = None) -> tuple[list[str], int, list]:
-    """Driver lines with each statement-level call of a kernel-library function
-    (``_mod.fn(args)``, ``_mod`` in ``modules``) or of a generated kernel (a name in
-    ``kernels``) turned into a :func:`native_call` through ``fp[k]``, k counting from
-    ``start``. With ``decls`` (the driver's declared names -> their expressions), an argument
-    that is a view of a buffer or argument array (a chain of view/reshape helpers over ``d``
-    slots) is described in the call's spec and built by the call itself. Returns the lines,
-    the next k and the views made so (:func:`check_views` checks them against a plan)."""
-    out, k, views = [], start, []
-    for line in lines:
-        m = _CALL.match(line)
-        callee = m and m.group(2)
-        if not callee or not (callee in kernels or callee.split(".")[0] in modules
-                              and "." in callee):
-            out.append(line)
-            continue
-        ind = m.group(1)
-        args = ast.parse(line.strip(), mode="eval").body.args
-        bufs, spec, rest = [], [], []
-        for arg in args:
-            slot = _slots(arg) if decls is not None else None
-            if slot is not None and len(slot) == 1:  # a size: read by the call too
-                spec.append(f"s{slot[0]}")
-                continue
-            v = _view(arg, decls) if decls is not None else None
-            first = None
-            if (v is None and decls is not None and isinstance(arg, ast.Subscript)
-                    and isinstance(arg.slice, ast.Constant) and arg.slice.value == 0):
-                first = _view(arg.value, decls)  # a scalar: element 0 of a view
-                v = dict(first, scalar=True) if first is not None and first["sizes"] else None
-            if v is None or v["sizes"] is None:
-                spec.append(f"a{len(rest)}")
-                rest.append(ast.unparse(arg))
-                continue
-            if v["base"] not in bufs:
-                bufs.append(v["base"])
-            sizes = ",".join("#" if p == (-1,) else "*".join(map(str, p))
-                             for p in v["sizes"]) or "-"
-            spec.append(f"{'e' if first else 'v'}{bufs.index(v['base'])}:{v['dtype'] or '-'}:"
-                        f"{'+'.join(map(str, v['start'])) or '-'}:{sizes}")
-            views.append(v)
-        out.append(f'{ind}_nc({callee}, "{placeholder}:{k}", fp, d, {_tuple(bufs)}, '
-                   f'"{";".join(spec)}", {_tuple(rest)})')
-        k += 1
-    return out, k, views
-
-
-def _tuple(items: list[str]) -> str:
-    return "(" + "".join(f"{x}, " for x in items).rstrip() + ")" if items else "()"
-
-
-#: names in driver text: view and reshape helpers (generated, ``<prefix>_<hash>``), byte
-#: buffers (workspace, constants, host values) and argument arrays
-_VIEW_FN = re.compile(r"view_([a-z0-9]+)_\d+_[0-9a-f]{20}")
-_RS_FN = re.compile(r"rs_\d+_[0-9a-f]{20}")
-_FLAT_FN = re.compile(r"flat_[0-9a-f]{20}")
-_BYTES = re.compile(r"ws|cb|h\d+")
-_ARGS = re.compile(r"[xy]\d+")
-
-
-def _slots(node) -> tuple[int, ...] | None:
-    """``d[i]`` or ``d[i] + d[j] ...`` -> (i, j, ...); None for anything else."""
-    if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name)
-            and node.value.id == "d" and isinstance(node.slice, ast.Constant)
-            and type(node.slice.value) is int):
-        return (node.slice.value,)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        a, b = _slots(node.left), _slots(node.right)
-        return a + b if a is not None and b is not None else None
-    return None
-
-
-def _view(node, decls: dict[str, str]) -> dict | None:
-    """What array expression ``node`` is, if a view: ``{"base", "dtype" (None: the base's),
-    "start", "end" (d slots; byte buffers only), "sizes" (products of d slots; None for an
-    argument array as it is), "item" (byte buffers: the dtype's size)}``; None if it is
-    anything else."""
-    if isinstance(node, ast.Name):
-        if node.id in decls:
-            return _view(ast.parse(decls[node.id], mode="eval").body, decls)
-        if _ARGS.fullmatch(node.id):
-            return {"base": node.id, "dtype": None, "start": (), "end": None, "sizes": None}
-        return None
-    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr == "reshape" and len(node.args) == 1 and not node.keywords
-            and isinstance(node.args[0], ast.UnaryOp) and isinstance(node.args[0].op, ast.USub)
-            and isinstance(node.args[0].operand, ast.Constant) and node.args[0].operand.value == 1):
-        inner = _view(node.func.value, decls)  # x.reshape(-1): flattened
-        if inner is None:
-            return None
-        return _flattened(inner)
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords):
-        return None
-    fn, args = node.func.id, node.args
-    m = _VIEW_FN.fullmatch(fn)
-    if m:
-        if not (args and isinstance(args[0], ast.Name) and _BYTES.fullmatch(args[0].id)):
-            return None
-        start, end = _slots(args[1]), _slots(args[2])
-        sizes = [_slots(a) for a in args[3:]]
-        if start is None or end is None or any(s is None or len(s) != 1 for s in sizes):
-            return None
-        return {"base": args[0].id, "dtype": m.group(1), "start": start, "end": end,
-                "sizes": tuple(sizes), "item": np.dtype(m.group(1)).itemsize}
-    if _RS_FN.fullmatch(fn) or _FLAT_FN.fullmatch(fn):
-        inner = _view(args[0], decls) if args else None
-        if inner is None:
-            return None
-        if _FLAT_FN.fullmatch(fn):
-            return _flattened(inner)
-        sizes = [_slots(a) for a in args[1:]]
-        if any(s is None or len(s) != 1 for s in sizes):
-            return None
-        return {**inner, "sizes": tuple(sizes)}
-    return None
-
-
-def _flattened(v: dict) -> dict | None:
-    """View ``v`` as one dimension: the product of its sizes (an argument array as it is: its
-    element count); None for a rank-0 view (an empty product has no spelling in a spec)."""
-    if v["sizes"] is None:
-        return {**v, "sizes": ((-1,),)}
-    if not v["sizes"] or any(p == (-1,) for p in v["sizes"]):
-        return None
-    return {**v, "sizes": (tuple(i for p in v["sizes"] for i in p),)}
-
-
 def check_views(views: list, d: np.ndarray, nbytes: dict[str, int]) -> None:
-    """Check the views a driver builds (:func:`rewrite_calls`) against a plan's sizes ``d``
+    """Check the views a driver builds (``calls.render_native``) against a plan's sizes ``d``
     before any runs: each spans exactly its byte range, inside its buffer (``nbytes``: the
     size of each buffer or argument array by name, where known). Numba would not check.
     Runs for every new input shape: plain ints (numpy scalars cost bert's 257 views 8 ms)."""
@@ -396,9 +261,11 @@ def _sigs_path(mod, part: str) -> Path:
     return Path(mod.__file__).with_name(f"{mod.__name__.rsplit('.', 1)[-1]}.{part}.sigs")
 
 
-def _keys(disp) -> list[tuple[str, int]]:
-    import inspect
-    return [(p, int(k)) for p, k in _KEY.findall(inspect.getsource(disp.py_func))]
+def _keys(mod, part: str) -> list[tuple[str, int]]:
+    """The call-site keys of driver function ``part``: (the driver's prefix, site number),
+    from the table the driver module carries (``SITES``, see codegen/assembly.py)."""
+    prefix, parts = mod.SITES
+    return [(prefix, k) for k in parts[part]]
 
 
 def _read(path: Path):
@@ -428,7 +295,7 @@ def compile_part(mod, part: str, sig: tuple) -> dict:
     """Compile (or load from the cache) driver function ``part`` of ``mod`` for ``sig`` and
     return its call sites' records, writing them beside the module when typed here."""
     disp = getattr(mod, part)
-    keys = _keys(disp)
+    keys = _keys(mod, part)
     with _lock:
         disp.compile(sig)
         recs = {k: _RECORDS.get((p, k)) for p, k in keys}
@@ -521,7 +388,7 @@ def driver_module(plan):
 
 
 def part_names(mod) -> list[str]:
-    return sorted((a for a in vars(mod) if re.fullmatch(r"part\d+", a)), key=lambda a: int(a[4:]))
+    return sorted(mod.SITES[1], key=lambda a: int(a[4:]))
 
 
 def link(mod, n_sites: int, args: list) -> np.ndarray:

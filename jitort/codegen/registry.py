@@ -42,16 +42,3 @@ def registry(lower: dict, support: dict):
 
 
 lowering = registry(LOWER, SUPPORT)
-
-
-#: Kernel-library modules a generated CPU driver may call, by the alias the lowerings write
-#: (``_pool.maxpool2d(...)``) -> module of ``jitort.kernels.cpu``. A driver imports the ones its
-#: calls name. A new op family adds its module here.
-KERNEL_MODULES: dict[str, str] = {
-    "_data": "data", "_gemm": "gemm", "_conv": "conv", "_pool": "pool", "_softmax": "softmax",
-    "_norm": "norm", "_reduce": "reduce", "_wino": "winograd", "_cnhwc": "conv_nhwc",
-    "_shape_ops": "shape_ops", "_convt": "conv_transpose", "_resize": "resize", "_rnn": "rnn",
-    "_gs": "gather_scatter", "_scan": "scan", "_quant": "quant", "_attn": "attention",
-    "_signal": "signal", "_misc": "misc", "_convi": "conv_implicit", "_tr": "transpose",
-    "_convg": "conv_group", "_convc": "conv_cvec",
-}

@@ -1,7 +1,7 @@
 """CPU lowerings, one module per op family; each registers its ops with
 :func:`jitort.codegen.registry.lowering` on import.
 
-A lowering receives the :class:`~jitort.codegen.cpu.Emitter` and the node; concrete shapes are in
+A lowering receives the :class:`~jitort.codegen.emitter.Emitter` and the node; concrete shapes are in
 ``em.shape(v)``. It emits kernel calls on views reshaped to the kernel's fixed rank. It raises
 :class:`~jitort.codegen.registry.Unlowerable` for shapes it does not handle: the node then falls
 back to the interpreter. Kernel modules in ``kernels/cpu/`` carry the same family names.

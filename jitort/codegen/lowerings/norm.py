@@ -12,7 +12,7 @@ from ..elementwise import tname
 from .common import (_3d, _axis, _float_io, _is_float, _plain, _prod)
 
 if TYPE_CHECKING:
-    from ..cpu import Emitter
+    from ..emitter import Emitter
 
 _data = KernelModule("data")
 _norm = KernelModule("norm")
