@@ -276,18 +276,27 @@ def _lp_row(r, o, p):
         o[j] = r[j] * k
 
 
-@njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def _lp_par(x, out, p):
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _lp_planes(x, out, p, o0, o1):
+    """Planes [o0, o1) of x, out (O, A, I): each row (I == 1) or each (A, I) block."""
     o_n, a_n, ni = x.shape
     if ni == 1:
         x2 = x.reshape(o_n, a_n)
         o2 = out.reshape(o_n, a_n)
-        for o in prange(o_n):
+        for o in range(o0, o1):
             _lp_row(x2[o], o2[o], p)
-    else:
-        for o in prange(o_n):
-            tmp = np.empty(ni, x.dtype)
-            _lp_block(x[o], out[o], tmp, p)
+        return
+    tmp = np.empty(ni, x.dtype)
+    for o in range(o0, o1):
+        _lp_block(x[o], out[o], tmp, p)
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _lp_par(x, out, p):
+    o_n = x.shape[0]
+    nw = min(num_threads(), o_n)
+    for w in prange(nw):
+        _lp_planes(x, out, p, w * o_n // nw, (w + 1) * o_n // nw)
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
@@ -298,15 +307,8 @@ def lpnorm3d(x, out, p):
         return
     if num_threads() > 1 and o_n * a_n * ni >= _PAR_MIN_WORK and o_n > 1:
         _lp_par(x, out, p)
-    elif ni == 1:
-        x2 = x.reshape(o_n, a_n)
-        o2 = out.reshape(o_n, a_n)
-        for o in range(o_n):
-            _lp_row(x2[o], o2[o], p)
     else:
-        tmp = np.empty(ni, x.dtype)
-        for o in range(o_n):
-            _lp_block(x[o], out[o], tmp, p)
+        _lp_planes(x, out, p, 0, o_n)
 
 
 # --- MeanVarianceNormalization ---------------------------------------------------------------
@@ -344,6 +346,31 @@ def _mvn_rows_par(x4, o4):
         _mvn_rows(x4, o4, p, pc - p * c_n)
 
 
+@njit(inline='always')
+def _mvn_pass(xp, op, s, v, step):
+    """One pass over the rows of Q elements of xp (A, C, B, Q): ``step`` 0 sums them into s
+    (C, Q), 1 their squared deviations from the mean s into v, 2 writes (x - s) * v into op.
+    Inlined with a constant step: one loop nest each."""
+    a_n, c_n, b_n, q_n = xp.shape
+    for a in range(a_n):
+        for c in range(c_n):
+            sr = s[c]
+            vr = v[c]
+            for b in range(b_n):
+                xr = xp[a, c, b]
+                if step == 0:
+                    for q in range(q_n):
+                        sr[q] += xr[q]
+                elif step == 1:
+                    for q in range(q_n):
+                        d = xr[q] - sr[q]
+                        vr[q] += d * d
+                else:
+                    orow = op[a, c, b]
+                    for q in range(q_n):
+                        orow[q] = (xr[q] - sr[q]) * vr[q]
+
+
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def mvn5d(x, out):
     """MeanVarianceNormalization over axes 1 and 3 of x, out (P, A, C, B, Q): per (p, c, q)
@@ -364,42 +391,17 @@ def mvn5d(x, out):
                     _mvn_rows(x4, o4, p, c)
         return
     t = x.dtype.type
-    s = np.zeros((c_n, q_n), x.dtype)
+    s = np.empty((c_n, q_n), x.dtype)
+    v = np.empty((c_n, q_n), x.dtype)
     for p in range(p_n):
-        xp = x[p]
-        op = out[p]
-        for c in range(c_n):
-            for q in range(q_n):
-                s[c, q] = t(0.0)
-        for a in range(a_n):
-            for c in range(c_n):
-                sr = s[c]
-                for b in range(b_n):
-                    xr = xp[a, c, b]
-                    for q in range(q_n):
-                        sr[q] += xr[q]
+        s[:, :] = t(0.0)
+        v[:, :] = t(0.0)
+        _mvn_pass(x[p], out[p], s, v, 0)
         for c in range(c_n):
             for q in range(q_n):
                 s[c, q] = s[c, q] / t(cnt)
-        v = np.zeros((c_n, q_n), x.dtype)
-        for a in range(a_n):
-            for c in range(c_n):
-                sr = s[c]
-                vr = v[c]
-                for b in range(b_n):
-                    xr = xp[a, c, b]
-                    for q in range(q_n):
-                        d = xr[q] - sr[q]
-                        vr[q] += d * d
+        _mvn_pass(x[p], out[p], s, v, 1)
         for c in range(c_n):
             for q in range(q_n):
                 v[c, q] = t(1.0) / (math.sqrt(v[c, q] / t(cnt)) + t(1e-9))
-        for a in range(a_n):
-            for c in range(c_n):
-                sr = s[c]
-                vr = v[c]
-                for b in range(b_n):
-                    xr = xp[a, c, b]
-                    orow = op[a, c, b]
-                    for q in range(q_n):
-                        orow[q] = (xr[q] - sr[q]) * vr[q]
+        _mvn_pass(x[p], out[p], s, v, 2)

@@ -21,9 +21,8 @@ _PAR_MIN_WORK = 1 << 14
 # Stride-1 pools over planes narrower than this run as one flat loop per tap (_flat_rows).
 _FLAT_MAX_OW = 32
 # AveragePool on planes of at most this many outputs sums its windows as a depthwise
-# convolution across blocks of channels (conv._dw_cblock). 3x3 stride 1 at one thread against
-# the per-plane loops, same process pairs: 1024x7x7 1.6 -> 0.9-1.2 of onnxruntime's time,
-# 576x14x14 1.1 -> 1.0-1.1; 192x28x28 1.05 -> 1.1-1.3 (slower: stays per plane).
+# convolution across blocks of channels (conv._dw_cblock): on small planes the per-plane
+# loops' overhead dominates; on bigger ones (28x28) the per-plane loops stay faster.
 _DW_SUM_MAX_S = 256
 
 
@@ -37,7 +36,7 @@ def _h3s2_intrinsic(mx):
     (``mx``) of v[voff + 2j + k], k = 0, 1, 2, in the scalar loops' order (``m = b if b > m
     else m``), or their sum (a + b) + c times iv[ivoff + j]. v, d, iv: arrays of one float
     type; reads v[voff : voff + 34] (the last element unused). The loop vectorizer turns the
-    scalar loop's stride-2 loads into gathers (0.26 ns an output on Zen 5); here two
+    scalar loop's stride-2 loads into gathers; here two
     unit-stride loads per tap pair and shuffles that split even and odd lanes."""
     def typer(typingctx, v, voff, d, doff, iv, ivoff):
         if not (isinstance(v, types.Array) and isinstance(v.dtype, types.Float)
@@ -93,8 +92,7 @@ def _s2_small_intrinsic(mx):
     (a and c only where use_a / use_c), then d[doff + j] for j < ow = the max of V[2j - pw +
     k], k < 3 (max: NaN skipped, as the scalar loops' ``m = v if v > m else m`` from -inf) or
     their sum times iv[ivoff + j]; columns outside 0..w-1 are padding. Masked loads and
-    stores and constant shuffles: a 14x14 plane's row-by-row loops cost ~65 ns a plane,
-    onnxruntime's ~37."""
+    stores and constant shuffles: on small planes the row-by-row loops' overhead dominates."""
     def typer(typingctx, x, ra, rb, rc, use_a, use_c, w, d, doff, ow, pw, iv, ivoff):
         if not (isinstance(x, types.Array) and isinstance(x.dtype, types.Float)
                 and isinstance(d, types.Array) and d.dtype == x.dtype
@@ -279,7 +277,7 @@ def _flat_rows(buf, ld, scratch, t0, oh_n, ow_n, kh_n, kw_n, dh, dw, is_max):
 def _whole_plane(h, w, oh_n, ow_n, kh, kw, ph, pw, dh, dw):
     """One output whose window covers the whole plane, pads only adding cells outside it
     (inception v1's final 7x7 AveragePool over 6x6 with an end pad, resnet's over 7x7): a
-    global pool. Through the windowed kernels the first took 14x onnxruntime's time."""
+    global pool, far cheaper than the windowed kernels."""
     return (oh_n == 1 and ow_n == 1 and dh == 1 and dw == 1 and kh - ph >= h
             and kw - pw >= w)
 
@@ -292,24 +290,10 @@ def _whole_plane(h, w, oh_n, ow_n, kh, kw, ph, pw, dh, dw):
 # of planes (wrong only in each row's first and last column, or each plane's first and last
 # row, which are then redone): no per-plane or per-row loop overhead, which dominated on
 # 14x14 and 7x7 planes. The passes go over chunks of planes of about _SEP_CHUNK elements,
-# so their scratch stays in L1/L2. Measured at one thread against the previous kernels, same
-# process, on the light models' shapes (the op benchmarks 'avgpool 3x3/1 576x14x14' etc.
-# rerun the new side against onnxruntime): stride 1 -- AveragePool 576x14x14 362 -> 83 us,
-# 192x28x28 291 -> 89, MaxPool 1024x7x7 434 -> 45, 480x27x27 842 -> 214; stride 2 --
-# MaxPool 576x14x14 296 -> 90, 320x28x28 354 -> 195, 256x27x27 179 -> 136, padded
-# 64x112x112 457 -> 392 and 192x56x56 447 -> 333; but on wide unpadded planes, which the
-# row-pass kernel reads in place, computing every position and sampling a quarter of them
-# ties or loses (128x55x55 221 -> 227, 64x111x111 378 -> 446): those keep that kernel.
-# Stride 2 in both axes no longer computes every position (``_s2_range``, columns first, then
-# every other column): MaxPool 64x112x112 padded 739 -> 476 us (onnxruntime 636), 192x56x56
-# 528 -> 272, 576x14x14 108 -> 77, 256x27x27 177 -> 103, 320x28x28 222 -> 142 (one thread,
-# same process); the wide unpadded planes still took the row-pass kernel (64x111x111: 309
-# there, 462 columns first). Then the every-other-column pass became one vector of 16 outputs
-# at a time (``_row3_s2``: even and odd lanes split by shuffles, where the loop vectorizer had
-# used gathers), and the columns-first kernel took the wide unpadded planes too (Zen 5, one
-# thread, same process, row-pass / columns-first before / after): MaxPool 64x111x111 127 /
-# 98 / 84 us (onnxruntime 111), 128x55x55 79 / 60 / 61 (60), 256x27x27 39 / 37 / 41 (35);
-# padded 64x112x112 87 -> 68 (117).
+# so their scratch stays in L1/L2. Stride 2 in both axes does not compute every position
+# (``_s2_range``: columns first, then every other column, one vector of 16 outputs at a time in
+# ``_row3_s2``, even and odd lanes split by shuffles where the loop vectorizer would use
+# gathers); wide unpadded planes take the same kernel.
 _SEP_CHUNK = 1 << 13
 _SEP_FM = {'reassoc', 'contract', 'arcp'}
 
@@ -559,7 +543,7 @@ def _maxpool_plane(xp, op, scratch, kh_n, kw_n, sh, sw, ph, pw, dh, dw):
     ninf = op.dtype.type(-np.inf)
     if kh_n == 2 and kw_n == 2 and dh == 1 and dw == 1 and sw == 2:
         # 2x2/2 (vgg, zfnet): the four taps in one pass (the per-tap loops below read and
-        # write each output row four times: 2-3x onnxruntime's time)
+        # write each output row four times)
         for oh in range(oh_n):
             r0 = eptr(buf, oh * sh * ld)
             r1 = eptr(buf, (oh * sh + 1) * ld)
@@ -831,44 +815,41 @@ def _row_max(r):
     return row_max(r)
 
 
-@njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def _global_avg_par(x2, o1):
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _global_rows(x2, o1, is_max, p0, p1):
+    """o1[p] = the mean (max) of row p of x2 for p in [p0, p1)."""
     cnt = x2.dtype.type(x2.shape[1])
-    for p in prange(x2.shape[0]):
-        o1[p] = _row_sum(x2[p]) / cnt
+    for p in range(p0, p1):
+        o1[p] = _row_max(x2[p]) if is_max else _row_sum(x2[p]) / cnt
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def _global_max_par(x2, o1):
+def _global_par(x2, o1, is_max):
     for p in prange(x2.shape[0]):
-        o1[p] = _row_max(x2[p])
+        _global_rows(x2, o1, is_max, p, p + 1)
+
+
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _global_pool(x, out, is_max):
+    n, c, s = x.shape
+    x2 = x.reshape(n * c, s)
+    o1 = out.reshape(n * c)
+    if num_threads() > 1 and n * c * s >= _PAR_MIN_WORK and n * c > 1:
+        _global_par(x2, o1, is_max)
+    else:
+        _global_rows(x2, o1, is_max, 0, n * c)
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def global_avgpool(x, out):
     """ONNX GlobalAveragePool: x (N, C, S) (S = H*W...) -> out (N, C); S == 0 gives NaN."""
-    n, c, s = x.shape
-    x2 = x.reshape(n * c, s)
-    o1 = out.reshape(n * c)
-    if num_threads() > 1 and n * c * s >= _PAR_MIN_WORK and n * c > 1:
-        _global_avg_par(x2, o1)
-        return
-    cnt = x.dtype.type(s)
-    for p in range(n * c):
-        o1[p] = _row_sum(x2[p]) / cnt
+    _global_pool(x, out, False)
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
 def global_maxpool(x, out):
     """ONNX GlobalMaxPool: x (N, C, S) -> out (N, C); S == 0 gives -inf; NaN skipped."""
-    n, c, s = x.shape
-    x2 = x.reshape(n * c, s)
-    o1 = out.reshape(n * c)
-    if num_threads() > 1 and n * c * s >= _PAR_MIN_WORK and n * c > 1:
-        _global_max_par(x2, o1)
-        return
-    for p in range(n * c):
-        o1[p] = _row_max(x2[p])
+    _global_pool(x, out, True)
 
 
 # --- LRN -------------------------------------------------------------------------------
@@ -1075,10 +1056,8 @@ def _pool5_sep(q, x, out, t1, g, f, tw, th, td, mode, kh, kw, sd, sh, sw, pd, ph
     whose window lies inside the row read f at (oh, ow*sw - pw), the clipped
     ones at the row ends fold g directly. An average divides by the product of each axis'
     share of the divisor (``t*[:, 2]``), Lp takes |x|**p in the first pass and the root in
-    the last. Measured at one thread on 'maxpool3d 3x3x3/2 32x16^3': 146 -> 86 us
-    (onnxruntime 92) against the passes this replaced, a loop per 16-wide row for H and a
-    max chain per output for W (its tap count read per output): those were 3/4 of the
-    time."""
+    the last. (A loop per 16-wide row for H and a max chain per output for W, its tap count
+    read per output, were most of the time of the passes this replaced.)"""
     h_n, w_n = x.shape[3], x.shape[4]
     od_n, oh_n, ow_n = out.shape[2], out.shape[3], out.shape[4]
     pl = h_n * w_n
@@ -1087,8 +1066,7 @@ def _pool5_sep(q, x, out, t1, g, f, tw, th, td, mode, kh, kw, sd, sh, sw, pd, ph
     ty = out.dtype.type
     init = -np.inf if mode == 0 else 0.0
     # g / f keep only the rows an output starts its window at (oh * sh): at stride 2 the H
-    # and W passes over every row did twice the work (MaxPool 3x3x3/2 32x16^3 1.2-1.6x
-    # onnxruntime's time)
+    # and W passes over every row would do twice the work
     ew = oh_n * w_n
     span = (kw - 1) * dw
     # outputs [w0, w1) have every tap inside the row

@@ -144,17 +144,26 @@ def _reduce_block(xb, orow, tmp, kind):
             orow[i] = math.log(orow[i])
 
 
-@njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def _reduce_par(x, out, kind):
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _reduce_planes(x, out, kind, o0, o1):
+    """Planes [o0, o1) of x (O, N, I) into out (O, I): each row (I == 1) or each (N, I) block."""
     o_n, n, ni = x.shape
     if ni == 1:
         x2 = x.reshape(o_n, n)
-        for o in prange(o_n):
+        for o in range(o0, o1):
             out[o, 0] = _reduce_vec(x2[o], kind)
-    else:
-        for o in prange(o_n):
-            tmp = np.empty(ni, x.dtype)
-            _reduce_block(x[o], out[o], tmp, kind)
+        return
+    tmp = np.empty(ni, x.dtype)
+    for o in range(o0, o1):
+        _reduce_block(x[o], out[o], tmp, kind)
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _reduce_par(x, out, kind):
+    o_n = x.shape[0]
+    nw = min(num_threads(), o_n)
+    for w in prange(nw):
+        _reduce_planes(x, out, kind, w * o_n // nw, (w + 1) * o_n // nw)
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
@@ -163,11 +172,5 @@ def reduce3d(x, out, kind):
     o_n, n, ni = x.shape
     if num_threads() > 1 and o_n * n * ni >= _PAR_MIN_WORK and o_n > 1:
         _reduce_par(x, out, kind)
-    elif ni == 1:
-        x2 = x.reshape(o_n, n)
-        for o in range(o_n):
-            out[o, 0] = _reduce_vec(x2[o], kind)
     else:
-        tmp = np.empty(ni, x.dtype)
-        for o in range(o_n):
-            _reduce_block(x[o], out[o], tmp, kind)
+        _reduce_planes(x, out, kind, 0, o_n)

@@ -47,7 +47,7 @@ def pad_row(yr, xr, c, b, nl, yl, inner, val, mode):
     part's block o - b (b >= 0; the interior is one contiguous run), border blocks the constant
     ``val`` (mode 0) or the block ``pad_src`` names. Both rows C-contiguous; unsigned indices
     spare the interior copy Numba's negative-index check, which keeps it from vectorizing.
-    Inlined into the generated loop nests: as a call per row it cost 2-3.5x the whole pad."""
+    Inlined into the generated loop nests: a call per row would cost more than the pad."""
     lo = min(b, yl)
     hi = max(min(yl, b + nl), lo)
     d0 = np.uint64(lo * inner)
@@ -220,39 +220,43 @@ def _space_plane(il, bl, n, c, crd, to_blocks):
 
 
 @njit(cache=True, error_model='numpy')
-def depth_to_space(x, y, crd):
-    """y (N, C, H, b, W, b) from x (N, b, b, C, H, W) (DCR) or (N, C, b, b, H, W) (CRD)."""
-    _check_c(x, y)
-    for n in range(y.shape[0]):
-        for c in range(y.shape[1]):
-            _space_plane(y, x, n, c, crd, False)
+def _space(il, bl, crd, to_blocks):
+    """Every (image, channel) plane of :func:`_space_plane`, in turn."""
+    _check_c(il, bl)
+    for n in range(il.shape[0]):
+        for c in range(il.shape[1]):
+            _space_plane(il, bl, n, c, crd, to_blocks)
 
 
 @njit(cache=True, error_model='numpy', parallel=True)
-def depth_to_space_par(x, y, crd):
-    """:func:`depth_to_space` with the (image, channel) pairs in a prange."""
-    _check_c(x, y)
-    nn, nc = y.shape[0], y.shape[1]
+def _space_par(il, bl, crd, to_blocks):
+    """:func:`_space` with the (image, channel) pairs in a prange."""
+    _check_c(il, bl)
+    nn, nc = il.shape[0], il.shape[1]
     for t in prange(nn * nc):
         n = t // nc
-        _space_plane(y, x, n, t - n * nc, crd, False)
+        _space_plane(il, bl, n, t - n * nc, crd, to_blocks)
+
+
+@njit(cache=True, error_model='numpy')
+def depth_to_space(x, y, crd):
+    """y (N, C, H, b, W, b) from x (N, b, b, C, H, W) (DCR) or (N, C, b, b, H, W) (CRD)."""
+    _space(y, x, crd, False)
 
 
 @njit(cache=True, error_model='numpy')
 def space_to_depth(x, y, crd):
     """y (N, b, b, C, H, W) (DCR) or (N, C, b, b, H, W) (CRD, opset 28) from x (N, C, H, b, W, b)."""
-    _check_c(x, y)
-    for n in range(x.shape[0]):
-        for c in range(x.shape[1]):
-            _space_plane(x, y, n, c, crd, True)
+    _space(x, y, crd, True)
 
 
-@njit(cache=True, error_model='numpy', parallel=True)
+@njit(cache=True, error_model='numpy')
+def depth_to_space_par(x, y, crd):
+    """:func:`depth_to_space` with the (image, channel) pairs in a prange."""
+    _space_par(y, x, crd, False)
+
+
+@njit(cache=True, error_model='numpy')
 def space_to_depth_par(x, y, crd):
     """:func:`space_to_depth` with the (image, channel) pairs in a prange."""
-    _check_c(x, y)
-    nn, nc = x.shape[0], x.shape[1]
-    for t in prange(nn * nc):
-        n = t // nc
-        _space_plane(x, y, n, t - n * nc, crd, True)
-
+    _space_par(x, y, crd, True)

@@ -33,8 +33,8 @@ def _row_max_vec(typingctx, x2, r):
     accumulators, the last vector ending at the row's end (overlapping the previous: max does
     not mind), then a tree of vector maxnums across the lanes. No scalar loop: LLVM 22's loop
     vectorizer asserted on a scalar maxnum tail loop (a crash, not an error); and not
-    ``llvm.vector.reduce.fmax``, which lowers to a serial chain of 15 NaN-checked scalar maxes
-    (~25 ns a row: 64 -> 26 ns per row of 128 float32, 45 -> 10 ns per row of 16)."""
+    ``llvm.vector.reduce.fmax``, which lowers to a serial chain of 15 NaN-checked scalar
+    maxes."""
     if not (isinstance(x2, types.Array) and x2.ndim == 2 and x2.layout == 'C'
             and x2.dtype in (types.float32, types.float64) and isinstance(r, types.Integer)):
         return None
@@ -182,20 +182,25 @@ def _softmax_block(xb, ob, m, s, log):
                 orow[i] *= s[i]
 
 
-@njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
-def _softmax_par(x, out, log):
+@njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _softmax_planes(x, out, log, o0, o1):
+    """Planes [o0, o1) of x, out (O, N, I): the rows (I == 1) or each (N, I) block."""
     o_n, n, ni = x.shape
     if ni == 1:
-        x2 = x.reshape(o_n, n)
-        o2 = out.reshape(o_n, n)
-        nw = min(num_threads(), o_n)
-        for w in prange(nw):
-            _softmax_rows(x2, o2, w * o_n // nw, (w + 1) * o_n // nw, log)
-    else:
-        for o in prange(o_n):
-            m = np.empty(ni, x.dtype)
-            s = np.empty(ni, x.dtype)
-            _softmax_block(x[o], out[o], m, s, log)
+        _softmax_rows(x.reshape(o_n, n), out.reshape(o_n, n), o0, o1, log)
+        return
+    m = np.empty(ni, x.dtype)
+    s = np.empty(ni, x.dtype)
+    for o in range(o0, o1):
+        _softmax_block(x[o], out[o], m, s, log)
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
+def _softmax_par(x, out, log):
+    o_n = x.shape[0]
+    nw = min(num_threads(), o_n)
+    for w in prange(nw):
+        _softmax_planes(x, out, log, w * o_n // nw, (w + 1) * o_n // nw)
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
@@ -203,13 +208,8 @@ def _softmax_any(x, out, log):
     o_n, n, ni = x.shape
     if num_threads() > 1 and o_n * n * ni >= _PAR_MIN_WORK and o_n > 1:
         _softmax_par(x, out, log)
-    elif ni == 1:
-        _softmax_rows(x.reshape(o_n, n), out.reshape(o_n, n), np.int64(0), o_n, log)
     else:
-        m = np.empty(ni, x.dtype)
-        s = np.empty(ni, x.dtype)
-        for o in range(o_n):
-            _softmax_block(x[o], out[o], m, s, log)
+        _softmax_planes(x, out, log, np.int64(0), o_n)
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
