@@ -193,8 +193,7 @@ def _panel_kernel(nrows, npanels, accumulate):
 
 #: rows x one panel, added to out: the input projection and the packed step product, _MR
 #: rows at a time (2 * _MR accumulators: 24 of AVX-512's 32 vector registers, 12 of AVX2's
-#: 16), then 4, then 1. Projection of 1024 rows 256 -> 1024, one thread (Xeon, AVX-512):
-#: 4 rows 7.5 ms, 8 rows 6.2-6.6, 12 rows 5.5-6.1 (numpy's sgemm 8.4)
+#: 16), then 4, then 1: the more rows per tile, the fewer times each weight panel is loaded.
 _MR = 12 if _VW == 16 else 6
 _mkr = _panel_kernel(_MR, 1, True)
 _mk4 = _panel_kernel(4, 1, True)
@@ -376,6 +375,34 @@ def _hgemm_packed(a, aoff, lda, rp, d, c0, c1, out, nb):
                     d * nb * ldo + p * PANEL, ldo, nb, hd)
 
 
+@njit(inline='always')
+def _vec_rows(o, h, rt, rbase, ldr, kdim, n):
+    """o[0:n] = h[0:kdim] @ R (pointers o, h), row k of R at rt[rbase + k * ldr:][:n]: four
+    rows of R per pass over o."""
+    zero = rt.dtype.type(0.0)
+    for j in range(n):
+        o[j] = zero
+    k = 0
+    while k + 4 <= kdim:
+        h0 = h[k]
+        h1 = h[k + 1]
+        h2 = h[k + 2]
+        h3 = h[k + 3]
+        r0 = eptr(rt, rbase + k * ldr)
+        r1 = eptr(rt, rbase + (k + 1) * ldr)
+        r2 = eptr(rt, rbase + (k + 2) * ldr)
+        r3 = eptr(rt, rbase + (k + 3) * ldr)
+        for j in range(n):
+            o[j] += h0 * r0[j] + h1 * r1[j] + h2 * r2[j] + h3 * r3[j]
+        k += 4
+    while k < kdim:
+        hk = h[k]
+        rk = eptr(rt, rbase + k * ldr)
+        for j in range(n):
+            o[j] += hk * rk[j]
+        k += 1
+
+
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def _hgemm(a, d, rt, rp, c0, c1, out, rows, nrows):
     """out[d, b, c0:c1] = a[d, b, :] @ rt[d, :, c0:c1] for the batch rows ``rows[:nrows]``
@@ -394,7 +421,7 @@ def _hgemm(a, d, rt, rp, c0, c1, out, rows, nrows):
                 o[j] = t_(0.0)
         return
     # the packed panels (register-blocked, R^T in panel order) also for one to three rows:
-    # LSTM B=1 step products 0.78-0.88x the vector loop's time at H 64-128 (same at 256)
+    # they beat the vector loop below even at batch 1
     if nrows == nb and (rp.shape[0] > 0 or nrows >= _BLAS_MIN_ROWS):
         if rp.shape[0] > 0:
             _hgemm_packed(a, d * nb * kdim, kdim, rp, d, c0, c1, out, nb)
@@ -402,42 +429,20 @@ def _hgemm(a, d, rt, rp, c0, c1, out, rows, nrows):
             xgemm(0, 0, nb, n, kdim, 1.0, a, d * nb * kdim, kdim, rt, d * kdim * gh + c0, gh,
                   0.0, out, d * nb * out.shape[2] + c0, out.shape[2])
         return
-    # raw pointers (gemm.eptr): four row views per k step cost NRT reference counting,
-    # ~5 us per H=256 step, as much as the step's arithmetic
-    rbase = d * kdim * gh + c0
+    # raw pointers (gemm.eptr): four row views per k step cost NRT reference counting, as
+    # much as the step's arithmetic
     for bi in range(nrows):
         b = rows[bi]
-        o = eptr(out, (d * nb + b) * out.shape[2] + c0)
-        h = eptr(a, (d * nb + b) * kdim)
-        for j in range(n):
-            o[j] = t_(0.0)
-        k = 0
-        while k + 4 <= kdim:
-            h0 = h[k]
-            h1 = h[k + 1]
-            h2 = h[k + 2]
-            h3 = h[k + 3]
-            r0 = eptr(rt, rbase + k * gh)
-            r1 = eptr(rt, rbase + (k + 1) * gh)
-            r2 = eptr(rt, rbase + (k + 2) * gh)
-            r3 = eptr(rt, rbase + (k + 3) * gh)
-            for j in range(n):
-                o[j] += h0 * r0[j] + h1 * r1[j] + h2 * r2[j] + h3 * r3[j]
-            k += 4
-        while k < kdim:
-            hk = h[k]
-            rk = eptr(rt, rbase + k * gh)
-            for j in range(n):
-                o[j] += hk * rk[j]
-            k += 1
+        _vec_rows(eptr(out, (d * nb + b) * out.shape[2] + c0), eptr(a, (d * nb + b) * kdim), rt,
+                  d * kdim * gh + c0, gh, kdim, n)
 
 
 #: batch rows up to which a split LSTM step runs by chunks of hidden units in one parallel
-#: region (_dir_panels) rather than a parallel launch per step (measured to batch 64)
+#: region (_dir_panels) rather than a parallel launch per step
 _PANEL_MAX_ROWS = 64
 
 #: multiply-adds of one step's gate product (batch x H x gates*H) from which it is split over
-#: the threads: a parallel launch costs ~5-10 us; LSTM B=1, H=256 is 262K (~50 us a step)
+#: the threads (a parallel launch must be small against the step; LSTM B=1, H=256 is 262K)
 _STEP_PAR_MACS = 1 << 17
 
 
@@ -592,6 +597,30 @@ def _views(ws, nt, nb, hd, g, nd, npan, npan_r):
     return xw, hr, tmp, hs, cs
 
 
+@njit(inline='always')
+def _dir_setup(hs, xw, lens, y, clip):
+    """What a direction's recurrence needs first: (B, T, H, a scratch list of active rows, the
+    longest length, whether Y is wanted, the clip and 1 in the state's dtype)."""
+    nb = hs.shape[1]
+    nt = xw.shape[0] // nb if nb > 0 else 0
+    maxlen = 0
+    for b in range(nb):
+        maxlen = max(maxlen, lens[b])
+    t_ = hs.dtype.type
+    return (nb, nt, hs.shape[2], np.empty(nb, np.int64), maxlen,
+            y.shape[0] > 0 and y.shape[3] > 0, t_(clip), t_(1.0))
+
+
+@njit(inline='always')
+def _dir_row(bi, d, s, reverse, col, gw, xw, hr, hs, rows, lens, nt, layout):
+    """Active row ``bi`` at step ``s``: its batch index, time, input products (the ``gw``
+    columns from ``col``), recurrent products and state (views)."""
+    b = rows[bi]
+    t = lens[b] - 1 - s if reverse else s
+    xr = xw[_xrow(t, b, nt, hs.shape[1], layout), col:col + gw]
+    return b, t, xr, hr[d, b], hs[d, b]
+
+
 # --- LSTM ------------------------------------------------------------------------------------
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def _lstm_dir(d, reverse, xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout, acts, alphas, betas,
@@ -599,24 +628,13 @@ def _lstm_dir(d, reverse, xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout, ac
     """The recurrence of direction ``d`` (it indexes the weights and state; ``reverse``: run
     from each row's last valid step back); ``nw`` > 1: each step's gate product split over
     that many workers (``_hgemm_par``)."""
-    nb = hs.shape[1]
-    hd = hs.shape[2]
+    _, nt, hd, rows, maxlen, has_y, cl, one = _dir_setup(hs, xw, lens, y, clip)
     gh = 4 * hd
-    nt = xw.shape[0] // nb if nb > 0 else 0
-    t_ = hs.dtype.type
-    cl = t_(clip)
-    one = t_(1.0)
     k = 3 * d
     fc, gc, hc = acts[k], acts[k + 1], acts[k + 2]
     fast = fc == ACT_SIGMOID and gc == ACT_TANH and hc == ACT_TANH
     has_p = peep.shape[1] > 0
-    has_y = y.shape[0] > 0 and y.shape[3] > 0
-    rows = np.empty(nb, np.int64)
     zp = np.zeros(hd, hs.dtype)
-    maxlen = 0
-    for b in range(nb):
-        maxlen = max(maxlen, lens[b])
-    col = d * gh
     for s in range(maxlen):
         na = _active(lens, s, rows)
         if nw > 1:
@@ -624,11 +642,8 @@ def _lstm_dir(d, reverse, xw, rt, rp, peep, hr, tmp, hs, cs, y, lens, layout, ac
         else:
             _hgemm(hs, d, rt, rp, np.int64(0), gh, hr, rows, na)
         for bi in range(na):
-            b = rows[bi]
-            t = lens[b] - 1 - s if reverse else s
-            xr = xw[_xrow(t, b, nt, nb, layout), col:col + gh]
-            g = hr[d, b]
-            h = hs[d, b]
+            b, t, xr, g, h = _dir_row(bi, d, s, reverse, d * gh, gh, xw, hr, hs, rows, lens, nt,
+                                      layout)
             c = cs[d, b]
             pi = peep[d, 0:hd] if has_p else zp
             po = peep[d, hd:2 * hd] if has_p else zp
@@ -717,6 +732,19 @@ def _chunk_y(y, t, d, b, j0, j1, hn, layout):
         yo[j] = hn[j]
 
 
+@njit(inline='always')
+def _chunk_row(bi, d, s, reverse, j0, gh, xw, hr, src, dst, lens, rows, layout):
+    """Row ``bi`` of the active rows at step ``s``: its batch index b, time t, and pointers to
+    unit j0 of its input products (gate stride hd, ``gh`` per direction), its recurrent
+    products in ``hr``, its previous state ``src`` and its new state ``dst``."""
+    nb, hd = src.shape[0], src.shape[1]
+    b = rows[bi]
+    t = lens[b] - 1 - s if reverse else s
+    xr = eptr(xw, _xrow(t, b, xw.shape[0] // nb, nb, layout) * xw.shape[1] + d * gh + j0)
+    g = eptr(hr, (d * nb + b) * hr.shape[2] + j0)
+    return b, t, xr, g, eptr(src, b * hd + j0), eptr(dst, b * hd + j0)
+
+
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def _lstm_chunk(d, s, reverse, j0, j1, xw, rp, peep, src, dst, cs, hr, y, lens, rows, na, layout,
                 cl, input_forget):
@@ -725,25 +753,15 @@ def _lstm_chunk(d, s, reverse, j0, j1, xw, rp, peep, src, dst, cs, hr, y, lens, 
     whole previous state ``src`` (nb, H) against the packed recurrence ``rp`` (_chunk_gates), then
     the cell update into cs and ``dst`` (nb, H) and Y. ``peep`` (nd, 3H): zeros when the model
     has none."""
-    nb = cs.shape[1]
-    hd = cs.shape[2]
-    gh = 4 * hd
-    nt = xw.shape[0] // nb
-    n = j1 - j0
-    ldh = hr.shape[2]
-    t_ = cs.dtype.type
-    one = t_(1.0)
-    has_y = y.shape[0] > 0 and y.shape[3] > 0
+    nb, hd = cs.shape[1], cs.shape[2]
+    one = cs.dtype.type(1.0)
     _chunk_gates(0, 4, d, j0, src, 0, hd, rp, hr, rows, na)
     for bi in range(na):
-        b = rows[bi]
-        t = lens[b] - 1 - s if reverse else s
-        xr = eptr(xw, _xrow(t, b, nt, nb, layout) * xw.shape[1] + d * gh + j0)
-        g = eptr(hr, (d * nb + b) * ldh + j0)
+        b, t, xr, g, _, hn = _chunk_row(bi, d, s, reverse, j0, 4 * hd, xw, hr, src, dst, lens,
+                                        rows, layout)
         c = eptr(cs, (d * nb + b) * hd + j0)
-        hn = eptr(dst, b * hd + j0)
         pp = eptr(peep, d * peep.shape[1] + j0)
-        for j in range(n):
+        for j in range(j1 - j0):
             cp = c[j]
             pi = pp[j]
             po = pp[hd + j]
@@ -756,7 +774,7 @@ def _lstm_chunk(d, s, reverse, j0, j1, xw, rp, peep, src, dst, cs, hr, y, lens, 
             vo = fsigmoid(_clip(xr[hd + j] + g[hd + j] + po * cn, cl))
             c[j] = cn
             hn[j] = vo * ftanh(cn)
-        if has_y:
+        if y.shape[0] > 0 and y.shape[3] > 0:
             _chunk_y(y, t, d, b, j0, j1, hn, layout)
 
 
@@ -765,30 +783,19 @@ def _gru_chunk(d, s, reverse, j0, j1, xw, rp, rbh, src, dst, hr, y, lens, rows, 
     """GRU (linear_before_reset, default activations) counterpart of :func:`_lstm_chunk`:
     units j0:j1 of step ``s``: the three gates' products (_chunk_gates), then z, r, the
     candidate and the new state into ``dst``, and Y."""
-    nb = src.shape[0]
     hd = src.shape[1]
-    gh = 3 * hd
-    nt = xw.shape[0] // nb
-    n = j1 - j0
-    ldh = hr.shape[2]
-    t_ = src.dtype.type
-    one = t_(1.0)
-    has_y = y.shape[0] > 0 and y.shape[3] > 0
+    one = src.dtype.type(1.0)
     _chunk_gates(0, 3, d, j0, src, 0, hd, rp, hr, rows, na)
     rb = eptr(rbh, d * hd + j0)
     for bi in range(na):
-        b = rows[bi]
-        t = lens[b] - 1 - s if reverse else s
-        xr = eptr(xw, _xrow(t, b, nt, nb, layout) * xw.shape[1] + d * gh + j0)
-        g = eptr(hr, (d * nb + b) * ldh + j0)
-        h = eptr(src, b * hd + j0)
-        hn = eptr(dst, b * hd + j0)
-        for j in range(n):
+        b, t, xr, g, h, hn = _chunk_row(bi, d, s, reverse, j0, 3 * hd, xw, hr, src, dst, lens,
+                                        rows, layout)
+        for j in range(j1 - j0):
             z = fsigmoid(_clip(xr[j] + g[j], cl))
             r = fsigmoid(_clip(xr[hd + j] + g[hd + j], cl))
             c = ftanh(_clip(xr[2 * hd + j] + r * (g[2 * hd + j] + rb[j]), cl))
             hn[j] = (one - z) * c + z * h[j]
-        if has_y:
+        if y.shape[0] > 0 and y.shape[3] > 0:
             _chunk_y(y, t, d, b, j0, j1, hn, layout)
 
 
@@ -799,9 +806,7 @@ def _gru_phase_chunk(phase, d, s, reverse, j0, j1, xw, rp, src, dst, hr, y, lens
     r from the whole previous state ``src``; z is kept in hr's z slot and r * h in its r slot.
     Phase 1, once every unit's phase 0 is done: the candidate's product (r * h) @ Rh, the
     candidate, the new state into ``dst`` and Y."""
-    nb = src.shape[0]
-    hd = src.shape[1]
-    nt = xw.shape[0] // nb
+    nb, hd = src.shape[0], src.shape[1]
     ldh = hr.shape[2]
     one = src.dtype.type(1.0)
     if phase == 0:
@@ -809,12 +814,8 @@ def _gru_phase_chunk(phase, d, s, reverse, j0, j1, xw, rp, src, dst, hr, y, lens
     else:
         _chunk_gates(2, 1, d, j0, hr, d * nb * ldh + hd, ldh, rp, hr, rows, na)
     for bi in range(na):
-        b = rows[bi]
-        t = lens[b] - 1 - s if reverse else s
-        xr = eptr(xw, _xrow(t, b, nt, nb, layout) * xw.shape[1] + d * 3 * hd + j0)
-        g = eptr(hr, (d * nb + b) * ldh + j0)
-        h = eptr(src, b * hd + j0)
-        hn = eptr(dst, b * hd + j0)
+        b, t, xr, g, h, hn = _chunk_row(bi, d, s, reverse, j0, 3 * hd, xw, hr, src, dst, lens,
+                                        rows, layout)
         if phase == 0:
             for j in range(j1 - j0):
                 z = fsigmoid(_clip(xr[j] + g[j], cl))
@@ -1017,9 +1018,8 @@ def lstm(x, w, wp, rt, rp, bias, peep, h0, c0, seqlen, y, yh, yc, ws, layout, re
         if nb * hd * 4 * hd < _STEP_PAR_MACS:
             nw = np.int64(1)  # (a literal 1 compiles _lstm_dir once more)
         # steps that split: chunks of hidden units claimed by workers that stay in one
-        # parallel region (64 steps, H 256, 2 threads: batch 1 2.0 -> 1.0 ms, batch 4 3.4 ->
-        # 2.4, batch 16 8.1-9.2 -> 6.7-6.9, batch 64 29-33 -> 26-29); at one thread the
-        # per-step paths stay (batch 1: 1.7 against 2.1 ms; batch 4-64 7-15% faster)
+        # parallel region (no launch per step); at one thread the per-step paths stay, which
+        # are faster there
         panels = nw > 1 and nb <= _PANEL_MAX_ROWS and rp.shape[0] > 0 and hd % PANEL == 0
         for d in range(nd):
             k = 3 * d
@@ -1041,33 +1041,19 @@ def lstm(x, w, wp, rt, rp, bias, peep, h0, c0, seqlen, y, yh, yc, ws, layout, re
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def _gru_dir(d, reverse, xw, rt, rp, rbh, hr, tmp, hs, y, lens, layout, acts, alphas, betas, clip,
              linear_before_reset):
-    nb = hs.shape[1]
-    hd = hs.shape[2]
+    _, nt, hd, rows, maxlen, has_y, cl, one = _dir_setup(hs, xw, lens, y, clip)
     gh = 3 * hd
-    nt = xw.shape[0] // nb if nb > 0 else 0
-    t_ = hs.dtype.type
-    cl = t_(clip)
-    one = t_(1.0)
     k = 2 * d
     fc, gc = acts[k], acts[k + 1]
     fast = fc == ACT_SIGMOID and gc == ACT_TANH
-    has_y = y.shape[0] > 0 and y.shape[3] > 0
-    rows = np.empty(nb, np.int64)
-    maxlen = 0
-    for b in range(nb):
-        maxlen = max(maxlen, lens[b])
-    col = d * gh
     rb = rbh[d]
     for s in range(maxlen):
         na = _active(lens, s, rows)
         # z and r (and h's recurrent product when it comes before the reset)
         _hgemm(hs, d, rt, rp, np.int64(0), gh if linear_before_reset else 2 * hd, hr, rows, na)
         for bi in range(na):
-            b = rows[bi]
-            t = lens[b] - 1 - s if reverse else s
-            xr = xw[_xrow(t, b, nt, nb, layout), col:col + gh]
-            g = hr[d, b]
-            h = hs[d, b]
+            b, t, xr, g, h = _dir_row(bi, d, s, reverse, d * gh, gh, xw, hr, hs, rows, lens, nt,
+                                      layout)
             tm = tmp[d, b]
             xz, xrr = xr[0:hd], xr[hd:2 * hd]
             gz, gr = g[0:hd], g[hd:2 * hd]
@@ -1090,11 +1076,8 @@ def _gru_dir(d, reverse, xw, rt, rp, rbh, hr, tmp, hs, y, lens, layout, acts, al
         if not linear_before_reset:
             _hgemm_rh(tmp, d, rt, rp, hd, hr, rows, na)
         for bi in range(na):
-            b = rows[bi]
-            t = lens[b] - 1 - s if reverse else s
-            xr = xw[_xrow(t, b, nt, nb, layout), col:col + gh]
-            g = hr[d, b]
-            h = hs[d, b]
+            b, t, xr, g, h = _dir_row(bi, d, s, reverse, d * gh, gh, xw, hr, hs, rows, lens, nt,
+                                      layout)
             tm = tmp[d, b]
             xh = xr[2 * hd:gh]
             gh_ = g[2 * hd:gh]
@@ -1125,43 +1108,20 @@ def _hgemm_rh(tmp, d, rt, rp, hd, hr, rows, na):
     """hr[d, b, 2H:3H] = tmp[d, b, 2H:3H] @ rt[d, :, 2H:3H] (GRU's (r * h) @ Rh^T)."""
     nb = tmp.shape[1]
     gh = 3 * hd
+    ldh = hr.shape[2]
     if na == 0 or hd == 0:
         return
     if na >= _BLAS_MIN_ROWS and na == nb:
         if rp.shape[0] > 0:
             _hgemm_packed(tmp, d * nb * gh + 2 * hd, gh, rp, d, 2 * hd, gh, hr, nb)
         else:
-            ldh = hr.shape[2]
             xgemm(0, 0, nb, hd, hd, 1.0, tmp, d * nb * gh + 2 * hd, gh, rt,
                   d * hd * gh + 2 * hd, gh, 0.0, hr, d * nb * ldh + 2 * hd, ldh)
         return
-    t_ = hr.dtype.type
-    r = rt[d]
     for bi in range(na):
         b = rows[bi]
-        o = hr[d, b, 2 * hd:gh]
-        a = tmp[d, b, 2 * hd:gh]
-        for j in range(hd):
-            o[j] = t_(0.0)
-        k = 0
-        while k + 4 <= hd:
-            h0 = a[k]
-            h1 = a[k + 1]
-            h2 = a[k + 2]
-            h3 = a[k + 3]
-            r0 = r[k, 2 * hd:gh]
-            r1 = r[k + 1, 2 * hd:gh]
-            r2 = r[k + 2, 2 * hd:gh]
-            r3 = r[k + 3, 2 * hd:gh]
-            for j in range(hd):
-                o[j] += h0 * r0[j] + h1 * r1[j] + h2 * r2[j] + h3 * r3[j]
-            k += 4
-        while k < hd:
-            hk = a[k]
-            rk = r[k, 2 * hd:gh]
-            for j in range(hd):
-                o[j] += hk * rk[j]
-            k += 1
+        _vec_rows(eptr(hr, (d * nb + b) * ldh + 2 * hd), eptr(tmp, (d * nb + b) * gh + 2 * hd),
+                  rt, d * hd * gh + 2 * hd, gh, hd, hd)
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
@@ -1212,27 +1172,14 @@ def gru(x, w, wp, rt, rp, bias, h0, seqlen, y, yh, ws, layout, reverse, acts, al
 # --- RNN -------------------------------------------------------------------------------------
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def _rnn_dir(d, reverse, xw, rt, rp, hr, hs, y, lens, layout, acts, alphas, betas, clip):
-    nb = hs.shape[1]
-    hd = hs.shape[2]
-    nt = xw.shape[0] // nb if nb > 0 else 0
-    t_ = hs.dtype.type
-    cl = t_(clip)
+    _, nt, hd, rows, maxlen, has_y, cl, _ = _dir_setup(hs, xw, lens, y, clip)
     fc = acts[d]
-    has_y = y.shape[0] > 0 and y.shape[3] > 0
-    rows = np.empty(nb, np.int64)
-    maxlen = 0
-    for b in range(nb):
-        maxlen = max(maxlen, lens[b])
-    col = d * hd
     for s in range(maxlen):
         na = _active(lens, s, rows)
         _hgemm(hs, d, rt, rp, np.int64(0), hd, hr, rows, na)
         for bi in range(na):
-            b = rows[bi]
-            t = lens[b] - 1 - s if reverse else s
-            xr = xw[_xrow(t, b, nt, nb, layout), col:col + hd]
-            g = hr[d, b]
-            h = hs[d, b]
+            b, t, xr, g, h = _dir_row(bi, d, s, reverse, d * hd, hd, xw, hr, hs, rows, lens, nt,
+                                      layout)
             if fc == ACT_TANH:
                 for j in range(hd):
                     h[j] = ftanh(_clip(xr[j] + g[j], cl))
