@@ -9,13 +9,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...ir import Node
-from ..elementwise import lit
+from ..calls import KernelModule, Scalar, View
 from ..registry import Unlowerable, lowering
 from ..symbolic import concrete
 from .common import _axis, _plain, _prod
 
 if TYPE_CHECKING:
-    from ..cpu import Emitter
+    from ..emitter import Emitter
+
+_shape_ops = KernelModule("shape_ops")
 
 #: output elements from which a Pad copy runs in parallel (a prange launch costs ~3 us; a
 #: plane copy of 128K floats ~30-60 us)
@@ -26,6 +28,14 @@ def _str(v, default: str) -> str:
     if v is None:
         return default
     return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _lit(value, dt) -> Scalar | bool:
+    """A typed constant of ``dt`` (a bool as it is)."""
+    dt = np.dtype(dt)
+    if dt == np.bool_:
+        return bool(value)
+    return Scalar(dt.name, float(value) if dt.kind == "f" else int(value))
 
 
 def _host(em: Emitter, n: Node, v):
@@ -153,16 +163,16 @@ def lower_pad(em: Emitter, n: Node) -> None:
         if cv is not None:
             raise Unlowerable(n, "constant_value is not a scalar")
     if cv is not None:
-        val = f"{em.arr(cv)}.reshape({em.tuple_expr((1,))})[0]"
+        val = _scalar(em, cv)
     else:
         v = float(n.attrs.get("value", 0.0)) if n.since_version < 11 else 0
-        val = lit(bool(v) if dt == np.bool_ else v, dt)
+        val = _lit(bool(v) if dt == np.bool_ else v, dt)
     _emit_pad(em, n, x, y, begin, end, mode, val)
 
 
-def _emit_pad(em: Emitter, n: Node, x, y, begin, end, mode: str, val: str) -> None:
+def _emit_pad(em: Emitter, n: Node, x, y, begin, end, mode: str, val: View | Scalar | bool) -> None:
     """The Pad kernel call for begin/end pads per axis (negative: crop, first) and ``val``, the
-    constant's expression. Shared by Pad and CenterCropPad."""
+    constant (a typed constant or the element of a view). Shared by Pad and CenterCropPad."""
     xs, ys = em.shape(x), em.shape(y)
     rank = len(xs)
     crop = [max(-begin[k], 0) + max(-end[k], 0) for k in range(rank)]
@@ -191,16 +201,16 @@ def _emit_pad(em: Emitter, n: Node, x, y, begin, end, mode: str, val: str) -> No
     axis(last, xs[last] * inner, ys[last] * inner)
     r = len(cx)
     par = em.split("pad_par", n, _prod(ys), _PAR_PAD, r)
-    kname = em.kernel(f"k_pad{r}", _pad_kernel(r, cp, par))
-    yv = em.out(y)
-    bargs = "".join(f"{em.dim(b)}, {em.dim(c)}, {em.dim(m)}, " for b, c, m in cargs)
-    em.call(f"{kname}({yv}.reshape({em.tuple_expr(cy)}), {em.arr(x)}.reshape({em.tuple_expr(cx)}), "
-            f"{bargs}{em.dim(ys[last])}, {em.dim(inner)}, {val}, {_MODES[mode]})")
+    kern = em.generated(f"k_pad{r}", _pad_kernel(r, cp, par))
+    yv = em.write(y).reshape(em.sizes(cy))
+    xv = em.shaped(x, cx)
+    bargs = [em.size(s) for bcm in cargs for s in bcm]
+    em.call(kern, yv, xv, *bargs, em.size(ys[last]), em.size(inner), val, _MODES[mode])
 
 
-def _scalar_expr(em: Emitter, v) -> str:
-    """Expression reading the one element of a (scalar or 1-element) input at run time."""
-    return f"{em.arr(v)}.reshape({em.tuple_expr((1,))})[0]"
+def _scalar(em: Emitter, v) -> View:
+    """The one element of a (scalar or 1-element) input, read at run time."""
+    return em.shaped(v, (1,)).item()
 
 
 def _once(em: Emitter, n: Node, tag: str, cond) -> bool:
@@ -237,7 +247,7 @@ def lower_center_crop_pad(em: Emitter, n: Node) -> None:
     if not any(begin) and not any(end):
         em.alias(y, x)
         return
-    _emit_pad(em, n, x, y, begin, end, "constant", lit(0, y.dtype))
+    _emit_pad(em, n, x, y, begin, end, "constant", _lit(0, y.dtype))
 
 
 # --- Tile --------------------------------------------------------------------------------------
@@ -289,7 +299,7 @@ def lower_tile(em: Emitter, n: Node) -> None:
     if rank == 0 or all(r == 1 for r in reps):
         em.alias(y, x)
         return
-    yv = em.out(y)
+    yv = em.write(y)
     if 0 in reps or concrete(_prod(xs)) == 0:
         return  # an empty output: nothing to write
     # y viewed as (R0, X0, R1, X1, ...): a repeat axis before each repeated input axis, runs of
@@ -314,9 +324,9 @@ def lower_tile(em: Emitter, n: Node) -> None:
         k = j
     par = _once(em, n, "tile_par", lambda: concrete(_prod(ys)) >= _PAR_PAD
                 and concrete(ydims[0]) >= 2)
-    kname = em.kernel(f"k_tile{len(kinds)}", _broadcast_kernel(kinds, par))
-    em.call(f"{kname}({yv}.reshape({em.tuple_expr(ydims)}), "
-            f"{em.arr(x)}.reshape({em.tuple_expr(xdims)}))")
+    kern = em.generated(f"k_tile{len(kinds)}", _broadcast_kernel(kinds, par))
+    y2 = yv.reshape(em.sizes(ydims))
+    em.call(kern, y2, em.shaped(x, xdims))
 
 
 # --- DepthToSpace / SpaceToDepth -----------------------------------------------------------------
@@ -339,12 +349,12 @@ def lower_depth_to_space(em: Emitter, n: Node) -> None:
     nn, c, h, w = xs
     co = c // (b * b)
     xd = (nn, co, b, b, h, w) if crd else (nn, b, b, co, h, w)
-    yv = em.out(y)
+    yv = em.write(y)
     par = _once(em, n, "d2s_par", lambda: concrete(_prod(xs)) >= _PAR_PAD
                 and concrete(nn * co) >= 2)
-    em.call(f"_shape_ops.depth_to_space{'_par' if par else ''}("
-            f"{em.arr(x)}.reshape({em.tuple_expr(xd)}), "
-            f"{yv}.reshape({em.tuple_expr((nn, co, h, b, w, b))}), {crd})")
+    xv = em.shaped(x, xd)
+    em.call(_shape_ops.depth_to_space_par if par else _shape_ops.depth_to_space, xv,
+            yv.reshape(em.sizes((nn, co, h, b, w, b))), crd)
 
 
 @lowering("SpaceToDepth", supports=_plain)
@@ -356,12 +366,12 @@ def lower_space_to_depth(em: Emitter, n: Node) -> None:
     ho, wo = h // b, w // b
     crd = n.since_version >= 28 and _str(n.attrs.get("mode"), "DCR") == "CRD"
     yd = (nn, c, b, b, ho, wo) if crd else (nn, b, b, c, ho, wo)
-    yv = em.out(y)
+    yv = em.write(y)
     par = _once(em, n, "s2d_par", lambda: concrete(_prod(xs)) >= _PAR_PAD
                 and concrete(nn * c) >= 2)
-    em.call(f"_shape_ops.space_to_depth{'_par' if par else ''}("
-            f"{em.arr(x)}.reshape({em.tuple_expr((nn, c, ho, b, wo, b))}), "
-            f"{yv}.reshape({em.tuple_expr(yd)}), {crd})")
+    xv = em.shaped(x, (nn, c, ho, b, wo, b))
+    em.call(_shape_ops.space_to_depth_par if par else _shape_ops.space_to_depth, xv,
+            yv.reshape(em.sizes(yd)), crd)
 
 
 # --- Trilu, ReverseSequence ----------------------------------------------------------------------
@@ -374,13 +384,13 @@ def lower_trilu(em: Emitter, n: Node) -> None:
     if len(xs) < 2:
         raise Unlowerable(n, "Trilu needs a rank >= 2 input")
     kv = n.input(1)
-    k = _scalar_expr(em, kv) if kv is not None else "0"
+    k = _scalar(em, kv) if kv is not None else 0
     upper = bool(n.attrs.get("upper", 1))
-    d3 = em.tuple_expr((_prod(xs[:-2]), xs[-2], xs[-1]))
-    yv = em.out(y)
+    d3 = em.sizes((_prod(xs[:-2]), xs[-2], xs[-1]))
+    yv = em.write(y)
     par = _once(em, n, "trilu_par", lambda: concrete(_prod(xs)) >= _PAR_PAD)
-    em.call(f"_shape_ops.trilu{'_par' if par else ''}({em.arr(x)}.reshape({d3}), "
-            f"{yv}.reshape({d3}), {k}, {upper})")
+    em.call(_shape_ops.trilu_par if par else _shape_ops.trilu, em.read(x).reshape(d3),
+            yv.reshape(d3), k, upper)
 
 
 @lowering("ReverseSequence", supports=lambda n: _plain(n)
@@ -393,10 +403,10 @@ def lower_reverse_sequence(em: Emitter, n: Node) -> None:
         raise Unlowerable(n, f"time_axis {ta} / batch_axis {ba} of a rank-{len(xs)} input")
     if concrete(_prod(em.shape(lens))) != concrete(xs[ba]):
         raise Unlowerable(n, f"sequence_lens of {em.shape(lens)} for batch {xs[ba]}")
-    d3 = em.tuple_expr((xs[0], xs[1], _prod(xs[2:])))
-    yv = em.out(y)
-    em.call(f"_shape_ops.reverse_sequence({em.arr(x)}.reshape({d3}), "
-            f"{em.arr(lens)}.reshape({em.tuple_expr((xs[ba],))}), {yv}.reshape({d3}), {ta == 0})")
+    d3 = em.sizes((xs[0], xs[1], _prod(xs[2:])))
+    yv = em.write(y)
+    xv = em.read(x).reshape(d3)
+    em.call(_shape_ops.reverse_sequence, xv, em.shaped(lens, (xs[ba],)), yv.reshape(d3), ta == 0)
 
 
 # --- EyeLike, Range, ConstantOfShape -------------------------------------------------------------
@@ -407,17 +417,17 @@ def lower_eye_like(em: Emitter, n: Node) -> None:
     ys = em.shape(y)
     if len(ys) != 2:
         raise Unlowerable(n, f"EyeLike of a rank-{len(ys)} input")
-    yv = em.out(y)
-    em.call(f"_shape_ops.eye({yv}, {int(n.attrs.get('k', 0))})")
+    yv = em.write(y)
+    em.call(_shape_ops.eye, yv, int(n.attrs.get("k", 0)))
 
 
 @lowering("Range", supports=lambda n: _plain(n) and n.since_version >= 11)
 def lower_range(em: Emitter, n: Node) -> None:
     """start and delta read at run time; the length comes from the shape pass."""
     y = n.outputs[0]
-    yv = em.out(y)
-    em.call(f"_shape_ops.arange({yv}, {_scalar_expr(em, n.inputs[0])}, "
-            f"{_scalar_expr(em, n.inputs[2])})")
+    yv = em.write(y)
+    start = _scalar(em, n.inputs[0])
+    em.call(_shape_ops.arange, yv, start, _scalar(em, n.inputs[2]))
 
 
 def _cos_value(n: Node):
@@ -432,6 +442,6 @@ def lower_constant_of_shape(em: Emitter, n: Node) -> None:
     ys = em.shape(y)
     v = _cos_value(n).reshape(-1)[0]
     dt = np.dtype(y.dtype)
-    val = lit(bool(v) if dt == np.bool_ else (float(v) if dt.kind == "f" else int(v)), dt)
-    yv = em.out(y)
-    em.call(f"_shape_ops.fill({yv}.reshape({em.tuple_expr((_prod(ys),))}), {val})")
+    val = _lit(v, dt)
+    yv = em.write(y)
+    em.call(_shape_ops.fill, yv.reshape(em.sizes((_prod(ys),))), val)
