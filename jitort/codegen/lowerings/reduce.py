@@ -12,12 +12,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...ir import Node
+from ..calls import KernelModule
 from ..elementwise import FLOATS, lit, tname
 from ..registry import Unlowerable, lowering
 from .common import (_axis, _prod)
 
 if TYPE_CHECKING:
-    from ..cpu import Emitter
+    from ..emitter import Emitter
+
+_reduce = KernelModule("reduce")
 
 
 REDUCE_KIND = {"ReduceSum": 0, "ReduceMean": 1, "ReduceMax": 2, "ReduceMin": 3, "ReduceProd": 4,
@@ -106,9 +109,9 @@ def lower_reduce(em: Emitter, n: Node) -> None:
         k = red[0]
         o = _prod([s for s, _ in runs[:k]])
         i = _prod([s for s, _ in runs[k + 1:]])
-        yv = em.out(y)
-        em.call(f"_reduce.reduce3d({em.arr(x)}.reshape({em.tuple_expr((o, runs[k][0], i))}), "
-                f"{yv}.reshape({em.tuple_expr((o, i))}), {REDUCE_KIND[n.op_type]})")
+        yv = em.write(y)
+        xv = em.shaped(x, (o, runs[k][0], i))
+        em.call(_reduce.reduce3d, xv, yv.reshape(em.sizes((o, i))), REDUCE_KIND[n.op_type])
         return
     if not runs:
         runs = [(1, False)]
@@ -117,10 +120,10 @@ def lower_reduce(em: Emitter, n: Node) -> None:
     par = em.split("reduce_par", n, 0 if flags[0] else _prod(sizes), _PAR_ELEMS,
                    sizes[0]) and not flags[0]
     src = reduce_source(n.op_type, np.dtype(x.dtype), flags, par)
-    kname = em.kernel(f"k_reduce{len(flags)}", src)
-    yv = em.out(y)
-    em.call(f"{kname}({em.arr(x)}.reshape({em.tuple_expr(sizes)}), "
-            f"{yv}.reshape({em.tuple_expr([1 if r else s for s, r in runs])}))")
+    kern = em.generated(f"k_reduce{len(flags)}", src)
+    yv = em.write(y)
+    xv = em.shaped(x, sizes)
+    em.call(kern, xv, yv.reshape(em.sizes([1 if r else s for s, r in runs])))
 
 
 def reduce_source(op: str, dt: np.dtype, flags: tuple[bool, ...], parallel: bool) -> str:
