@@ -15,12 +15,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...ir import Node
+from ..calls import KernelModule, Scalar
 from ..registry import Unlowerable, lowering
 from ..symbolic import concrete
-from .common import _F, _PLAIN, _is_float, _prod, float_literal
+from .common import _F, _PLAIN, _is_float, _prod
 
 if TYPE_CHECKING:
-    from ..cpu import Emitter
+    from ..emitter import Emitter
+
+_data = KernelModule("data")
+_resize = KernelModule("resize")
 
 _MODES = {"nearest": 0, "linear": 1, "bilinear": 1, "trilinear": 1, "cubic": 2, "bicubic": 2}
 _COORDS = {"half_pixel": 0, "half_pixel_symmetric": 1, "pytorch_half_pixel": 2,
@@ -139,43 +143,42 @@ def lower_resize(em: Emitter, n: Node) -> None:
         if not ident:
             active.append(a)
     if not active or _prod(ys) == 0:
-        yv = em.out(y)
+        yv = em.write(y)
         if _prod(ys):
-            em.call(f"_data.copy_flat({em.arr(x)}.reshape(-1), {yv}.reshape(-1))")
+            em.call(_data.copy_flat, em.read(x).flat(), yv.flat())
         else:
-            em.arr(x)
+            em.read(x)
         return
     # nearest is a copy: memory bound, a second thread pays only on big outputs
-    par = "_par" if em.split("resize_par", n, _prod(ys), _PAR_MIN if mode else _PAR_MIN_COPY) \
-        else ""
-    ev = float_literal(extrap)
+    par = em.split("resize_par", n, _prod(ys), _PAR_MIN if mode else _PAR_MIN_COPY)
+    ev = Scalar("float64", extrap)
     if (len(active) == 2 and active[1] == active[0] + 1 and mode in (0, 1) and not antialias
             and all(xs[k] == 1 for k in range(active[1] + 1, r))):
         h, w = active
         P = _prod(xs[:h])
         _, sh, rsh, reh = per[h]
         _, sw, rsw, rew = per[w]
-        xv = f"{em.arr(x)}.reshape({em.tuple_expr((P, xs[h], xs[w]))})"
-        yv = f"{em.out(y)}.reshape({em.tuple_expr((P, ys[h], ys[w]))})"
-        em.call(f"_resize.resize2d{par}({xv}, {yv}, {sh!r}, {sw!r}, {rsh!r}, {reh!r}, {rsw!r}, "
-                f"{rew!r}, {mode}, {coord}, {nearest}, {ev})")
+        xv = em.shaped(x, (P, xs[h], xs[w]))
+        yv = em.write(y).reshape(em.sizes((P, ys[h], ys[w])))
+        em.call(_resize.resize2d_par if par else _resize.resize2d, xv, yv, sh, sw, rsh, reh,
+                rsw, rew, mode, coord, nearest, ev)
         return
     okey = ("resize_order", id(n))
     if okey not in em.memo:  # shrinking axes first: later passes move fewer elements
         em.memo[okey] = sorted(active, key=lambda a: concrete(ys[a]) / max(concrete(xs[a]), 1))
     order = em.memo[okey]
     cur = list(xs)
-    src = em.arr(x)
+    src = em.read(x)
+    fn = _resize.resize_pass_par if par else _resize.resize_pass
     for j, a in enumerate(order):
         nxt = list(cur)
         nxt[a] = ys[a]
         O, I = _prod(cur[:a]), _prod(cur[a + 1:])
-        xv = f"{src}.reshape({em.tuple_expr((O, cur[a], I))})"
-        dst = em.out(y) if j == len(order) - 1 else em.scratch(_prod(nxt), x.dtype)
-        yv = f"{dst}.reshape({em.tuple_expr((O, ys[a], I))})"
+        xv = src.reshape(em.sizes((O, cur[a], I)))
+        dst = em.write(y) if j == len(order) - 1 else em.temp(_prod(nxt), x.dtype)
+        yv = dst.reshape(em.sizes((O, ys[a], I)))
         _, s, rs, re = per[a]
-        em.call(f"_resize.resize_pass{par}({xv}, {yv}, {s!r}, {rs!r}, {re!r}, {mode}, {coord}, "
-                f"{nearest}, {cubic_a!r}, {exclude}, {antialias}, {ev})")
+        em.call(fn, xv, yv, s, rs, re, mode, coord, nearest, cubic_a, exclude, antialias, ev)
         cur, src = nxt, dst
 
 
@@ -207,16 +210,16 @@ def lower_gridsample(em: Emitter, n: Node) -> None:
         raise Unlowerable(n, "3-D cubic GridSample (onnxruntime rejects it; no reference to match)")
     if S == 0 and _prod(ys) != 0:
         raise Unlowerable(n, "GridSample of an empty image")
-    yv = em.out(y)
+    yv = em.write(y)
     if _prod(ys) == 0:
-        em.arr(x), em.arr(g)
+        em.read(x), em.read(g)
         return
-    par = "_par" if em.split("gs_par", n, _prod(ys) * (1 << D if mode == 1 else 1), _PAR_MIN) \
-        else ""
-    em.call(f"_resize.gridsample{par}({em.arr(x)}.reshape({em.tuple_expr((xs[0], xs[1], S))}), "
-            f"{em.arr(g)}.reshape({em.tuple_expr((gs[0], P, D))}), "
-            f"{yv}.reshape({em.tuple_expr((xs[0], xs[1], P))}), {em.tuple_expr((1,) * (3 - D) + xs[2:])}, "
-            f"{mode}, {pad}, {align})")
+    par = em.split("gs_par", n, _prod(ys) * (1 << D if mode == 1 else 1), _PAR_MIN)
+    xv = em.shaped(x, (xs[0], xs[1], S))
+    gv = em.shaped(g, (gs[0], P, D))
+    em.call(_resize.gridsample_par if par else _resize.gridsample, xv, gv,
+            yv.reshape(em.sizes((xs[0], xs[1], P))), em.sizes((1,) * (3 - D) + xs[2:]),
+            mode, pad, align)
 
 
 @lowering("AffineGrid", supports=lambda n: _is_float(n.inputs[0], n.outputs[0]))
@@ -226,10 +229,10 @@ def lower_affine_grid(em: Emitter, n: Node) -> None:
     D = len(ys) - 2
     if D not in (2, 3) or ts != (ys[0], D, D + 1) or ys[-1] != D:
         raise Unlowerable(n, f"theta {ts} does not match grid {ys}")
-    yv = em.out(y)
+    yv = em.write(y)
     if _prod(ys) == 0:
-        em.arr(th)
+        em.read(th)
         return
     P = _prod(ys[1:-1])
-    em.call(f"_resize.affine_grid({em.arr(th)}, {yv}.reshape({em.tuple_expr((ys[0], P, D))}), "
-            f"{em.tuple_expr((1,) * (3 - D) + ys[1:-1])}, {bool(n.attrs.get('align_corners', 0))})")
+    em.call(_resize.affine_grid, em.read(th), yv.reshape(em.sizes((ys[0], P, D))),
+            em.sizes((1,) * (3 - D) + ys[1:-1]), bool(n.attrs.get("align_corners", 0)))
