@@ -7,13 +7,32 @@ import numpy as np
 
 from ... import tuning
 from ...ir import Node
+from ..calls import KernelModule, Scalar, View, Zeros
 from ..registry import Unlowerable, lowering
 from ..symbolic import concrete
-from ..elementwise import tname
-from .common import (_conv_pads, _is_float, act_args, ACT_CODES, float_literal)
+from .common import (_conv_pads, _is_float, act_args, ACT_CODES)
 
 if TYPE_CHECKING:
-    from ..cpu import Emitter
+    from ..emitter import Emitter
+
+_conv = KernelModule("conv")
+_wino = KernelModule("winograd")
+_cnhwc = KernelModule("conv_nhwc")
+_convi = KernelModule("conv_implicit")
+_convc = KernelModule("conv_cvec")
+_convg = KernelModule("conv_group")
+
+
+def _epi(act) -> tuple[int, Scalar, Scalar]:
+    """The fused activation's code, alpha and beta as the kernels take them (float64)."""
+    code, alpha, beta = act
+    return code, Scalar("float64", float(alpha)), Scalar("float64", float(beta))
+
+
+def _no_bias(y, count) -> Zeros:
+    """The zero bias array of ``count`` elements (in the output's type) that a conv without
+    bias passes (``int`` pins a symbolic size, as its text did)."""
+    return Zeros(np.dtype(y.dtype).name, (int(count),))
 
 
 def _conv_ok(n: Node) -> bool:
@@ -116,12 +135,12 @@ def _use_grouped(em: Emitter, n: Node, xs4, ws4, ys4, group) -> bool:
     return em.memo[key]
 
 
-def _out_beside_residual(em: Emitter, n: Node, y, residual) -> str:
-    """``em.out(y)`` for a conv whose epilogue reads ``residual``: the kernels require that the
+def _out_beside_residual(em: Emitter, n: Node, y, residual) -> View:
+    """``em.write(y)`` for a conv whose epilogue reads ``residual``: the kernels require that the
     residual not alias the output. The residual is read at this step and the output is a
     fresh buffer (never an in-place reuse, see ``Emitter.out``), so the planner never overlaps
     them; a Concat slice (``em.embed``) has its own bytes."""
-    yv = em.out(y)
+    yv = em.write(y)
     if (residual is not None and id(y) not in em.embed
             and em.root.get(id(residual), -1) == em.root.get(id(y))):
         raise Unlowerable(n, "conv residual shares the output's buffer")  # never planned so
@@ -160,35 +179,33 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
         _lower_conv2d_implicit(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act)
         return
     if not tile:
-        col = em.scratch(max(1, conv2d_scratch_elems(c, kh, kw, oh, ow, group, em.threads,
-                                                     ws4[0], strides, dil, xs4[3])),
-                         y.dtype)
-    xv = f"{em.arr(x)}.reshape({em.tuple_expr(xs4)})"
-    wv = None if tile else f"{em.arr(w)}.reshape({em.tuple_expr(ws4)})"
-    bv = em.arr(b) if b is not None else f"np.zeros({ws4[0]}, {tname(y.dtype)})"
-    rv = None if residual is None else f"{em.arr(residual)}.reshape({em.tuple_expr(ys4)}), "
+        col = em.temp(max(1, conv2d_scratch_elems(c, kh, kw, oh, ow, group, em.threads,
+                                                  ws4[0], strides, dil, xs4[3])),
+                      y.dtype)
+    xv = em.shaped(x, xs4)
+    wv = None if tile else em.shaped(w, ws4)
+    bv = em.read(b) if b is not None else _no_bias(y, ws4[0])
+    rv = None if residual is None else em.shaped(residual, ys4)
     yv = _out_beside_residual(em, n, y, residual)
-    y4 = f"{yv}.reshape({em.tuple_expr(ys4)})"
-    code, alpha, beta = act
-    epi = f"{code}, {float_literal(alpha)}, {float_literal(beta)}"
+    y4 = yv.reshape(em.sizes(ys4))
+    epi = _epi(act)
     if tile:
         from jitort.kernels.cpu.winograd import winograd_scratch_elems, winograd_weights
-        u = em.derived_const(("winograd", tile, id(w.const)),
-                             lambda: winograd_weights(w.const.reshape(ws4), tile))
-        scr = em.scratch(winograd_scratch_elems(c, ws4[0], oh, ow, em.threads, tile), y.dtype)
-        em.call(f"_wino.conv3x3_winograd({xv}, {u}, {bv}, {rv or y4 + ', '}{y4}, {scr}, "
-                f"{em.dim(pads[0])}, {em.dim(pads[1])}, {b is not None}, {residual is not None}, {epi})")
+        u = em.constant(("winograd", tile, id(w.const)),
+                        lambda: winograd_weights(w.const.reshape(ws4), tile))
+        scr = em.temp(winograd_scratch_elems(c, ws4[0], oh, ow, em.threads, tile), y.dtype)
+        em.call(_wino.conv3x3_winograd, xv, u, bv, y4 if rv is None else rv, y4, scr,
+                *em.sizes((pads[0], pads[1])), b is not None, residual is not None, *epi)
         return
-    args = ", ".join(em.dim(v) for v in (strides[0], strides[1], pads[0], pads[1], dil[0], dil[1]))
+    args = em.sizes((strides[0], strides[1], pads[0], pads[1], dil[0], dil[1]))
     if n.op_type == "Conv":
-        em.call(f"_conv.conv2d({xv}, {wv}, {bv}, {y4}, {col}, {args}, {group}, {b is not None})")
+        em.call(_conv.conv2d, xv, wv, bv, y4, col, *args, group, b is not None)
         return
     if residual is None:
-        em.call(f"_conv.conv2d_bias_act({xv}, {wv}, {bv}, {y4}, {col}, {args}, {group}, "
-                f"{b is not None}, {epi})")
+        em.call(_conv.conv2d_bias_act, xv, wv, bv, y4, col, *args, group, b is not None, *epi)
     else:
-        em.call(f"_conv.conv2d_bias_add_act({xv}, {wv}, {bv}, {rv}{y4}, {col}, {args}, {group}, "
-                f"{b is not None}, {epi})")
+        em.call(_conv.conv2d_bias_add_act, xv, wv, bv, rv, y4, col, *args, group, b is not None,
+                *epi)
 
 
 def _use_staged(em: Emitter, n: Node) -> bool:
@@ -214,16 +231,14 @@ def _lower_dw_staged(em: Emitter, n: Node, xs4, ws4, ys4, strides, pads, residua
     w, y, b = n.inputs[1], n.outputs[0], n.input(2)
     c = concrete(xs4[1])
     blocks = staged_blocks(c, concrete(ys4[2]) * concrete(ys4[3]), em.threads)
-    hwio = em.derived_const(("dw_staged", blocks, id(w.const)),
-                            lambda: staged_weights(w.const.reshape(ws4), blocks))
+    hwio = em.constant(("dw_staged", blocks, id(w.const)),
+                       lambda: staged_weights(w.const.reshape(ws4), blocks))
     dims = [concrete(d) for d in (xs4[3], ws4[2], strides[0], ys4[2], ys4[3])]
-    scr = em.scratch(dw_staged_scratch_elems(*dims, em.threads), y.dtype)
+    scr = em.temp(dw_staged_scratch_elems(*dims, em.threads), y.dtype)
     xv, bv, rv, y4 = _io_args(em, n, xs4, ys4, residual)
-    code, alpha, beta = act
-    args = ", ".join(em.dim(v) for v in (strides[0], strides[1], pads[0], pads[1]))
-    em.call(f"_cnhwc.dwconv_staged({xv}, {hwio}, {bv}, {rv}, {y4}, {scr}, {args}, "
-            f"{b is not None}, {residual is not None}, {code}, {float_literal(alpha)}, "
-            f"{float_literal(beta)})")
+    args = em.sizes((strides[0], strides[1], pads[0], pads[1]))
+    em.call(_cnhwc.dwconv_staged, xv, hwio, bv, rv, y4, scr, *args, b is not None,
+            residual is not None, *_epi(act))
 
 
 def _lower_conv2d_implicit(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pads, residual,
@@ -232,12 +247,12 @@ def _lower_conv2d_implicit(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pa
     the input's phase planes in the scratch; bias, residual and activation in the kernel."""
     from jitort.kernels.cpu.conv_implicit import implicit_scratch_elems, pack_weights
     w, y = n.inputs[1], n.outputs[0]
-    pk = em.derived_const(("implicit", id(w.const)), lambda: pack_weights(w.const.reshape(ws4)))
-    scr = em.scratch(implicit_scratch_elems(xs4[0], xs4[1], xs4[2], xs4[3], ws4[2], ws4[3],
-                                            ys4[2], ys4[3], strides[0], strides[1], dil[0],
-                                            dil[1]), y.dtype)
-    call = _packed_args(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, pk, scr)
-    em.call(f"_convi.conv2d_implicit({call})")
+    pk = em.constant(("implicit", id(w.const)), lambda: pack_weights(w.const.reshape(ws4)))
+    scr = em.temp(implicit_scratch_elems(xs4[0], xs4[1], xs4[2], xs4[3], ws4[2], ws4[3],
+                                         ys4[2], ys4[3], strides[0], strides[1], dil[0],
+                                         dil[1]), y.dtype)
+    args = _packed_args(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, pk, scr)
+    em.call(_convi.conv2d_implicit, *args)
 
 
 def _lower_conv2d_cvec(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pads, residual,
@@ -246,41 +261,40 @@ def _lower_conv2d_cvec(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pads, 
     panels of output channels; bias, residual and activation in the kernel."""
     from jitort.kernels.cpu.conv_cvec import cvec_scratch_elems, pack_weights
     w, y = n.inputs[1], n.outputs[0]
-    pk = em.derived_const(("cvec", group, id(w.const)),
-                          lambda: pack_weights(w.const.reshape(ws4), group))
-    scr = em.scratch(cvec_scratch_elems(xs4[0], xs4[1], xs4[2], xs4[3], ws4[2], ws4[3],
-                                        ys4[2], ys4[3], strides[0], strides[1], dil[0], dil[1],
-                                        em.threads), y.dtype)
-    call = _packed_args(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, pk, scr, group)
-    em.call(f"_convc.conv2d_cvec({call})")
+    pk = em.constant(("cvec", group, id(w.const)),
+                     lambda: pack_weights(w.const.reshape(ws4), group))
+    scr = em.temp(cvec_scratch_elems(xs4[0], xs4[1], xs4[2], xs4[3], ws4[2], ws4[3],
+                                     ys4[2], ys4[3], strides[0], strides[1], dil[0], dil[1],
+                                     em.threads), y.dtype)
+    args = _packed_args(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, pk, scr, group)
+    em.call(_convc.conv2d_cvec, *args)
 
 
-def _io_args(em: Emitter, n: Node, xs4, ys4, residual) -> tuple[str, str, str, str]:
+def _io_args(em: Emitter, n: Node, xs4, ys4, residual) -> tuple[View, View | Zeros, View, View]:
     """Input, bias (a 1-element zero array when none), residual (the output when none) and
     output arguments of the kernels that take the conv epilogue's operands as arrays."""
     x, y, b = n.inputs[0], n.outputs[0], n.input(2)
-    xv = f"{em.arr(x)}.reshape({em.tuple_expr(xs4)})"
-    bv = em.arr(b) if b is not None else f"np.zeros(1, {tname(y.dtype)})"
+    xv = em.shaped(x, xs4)
+    bv = em.read(b) if b is not None else _no_bias(y, 1)
     yv = _out_beside_residual(em, n, y, residual)
-    y4 = f"{yv}.reshape({em.tuple_expr(ys4)})"
-    rv = f"{em.arr(residual)}.reshape({em.tuple_expr(ys4)})" if residual is not None else y4
+    y4 = yv.reshape(em.sizes(ys4))
+    rv = em.shaped(residual, ys4) if residual is not None else y4
     return xv, bv, rv, y4
 
 
 def _packed_args(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pads, residual, act, pk,
-                 scr, group=None) -> str:
+                 scr, group=None) -> tuple:
     """The arguments of the packed-weight convolution kernels (``conv2d_implicit``,
     ``conv2d_cvec``, ``conv2d_grouped``): x, packed weights, kh, kw, bias, residual (the output
     when none), output, scratch, strides, begin pads, dilations[, group], bias / residual flags
     and the activation."""
     b = n.input(2)
     xv, bv, rv, y4 = _io_args(em, n, xs4, ys4, residual)
-    code, alpha, beta = act
-    geo = ", ".join(em.dim(v) for v in (ws4[2], ws4[3]))
-    args = ", ".join(em.dim(v) for v in (strides[0], strides[1], pads[0], pads[1], dil[0], dil[1]))
-    grp = "" if group is None else f"{group}, "
-    return (f"{xv}, {pk}, {geo}, {bv}, {rv}, {y4}, {scr}, {args}, {grp}{b is not None}, "
-            f"{residual is not None}, {code}, {float_literal(alpha)}, {float_literal(beta)}")
+    geo = em.sizes((ws4[2], ws4[3]))
+    args = em.sizes((strides[0], strides[1], pads[0], pads[1], dil[0], dil[1]))
+    grp = () if group is None else (group,)
+    return (xv, pk, *geo, bv, rv, y4, scr, *args, *grp, b is not None, residual is not None,
+            *_epi(act))
 
 
 def _lower_conv2d_grouped(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pads, residual,
@@ -289,12 +303,12 @@ def _lower_conv2d_grouped(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, pad
     time per group in (kh, kw, c) order; bias, residual and activation in the kernel."""
     from jitort.kernels.cpu.conv_group import grouped_scratch_elems, pack_weights
     w, y = n.inputs[1], n.outputs[0]
-    pk = em.derived_const(("grouped", group, id(w.const)),
-                          lambda: pack_weights(w.const.reshape(ws4), group))
-    scr = em.scratch(grouped_scratch_elems(xs4[1], xs4[2], xs4[3], ws4[2], ws4[3], ys4[2],
-                                           ys4[3], ws4[0], group, em.threads), y.dtype)
-    call = _packed_args(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, pk, scr, group)
-    em.call(f"_convg.conv2d_grouped({call})")
+    pk = em.constant(("grouped", group, id(w.const)),
+                     lambda: pack_weights(w.const.reshape(ws4), group))
+    scr = em.temp(grouped_scratch_elems(xs4[1], xs4[2], xs4[3], ws4[2], ws4[3], ys4[2],
+                                        ys4[3], ws4[0], group, em.threads), y.dtype)
+    args = _packed_args(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, pk, scr, group)
+    em.call(_convg.conv2d_grouped, *args)
 
 
 def _lower_conv3d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> None:
@@ -310,19 +324,15 @@ def _lower_conv3d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
     strides = list(n.attrs.get("strides") or [1, 1, 1])
     dil = list(n.attrs.get("dilations") or [1, 1, 1])
     pads = _conv_pads(n, xs[2:], ws[2:], strides, dil, ys[2:])
-    col = em.scratch(max(1, conv3d_scratch_elems(xs[1], *ws[2:], *ys[2:], group, em.threads)),
-                     y.dtype)
-    bv = em.arr(b) if b is not None else f"np.zeros(1, {tname(y.dtype)})"
-    rv = None if residual is None else f"{em.arr(residual)}.reshape({em.tuple_expr(ys)})"
+    col = em.temp(max(1, conv3d_scratch_elems(xs[1], *ws[2:], *ys[2:], group, em.threads)),
+                  y.dtype)
+    bv = em.read(b) if b is not None else _no_bias(y, 1)
+    rv = None if residual is None else em.shaped(residual, ys)
     yv = _out_beside_residual(em, n, y, residual)
-    y5 = f"{yv}.reshape({em.tuple_expr(ys)})"
-    rv = rv or y5
-    code, alpha, beta = act
-    args = ", ".join(em.dim(v) for v in (*strides, *pads, *dil))
-    em.call(f"_conv.conv3d({em.arr(x)}.reshape({em.tuple_expr(xs)}), "
-            f"{em.arr(w)}.reshape({em.tuple_expr(ws)}), {bv}, {rv}, {y5}, {col}, {args}, "
-            f"{group}, {b is not None}, {residual is not None}, {code}, {float_literal(alpha)}, "
-            f"{float_literal(beta)})")
+    y5 = yv.reshape(em.sizes(ys))
+    args = em.sizes((*strides, *pads, *dil))
+    em.call(_conv.conv3d, em.shaped(x, xs), em.shaped(w, ws), bv, y5 if rv is None else rv, y5,
+            col, *args, group, b is not None, residual is not None, *_epi(act))
 
 
 @lowering("Conv", supports=_conv_ok)
@@ -359,17 +369,16 @@ def lower_fused_conv_nhwc(em: Emitter, n: Node) -> None:
     strides = list(n.attrs.get("strides") or [1, 1])
     dil = list(n.attrs.get("dilations") or [1, 1])
     pads = _conv_pads(n, xs[1:3], ws[0:2], strides, dil, ys[1:3])
-    bv = em.arr(b) if b is not None else f"np.zeros({ws[3]}, {tname(y.dtype)})"
-    xv = f"{em.arr(x)}.reshape({em.tuple_expr(xs)})"
-    wv = f"{em.arr(w)}.reshape({em.tuple_expr(ws)})"
+    bv = em.read(b) if b is not None else _no_bias(y, ws[3])
+    xv = em.shaped(x, xs)
+    wv = em.shaped(w, ws)
     yv = _out_beside_residual(em, n, y, residual)
-    y4 = f"{yv}.reshape({em.tuple_expr(ys)})"
-    rv = y4 if residual is None else f"{em.arr(residual)}.reshape({em.tuple_expr(ys)})"
-    code, alpha, beta = act_args(n)
-    epi = f"{code}, {float_literal(alpha)}, {float_literal(beta)}"
-    flags = f"{b is not None}, {residual is not None}"
+    y4 = yv.reshape(em.sizes(ys))
+    rv = y4 if residual is None else em.shaped(residual, ys)
+    epi = _epi(act_args(n))
+    flags = (b is not None, residual is not None)
     if nhwc_kind(n) == "pointwise":
-        em.call(f"_cnhwc.pwconv_nhwc({xv}, {wv}, {bv}, {rv}, {y4}, {flags}, {epi})")
+        em.call(_cnhwc.pwconv_nhwc, xv, wv, bv, rv, y4, *flags, *epi)
         return
-    args = ", ".join(em.dim(v) for v in (strides[0], strides[1], pads[0], pads[1], dil[0], dil[1]))
-    em.call(f"_cnhwc.dwconv_nhwc({xv}, {wv}, {bv}, {rv}, {y4}, {args}, {flags}, {epi})")
+    args = em.sizes((strides[0], strides[1], pads[0], pads[1], dil[0], dil[1]))
+    em.call(_cnhwc.dwconv_nhwc, xv, wv, bv, rv, y4, *args, *flags, *epi)

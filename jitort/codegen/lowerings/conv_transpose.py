@@ -6,13 +6,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ...ir import Node
+from ..calls import KernelModule, Zeros
 from ..registry import Unlowerable, lowering
-from ..elementwise import tname
 from .common import _is_float, _prod
 
 if TYPE_CHECKING:
-    from ..cpu import Emitter
+    from ..emitter import Emitter
+
+_convt = KernelModule("conv_transpose")
 
 
 def _convt_ok(n: Node) -> bool:
@@ -77,15 +81,12 @@ def lower_conv_transpose(em: Emitter, n: Node) -> None:
     ys5 = tuple(ys[:2]) + tuple(one3) + tuple(ys[2:])
     strides, dil, pads = one3 + strides, one3 + dil, pad3 + list(pads)
     cg = xs[1] // group
-    col = em.scratch(max(1, convt_scratch_elems(cg, ws[1], _prod(k), xs5[2] * xs5[3], xs5[4],
-                                                em.threads)), y.dtype)
-    bv = em.arr(b) if b is not None else f"np.zeros(1, {tname(y.dtype)})"
-    yv = em.out(y)
-    args = ", ".join(em.dim(v) for v in (*strides, *pads, *dil))
-    em.call(f"_convt.convt3d({em.arr(x)}.reshape({em.tuple_expr(xs5)}), "
-            f"{em.arr(w)}.reshape({em.tuple_expr(ws5)}), {bv}, "
-            f"{yv}.reshape({em.tuple_expr(ys5)}), {col}, {args}, {em.dim(group)}, "
-            f"{b is not None})")
+    col = em.temp(max(1, convt_scratch_elems(cg, ws[1], _prod(k), xs5[2] * xs5[3], xs5[4],
+                                             em.threads)), y.dtype)
+    bv = em.read(b) if b is not None else Zeros(np.dtype(y.dtype).name, (1,))
+    yv = em.write(y)
+    em.call(_convt.convt3d, em.shaped(x, xs5), em.shaped(w, ws5), bv, yv.reshape(em.sizes(ys5)),
+            col, *em.sizes((*strides, *pads, *dil)), em.size(group), b is not None)
 
 
 def _host_ints(em: Emitter, n: Node, i: int, what: str) -> list:
@@ -122,8 +123,7 @@ def lower_col2im(em: Emitter, n: Node) -> None:
         raise Unlowerable(n, f"input {xs} does not match blocks {block} over a {grid} grid")
     one, zero = [1] * (3 - nd), [0] * (3 - nd)
     k3, g3 = one + block, one + grid
-    xv = f"{em.arr(x)}.reshape({em.tuple_expr((xs[0], ys[1], *k3, xs[2]))})"
-    yv = f"{em.out(y)}.reshape({em.tuple_expr((ys[0], ys[1], *(one + list(ys[2:]))))})"
-    args = ", ".join(em.dim(v) for v in (*g3, *(one + strides), *(zero + pads[:nd]),
-                                           *(one + dil)))
-    em.call(f"_convt.col2im3d({xv}, {yv}, {args})")
+    xv = em.shaped(x, (xs[0], ys[1], *k3, xs[2]))
+    yv = em.write(y).reshape(em.sizes((ys[0], ys[1], *(one + list(ys[2:])))))
+    args = em.sizes((*g3, *(one + strides), *(zero + pads[:nd]), *(one + dil)))
+    em.call(_convt.col2im3d, xv, yv, *args)
