@@ -14,12 +14,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...ir import Node
+from ..calls import KernelModule, View, Zeros
 from ..registry import Unlowerable, lowering
 from ..symbolic import concrete
 from .common import _3d, _axis, _conv_pads, _prod
 
 if TYPE_CHECKING:
-    from ..cpu import Emitter
+    from ..emitter import Emitter
+
+_quant = KernelModule("quant")
 
 _F32 = np.dtype(np.float32)
 _I32 = np.dtype(np.int32)
@@ -89,10 +92,10 @@ def _qdq_views(em: Emitter, n: Node):
     return (o, a, i), (o, nb, i), block
 
 
-def _zp_arg(em: Emitter, z, s3) -> tuple[str, bool]:
+def _zp_arg(em: Emitter, z, s3) -> tuple[View | Zeros, bool]:
     if z is None:
-        return "np.zeros((1, 1, 1), np.uint8)", False
-    return f"{em.arr(z)}.reshape({em.tuple_expr(s3)})", True
+        return Zeros("uint8", (1, 1, 1)), False
+    return em.shaped(z, s3), True
 
 
 @lowering("QuantizeLinear", supports=_quantize_ok)
@@ -101,11 +104,10 @@ def lower_quantize(em: Emitter, n: Node) -> None:
     x3, s3, blk = _qdq_views(em, n)
     info = np.iinfo(_dt(y))
     zv, has = _zp_arg(em, z, s3)
-    yv = em.out(y)
-    fn = "quantize_par" if _par(em, n, _prod(x3)) else "quantize"
-    em.call(f"_quant.{fn}({em.arr(x)}.reshape({em.tuple_expr(x3)}), "
-            f"{em.arr(s)}.reshape({em.tuple_expr(s3)}), {zv}, {yv}.reshape({em.tuple_expr(x3)}), "
-            f"{em.dim(blk)}, {float(info.min)!r}, {float(info.max)!r}, {has})")
+    yv = em.write(y)
+    fn = _quant.quantize_par if _par(em, n, _prod(x3)) else _quant.quantize
+    em.call(fn, em.shaped(x, x3), em.shaped(s, s3), zv, yv.reshape(em.sizes(x3)), em.size(blk),
+            float(info.min), float(info.max), has)
 
 
 @lowering("DequantizeLinear", supports=_dequantize_ok)
@@ -113,11 +115,10 @@ def lower_dequantize(em: Emitter, n: Node) -> None:
     x, s, z, y = n.inputs[0], n.inputs[1], n.input(2), n.outputs[0]
     x3, s3, blk = _qdq_views(em, n)
     zv, has = _zp_arg(em, z, s3)
-    yv = em.out(y)
-    fn = "dequantize_par" if _par(em, n, _prod(x3)) else "dequantize"
-    em.call(f"_quant.{fn}({em.arr(x)}.reshape({em.tuple_expr(x3)}), "
-            f"{em.arr(s)}.reshape({em.tuple_expr(s3)}), {zv}, {yv}.reshape({em.tuple_expr(x3)}), "
-            f"{em.dim(blk)}, {has})")
+    yv = em.write(y)
+    fn = _quant.dequantize_par if _par(em, n, _prod(x3)) else _quant.dequantize
+    em.call(fn, em.shaped(x, x3), em.shaped(s, s3), zv, yv.reshape(em.sizes(x3)), em.size(blk),
+            has)
 
 
 @lowering("DynamicQuantizeLinear",
@@ -126,11 +127,12 @@ def lower_dynamic_quantize(em: Emitter, n: Node) -> None:
     x = n.inputs[0]
     y, ys, yz = n.outputs
     total = _prod(em.shape(x))
-    yv, sv, zv = em.out(y), em.out(ys), em.out(yz)
-    fn = "dynamic_quantize_par" if _par(em, n, total, _DYN_PAR_ELEMS) else "dynamic_quantize"
-    one = em.tuple_expr((1,))
-    em.call(f"_quant.{fn}({em.arr(x)}.reshape({em.tuple_expr((total,))}), "
-            f"{yv}.reshape({em.tuple_expr((total,))}), {sv}.reshape({one}), {zv}.reshape({one}))")
+    yv, sv, zv = em.write(y), em.write(ys), em.write(yz)
+    fn = (_quant.dynamic_quantize_par if _par(em, n, total, _DYN_PAR_ELEMS)
+          else _quant.dynamic_quantize)
+    one = em.sizes((1,))
+    em.call(fn, em.shaped(x, (total,)), yv.reshape(em.sizes((total,))), sv.reshape(one),
+            zv.reshape(one))
 
 
 # --- MatMulInteger / QLinearMatMul --------------------------------------------------------------
@@ -159,15 +161,22 @@ def _mm_shapes(em: Emitter, n: Node, a, b):
     raise Unlowerable(n, f"matmul batch broadcast {sa} x {sb}")
 
 
-def _vec(em: Emitter, n: Node, v, allowed, what: str, dtype=np.uint8) -> str:
+def _vec(em: Emitter, n: Node, v, allowed, what: str, dtype=np.uint8) -> View | Zeros:
     """A scale or zero point as a 1-D view of 1 or ``allowed`` entries (absent: [0])."""
     if v is None:
-        return f"np.zeros(1, np.{np.dtype(dtype).name})"
+        return Zeros(np.dtype(dtype).name, (1,))
     s = tuple(em.shape(v))
     cnt = _prod(s)
     if len(s) > 1 or not (cnt == 1 or (allowed is not None and cnt == allowed)):
         raise Unlowerable(n, f"{what} of shape {s}")
-    return f"{em.arr(v)}.reshape({em.tuple_expr((cnt,))})"
+    return em.shaped(v, (cnt,))
+
+
+def _unit_scales(em: Emitter) -> tuple[View, View, View]:
+    """The three scales of MatMulInteger / ConvInteger (mode 0, no requantization): [1.0]
+    each (the IR has zero placeholders only, so a constant of the arena)."""
+    one = em.constant(("quant_unit_scale",), lambda: np.ones(1, np.float32))
+    return one, one, one
 
 
 def _lower_qmm(em: Emitter, n: Node, a, za, b, zb, scales, y, zy) -> None:
@@ -185,13 +194,13 @@ def _lower_qmm(em: Emitter, n: Node, a, za, b, zb, scales, y, zy) -> None:
         if key not in em.memo:
             bz = np.zeros(1, np.int32) if zb is None else zb.const.reshape(-1)
             em.memo[key] = shift_weights(b.const.reshape(tuple(concrete(d) for d in b3)), bz)
-        bcv = em.derived_const(key + ("f32",), lambda: em.memo[key][0])
+        bcv = em.constant(key + ("f32",), lambda: em.memo[key][0])
         bmax = em.memo[key][1]
     else:
-        bcv, bmax = "np.zeros((1, 1, 1), np.float32)", 0
+        bcv, bmax = Zeros("float32", (1, 1, 1)), 0
     if scales is None:
-        sa = sb = sy = "np.ones(1, np.float32)"
-        zyv, mode, lo, hi = "np.zeros(1, np.uint8)", 0, 0.0, 0.0
+        sa, sb, sy = _unit_scales(em)
+        zyv, mode, lo, hi = Zeros("uint8", (1,)), 0, 0.0, 0.0
     else:
         s_a, s_b, s_y = scales
         sa = _vec(em, n, s_a, None, "a scale (per-row a scales are not supported)")
@@ -200,24 +209,20 @@ def _lower_qmm(em: Emitter, n: Node, a, za, b, zb, scales, y, zy) -> None:
         zyv = _vec(em, n, zy, None, "y zero point", _dt(y))
         info = np.iinfo(_dt(y))
         mode, lo, hi = 1, float(info.min), float(info.max)
-    ws = em.scratch(_prod(a3) + _prod(b3) + _prod(y3), np.float64)
-    yv = em.out(y)
+    ws = em.temp(_prod(a3) + _prod(b3) + _prod(y3), np.float64)
+    yv = em.write(y)
     if use_i8:  # B packed once here
         from jitort.kernels.cpu.quant import prepack_b
         pkey = ("qmm_b_i8", id(b.const), None if zb is None else id(zb.const))
         if pkey not in em.memo:
             bz = np.zeros(1, np.int32) if zb is None else zb.const.reshape(-1)
             em.memo[pkey] = prepack_b(b.const.reshape(tuple(concrete(d) for d in b3)), bz)
-        pv, cs, zv = (em.derived_const(pkey + (i,), lambda i=i: em.memo[pkey][i])
-                      for i in range(3))
-        em.call(f"_quant.qmatmul_i8({em.arr(a)}.reshape({em.tuple_expr(a3)}), {zav}, "
-                f"{_dt(a) == np.int8}, {pv}, {cs}, {zv}, {yv}.reshape({em.tuple_expr(y3)}), "
-                f"{ws}, {mode}, {sa}, {sb}, {sy}, {zyv}, {lo!r}, {hi!r})")
+        pv, cs, zv = (em.constant(pkey + (i,), lambda i=i: em.memo[pkey][i]) for i in range(3))
+        em.call(_quant.qmatmul_i8, em.shaped(a, a3), zav, _dt(a) == np.int8, pv, cs, zv,
+                yv.reshape(em.sizes(y3)), ws, mode, sa, sb, sy, zyv, lo, hi)
         return
-    em.call(f"_quant.qmatmul({em.arr(a)}.reshape({em.tuple_expr(a3)}), {zav}, "
-            f"{em.arr(b)}.reshape({em.tuple_expr(b3)}), {zbv}, {bcv}, {bmax}, {const_b}, "
-            f"{yv}.reshape({em.tuple_expr(y3)}), {ws}, {mode}, {sa}, {sb}, {sy}, {zyv}, "
-            f"{lo!r}, {hi!r})")
+    em.call(_quant.qmatmul, em.shaped(a, a3), zav, em.shaped(b, b3), zbv, bcv, bmax, const_b,
+            yv.reshape(em.sizes(y3)), ws, mode, sa, sb, sy, zyv, lo, hi)
 
 
 @lowering("MatMulInteger", supports=lambda n: _dt(n.inputs[0]) in _Q8 and _dt(n.inputs[1]) in _Q8
@@ -265,13 +270,13 @@ def _lower_qconv(em: Emitter, n: Node, x, zx, w, zw, scales, bias, y, zy) -> Non
         if key not in em.memo:
             wz = np.zeros(1, np.int32) if zw is None else zw.const.reshape(-1)
             em.memo[key] = shift_weights(w.const.reshape(tuple(concrete(d) for d in ws_)), wz, 0)
-        wcv = em.derived_const(key + ("f32",), lambda: em.memo[key][0])
+        wcv = em.constant(key + ("f32",), lambda: em.memo[key][0])
         wmax = em.memo[key][1]
     else:
-        wcv, wmax = "np.zeros((1, 1, 1, 1), np.float32)", 0
+        wcv, wmax = Zeros("float32", (1, 1, 1, 1)), 0
     if scales is None:
-        sx = swv = sy = "np.ones(1, np.float32)"
-        zyv, mode, lo, hi = "np.zeros(1, np.uint8)", 0, 0.0, 0.0
+        sx, swv, sy = _unit_scales(em)
+        zyv, mode, lo, hi = Zeros("uint8", (1,)), 0, 0.0, 0.0
     else:
         s_x, s_w, s_y = scales
         sx = _vec(em, n, s_x, None, "x scale")
@@ -283,21 +288,20 @@ def _lower_qconv(em: Emitter, n: Node, x, zx, w, zw, scales, bias, y, zy) -> Non
     if bias is not None:
         if tuple(em.shape(bias)) != (m,):
             raise Unlowerable(n, f"bias of shape {tuple(em.shape(bias))}")
-        bv = em.arr(bias)
+        bv = em.read(bias)
     else:
-        bv = "np.zeros(1, np.int32)"
+        bv = Zeros("int32", (1,))
     if use_i8:
         _lower_qconv_i8(em, n, x, zxv, w, zw, (strides, pads, dil, group), (xs, ws_, ys),
                         (mode, sx, swv, sy, zyv, bv, bias is not None, lo, hi), y)
         return
     ncol = max(1, conv2d_scratch_elems(xs[1], ws_[2], ws_[3], ys[2], ys[3], group, em.threads))
-    scr = em.scratch(_prod(xs) + _prod(ws_) + _prod(ys) + ncol, np.float64)
-    yv = em.out(y)
-    geo = ", ".join(em.dim(v) for v in (strides[0], strides[1], pads[0], pads[1], dil[0], dil[1]))
-    em.call(f"_quant.qconv2d({em.arr(x)}.reshape({em.tuple_expr(xs)}), {zxv}, "
-            f"{em.arr(w)}.reshape({em.tuple_expr(ws_)}), {zwv}, {wcv}, {wmax}, {const_w}, "
-            f"{yv}.reshape({em.tuple_expr(ys)}), {scr}, {em.dim(ncol)}, {geo}, {em.dim(group)}, "
-            f"{mode}, {sx}, {swv}, {sy}, {zyv}, {bv}, {bias is not None}, {lo!r}, {hi!r})")
+    scr = em.temp(_prod(xs) + _prod(ws_) + _prod(ys) + ncol, np.float64)
+    yv = em.write(y)
+    geo = em.sizes((strides[0], strides[1], pads[0], pads[1], dil[0], dil[1]))
+    em.call(_quant.qconv2d, em.shaped(x, xs), zxv, em.shaped(w, ws_), zwv, wcv, wmax, const_w,
+            yv.reshape(em.sizes(ys)), scr, em.size(ncol), *geo, em.size(group), mode, sx, swv,
+            sy, zyv, bv, bias is not None, lo, hi)
 
 
 def _lower_qconv_i8(em: Emitter, n: Node, x, zxv, w, zw, geo, shapes, quant, y) -> None:
@@ -312,20 +316,18 @@ def _lower_qconv_i8(em: Emitter, n: Node, x, zxv, w, zw, geo, shapes, quant, y) 
         wz = np.zeros(1, np.int32) if zw is None else zw.const.reshape(-1)
         em.memo[key] = prepack_conv_w(w.const.reshape(tuple(concrete(d) for d in ws_)), wz,
                                       int(group))
-    pk, rs, zwi = (em.derived_const(key + (i,), lambda i=i: em.memo[key][i]) for i in range(3))
+    pk, rs, zwi = (em.constant(key + (i,), lambda i=i: em.memo[key][i]) for i in range(3))
     has_zw = em.memo[key][3]
     threads = scratch_workers(em.threads)
     nbytes = qconv_i8_scratch(xs[0], xs[1], xs[2], xs[3], ws_[2], ws_[3], ys[2], ys[3],
                               strides[0], strides[1], pads[0], pads[1], dil[0], dil[1], group,
                               threads)
-    scr = em.scratch(nbytes, np.uint8)
-    yv = em.out(y)
-    g = ", ".join(em.dim(v) for v in (strides[0], strides[1], pads[0], pads[1], dil[0], dil[1],
-                                      group))
-    em.call(f"_quant.qconv2d_i8({em.arr(x)}.reshape({em.tuple_expr(xs)}), {zxv}, "
-            f"{_dt(x) == np.int8}, {pk}, {rs}, {zwi}, {has_zw}, {em.dim(ws_[2])}, "
-            f"{em.dim(ws_[3])}, {yv}.reshape({em.tuple_expr(ys)}), {scr}, {g}, {mode}, {sx}, "
-            f"{swv}, {sy}, {zyv}, {bv}, {has_bias}, {lo!r}, {hi!r})")
+    scr = em.temp(nbytes, np.uint8)
+    yv = em.write(y)
+    g = em.sizes((strides[0], strides[1], pads[0], pads[1], dil[0], dil[1], group))
+    em.call(_quant.qconv2d_i8, em.shaped(x, xs), zxv, _dt(x) == np.int8, pk, rs, zwi, has_zw,
+            *em.sizes((ws_[2], ws_[3])), yv.reshape(em.sizes(ys)), scr, *g, mode, sx, swv, sy,
+            zyv, bv, has_bias, lo, hi)
 
 
 @lowering("ConvInteger", supports=lambda n: _dt(n.inputs[0]) in _Q8 and _dt(n.inputs[1]) in _Q8
