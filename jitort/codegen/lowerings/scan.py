@@ -11,11 +11,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...ir import Node
+from ..calls import Dim, Kernel, KernelModule
 from ..registry import Unlowerable, lowering
 from .common import _3d, _axis, _plain, _prod
 
 if TYPE_CHECKING:
-    from ..cpu import Emitter
+    from ..emitter import Emitter
+
+_scan = KernelModule("scan")
 
 #: elements from which a scan / arg-reduction / TopK / Hardmax runs its outer planes (rows) in a
 #: prange (a region on jitort's pool costs ~1 us; 16K elements take ~5-15 us serially)
@@ -31,16 +34,16 @@ def _host(em: Emitter, n: Node, v):
     return np.asarray(got)
 
 
-def _par(em: Emitter, n: Node, work, rows) -> str:
-    """``"_par"`` when the node runs its rows in a prange: decided once per node (memo), so the
-    generated text does not change with the shapes."""
-    return "_par" if em.split("scan_par", n, work, _PAR_ELEMS, rows) else ""
+def _pick(em: Emitter, n: Node, work, rows, serial: Kernel, par: Kernel) -> Kernel:
+    """``par`` when the node runs its rows in a prange, else ``serial``: decided once per node
+    (memo), so the generated text does not change with the shapes."""
+    return par if em.split("scan_par", n, work, _PAR_ELEMS, rows) else serial
 
 
-def _flag(em: Emitter, v) -> str:
+def _flag(em: Emitter, v) -> Dim:
     """A flag argument as a runtime int (``d`` slot): a literal True/False made Numba specialize
     the kernel on it, and the scan compiled that way ran 2.5x slower (measured)."""
-    return em.dim(1 if v else 0)
+    return em.size(1 if v else 0)
 
 
 _NUM = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64, np.uint32,
@@ -66,12 +69,11 @@ def lower_cumsum(em: Emitter, n: Node) -> None:
         raise Unlowerable(n, f"axis {axis} out of range for rank {rank}")
     axis = _axis(axis, rank)
     o, a, i = _3d(shape, axis)
-    s3 = em.tuple_expr((o, a, i))
-    yv = em.out(y)
-    par = _par(em, n, o * a * i, o)
-    em.call(f"_scan.scan3{par}({em.arr(x)}.reshape({s3}), {yv}.reshape({s3}), "
-            f"{_flag(em, n.attrs.get('exclusive', 0))}, {_flag(em, n.attrs.get('reverse', 0))}, "
-            f"{_flag(em, n.op_type == 'CumProd')})")
+    s3 = em.sizes((o, a, i))
+    yv = em.write(y)
+    fn = _pick(em, n, o * a * i, o, _scan.scan3, _scan.scan3_par)
+    em.call(fn, em.read(x).reshape(s3), yv.reshape(s3), _flag(em, n.attrs.get("exclusive", 0)),
+            _flag(em, n.attrs.get("reverse", 0)), _flag(em, n.op_type == "CumProd"))
 
 
 @lowering("ArgMax", "ArgMin", supports=_numeric_io)
@@ -85,13 +87,13 @@ def lower_argmax(em: Emitter, n: Node) -> None:
     o, a, i = _3d(shape, axis)
     if a == 0 and o * i != 0:
         raise Unlowerable(n, f"{n.op_type} over an empty axis")
-    yv = em.out(y)
+    yv = em.write(y)
     if o * i == 0:
         return
-    par = _par(em, n, o * a * i, o)
-    em.call(f"_scan.argext3{par}({em.arr(x)}.reshape({em.tuple_expr((o, a, i))}), "
-            f"{yv}.reshape({em.tuple_expr((o, i))}), {_flag(em, n.op_type == 'ArgMin')}, "
-            f"{_flag(em, n.attrs.get('select_last_index', 0))})")
+    fn = _pick(em, n, o * a * i, o, _scan.argext3, _scan.argext3_par)
+    xv = em.shaped(x, (o, a, i))
+    em.call(fn, xv, yv.reshape(em.sizes((o, i))), _flag(em, n.op_type == "ArgMin"),
+            _flag(em, n.attrs.get("select_last_index", 0)))
 
 
 @lowering("Hardmax", supports=_numeric_io)
@@ -107,14 +109,13 @@ def lower_hardmax(em: Emitter, n: Node) -> None:
     else:  # the 2-D coercion: rows of prod(shape[axis:])
         axis = _axis(n.attrs.get("axis", 1), rank)
         o, a, i = _prod(shape[:axis]), _prod(shape[axis:]), 1
-    yv = em.out(y)
+    yv = em.write(y)
     if o * a * i == 0:
         return
-    idx = em.scratch(o * i, np.int64)
-    s3 = em.tuple_expr((o, a, i))
-    par = _par(em, n, o * a * i, o)
-    em.call(f"_scan.hardmax3{par}({em.arr(x)}.reshape({s3}), {yv}.reshape({s3}), "
-            f"{idx}.reshape({em.tuple_expr((o, i))}))")
+    idx = em.temp(o * i, np.int64)
+    s3 = em.sizes((o, a, i))
+    fn = _pick(em, n, o * a * i, o, _scan.hardmax3, _scan.hardmax3_par)
+    em.call(fn, em.read(x).reshape(s3), yv.reshape(s3), idx.reshape(em.sizes((o, i))))
 
 
 @lowering("TopK", supports=lambda n: _numeric_io(n)
@@ -131,10 +132,10 @@ def lower_topk(em: Emitter, n: Node) -> None:
     k = em.shape(vals)[axis]
     largest = n.attrs.get("largest", 1) if n.since_version >= 11 else 1
     # ``sorted=0`` leaves the order unspecified: sorted output is one valid answer
-    vv, iv = em.out(vals), em.out(idx)
+    vv, iv = em.write(vals), em.write(idx)
     if o * k * i == 0:
         return
-    par = _par(em, n, o * a * i, o)
-    sk = em.tuple_expr((o, k, i))
-    em.call(f"_scan.topk3{par}({em.arr(x)}.reshape({em.tuple_expr((o, a, i))}), "
-            f"{vv}.reshape({sk}), {iv}.reshape({sk}), {_flag(em, largest)})")
+    fn = _pick(em, n, o * a * i, o, _scan.topk3, _scan.topk3_par)
+    sk = em.sizes((o, k, i))
+    xv = em.shaped(x, (o, a, i))
+    em.call(fn, xv, vv.reshape(sk), iv.reshape(sk), _flag(em, largest))
