@@ -53,8 +53,8 @@ from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
 from .epilogue import act_row
-from .gemm import (_ceil_div, _gcd, claim, count_done, eptr,
-                   next_task, num_threads, ogemm, scratch_workers, xgemm)
+from .gemm import (_ceil_div, _gcd, claim, count_done, eptr, next_task, num_threads, ogemm,
+                   scratch_workers, task_split, valid_range, xgemm)
 from .mathfn import wide_vectors
 from .phases import phase_layout, phase_planes_at
 from .qgemm import masked_store, splat
@@ -62,25 +62,15 @@ from .sync import wait_count
 
 _FM = {'reassoc', 'contract', 'arcp'}
 
-@njit(cache=True, error_model='numpy', fastmath=_FM)
-def _valid_range(off, stride, size, n_out):
-    """[lo, hi) of output indices o in [0, n_out) with 0 <= o*stride + off < size."""
-    lo = 0 if off >= 0 else (-off + stride - 1) // stride
-    last = size - 1 - off
-    hi = 0 if last < 0 else last // stride + 1
-    hi = min(hi, n_out)
-    lo = min(lo, n_out)
-    return lo, max(lo, hi)
-
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def _kw_ranges(kw_n, dw, pw, sw, wd, ow_n):
-    """[lo, hi) of the valid output columns of each kernel column kw (``_valid_range``), as
+    """[lo, hi) of the valid output columns of each kernel column kw (``valid_range``), as
     (lo, hi) pairs: computed once per call, not per row and channel -- its two 64-bit
     divisions cost ~40 ns, more than copying a short row."""
     vr = np.empty(2 * kw_n, np.int64)
     for kw in range(kw_n):
-        vr[2 * kw], vr[2 * kw + 1] = _valid_range(kw * dw - pw, sw, wd, ow_n)
+        vr[2 * kw], vr[2 * kw + 1] = valid_range(kw * dw - pw, sw, wd, ow_n)
     return vr
 
 
@@ -88,21 +78,16 @@ def _kw_ranges(kw_n, dw, pw, sw, wd, ow_n):
 # elements * taps above which the planes are.
 _PAR_MIN_FLOPS = 1 << 20
 # ... when fewer (image, group) planes than threads make the threads split one plane's gemm
-# (by columns or output channels). Under Numba's TBB layer a region cost ~10-20 us more than
-# the serial call and this was 4 MFLOP (1x1 layers of 1.4 MFLOP took 1.5-1.9x the 1-thread
-# time at 2 threads); on jitort's pool (kernels/cpu/workers.py, ~1 us a region) ``python
-# scripts/sweep_conv_split.py`` (Zen 5 VM, 2026-11-28): 1.4-1.5 MFLOP 0.75-1.13 (one of six
-# above 1), 1.8 MFLOP 0.68-0.71, 2.7-7.5 MFLOP 0.49-0.71; 0.1-0.4 MFLOP stay serial.
+# (by columns or output channels): below it a parallel region costs more than the second
+# thread saves (``scripts/sweep_conv_split.py`` measures it; the threshold assumes jitort's
+# pool, kernels/cpu/workers.py, whose regions are cheap).
 # Independent planes (groups, images) split at any size above _PAR_MIN_FLOPS.
 _PAR_MIN_FLOPS_SPLIT = 1 << 20
 _PAR_MIN_DW = 1 << 15
 # Depthwise convolutions are flat stencils over each padded plane (_dw_flat), except strided
 # ones with at most _DW_CB_MAX_OW output columns: _DW_CB channels at a time, vectorized across
 # channels (_dw_cblock), where the phase split's loops of a few elements cost more than the
-# channels-last transposes. Measured 2026-11-23 at 1 thread, 3x3, flat / channel blocks:
-# stride 1 544x7x7 0.99, 256x9x9 0.77, 272x14x14 0.56, 136x28x28 0.36; stride 2 from 272x14x14
-# 1.18, 256x20x20 1.12, 256x24x24 0.99, 136x28x28 0.81, 112x56x56 0.57. Against the former
-# row-by-row kernel on big planes: 32x112x112 0.71, stride 2 96x112x112 0.75.
+# channels-last transposes.
 _DW_CB = 16
 _DW_CB_MAX_OW = 12
 # Few output channels per group (an image head: 32 -> 3 channels 7x7, a 1-channel mask): the
@@ -110,15 +95,10 @@ _DW_CB_MAX_OW = 12
 # an M < 8 gemm at a fraction of its speed. Up to _DIRECT_MAX_M output channels per group
 # (output rows of at least _DIRECT_MIN_OW, unit column stride) the convolution is direct
 # instead: each (input channel, kh, kw) tap adds a shifted input row times its weight into
-# the mg output rows (_direct_rows; no scratch). Measured 2026-11-25 at 1 thread against
-# onnxruntime, im2col -> direct: 32->3 7x7 256x256 + Tanh 2.1 -> 0.96 (decoder.onnx's last
-# layer), 32->1 3x3 256x256 0.67, 32/64->4 3x3 128x128 0.72-0.75 (im2col at M=8: 0.86,
-# M=16: 1.09); column stride 2 ran 2.8x slower direct (strided loads), so it keeps im2col.
-# Few input channels per group make the im2col cheap (kdim = cg*KH*KW copies per position):
-# grouped 3x3 layers of 4 channels per group (ResNeXt 32x4d, 4 -> 4 per group) ran 0.51-0.61
-# of onnxruntime's time by im2col against 0.92-1.14 direct (64x112x112 / 16 groups, 32x128x128
-# / 8, 128x56x56 / 32; one thread, one process, 2026-11-27); with 32-64 input channels direct
-# and im2col were within noise of each other at 64-128 columns (32 -> 4: 0.83 / 0.92).
+# the mg output rows (_direct_rows; no scratch). A column stride other than 1 keeps im2col
+# (strided loads make the direct form slower). Few input channels per group make the im2col
+# cheap (kdim = cg*KH*KW copies per position), so direct also needs at least _DIRECT_MIN_CG
+# input channels per group (grouped layers of 4 channels per group, ResNeXt's, stay im2col).
 _DIRECT_MAX_M = 4
 _DIRECT_MIN_OW = 16
 _DIRECT_MIN_CG = 16
@@ -131,8 +111,7 @@ _OUT_BLOCK_ELEMS = 1 << 18
 # Pointwise convolutions split over threads by output channels (each worker packs only its
 # share of the weights, all of the few columns) rather than by columns, when a group has at
 # least as many output channels as output positions (small planes, wide layers) and at least
-# 2 * _PW_MSPLIT_MIN of them. sgemm at one thread on the halves (SkylakeX OpenBLAS, Zen 5):
-# 2048x512x49 M-half 197 GF/s, N-half 155; 1024x256x196 245 / 228; 64x147x12544 198 / 234.
+# 2 * _PW_MSPLIT_MIN of them (there the sgemm of an M-half runs faster than an N-half's).
 _PW_MSPLIT_MIN = 32
 
 
@@ -141,34 +120,27 @@ _PW_MSPLIT_MIN = 32
 # (channel, kh, kw) row of the im2col matrix is then one contiguous run of nr * wq elements
 # (wq >= OW: the gemm computes (wq - OW) / wq extra columns, dropped when the block is
 # compacted into ``out`` with the epilogue). The row-by-row im2col copies runs of OW elements,
-# each with its own bounds arithmetic: at OW = 7-14 that cost 0.3-0.9 ns per element, more than
-# the gemm (512->512 3x3/2 14x14 in 32 groups: im2col 197 us of the conv's 259).
+# each with its own bounds arithmetic, which on short rows costs more than the gemm.
 _FLAT_MAX_OW = 32
 # ... and only where the gemm's extra columns cost less than the row-by-row copies saved: at
 # most _FLAT_MAX_WASTE * OW extra multiply-adds per im2col element (mg * (wq - OW) <=
-# _FLAT_MAX_WASTE * OW). Measured 2026-11-25 at 1 thread (Zen 5, OpenBLAS), flat / row-by-row:
-# 512->512 3x3 7x7 (mg 512, wq 9) 1892 / 1299 us (sgemm N = 63 runs at 164 GF/s, N = 49 at
-# 203); 256->512 3x3/2 14x14 (mg 512, wq 8) 688 / 680; grouped 16 channels per group 512 3x3/2
-# 14x14 156 / 253, 3x3 7x7 1024 in 64 groups 273 / 370; 128->128 in 8 groups 3x3/2 56x56
-# 328 / 518; dense 64->128 3x3/2 56x56 666 / 690, 96->96 5x5 28x28 1780 / 1838.
+# _FLAT_MAX_WASTE * OW): wide layers on 7x7 planes lose more to the wasted columns than the
+# flat copy saves.
 _FLAT_MAX_WASTE = 32
 
 
-# Output positions per im2col block at least (gemm N): measured on this machine, sgemm with
-# N = 56 or 112 runs at 60-75 % of its speed at N = 224..448.
+# Output positions per im2col block at least (gemm N): sgemm on narrower blocks runs well below
+# its speed.
 _MIN_BLOCK_COLS = 224
 # OpenBLAS (SkylakeX and later kernels) multiplies problems of M*N*K <= 1e6 with "small
 # matrix" kernels that skip packing. For a short K (the im2col of a few channels: first
-# layers, squeezenet's 16-channel expands) those once ran 1.5-2x faster here than the packed
-# path (M=64, K=144: 73 GF/s at N=100 vs 34 at N=448), so pointwise convolutions with
-# K <= _SMALL_K_PW get gemm blocks of that size (64->16 1x1 at 55x55: 0.70 of onnxruntime's
-# time with them, 1.20 without).
+# layers, squeezenet's 16-channel expands) those run faster than the packed path, so
+# pointwise convolutions with K <= _SMALL_K_PW get gemm blocks of that size.
 _SMALL_MNK = 1000000
 _SMALL_K_PW = 256
 # For im2col gemms the small blocks pay only when K is tiny (a first layer's 3 channels, K =
-# 27: 3x3 stride 2 conv 1.15 -> 0.92 of onnxruntime's time); at K = 144-147 (squeezenet's
-# 16-channel 3x3 expands, 7x7 stem convs) blocks of whole rows at least _MIN_BLOCK_COLS wide
-# ran 1.2-1.45x faster (measured 2026-11-23 with scipy's OpenBLAS 0.3.30, one thread).
+# 27); at K = 144-147 (squeezenet's 16-channel 3x3 expands, 7x7 stem convs) blocks of whole
+# rows at least _MIN_BLOCK_COLS wide are faster.
 _SMALL_K = 32
 # Planes of at most this many output positions (with at least _PLANE_MIN_M output channels
 # per group) are im2col'ed whole, per worker, and split over output channels instead; in
@@ -624,10 +596,8 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
     s = oh_n * ow_n
     mg = m_n // group
     kdim = cg * kh_n * kw_n
-    ng = t // nb
-    blk = t - ng * nb
-    n = ng // group
-    g = ng - n * group
+    n, g, blk = task_split(t, nb, group)
+    ng = t // nb  # the (image, group) plane whose im2col ``last`` remembers
     m0 = 0
     m1 = mg
     if path == 2 or path == 4 or path == 6:   # a block of the group's output channels
@@ -713,8 +683,7 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
         col3 = colw[:kdim * sb].reshape(kdim, r1 - r0, ow_n)
         _im2col_rows(x[n, g * cg:(g + 1) * cg], col3, r0, kh_n, kw_n, sh, sw, ph, pw, dh, dw)
         # jitort's gemm (float32): the weights are read in place, the block's columns packed
-        # once; op_scaling on the 'convsweep dense' cases at one thread: 0.94-1.0 of the
-        # BLAS's time on these layers (strided, 5x5, 7x7, dilated)
+        # once; on these layers (strided, 5x5, 7x7, dilated) it keeps up with the BLAS
         st = ogemm(0, 0, mg, sb, kdim, 1.0, w, g * mg * kdim, kdim,
                    colw, 0, sb, 0.0, out, (n * m_n + g * mg) * s + s0, s)
     if st != 0:
@@ -729,8 +698,8 @@ def _rows_epilogue(out, res, b, n, ma, mb, s0, s1, has_bias, has_res, act, aa, a
     [s0, s1) of each plane."""
     if not (has_bias or has_res or act != 0):
         return
-    # rows through raw pointers: two array views per row cost ~100 ns (reference
-    # counting), more than the row's arithmetic on small planes (192x13x13: 45 of 75 us)
+    # rows through raw pointers: two array views per row (their reference counting) cost more
+    # than the row's arithmetic on small planes
     m_n = out.shape[1]
     s = out.shape[2] * out.shape[3]
     nn = s1 - s0
@@ -763,12 +732,11 @@ def _conv_par(nw, ntask, nb, bs, x, w, b, res, out, col, cap, sh, sw, ph, pw, dh
     for wk in prange(nw):
         colw = col[wk * cap:(wk + 1) * cap]
         last = np.full(1, -1, np.int64)
-        while True:
-            t = next_task(counter)
-            if t >= ntask:
-                break
+        t = next_task(counter)
+        while t < ntask:
             _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
                        group, has_bias, has_res, act, aa, ab, path, cc)
+            t = next_task(counter)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -892,9 +860,7 @@ def _dw_flat_offsets(kh_n, kw_n, sh, sw, dh, dw, wq, pe):
 #: many of them) and the square kernels / strides it has code for (no dilation)
 _DW_ROWS = 4
 _DW_ROWS_KS = ((3, 1), (5, 1), (7, 1), (3, 2), (5, 2), (7, 2))
-# (3x3 stride 1 joined in the seventh session, from the 9-tap loop: 144ch 56x56 1.16 -> 1.10x
-# onnxruntime, ``python scripts/compare_depthwise.py``, 1 thread, Zen 5; the kernel alone
-# 0.91x its time there, 0.95-1.04x on 240ch 28x28)
+# (``python scripts/compare_depthwise.py`` compares it with onnxruntime)
 #: kernel rows per pass of ``_dw_rows``, by (kernel, stride): a pass's weight broadcasts, the 4
 #: accumulators and the input vector in the 32 vector registers (49 do not fit)
 _DW_ROW_GROUPS = {(3, 1): ((0, 1, 2),), (5, 1): ((0, 1, 2, 3, 4),),
@@ -980,7 +946,7 @@ def _dw_rows(typingctx, a, aoff, xz, xoff, wq, nq, w, woff, k, r_n, bias, stride
                         for ki in grp for kj in range(kk)}
                     uses = _dw_uses(kk, ss, rr, grp)
                     # a row's start (phase, row) outside the loop, its columns as constant
-                    # displacements (a start per tap left 7x7 short of registers: 1.8x slower)
+                    # displacements (a start per tap leaves 7x7 short of registers)
                     rowoff = {}
                     for key, _ in uses:
                         if key[:3] not in rowoff:
@@ -1043,14 +1009,13 @@ def _dw_flat(p, x, w, b, res, out, xs, acc, offs, phases, geo, sh, sw, ph, pw, d
     oh_n, ow_n = out.shape[2], out.shape[3]
     c = p % c_n
     hp, wp, wq, pe = _dw_flat_geom(kh_n, kw_n, oh_n, ow_n, sh, sw, dh, dw)
-    # 512-bit vectors where the CPU has them (LLVM picks 256): the accumulation loops 1.3-1.8x
-    # faster on the AVX-512 Xeon (3x3 to 7x7, planes 14-112)
+    # 512-bit vectors where the CPU has them (LLVM picks 256): the accumulation loops are
+    # bound by vector width
     wide_vectors()
     z = x.dtype.type(0)
     xz = eptr(xs, 0)
     # the plane into its stride phases, padding included, as masked vector rows (element by
-    # element, with the scratch zeroed first, this was most of a stride-2 layer's time: 144
-    # planes 56x56 3x3/2 131 us against onnxruntime's 68)
+    # element, with the scratch zeroed first, this would be most of a stride-2 layer's time)
     phase_planes_at(x, p * h * wd, xs, 0, z, 1, h, wd, sh, sw, ph, pw, pe // wq, wq, phases,
                     geo)
     n_acc = oh_n * wq
@@ -1075,8 +1040,7 @@ def _dw_flat(p, x, w, b, res, out, xs, acc, offs, phases, geo, sh, sw, ph, pw, d
     else:
         # up to eight taps per pass over the accumulator (taps in row-major order, each at its
         # own offset): one pass per tap left 5x5 and 7x7 planes bound by the accumulator's
-        # loads and stores (three memory operations per multiply-add; 1.5-2.9x onnxruntime's
-        # time at 1 thread)
+        # loads and stores (three memory operations per multiply-add)
         for q in range(n_acc):
             a[q] = bv
         wc = eptr(w, c * kh_n * kw_n)
@@ -1151,12 +1115,11 @@ def _dw_flat_par(nw, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_re
     phases, geo = phase_layout(sh, sw, dh, dw, kh_n, kw_n, x.shape[3], wq, pw)
     for wk in prange(nw):
         xs, acc = _dw_flat_scratch(x, w, out, sh, sw, dh, dw)
-        while True:
-            p = next_task(counter)
-            if p >= nplane:
-                break
+        p = next_task(counter)
+        while p < nplane:
             _dw_flat(p, x, w, b, res, out, xs, acc, offs, phases, geo, sh, sw, ph, pw, dh, dw,
                      has_bias, has_res, act, aa, ab)
+            p = next_task(counter)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -1239,8 +1202,7 @@ def _dw_cblock(t, x, w, b, res, out, xt, wt, acc, sh, sw, ph, pw, dh, dw, has_bi
         if k3:
             # 3x3: all nine taps in one pass per output column, the block's weights (the
             # first _DW_CB of each tap's row) and bias held across it: one store per output
-            # instead of one load + store per tap (no clear gain measured on this noisy
-            # machine: 272x14x14 conv2d 248 -> 242 us, 544x7x7 171 -> 146)
+            # instead of one load + store per tap
             i = oh * sh
             x0 = eptr(xt, (i * wq) * CB)
             x1 = eptr(xt, (((1 % sw) * hp + i) * wq + 1 // sw) * CB)
@@ -1316,12 +1278,11 @@ def _dw_cb_par(nw, ntask, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, h
     counter = np.zeros(1, np.int64)
     for wk in prange(nw):
         xt, wt, acc = _dw_cblock_scratch(x, w, out, sh, sw, dh, dw)
-        while True:
-            t = next_task(counter)
-            if t >= ntask:
-                break
+        t = next_task(counter)
+        while t < ntask:
             _dw_cblock(t, x, w, b, res, out, xt, wt, acc, sh, sw, ph, pw, dh, dw, has_bias,
                        has_res, act, aa, ab)
+            t = next_task(counter)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -1469,8 +1430,7 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
     if ((path == 2 or path == 6) and par and nth > 1 and cc >= cg
             and (n_img < nth or (n_img < 2 * nth and n_img % nth != 0))):
         # few planes: a block of output channels per task would make every thread build the
-        # whole im2col; share it instead (256 -> 512 3x3/2 on 14x14 at 2 threads: 1.96 -> 0.89
-        # ms, 1.68 at 1 thread; 512 -> 512 3x3 on 7x7: 1.92 -> 1.58 ms, 3.03 at 1 thread)
+        # whole im2col; share it instead
         flat = path == 6
         wq, hq = _flat_geom(oh_n, kh_n, kw_n, ow_n, sh, sw, dh, dw, wd)
         nq = oh_n * wq if flat else s
@@ -1564,7 +1524,7 @@ def _im2col3(x, n, c0, cg, col, r0, nr, kd_n, kh_n, kw_n, od_n, oh_n, ow_n, sd, 
                 srow = xb + (i_d * h_n + i_h) * w_n
                 for kw in range(kw_n):
                     off_w = kw * dw - pw
-                    ow0, ow1 = _valid_range(off_w, sw, w_n, ow_n)
+                    ow0, ow1 = valid_range(off_w, sw, w_n, ow_n)
                     if not inside:
                         ow0 = ow1 = 0
                     tap = (kd * kh_n + kh) * kw_n + kw
@@ -1598,10 +1558,7 @@ def _conv3_task(t, nb, bs, x, w, b, res, out, colw, sd, sh, sw, pd, ph, pw, dd, 
     s = rows * ow_n
     mg = m_n // group
     kdim = cg * kd_n * kh_n * kw_n
-    ng = t // nb
-    blk = t - ng * nb
-    n = ng // group
-    g = ng - n * group
+    n, g, blk = task_split(t, nb, group)
     r0 = blk * bs
     r1 = min(rows, r0 + bs)
     if r1 <= r0:
@@ -1632,12 +1589,11 @@ def _conv3_par(nw, ntask, nb, bs, x, w, b, res, out, col, cap, sd, sh, sw, pd, p
     counter = np.zeros(1, np.int64)
     for wk in prange(nw):
         colw = col[wk * cap:(wk + 1) * cap]
-        while True:
-            t = next_task(counter)
-            if t >= ntask:
-                break
+        t = next_task(counter)
+        while t < ntask:
             _conv3_task(t, nb, bs, x, w, b, res, out, colw, sd, sh, sw, pd, ph, pw, dd, dh,
                         dw, group, has_bias, has_res, act, aa, ab)
+            t = next_task(counter)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)

@@ -3,8 +3,8 @@ implicit gemm whose vector lanes run over output channels, NCHW in and out, any 
 (panels per group). Imports nothing from jitort.
 
 Deep layers of a CNN (7x7 and 14x14 planes, 256-2048 channels) are gemms with few columns:
-N = OH*OW = 49 or 196. im2col + BLAS runs them at 130-180 GFLOP/s where the same BLAS reaches
-210-230 with N = 48 or 64 (OpenBLAS's column blocking: N = 49 is one column past a block), and
+N = OH*OW = 49 or 196. im2col + BLAS runs them well below its speed at N = 48 or 64 (OpenBLAS's
+column blocking: N = 49 is one column past a block), and
 the "flat" im2col of ``conv`` adds the padding columns (N = 63 for a 3x3 layer on 7x7). Here the
 output channels are the vector operand and the pixels the broadcast one, so N needs no rounding:
 a tile is MR <= 8 consecutive output pixels of one row x 3 vectors of 16 output channels (21-24
@@ -48,10 +48,8 @@ KC = 512         # taps per block
 #: apart or a multiple of it) with rows of at least STAGE_MIN_OW go through a staging block
 #: ([PW][OW] in the worker's scratch, then one contiguous run per channel into the output):
 #: written straight, a tile's 48 channel rows are 48 short stores a plane apart, on such planes
-#: all in one or two sets of the 64-set L1 (a 3 -> 64 3x3/2 stem onto 128x128: 1.9x
-#: onnxruntime's time straight, 1.07x staged). Other planes are written straight: the staging
-#: copy costs about what a few taps do (the same stem onto 112x112, whose 784-line planes
-#: spread the rows over 4 sets: 1.02x straight, 1.26x staged).
+#: all in one or two sets of the 64-set L1. Other planes are written straight: the staging
+#: copy costs about what a few taps do.
 STAGE_MIN_OW = 16
 STAGE_PLANE_DIV = 512
 
@@ -61,8 +59,8 @@ STAGE_PLANE_DIV = 512
 FINAL, ADD_RES, RELU = 1, 2, 4
 #: tile widths (pixels) written into the output straight from the registers; the others go
 #: back through the tile scratch to one shared write. 7 and 8 are every tile of rows of 7, 14,
-#: 28, 56, 111, 112 pixels (``_row_tiles``); a stem's tiles (27 taps) ran 1.4x slower in a
-#: model through the shared write
+#: 28, 56, 111, 112 pixels (``_row_tiles``); a stem's tiles (27 taps) are slower through the
+#: shared write
 _DIRECT_R = (7, 8)
 
 
@@ -394,12 +392,11 @@ def _worker(counter, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp,
     m_n, oh_n, ow_n = out.shape[1], out.shape[2], out.shape[3]
     out1 = out.reshape(out.size)
     res1 = res.reshape(res.size)
-    while True:
-        t = next_task(counter)
-        if t >= ntask:
-            break
+    t = next_task(counter)
+    while t < ntask:
         _task(t, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res1, out1, tl, m_n, mg,
               oh_n, ow_n, rstep, has_res, act, alpha, beta)
+        t = next_task(counter)
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
@@ -528,9 +525,7 @@ def _cvec_core(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, group, h
     tls = scr[planes:]
     nw = min(nth, ntask, tls.shape[0] // tcap) if par else 1
     if nw > 1:
-        # the phase copy and the tiles in one region (the strided grouped 512-channel layer
-        # onto 7x7 at 2 threads: 84.5 -> 77 us, one region against two, alternating in one
-        # process)
+        # the phase copy and the tiles in one region (one region's launch, not two)
         ncopy = 0 if direct else nc
         _cvec_par(nw, ntask, npan, npg, nrb, rbs, xb, img, gimg, off, pk, kk, bp, res, out,
                   tls, tcap, mg, sh * wq, has_res, act, alpha, beta, x.reshape(x.size), ncopy,
@@ -549,18 +544,13 @@ def _cvec_core(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, group, h
             tls[:tcap], mg, sh * wq, has_res, act, alpha, beta)
 
 
-#: The rule, from ``python scripts/sweep_conv_cvec.py`` (71 group-1 layers, each against
-#: onnxruntime in the same process, the calls alternating; 1 thread, Zen 5, 2026-11-27; ratios
-#: to onnxruntime, the kernel taken otherwise -> this one): 3x3 on 7x7 planes 1.36-1.78 ->
-#: 0.96-1.18 (im2col's gemm has N = 49 or, flat, 63 columns); 3x3 stride 2 onto 7x7-56x56
-#: 1.24-1.64 -> 0.87-1.35; 1x7 / 7x1 on 17x17 1.15-1.34 -> 0.93-1.19; 5x5 1.0-1.3 -> 0.77-0.94;
-#: 1x1 on 7x7-56x56 planes 1.01-1.35 -> 0.95-1.08 (40 -> 240 on 28x28 0.87 -> 0.90: K 40 is
-#: under CVEC_MIN_K); against the implicit gemm (stems, 8-16 input channels) with 32 or more
-#: output channels 1.09-1.51 -> 0.95-1.17, with 16 or 24 mixed (1.00-1.36 -> 0.88-1.27: a
-#: vector of 16 channels per 8 pixels has little to do per load), so those keep it.
-#: Not taken: where Winograd is the other kernel (3x3 stride 1 on 14x14 and up: 0.62-0.92
-#: against 1.03-1.18 here), fewer than 16 output channels (most lanes of a vector idle), and
-#: planes past 56x56 outside the implicit gemm's domain (not measured).
+#: The rule (``python scripts/sweep_conv_cvec.py`` compares the kernels on group-1 layers):
+#: taken for small planes with many output channels, where im2col's gemm has few columns (N =
+#: 49 or, flat, 63), 3x3 stride 2, 1x7 / 7x1, 5x5, and 1x1 layers with K >= CVEC_MIN_K; against
+#: the implicit gemm (stems of 8-16 input channels) only with CVEC_MIN_M_VS_IMPLICIT output
+#: channels or more (a vector of 16 channels per 8 pixels has little to do per load).
+#: Not taken: where Winograd is the other kernel (3x3 stride 1 on 14x14 and up), fewer than
+#: 16 output channels (most lanes of a vector idle), and planes past CVEC_MAX_PLANE.
 CVEC_MIN_M = 16
 CVEC_MIN_M_VS_IMPLICIT = 32
 CVEC_MIN_K = 64
@@ -582,18 +572,13 @@ def cvec_wins(C, M, KH, KW, OH, OW, SH, SW, winograd_alt=False, implicit_alt=Fal
 
 
 
-#: Grouped layers (``python scripts/sweep_conv_cvec.py --only "g > 1"``, 24 grouped 3x3
-#: layers, 1 thread, Zen 5, 2026-11-27, seventh session; ratios to onnxruntime, the kernel
-#: taken otherwise -> this one): ResNeXt's 32 channels per group 1.11-2.02 -> 0.86-1.20,
-#: 16-24 per group 0.78-2.07 -> 0.56-1.31, 128 per group at stride 2 1.44 -> 1.00 (strided
-#: layers onto 7x7-28x28 since the input's stride phases are copied as masked vector rows,
-#: ``phases``; element by element the copy cost 2-4x the tiles on 7x7 outputs); 8 per group on
-#: 7x7-14x14 outputs 0.63-0.95 -> 0.47-0.57 but on 28x28-56x56 0.52-0.66 -> 0.53-0.78 (a
-#: vector of 16 lanes half idle; conv_group's gemm of 8 columns does as well or better there).
-#: Kept off: 64 and 128 per group where Winograd runs them (0.95 / 0.83 -> 1.15 / 1.02), and
-#: grouped 1x1 layers with K < 128
-#: (64 per group on 14x14: the per-group BLAS gemm 32 us, this 64-71 us: 64 taps do little
-#: for each transposed tile write).
+#: Grouped layers (``python scripts/sweep_conv_cvec.py --only "g > 1"`` compares the kernels):
+#: taken for grouped 3x3 layers of 16-32 channels per group and strided ones (the input's
+#: stride phases are copied as masked vector rows, ``phases``); with fewer than 16 output
+#: channels per group only on planes up to CVEC_GROUPED_HALF_MAX_PLANE (a vector of 16 lanes
+#: half idle; conv_group's gemm does as well or better on bigger ones). Kept off: more than
+#: CVEC_GROUPED_MAX_CG_VS_WINOGRAD channels per group where Winograd runs them, and grouped 1x1
+#: layers with K < CVEC_GROUPED_MIN_K_1X1 (few taps do little for each transposed tile write).
 CVEC_GROUPED_MAX_CG_VS_WINOGRAD = 32
 CVEC_GROUPED_MIN_MG = 8
 CVEC_GROUPED_HALF_MAX_PLANE = 14 * 14

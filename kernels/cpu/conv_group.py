@@ -2,14 +2,13 @@
 
 For grouped convolutions (ResNeXt / RegNet: 8-64 channels per group, 3x3) on small planes the
 NCHW im2col copies runs of OW = 7-28 elements, each with its own loop setup and bounds
-arithmetic: ~1 ns per element, more than the gemm it feeds (512 channels in 16 groups, 3x3/2,
-14x14: the im2col and its phase planes 35 us a group, the 32 x 56 x 288 gemm 16 us). Here each
+arithmetic, which costs more than the gemm it feeds. Here each
 task (image, group) first transposes the group's input channels to channels-last (H*W, Cg),
 then builds the im2col matrix one output position at a time as KH*KW contiguous runs of Cg
 values (or zeros where a tap falls in the padding), rows (position) x columns (kh, kw, c), and
 multiplies it with the group's weights packed at compile time as (kh, kw, c) x Mg
-(``pack_weights``): ``tile (P, Mg) = col (P, K) @ W_g (K, Mg)``, a plain (NN) BLAS gemm (MKL
-ran the transposed-B form, straight into NCHW, 2.6x slower at 32 x 49 x 288), and the tile goes
+(``pack_weights``): ``tile (P, Mg) = col (P, K) @ W_g (K, Mg)``, a plain (NN) BLAS gemm (BLAS
+runs the transposed-B form, straight into NCHW, slower), and the tile goes
 into the NCHW output transposed, with the bias; residual and activation then run on the rows.
 Blocks of output positions keep each im2col block within ``_COL_BLOCK_ELEMS``.
 
@@ -152,12 +151,11 @@ def _par(nw, ntask, per, x, wp, b, res, out, scr, kh_n, kw_n, sh, sw, ph, pw, dh
     for wk in prange(nw):
         xt = scr[wk * per:wk * per + hwc]
         col = scr[wk * per + hwc:(wk + 1) * per]
-        while True:
-            t = next_task(counter)
-            if t >= ntask:
-                break
+        t = next_task(counter)
+        while t < ntask:
             _task(t, x, wp, b, res, out, xt, col, kh_n, kw_n, sh, sw, ph, pw, dh, dw, group,
                   has_bias, has_res, act, aa, ab)
+            t = next_task(counter)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)

@@ -79,13 +79,9 @@ def _ftile_off(typingctx, c, coff, pp, poff, pv, voff, offs, kq, bias, boff):
 
 
 #: taps per output (C*KH*KW) where the implicit gemm beats im2col + BLAS, and the smallest
-#: output plane measured: ``python scripts/compare_conv_implicit.py`` (16 shapes, 1 thread,
-#: alternating in one process, 2026-11-26): stems of 3-8 channels at 3x3-7x7 (K 27-147) on
-#: 112-224 planes 0.62-0.85x im2col's time, stride 1 at K 27-144 0.82-1.0x, K 9 on 64x64
-#: 1.23x, K 288 / 576 (32 -> 64, 64 -> 128 stride 2) 1.22-1.3x. Against Winograd (3x3 stride
-#: 1, ``--winograd``, two runs): 8 channels 0.57-0.62x, 16 channels 0.76-1.09x (16 -> 64 on
-#: 55x55 0.79-0.97x), 24 channels 0.93-1.03x, 32 channels 0.99-1.11x, 48-64 channels on 13x13
-#: 1.3-1.4x: the implicit gemm up to 16 channels (K 144).
+#: output plane it is taken for: stems of a few channels and small K at stride 1 on big planes;
+#: against Winograd (3x3 stride 1) up to 16 channels (K 144). ``python
+#: scripts/compare_conv_implicit.py`` measures both sides.
 IMPLICIT_MIN_K = 27
 IMPLICIT_MAX_K = 160
 IMPLICIT_MAX_K_VS_WINOGRAD = 144
@@ -95,8 +91,7 @@ IMPLICIT_MIN_PLANE = 28 * 28
 def implicit_wins(C, KH, KW, OH, OW, winograd_alt=False) -> bool:
     """Whether ``conv2d_implicit`` is the kernel for this float32 group-1 convolution (plain
     Python); ``winograd_alt``: the alternative is Winograd (else im2col + BLAS). Never for 1x1
-    kernels: those are a plain BLAS gemm without im2col (squeezenet's 128 -> 16 1x1 on 55x55
-    ran 756 us here)."""
+    kernels: those are a plain BLAS gemm without im2col."""
     k = C * KH * KW
     top = IMPLICIT_MAX_K_VS_WINOGRAD if winograd_alt else IMPLICIT_MAX_K
     return KH * KW > 1 and IMPLICIT_MIN_K <= k <= top and OH * OW >= IMPLICIT_MIN_PLANE
@@ -149,7 +144,7 @@ def pack_weights(w):
 #: panels (of NR grid columns) per task, at most: the input rows they read stay in L2 while
 #: each channel tile sweeps them (fewer panels when K steps of NR floats per panel would pass
 #: _BLOCK_BYTES), and the tile's MR output planes are written as MR sequential streams (with
-#: every tile per panel, 64 channels meant 64 streams and 1.7x the time)
+#: every tile per panel, 64 channels would mean 64 streams)
 _PANELS_PER_TASK = 16
 _BLOCK_BYTES = 1 << 19
 
@@ -198,12 +193,11 @@ def _worker(counter, ntask, ppt, npan, xb, img, off, pk, kk, b, res, out, wq, ha
     m_n, oh_n, ow_n = out.shape[1], out.shape[2], out.shape[3]
     out1 = out.reshape(out.size)
     res1 = res.reshape(res.size)
-    while True:
-        t = next_task(counter)
-        if t >= ntask:
-            break
+    t = next_task(counter)
+    while t < ntask:
         _block(t, ntask // out.shape[0], ppt, npan, xb, img, off, pk, kk, b, res1, out1, m_n,
                oh_n, ow_n, tl, wq, has_res, act, alpha, beta)
+        t = next_task(counter)
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)

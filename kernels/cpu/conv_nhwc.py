@@ -41,21 +41,13 @@ from .transpose import transpose_block
 _FM = {'reassoc', 'contract', 'arcp'}
 
 # output elements * taps above which the depthwise rows are split over threads; gemm flops
-# above which pointwise row blocks are (as one plane's gemm in kernels/cpu/conv.py, whose
-# comment has the sweep: 1.8-2.7 MFLOP pointwise layers 0.59-0.68x at 2 threads on jitort's
-# pool, 1.01-1.02x under TBB)
+# above which pointwise row blocks are (as one plane's gemm in kernels/cpu/conv.py)
 _PAR_MIN_DW = 1 << 15
 _PAR_MIN_FLOPS = 1 << 20
-# the same for the register-tiled rows (``_dw_tile``, 2-3x faster than the per-tap ones):
-# at 2 threads 0.2-0.5 M output elements * taps ran 1.4-1.9x their 1-thread time (11-16 us
-# of work against a parallel region's launch), 1.0-2.4 M 0.75-0.9x in a loop of calls (Zen 5,
-# 2026-11-27). In a model the region follows a serial kernel (the layout transpose), and a
-# TBB worker idle for more than ~30 us takes ~9 us to wake on this host (1.4 us back to
-# back): 0.59 M (5x5/2, 480 channels, 7x7 outputs) took 18.5 us at 2 threads against 11 us
-# at 1, so the tiles split from 2 M (~40 us of work) (seventh session). On jitort's pool
-# (kernels/cpu/workers.py: no late join, ~1 us a region) from 0.5 M: the op suite's
-# depthwise layers of 0.4-2 M (7x7-28x28 planes) gain 1.38-1.63x from the second thread
-# (``python scripts/op_scaling.py -k depthwise``, Zen 5 VM, 2026-11-28)
+# the same for the register-tiled rows (``_dw_tile``, faster than the per-tap ones, so less
+# work per output): below it a parallel region's launch and wake-up cost more than the second
+# thread saves. It assumes jitort's pool (kernels/cpu/workers.py: no late join, cheap regions);
+# ``python scripts/op_scaling.py -k depthwise`` measures it.
 _PAR_MIN_DW_TILES = 1 << 19
 # pointwise: output elements per row block (256 KB of float32: the epilogue pass stays in L2)
 _PW_BLOCK_ELEMS = 1 << 16
@@ -169,10 +161,9 @@ def _dw_tile(typingctx, out, x, w, b, res, geo, c_n, k, r_n, kh_lo, kh_hi, p_lo,
             # stride ("inner" when every pixel of the tile is inside the row; at the row's
             # ends ("edge") a padded pixel's pointer is switched to a vector of zeros on the
             # stack); the masked path (per-pixel addresses and masks, spilled to the stack)
-            # only for the last, part-filled vector of channels. Interleaved A/B, 16 layers,
-            # 1 thread, Zen 5: inner against masked 0.79-1.02x; the edge path on every tile
-            # 0.70-0.93x on 7x7 planes (every tile an edge one) but 1.07-1.19x on 28x28-112x112
-            # ones, hence the three (then 0.66-1.06, geomean 0.94, against inner + masked)
+            # only for the last, part-filled vector of channels. The edge path on every tile
+            # would lose on small planes (every tile an edge one) and win on big ones, hence
+            # the three.
             full = builder.icmp_signed('<=', builder.add(cv, ir.Constant(i64, 16)), c64)
             kpre = builder.block
             kdone = builder.append_basic_block(f"dwt.khdone.{kk}x{rr}s{ss}")
@@ -456,12 +447,11 @@ def _dw_par(nw, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, ac
     nrow = out.shape[0] * out.shape[1]
     counter = np.zeros(1, np.int64)
     for wk in prange(nw):
-        while True:
-            r = next_task(counter)
-            if r >= nrow:
-                break
+        r = next_task(counter)
+        while r < nrow:
             _dw_any_row(r, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act,
                         aa, ab, tiles)
+            r = next_task(counter)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -538,8 +528,8 @@ _STAGE_ELEMS = 1 << 16
 #: output elements * taps from which ``dwconv_staged`` splits its work over the threads
 _PAR_MIN_STAGED = 1 << 17
 #: the smallest output plane whose bands are split over the threads (two workers' bands
-#: share each plane's cache line at their border: 960 channels of 4x4 outputs took 20.5 us
-#: on one thread and 38.6 on two)
+#: share each plane's cache line at their border, which costs more than the split saves on
+#: small planes)
 _STAGED_MIN_PLANE = 64
 #: float32 elements kept free before, between and after a worker's two staged blocks: the
 #: register tiles' masked accesses of a channel tail reach up to 15 lanes past a block
@@ -558,9 +548,9 @@ def staged_ok(dtype, kw, sw, dh, dw) -> bool:
 def staged_blocks(c, plane, threads) -> int:
     """Channel blocks of ``dwconv_staged``'s weights for ``threads`` threads: on output planes
     too small to split by rows (under _STAGED_MIN_PLANE), one per thread where the channels
-    split evenly into blocks of whole 16-channel groups, at least _STAGED_MIN_BLOCK; else 1 (bands of rows split the
-    work: at 2 threads a channel split was slower than bands on planes of 14x14 and up, and
-    1.1-1.5x faster than one thread on 7x7 planes of 768-960 channels, Zen 5 host)."""
+    split evenly into blocks of whole 16-channel groups, at least _STAGED_MIN_BLOCK; else 1
+    (bands of rows split the work: a channel split only pays where the planes are too small
+    for bands)."""
     t = scratch_workers(threads)
     return (t if t > 1 and plane < _STAGED_MIN_PLANE and c % (16 * t) == 0
             and c // t >= _STAGED_MIN_BLOCK else 1)
@@ -800,11 +790,10 @@ def _pw_task(t, rb, x, w, b, res, out, has_bias, has_res, act, aa, ab):
 def _pw_par(nw, ntask, rb, x, w, b, res, out, has_bias, has_res, act, aa, ab):
     counter = np.zeros(1, np.int64)
     for wk in prange(nw):
-        while True:
-            t = next_task(counter)
-            if t >= ntask:
-                break
+        t = next_task(counter)
+        while t < ntask:
             _pw_task(t, rb, x, w, b, res, out, has_bias, has_res, act, aa, ab)
+            t = next_task(counter)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)

@@ -25,15 +25,16 @@ the gemm: the scatter multiplies the input row by each tap's weight directly.
 import numpy as np
 from numba import njit, prange
 
-from .gemm import _ceil_div, eptr, next_task, num_threads, scratch_workers, xgemm
+from .gemm import (_ceil_div, eptr, next_task, num_threads, scratch_workers, task_split,
+                   valid_range, xgemm)
 
 _FM = {'reassoc', 'contract', 'arcp'}
 
 # im2col-style column block per worker (elements; 512 KB of float32 stays in L2), but at
 # least one input row of every tap of the task's channels.
 _COL_BLOCK_ELEMS = 1 << 17
-# 2 * multiply-adds above which tasks are spread over prange workers (~10 us of work; 2x below
-# its value under TBB, whose regions cost ~8 us more)
+# 2 * multiply-adds above which tasks are spread over prange workers (below it a parallel
+# region costs more than it saves; assumes jitort's pool, kernels/cpu/workers.py)
 _PAR_MIN_FLOPS = 1 << 19
 
 
@@ -48,17 +49,6 @@ def convt_scratch_elems(cg, mg, k, rows, w, threads=None):
     per_row = max(1, mg * k * w)
     cap = max(per_row, min(_COL_BLOCK_ELEMS, per_row * max(1, rows)))
     return cap * nt
-
-
-@njit(cache=True, error_model='numpy', fastmath=_FM)
-def _range(off, stride, size, n_in):
-    """[lo, hi) of input indices i in [0, n_in) with 0 <= i * stride + off < size."""
-    lo = 0 if off >= 0 else (-off + stride - 1) // stride
-    last = size - 1 - off
-    hi = 0 if last < 0 else last // stride + 1
-    hi = min(hi, n_in)
-    lo = min(lo, n_in)
-    return lo, max(lo, hi)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -90,8 +80,8 @@ def _tap(o, oo, src, so, lo, hi, sw, direct, wv):
 def _tap_ends(o, oo, src, so, lo, hi, sw, direct, wv):
     """:func:`_tap` for the one or two columns at a row's ends that only one tap of a pair
     reaches: a scalar loop inlined into :func:`_scatter` (four calls of _tap a row, mostly
-    over empty or one-element ranges, were most of a depthwise 4x4 stride-2 ConvTranspose's
-    time: 2.18 ms against onnxruntime's 0.40 for 64 channels of 32x32)."""
+    over empty or one-element ranges, would be most of a depthwise 4x4 stride-2
+    ConvTranspose's time)."""
     s = eptr(src, so)   # (flat offsets into arrays of any rank)
     d = eptr(o, oo)
     for i in range(lo, hi):
@@ -110,19 +100,16 @@ def _scatter(src, soff, tld, direct, w, woff, out, ooff, r0, r1, hn, wn, od_n, o
     added in one interleaved pass (LLVM vectorizes the pair of stride-2 stores), the ends
     that only one of them reaches separately, and only where there are such ends: on short
     rows the calls for them cost more than the pair loop even when their ranges are empty.
-    Measured at one thread (fastest of 60 alternating calls, loaded host) against the
-    row-by-row loop this replaced (every tap's ranges worked out again on each row, the end
-    calls always made): convt3d 2x2x2/2 32->16 16^3 2.9 -> 1.3-1.7 ms, 2x2/2 128->64 32x32
-    1.3 -> 0.87-0.92 ms; 3x3/2 and 4x4/2 depthwise unchanged."""
+    Each tap's column range is worked out once, not again on every row."""
     z = out.dtype.type(0)
     kw = 0
     while kw < kw_n:
         ea = kw * dw - pw
-        loa, hia = _range(ea, sw, ow_n, wn)
+        loa, hia = valid_range(ea, sw, ow_n, wn)
         wa = w[woff + kw] if direct else z
         pair = sw == 2 and dw % 2 == 1 and kw + 1 < kw_n
         eb = ea + dw
-        lob, hib = _range(eb, sw, ow_n, wn)
+        lob, hib = valid_range(eb, sw, ow_n, wn)
         wb = w[woff + kw + 1] if direct and pair else z
         delta = (1 - dw) // 2          # tap kw+1's input index for A's index q: q + delta
         q0 = max(loa, lob - delta)
@@ -184,10 +171,7 @@ def _task(t, nmb, mbs, x, w, b, out, colw, sd, sh, sw, pd, ph, pw, dd, dh, dw, g
     rows = d_n * hn
     s_in = rows * wn
     s_out = od_n * oh_n * ow_n
-    ng = t // nmb
-    blk = t - ng * nmb
-    n = ng // group
-    g = ng - n * group
+    n, g, blk = task_split(t, nmb, group)
     m0 = blk * mbs
     m1 = min(mg, m0 + mbs)
     if m1 <= m0:
@@ -240,12 +224,11 @@ def _par(nw, ntask, nmb, mbs, x, w, b, out, col, cap, sd, sh, sw, pd, ph, pw, dd
     counter = np.zeros(1, np.int64)
     for wk in prange(nw):
         colw = col[wk * cap:(wk + 1) * cap]
-        while True:
-            t = next_task(counter)
-            if t >= ntask:
-                break
+        t = next_task(counter)
+        while t < ntask:
             _task(t, nmb, mbs, x, w, b, out, colw, sd, sh, sw, pd, ph, pw, dd, dh, dw,
                   group, has_bias)
+            t = next_task(counter)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -313,7 +296,7 @@ def col2im3d(x, out, ld, lh, lw, sd, sh, sw, pd, ph, pw, dd, dh, dw):
                 for kh in range(kh_n):
                     for kw in range(kw_n):
                         offw = kw * dw - pw
-                        lo, hi = _range(offw, sw, w_n, lw)
+                        lo, hi = valid_range(offw, sw, w_n, lw)
                         if hi <= lo:
                             continue
                         src = x[n, c, kd, kh, kw]

@@ -161,7 +161,7 @@ def dequantize_par(x3, s3, z3, y3, blk, has_zp):
 def _fkey(v):
     """float32 bits <-> an int32 of the same order (an involution): integer min/max
     reductions vectorize where float ones (NaN-aware selects) do not. In int32 throughout
-    (Numba widens int32 arithmetic to int64: half the lanes, 2.8x the time)."""
+    (Numba widens int32 arithmetic to int64: half the lanes)."""
     return np.int32(v ^ ((v >> np.int32(31)) & np.int32(0x7fffffff)))
 
 
@@ -498,8 +498,8 @@ def _requant_block(c2, y2, mult, zy, lo, hi, r0, r1, j0, j1):
 def _qmm_i8_worker(counter, pp, rowsum, zp, pv, colsum, zv, c2, y2, k, mode, mult, zy, lo, hi, nt,
                    npan, mch):
     """One worker of ``_qmm_i8_par``: tasks (panel, chunk of row tiles) from the shared counter
-    until none is left. (A plain function: the same loop inside the prange body ran 2.5x
-    slower.)"""
+    until none is left. (A plain function: the same loop inside the prange body compiles
+    slower code.)"""
     m, n = c2.shape
     while True:
         t = next_task(counter)
@@ -670,8 +670,8 @@ def qconv2d(x4, zx, w4, zw, wc, wmax, has_wc, y4, ws, ncol, sh, sw, ph, pw, dh, 
 # 1x1 kernels (``_tile`` on a packed panel): every column is read once, so each 64-column panel
 # is packed from byte planes (stride 1 without padding: from x itself) as four shifted byte
 # streams per 4 channels, straight into the [k/4][64][4] layout, and stays in L1 for all the
-# tiles (in place, with the copy into interleaved planes, 256->64 at 56x56 took ~380 us against
-# ~240 us for packing: a 1x1 panel's steps lie a whole plane apart and are read just once).
+# tiles (packing beats reading in place after a copy into interleaved planes: a 1x1 panel's
+# steps lie a whole plane apart and are read just once).
 
 
 def _conv_geom(h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw):
@@ -921,13 +921,12 @@ def _qconv_par(nw, ntask, xb, gstride, off, packed, fx, pk, rs, zw, has_zw, zv, 
     counter = np.zeros(1, np.int64)
     for wk in prange(nw):
         wbuf = wsb[wk * wbytes:(wk + 1) * wbytes]
-        while True:
-            t = next_task(counter)
-            if t >= ntask:
-                break
+        t = next_task(counter)
+        while t < ntask:
             _qconv_task(t, xb, gstride, off, packed, fx, pk, rs, zw, has_zw, zv, y4, wbuf, kk,
                         kq, mg, gbytes, ntile, wq, nv_all, npan, mode, bias, has_bias, mult, zy,
                         lo, hi)
+            t = next_task(counter)
 
 
 @njit(cache=True, error_model='numpy')

@@ -28,8 +28,8 @@ task (``_wino_par``) with V and P in its worker's scratch. With fewer blocks tha
 (deep layers at batch 1: one block, 14x14 to 56x56 planes) or an uneven few, the threads
 share each block (``_wino_phased``): the transform
 by chunks of input channels into one V, then, once every chunk is done, the products by
-chunks of output channels -- splitting only the output channels made every thread transform
-the whole block (64x56x56 at 2 threads: 1.34 ms, 0.98 ms shared; 1.76 ms at 1 thread).
+chunks of output channels -- splitting only the output channels would make every thread
+transform the whole block.
 """
 import numpy as np
 from numba import njit, prange
@@ -53,18 +53,14 @@ _MIN_TILES = 96
 _PHASE_CHUNKS = 2
 
 
-# Where F(2x2, 3x3) beats im2col + gemm here (one thread, jitort kernel against onnxruntime's
-# Conv in one process): from 8 input channels (3 -> 64 at 224x224 ran 2.9x slower than im2col:
-# 16 gemms with K = 3) and 25 tiles per plane (10x10 output: 1.45 against 1.56 of onnxruntime's
-# time; 7x7 = 16 tiles: 1.74 against 1.36, the gemms are 20 columns wide).
+# Where F(2x2, 3x3) beats im2col + gemm: from 8 input channels (fewer make 16 gemms with a
+# tiny K) and 25 tiles per plane (fewer make the gemms too narrow).
 _MIN_CHANNELS = 8
 _MIN_TILES_PER_PLANE = 25
 # F(4x4, 3x3): 36 gemms over a quarter of the tiles, 2.25 multiply-adds per output and channel
 # pair instead of 4 (rounding ~10x F(2x2, 3x3)'s: ~1e-5 relative in float32). Its transforms
-# cost about as much as its gemms, so it wins less than that: against F(2x2, 3x3) at one
-# thread, in one process, 0.8-0.9x the time from 28x28 planes and 32 channels up (64x56x56,
-# 128x28x28, 64->192 at 56x56, 128->32 at 28x28 and 56x56, 64x112x112, 64x224x224); 1.1-1.2x
-# at 16 channels (16->64 at 55x55) and on 14x14 planes (16 tiles).
+# cost about as much as its gemms, so it wins less than that, and only from 28x28 planes and
+# 32 channels up (on 14x14 planes and at 16 channels F(2x2, 3x3) stays faster).
 _MIN_TILES_F4 = 49
 _MIN_CHANNELS_F4 = 32
 
@@ -75,12 +71,10 @@ def winograd_wins(C, M, OH, OW) -> bool:
     return C >= _MIN_CHANNELS and M >= 1 and th * tw >= _MIN_TILES_PER_PLANE
 
 
-# Grouped 3x3 stride-1 convolutions: Winograd with its gemms per group against conv_group /
-# im2col (one thread, Zen 5, each against onnxruntime in its own process, 2026-11-27; ratios
-# to onnxruntime without -> with): 64-128 channels per group on 10x10-56x56 1.34-1.66 ->
-# 0.78-1.28; 32 per group on 56x56 1.80 -> 1.08, 28x28 1.65 -> 1.35, 14x14 1.93 -> 1.31,
-# 10x10 1.45 -> 1.41; 16 per group on 56x56 1.67 -> 1.09 and 28x28 1.46 -> 1.12, but on 14x14
-# and 10x10 1.46-1.51 -> 1.53-1.59; 8 per group stays with conv_group (0.53-0.75).
+# Grouped 3x3 stride-1 convolutions: Winograd with its gemms per group beats conv_group /
+# im2col from _GROUPED_MIN_CHANNELS channels per group, and from _GROUPED_MIN_CHANNELS_BIG_PLANE
+# on planes of at least _GROUPED_BIG_PLANE (16 per group loses on small planes; 8 per group
+# stays with conv_group).
 _GROUPED_MIN_CHANNELS = 32
 _GROUPED_MIN_CHANNELS_BIG_PLANE = 16
 _GROUPED_BIG_PLANE = 28 * 28
@@ -516,12 +510,11 @@ def _wino_par(nw, ntask, nblk, nr, cap, x, u, b, res, out, scr, ph, pw, has_bias
     counter = np.zeros(1, np.int64)
     for wk in prange(nw):
         scw = scr[wk * cap:(wk + 1) * cap]
-        while True:
-            t = next_task(counter)
-            if t >= ntask:
-                break
+        t = next_task(counter)
+        while t < ntask:
             _wino_task(t, nblk, nr, x, u, b, res, out, scw, ph, pw, has_bias, has_res, act, aa,
                        ab)
+            t = next_task(counter)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -623,8 +616,7 @@ def _winograd_core(x, u, b, res, out, scr, ph, pw, has_bias, has_res, act, aa, a
             and (nb < nth or (nb < 2 * nth and nb % nth != 0))):
         # Fewer blocks than threads, or too few to divide evenly (3 on 2 threads): whole
         # blocks as tasks would leave threads idle; share each block instead. (Blocks that
-        # divide evenly stay whole: 2 blocks of 32x112x112 at 2 threads took 0.8x the time
-        # of sharing them.)
+        # divide evenly stay whole: that is cheaper than sharing them.)
         nw = nth
         ccs = _ceil_div(c_n, _PHASE_CHUNKS * nw)
         mbs = _ceil_div(m_n, _PHASE_CHUNKS * nw)
