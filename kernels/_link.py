@@ -274,7 +274,9 @@ def _finalize_specific(self):
 
 #: Numba releases (major, minor), inclusive, that every patch below was checked against: the
 #: kernel tests run on 0.68.1, and the source of each function replaced (or wrapped) is the same
-#: from 0.60.0 to 0.68.1 but where :func:`_patches` says otherwise. ``pyproject.toml`` pins
+#: from 0.60.0 to 0.68.1 but where :func:`_patches` says otherwise, and so is the mangling
+#: :func:`_split` reads (itanium_mangler.py has an extra branch for the experimental type
+#: system in 0.61-0.64; the default type codes are the same). ``pyproject.toml`` pins
 #: ``numba>=0.60``.
 CHECKED = ((0, 60), (0, 68))
 
