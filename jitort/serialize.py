@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from . import devices
+
 #: names in ``CompiledModel.__init__``'s locals that are not compile options
 _NOT_OPTIONS = ("self", "model", "__class__")
 
@@ -52,5 +54,4 @@ def reduce(cm) -> tuple:
 
 def rebuild(source, options: dict, device: str = "cpu"):
     """Unpickle: compile again (code from the on-disk cache)."""
-    import jitort
-    return jitort.compile(source, device=device, **options)
+    return devices.factory(device)(source, **options)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import json
 import math
 import os
@@ -80,6 +81,16 @@ class Choice:
 
 
 CHOICES: dict[str, Choice] = {}
+#: the module defining the choices (it registers them on import and builds on this module, so it
+#: is imported by name on first use rather than here)
+_TABLE_MODULE = "jitort.tuning_choices"
+
+
+def choices() -> dict[str, Choice]:
+    """The registered choices, by name (the table module imported on first use)."""
+    if _TABLE_MODULE not in sys.modules:
+        importlib.import_module(_TABLE_MODULE)
+    return CHOICES
 
 
 def register(choice: Choice) -> Choice:
@@ -177,7 +188,7 @@ def _read(path: Path) -> dict:
                       f"{here['llvm_cpu']}, {here['cores']} cores, BLAS {here['blas']})")
     out = {}
     for name, entry in doc["choices"].items():
-        choice = CHOICES.get(name)
+        choice = choices().get(name)
         if choice is None or not isinstance(entry, dict):
             continue
         if entry.get("library") != library_hash(choice):
@@ -206,7 +217,7 @@ def apply_runtime() -> None:
     key = (_loaded["path"], _loaded["stamp"]) if data else None
     if "key" in _applied and _applied["key"] == key:
         return
-    for choice in CHOICES.values():
+    for choice in choices().values():
         if choice.apply is not None:
             choice.apply(data)
     _applied["key"] = key
@@ -219,7 +230,7 @@ def choose(name: str, decisions: dict | None = None, **problem) -> str:
     """The candidate of choice ``name`` for ``problem``: the calibrated pick of its bucket
     when this machine measured it, else the default rule (unless it names a demoted
     candidate, then the first other applicable one). ``decisions``: instead of ``load()``."""
-    choice = CHOICES[name]
+    choice = choices()[name]
     forced = _forced.get(name)
     if forced is not None and choice.candidate(forced).applies(problem):
         return forced
@@ -249,7 +260,7 @@ class force:
     choice the lowerings make. Not thread-safe; calibration runs one candidate at a time."""
 
     def __init__(self, name: str, candidate: str):
-        CHOICES[name].candidate(candidate)      # a KeyError-like StopIteration on a typo
+        choices()[name].candidate(candidate)      # a KeyError-like StopIteration on a typo
         self.name, self.candidate = name, candidate
 
     def __enter__(self):
@@ -337,11 +348,11 @@ def tune(only=None, budget_s: float = 55.0, progress=None, path: Path | None = N
     from .kernels.cpu import blas
     path = Path(path) if path is not None else decisions_path()
     slow = _slow_factors()
-    choices = [c for c in CHOICES.values() if not only or c.name in only]
+    todo = [c for c in choices().values() if not only or c.name in only]
     old = load(path) if path.exists() else {}
     doc_choices = {}
     deadline = time.monotonic() + budget_s
-    total = sum(len(c.grid()) for c in choices)
+    total = sum(len(c.grid()) for c in todo)
     bar = tqdm(total=total, desc="jitort tune", unit="bucket",
                disable=(not sys.stderr.isatty()) if progress is None else not progress)
     prev_threads = numba.get_num_threads()
@@ -349,12 +360,12 @@ def tune(only=None, budget_s: float = 55.0, progress=None, path: Path | None = N
     try:
         with blas.single_threaded():
             buckets = {c.name: {t: b for t, b in old.get(c.name, {}).get("buckets", {}).items()
-                                if t in {_bucket_text(k) for k in c.grid()}} for c in choices}
+                                if t in {_bucket_text(k) for k in c.grid()}} for c in todo}
             # buckets never measured first (in the choices' order: a later choice may run
             # through an earlier one's decisions), then the longest ago: runs cut short by
             # the budget add up to the whole grid
             work = []
-            for ci, choice in enumerate(choices):
+            for ci, choice in enumerate(todo):
                 for key in choice.grid():
                     b = buckets[choice.name].get(_bucket_text(key))
                     work.append(((b is not None, b.get("at", 0) if b else 0, ci), choice, key))
@@ -372,7 +383,7 @@ def tune(only=None, budget_s: float = 55.0, progress=None, path: Path | None = N
                     "gflops": {c: choice.work(prob) / t / 1e9 for c, t in times.items()}}
                 if choice.apply is not None:   # later choices measure paths that use it
                     choice.apply({choice.name: {"buckets": buckets[choice.name]}})
-            for choice in choices:
+            for choice in todo:
                 doc_choices[choice.name] = {"library": library_hash(choice),
                                             "buckets": buckets[choice.name],
                                             "demoted": _demoted(buckets[choice.name])}
@@ -406,7 +417,7 @@ def show(path: Path | None = None) -> str:
     if not data:
         lines.append("not calibrated: every choice follows its default rule "
                      "(run `jitort tune`)")
-    for name, choice in CHOICES.items():
+    for name, choice in choices().items():
         entry = data.get(name)
         lines.append("")
         lines.append(f"{name}: {choice.doc}")
@@ -435,7 +446,7 @@ def summary_lines() -> list:
     """One line per choice for ``jitort explain``: calibrated or default, and demotions."""
     data = load() if enabled() else {}
     out = []
-    for name in CHOICES:
+    for name in choices():
         e = data.get(name)
         if not e:
             out.append(f"{name}: default rule (not calibrated on this machine)")
@@ -461,7 +472,7 @@ def ensure_background() -> None:
     _started = True
     try:
         path = decisions_path()
-        if path.exists() and all(name in load(path) for name in CHOICES):
+        if path.exists() and all(name in load(path) for name in choices()):
             return        # every choice calibrated here, on these kernel sources
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = path.with_suffix(".running")
@@ -477,7 +488,3 @@ def ensure_background() -> None:
                          preexec_fn=(lambda: os.nice(19)) if hasattr(os, "nice") else None)
     except Exception as e:  # noqa: BLE001 - calibration is an optimization, never a failure
         warnings.warn(f"jitort: background calibration not started: {e}", TuningWarning)
-
-
-# the registered choices (imported for their register() calls)
-from . import tuning_choices  # noqa: E402,F401

@@ -32,7 +32,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
     name = "gemm.weights" if args.weights else "gemm.activations"
-    choice = tuning.CHOICES[name]
+    choice = tuning.choices()[name]
     own, ref = [c.name for c in choice.candidates]
     decided = tuning.load().get(name, {}).get("buckets", {})
     ident = tuning.machine()

@@ -207,7 +207,7 @@ def test_first_use_starts_one_background_calibration(tune_dir, monkeypatch):
     # a machine with decisions for every choice starts none
     monkeypatch.setattr(tuning, "_started", False)
     doc = json.loads(tuning.decisions_path().read_text())
-    for name, choice in tuning.CHOICES.items():
+    for name, choice in tuning.choices().items():
         doc["choices"][name] = {"library": tuning.library_hash(choice), "demoted": [],
                                 "buckets": {}}
     tuning.decisions_path().write_text(json.dumps(doc))

@@ -324,9 +324,9 @@ def cmd_tune(args) -> int:
         print(tuning.show())
         return 0
     only = [o for item in args.only or [] for o in item.split(",") if o]
-    unknown = [o for o in only if o not in tuning.CHOICES]
+    unknown = [o for o in only if o not in tuning.choices()]
     if unknown:
-        print(f"unknown choices {unknown}; known: {sorted(tuning.CHOICES)}")
+        print(f"unknown choices {unknown}; known: {sorted(tuning.choices())}")
         return 1
     t = time.perf_counter()
     try:
