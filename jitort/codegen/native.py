@@ -58,7 +58,6 @@ _TABLES: dict[tuple, np.ndarray] = {}
 _lock = threading.RLock()
 
 
-
 @intrinsic
 def native_call(typingctx, kernel, key, fp, d, bufs, spec, rest):
     """``kernel(*args)`` through the address ``fp[k]`` (``key`` = "prefix:k" names the site).
@@ -75,20 +74,10 @@ def native_call(typingctx, kernel, key, fp, d, bufs, spec, rest):
         return None
     items = parse_spec(spec.literal_value)
     bases = tuple(bufs.types) if isinstance(bufs, types.BaseTuple) else ()
-    restys = tuple(rest.types) if isinstance(rest, types.BaseTuple) else ()
-    argtys, viewtys = [], []  # viewtys: the array each view item builds (None: not a view)
-    for it in items:
-        if it[0] in "as":
-            argtys.append(restys[it[1]] if it[0] == "a" else types.int64)
-            viewtys.append(None)
-            continue
-        base = bases[it[1]]
-        if not isinstance(base, types.Array) or base.layout != "C":
-            return None
-        dt = base.dtype if it[2] is None else numpy_support.from_dtype(np.dtype(it[2]))
-        viewtys.append(types.Array(dt, len(it[4]), "C", readonly=not base.mutable))
-        argtys.append(dt if it[0] == "e" else viewtys[-1])
-    argtys = tuple(argtys)
+    typed = _site_types(items, bases, tuple(rest.types) if isinstance(rest, types.BaseTuple) else ())
+    if typed is None:
+        return None
+    argtys, viewtys = typed
     # the argument types as a direct call would see them (literals included), then made
     # plain where the kernel cannot tell (below), so a kernel resolves to the same overload
     # and the same cache entry for every call site whose arrays and scalars agree
@@ -116,6 +105,34 @@ def native_call(typingctx, kernel, key, fp, d, bufs, spec, rest):
     if csig is None:
         return None
     _RECORDS[(prefix, k)] = (disp.py_func.__module__, disp.py_func.__name__, tuple(csig.args))
+
+    codegen = _site_codegen(items, argtys, viewtys, bases, recipe, srctys, csig, k)
+    return csig.return_type(*sig), codegen
+
+
+
+def _site_types(items: tuple, bases: tuple, restys: tuple):
+    """The argument types a call site passes (views built here: their array types, elements of
+    ``rest``, ``d`` slots) and, per item, the array a view item builds (None for others); None
+    when a view's base is not a C-contiguous array."""
+    argtys, viewtys = [], []
+    for it in items:
+        if it[0] in "as":
+            argtys.append(restys[it[1]] if it[0] == "a" else types.int64)
+            viewtys.append(None)
+            continue
+        base = bases[it[1]]
+        if not isinstance(base, types.Array) or base.layout != "C":
+            return None
+        dt = base.dtype if it[2] is None else numpy_support.from_dtype(np.dtype(it[2]))
+        viewtys.append(types.Array(dt, len(it[4]), "C", readonly=not base.mutable))
+        argtys.append(dt if it[0] == "e" else viewtys[-1])
+    return tuple(argtys), viewtys
+
+
+def _site_codegen(items, argtys, viewtys, bases, recipe, srctys, csig, k: int):
+    """The lowering of one call site: build its arguments, load ``fp[k]``, call through it."""
+    from ..library import recipe_type
 
     def value(context, builder, vals, r):
         if r[0] == "arg":
@@ -153,7 +170,7 @@ def native_call(typingctx, kernel, key, fp, d, bufs, spec, rest):
         with cgutils.if_unlikely(builder, status.is_error):
             context.call_conv.return_status_propagate(builder, status)
         return res
-    return csig.return_type(*sig), codegen
+    return codegen
 
 
 def _build_view(context, builder, basety, baseval, dptr, item, outty):
