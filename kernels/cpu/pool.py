@@ -32,7 +32,7 @@ _H3 = 16
 
 
 def _h3s2_intrinsic(mx):
-    """The intrinsic ``f(v, voff, d, doff, iv, ivoff)``: d[doff + j] for j < 16 = the max
+    """The typer of the intrinsic ``f(v, voff, d, doff, iv, ivoff)``: d[doff + j] for j < 16 = the max
     (``mx``) of v[voff + 2j + k], k = 0, 1, 2, in the scalar loops' order (``m = b if b > m
     else m``), or their sum (a + b) + c times iv[ivoff + j]. v, d, iv: arrays of one float
     type; reads v[voff : voff + 34] (the last element unused). The loop vectorizer turns the
@@ -73,12 +73,21 @@ def _h3s2_intrinsic(mx):
             builder.store(r, builder.bitcast(dst, vec.as_pointer()), align=1)
             return context.get_dummy_value()
         return sig, codegen
-    typer.__name__ = "_h3s2_max" if mx else "_h3s2_avg"
-    return intrinsic(typer)
+    return typer
 
 
-_h3s2_max = _h3s2_intrinsic(True)
-_h3s2_avg = _h3s2_intrinsic(False)
+def _max_avg(make, name):
+    """The max and the average intrinsic of the typer factory ``make`` (``make(mx)``), named
+    ``name_max`` / ``name_avg`` (the names Numba reports them by)."""
+    out = []
+    for mx, kind in ((True, "max"), (False, "avg")):
+        typer = make(mx)
+        typer.__name__ = f"{name}_{kind}"
+        out.append(intrinsic(typer))
+    return out
+
+
+_h3s2_max, _h3s2_avg = _max_avg(_h3s2_intrinsic, "_h3s2")
 
 
 #: planes at most this many elements wide (one 64-byte vector a row) take _s2_small's rows
@@ -86,7 +95,8 @@ _S2_SMALL_BYTES = 64
 
 
 def _s2_small_intrinsic(mx):
-    """The intrinsic ``f(x, ra, rb, rc, use_a, use_c, w, d, doff, ow, pw, iv, ivoff)``: one
+    """The typer of the intrinsic ``f(x, ra, rb, rc, use_a, use_c, w, d, doff, ow, pw, iv,
+    ivoff)``: one
     output row of a 3x3 stride-2 pool of a plane at most one vector wide (w <= 64 bytes of
     elements): V = the elementwise max (``mx``) or sum of the rows at x[ra], x[rb], x[rc]
     (a and c only where use_a / use_c), then d[doff + j] for j < ow = the max of V[2j - pw +
@@ -158,12 +168,10 @@ def _s2_small_intrinsic(mx):
                         builder.call(st, [r, dst, ir.Constant(i32, 1), outm])
             return context.get_dummy_value()
         return sig, codegen
-    typer.__name__ = "_s2_small_max" if mx else "_s2_small_avg"
-    return intrinsic(typer)
+    return typer
 
 
-_s2_small_max = _s2_small_intrinsic(True)
-_s2_small_avg = _s2_small_intrinsic(False)
+_s2_small_max, _s2_small_avg = _max_avg(_s2_small_intrinsic, "_s2_small")
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'}, inline='always')
