@@ -20,13 +20,28 @@ shape function: their output shapes depend on the *contents* of their data input
 are not plannable ahead of execution. :func:`infer` raises ``NotImplementedError`` for them and
 :func:`has_shape_fn` is ``False``.
 
+Each op's shape function is in the module named like its lowering's family
+(``jitort/codegen/lowerings/``, ``kernels/cpu/``); ops with no CPU lowering are in
+:mod:`.elementwise` and :mod:`.shape_ops`. Shared rules are in :mod:`.core`.
+
 The default ONNX domain (``""`` / ``"ai.onnx"``) is covered, and the ops jitort's own passes
 create (domain ``"jitort"``: ``MatMulBias``, ``FusedConv``; see :mod:`jitort.passes.patterns`).
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 from .core import (DATA_DEPENDENT, ShapeError, ShapeFn, _JITORT_REGISTRY, _REGISTRY, _VALUE_INPUTS,  # noqa: F401
                    broadcast_shapes, has_shape_fn, infer, register, value_inputs)
-# each family module registers its shape functions on import
-from . import (attention, conv, elementwise, matmul, norm, reduce, resize, rnn,  # noqa: E402,F401
-               shape_ops, signal)
+
+#: Modules of this package that are not op families (they register nothing).
+HELPERS = frozenset({"core"})
+#: The op-family modules, discovered: every module of this package but the helpers. Each is
+#: named like its family's lowering module (``jitort/codegen/lowerings/``) and registers its
+#: shape functions on import, so a new family module needs no list edited.
+FAMILIES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)
+                        if m.name not in HELPERS and not m.name.startswith("_")))
+for _name in FAMILIES:
+    importlib.import_module(f"{__name__}.{_name}")
+del _name

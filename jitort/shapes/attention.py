@@ -1,7 +1,7 @@
-"""Shape functions: Attention (opsets 23-25)."""
+"""Shape functions: the attention family (Attention, opsets 23-25; RotaryEmbedding)."""
 from __future__ import annotations
 
-from .core import _fail, _get, _nout, register
+from .core import _fail, _get, _nout, _same_shape, register
 
 
 def attention_dims(node, shapes):
@@ -50,3 +50,8 @@ def _attention(node, shapes, values):
     y = (b, hq, sq, dv) if rank == 4 else (b, sq, hq * dv)
     outs = [y, (b, hkv, t, d), (b, hkv, t, dv), (b, hq, sq, t)]
     return outs[:_nout(node)]
+
+
+@register("RotaryEmbedding")
+def _rotary_embedding(node, shapes, values):
+    return _same_shape(node, shapes)

@@ -27,11 +27,22 @@ DATA_DEPENDENT = frozenset({
 })
 
 
-def register(*op_types: str, values: tuple | Callable[[ir.Node], tuple] = ()):
-    """Decorator registering a shape function ``fn(node, shapes, values) -> list[shape]``."""
+def register(*op_types: str, values: tuple | Callable[[ir.Node], tuple] = (), domain: str = ""):
+    """Decorator registering a shape function ``fn(node, shapes, values) -> list[shape]``.
+
+    ``values``: the indices of the inputs whose values ``fn`` reads (or a function of the node
+    giving them). ``domain="jitort"`` registers one of jitort's own ops, which read no values.
+    An op registers once: the family modules are imported in any order."""
+    registry = _JITORT_REGISTRY if domain == "jitort" else _REGISTRY
+    if domain not in ("", "jitort") or (values and domain):
+        raise ValueError(f"register: domain {domain!r} with values {values!r}")
+
     def deco(fn: ShapeFn) -> ShapeFn:
         for op in op_types:
-            _REGISTRY[op] = fn
+            if op in registry:
+                raise ValueError(f"{domain + '::' if domain else ''}{op} has a shape function "
+                                 f"already ({registry[op].__module__})")
+            registry[op] = fn
             if values:
                 _VALUE_INPUTS[op] = values
         return fn
@@ -196,3 +207,115 @@ def _present(node: ir.Node, *idx: int) -> tuple:
     return tuple(i for i in idx if i < len(ins) and ins[i] is not None)
 
 
+
+
+# ------------------------------------------------------------------------------------------
+# shape rules several families share
+# ------------------------------------------------------------------------------------------
+def _same_shape(node: ir.Node, shapes) -> list:
+    """Every output has input 0's shape (elementwise ops, normalizations, scatters, ...)."""
+    s = shapes[0]
+    if s is None:
+        raise _fail(node, "input 0 is missing", shapes)
+    n = len(node.outputs)
+    return [s] if n == 1 else [s] * n
+
+
+def _softmax_shape(node: ir.Node, shapes) -> list:
+    """Softmax, LogSoftmax (norm) and Hardmax (scan): input 0's shape, the axis checked."""
+    s = shapes[0]
+    default = -1 if node.since_version >= 13 else 1
+    a = node.attrs.get("axis", default)
+    r = len(s)
+    if r == 0 and node.since_version >= 13:
+        raise _fail(node, "input must have rank >= 1", shapes)
+    if r and (a < -r or a >= r):
+        raise _fail(node, f"axis {a} out of range for rank {r}", shapes)
+    return [s]
+
+
+def _spatial_attrs(node, nd, shapes):
+    at = node.attrs
+    strides = at.get("strides") or [1] * nd
+    dil = at.get("dilations") or [1] * nd
+    pads = at.get("pads") or [0] * (2 * nd)
+    if len(strides) != nd or len(dil) != nd or len(pads) != 2 * nd:
+        raise _fail(node, f"strides/dilations/pads do not match {nd} spatial dims", shapes)
+    return strides, dil, pads
+
+
+def _window_out(node, ins, kernel, shapes, ceil_mode=False):
+    """The spatial output dims of a sliding window (convolutions and pools)."""
+    nd = len(ins)
+    if len(kernel) != nd:
+        raise _fail(node, f"kernel_shape {list(kernel)} does not match {nd} spatial dims", shapes)
+    strides, dil, pads = _spatial_attrs(node, nd, shapes)
+    auto = _str(node.attrs.get("auto_pad"), "NOTSET")
+    out = []
+    for i in range(nd):
+        x, s = ins[i], strides[i]
+        if s <= 0:
+            raise _fail(node, f"stride {s} must be positive", shapes)
+        dk = (kernel[i] - 1) * dil[i] + 1
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            out.append(-(-x // s))
+            continue
+        if auto == "VALID":
+            p0 = p1 = 0
+        else:
+            p0, p1 = pads[i], pads[i + nd]
+        num = x + p0 + p1 - dk
+        if num < 0:
+            raise _fail(node, f"window {dk} is larger than padded input {x + p0 + p1} "
+                              f"along spatial dim {i}", shapes)
+        if ceil_mode:
+            o = -(-num // s) + 1
+            if (o - 1) * s >= x + p0:
+                o -= 1
+        else:
+            o = num // s + 1
+        out.append(o)
+    return out
+
+
+def _conv_core(node, shapes, x, w):
+    """The output shape of a convolution of ``x`` by weights ``w`` (Conv, its quantized and
+    deformable forms, jitort's fused convolutions)."""
+    if len(x) < 3 or len(w) != len(x):
+        raise _fail(node, "X and W must have the same rank >= 3", shapes)
+    group = node.attrs.get("group", 1)
+    if x[1] != w[1] * group:
+        raise _fail(node, f"input channels {x[1]} != W channels {w[1]} * group {group}", shapes)
+    if w[0] % group:
+        raise _fail(node, f"output channels {w[0]} not divisible by group {group}", shapes)
+    kernel = node.attrs.get("kernel_shape") or w[2:]
+    return [(x[0], w[0], *_window_out(node, x[2:], kernel, shapes))]
+
+
+def _matmul_shape(node, a, b, shapes):
+    """The shape of ``a @ b`` with numpy's matmul rules (MatMul and its quantized forms)."""
+    la, lb = len(a), len(b)
+    if la == 0 or lb == 0:
+        raise _fail(node, "MatMul operands must have rank >= 1", shapes)
+    if la >= 2 and lb >= 2:
+        if a[-1] != b[-2]:
+            raise _fail(node, f"inner dimensions differ ({a[-1]} vs {b[-2]})", shapes)
+        if la == 2 and lb == 2:
+            return (a[0], b[1])
+        ba, bb = a[:-2], b[:-2]
+        batch = ba if ba == bb else _bcast2(ba, bb)
+        if batch is None:
+            raise _fail(node, "batch dimensions are not broadcastable", shapes)
+        return batch + (a[-2], b[-1])
+    if la == 1 and lb == 1:
+        if a[0] != b[0]:
+            raise _fail(node, f"inner dimensions differ ({a[0]} vs {b[0]})", shapes)
+        return ()
+    if la == 1:  # (k) @ (..., k, n) -> (..., n)
+        if a[0] != b[-2]:
+            raise _fail(node, f"inner dimensions differ ({a[0]} vs {b[-2]})", shapes)
+        return b[:-2] + (b[-1],)
+    # (..., m, k) @ (k) -> (..., m)
+    if a[-1] != b[0]:
+        raise _fail(node, f"inner dimensions differ ({a[-1]} vs {b[0]})", shapes)
+    return a[:-1]

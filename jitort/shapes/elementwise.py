@@ -1,7 +1,11 @@
-"""Shape functions: elementwise and broadcasting ops."""
+"""Shape functions: elementwise and broadcasting ops.
+
+None of these ops has a lowering in ``jitort/codegen/lowerings/``: the arithmetic ones (and
+Expand) are expressions of the fused-loop generator, ``jitort/codegen/elementwise.py``;
+Bernoulli, RandomUniformLike, RandomNormalLike and Binarizer run on the interpreter."""
 from __future__ import annotations
 
-from .core import (_bcast2, _fail, register)
+from .core import _bcast2, _fail, _ints, _need, _same_shape, register
 
 
 _UNARY = (
@@ -9,43 +13,14 @@ _UNARY = (
     "Ceil", "Round", "Sign", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh",
     "Asinh", "Acosh", "Atanh", "Not", "IsNaN", "IsInf", "Softplus", "Softsign", "Elu", "Selu",
     "LeakyRelu", "ThresholdedRelu", "HardSigmoid", "HardSwish", "Gelu", "Mish", "Celu", "Swish",
-    "Cast", "CastLike", "Identity", "Clip", "Shrink", "BitwiseNot", "Dropout",
-    "InstanceNormalization", "GroupNormalization", "LRN", "LpNormalization",
-    "MeanVarianceNormalization", "RMSNormalization", "CumSum", "CumProd", "Trilu",
-    "ScatterElements", "ScatterND", "Scatter", "TensorScatter", "ReverseSequence",
-    "QuantizeLinear", "DequantizeLinear", "Bernoulli", "RandomUniformLike",
-    "RandomNormalLike", "Binarizer", "RotaryEmbedding",
+    "Cast", "CastLike", "Clip", "Shrink", "BitwiseNot",
+    "Bernoulli", "RandomUniformLike", "RandomNormalLike", "Binarizer",
 )
 
 
 @register(*_UNARY)
 def _unary(node, shapes, values):
-    s = shapes[0]
-    if s is None:
-        raise _fail(node, "input 0 is missing", shapes)
-    n = len(node.outputs)
-    return [s] if n == 1 else [s] * n
-
-
-@register("EyeLike")
-def _eyelike(node, shapes, values):
-    s = shapes[0]
-    if len(s) != 2:
-        raise _fail(node, "EyeLike needs a 2-D input", shapes)
-    return [s]
-
-
-@register("Softmax", "LogSoftmax", "Hardmax")
-def _softmax(node, shapes, values):
-    s = shapes[0]
-    default = -1 if node.since_version >= 13 else 1
-    a = node.attrs.get("axis", default)
-    r = len(s)
-    if r == 0 and node.since_version >= 13:
-        raise _fail(node, "input must have rank >= 1", shapes)
-    if r and (a < -r or a >= r):
-        raise _fail(node, f"axis {a} out of range for rank {r}", shapes)
-    return [s]
+    return _same_shape(node, shapes)
 
 
 _LEGACY_BCAST = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal",
@@ -111,3 +86,13 @@ def _prelu(node, shapes, values):
     return [x]
 
 
+@register("Expand", values=(1,))
+def _expand(node, shapes, values):
+    target = tuple(_ints(_need(node, values, 1)))
+    for d in target:
+        if d < 0:
+            raise _fail(node, f"negative dim in target shape {target}", shapes)
+    r = _bcast2(shapes[0], target)
+    if r is None:
+        raise _fail(node, f"cannot expand to {target}", shapes)
+    return [r]

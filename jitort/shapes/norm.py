@@ -1,7 +1,7 @@
-"""Shape functions: normalization."""
+"""Shape functions: normalizations, Softmax / LogSoftmax and Dropout."""
 from __future__ import annotations
 
-from .core import (_axis, _get, register)
+from .core import _axis, _get, _same_shape, _softmax_shape, register
 
 
 @register("BatchNormalization")
@@ -30,3 +30,12 @@ def _layernorm(node, shapes, values):
     return [x] + [stat] * (n - 1)
 
 
+@register("Softmax", "LogSoftmax")
+def _softmax(node, shapes, values):
+    return _softmax_shape(node, shapes)
+
+
+@register("Dropout", "InstanceNormalization", "GroupNormalization", "LpNormalization",
+          "MeanVarianceNormalization", "RMSNormalization")
+def _same(node, shapes, values):
+    return _same_shape(node, shapes)

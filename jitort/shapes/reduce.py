@@ -1,7 +1,7 @@
-"""Shape functions: reductions, ArgMax/ArgMin, TopK."""
+"""Shape functions: reductions (ArgMax/ArgMin and TopK are in :mod:`.scan`)."""
 from __future__ import annotations
 
-from .core import (_axes, _axis, _fail, _get, _ints, _need, _present, register)
+from .core import _axes, _get, _ints, _need, _present, register
 
 
 def _reduce_axes_input_version(op: str) -> int:
@@ -41,31 +41,3 @@ def _reduce(node, shapes, values):
     if keep:
         return [tuple(1 if i in ax else d for i, d in enumerate(x))]
     return [tuple(d for i, d in enumerate(x) if i not in ax)]
-
-
-@register("ArgMax", "ArgMin")
-def _argmax(node, shapes, values):
-    x = shapes[0]
-    a = _axis(node, node.attrs.get("axis", 0), len(x), shapes)
-    if node.attrs.get("keepdims", 1):
-        return [x[:a] + (1,) + x[a + 1:]]
-    return [x[:a] + x[a + 1:]]
-
-
-@register("TopK", values=lambda n: (1,) if n.since_version >= 10 else ())
-def _topk(node, shapes, values):
-    x = shapes[0]
-    if node.since_version >= 10:
-        k = _ints(_need(node, values, 1))
-        if len(k) != 1:
-            raise _fail(node, f"K must hold one value, got {k}", shapes)
-        k = k[0]
-    else:
-        k = node.attrs.get("k")
-    a = _axis(node, node.attrs.get("axis", -1), len(x), shapes)
-    if k < 0 or k > x[a]:
-        raise _fail(node, f"k={k} is out of range for axis {a} of size {x[a]}", shapes)
-    out = x[:a] + (k,) + x[a + 1:]
-    return [out] * len(node.outputs)
-
-

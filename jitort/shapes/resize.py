@@ -1,4 +1,4 @@
-"""Shape functions: Resize and Upsample."""
+"""Shape functions: Resize and Upsample, GridSample and AffineGrid."""
 from __future__ import annotations
 
 import math
@@ -70,3 +70,17 @@ def _resize(node, shapes, values):
     return [tuple(out)]
 
 
+@register("GridSample")
+def _grid_sample(node, shapes, values):
+    x, g = shapes[0], shapes[1]
+    return [(x[0], x[1], *g[1:-1])]
+
+
+@register("AffineGrid", values=(1,))
+def _affine_grid(node, shapes, values):
+    size = _ints(_need(node, values, 1))
+    if len(size) == 4:
+        return [(size[0], size[2], size[3], 2)]
+    if len(size) == 5:
+        return [(size[0], size[2], size[3], size[4], 3)]
+    raise _fail(node, f"size {size} must have 4 or 5 entries", shapes)

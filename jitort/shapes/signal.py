@@ -1,57 +1,68 @@
-"""Shape functions: ops of the signal / remaining-numeric family not covered elsewhere
-(DFT and STFT live in :mod:`.rnn`, Det and the losses in :mod:`.shape_ops`)."""
+"""Shape functions: signal processing (DFT, STFT, the windows, MelWeightMatrix)."""
 from __future__ import annotations
 
-from .core import _fail, _ints, _need, register
+from .core import _axis, _fail, _get, _ints, _need, _present, register
 
 
-@register("BitCast")
-def _bitcast(node, shapes, values):
-    if shapes[0] is None:
-        raise _fail(node, "input 0 is missing", shapes)
-    return [shapes[0]]
+def _dft_values(node):
+    return _present(node, 1, 2) if node.since_version >= 20 else _present(node, 1)
 
 
-@register("CausalConvWithState")
-def _causal_conv(node, shapes, values):
-    x, w = shapes[0], shapes[1]
-    if x is None or w is None or len(x) != 3 or len(w) != 3:
-        raise _fail(node, "input and weight must be rank 3", shapes)
-    if w[0] != x[1] or w[1] != 1 or w[2] < 1:
-        raise _fail(node, f"weight must have shape ({x[1]}, 1, k)", shapes)
-    state = (x[0], x[1], w[2] - 1)
-    if len(shapes) > 2 and shapes[2] is not None and tuple(shapes[2]) != (x[1],):
-        raise _fail(node, f"bias must have shape ({x[1]},)", shapes)
-    if len(shapes) > 3 and shapes[3] is not None and tuple(shapes[3]) != state:
-        raise _fail(node, f"past_state must have shape {state}", shapes)
-    return [tuple(x), state][:len(node.outputs)]
-
-
-@register("LinearAttention")
-def _linear_attention(node, shapes, values):
-    q, k, v = shapes[0], shapes[1], shapes[2]
+@register("DFT", values=_dft_values)
+def _dft(node, shapes, values):
+    x = shapes[0]
+    r = len(x)
+    if r < 2 or x[-1] not in (1, 2):
+        raise _fail(node, "input must end with a dim of 1 (real) or 2 (complex)", shapes)
     at = node.attrs
-    hq, hkv = at.get("q_num_heads"), at.get("kv_num_heads")
-    if any(s is None or len(s) != 3 for s in (q, k, v)):
-        raise _fail(node, "query, key and value must be rank 3 (B, T, H*D)", shapes)
-    if not hq or not hkv or hq <= 0 or hkv <= 0 or hq % hkv:
-        raise _fail(node, "q_num_heads must be a positive multiple of kv_num_heads", shapes)
-    if q[2] % hq or k[2] % hkv or v[2] % hkv:
-        raise _fail(node, "hidden sizes not divisible by the head counts", shapes)
-    dk, dv = q[2] // hq, v[2] // hkv
-    if k[:2] != q[:2] or v[:2] != q[:2] or k[2] != hkv * dk:
-        raise _fail(node, "query/key/value batch, length or key size differ", shapes)
-    state = (q[0], hkv, dk, dv)
-    p = shapes[3] if len(shapes) > 3 else None
-    if p is not None and tuple(p) != state:
-        raise _fail(node, f"past_state must have shape {state}", shapes)
-    g = shapes[4] if len(shapes) > 4 else None
-    if g is not None and (len(g) != 3 or g[:2] != q[:2] or g[2] not in (hkv, hkv * dk)):
-        raise _fail(node, "decay must be (B, T, kv_num_heads [* d_k])", shapes)
-    be = shapes[5] if len(shapes) > 5 else None
-    if be is not None and (len(be) != 3 or be[:2] != q[:2] or be[2] not in (hkv, 1)):
-        raise _fail(node, "beta must be (B, T, kv_num_heads or 1)", shapes)
-    return [(q[0], q[1], hq * dv), state][:len(node.outputs)]
+    if node.since_version >= 20:
+        axis = _ints(_need(node, values, 2))[0] if _get(shapes, 2) is not None else -2
+        if axis < -r or axis >= r - 1 or axis == -1:
+            raise _fail(node, f"axis {axis} out of range", shapes)
+        axis = axis + r if axis < 0 else axis
+    else:
+        a = at.get("axis", 1)  # a negative axis counts from the full rank, as onnxruntime
+        axis = _axis(node, a + r if a < 0 else a, r - 1, shapes)
+    onesided, inverse = at.get("onesided", 0), at.get("inverse", 0)
+    if _get(shapes, 1) is not None:
+        n = _ints(_need(node, values, 1))[0]
+        if n < 0:
+            raise _fail(node, f"negative dft_length {n}", shapes)
+    else:
+        n = 2 * (x[axis] - 1) if onesided and inverse else x[axis]
+    out = list(x)
+    if onesided and not inverse:
+        n = n // 2 + 1
+    out[axis] = n
+    out[-1] = 1 if onesided and inverse else 2  # inverse one-sided (irfft) gives real output
+    return [tuple(out)]
+
+
+@register("STFT", values=lambda n: (1,) + _present(n, 3))
+def _stft(node, shapes, values):
+    x = shapes[0]
+    if len(x) != 3:
+        raise _fail(node, "signal must be 3-D", shapes)
+    step = _ints(_need(node, values, 1))[0]
+    if _get(shapes, 3) is not None:
+        flen = _ints(_need(node, values, 3))[0]
+    elif _get(shapes, 2) is not None:
+        flen = shapes[2][0]
+    else:
+        raise _fail(node, "STFT needs a window or frame_length", shapes)
+    if step <= 0 or flen <= 0 or flen > x[1]:
+        raise _fail(node, f"bad frame_step {step} / frame_length {flen}", shapes)
+    frames = (x[1] - flen) // step + 1
+    bins = flen // 2 + 1 if node.attrs.get("onesided", 1) else flen
+    return [(x[0], frames, bins, 2)]
+
+
+@register("HannWindow", "HammingWindow", "BlackmanWindow", values=(0,))
+def _window(node, shapes, values):
+    n = _ints(_need(node, values, 0))[0]
+    if n < 0:
+        raise _fail(node, f"negative window size {n}", shapes)
+    return [(n,)]
 
 
 @register("MelWeightMatrix", values=(0, 1))
