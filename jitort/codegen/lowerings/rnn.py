@@ -100,6 +100,23 @@ def _rnn_ok(n: Node) -> bool:
         "forward", "reverse", "bidirectional")
 
 
+
+def _weights(em: Emitter, w, r, nd: int, g: int, hd: int, nin: int, dt: np.dtype):
+    """W as read, W and R packed at compile time when constant (else empty placeholders), and
+    R transposed to (nd, hd, g*hd): a constant, or transposed into scratch by a first call."""
+    tn = dt.name
+    from jitort.kernels.cpu.rnn import pack_recurrence, pack_weights
+    wv = em.shaped(w, (nd, g * hd, nin))
+    wpv = (em.constant(("rnn_wpack", id(w.const)), lambda: pack_weights(w.const)) if w.is_const
+           else Zeros(tn, (0, 0, 0)))
+    if not r.is_const:
+        rtv = em.temp(nd * hd * g * hd, dt).reshape(em.sizes((nd, hd, g * hd)))
+        em.call(_rnn.transpose_r, em.shaped(r, (nd, g * hd, hd)), rtv)
+        return wv, wpv, Zeros(tn, (0, 0, 0, 0)), rtv
+    rpv = em.constant(("rnn_rpack", id(r.const)), lambda: pack_recurrence(r.const))
+    rt = em.constant(("rnn_rt", id(r.const)), lambda: np.ascontiguousarray(r.const.transpose(0, 2, 1)))
+    return wv, wpv, rpv, rt.reshape(em.sizes((nd, hd, g * hd)))
+
 @lowering("LSTM", "GRU", "RNN", supports=_rnn_ok)
 def lower_rnn(em: Emitter, n: Node) -> None:
     from jitort.kernels.cpu.rnn import scratch_elems
@@ -121,25 +138,7 @@ def lower_rnn(em: Emitter, n: Node) -> None:
         raise Unlowerable(n, f"negative clip {clip}")  # onnxruntime rejects it too
 
     xv = em.shaped(x, xs)
-    wv = em.shaped(w, (nd, g * hd, xs[2]))
-    if w.is_const:
-        from jitort.kernels.cpu.rnn import pack_weights
-        wpv = em.constant(("rnn_wpack", id(w.const)), lambda: pack_weights(w.const))
-    else:
-        wpv = Zeros(tn, (0, 0, 0))
-    if r.is_const:
-        from jitort.kernels.cpu.rnn import pack_recurrence
-        rpv = em.constant(("rnn_rpack", id(r.const)), lambda: pack_recurrence(r.const))
-    else:
-        rpv = Zeros(tn, (0, 0, 0, 0))
-    if r.is_const:
-        rt = em.constant(("rnn_rt", id(r.const)),
-                         lambda: np.ascontiguousarray(r.const.transpose(0, 2, 1)))
-        rtv = rt.reshape(em.sizes((nd, hd, g * hd)))
-    else:
-        rts = em.temp(nd * hd * g * hd, dt)
-        rtv = rts.reshape(em.sizes((nd, hd, g * hd)))
-        em.call(_rnn.transpose_r, em.shaped(r, (nd, g * hd, hd)), rtv)
+    wv, wpv, rpv, rtv = _weights(em, w, r, nd, g, hd, xs[2], dt)
 
     def opt(i, shape, zero):
         v = n.input(i)
