@@ -17,11 +17,14 @@ KERNELS = ROOT / "kernels" / "cpu"
 
 
 def _handles(tree) -> dict[str, str]:
-    """Module-level ``name = KernelModule("module")`` bindings of a lowering module."""
+    """Module-level ``name = KernelModule("module")`` bindings of a lowering module (CPU
+    library handles; ``package="cuda"`` ones are tests/cuda's)."""
     out = {}
     for node in tree.body:
         if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
-                and getattr(node.value.func, "id", None) == "KernelModule"):
+                and getattr(node.value.func, "id", None) == "KernelModule"
+                and all(k.arg != "package" or k.value.value == "cpu" for k in node.value.keywords)
+                and isinstance(node.targets[0], ast.Name)):
             out[node.targets[0].id] = node.value.args[0].value
     return out
 

@@ -158,6 +158,10 @@ class Zeros:
     dtype: str
     shape: tuple = (0,)
 
+    def __post_init__(self):
+        # a literal in the driver text: a symbolic size is pinned to its value here
+        object.__setattr__(self, "shape", tuple(int(n) for n in self.shape))
+
 
 # --- CUDA arguments and callees (rendered by :mod:`jitort.codegen.cuda_render`) ------------
 
