@@ -29,9 +29,7 @@ create (domain ``"jitort"``: ``MatMulBias``, ``FusedConv``; see :mod:`jitort.pas
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
+from ..families import import_families
 from .core import (DATA_DEPENDENT, ShapeError, ShapeFn, _JITORT_REGISTRY, _REGISTRY, _VALUE_INPUTS,  # noqa: F401
                    broadcast_shapes, has_shape_fn, infer, register, value_inputs)
 
@@ -40,8 +38,4 @@ HELPERS = frozenset({"core"})
 #: The op-family modules, discovered: every module of this package but the helpers. Each is
 #: named like its family's lowering module (``jitort/codegen/lowerings/``) and registers its
 #: shape functions on import, so a new family module needs no list edited.
-FAMILIES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)
-                        if m.name not in HELPERS and not m.name.startswith("_")))
-for _name in FAMILIES:
-    importlib.import_module(f"{__name__}.{_name}")
-del _name
+FAMILIES = import_families(__name__, __path__, HELPERS)

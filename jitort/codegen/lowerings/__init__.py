@@ -7,22 +7,16 @@ A lowering receives the :class:`~jitort.codegen.emitter.Emitter` and the node; c
 back to the interpreter. Kernel modules in ``kernels/cpu/`` and shape functions in
 ``jitort/shapes/`` carry the same family names (``tests/test_families.py``).
 """
-import importlib
-import pkgutil
+from ...families import import_families
 
 #: Modules of this package that are not op families (shared helpers; they register nothing).
 HELPERS = frozenset({"common"})
 #: The op-family modules, discovered: every module of this package but the helpers, imported
 #: in name order, so a new family module registers without any list edited.
-FAMILIES = tuple(sorted(m.name for m in pkgutil.iter_modules(__path__)
-                        if m.name not in HELPERS and not m.name.startswith("_")))
-for _name in FAMILIES:
-    importlib.import_module(f"{__name__}.{_name}")
-del _name
+FAMILIES = import_families(__name__, __path__, HELPERS)
 
 # shared with the CUDA lowerings
-from .common import (ACT_CODES, _3d, _axis, _conv_pads, _prod, act_args,  # noqa: E402,F401
-                     float_literal)
+from .common import ACT_CODES, _3d, _axis, _conv_pads, _prod, act_args  # noqa: E402,F401
 from .conv import _conv_geometry  # noqa: E402,F401
 from .data import slice_start_step  # noqa: E402,F401
 from .reduce import REDUCE_KIND, _axes_from_input  # noqa: E402,F401

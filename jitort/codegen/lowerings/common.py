@@ -66,12 +66,3 @@ def act_args(n: Node) -> tuple[int, float, float]:
     from ...interpreter.jitort_ops import fused_activation
     name, params = fused_activation(n)
     return ACT_CODES[name], params[0], params[1]
-
-
-def float_literal(v: float, dt: str = "np.float64") -> str:
-    """``v`` as generated code (``inf``/``nan`` have no Python literal)."""
-    if math.isnan(v):
-        return f"{dt}(np.nan)"
-    if math.isinf(v):
-        return f"{dt}({'-' if v < 0 else ''}np.inf)"
-    return f"{dt}({v!r})"
