@@ -11,7 +11,7 @@ from onnx.helper import np_dtype_to_tensor_dtype as tt
 
 import jitort
 
-from .helpers import assert_outputs_close
+from .helpers import assert_outputs_close, called_names
 
 
 def _run_both(nodes, inputs, out_dtype, opset=18, threads=1, outs=('y',)):
@@ -99,6 +99,41 @@ def test_activation(op, attrs, opset):
     x = _f((4, 33))
     x[0, :4] = [0.0, -100.0, 100.0, 25.0]
     _run_both([_node(op, **attrs)], [('a', x)], np.float32, opset=opset)
+
+
+@pytest.mark.parametrize('alpha,dtype', [(1.0, np.float32), (0.5, np.float32), (1.702, np.float64)])
+def test_swiglu(alpha, dtype):
+    """SwiGLU (opset 28): Swish_alpha(A) * B, fused with the projection's bias Add before it
+    into one loop; against onnx.reference (onnxruntime has no SwiGLU yet)."""
+    from onnx.reference import ReferenceEvaluator
+    t = tt(np.dtype(dtype))
+    nodes = [helper.make_node('Add', ['a', 'c'], ['g']),
+             helper.make_node('SwiGLU', ['g', 'b'], ['y'], alpha=alpha)]
+    g = helper.make_graph(nodes, 'g', [helper.make_tensor_value_info(k, t, s) for k, s in
+                                       (('a', [2, 'S', 64]), ('b', [2, 'S', 64]), ('c', [64]))],
+                          [helper.make_tensor_value_info('y', t, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 28)])
+    m.ir_version = 10
+    cm = jitort.compile(m, strict=True)
+    for s in (5, 1):
+        feeds = {'a': _f((2, s, 64)).astype(dtype), 'b': _f((2, s, 64), 1).astype(dtype),
+                 'c': _f((64,), 2).astype(dtype)}
+        feeds['a'][0, 0, :3] = [-100.0, 100.0, 0.0]
+        assert_outputs_close(cm.run(None, feeds), ReferenceEvaluator(m).run(None, feeds),
+                             rtol=1e-5, atol=1e-6)
+    assert cm.fallback_nodes() == []
+    assert len(called_names(cm)) == 1  # the Add and the SwiGLU: one fused loop
+
+
+def test_swiglu_rejects_different_shapes():
+    g = helper.make_graph([helper.make_node('SwiGLU', ['a', 'b'], ['y'])], 'g',
+                          [helper.make_tensor_value_info('a', tt(np.dtype(np.float32)), [2, 4]),
+                           helper.make_tensor_value_info('b', tt(np.dtype(np.float32)), [4])],
+                          [helper.make_tensor_value_info('y', tt(np.dtype(np.float32)), None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 28)])
+    m.ir_version = 10
+    with pytest.raises(jitort.JitortError, match="same shape"):
+        jitort.compile(m).run(None, {'a': _f((2, 4)), 'b': _f((4,))})
 
 
 def test_mish_float64():

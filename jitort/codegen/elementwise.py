@@ -354,6 +354,12 @@ def _swish(n, a, d, o):
     return f"({a[0]} * {_sigmoid(n, [arg], d, o)})"
 
 
+@expr("SwiGLU")
+def _swiglu(n, a, d, o):
+    """Swish_alpha(A) * B: the gated activation of LLM feed-forward blocks (A, B same shape)."""
+    return f"({_swish(n, a[:1], d, o)} * {a[1]})"
+
+
 @expr("Shrink", dtypes=FLOATS + INTS)
 def _shrink(n, a, d, o):
     x = a[0]

@@ -23,6 +23,14 @@ def _unary(node, shapes, values):
     return _same_shape(node, shapes)
 
 
+@register("SwiGLU")
+def _swiglu(node, shapes, values):
+    """A gate and a value of one shape (the op does not broadcast)."""
+    if shapes[0] != shapes[1]:
+        raise _fail(node, "SwiGLU's A and B must have the same shape", shapes)
+    return [shapes[0]]
+
+
 _LEGACY_BCAST = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "And", "Or", "Xor", "Equal",
                            "Less", "Greater", "PRelu"})
 
