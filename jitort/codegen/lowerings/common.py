@@ -8,6 +8,7 @@ import numpy as np
 
 from ...ir import Node
 from ..elementwise import BOOL, FLOATS, NUMERIC
+from ..registry import Unlowerable
 
 _F = tuple(FLOATS)
 #: dtypes Numba can take as array arguments (float16, bfloat16, float8, int4, strings... cannot)
@@ -30,6 +31,17 @@ def _plain(n: Node) -> bool:
 
 def _float_io(n: Node) -> bool:
     return _is_float(n.inputs[0], *n.outputs[:1])
+
+
+def host_value(em, n: Node, v, what: str | None = None):
+    """The contents of value input ``v`` (a constant or a host-known value) as a numpy array;
+    None when ``v`` is None; Unlowerable (naming ``what``, else ``v``) when not known ahead."""
+    if v is None:
+        return None
+    got = v.const if v.is_const else em.hostvals.get(id(v))
+    if got is None:
+        raise Unlowerable(n, f"{what or v.name} is not known ahead")
+    return np.asarray(got)
 
 
 def _axis(axis: int, rank: int) -> int:

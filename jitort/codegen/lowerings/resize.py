@@ -18,7 +18,7 @@ from ...ir import Node
 from ..calls import KernelModule, Scalar
 from ..registry import Unlowerable, lowering
 from ..symbolic import concrete
-from .common import _F, _PLAIN, _is_float, _prod
+from .common import _F, _PLAIN, _is_float, _prod, host_value
 
 if TYPE_CHECKING:
     from ..emitter import Emitter
@@ -56,13 +56,10 @@ def _resize_ok(n: Node) -> bool:
 
 def _value(em: Emitter, n: Node, i: int):
     """Input ``i`` as a numpy array; None when omitted or empty; Unlowerable when unknown."""
-    if i >= len(n.inputs) or n.inputs[i] is None:
-        return None
-    v = n.inputs[i]
-    val = v.const if v.is_const else em.hostvals.get(id(v))
+    val = host_value(em, n, n.input(i), f"input {i} of Resize")
     if val is None:
-        raise Unlowerable(n, f"input {i} of Resize is not known ahead")
-    val = np.asarray(val).reshape(-1)
+        return None
+    val = val.reshape(-1)
     return val if val.size else None
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from ...ir import Node
 from ..calls import Dim, Kernel, KernelModule
 from ..registry import Unlowerable, lowering
-from .common import _3d, _axis, _plain, _prod
+from .common import _3d, _axis, _plain, _prod, host_value
 
 if TYPE_CHECKING:
     from ..emitter import Emitter
@@ -23,15 +23,6 @@ _scan = KernelModule("scan")
 #: elements from which a scan / arg-reduction / TopK / Hardmax runs its outer planes (rows) in a
 #: prange (a region on jitort's pool costs ~1 us; 16K elements take ~5-15 us serially)
 _PAR_ELEMS = 1 << 14
-
-
-def _host(em: Emitter, n: Node, v):
-    if v is None:
-        return None
-    got = v.const if v.is_const else em.hostvals.get(id(v))
-    if got is None:
-        raise Unlowerable(n, f"{v.name} is not known ahead")
-    return np.asarray(got)
 
 
 def _pick(em: Emitter, n: Node, work, rows, serial: Kernel, par: Kernel) -> Kernel:
@@ -59,7 +50,7 @@ def lower_cumsum(em: Emitter, n: Node) -> None:
     x, y = n.inputs[0], n.outputs[0]
     shape = em.shape(x)
     rank = len(shape)
-    av = _host(em, n, n.inputs[1])
+    av = host_value(em, n, n.inputs[1])
     if av.size != 1:
         raise Unlowerable(n, "axis is not a scalar")
     axis = int(av.reshape(-1)[0])

@@ -12,7 +12,7 @@ from ...ir import Node
 from ..calls import KernelModule, Scalar, View
 from ..registry import Unlowerable, lowering
 from ..symbolic import concrete
-from .common import _axis, _plain, _prod
+from .common import _axis, _plain, _prod, host_value
 
 if TYPE_CHECKING:
     from ..emitter import Emitter
@@ -38,23 +38,13 @@ def _lit(value, dt) -> Scalar | bool:
     return Scalar(dt.name, float(value) if dt.kind == "f" else int(value))
 
 
-def _host(em: Emitter, n: Node, v):
-    """The contents of value input ``v`` (a constant or a host-known value), or Unlowerable."""
-    if v is None:
-        return None
-    got = v.const if v.is_const else em.hostvals.get(id(v))
-    if got is None:
-        raise Unlowerable(n, f"{v.name} is not known ahead")
-    return np.asarray(got)
-
-
 # --- Pad -------------------------------------------------------------------------------------
 
 def _pad_params(em: Emitter, n: Node, rank: int) -> tuple[list[int], list[int]]:
     """Begin and end pads per axis (negative = crop) of a Pad node of any opset."""
     if n.since_version >= 11:
-        pads = _host(em, n, n.inputs[1]).astype(np.int64).reshape(-1).tolist()
-        axes_v = _host(em, n, n.input(3)) if n.since_version >= 18 else None
+        pads = host_value(em, n, n.inputs[1]).astype(np.int64).reshape(-1).tolist()
+        axes_v = host_value(em, n, n.input(3)) if n.since_version >= 18 else None
         axes = (list(range(rank)) if axes_v is None
                 else [_axis(int(a), rank) for a in axes_v.reshape(-1).tolist()])
     else:
@@ -230,7 +220,7 @@ def lower_center_crop_pad(em: Emitter, n: Node) -> None:
     x, y = n.inputs[0], n.outputs[0]
     xs = em.shape(x)
     rank = len(xs)
-    sizes = _host(em, n, n.inputs[1]).astype(np.int64).reshape(-1).tolist()
+    sizes = host_value(em, n, n.inputs[1]).astype(np.int64).reshape(-1).tolist()
     axes = n.attrs.get("axes")
     axes = list(range(rank)) if axes is None else [_axis(int(a), rank) for a in axes]
     if len(sizes) != len(axes) or any(not 0 <= a < rank for a in axes):
@@ -293,7 +283,7 @@ def lower_tile(em: Emitter, n: Node) -> None:
     x, y = n.inputs[0], n.outputs[0]
     xs, ys = em.shape(x), em.shape(y)
     rank = len(xs)
-    reps = _host(em, n, n.inputs[1]).astype(np.int64).reshape(-1).tolist()
+    reps = host_value(em, n, n.inputs[1]).astype(np.int64).reshape(-1).tolist()
     if len(reps) != rank or any(r < 0 for r in reps):
         raise Unlowerable(n, f"repeats {reps} for rank {rank}")
     if rank == 0 or all(r == 1 for r in reps):

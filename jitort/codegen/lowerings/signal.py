@@ -17,7 +17,7 @@ import numpy as np
 from ...ir import Node
 from ..calls import KernelModule, View, Zeros
 from ..registry import Unlowerable, lowering
-from .common import _3d, _PLAIN, _is_float
+from .common import _3d, _PLAIN, _is_float, host_value
 
 if TYPE_CHECKING:
     from ..emitter import Emitter
@@ -27,13 +27,10 @@ _signal = KernelModule("signal")
 
 def _value(em, n: Node, i: int):
     """Contents of input ``i`` (None when absent); Unlowerable when not known ahead."""
-    if i >= len(n.inputs) or n.inputs[i] is None:
+    v = n.input(i)
+    if v is None:
         return None
-    v = n.inputs[i]
-    val = v.const if v.is_const else em.hostvals.get(id(v))
-    if val is None:
-        raise Unlowerable(n, f"input {i} ({v.name}) is not known ahead")
-    return np.asarray(val)
+    return host_value(em, n, v, f"input {i} ({v.name})")
 
 
 def dft_matrix(nuse, ndft, nbins, c, cout, inverse, irfft, dtype):
