@@ -52,6 +52,19 @@ def _3d(shape, axis) -> tuple[int, int, int]:
     return _prod(shape[:axis]), shape[axis], _prod(shape[axis + 1:])
 
 
+def loop_copy_kernel(em, name: str, idx_in: list[str]):
+    """A generated njit kernel ``(y, x)`` that loops over every axis of ``y`` (index ``i<k>``
+    for axis k) and copies ``x[idx_in]`` into it: a transpose / axis permutation."""
+    r = len(idx_in)
+    lines = ["@njit(cache=True, error_model='numpy')", "def __KNAME__(y, x):"]
+    ind = "    "
+    for k in range(r):
+        lines.append(f"{ind}for i{k} in range(y.shape[{k}]):")
+        ind += "    "
+    lines.append(f"{ind}y[{', '.join(f'i{k}' for k in range(r))}] = x[{', '.join(idx_in)}]")
+    return em.generated(name, "\n".join(lines) + "\n")
+
+
 #: Fused activations (``activation`` attribute of MatMulBias / FusedConv) -> the kernels' codes
 #: (``kernels/cpu/epilogue.py``; Gelu is the erf form).
 ACT_CODES = {"": 0, "Relu": 1, "Gelu": 2, "Sigmoid": 3, "Tanh": 4, "LeakyRelu": 5, "Clip": 6}

@@ -9,7 +9,7 @@ from ...ir import Node
 from ..calls import KernelModule
 from ..registry import Unlowerable, lowering
 from ..symbolic import concrete
-from .common import (_3d, _axis, _plain, _prod)
+from .common import _3d, _axis, _plain, _prod, loop_copy_kernel
 
 if TYPE_CHECKING:
     from ..emitter import Emitter
@@ -68,13 +68,7 @@ def lower_transpose(em: Emitter, n: Node) -> None:
     idx_in = ["" for _ in range(r)]
     for out_axis, run_i in enumerate(range(r)):
         idx_in[pos[run_i]] = f"i{out_axis}"
-    lines = ["@njit(cache=True, error_model='numpy')", "def __KNAME__(y, x):"]
-    ind = "    "
-    for k in range(r):
-        lines.append(f"{ind}for i{k} in range(y.shape[{k}]):")
-        ind += "    "
-    lines.append(f"{ind}y[{', '.join(f'i{k}' for k in range(r))}] = x[{', '.join(idx_in)}]")
-    kern = em.generated(f"k_transpose{r}", "\n".join(lines) + "\n")
+    kern = loop_copy_kernel(em, f"k_transpose{r}", idx_in)
     yv = em.write(y).reshape(em.sizes(out_shape))
     em.call(kern, yv, em.shaped(x, in_shape))
 

@@ -22,7 +22,7 @@ import numpy as np
 from ...ir import Node
 from ..calls import KernelModule, Scalar, View, Zeros
 from ..registry import Unlowerable, lowering
-from .common import _float_io, _prod
+from .common import _float_io, _prod, loop_copy_kernel
 from .reduce import canonical_runs, reduce_source
 
 if TYPE_CHECKING:
@@ -100,13 +100,7 @@ def _permute(em: Emitter, src: View, shape, perm, dtype, dst: View | None = None
     idx_in = ["" for _ in range(r)]
     for k in range(r):
         idx_in[pos[k]] = f"i{k}"
-    lines = ["@njit(cache=True, error_model='numpy')", "def __KNAME__(y, x):"]
-    ind = "    "
-    for k in range(r):
-        lines.append(f"{ind}for i{k} in range(y.shape[{k}]):")
-        ind += "    "
-    lines.append(f"{ind}y[{', '.join(f'i{k}' for k in range(r))}] = x[{', '.join(idx_in)}]")
-    kname = em.generated(f"k_einsum_perm{r}", "\n".join(lines) + "\n")
+    kname = loop_copy_kernel(em, f"k_einsum_perm{r}", idx_in)
     em.call(kname, dst.reshape(em.sizes(run_shape)), src.reshape(em.sizes(in_shape)))
     return dst.reshape(em.sizes(out_shape))
 
