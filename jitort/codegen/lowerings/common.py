@@ -52,16 +52,17 @@ def _3d(shape, axis) -> tuple[int, int, int]:
     return _prod(shape[:axis]), shape[axis], _prod(shape[axis + 1:])
 
 
-def loop_copy_kernel(em, name: str, idx_in: list[str]):
-    """A generated njit kernel ``(y, x)`` that loops over every axis of ``y`` (index ``i<k>``
-    for axis k) and copies ``x[idx_in]`` into it: a transpose / axis permutation."""
-    r = len(idx_in)
+def loop_copy_kernel(em, name: str, r: int, idx_in: list[str], tail: str = ""):
+    """A generated njit kernel ``(y, x)`` that loops over the ``r`` axes of ``y`` (index
+    ``i<k>`` for axis k) and copies ``x[idx_in]`` into it: a transpose / axis permutation, or a
+    diagonal when an index repeats. ``tail`` ends both subscripts (einsum's diagonals: ",")."""
     lines = ["@njit(cache=True, error_model='numpy')", "def __KNAME__(y, x):"]
     ind = "    "
     for k in range(r):
         lines.append(f"{ind}for i{k} in range(y.shape[{k}]):")
         ind += "    "
-    lines.append(f"{ind}y[{', '.join(f'i{k}' for k in range(r))}] = x[{', '.join(idx_in)}]")
+    yi = ", ".join(f"i{k}" for k in range(r))
+    lines.append(f"{ind}y[{yi}{tail}] = x[{', '.join(idx_in)}{tail}]")
     return em.generated(name, "\n".join(lines) + "\n")
 
 

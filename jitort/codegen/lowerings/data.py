@@ -68,7 +68,7 @@ def lower_transpose(em: Emitter, n: Node) -> None:
     idx_in = ["" for _ in range(r)]
     for out_axis, run_i in enumerate(range(r)):
         idx_in[pos[run_i]] = f"i{out_axis}"
-    kern = loop_copy_kernel(em, f"k_transpose{r}", idx_in)
+    kern = loop_copy_kernel(em, f"k_transpose{r}", r, idx_in)
     yv = em.write(y).reshape(em.sizes(out_shape))
     em.call(kern, yv, em.shaped(x, in_shape))
 

@@ -100,7 +100,7 @@ def _permute(em: Emitter, src: View, shape, perm, dtype, dst: View | None = None
     idx_in = ["" for _ in range(r)]
     for k in range(r):
         idx_in[pos[k]] = f"i{k}"
-    kname = loop_copy_kernel(em, f"k_einsum_perm{r}", idx_in)
+    kname = loop_copy_kernel(em, f"k_einsum_perm{r}", r, idx_in)
     em.call(kname, dst.reshape(em.sizes(run_shape)), src.reshape(em.sizes(in_shape)))
     return dst.reshape(em.sizes(out_shape))
 
@@ -112,14 +112,8 @@ def _diagonal(em: Emitter, src: View, letters: str, shape, dtype):
     ushape = [shape[letters.index(c)] for c in uniq]
     dst = em.temp(_prod(ushape), dtype)
     r = len(uniq)
-    lines = ["@njit(cache=True, error_model='numpy')", "def __KNAME__(y, x):"]
-    ind = "    "
-    for k in range(r):
-        lines.append(f"{ind}for i{k} in range(y.shape[{k}]):")
-        ind += "    "
-    xi = ", ".join(f"i{uniq.index(c)}" for c in letters)
-    lines.append(f"{ind}y[{', '.join(f'i{k}' for k in range(r))},] = x[{xi},]")
-    kname = em.generated(f"k_einsum_diag{r}_{len(letters)}", "\n".join(lines) + "\n")
+    kname = loop_copy_kernel(em, f"k_einsum_diag{r}_{len(letters)}", r,
+                             [f"i{uniq.index(c)}" for c in letters], tail=",")
     dv = dst.reshape(em.sizes(ushape))
     em.call(kname, dv, src)
     return dv, uniq, ushape
