@@ -179,9 +179,35 @@ def _unit_scales(em: Emitter) -> tuple[View, View, View]:
     return one, one, one
 
 
+def _requant(em: Emitter, n: Node, scales, zy, y, a_what: str, b_what: str, b_len):
+    """(a scale, b scale, y scale, y zero point, mode, lo, hi) of an integer product: unit
+    scales and mode 0 when ``scales`` is None (MatMulInteger / ConvInteger), else the
+    QLinear* scales (b's of 1 or ``b_len`` entries) and a requantization to y's dtype range."""
+    if scales is None:
+        sa, sb, sy = _unit_scales(em)
+        return sa, sb, sy, Zeros("uint8", (1,)), 0, 0.0, 0.0
+    s_a, s_b, s_y = scales
+    sa = _vec(em, n, s_a, None, a_what)
+    sb = _vec(em, n, s_b, b_len, b_what)
+    sy = _vec(em, n, s_y, None, "y scale")
+    zyv = _vec(em, n, zy, None, "y zero point", _dt(y))
+    info = np.iinfo(_dt(y))
+    return sa, sb, sy, zyv, 1, float(info.min), float(info.max)
+
+
+def _shifted_weights(em: Emitter, tag: str, w, zw, shape, *args):
+    """Constant integer weights ``w`` less their zero points ``zw`` as a float32 constant (by
+    kernels/cpu/quant.shift_weights, memoized per weights) and their largest magnitude."""
+    from jitort.kernels.cpu.quant import shift_weights
+    key = (tag, id(w.const), None if zw is None else id(zw.const))
+    if key not in em.memo:
+        wz = np.zeros(1, np.int32) if zw is None else zw.const.reshape(-1)
+        em.memo[key] = shift_weights(w.const.reshape(tuple(concrete(d) for d in shape)), wz, *args)
+    return em.constant(key + ("f32",), lambda: em.memo[key][0]), em.memo[key][1]
+
+
 def _lower_qmm(em: Emitter, n: Node, a, za, b, zb, scales, y, zy) -> None:
     from jitort.kernels.cpu.qgemm import HAS_VNNI
-    from jitort.kernels.cpu.quant import shift_weights
     a3, b3, y3 = _mm_shapes(em, n, a, b)
     m, nn = a3[1], b3[2]
     zav = _vec(em, n, za, m, "a zero point", _dt(a))
@@ -190,25 +216,11 @@ def _lower_qmm(em: Emitter, n: Node, a, za, b, zb, scales, y, zy) -> None:
     # constant B, one batch of it, and VNNI: the integer gemm (kernels/cpu/qgemm.py)
     use_i8 = const_b and HAS_VNNI and b3[0] == 1
     if const_b and not use_i8:
-        key = ("qmm_b", id(b.const), None if zb is None else id(zb.const))
-        if key not in em.memo:
-            bz = np.zeros(1, np.int32) if zb is None else zb.const.reshape(-1)
-            em.memo[key] = shift_weights(b.const.reshape(tuple(concrete(d) for d in b3)), bz)
-        bcv = em.constant(key + ("f32",), lambda: em.memo[key][0])
-        bmax = em.memo[key][1]
+        bcv, bmax = _shifted_weights(em, "qmm_b", b, zb, b3)
     else:
         bcv, bmax = Zeros("float32", (1, 1, 1)), 0
-    if scales is None:
-        sa, sb, sy = _unit_scales(em)
-        zyv, mode, lo, hi = Zeros("uint8", (1,)), 0, 0.0, 0.0
-    else:
-        s_a, s_b, s_y = scales
-        sa = _vec(em, n, s_a, None, "a scale (per-row a scales are not supported)")
-        sb = _vec(em, n, s_b, nn, "b scale")
-        sy = _vec(em, n, s_y, None, "y scale")
-        zyv = _vec(em, n, zy, None, "y zero point", _dt(y))
-        info = np.iinfo(_dt(y))
-        mode, lo, hi = 1, float(info.min), float(info.max)
+    sa, sb, sy, zyv, mode, lo, hi = _requant(
+        em, n, scales, zy, y, "a scale (per-row a scales are not supported)", "b scale", nn)
     ws = em.temp(_prod(a3) + _prod(b3) + _prod(y3), np.float64)
     yv = em.write(y)
     if use_i8:  # B packed once here
@@ -244,7 +256,6 @@ def lower_qlinear_matmul(em: Emitter, n: Node) -> None:
 def _lower_qconv(em: Emitter, n: Node, x, zx, w, zw, scales, bias, y, zy) -> None:
     from jitort.kernels.cpu.conv import conv2d_scratch_elems
     from jitort.kernels.cpu.qgemm import HAS_VNNI
-    from jitort.kernels.cpu.quant import shift_weights
     xs, ws_, ys = tuple(em.shape(x)), tuple(em.shape(w)), tuple(em.shape(y))
     if len(xs) not in (3, 4) or len(ws_) != len(xs) or len(ys) != len(xs):
         raise Unlowerable(n, f"{len(xs) - 2}-D quantized convolution (1-D and 2-D are compiled)")
@@ -266,25 +277,10 @@ def _lower_qconv(em: Emitter, n: Node, x, zx, w, zw, scales, bias, y, zy) -> Non
     # constant weights, VNNI, enough rows per group: the integer gemm (kernels/cpu/qgemm.py)
     use_i8 = const_w and HAS_VNNI and ws_[0] // group >= _I8_MIN_MG and ws_[1] > 0
     if const_w and not use_i8:
-        key = ("qconv_w", id(w.const), None if zw is None else id(zw.const))
-        if key not in em.memo:
-            wz = np.zeros(1, np.int32) if zw is None else zw.const.reshape(-1)
-            em.memo[key] = shift_weights(w.const.reshape(tuple(concrete(d) for d in ws_)), wz, 0)
-        wcv = em.constant(key + ("f32",), lambda: em.memo[key][0])
-        wmax = em.memo[key][1]
+        wcv, wmax = _shifted_weights(em, "qconv_w", w, zw, ws_, 0)
     else:
         wcv, wmax = Zeros("float32", (1, 1, 1, 1)), 0
-    if scales is None:
-        sx, swv, sy = _unit_scales(em)
-        zyv, mode, lo, hi = Zeros("uint8", (1,)), 0, 0.0, 0.0
-    else:
-        s_x, s_w, s_y = scales
-        sx = _vec(em, n, s_x, None, "x scale")
-        swv = _vec(em, n, s_w, m, "w scale")
-        sy = _vec(em, n, s_y, None, "y scale")
-        zyv = _vec(em, n, zy, None, "y zero point", _dt(y))
-        info = np.iinfo(_dt(y))
-        mode, lo, hi = 1, float(info.min), float(info.max)
+    sx, swv, sy, zyv, mode, lo, hi = _requant(em, n, scales, zy, y, "x scale", "w scale", m)
     if bias is not None:
         if tuple(em.shape(bias)) != (m,):
             raise Unlowerable(n, f"bias of shape {tuple(em.shape(bias))}")
