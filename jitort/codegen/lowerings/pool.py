@@ -20,6 +20,19 @@ def _pool_ok(n: Node) -> bool:
     return _float_io(n) and len([o for o in n.outputs if o is not None]) == 1
 
 
+def _pool_pads(n: Node, xs, ys, k, strides, dil) -> tuple[list, list]:
+    """Begin and end pads per spatial axis of a pool, resolving auto_pad (the end pads are the
+    ``pads`` attribute's second half, or what makes the output size come out)."""
+    sp = len(xs) - 2
+    pads = _conv_pads(n, xs[2:], k, strides, dil, ys[2:])
+    if n.attrs.get("auto_pad", "NOTSET") in ("NOTSET", ""):
+        ends = list(n.attrs.get("pads") or [0] * (2 * sp))[sp:2 * sp]
+    else:
+        ends = [max(0, (ys[2 + a] - 1) * strides[a] + (k[a] - 1) * dil[a] + 1 - xs[2 + a]) - pads[a]
+                for a in range(sp)]
+    return pads, ends
+
+
 def _pool_geometry(em: Emitter, n: Node):
     """x, y, kernel, strides, dilations, begin pads, end pads of a 2-D pool; a 1-D pool
     (N, C, W) runs as a 2-D one of height 1 (``_pool4`` gives the 4-D views)."""
@@ -31,13 +44,7 @@ def _pool_geometry(em: Emitter, n: Node):
     k = list(n.attrs["kernel_shape"])
     strides = list(n.attrs.get("strides", [1] * sp))
     dil = list(n.attrs.get("dilations", [1] * sp))
-    pads_all = list(n.attrs.get("pads", [0] * (2 * sp)))
-    pads = _conv_pads(n, xs[2:], k, strides, dil, ys[2:])
-    if n.attrs.get("auto_pad", "NOTSET") in ("NOTSET", ""):
-        ends = pads_all[sp:2 * sp]
-    else:
-        ends = [max(0, (ys[2 + a] - 1) * strides[a] + (k[a] - 1) * dil[a] + 1 - xs[2 + a]) - pads[a]
-                for a in range(sp)]
+    pads, ends = _pool_pads(n, xs, ys, k, strides, dil)
     if sp == 1:
         k, strides, dil, pads, ends = [1] + k, [1] + strides, [1] + dil, [0] + pads, [0] + ends
     return x, y, k, strides, dil, pads, ends
@@ -61,13 +68,7 @@ def _pool_nd_geometry(em: Emitter, n: Node, k):
         raise Unlowerable(n, f"{sp}-D pooling")
     strides = list(n.attrs.get("strides") or [1] * sp)
     dil = list(n.attrs.get("dilations") or [1] * sp)
-    pads_all = list(n.attrs.get("pads") or [0] * (2 * sp))
-    pads = _conv_pads(n, xs[2:], k, strides, dil, ys[2:])
-    if n.attrs.get("auto_pad", "NOTSET") in ("NOTSET", ""):
-        ends = pads_all[sp:2 * sp]
-    else:
-        ends = [max(0, (ys[2 + a] - 1) * strides[a] + (k[a] - 1) * dil[a] + 1 - xs[2 + a]) - pads[a]
-                for a in range(sp)]
+    pads, ends = _pool_pads(n, xs, ys, k, strides, dil)
     one, zero = [1] * (3 - sp), [0] * (3 - sp)
     return (one + list(k), one + strides, zero + list(pads), zero + list(ends), one + dil,
             tuple(xs[:2]) + tuple(one) + tuple(xs[2:]), tuple(ys[:2]) + tuple(one) + tuple(ys[2:]))
