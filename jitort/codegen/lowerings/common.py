@@ -52,6 +52,17 @@ def _3d(shape, axis) -> tuple[int, int, int]:
     return _prod(shape[:axis]), shape[axis], _prod(shape[axis + 1:])
 
 
+def softmax_dims(n: Node, shape) -> tuple[int, int, int]:
+    """(outer, axis, inner) sizes of a Softmax-like op (Softmax, LogSoftmax, Hardmax) over
+    ``shape`` (rank >= 1): from opset 13 its one ``axis`` (default -1); before, the 2-D
+    coercion, rows of prod(shape[axis:]) (default axis 1)."""
+    rank = len(shape)
+    if n.since_version >= 13:
+        return _3d(shape, _axis(n.attrs.get("axis", -1), rank))
+    axis = _axis(n.attrs.get("axis", 1), rank)
+    return _prod(shape[:axis]), _prod(shape[axis:]), 1
+
+
 def loop_copy_kernel(em, name: str, r: int, idx_in: list[str], tail: str = ""):
     """A generated njit kernel ``(y, x)`` that loops over the ``r`` axes of ``y`` (index
     ``i<k>`` for axis k) and copies ``x[idx_in]`` into it: a transpose / axis permutation, or a

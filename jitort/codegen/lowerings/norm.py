@@ -9,7 +9,7 @@ from ...ir import Node
 from ..calls import KernelModule, Scalar
 from ..registry import Unlowerable, lowering
 from ..elementwise import tname
-from .common import (_3d, _axis, _float_io, _is_float, _plain, _prod)
+from .common import _3d, _axis, _float_io, _is_float, _plain, _prod, softmax_dims
 
 if TYPE_CHECKING:
     from ..emitter import Emitter
@@ -28,15 +28,9 @@ def _eps(n: Node, default: float = 1e-5) -> Scalar:
 def lower_softmax(em: Emitter, n: Node) -> None:
     x, y = n.inputs[0], n.outputs[0]
     shape = em.shape(x)
-    rank = len(shape)
-    if rank == 0:
+    if len(shape) == 0:
         raise Unlowerable(n, "Softmax of a scalar")
-    if n.since_version >= 13:
-        axis = _axis(n.attrs.get("axis", -1), rank)
-        dims = _3d(shape, axis)
-    else:
-        axis = _axis(n.attrs.get("axis", 1), rank)
-        dims = (_prod(shape[:axis]), _prod(shape[axis:]), 1)
+    dims = softmax_dims(n, shape)
     fn = _softmax.softmax3d if n.op_type == "Softmax" else _softmax.logsoftmax3d
     t = em.sizes(dims)
     yv = em.write(y)

@@ -13,7 +13,7 @@ import numpy as np
 from ...ir import Node
 from ..calls import Dim, Kernel, KernelModule
 from ..registry import Unlowerable, lowering
-from .common import _3d, _axis, _plain, _prod, host_value
+from .common import _3d, _axis, _plain, host_value, softmax_dims
 
 if TYPE_CHECKING:
     from ..emitter import Emitter
@@ -91,15 +91,9 @@ def lower_argmax(em: Emitter, n: Node) -> None:
 def lower_hardmax(em: Emitter, n: Node) -> None:
     x, y = n.inputs[0], n.outputs[0]
     shape = em.shape(x)
-    rank = len(shape)
-    if rank == 0:
+    if len(shape) == 0:
         raise Unlowerable(n, "Hardmax of a scalar")
-    if n.since_version >= 13:
-        axis = _axis(n.attrs.get("axis", -1), rank)
-        o, a, i = _3d(shape, axis)
-    else:  # the 2-D coercion: rows of prod(shape[axis:])
-        axis = _axis(n.attrs.get("axis", 1), rank)
-        o, a, i = _prod(shape[:axis]), _prod(shape[axis:]), 1
+    o, a, i = softmax_dims(n, shape)
     yv = em.write(y)
     if o * a * i == 0:
         return
