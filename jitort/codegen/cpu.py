@@ -25,9 +25,9 @@ import numpy as np
 from ..ir import Node
 from . import lowerings  # noqa: F401 (each family registers its lowerings on import)
 from .assembly import _node_note, assemble
-from .elementwise import Operand, collapse, kernel_source, supports_elementwise
+from .elementwise import kernel_source, supports_elementwise
 from .emitter import ConstArena, Emitter, aligned_empty  # noqa: F401 (aligned_empty: runtime's)
-from .fusion import Group, concat_placements, fused_steps, group_operands
+from .fusion import Group, collapse_group, concat_placements, fused_steps, group_operands
 from .plan import MAX_RECORDS, Plan, Recording, check_views, layout, promote
 from .registry import LOWER, SUPPORT, Unlowerable  # noqa: F401 (tests patch LOWER)
 from .symbolic import GuardedHostvals, SymShapes, Tape, concrete
@@ -56,25 +56,9 @@ class CpuBackend:
 def lower_group(em: Emitter, grp: Group, consumers_outside) -> None:
     """Emit one fused elementwise kernel for ``grp`` and its call."""
     operands, ops, temp_dtypes, outs = group_operands(grp, consumers_outside)
-    out_shape = grp.shape
-    rank = len(out_shape)
-    hints = []
-    unit = em.memo.get("unit_dims", {})
-    out_unit = unit.get(id(grp.nodes[-1].outputs[0]), (False,) * rank)
-    for v in operands:
-        s = em.shape(v)
-        # a dim that is 1 for every input shape (probed), or one the operand lacks entirely,
-        # is a broadcast even when the output happens to be 1 there too
-        u = (True,) * (rank - len(s)) + (tuple(x == 1 for x in s) if v.is_const
-                                          else unit.get(id(v), (False,) * len(s)))
-        hints.append(tuple(u[k] and not out_unit[k] for k in range(rank)))
-    try:
-        extents, flags = collapse(out_shape, [em.shape(v) for v in operands], hints)
-    except ValueError as e:
-        raise Unlowerable(grp.nodes[0], str(e)) from None
-    parallel = em.split("par", grp.nodes[0], math.prod(concrete(n) for n in out_shape),
+    extents, flags, opnds = collapse_group(em, grp, operands)
+    parallel = em.split("par", grp.nodes[0], math.prod(concrete(n) for n in grp.shape),
                         PARALLEL_MIN, extents[0])
-    opnds = [Operand(np.dtype(v.dtype), f) for v, f in zip(operands, flags)]
     prefix = "k_" + "_".join(dict.fromkeys(n.op_type.lower() for n in grp.nodes[:4]))
     ext = em.sizes(extents)
     one = em.size(1) if any(b for f in flags for b in f) else None

@@ -33,9 +33,9 @@ from . import module as modmgr
 from .calls import Call, DeviceArray, DeviceView, Dim, Generated, KernelModule, Launch
 from .cpu import SegmentCompiler
 from .cuda_render import check_device_arg, driver_source
-from .fusion import Group, fused_steps, group_operands
+from .fusion import Group, collapse_group, fused_steps, group_operands
 from .registry import Unlowerable, registry
-from .elementwise import (EXPR, LoopStyle, NoMath, Operand, collapse, kernel_source,
+from .elementwise import (EXPR, LoopStyle, NoMath, Operand, kernel_source,
                           supports_elementwise)
 from .lowerings import (ACT_CODES, REDUCE_KIND, _3d, _axes_from_input, _axis, _conv_geometry,
                         _conv_pads, _prod, act_args, slice_start_step)
@@ -260,20 +260,7 @@ class CudaEmitter:
 def lower_group(em: CudaEmitter, grp: Group, consumers_outside) -> None:
     """One fused elementwise kernel for ``grp`` (the same analysis as the CPU backend's)."""
     operands, ops, temp_dtypes, outs = group_operands(grp, consumers_outside)
-    rank = len(grp.shape)
-    unit = em.memo.get("unit_dims", {})
-    out_unit = unit.get(id(grp.nodes[-1].outputs[0]), (False,) * rank)
-    hints = []
-    for v in operands:
-        s = em.shape(v)
-        u = (True,) * (rank - len(s)) + (tuple(x == 1 for x in s) if v.is_const
-                                          else unit.get(id(v), (False,) * len(s)))
-        hints.append(tuple(u[k] and not out_unit[k] for k in range(rank)))
-    try:
-        extents, flags = collapse(grp.shape, [em.shape(v) for v in operands], hints)
-    except ValueError as e:
-        raise Unlowerable(grp.nodes[0], str(e)) from None
-    opnds = [Operand(np.dtype(v.dtype), f) for v, f in zip(operands, flags)]
+    extents, flags, opnds = collapse_group(em, grp, operands)
     prefix = "kc_" + "_".join(dict.fromkeys(n.op_type.lower() for n in grp.nodes[:4]))
     src = kernel_source("__KNAME__", ops, opnds, outs, len(extents), False, temp_dtypes,
                         style=CUDA_STYLE)

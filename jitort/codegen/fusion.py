@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..ir import Node, Value
+from .elementwise import Operand, collapse
+from .registry import Unlowerable
 from .symbolic import same_shape
 
 if TYPE_CHECKING:
@@ -256,3 +258,28 @@ def group_operands(grp: Group, consumers_outside):
         temp_dtypes.append(np.dtype(n.outputs[0].dtype))
     outs = [i for i, n in enumerate(grp.nodes) if consumers_outside(n.outputs[0])]
     return operands, ops, temp_dtypes, outs or [len(grp.nodes) - 1]
+
+
+def collapse_group(em: Emitter, grp: Group, operands):
+    """The iteration space of ``grp``'s kernel, collapsed (:func:`elementwise.collapse`), and
+    its operands' broadcast flags (shared by the CPU and CUDA backends).
+
+    Returns ``(extents, flags, opnds)``: the collapsed dims, per operand which of them it
+    broadcasts along, and per operand its :class:`Operand`.
+    """
+    rank = len(grp.shape)
+    unit = em.memo.get("unit_dims", {})
+    out_unit = unit.get(id(grp.nodes[-1].outputs[0]), (False,) * rank)
+    hints = []
+    for v in operands:
+        s = em.shape(v)
+        # a dim that is 1 for every input shape (probed), or one the operand lacks entirely,
+        # is a broadcast even when the output happens to be 1 there too
+        u = (True,) * (rank - len(s)) + (tuple(x == 1 for x in s) if v.is_const
+                                          else unit.get(id(v), (False,) * len(s)))
+        hints.append(tuple(u[k] and not out_unit[k] for k in range(rank)))
+    try:
+        extents, flags = collapse(grp.shape, [em.shape(v) for v in operands], hints)
+    except ValueError as e:
+        raise Unlowerable(grp.nodes[0], str(e)) from None
+    return extents, flags, [Operand(np.dtype(v.dtype), f) for v, f in zip(operands, flags)]
