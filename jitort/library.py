@@ -42,6 +42,8 @@ from pathlib import Path
 
 from numba import types
 
+from .disjoint import DisjointSets
+
 #: the committed entry list (``scripts/library_signatures.py`` writes it)
 LIST_PATH = Path(__file__).with_name("library_signatures.txt")
 PACKAGE = "jitort.kernels.cpu"
@@ -373,13 +375,8 @@ def groups(es: list[Entry]) -> list[tuple[float, list[Entry]]]:
     entries sharing a callee of at least ``_BIG`` lines. With each group an estimate of its
     compile cost (source lines of the functions it compiles, parallel ones counted 3x: their
     parfor passes and OpenMP outlining cost most), biggest first."""
-    parent = list(range(len(es)))
-
-    def find(i):
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
+    sets = DisjointSets(len(es))
+    find = sets.find
     owner: dict = {}
     trees = []
     for i, e in enumerate(es):
@@ -389,7 +386,7 @@ def groups(es: list[Entry]) -> list[tuple[float, list[Entry]]]:
         for f in tree:
             if f is fn or _lines(f) >= _BIG:
                 j = owner.setdefault(f, i)
-                parent[find(i)] = find(j)
+                sets.union(i, j)
     by: dict[int, list[int]] = {}
     for i in range(len(es)):
         by.setdefault(find(i), []).append(i)

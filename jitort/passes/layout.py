@@ -27,6 +27,7 @@ import os
 
 import numpy as np
 
+from ..disjoint import DisjointSets
 from ..ir import Graph, Node, Value, const_value
 from .patterns import JITORT_DOMAIN, auto_pad
 
@@ -279,14 +280,8 @@ def _regions(nodes: list[Node], ok: list[bool], index: dict, consumers: dict) ->
     """Per node, whether it is converted: the connected components of convertible nodes
     (linked through non-constant 4-D values) that hold a depthwise convolution, except a
     depthwise convolution alone in its component that dwconv_staged takes in NCHW."""
-    parent = list(range(len(nodes)))
-
-    def find(i):
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
+    sets = DisjointSets(len(nodes))
+    find = sets.find
     for i, n in enumerate(nodes):
         if not ok[i]:
             continue
@@ -295,7 +290,7 @@ def _regions(nodes: list[Node], ok: list[bool], index: dict, consumers: dict) ->
                 continue
             j = index.get(id(v.producer))
             if j is not None and ok[j]:
-                parent[find(i)] = find(j)
+                sets.union(i, j)
     size: dict[int, int] = {}
     for i in range(len(nodes)):
         if ok[i]:
