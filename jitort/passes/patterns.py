@@ -32,6 +32,16 @@ def _single_use(g: Graph, v: Value, consumers) -> Node | None:
     return users[0]
 
 
+def _drop_nodes(g: Graph, drop: set[int], count: int, what: str) -> int:
+    """After a pass rewrote ``count`` matches: the graph without the nodes in ``drop`` (ids),
+    relinked, and the count logged as ``what``; returns ``count``."""
+    if count:
+        g.nodes = [n for n in g.nodes if id(n) not in drop]
+        g.relink()
+        log.info("%s: %d", what, count)
+    return count
+
+
 def fold_conv_batchnorm(g: Graph) -> int:
     """Conv(x, W, b) -> BatchNormalization(scale, B, mean, var) becomes Conv(x, W', b')."""
     consumers = g.consumers()
@@ -167,11 +177,7 @@ def fold_pad_into_conv(g: Graph) -> int:
         user.proto = None
         drop.add(id(pad))
         count += 1
-    if count:
-        g.nodes = [n for n in g.nodes if id(n) not in drop]
-        g.relink()
-        log.info("folded Pad into Conv/pool pads: %d", count)
-    return count
+    return _drop_nodes(g, drop, count, "folded Pad into Conv/pool pads")
 
 
 def _per_channel(c: np.ndarray, m: int, rank: int) -> np.ndarray | None:
@@ -270,11 +276,7 @@ def fuse_matmul_add(g: Graph) -> int:
         g.nodes[idx] = fused
         drop.add(id(mm))
         count += 1
-    if count:
-        g.nodes = [n for n in g.nodes if id(n) not in drop]
-        g.relink()
-        log.info("fused MatMul+Add: %d", count)
-    return count
+    return _drop_nodes(g, drop, count, "fused MatMul+Add")
 
 
 # --- epilogue fusion ---------------------------------------------------------------------------
