@@ -2,7 +2,7 @@
 2 threads.
 
     python -m pytest benchmarks/test_bench_models.py --benchmark-only -q
-    python scripts/bench_table.py        # runs the above and rewrites benchmarks/README.md's table
+    python scripts/bench_table.py        # runs the above and rewrites docs/performance.md's table
 
 The ten models of ../shared/models (skipped when absent) at B=1 (text models S=128) and the
 nine onnx "light" models (1x3x224x224). Every engine gets the same feeds; outputs are checked

@@ -79,7 +79,7 @@ def _kw_ranges(kw_n, dw, pw, sw, wd, ow_n):
 _PAR_MIN_FLOPS = 1 << 20
 # ... when fewer (image, group) planes than threads make the threads split one plane's gemm
 # (by columns or output channels): below it a parallel region costs more than the second
-# thread saves (``scripts/sweep_conv_split.py`` measures it; the threshold assumes jitort's
+# thread saves (``scripts/sweeps/sweep_conv_split.py`` measures it; the threshold assumes jitort's
 # pool, kernels/cpu/workers.py, whose regions are cheap).
 # Independent planes (groups, images) split at any size above _PAR_MIN_FLOPS.
 _PAR_MIN_FLOPS_SPLIT = 1 << 20
@@ -860,7 +860,7 @@ def _dw_flat_offsets(kh_n, kw_n, sh, sw, dh, dw, wq, pe):
 #: many of them) and the square kernels / strides it has code for (no dilation)
 _DW_ROWS = 4
 _DW_ROWS_KS = ((3, 1), (5, 1), (7, 1), (3, 2), (5, 2), (7, 2))
-# (``python scripts/compare_depthwise.py`` compares it with onnxruntime)
+# (``python scripts/sweeps/compare_depthwise.py`` compares it with onnxruntime)
 #: kernel rows per pass of ``_dw_rows``, by (kernel, stride): a pass's weight broadcasts, the 4
 #: accumulators and the input vector in the 32 vector registers (49 do not fit)
 _DW_ROW_GROUPS = {(3, 1): ((0, 1, 2),), (5, 1): ((0, 1, 2, 3, 4),),

@@ -544,7 +544,7 @@ def _cvec_core(x, pk, kh, kw, b, res, out, scr, sh, sw, ph, pw, dh, dw, group, h
             tls[:tcap], mg, sh * wq, has_res, act, alpha, beta)
 
 
-#: The rule (``python scripts/sweep_conv_cvec.py`` compares the kernels on group-1 layers):
+#: The rule (``python scripts/sweeps/sweep_conv_cvec.py`` compares the kernels on group-1 layers):
 #: taken for small planes with many output channels, where im2col's gemm has few columns (N =
 #: 49 or, flat, 63), 3x3 stride 2, 1x7 / 7x1, 5x5, and 1x1 layers with K >= CVEC_MIN_K; against
 #: the implicit gemm (stems of 8-16 input channels) only with CVEC_MIN_M_VS_IMPLICIT output
@@ -572,7 +572,7 @@ def cvec_wins(C, M, KH, KW, OH, OW, SH, SW, winograd_alt=False, implicit_alt=Fal
 
 
 
-#: Grouped layers (``python scripts/sweep_conv_cvec.py --only "g > 1"`` compares the kernels):
+#: Grouped layers (``python scripts/sweeps/sweep_conv_cvec.py --only "g > 1"`` compares the kernels):
 #: taken for grouped 3x3 layers of 16-32 channels per group and strided ones (the input's
 #: stride phases are copied as masked vector rows, ``phases``); with fewer than 16 output
 #: channels per group only on planes up to CVEC_GROUPED_HALF_MAX_PLANE (a vector of 16 lanes

@@ -35,7 +35,7 @@ _PAR_MIN_FLOPS = 1 << 19
 
 #: when ``conv2d_grouped`` runs a grouped convolution instead of conv.py's NCHW im2col: output
 #: planes of at most GROUPED_MAX_S positions and at least GROUPED_MIN_CG input channels per
-#: group (shorter runs cost more than they save). ``python scripts/sweep_conv_group.py`` (36
+#: group (shorter runs cost more than they save). ``python scripts/sweeps/sweep_conv_group.py`` (36
 #: grouped 3x3 layers, 1 thread, both kernels alternating in one process, Xeon host,
 #: 2026-11-27, two runs), grouped / im2col time: 7x7 and 8x8 outputs with 16-64 channels per
 #: group 0.47-0.89 (stride 2 0.49-0.65); 14x14 outputs 0.93-1.34 at 16-64 channels, 28x28

@@ -81,7 +81,7 @@ def _ftile_off(typingctx, c, coff, pp, poff, pv, voff, offs, kq, bias, boff):
 #: taps per output (C*KH*KW) where the implicit gemm beats im2col + BLAS, and the smallest
 #: output plane it is taken for: stems of a few channels and small K at stride 1 on big planes;
 #: against Winograd (3x3 stride 1) up to 16 channels (K 144). ``python
-#: scripts/compare_conv_implicit.py`` measures both sides.
+#: scripts/sweeps/compare_conv_implicit.py`` measures both sides.
 IMPLICIT_MIN_K = 27
 IMPLICIT_MAX_K = 160
 IMPLICIT_MAX_K_VS_WINOGRAD = 144

@@ -521,7 +521,7 @@ def _dw_run(x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act, a
 
 #: float32 elements of one 16-channel group's staged input and output rows of a band in
 #: ``dwconv_staged`` (256 KB: they stay in L2 between the transposes and the tiles; 2^15 to
-#: 2^18 gave the same times within this VM's noise on ``python scripts/sweep_dw_staged.py``,
+#: 2^18 gave the same times within this VM's noise on ``python scripts/sweeps/sweep_dw_staged.py``,
 #: 15 layers of up to 56x56 inputs: staged / region 0.77-0.80 at 1 thread, 0.65-0.70 at 2,
 #: geomeans, Zen 5, 2026-11-28)
 _STAGE_ELEMS = 1 << 16

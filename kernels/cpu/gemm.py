@@ -50,7 +50,7 @@ _GEMV_COLS = 8192  # output columns per pass when B is (K, N): 32 KB of float32
 
 # A product whose B is not a constant (activations @ activations) runs on jitort's gemm
 # packing B per call (``ogemm``) when B is untransposed and the block has 32-256 rows and
-# K * N >= 48K: ``scripts/sweep_sgemm.py`` at one thread (Zen 5) put it at 0.53-0.99 of
+# K * N >= 48K: ``scripts/sweeps/sweep_sgemm.py`` at one thread (Zen 5) put it at 0.53-0.99 of
 # OpenBLAS's time there (geomean ~0.9), at 1.2-2.0 with fewer rows or a smaller B (the packing
 # is then most of the work), and at 1.0-1.09 from 512 rows
 _OWN_MIN_ROWS = 32
@@ -360,7 +360,7 @@ def _gemv_block(a, b, out, i, ia, ib, r, c0, c1, ta, tb, alpha, accumulate):
 def ogemm(ta, tb, m, n, k, alpha, a, aoff, lda, b, boff, ldb, beta, c, coff, ldc):
     """``xgemm``'s contract on jitort's own gemm (``sgemm.sgemm_ptr``: B packed per call)
     for float32, the BLAS for other dtypes. For callers whose products it measured faster
-    than the vendor's (``scripts/sweep_sgemm.py``, ``scripts/op_scaling.py``): attention's
+    than the vendor's (``scripts/sweeps/sweep_sgemm.py``, ``scripts/op_scaling.py``): attention's
     per-head blocks, conv2d's im2col row blocks, ``_mm_task``'s 32-256-row products; with
     few rows or a small B the per-call packing is most of the work and the BLAS wins."""
     raise NotImplementedError

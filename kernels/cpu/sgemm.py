@@ -7,7 +7,7 @@ products of a few rows the packing is most of the work; with B stored transposed
 transB=1, a PyTorch Linear) OpenBLAS is slower still. Here A is read
 in place (a tile's MR rows are MR streams of its K-block: no packing of A), and B is either
 packed once at compile time (``pack_b``, ``sgemm_packed``: constant weights) or a panel
-K-block at a time per call (``sgemm_ptr``). ``scripts/sweep_sgemm.py`` measures both against
+K-block at a time per call (``sgemm_ptr``). ``scripts/sweeps/sweep_sgemm.py`` measures both against
 the BLAS over rows x K x columns; the rules that pick them live with their callers
 (``jitort/codegen/lowerings/matmul.py``, ``gemm.ogemm``).
 

@@ -2,7 +2,7 @@
 
 Numba's TBB layer builds a ``task_arena`` (and an observer) for every ``parallel_for`` call: the
 second thread joins each region late, and a region costs 8-10 us more than running its work on
-one thread (``scripts/bench_parallel_launch.py``). A model's small layers (a depthwise
+one thread (``scripts/sweeps/bench_parallel_launch.py``). A model's small layers (a depthwise
 convolution on a 7x7 plane, a pool, a squeeze-excite chain) take 5-30 us each, so at two
 threads they ran no faster, or slower, than at one. GNU OpenMP's regions cost 1-3 us, but it
 kills a forked child at its first region.
