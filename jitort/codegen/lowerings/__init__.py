@@ -17,6 +17,6 @@ FAMILIES = import_families(__name__, __path__, HELPERS)
 
 # shared with the CUDA lowerings
 from .common import ACT_CODES, _3d, _axis, _conv_pads, _prod, act_args  # noqa: E402,F401
-from .conv import _conv_geometry  # noqa: E402,F401
+from .common import _conv_geometry  # noqa: E402,F401
 from .data import slice_start_step  # noqa: E402,F401
 from .reduce import REDUCE_KIND, _axes_from_input  # noqa: E402,F401

@@ -98,6 +98,23 @@ def _conv_pads(n: Node, in_sp, k_sp, strides, dil, out_sp) -> list[int]:
     return begins
 
 
+def _conv_geometry(em, n: Node):
+    """Shapes as the 2-D kernels take them (a 1-D conv gets height 1), strides, dilations, begin
+    pads and group of a Conv or FusedConv. Shared by the Conv, FusedConv and DeformConv lowerings (CPU and CUDA)."""
+    x, w, y = n.inputs[0], n.inputs[1], n.outputs[0]
+    xs, ws, ys = em.shape(x), em.shape(w), em.shape(y)
+    if len(xs) not in (3, 4):
+        raise Unlowerable(n, f"{len(xs) - 2}-D convolution")
+    sp = len(xs) - 2
+    strides = list(n.attrs.get("strides", [1] * sp))
+    dil = list(n.attrs.get("dilations", [1] * sp))
+    pads = _conv_pads(n, xs[2:], ws[2:], strides, dil, ys[2:])
+    if sp == 1:  # 1-D as 2-D with height 1
+        xs, ws, ys = xs[:2] + (1,) + xs[2:], ws[:2] + (1,) + ws[2:], ys[:2] + (1,) + ys[2:]
+        strides, dil, pads = [1] + strides, [1] + dil, [0] + pads
+    return tuple(xs), tuple(ws), tuple(ys), strides, dil, pads, int(n.attrs.get("group", 1))
+
+
 def act_args(n: Node) -> tuple[int, float, float]:
     """(code, alpha, beta) of the fused activation of a MatMulBias or FusedConv node."""
     from ...interpreter.jitort_ops import fused_activation

@@ -10,7 +10,7 @@ from ...ir import Node
 from ..calls import KernelModule, Scalar, View, Zeros
 from ..registry import Unlowerable, lowering
 from ..symbolic import concrete
-from .common import (_conv_pads, _is_float, act_args, ACT_CODES)
+from .common import ACT_CODES, _conv_geometry, _conv_pads, _is_float, act_args
 
 if TYPE_CHECKING:
     from ..emitter import Emitter
@@ -40,28 +40,11 @@ def _conv_ok(n: Node) -> bool:
         and (n.input(2) is None or n.inputs[2].dtype == n.inputs[0].dtype)
 
 
-def _conv_geometry(em, n: Node):
-    """Shapes as the 2-D kernels take them (a 1-D conv gets height 1), strides, dilations, begin
-    pads and group of a Conv or FusedConv. Shared by the CPU and CUDA lowerings."""
-    x, w, y = n.inputs[0], n.inputs[1], n.outputs[0]
-    xs, ws, ys = em.shape(x), em.shape(w), em.shape(y)
-    if len(xs) not in (3, 4):
-        raise Unlowerable(n, f"{len(xs) - 2}-D convolution")
-    sp = len(xs) - 2
-    strides = list(n.attrs.get("strides", [1] * sp))
-    dil = list(n.attrs.get("dilations", [1] * sp))
-    pads = _conv_pads(n, xs[2:], ws[2:], strides, dil, ys[2:])
-    if sp == 1:  # 1-D as 2-D with height 1
-        xs, ws, ys = xs[:2] + (1,) + xs[2:], ws[:2] + (1,) + ws[2:], ys[:2] + (1,) + ys[2:]
-        strides, dil, pads = [1] + strides, [1] + dil, [0] + pads
-    return tuple(xs), tuple(ws), tuple(ys), strides, dil, pads, int(n.attrs.get("group", 1))
-
-
 def _use_winograd(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, group) -> int:
     """Winograd's output tile (2 or 4) for a 3x3 stride-1 convolution with constant weights on
     a plane where it wins (group 1: ``jitort.tuning``'s ``conv.winograd``, calibrated on this
     machine, else ``kernels.cpu.winograd.winograd_wins``; ``winograd_tile``; grouped: per
-    group, and ``winograd_grouped_wins``, the rule ``python scripts/sweep_winograd_grouped.py``
+    group, and ``winograd_grouped_wins``, the rule ``python scripts/sweeps/sweep_winograd_grouped.py``
     measures), else 0.
     Decided once per node from the first shape, not guarded: the generated text must not
     change with the shapes (the kernel is correct for every shape, only its speed depends on

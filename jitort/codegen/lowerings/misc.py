@@ -14,7 +14,7 @@ import numpy as np
 from ...ir import Node
 from ..calls import KernelModule, Scalar, View, Zeros
 from ..registry import Unlowerable, lowering
-from .common import _PLAIN, _axis, _conv_pads, _is_float, _prod
+from .common import _PLAIN, _axis, _conv_geometry, _is_float, _prod
 
 if TYPE_CHECKING:
     from ..emitter import Emitter
@@ -173,17 +173,12 @@ def lower_deform_conv(em: Emitter, n: Node) -> None:
     x, w, off, y = n.inputs[0], n.inputs[1], n.inputs[2], n.outputs[0]
     bias = n.inputs[3] if len(n.inputs) > 3 else None
     mask = n.inputs[4] if len(n.inputs) > 4 else None
-    xs, ws, offs, ys = em.shape(x), em.shape(w), em.shape(off), em.shape(y)
-    if len(xs) not in (3, 4):
-        raise Unlowerable(n, f"{len(xs) - 2}-D DeformConv")
-    sp = len(xs) - 2
-    strides = list(n.attrs.get("strides", [1] * sp))
-    dil = list(n.attrs.get("dilations", [1] * sp))
-    pads = _conv_pads(n, xs[2:], ws[2:], strides, dil, ys[2:])
-    grp, og = int(n.attrs.get("group", 1)), int(n.attrs.get("offset_group", 1))
+    if len(em.shape(x)) != 4:  # 1-D too: its offsets would need a zero dy per tap
+        raise Unlowerable(n, f"{len(em.shape(x)) - 2}-D DeformConv")
+    xs, ws, ys, strides, dil, pads, grp = _conv_geometry(em, n)
+    offs = em.shape(off)
+    og = int(n.attrs.get("offset_group", 1))
     ms = em.shape(mask) if mask is not None else None
-    if sp == 1:  # 1-D as 2-D with height 1 (offsets gain a zero dy per tap)
-        raise Unlowerable(n, "1-D DeformConv")
     kh, kw = ws[2], ws[3]
     c, oc = xs[1], ws[0]
     # validate everything the kernel indexes (Numba does not bounds-check)
