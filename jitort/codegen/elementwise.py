@@ -215,20 +215,25 @@ def _clip(n, a, d, o):
     return x
 
 
+def _below_zero(x: str, neg: str, o) -> str:
+    """``x`` where it is >= 0, else ``neg``: the rectifier shape of LeakyRelu, PRelu and Elu."""
+    return f"({x} if {x} >= {lit(0, o)} else {neg})"
+
+
 @expr("LeakyRelu")
 def _leaky(n, a, d, o):
-    return f"({a[0]} if {a[0]} >= {lit(0, o)} else {lit(n.attrs.get('alpha', 0.01), o)} * {a[0]})"
+    return _below_zero(a[0], f"{lit(n.attrs.get('alpha', 0.01), o)} * {a[0]}", o)
 
 
 @expr("PRelu")
 def _prelu(n, a, d, o):
-    return f"({a[0]} if {a[0]} >= {lit(0, o)} else {a[1]} * {a[0]})"
+    return _below_zero(a[0], f"{a[1]} * {a[0]}", o)
 
 
 @expr("Elu")
 def _elu(n, a, d, o):
     al = lit(n.attrs.get("alpha", 1.0), o)
-    return f"({a[0]} if {a[0]} >= {lit(0, o)} else {al} * ({_exp(n, a, d, o)} - {lit(1, o)}))"
+    return _below_zero(a[0], f"{al} * ({_exp(n, a, d, o)} - {lit(1, o)})", o)
 
 
 @expr("Selu")
