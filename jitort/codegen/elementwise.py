@@ -9,6 +9,7 @@ functions (:func:`math_call`).
 """
 from __future__ import annotations
 
+import functools
 import math
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -155,18 +156,12 @@ def _relu(n, a, d, o):
 
 @expr("Max", dtypes=NUMERIC)
 def _vmax(n, a, d, o):
-    out = a[0]
-    for x in a[1:]:
-        out = _max(out, x)
-    return out
+    return functools.reduce(_max, a)  # _max(_max(a0, a1), a2)...
 
 
 @expr("Min", dtypes=NUMERIC)
 def _vmin(n, a, d, o):
-    out = a[0]
-    for x in a[1:]:
-        out = _min(out, x)
-    return out
+    return functools.reduce(_min, a)
 
 
 @expr("Sum", dtypes=NUMERIC)
