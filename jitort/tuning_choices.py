@@ -6,7 +6,7 @@ and the per-call path of ``gemm.weights``) runs either on jitort's gemm packing 
 (``own``: ``gemm.ogemm``) or on the BLAS (``blas``: ``gemm.xgemm``). Decided inside the
 compiled kernel (``gemm._own_per_call``) from ``kernels.cpu.tunables``, which
 :func:`_apply_activations` fills. Buckets: rows x K x N classes as below. Default rule
-(Zen 5, ``scripts/sweep_sgemm.py``): own for 32-256 rows with K * N >= 48K.
+(Zen 5, ``scripts/sweeps/sweep_sgemm.py``): own for 32-256 rows with K * N >= 48K.
 
 ``gemm.weights``: a float32 MatMul / Gemm whose B is a constant matrix (weights) runs either
 on jitort's own gemm with B packed once at compile time (``packed``: ``gemm.matmul_packed`` /
@@ -15,7 +15,7 @@ on jitort's own gemm with B packed once at compile time (``packed``: ``gemm.matm
 jitort's gemm packing B per call where ``gemm``'s activation rule says so). Buckets: A's rows
 (1, 2-7, 8-31, 32-127, 128+), K and N (up to 128, 512, 2048, more) and whether B is stored
 transposed (Gemm transB=1, a PyTorch Linear); each measured at its representative shape.
-Default rule (measured on a Zen 5 with ``scripts/sweep_sgemm.py``): packed from 128K
+Default rule (measured on a Zen 5 with ``scripts/sweeps/sweep_sgemm.py``): packed from 128K
 multiply-adds on, and always when B is stored transposed.
 
 ``conv.winograd``: a group-1 3x3 stride-1 float32 convolution with constant weights runs as

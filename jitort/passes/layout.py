@@ -51,7 +51,7 @@ _ELEMENTWISE = {
 }
 #: Convolutions run channels-last only on output planes of at most this many pixels. Measured
 #: 2026-11-26 at 1 thread (Zen 5) on a sweep of depthwise / pointwise layer shapes (planes
-#: 1-112, 8-960 channels, kernels 1-7, strides 1-2: ``scripts/compare_conv_layouts.py``, first
+#: 1-112, 8-960 channels, kernels 1-7, strides 1-2: ``scripts/sweeps/compare_conv_layouts.py``, first
 #: taken over the 61 distinct shapes of GhostNet's layers),
 #: channels-last kernel time / NCHW kernel time: planes 7x7 and 14x14 (and 14x14 outputs of
 #: stride-2 depthwise on 28x28) 0.16-0.99 for depthwise, 0.64-1.05 for pointwise except
@@ -62,7 +62,7 @@ _ELEMENTWISE = {
 MAX_PLANE = 256
 #: Depthwise convolutions whose channels fill whole 16-lane vectors run channels-last on
 #: larger planes too, up to DW_MAX_PLANE outputs, since the register-tiled channels-last
-#: kernel (``conv_nhwc._dw_tile``, 8 pixels x 16 channels). ``python scripts/sweep_dw_layout.py``
+#: kernel (``conv_nhwc._dw_tile``, 8 pixels x 16 channels). ``python scripts/sweeps/sweep_dw_layout.py``
 #: (one-depthwise models, the two layout transposes included; 1 thread, Zen 5, 2026-11-27,
 #: seventh session), channels-last / NCHW time onto 28x28 outputs: stride 1 with 32-240
 #: channels 0.72-0.90 (16 channels 1.10, 72 -- a half vector left -- 1.07-1.13); stride 2
@@ -154,7 +154,7 @@ def staged_depthwise(n: Node) -> bool:
     stays NCHW, for ``conv_nhwc.dwconv_staged``: it transposes bands of rows into 16-channel
     blocks in a worker's scratch and runs the same register tiles, in one parallel region
     where the region's two whole-tensor transposes and the kernel took three (``python
-    scripts/sweep_dw_staged.py``, 15 layers, Zen 5: 0.77-0.80x the region's time at 1
+    scripts/sweeps/sweep_dw_staged.py``, 15 layers, Zen 5: 0.77-0.80x the region's time at 1
     thread, 0.65-0.70x at 2, geomeans over four runs, 2026-11-28)."""
     return conv_kind(n) == "depthwise" and _staged_kernel(n)
 
@@ -166,7 +166,7 @@ def staged_nchw(n: Node) -> bool:
     (``staged_ok``), channels that fill whole DW_LANES-channel groups (the staged rows are
     blocks of 16 channels: a part-filled one computes and moves idle lanes), and not a 3x3
     stride-1 layer onto more than DW_MAX_PLANE outputs (the NCHW kernels' fused nine-tap rows
-    are as fast there). ``python scripts/sweep_dw_nchw_staged.py`` (41 layers: 8-120 channels
+    are as fast there). ``python scripts/sweeps/sweep_dw_nchw_staged.py`` (41 layers: 8-120 channels
     x 3x3/1, 3x3/2, 5x5/1 x 28x28 / 56x56 inputs, 1 thread, Zen 5, 2026-11-28): whole groups
     0.75-0.90x the NCHW kernels' time but 1.01-1.09x for 3x3/1 onto 56x56; part-filled groups
     0.73-2.15x (8 and 24 channels 0.97-2.15, 56x56 planes 0.90-1.55)."""

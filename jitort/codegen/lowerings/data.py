@@ -26,7 +26,7 @@ def lower_view(em: Emitter, n: Node) -> None:
 
 
 #: elements from which a last-two-axes transpose splits over the threads (``python
-#: scripts/sweep_split.py``, split / serial at 2 threads on jitort's pool, Zen 5 VM,
+#: scripts/sweeps/sweep_split.py``, split / serial at 2 threads on jitort's pool, Zen 5 VM,
 #: 2026-11-28: 31-33K 0.87-0.98, 50K 0.94, 94-98K 0.54-0.76, 200K+ 0.53-0.71; under TBB
 #: 94K had taken 26 -> 27 us and this was 128K)
 _TRANSPOSE_PAR_ELEMS = 1 << 15

@@ -33,7 +33,7 @@ _Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
 #: under Numba's TBB layer, as a region's cost fell: kernels/cpu/workers.py)
 _PAR_ELEMS = 1 << 15
 #: DynamicQuantizeLinear's two passes share one parallel region: it gains from 32K floats at
-#: 2 threads on jitort's pool (``python scripts/sweep_split.py``, split / serial: 16-24K
+#: 2 threads on jitort's pool (``python scripts/sweeps/sweep_split.py``, split / serial: 16-24K
 #: 1.01-1.02, 32K 0.85, 64K 0.74, 256K 0.56; from 48-64K under TBB)
 _DYN_PAR_ELEMS = 1 << 15
 #: output channels per group from which a constant-weight quantized convolution runs on the
