@@ -90,13 +90,13 @@ class Profiler:
 
         def driver(*args):
             for p in parts:
-                before = modmgr.compile_count
+                before = modmgr.compiles()
                 t = perf()
                 p.fn(*args)
                 end = perf()
                 record(p.name, "kernel", t, end,
                        {"op_name": ",".join(p.ops), "nodes": p.nodes, "flops": p.flops,
-                        "compiled": modmgr.compile_count != before})
+                        "compiled": modmgr.compiles() != before})
             return 0
         return driver
 
@@ -113,12 +113,12 @@ class Profiler:
         args = args or {}
 
         def step(*a):
-            before = modmgr.compile_count
+            before = modmgr.compiles()
             t = perf()
             try:
                 return fn(*a)
             finally:
-                record(name, cat, t, perf(), {**args, "compiled": modmgr.compile_count != before})
+                record(name, cat, t, perf(), {**args, "compiled": modmgr.compiles() != before})
         return step
 
     def reset(self) -> None:

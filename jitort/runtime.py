@@ -273,4 +273,4 @@ def compile(model: Any, *, threads: int | None = None, base_dir=None, optimize: 
 
 def compile_count() -> int:
     """Numba compilations in this process so far (cache loads excluded)."""
-    return modmgr.compile_count
+    return modmgr.compiles()

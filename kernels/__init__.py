@@ -7,7 +7,7 @@ Importing the package runs :func:`install`, the library's one entry point for wh
 in Numba process-wide (before any kernel module is defined or loaded). ``kernels.cpu`` adds its
 thread pool when it is imported (``cpu/workers.py``: it needs Numba's threading layer first).
 """
-from . import _cache, _link
+from . import _cache, _events, _link
 
 _installed = False
 
@@ -21,6 +21,7 @@ def install() -> None:
     global _installed
     if _installed:
         return
+    _events.install()
     _cache.install()
     _link.install()
     _installed = True

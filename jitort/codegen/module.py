@@ -32,6 +32,7 @@ from typing import Callable
 
 import numba
 
+from ..kernels import _events
 from ..version import __version__
 
 PACKAGE = "jitort_gen"
@@ -47,21 +48,10 @@ class CacheWarning(UserWarning):
     """A damaged on-disk cache entry was found and is being rebuilt."""
 
 
-#: Numba compilations seen in this process (cache loads excluded). Tests and benchmarks read it
-#: to prove that a new input shape does not recompile anything.
-compile_count = 0
-
-
-class _CompileCounter(numba.core.event.Listener):
-    def on_start(self, event):
-        global compile_count
-        compile_count += 1
-
-    def on_end(self, event):
-        pass
-
-
-numba.core.event.register("numba:compile", _CompileCounter())
+#: Numba compilations seen in this process (cache loads excluded), counted by the kernel
+#: library from its import on (tests and benchmarks read it to prove that a new input shape
+#: does not recompile anything)
+compiles = _events.compiles
 
 
 def cache_dir() -> Path:
