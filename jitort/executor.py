@@ -21,7 +21,8 @@ import numpy as np
 
 from . import shapes as shape_fns
 from .codegen import native
-from .codegen.cpu import Plan, SegmentCompiler, Unlowerable, aligned_empty
+from .codegen.cpu import Plan, SegmentCompiler, Unlowerable
+from .codegen.emitter import aligned_empty
 from .errors import ExecutionError, InvalidInput, JitortError, UnsupportedOp
 from .feeds import FeedChecker, available_memory, fmt_bytes
 from .interpreter import make_runner, node_inputs

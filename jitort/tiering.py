@@ -34,11 +34,11 @@ and models that the interpreter cannot run whole are never tiered.
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
 import os
 import pickle
-import re
 import shutil
 import subprocess
 import sys
@@ -53,7 +53,8 @@ import numpy as np
 from . import library, serialize
 from .codegen import module as modmgr
 from .codegen import native
-from .codegen.cpu import aligned_empty
+from .codegen.assembly import driver_kernels
+from .codegen.emitter import aligned_empty
 from .compile_queue import QUEUE, compile_jobs  # noqa: F401  (compile_jobs: this module's API)
 from .errors import JitortError
 from .executor import NotCached
@@ -371,11 +372,10 @@ def _library_warm(parts: list) -> bool:
     the cache's records) is in Numba's cache: then the drivers are typed straight away (typing
     them twice would cost more than what is left to compile)."""
     names = set()
-    for mod, part, _ in parts:
-        src = inspect.getsource(getattr(mod, part).py_func)
-        for alias, k in set(re.findall(r"_nc\((\w+)\.(\w+),", src)):
-            disp = getattr(mod, alias).__dict__.get(k)
-            fwd = library.forward(disp) if disp is not None else None
+    for mod in {id(m): m for m, _, _ in parts}.values():
+        for m, k in driver_kernels(mod):
+            disp = getattr(importlib.import_module(f"jitort.kernels.cpu.{m}"), k)
+            fwd = library.forward(disp)
             fn = (fwd[0] if fwd else disp).py_func
             names.add(f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}")
     if not names:

@@ -96,8 +96,20 @@ def assemble(em: Emitter, seg, shapes, debug: bool, profile: bool) -> Driver:
     if dname not in modmgr._loaded:
         new += 1
     mod = modmgr.load(dname, src)
+    _KERNELS[dname] = tuple(sorted({(c.callee.module, c.callee.name)
+                                    for _, c in em.calls if isinstance(c.callee, Kernel)}))
     return Driver(mod, chunks, chunk_steps, imports, libs, n_sites, views, new,
                   [c for _, c in em.calls])
+
+
+#: driver module name -> the library kernels it calls, (module, function), for the drivers
+#: assembled in this process
+_KERNELS: dict[str, tuple] = {}
+
+
+def driver_kernels(mod) -> tuple:
+    """The library kernels driver module ``mod`` calls (assembled in this process)."""
+    return _KERNELS[mod.__name__.rsplit(".", 1)[-1]]
 
 
 def callee_names(chunk: list) -> list[str]:

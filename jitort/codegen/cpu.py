@@ -26,7 +26,7 @@ from ..ir import Node
 from . import lowerings  # noqa: F401 (each family registers its lowerings on import)
 from .assembly import _node_note, assemble
 from .elementwise import kernel_source, supports_elementwise
-from .emitter import ConstArena, Emitter, aligned_empty  # noqa: F401 (aligned_empty: runtime's)
+from .emitter import ConstArena, Emitter
 from .fusion import Group, collapse_group, concat_placements, fused_steps, group_operands
 from .plan import MAX_RECORDS, Plan, Recording, check_views, layout, promote
 from .registry import LOWER, SUPPORT, Unlowerable  # noqa: F401 (tests patch LOWER)
