@@ -231,8 +231,9 @@ def concat_cache(past, x, xs, out):
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def rotary(x, cos, sin, pos, y, has_pos, interleaved, rot):
-    """ONNX RotaryEmbedding on x (B, S, H, D) (3-D inputs are viewed so; 4-D (B, H, S, D) inputs
-    arrive transposed as strides the caller chose: here x and y are (B, S, H, D) views).
+    """ONNX RotaryEmbedding on x (B, S, H, D): 3-D inputs are viewed so; a 4-D (B, H, S, D)
+    input is passed as (B * H, S, 1, D) rows with positions (B * H, S) made per row, so it
+    is read in place.
 
     cos/sin: (P, rot/2) indexed by pos (B, S) when has_pos, else (B, S, rot/2). The first
     ``rot`` features of each head rotate, the rest pass through."""
