@@ -88,5 +88,7 @@ def gemm_bucket(rows, k, n):
 
 
 def gemm_bucket_py(rows: int, k: int, n: int) -> int:
-    """``gemm_bucket`` in Python."""
-    return gemm_bucket.py_func(rows, k, n)
+    """``gemm_bucket`` in Python, through its helpers' Python functions too (calling the jitted
+    helpers from Python would load or compile them in every process that asks)."""
+    rc, dc = row_class.py_func, dim_class.py_func
+    return (rc(rows) * GEMM_DIM_CLASSES + dc(k)) * GEMM_DIM_CLASSES + dc(n)
