@@ -135,12 +135,6 @@ class View:
         """Element 0 of the view, passed as a scalar."""
         return replace(self, scalar=True)
 
-    @property
-    def rank(self) -> int | None:
-        if self.sizes is None:
-            return None
-        return 1 if self.sizes == FLAT else len(self.sizes)
-
 
 @dataclass(frozen=True)
 class Scalar:
@@ -208,17 +202,6 @@ class Call:
 
     callee: Kernel | Generated | Launch
     args: tuple
-
-    def views(self) -> list[View]:
-        return [a for a in _leaves(self.args) if isinstance(a, View)]
-
-
-def _leaves(args):
-    for a in args:
-        if isinstance(a, tuple):
-            yield from _leaves(a)
-        else:
-            yield a
 
 
 def check_arg(a) -> None:
