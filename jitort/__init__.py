@@ -20,12 +20,14 @@ from .version import __version__  # noqa: E402
 
 if TYPE_CHECKING:
     from .runtime import CompiledModel, compile, compile_count
+    from .session import InferenceSession
 
-__all__ = ["compile", "CompiledModel", "compile_count", "JitortError", "InvalidModel",
-           "InvalidInput", "UnsupportedOp", "ExecutionError", "__version__"]
+__all__ = ["compile", "CompiledModel", "compile_count", "InferenceSession", "JitortError",
+           "InvalidModel", "InvalidInput", "UnsupportedOp", "ExecutionError", "__version__"]
 
 #: public name -> the submodule defining it, imported on first access
-_LAZY = {"compile": "runtime", "CompiledModel": "runtime", "compile_count": "runtime"}
+_LAZY = {"compile": "runtime", "CompiledModel": "runtime", "compile_count": "runtime",
+         "InferenceSession": "session"}
 
 
 def __getattr__(name: str):
