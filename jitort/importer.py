@@ -203,8 +203,11 @@ class GraphBuilder:
         if inputs and inputs[0] is not None and inputs[0].dtype is not None and any(
                 o.dtype is None for o in outputs):
             self._same_type_outputs(p, domain, inputs[0], outputs)
-        return Node(p.op_type, inputs, outputs, attrs, domain, p.name, self._since(p, domain),
+        node = Node(p.op_type, inputs, outputs, attrs, domain, p.name, self._since(p, domain),
                     implicit, proto=p)
+        if domain not in ("", "jitort") and any(o.dtype is None for o in outputs):
+            _domain_dtypes(node)
+        return node
 
     def _same_type_outputs(self, p: onnx.NodeProto, domain: str, x: Value, outputs) -> None:
         """Type the outputs onnx's inference left untyped (GroupNormalization has no inference
@@ -232,6 +235,16 @@ class GraphBuilder:
             return onnx.defs.get_schema(p.op_type, version, domain).since_version
         except Exception:
             return 0
+
+
+def _domain_dtypes(node: Node) -> None:
+    """Type the outputs of an op of another domain (``com.microsoft``) that onnx's inference
+    left untyped, by the dtype function its family registered (:mod:`jitort.shapes`)."""
+    from .shapes.core import output_dtypes
+    dts = output_dtypes(node)
+    for o, dt in zip(node.outputs, dts or ()):
+        if o.dtype is None and dt is not None:
+            o.dtype = np.dtype(dt)
 
 
 def _sorted_nodes(nodes, defined: set[str]) -> list[tuple[int, onnx.NodeProto]]:

@@ -18,6 +18,11 @@ class ShapeError(InvalidInput):
 _REGISTRY: dict[str, ShapeFn] = {}
 #: Shape functions of jitort's own ops (domain "jitort"), by op_type.
 _JITORT_REGISTRY: dict[str, ShapeFn] = {}
+#: Shape functions of other domains' ops (onnxruntime's "com.microsoft"), by (domain, op_type).
+_DOMAIN_REGISTRY: dict[tuple[str, str], ShapeFn] = {}
+#: Output dtype functions ``fn(node) -> list[dtype | None]`` of other domains' ops, whose
+#: outputs onnx's shape inference leaves untyped (it knows no schema of theirs).
+_DOMAIN_DTYPES: dict[tuple[str, str], Callable] = {}
 # op_type -> tuple of value-input indices, or a function node -> tuple
 _VALUE_INPUTS: dict[str, tuple | Callable[[ir.Node], tuple]] = {}
 
@@ -32,21 +37,42 @@ def register(*op_types: str, values: tuple | Callable[[ir.Node], tuple] = (), do
 
     ``values``: the indices of the inputs whose values ``fn`` reads (or a function of the node
     giving them). ``domain="jitort"`` registers one of jitort's own ops, which read no values.
-    An op registers once: the family modules are imported in any order."""
-    registry = _JITORT_REGISTRY if domain == "jitort" else _REGISTRY
-    if domain not in ("", "jitort") or (values and domain):
+    Another domain (``"com.microsoft"``) registers by ``(domain, op_type)`` and reads no
+    values either. An op registers once: the family modules are imported in any order."""
+    if values and domain:
         raise ValueError(f"register: domain {domain!r} with values {values!r}")
+    if domain in ("", "jitort"):
+        registry: dict = _JITORT_REGISTRY if domain == "jitort" else _REGISTRY
+        keys = {op: op for op in op_types}
+    else:
+        registry, keys = _DOMAIN_REGISTRY, {op: (domain, op) for op in op_types}
 
     def deco(fn: ShapeFn) -> ShapeFn:
-        for op in op_types:
-            if op in registry:
+        for op, key in keys.items():
+            if key in registry:
                 raise ValueError(f"{domain + '::' if domain else ''}{op} has a shape function "
-                                 f"already ({registry[op].__module__})")
-            registry[op] = fn
+                                 f"already ({registry[key].__module__})")
+            registry[key] = fn
             if values:
                 _VALUE_INPUTS[op] = values
         return fn
     return deco
+
+
+def register_dtypes(*op_types: str, domain: str):
+    """Decorator registering ``fn(node) -> list[dtype | None]``: the output dtypes of an op of
+    another domain (onnx's inference leaves them untyped), applied by the importer."""
+    def deco(fn):
+        for op in op_types:
+            _DOMAIN_DTYPES[(domain, op)] = fn
+        return fn
+    return deco
+
+
+def output_dtypes(node: ir.Node) -> list | None:
+    """The registered output dtypes of ``node`` (None when its op has no dtype function)."""
+    fn = _DOMAIN_DTYPES.get((node.domain, node.op_type))
+    return None if fn is None else fn(node)
 
 
 # ------------------------------------------------------------------------------------------
@@ -57,7 +83,7 @@ def _lookup(node: ir.Node) -> ShapeFn | None:
     if d == "jitort":
         return _JITORT_REGISTRY.get(node.op_type)
     if d and d != "ai.onnx":
-        return None
+        return _DOMAIN_REGISTRY.get((d, node.op_type))
     return _REGISTRY.get(node.op_type)
 
 
@@ -66,7 +92,7 @@ def has_shape_fn(node: ir.Node) -> bool:
 
 
 def value_inputs(node: ir.Node) -> tuple[int, ...]:
-    if _lookup(node) is None or node.domain == "jitort":  # jitort's ops read no values
+    if _lookup(node) is None or node.domain not in ("", "ai.onnx"):  # only ONNX ops read values
         return ()
     v = _VALUE_INPUTS.get(node.op_type, ())
     return v(node) if callable(v) else v

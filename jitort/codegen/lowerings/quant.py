@@ -206,11 +206,17 @@ def _shifted_weights(em: Emitter, tag: str, w, zw, shape, *args):
     return em.constant(key + ("f32",), lambda: em.memo[key][0]), em.memo[key][1]
 
 
-def _lower_qmm(em: Emitter, n: Node, a, za, b, zb, scales, y, zy) -> None:
+def _lower_qmm(em: Emitter, n: Node, a, za, b, zb, scales, y, zy, into=None) -> None:
+    """``into``: (uint8 A view or None, its zero point view or None, int32 output view)
+    replacing ``a``'s / ``za``'s / ``y``'s (the int32 product of onnxruntime's
+    MatMulIntegerToFloat / DynamicQuantizeMatMul, lowerings/contrib_quant.py)."""
     from jitort.kernels.cpu.qgemm import HAS_VNNI
     a3, b3, y3 = _mm_shapes(em, n, a, b)
     m, nn = a3[1], b3[2]
-    zav = _vec(em, n, za, m, "a zero point", _dt(a))
+    a_in, za_in, y_out = into or (None, None, None)
+    zav = _vec(em, n, za, m, "a zero point", _dt(a)) if za_in is None else za_in
+    a_signed = _dt(a) == np.int8 and a_in is None
+    av = em.shaped(a, a3) if a_in is None else a_in.reshape(em.sizes(a3))
     zbv = _vec(em, n, zb, nn, "b zero point", _dt(b))
     const_b = b.is_const and (zb is None or zb.is_const)
     # constant B, one batch of it, and VNNI: the integer gemm (kernels/cpu/qgemm.py)
@@ -222,7 +228,7 @@ def _lower_qmm(em: Emitter, n: Node, a, za, b, zb, scales, y, zy) -> None:
     sa, sb, sy, zyv, mode, lo, hi = _requant(
         em, n, scales, zy, y, "a scale (per-row a scales are not supported)", "b scale", nn)
     ws = em.temp(_prod(a3) + _prod(b3) + _prod(y3), np.float64)
-    yv = em.write(y)
+    yv = em.write(y) if y_out is None else y_out
     if use_i8:  # B packed once here
         from jitort.kernels.cpu.quant import prepack_b
         pkey = ("qmm_b_i8", id(b.const), None if zb is None else id(zb.const))
@@ -230,10 +236,10 @@ def _lower_qmm(em: Emitter, n: Node, a, za, b, zb, scales, y, zy) -> None:
             bz = np.zeros(1, np.int32) if zb is None else zb.const.reshape(-1)
             em.memo[pkey] = prepack_b(b.const.reshape(tuple(concrete(d) for d in b3)), bz)
         pv, cs, zv = (em.constant(pkey + (i,), lambda i=i: em.memo[pkey][i]) for i in range(3))
-        em.call(_quant.qmatmul_i8, em.shaped(a, a3), zav, _dt(a) == np.int8, pv, cs, zv,
+        em.call(_quant.qmatmul_i8, av, zav, a_signed, pv, cs, zv,
                 yv.reshape(em.sizes(y3)), ws, mode, sa, sb, sy, zyv, lo, hi)
         return
-    em.call(_quant.qmatmul, em.shaped(a, a3), zav, em.shaped(b, b3), zbv, bcv, bmax, const_b,
+    em.call(_quant.qmatmul, av, zav, em.shaped(b, b3), zbv, bcv, bmax, const_b,
             yv.reshape(em.sizes(y3)), ws, mode, sa, sb, sy, zyv, lo, hi)
 
 
