@@ -17,6 +17,7 @@ from ..errors import InvalidModel, JitortError
 from ..ir import Graph
 from .simplify import (eliminate_dead_code, eliminate_identities, eliminate_common_subexpressions,
                        fold_constants, fold_transposes, sum_as_add)
+from .expand import expand_other_domains
 from .layout import convert_to_channels_last
 from .patterns import (fold_conv_affine, fold_conv_batchnorm, fold_pad_into_conv, fuse_epilogues,
                        fuse_matmul_add, subsample_strided_pointwise)
@@ -29,6 +30,7 @@ PassFn = Callable[[Graph], int]
 #: graph is clean (epilogues after MatMul+Add so the activation lands on the MatMulBias), DCE
 #: last to drop what the rewrites left behind.
 DEFAULT_PIPELINE: list[tuple[str, PassFn]] = [
+    ("expand_other_domains", expand_other_domains),  # contrib ops -> ONNX subgraphs (expand.py)
     ("eliminate_identities", eliminate_identities),
     ("sum_as_add", sum_as_add),
     ("fold_transposes", fold_transposes),
