@@ -94,9 +94,9 @@ def used(g: Graph, v: Value | None, consumers) -> bool:
 
 def expand_other_domains(g: Graph) -> int:
     """Replace every node with a registered expansion by the nodes its expansion makes."""
-    if not any(n.domain not in ("", "jitort") for n in g.nodes):
-        return 0
     _load()
+    if not any((n.domain, n.op_type) in EXPANSIONS for n in g.nodes):
+        return 0
     consumers = g.consumers()
     new_nodes: list[Node] = []
     count = 0

@@ -53,9 +53,11 @@ def _skip_layernorm(b: Builder, n: Node):
     return [y, None, None, s]
 
 
+@expansion("", "SimplifiedLayerNormalization")
 @expansion(MS, "SimplifiedLayerNormalization")
 def _simplified_layernorm(b: Builder, n: Node):
-    """RMS norm over the axes from ``axis`` on (onnxruntime's schema; output 1 inv_std_var)."""
+    """RMS norm over the axes from ``axis`` on (output 1 inv_std_var); onnxruntime registers it
+    in the default domain (its own ONNX domain extension), others write com.microsoft."""
     _only_outputs(n, (0,), b)
     return [b.op("RMSNormalization", [n.inputs[0], n.inputs[1]],
                  {"axis": int(n.attrs.get("axis", -1)),

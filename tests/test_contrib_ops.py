@@ -1,0 +1,247 @@
+"""onnxruntime's transformer contrib ops (domain com.microsoft) compiled: each op against
+onnxruntime on small shapes (masks, optional inputs and outputs, the attributes that matter),
+and bert after onnxruntime's own optimizer (``optimize_model(model_type="bert")``), all with
+``strict=True`` (no node left to the interpreter)."""
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import jitort
+from tests.helpers import assert_outputs_close, require_cases
+from tests.models import shared_feeds, shared_path
+
+MS = "com.microsoft"
+F, I32, I64 = TensorProto.FLOAT, TensorProto.INT32, TensorProto.INT64
+NP = {F: np.float32, I32: np.int32, I64: np.int64}
+R = np.random.default_rng(0)
+
+
+def _f(*shape):
+    return R.standard_normal(shape).astype(np.float32)
+
+
+def _model(op, inputs, outputs, attrs=None, inits=None, domain=MS):
+    """One com.microsoft ``op``: ``inputs`` [(name, dtype, array)] (None name: omitted; arrays
+    of ``inits`` names become initializers), ``outputs`` names ('' omitted)."""
+    inits = inits or {}
+    ins = [n or "" for n, _, _ in inputs]
+    node = helper.make_node(op, ins, outputs, domain=domain, **(attrs or {}))
+    graph_in = [helper.make_tensor_value_info(n, t, list(a.shape)) for n, t, a in inputs
+                if n and n not in inits]
+    g = helper.make_graph([node], "g", graph_in,
+                          [helper.make_tensor_value_info(o, F if o != "mask_index" else I32, None)
+                           for o in outputs if o],
+                          [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid(MS, 1)])
+    m.ir_version = 8
+    feeds = {n: a for n, _, a in inputs if n and n not in inits}
+    return m, feeds
+
+
+def _ort(m, feeds):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    return ort.InferenceSession(m.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _case(op, inputs, outputs=("y",), attrs=None, init_names=(), domain=MS):
+    arrays = {n: a for n, _, a in inputs if n}
+    return op, inputs, list(outputs), attrs or {}, {n: arrays[n] for n in init_names}, domain
+
+
+def _norm_cases():
+    x, s, g, be, bi = _f(2, 5, 16), _f(2, 5, 16), _f(16), _f(16), _f(16)
+    return [
+        _case("SkipLayerNormalization", [("x", F, x), ("skip", F, s), ("gamma", F, g),
+                                         ("beta", F, be), ("bias", F, bi)],
+              ("y", "", "", "sum"), {"epsilon": 1e-5}),
+        _case("SkipLayerNormalization", [("x", F, x), ("skip", F, s), ("gamma", F, g)]),
+        _case("SkipSimplifiedLayerNormalization", [("x", F, x), ("skip", F, s), ("gamma", F, g),
+                                                   ("bias", F, bi)], ("y", "", "", "sum"),
+              {"epsilon": 1e-6}),
+        _case("SimplifiedLayerNormalization", [("x", F, x), ("gamma", F, g)], ("y",),
+              {"epsilon": 1e-6, "axis": -1}, domain=""),  # onnxruntime's default-domain op
+    ]
+
+
+def _embed_cases():
+    b, s, h = 2, 6, 16
+    ids = R.integers(0, 30, (b, s)).astype(np.int32)
+    seg = R.integers(0, 2, (b, s)).astype(np.int32)
+    mask = np.ones((b, s), np.int32)
+    mask[1, 4:] = 0
+    w, p, sg, g, be = _f(30, h), _f(10, h), _f(2, h), _f(h), _f(h)
+    full = [("ids", I32, ids), ("seg", I32, seg), ("word", F, w), ("pos", F, p),
+            ("segemb", F, sg), ("gamma", F, g), ("beta", F, be), ("mask", I32, mask)]
+    weights = ("word", "pos", "segemb", "gamma", "beta")
+    bare = [("ids", I32, ids), (None, I32, None), ("word", F, w), ("pos", F, p),
+            (None, F, None), ("gamma", F, g), ("beta", F, be)]
+    return [
+        _case("EmbedLayerNormalization", full, ("y", "mask_index"), {"epsilon": 1e-12}, weights),
+        _case("EmbedLayerNormalization", bare, ("y", "mask_index"), {"epsilon": 1e-5},
+              ("word", "pos", "gamma", "beta")),
+    ]
+
+
+def _attention_cases():
+    b, s, hid, n = 2, 5, 16, 2
+    x, w, bias = _f(b, s, hid), _f(hid, 3 * hid) * 0.3, _f(3 * hid)
+    base = [("x", F, x), ("w", F, w), ("bias", F, bias)]
+    lens = np.array([5, 3], np.int32)
+    raw = np.ones((b, s), np.int32)
+    raw[0, 1] = 0
+    raw[1, 3:] = 0
+    m3 = (R.random((b, s, s)) > 0.3).astype(np.int32)
+    m3[:, :, 0] = 1
+    ends_starts = np.array([5, 4, 1, 0], np.int32)
+    past = _f(2, b, n, 3, hid // n)
+    ab = _f(b, n, s, s)
+    ws = ("w", "bias")
+    a = {"num_heads": n}
+    return [
+        _case("Attention", base, ("y",), a, ws),
+        _case("Attention", base + [("m", I32, lens)], ("y",), a, ws),
+        _case("Attention", base + [("m", I32, ends_starts)], ("y",), a, ws),
+        _case("Attention", base + [("m", I32, raw)], ("y",), {**a, "mask_filter_value": -1e4}, ws),
+        _case("Attention", base + [("m", I32, m3)], ("y",), a, ws),
+        _case("Attention", base + [("m", I32, raw)], ("y",), {**a, "unidirectional": 1}, ws),
+        _case("Attention", base + [("m", I32, np.concatenate([np.ones((b, 3), np.int32), raw], 1)),
+                                   ("past", F, past)], ("y", "present"),
+              {**a, "unidirectional": 1}, ws),
+        _case("Attention", base + [(None, I32, None), (None, F, None), ("ab", F, ab)], ("y",),
+              {**a, "scale": 0.2}, ws),
+    ]
+
+
+def _mha_cases():
+    b, s, l, hid, n = 2, 4, 6, 16, 4
+    q, k, v, bias = _f(b, s, hid), _f(b, l, hid), _f(b, l, hid), _f(3 * hid)
+    kpm = np.ones((b, l), np.int32)
+    kpm[1, 4:] = 0
+    pk, pv = _f(b, n, 2, hid // n), _f(b, n, 2, hid // n)
+    kpm_t = np.ones((b, s + 2), np.int32)
+    kpm_t[0, 0] = 0
+    qs = [("q", F, q), ("k", F, k), ("v", F, v)]
+    return [
+        _case("MultiHeadAttention", qs + [("bias", F, bias), ("kpm", I32, kpm)], ("y",),
+              {"num_heads": n}),
+        _case("MultiHeadAttention", [("q", F, q), ("k", F, _f(b, s, hid)), ("v", F, _f(b, s, hid)),
+                                     (None, F, None), ("kpm", I32, kpm_t), (None, F, None),
+                                     ("pk", F, pk), ("pv", F, pv)], ("y", "pk_out", "pv_out"),
+              {"num_heads": n, "unidirectional": 1}),
+    ]
+
+
+def _gqa_case(rotary: bool, interleaved: int = 0):
+    """onnxruntime's CPU kernel takes a past with several new tokens at batch 1 only, and a
+    rotary head size that is a multiple of 16: a decode step (S = 1) at batch 2 without
+    rotary, a chunk of 3 tokens at batch 1 with it."""
+    b, s, n, kvn, hd, p = (1, 3, 4, 2, 16, 4) if rotary else (2, 1, 4, 2, 8, 4)
+    q, k, v = _f(b, s, n * hd), _f(b, s, kvn * hd), _f(b, s, kvn * hd)
+    pk, pv = _f(b, kvn, p, hd), _f(b, kvn, p, hd)
+    seqlens = np.full((b,), p + s - 1, np.int32)
+    total = np.array(p + s, np.int32)
+    ins = [("q", F, q), ("k", F, k), ("v", F, v), ("pk", F, pk), ("pv", F, pv),
+           ("seqlens", I32, seqlens), ("total", I32, total)]
+    attrs = {"num_heads": n, "kv_num_heads": kvn}
+    if rotary:
+        ang = np.arange(16)[:, None] * (1.0 / 10000 ** (np.arange(hd // 2) / (hd // 2)))[None]
+        ins += [("cos", F, np.cos(ang).astype(np.float32)), ("sin", F, np.sin(ang).astype(np.float32))]
+        attrs.update(do_rotary=1, rotary_interleaved=interleaved)
+    return _case("GroupQueryAttention", ins, ("y", "pk_out", "pv_out"), attrs)
+
+
+def _rotary_cases():
+    b, s, n, hd = 2, 5, 2, 8
+    ang = np.arange(12)[:, None] * (1.0 / 10000 ** (np.arange(hd // 2) / (hd // 2)))[None]
+    cos, sin = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+    pos = R.integers(0, 7, (b, s)).astype(np.int64)
+    caches = [("cos", F, cos), ("sin", F, sin)]
+    return [
+        _case("RotaryEmbedding", [("x", F, _f(b, s, n * hd)), ("pos", I64, pos)] + caches,
+              ("y",), {"num_heads": n, "interleaved": il}) for il in (0, 1)
+    ] + [
+        _case("RotaryEmbedding", [("x", F, _f(b, n, s, hd)), ("pos", I64, pos)] + caches,
+              ("y",), {"interleaved": 1}),
+        _case("RotaryEmbedding", [("x", F, _f(b, s, n * hd)),
+                                  ("pos", I64, np.array([3], np.int64))] + caches, ("y",),
+              {"num_heads": n}),
+    ]
+
+
+def _activation_cases():
+    x, bias = _f(2, 3, 8), _f(8)
+    a, bm = _f(2, 3, 4), _f(5, 4)
+    return [
+        _case("BiasGelu", [("x", F, x), ("bias", F, bias)], init_names=("bias",)),
+        _case("FastGelu", [("x", F, x), ("bias", F, bias)]),
+        _case("FastGelu", [("x", F, x)]),
+        _case("Gelu", [("x", F, x)]),
+        _case("QuickGelu", [("x", F, x)], attrs={"alpha": 1.5}),
+        _case("FusedMatMul", [("a", F, a), ("b", F, bm)], attrs={"transB": 1, "alpha": 0.5},
+              init_names=("b",)),
+        _case("FusedMatMul", [("a", F, _f(2, 4, 3)), ("b", F, _f(4, 5))],
+              attrs={"transA": 1}),
+    ]
+
+
+CASES = require_cases(_norm_cases() + _embed_cases() + _attention_cases() + _mha_cases()
+                      + [_gqa_case(False), _gqa_case(True), _gqa_case(True, 1)]
+                      + _rotary_cases() + _activation_cases(), 30, "this module's case lists")
+
+
+def _case_id(c):
+    return f"{c[0]}-" + "-".join(f"{k}={v}" for k, v in sorted(c[3].items()) if k != "num_heads")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{i}-{_case_id(c)}" for i, c in enumerate(CASES)])
+def test_contrib_op_matches_onnxruntime(case):
+    op, inputs, outputs, attrs, inits, domain = case
+    m, feeds = _model(op, inputs, outputs, attrs, inits, domain)
+    want = _ort(m, feeds)
+    cm = jitort.compile(m, strict=True)
+    got = cm.run(None, feeds)
+    assert_outputs_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_bias_add():
+    """BiasAdd has no CPU kernel in onnxruntime (CUDA only): against its documented sum."""
+    x, bias, skip = _f(2, 3, 8), _f(8), _f(2, 3, 8)
+    m, feeds = _model("BiasAdd", [("x", F, x), ("bias", F, bias), ("skip", F, skip)], ["y"])
+    got = jitort.compile(m, strict=True).run(None, feeds)
+    assert_outputs_close(got, [x + bias + skip], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("op,attrs", [("FusedMatMul", {"transBatchA": 1}),
+                                      ("NotAContribOp", {})])
+def test_uncovered_contrib_op_is_named(op, attrs):
+    m, _ = _model(op, [("a", F, _f(2, 3, 4)), ("b", F, _f(2, 3, 4))], ["y"], attrs)
+    with pytest.raises(jitort.UnsupportedOp, match=op):
+        jitort.compile(m, strict=True)
+
+
+def _optimized(name: str, model_type: str, heads: int, hidden: int, tmp_path):
+    path = shared_path(name)
+    if not path.exists():
+        pytest.skip(f"{path} is absent (the shared model corpus)")
+    from onnxruntime.transformers.optimizer import optimize_model
+    # opt_level=0: the Python fusions only (the onnxruntime pre-pass of levels >= 1 needs torch)
+    opt = optimize_model(str(path), model_type=model_type, num_heads=heads, hidden_size=hidden,
+                         opt_level=0)
+    out = tmp_path / f"{name}_opt.onnx"
+    opt.save_model_to_file(str(out))
+    return out
+
+
+def test_bert_optimized_by_onnxruntime(tmp_path):
+    out = _optimized("bert", "bert", 4, 256, tmp_path)
+    ops = {n.op_type for n in onnx.load(str(out)).graph.node if n.domain == MS}
+    assert {"EmbedLayerNormalization", "Attention", "SkipLayerNormalization", "BiasGelu"} <= ops
+    feeds = shared_feeds("bert", batch=2, seq=16)
+    cm = jitort.compile(str(out), strict=True)
+    assert_outputs_close(cm.run(None, feeds), _ort(onnx.load(str(out)), feeds), rtol=1e-3,
+                         atol=1e-4)
