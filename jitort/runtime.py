@@ -13,7 +13,7 @@ import sys
 from collections import Counter
 from typing import Any, Sequence
 
-from . import devices, serialize, tiering, tuning
+from . import devices, serialize, tiering, tuning, zipmap
 from .codegen import module as modmgr
 from .codegen.cpu import CpuBackend
 from .errors import ExecutionError, InvalidInput, JitortError, UnsupportedOp
@@ -83,6 +83,8 @@ class CompiledModel(Executor):
         self.graph = import_model(model, base_dir)
         self.input_names = [v.name for v in self.graph.inputs]
         self.output_names = [v.name for v in self.graph.outputs]
+        #: ZipMap outputs, built as lists of dicts after each call (jitort/zipmap.py)
+        self._zipmaps = zipmap.split(self.graph)
         self.inputs = [InputInfo(v.name, v.dtype, v.shape if v.shape is not None else ())
                        for v in self.graph.inputs]
         self.original_node_count = len(self.graph.nodes)
@@ -176,9 +178,13 @@ class CompiledModel(Executor):
                 "or leave the parallel regions to jitort's worker pool (unset "
                 "JITORT_THREAD_POOL=0)")
         t = self._tier0  # read once: the whole call runs on one tier
-        if t is not None:
-            return t.call(feeds, output_names)
-        return self._execute_compiled(feeds, output_names)
+        out = t.call(feeds, output_names) if t is not None else self._execute_compiled(
+            feeds, output_names)
+        if self._zipmaps:
+            wanted = (range(len(self.output_names)) if output_names is None
+                      else [self.output_names.index(o) for o in output_names])
+            out = zipmap.wrap(out, list(wanted), self._zipmaps)
+        return out
 
     def end_profiling(self, path=None) -> str:
         """Write the profile (a Chrome trace JSON, as onnxruntime's) and return its path.

@@ -1,0 +1,368 @@
+"""CPU lowerings: the ai.onnx.ml domain (tree ensembles, linear models, Scaler, ...).
+
+Kernels: ``jitort.kernels.cpu.trees`` (tree ensembles) and ``jitort.kernels.cpu.ml`` (the
+rest). A tree ensemble's attributes are flattened once at compile time (:func:`flatten_v3`,
+:func:`flatten_v5`; derived constants of the segment) into node arrays the kernels walk
+branch-free (see the kernel module), then finalized with onnxruntime's aggregation, base
+values, binary-class rules and post transforms. String labels and string inputs are left to
+the interpreter (Numba cannot type them).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ...ir import Node
+from ..calls import KernelModule
+from ..registry import Unlowerable, lowering
+from .common import _F
+
+if TYPE_CHECKING:
+    from ..emitter import Emitter
+
+_trees = KernelModule("trees")
+_ml = KernelModule("ml")
+_ML = "ai.onnx.ml"
+
+_MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4,
+          "BRANCH_NEQ": 5, "LEAF": -1}
+_AGG = {"SUM": 0, "AVERAGE": 1, "MIN": 2, "MAX": 3}
+_AGG_V5 = {0: 1, 1: 0, 2: 2, 3: 3}  # v5's codes (AVERAGE 0, SUM 1, MIN 2, MAX 3) -> ours
+_POST = {"NONE": 0, "SOFTMAX": 1, "LOGISTIC": 2, "SOFTMAX_ZERO": 3, "PROBIT": 4}
+#: below this many rows the trees walk in lockstep per row (trees-major), from it rows-major
+TREES_MAJOR_BELOW = 8
+
+
+def _s(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _floats(n: Node) -> bool:
+    x = n.inputs[0]
+    return x.dtype is not None and np.dtype(x.dtype) in _F and all(
+        o is not None and o.dtype is not None for o in n.outputs)
+
+
+def _attr_values(at: dict, name: str):
+    """An ai.onnx.ml float list attribute or its ``*_as_tensor`` form (v3)."""
+    t = at.get(name + "_as_tensor")
+    if t is not None:
+        return np.asarray(t, np.float64).reshape(-1)
+    return np.asarray(at.get(name, []), np.float64)
+
+
+class Flat:
+    """A flattened ensemble: node arrays (leaves loop on themselves), roots and depth per
+    tree, leaf weights in CSR form (``lstart`` per node), MEMBER sets in CSR (``mstart``)."""
+
+    def __init__(self, feat, thr, tch, fch, mode, miss, roots, lstart, ltarget, lweight,
+                 mstart=None, members=None):
+        nn = len(feat)
+        self.feat = np.asarray(feat, np.int64).astype(np.int32)
+        self.thr = np.asarray(thr, np.float64)
+        self.tch, self.fch = np.asarray(tch, np.int32), np.asarray(fch, np.int32)
+        self.mode = np.asarray(mode, np.int8)
+        self.miss = np.asarray(miss, np.uint8)
+        self.roots = np.asarray(roots, np.int32)
+        self.lstart, self.ltarget = np.asarray(lstart, np.int32), np.asarray(ltarget, np.int32)
+        self.lweight = np.asarray(lweight, np.float64)
+        self.mstart = np.zeros(nn + 1, np.int32) if mstart is None else np.asarray(mstart, np.int32)
+        self.members = np.zeros(1, np.float64) if members is None else np.asarray(members, np.float64)
+        self.depth = self._depths()
+        self.simple = bool(np.all(self.mode == 0) and not self.miss.any())
+
+    def _depths(self) -> np.ndarray:
+        depth = np.zeros(len(self.roots), np.int32)
+        for t, root in enumerate(self.roots):
+            level, d, seen = [int(root)], 0, 0
+            while level:
+                nxt = [c for i in level for c in (self.tch[i], self.fch[i]) if c != i]
+                seen += len(level)
+                if nxt:
+                    d += 1
+                if seen > len(self.feat) * 2:
+                    raise ValueError("tree ensemble: a tree has a cycle")
+                level = nxt
+            depth[t] = d
+        return depth
+
+
+def _csr(per_node: list, nn: int):
+    lstart = np.zeros(nn + 1, np.int64)
+    for i in range(nn):
+        lstart[i + 1] = lstart[i] + len(per_node[i])
+    tg = [t for lst in per_node for t, _ in lst]
+    w = [x for lst in per_node for _, x in lst]
+    return lstart, tg, w
+
+
+def flatten_v3(n: Node, prefix: str) -> Flat:
+    """TreeEnsembleClassifier / Regressor (ai.onnx.ml 1-3) attributes -> :class:`Flat`.
+    ``prefix``: ``class`` or ``target`` (the leaf-weight attributes)."""
+    at = n.attrs
+    tids = list(at.get("nodes_treeids", []))
+    nids = list(at.get("nodes_nodeids", []))
+    nn = len(tids)
+    key = {(t, i): k for k, (t, i) in enumerate(zip(tids, nids))}
+    if len(key) != nn or nn == 0:
+        raise Unlowerable(n, "tree node ids are empty or repeated")
+    modes = [_MODES.get(_s(m)) for m in at.get("nodes_modes", [])]
+    if len(modes) != nn or None in modes:
+        raise Unlowerable(n, "unknown or missing nodes_modes")
+    feats = list(at.get("nodes_featureids", [0] * nn))
+    thr = _attr_values(at, "nodes_values")
+    miss = list(at.get("nodes_missing_value_tracks_true", [])) or [0] * nn
+    tch, fch = np.arange(nn), np.arange(nn)
+    trues, falses = at.get("nodes_truenodeids", []), at.get("nodes_falsenodeids", [])
+    for k in range(nn):
+        if modes[k] >= 0:
+            try:
+                tch[k], fch[k] = key[(tids[k], trues[k])], key[(tids[k], falses[k])]
+            except (KeyError, IndexError):
+                raise Unlowerable(n, f"node {k} points at a missing child") from None
+    leaves = [[] for _ in range(nn)]
+    for t, i, c, w in zip(at.get(prefix + "_treeids", []), at.get(prefix + "_nodeids", []),
+                          at.get(prefix + "_ids", []), _attr_values(at, prefix + "_weights")):
+        if (t, i) not in key:
+            raise Unlowerable(n, f"leaf weight for a missing node ({t}, {i})")
+        leaves[key[(t, i)]].append((c, w))
+    children = set(tch[np.array(modes) >= 0]) | set(fch[np.array(modes) >= 0])
+    roots, seen = [], set()
+    for k, t in enumerate(tids):
+        if t not in seen and k not in children:
+            seen.add(t)
+            roots.append(k)
+    lstart, tg, w = _csr(leaves, nn)
+    mode = [max(m, 0) for m in modes]
+    thr = thr if len(thr) == nn else np.zeros(nn)
+    feats = [f if m >= 0 else 0 for f, m in zip(feats, modes)]
+    return Flat(feats, thr, tch, fch, mode, miss, roots, lstart, tg, w)
+
+
+def flatten_v5(n: Node) -> Flat:
+    """TreeEnsemble (ai.onnx.ml 5) attributes -> :class:`Flat` (leaves become nodes after the
+    interior nodes)."""
+    at = n.attrs
+    feats = list(at["nodes_featureids"])
+    ni = len(feats)
+    thr = _attr_values(at, "nodes_splits")
+    mode = np.asarray(at.get("nodes_modes", np.zeros(ni)), np.int64).reshape(-1)
+    miss = list(at.get("nodes_missing_value_tracks_true", [])) or [0] * ni
+    lt = list(at["leaf_targetids"])
+    lw = _attr_values(at, "leaf_weights")
+    nl = len(lt)
+    if len(thr) != ni or len(mode) != ni or np.any((mode < 0) | (mode > 6)):
+        raise Unlowerable(n, "nodes_splits / nodes_modes do not match the nodes")
+
+    def child(ids, leafs):
+        return [int(c) + (ni if lf else 0) for c, lf in zip(ids, leafs)]
+    tch = child(at["nodes_truenodeids"], at["nodes_trueleafs"]) + list(range(ni, ni + nl))
+    fch = child(at["nodes_falsenodeids"], at["nodes_falseleafs"]) + list(range(ni, ni + nl))
+    mem = _attr_values(at, "membership_values")
+    mstart = np.zeros(ni + nl + 1, np.int64)
+    members: list = []
+    sets = np.split(mem, np.flatnonzero(np.isnan(mem))) if len(mem) else []
+    sets = [s[~np.isnan(s)] for s in sets]
+    k = 0
+    for i in range(ni):
+        if mode[i] == 6:
+            if k >= len(sets):
+                raise Unlowerable(n, "fewer membership sets than MEMBER nodes")
+            members.extend(sets[k])
+            k += 1
+        mstart[i + 1] = len(members)
+    mstart[ni + 1:] = len(members)
+    leaves = [[] for _ in range(ni)] + [[(t, w)] for t, w in zip(lt, lw)]
+    lstart, tg, w = _csr(leaves, ni + nl)
+    roots = [int(r) for r in at["tree_roots"]]
+    return Flat(feats + [0] * nl, np.concatenate([thr, np.zeros(nl)]), tch, fch,
+                list(mode) + [0] * nl, miss + [0] * nl, roots, lstart, tg, w, mstart,
+                members or [0.0])
+
+
+def _flat(em, n: Node, make) -> Flat:
+    """The node's flattened ensemble, made once per segment (the memo outlives re-lowerings)."""
+    key = ("ml.flat", id(n))
+    if key not in em.memo:
+        em.memo[key] = make()
+    return em.memo[key]
+
+
+def _walk(em: Emitter, n: Node, flat: Flat, agg: int, ntargets: int):
+    """Emit the walk; returns the (rows, targets) accumulator and has-score views."""
+    x = n.inputs[0]
+    xs = em.shape(x)
+    rows = 1 if len(xs) == 1 else xs[0]
+    feats = xs[-1]
+    if len(flat.feat) and int(flat.feat.max()) >= feats:
+        raise Unlowerable(n, f"a node reads feature {int(flat.feat.max())} of {feats}")
+    if len(flat.ltarget) and (flat.ltarget.min() < 0 or flat.ltarget.max() >= ntargets):
+        raise Unlowerable(n, "a leaf weight names a target out of range")
+    dt = np.dtype(x.dtype)
+    c = em.constant
+    k = ("ml.trees", id(n))
+    arrs = [c(k + ("feat",), lambda: flat.feat), c(k + ("thr",), lambda: flat.thr.astype(dt)),
+            c(k + ("tch",), lambda: flat.tch), c(k + ("fch",), lambda: flat.fch),
+            c(k + ("mode",), lambda: flat.mode), c(k + ("miss",), lambda: flat.miss),
+            c(k + ("mstart",), lambda: flat.mstart),
+            c(k + ("members",), lambda: flat.members.astype(dt)),
+            c(k + ("roots",), lambda: flat.roots), c(k + ("depth",), lambda: flat.depth),
+            c(k + ("lstart",), lambda: flat.lstart), c(k + ("ltarget",), lambda: flat.ltarget),
+            c(k + ("lweight",), lambda: flat.lweight.astype(dt))]
+    acc = em.temp(rows * ntargets, np.float64).reshape(em.sizes((rows, ntargets)))
+    has = em.temp(rows * ntargets, np.uint8).reshape(em.sizes((rows, ntargets)))
+    par = em.split("trees", n, rows * len(flat.roots), 1 << 14, rows)
+    em.call(_trees.walk, em.shaped(x, (rows, feats)), *arrs, em.size(agg),
+            em.size(int(flat.simple)), acc, has, em.size(TREES_MAJOR_BELOW), em.size(int(par)))
+    return acc, has, rows
+
+
+def _base(em, n: Node) -> object:
+    b = _attr_values(n.attrs, "base_values")
+    return em.constant(("ml.base", id(n)), lambda: b if len(b) else np.zeros(0))
+
+
+@lowering("TreeEnsembleRegressor", domain=_ML, supports=_floats)
+def lower_tree_regressor(em: Emitter, n: Node) -> None:
+    at = n.attrs
+    nt = int(at.get("n_targets", 1))
+    agg = _AGG.get(_s(at.get("aggregate_function", "SUM")))
+    post = _POST.get(_s(at.get("post_transform", "NONE")))
+    if agg is None or post is None:
+        raise Unlowerable(n, "unknown aggregate_function or post_transform")
+    flat = _flat(em, n, lambda: flatten_v3(n, "target"))
+    acc, has, rows = _walk(em, n, flat, agg, nt)
+    y = em.write(n.outputs[0]).reshape(em.sizes((rows, nt)))
+    em.call(_trees.finish_regressor, acc, has, _base(em, n), em.size(agg), em.size(post),
+            em.size(len(flat.roots)), y)
+
+
+@lowering("TreeEnsemble", domain=_ML, supports=_floats)
+def lower_tree_ensemble(em: Emitter, n: Node) -> None:
+    at = n.attrs
+    nt = int(at.get("n_targets", 1))
+    agg = _AGG_V5.get(int(at.get("aggregate_function", 1)))
+    post = int(at.get("post_transform", 0))
+    if agg is None or not 0 <= post <= 4:
+        raise Unlowerable(n, "unknown aggregate_function or post_transform")
+    flat = _flat(em, n, lambda: flatten_v5(n))
+    acc, has, rows = _walk(em, n, flat, agg, nt)
+    y = em.write(n.outputs[0]).reshape(em.sizes((rows, nt)))
+    em.call(_trees.finish_regressor, acc, has, em.constant(("ml.base0",), lambda: np.zeros(0)),
+            em.size(agg), em.size(post), em.size(len(flat.roots)), y)
+
+
+def _int_labels(n: Node) -> bool:
+    return _floats(n) and bool(n.attrs.get("classlabels_int64s")) and len(
+        n.attrs["classlabels_int64s"]) >= 2
+
+
+@lowering("TreeEnsembleClassifier", domain=_ML, supports=_int_labels)
+def lower_tree_classifier(em: Emitter, n: Node) -> None:
+    at = n.attrs
+    labels = np.asarray(at["classlabels_int64s"], np.int64)
+    nc = len(labels)
+    post = _POST.get(_s(at.get("post_transform", "NONE")))
+    if post is None:
+        raise Unlowerable(n, "unknown post_transform")
+    flat = _flat(em, n, lambda: flatten_v3(n, "class"))
+    acc, has, rows = _walk(em, n, flat, 0, nc)
+    binary = nc == 2 and len(set(flat.ltarget.tolist())) == 1
+    allpos = bool(np.all(flat.lweight >= 0))
+    y = em.write(n.outputs[0]).reshape(em.sizes((rows,)))
+    z = em.write(n.outputs[1]).reshape(em.sizes((rows, nc)))
+    em.call(_trees.finish_classifier, acc, has, _base(em, n), em.size(post),
+            em.constant(("ml.labels", id(n)), lambda: labels), em.size(int(binary)),
+            em.size(int(allpos)), z, y)
+
+
+def _rows2d(em, n: Node):
+    xs = em.shape(n.inputs[0])
+    rows, f = (1, xs[0]) if len(xs) == 1 else (xs[0], xs[-1])
+    if len(xs) > 2:
+        raise Unlowerable(n, "input must be 1-D or 2-D")
+    return em.shaped(n.inputs[0], (rows, f)), rows, f
+
+
+def _coefs(em, n: Node, f: int):
+    w = np.asarray(n.attrs.get("coefficients", []), np.float64)
+    b = np.asarray(n.attrs.get("intercepts", []), np.float64)
+    if f == 0 or len(w) % f or len(w) == 0:
+        raise Unlowerable(n, f"{len(w)} coefficients for {f} features")
+    nt = len(w) // f
+    b = b if len(b) == nt else np.zeros(nt)
+    return (em.constant(("ml.w", id(n)), lambda: w.reshape(nt, f)),
+            em.constant(("ml.b", id(n)), lambda: b), nt)
+
+
+def _numeric_in(n: Node) -> bool:
+    x = n.inputs[0]
+    return x.dtype is not None and np.dtype(x.dtype).kind in "fi" and all(
+        o is not None and o.dtype is not None for o in n.outputs)
+
+
+@lowering("LinearRegressor", domain=_ML, supports=_numeric_in)
+def lower_linear_regressor(em: Emitter, n: Node) -> None:
+    x, rows, f = _rows2d(em, n)
+    w, b, nt = _coefs(em, n, f)
+    post = _POST.get(_s(n.attrs.get("post_transform", "NONE")))
+    if post is None or nt != int(n.attrs.get("targets", 1)):
+        raise Unlowerable(n, "post_transform or targets")
+    em.call(_ml.linear, x, w, b, em.size(post if nt > 1 or post == 4 else 0),
+            em.write(n.outputs[0]).reshape(em.sizes((rows, nt))))
+
+
+@lowering("LinearClassifier", domain=_ML, supports=lambda n: _numeric_in(n) and bool(
+    n.attrs.get("classlabels_ints")))
+def lower_linear_classifier(em: Emitter, n: Node) -> None:
+    x, rows, f = _rows2d(em, n)
+    w, b, nt = _coefs(em, n, f)
+    labels = np.asarray(n.attrs["classlabels_ints"], np.int64)
+    post = _POST.get(_s(n.attrs.get("post_transform", "NONE")))
+    if post is None or nt < 2 or nt != len(labels):
+        raise Unlowerable(n, "one coefficient row (binary scores) or labels != rows")
+    em.call(_ml.linear_classifier, x, w, b, em.size(post),
+            em.constant(("ml.labels", id(n)), lambda: labels),
+            em.write(n.outputs[1]).reshape(em.sizes((rows, nt))),
+            em.write(n.outputs[0]).reshape(em.sizes((rows,))))
+
+
+@lowering("Scaler", domain=_ML, supports=_numeric_in)
+def lower_scaler(em: Emitter, n: Node) -> None:
+    x, rows, f = _rows2d(em, n)
+    off = np.asarray(n.attrs.get("offset", [0.0]), np.float64)
+    sc = np.asarray(n.attrs.get("scale", [1.0]), np.float64)
+    if len(off) not in (1, f) or len(sc) not in (1, f):
+        raise Unlowerable(n, "offset / scale length is neither 1 nor the feature count")
+    em.call(_ml.scaler, x, em.constant(("ml.off", id(n)), lambda: off),
+            em.constant(("ml.scale", id(n)), lambda: sc),
+            em.write(n.outputs[0]).reshape(em.sizes((rows, f))))
+
+
+_NORMS = {"MAX": 0, "L1": 1, "L2": 2}
+
+
+@lowering("Normalizer", domain=_ML, supports=_numeric_in)
+def lower_normalizer(em: Emitter, n: Node) -> None:
+    x, rows, f = _rows2d(em, n)
+    norm = _NORMS.get(_s(n.attrs.get("norm", "MAX")))
+    if norm is None:
+        raise Unlowerable(n, "unknown norm")
+    em.call(_ml.normalizer, x, em.size(norm), em.write(n.outputs[0]).reshape(em.sizes((rows, f))))
+
+
+@lowering("ArrayFeatureExtractor", domain=_ML, supports=lambda n: _numeric_in(n) and (
+    n.inputs[1] is not None and n.inputs[1].is_const))
+def lower_array_feature_extractor(em: Emitter, n: Node) -> None:
+    xs = em.shape(n.inputs[0])
+    idx = np.asarray(n.inputs[1].const, np.int64).reshape(-1)
+    f = xs[-1]
+    if len(idx) and (idx.min() < 0 or idx.max() >= f):
+        raise Unlowerable(n, f"indices {idx.tolist()} out of range for {f} features")
+    rows = 1
+    for d in xs[:-1]:
+        rows = rows * d
+    em.call(_ml.take_columns, em.shaped(n.inputs[0], (rows, f)),
+            em.constant(("ml.idx", id(n)), lambda: idx),
+            em.write(n.outputs[0]).reshape(em.sizes((rows, len(idx)))))

@@ -1,0 +1,88 @@
+"""Shape functions: the ai.onnx.ml domain (scikit-learn converters' ops)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .core import _fail, register, register_dtypes
+
+_ML = "ai.onnx.ml"
+
+
+def _rows(node, shapes) -> int:
+    x = shapes[0]
+    if len(x) not in (1, 2):
+        raise _fail(node, "input must be 1-D or 2-D", shapes)
+    return 1 if len(x) == 1 else x[0]
+
+
+def _nclasses(node) -> int:
+    at = node.attrs
+    return len(at.get("classlabels_int64s") or at.get("classlabels_ints")
+               or at.get("classlabels_strings") or [])
+
+
+@register("TreeEnsembleClassifier", domain=_ML)
+def _tree_classifier(node, shapes, values):
+    n = _rows(node, shapes)
+    return [(n,), (n, _nclasses(node))]
+
+
+@register("TreeEnsembleRegressor", "TreeEnsemble", domain=_ML)
+def _tree_regressor(node, shapes, values):
+    return [(_rows(node, shapes), int(node.attrs.get("n_targets", 1)))]
+
+
+@register("LinearClassifier", domain=_ML)
+def _linear_classifier(node, shapes, values):
+    n = _rows(node, shapes)
+    nc = _nclasses(node)
+    ncoef = len(node.attrs.get("coefficients", []))
+    feats = shapes[0][-1]
+    classes = ncoef // feats if feats else nc
+    return [(n,), (n, max(classes, nc) if nc == 2 and classes == 1 else classes)]
+
+
+@register("LinearRegressor", domain=_ML)
+def _linear_regressor(node, shapes, values):
+    return [(_rows(node, shapes), int(node.attrs.get("targets", 1)))]
+
+
+@register("Scaler", "Normalizer", "Binarizer", "Imputer", domain=_ML)
+def _same(node, shapes, values):
+    x = shapes[0]
+    if node.op_type == "Normalizer" and len(x) not in (1, 2):
+        raise _fail(node, "input must be 1-D or 2-D", shapes)
+    return [tuple(x)]
+
+
+
+def _xdt(in_dtypes):
+    x = in_dtypes[0] if in_dtypes else None
+    return x if x is not None and np.dtype(x).kind == "f" else np.dtype(np.float32)
+
+
+# onnx's inference leaves some of these outputs untyped; only those take these dtypes (a
+# string-labelled classifier's label output is typed by onnx already)
+@register_dtypes("TreeEnsembleClassifier", "LinearClassifier", domain=_ML)
+def _classifier_dtypes(in_dtypes):
+    return [np.dtype(np.int64), _xdt(in_dtypes)]
+
+
+@register_dtypes("TreeEnsembleRegressor", "TreeEnsemble", domain=_ML)
+def _regressor_dtypes(in_dtypes):
+    return [_xdt(in_dtypes)]
+
+
+@register_dtypes("LinearRegressor", "Scaler", "Normalizer", domain=_ML)
+def _float_dtypes(in_dtypes):
+    return [np.dtype(np.float32)]
+
+
+@register("ArrayFeatureExtractor", domain=_ML)
+def _array_feature_extractor(node, shapes, values):
+    idx = node.inputs[1]
+    if idx is None or not idx.is_const:
+        raise NotImplementedError(f"{node.label}: indices are not a constant")
+    x = shapes[0]
+    k = int(np.asarray(idx.const).size)
+    return [(1, k) if len(x) == 1 else tuple(x[:-1]) + (k,)]

@@ -1,0 +1,311 @@
+"""Tree-ensemble kernels (ai.onnx.ml TreeEnsembleClassifier / Regressor, TreeEnsemble v5).
+
+An ensemble arrives flattened (``jitort.codegen.lowerings.ml.flatten_*``): one node array over
+all trees, each node with a feature, a threshold, a true and a false child (global indices),
+and a leaf's children point at itself, so a walk of ``depth[t]`` steps from ``roots[t]`` ends
+on tree t's leaf whatever the path. The walk is branch-free and its steps are independent
+across rows (or trees), so the inner loop keeps many loads in flight instead of chasing one
+pointer at a time:
+
+* rows-major (``walk_rows``): per block of rows, per tree, per depth step, over the block's
+  rows -- the tree's nodes stay in cache across the block;
+* trees-major (``walk_trees``): per row, per depth step, over all trees (lockstep up to the
+  deepest tree) -- for a handful of rows, where a row block would be too short to overlap.
+
+Leaves add their weights into ``acc`` (rows, targets) of the threshold dtype, tree by tree in
+order, as onnxruntime's single-threaded evaluation; ``has`` marks targets some leaf scored
+(onnxruntime's ``has_score``, which the classifier's finalization reads).
+
+Comparison modes (``mode``): 0 BRANCH_LEQ, 1 LT, 2 GTE, 3 GT, 4 EQ, 5 NEQ, 6 MEMBER (v5: the
+value is in the node's set ``members[mstart[i]:mstart[i + 1]]``); ``miss[i]`` sends NaN to the
+true child. ``simple`` (every node LEQ, no missing tracking) takes the plain comparison.
+"""
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+_ROW_BLOCK = 128
+
+
+@njit(cache=True, inline='always')
+def _go_true(v, t, m, ms, i, mstart, members):
+    if ms != 0 and v != v:
+        return True
+    if m == 0:
+        return v <= t
+    if m == 1:
+        return v < t
+    if m == 2:
+        return v >= t
+    if m == 3:
+        return v > t
+    if m == 4:
+        return v == t
+    if m == 5:
+        return v != t
+    for k in range(mstart[i], mstart[i + 1]):
+        if members[k] == v:
+            return True
+    return False
+
+
+@njit(cache=True, inline='always')
+def _add_leaf(acc, has, r, leaf, lstart, ltarget, lweight, agg):
+    for k in range(lstart[leaf], lstart[leaf + 1]):
+        j = ltarget[k]
+        w = lweight[k]
+        if agg <= 1 or has[r, j] == 0:  # 0 SUM, 1 AVERAGE: add; 2 MIN, 3 MAX: first score
+            acc[r, j] = acc[r, j] + w if agg <= 1 else w
+        elif agg == 2:
+            if w < acc[r, j]:
+                acc[r, j] = w
+        elif w > acc[r, j]:
+            acc[r, j] = w
+        has[r, j] = 1
+
+
+@njit(cache=True, error_model='numpy')
+def _rows_block(x, r0, r1, feat, thr, tch, fch, mode, miss, mstart, members, roots, depth,
+                lstart, ltarget, lweight, agg, simple, acc, has, idx):
+    nb = r1 - r0
+    for t in range(roots.shape[0]):
+        root = roots[t]
+        for r in range(nb):
+            idx[r] = root
+        if simple:
+            for _ in range(depth[t]):
+                for r in range(nb):
+                    nd = idx[r]
+                    idx[r] = tch[nd] if x[r0 + r, feat[nd]] <= thr[nd] else fch[nd]
+        else:
+            for _ in range(depth[t]):
+                for r in range(nb):
+                    nd = idx[r]
+                    ok = _go_true(x[r0 + r, feat[nd]], thr[nd], mode[nd], miss[nd], nd,
+                                  mstart, members)
+                    idx[r] = tch[nd] if ok else fch[nd]
+        for r in range(nb):
+            _add_leaf(acc, has, r0 + r, idx[r], lstart, ltarget, lweight, agg)
+
+
+@njit(cache=True, error_model='numpy')
+def walk_rows(x, feat, thr, tch, fch, mode, miss, mstart, members, roots, depth, lstart,
+              ltarget, lweight, agg, simple, acc, has):
+    """Rows-major walk, one thread (see the module docstring)."""
+    n = x.shape[0]
+    idx = np.empty(_ROW_BLOCK, np.int32)
+    for r0 in range(0, n, _ROW_BLOCK):
+        _rows_block(x, r0, min(n, r0 + _ROW_BLOCK), feat, thr, tch, fch, mode, miss, mstart,
+                    members, roots, depth, lstart, ltarget, lweight, agg, simple, acc, has, idx)
+
+
+@njit(cache=True, parallel=True, error_model='numpy')
+def walk_rows_par(x, feat, thr, tch, fch, mode, miss, mstart, members, roots, depth, lstart,
+                  ltarget, lweight, agg, simple, acc, has):
+    """Rows-major walk, row blocks split over the threads."""
+    n = x.shape[0]
+    nblk = (n + _ROW_BLOCK - 1) // _ROW_BLOCK
+    for b in prange(nblk):
+        idx = np.empty(_ROW_BLOCK, np.int32)
+        r0 = b * _ROW_BLOCK
+        _rows_block(x, r0, min(n, r0 + _ROW_BLOCK), feat, thr, tch, fch, mode, miss, mstart,
+                    members, roots, depth, lstart, ltarget, lweight, agg, simple, acc, has, idx)
+
+
+@njit(cache=True, error_model='numpy')
+def walk_trees(x, feat, thr, tch, fch, mode, miss, mstart, members, roots, depth, lstart,
+               ltarget, lweight, agg, simple, acc, has):
+    """Trees-major walk: each row walks every tree in lockstep (see the module docstring)."""
+    nt = roots.shape[0]
+    dmax = 0
+    for t in range(nt):
+        dmax = max(dmax, depth[t])
+    idx = np.empty(nt, np.int32)
+    for r in range(x.shape[0]):
+        for t in range(nt):
+            idx[t] = roots[t]
+        if simple:
+            for _ in range(dmax):
+                for t in range(nt):
+                    nd = idx[t]
+                    idx[t] = tch[nd] if x[r, feat[nd]] <= thr[nd] else fch[nd]
+        else:
+            for _ in range(dmax):
+                for t in range(nt):
+                    nd = idx[t]
+                    ok = _go_true(x[r, feat[nd]], thr[nd], mode[nd], miss[nd], nd, mstart,
+                                  members)
+                    idx[t] = tch[nd] if ok else fch[nd]
+        for t in range(nt):
+            _add_leaf(acc, has, r, idx[t], lstart, ltarget, lweight, agg)
+
+
+@njit(cache=True, error_model='numpy')
+def walk(x, feat, thr, tch, fch, mode, miss, mstart, members, roots, depth, lstart, ltarget,
+         lweight, agg, simple, acc, has, trees_below, par):
+    """Zero ``acc`` / ``has`` and add every tree's leaf: trees-major below ``trees_below`` rows
+    (a tunable default, see jitort/tuning_choices.py), else rows-major (``par``: over the
+    threads)."""
+    acc[:] = 0
+    has[:] = 0
+    if x.shape[0] < trees_below:
+        walk_trees(x, feat, thr, tch, fch, mode, miss, mstart, members, roots, depth, lstart,
+                   ltarget, lweight, agg, simple, acc, has)
+    elif par:
+        walk_rows_par(x, feat, thr, tch, fch, mode, miss, mstart, members, roots, depth, lstart,
+                      ltarget, lweight, agg, simple, acc, has)
+    else:
+        walk_rows(x, feat, thr, tch, fch, mode, miss, mstart, members, roots, depth, lstart,
+                  ltarget, lweight, agg, simple, acc, has)
+
+
+# --------------------------------------------------------------------------------------------
+# post transforms (onnxruntime's ml_common.h formulas)
+# --------------------------------------------------------------------------------------------
+@njit(cache=True, inline='always')
+def _logistic(v):
+    e = 1.0 / (1.0 + math.exp(-abs(v)))
+    return 1.0 - e if v < 0 else e
+
+
+@njit(cache=True, inline='always')
+def _probit(v):
+    # onnxruntime's ErfInv: Winitzki's approximation (a = 0.147) in float32
+    x = np.float32(2.0) * np.float32(v) - np.float32(1.0)
+    sgn = np.float32(-1.0) if x < 0 else np.float32(1.0)
+    x = (np.float32(1.0) - x) * (np.float32(1.0) + x)
+    lg = np.float32(math.log(x))
+    a = np.float32(2.0) / (np.float32(3.14159) * np.float32(0.147)) + np.float32(0.5) * lg
+    b = np.float32(1.0) / np.float32(0.147) * lg
+    c = -a + np.float32(math.sqrt(a * a - b))
+    return np.float32(1.41421356) * sgn * np.float32(math.sqrt(c))
+
+
+@njit(cache=True, error_model='numpy')
+def transform_row(s, n, post):
+    """Apply post_transform ``post`` (0 NONE, 1 SOFTMAX, 2 LOGISTIC, 3 SOFTMAX_ZERO, 4 PROBIT)
+    in place to ``s[:n]`` (float64)."""
+    if post == 2:
+        for j in range(n):
+            s[j] = _logistic(s[j])
+    elif post == 4:
+        for j in range(n):
+            s[j] = _probit(s[j])
+    elif post == 1 or post == 3:
+        m = s[0]
+        for j in range(1, n):
+            m = max(m, s[j])
+        tot = 0.0
+        for j in range(n):
+            if post == 1 or s[j] > 1e-7 or s[j] < -1e-7:
+                s[j] = math.exp(s[j] - m)
+            else:
+                s[j] = s[j] * math.exp(-m)
+            tot += s[j]
+        for j in range(n):
+            s[j] = s[j] / tot
+
+
+@njit(cache=True, error_model='numpy')
+def finish_regressor(acc, has, base, agg, post, ntrees, y):
+    """Regressor outputs (onnxruntime's TreeAggregator* FinalizeScores): the aggregate (AVERAGE
+    divides by the tree count), base_values when there is one per target (or the one of a
+    single target), then the post transform -- only PROBIT for a single target."""
+    n, nt = acc.shape
+    usebase = base.shape[0] == nt
+    s = np.empty(nt, np.float64)
+    for r in range(n):
+        for j in range(nt):
+            v = acc[r, j] if has[r, j] != 0 or agg <= 1 else acc.dtype.type(0)
+            if agg == 1:
+                v = v / acc.dtype.type(ntrees)
+            if usebase:
+                v = v + acc.dtype.type(base[j])
+            s[j] = v
+        if nt >= 2:
+            transform_row(s, nt, post)
+        elif post == 4:
+            s[0] = _probit(s[0])
+        for j in range(nt):
+            y[r, j] = s[j]
+
+
+@njit(cache=True, error_model='numpy')
+def finish_classifier(acc, has, base, post, labels, binary, allpos, z, y):
+    """Classifier outputs, onnxruntime's TreeAggregatorClassifier::FinalizeScores: labels by the
+    first strictly greatest scored class (more than two classes) or the binary rules, scores
+    through the post transform (one-column binary scores widened by ``add_second_class``)."""
+    n, nc = acc.shape
+    nb = base.shape[0]
+    s = np.empty(nc, np.float64)
+    one = acc.dtype.type(1)
+    for r in range(n):
+        if nc > 2:
+            best = -1
+            bw = acc.dtype.type(0)
+            for j in range(nc):
+                v = acc[r, j]
+                h = has[r, j]
+                if j < nb:
+                    v = v + acc.dtype.type(base[j])
+                    h = 1
+                if h != 0 and (best == -1 or v > bw):
+                    best = j
+                    bw = v
+                s[j] = v
+            y[r] = labels[max(best, 0)]
+            transform_row(s, nc, post)
+            for j in range(nc):
+                z[r, j] = s[j]
+            continue
+        s0, s1 = acc[r, 0], acc[r, 1]
+        h0, h1 = has[r, 0], has[r, 1]
+        wadd = -1
+        size = 2
+        if nb == 2:
+            if h1 != 0:
+                s1 = acc.dtype.type(base[1]) + s0
+                s0 = -s1
+            else:
+                s1 = s1 + acc.dtype.type(base[1])
+                s0 = s0 + acc.dtype.type(base[0])
+        elif nb == 1:
+            s0 = s0 + acc.dtype.type(base[0])
+            if h1 == 0:
+                size = 1
+        else:
+            wadd = 3
+            if h1 == 0:
+                size = 1
+        pos = s1 if (size == 2 and h1 != 0) else (s0 if h0 != 0 else acc.dtype.type(0))
+        if binary:
+            if allpos:
+                if pos > 0.5:
+                    wadd, y[r] = 0, labels[1]
+                else:
+                    wadd, y[r] = 1, labels[0]
+            else:
+                if pos > 0:
+                    wadd, y[r] = 2, labels[1]
+                else:
+                    wadd, y[r] = 3, labels[0]
+        else:
+            y[r] = 1 if pos > 0 else 0
+        if size == 2:
+            s[0], s[1] = s0, s1
+            transform_row(s, 2, post)
+            z[r, 0], z[r, 1] = s[0], s[1]
+        elif post == 4:
+            z[r, 0] = _probit(s0)
+            z[r, 1] = 0
+        elif wadd == 0 or wadd == 1:
+            z[r, 0], z[r, 1] = one - s0, s0
+        elif wadd == 2 or wadd == 3:
+            if post == 2:
+                z[r, 0], z[r, 1] = _logistic(-s0), _logistic(s0)
+            else:
+                z[r, 0], z[r, 1] = -s0, s0
+        else:
+            z[r, 0], z[r, 1] = s0, 0
