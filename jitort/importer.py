@@ -111,11 +111,50 @@ def import_model(model: Any, base_dir: str | os.PathLike | None = None) -> Graph
     if opsets[""] > newest:  # ops may have changed meaning there: refuse rather than guess
         raise UnsupportedOp(f"model imports opset {opsets['']} of domain 'ai.onnx'; the newest "
                             f"this installation knows is {newest}")
-    try:
-        inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
-    except Exception:
-        inferred = proto  # shape inference is a hint; our own propagation takes over
+    inferred = _infer(proto)
+    if any(o not in ("", "ai.onnx") for o in opsets):
+        inferred = _infer_other_domains(proto, inferred)
     return GraphBuilder(opsets).build(inferred.graph, proto.graph)
+
+
+def _infer(proto: onnx.ModelProto) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+    except Exception:
+        return proto  # shape inference is a hint; our own propagation takes over
+
+
+def _infer_other_domains(proto: onnx.ModelProto, inferred: onnx.ModelProto) -> onnx.ModelProto:
+    """onnx's inference knows no schema of other domains' ops (onnxruntime's com.microsoft):
+    their outputs, and every value computed from them, stay untyped. Type those outputs by
+    their family's dtype functions (:func:`jitort.shapes.core.output_dtypes`) and infer again,
+    until no new output gets a type (a chain of such ops takes one round each)."""
+    from .shapes.core import output_dtypes
+    known: dict[str, onnx.ValueInfoProto] = {}
+    for _ in range(len(proto.graph.node) + 1):
+        g = inferred.graph
+        types = {t.name: t.data_type for t in proto.graph.initializer}
+        for vi in list(g.value_info) + list(g.input) + list(g.output):
+            if vi.type.tensor_type.elem_type:
+                types[vi.name] = vi.type.tensor_type.elem_type
+        new = {}
+        for p in g.node:
+            if p.domain in ("", "ai.onnx") or all(o in types or not o for o in p.output):
+                continue
+            dts = [onnx.helper.tensor_dtype_to_np_dtype(types[i]) if i in types else None
+                   for i in p.input]
+            for o, dt in zip(p.output, output_dtypes(p.domain, p.op_type, dts) or ()):
+                if o and o not in types and dt is not None:
+                    new[o] = onnx.helper.make_tensor_value_info(
+                        o, onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dt)), None)
+        if not new:
+            return inferred
+        known.update(new)
+        typed = onnx.ModelProto()
+        typed.CopyFrom(proto)
+        typed.graph.value_info.extend(known.values())
+        inferred = _infer(typed)
+    return inferred
 
 
 class GraphBuilder:
@@ -206,7 +245,7 @@ class GraphBuilder:
         node = Node(p.op_type, inputs, outputs, attrs, domain, p.name, self._since(p, domain),
                     implicit, proto=p)
         if domain not in ("", "jitort") and any(o.dtype is None for o in outputs):
-            _domain_dtypes(node)
+            _domain_dtypes(node)  # where onnx's inference failed as a whole
         return node
 
     def _same_type_outputs(self, p: onnx.NodeProto, domain: str, x: Value, outputs) -> None:
@@ -241,7 +280,8 @@ def _domain_dtypes(node: Node) -> None:
     """Type the outputs of an op of another domain (``com.microsoft``) that onnx's inference
     left untyped, by the dtype function its family registered (:mod:`jitort.shapes`)."""
     from .shapes.core import output_dtypes
-    dts = output_dtypes(node)
+    dts = output_dtypes(node.domain, node.op_type,
+                        [None if v is None else v.dtype for v in node.inputs])
     for o, dt in zip(node.outputs, dts or ()):
         if o.dtype is None and dt is not None:
             o.dtype = np.dtype(dt)

@@ -11,11 +11,8 @@ MS = "com.microsoft"
 
 
 def _dtype_of(i: int):
-    """A dtype function: every output has input ``i``'s dtype."""
-    def fn(node):
-        v = node.input(i)
-        return [None if v is None else v.dtype] * len(node.outputs)
-    return fn
+    """A dtype function: the output has input ``i``'s dtype."""
+    return lambda dts: [dts[i] if i < len(dts) else None]
 
 
 register_dtypes("MatMulNBits", "DynamicQuantizeMatMul", "QLinearAdd", "QLinearMul",

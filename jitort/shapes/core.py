@@ -60,8 +60,9 @@ def register(*op_types: str, values: tuple | Callable[[ir.Node], tuple] = (), do
 
 
 def register_dtypes(*op_types: str, domain: str):
-    """Decorator registering ``fn(node) -> list[dtype | None]``: the output dtypes of an op of
-    another domain (onnx's inference leaves them untyped), applied by the importer."""
+    """Decorator registering ``fn(in_dtypes) -> list[dtype | None]`` (``in_dtypes``: one numpy
+    dtype or None per input): the output dtypes of an op of another domain, which onnx's
+    inference leaves untyped (and every value computed from them); applied by the importer."""
     def deco(fn):
         for op in op_types:
             _DOMAIN_DTYPES[(domain, op)] = fn
@@ -69,10 +70,11 @@ def register_dtypes(*op_types: str, domain: str):
     return deco
 
 
-def output_dtypes(node: ir.Node) -> list | None:
-    """The registered output dtypes of ``node`` (None when its op has no dtype function)."""
-    fn = _DOMAIN_DTYPES.get((node.domain, node.op_type))
-    return None if fn is None else fn(node)
+def output_dtypes(domain: str, op_type: str, in_dtypes: list) -> list | None:
+    """The registered output dtypes of an op of ``domain`` given its inputs' (None when the op
+    has no dtype function)."""
+    fn = _DOMAIN_DTYPES.get((domain, op_type))
+    return None if fn is None else fn(in_dtypes)
 
 
 # ------------------------------------------------------------------------------------------

@@ -89,9 +89,17 @@ def _lower_pool5(em: Emitter, n: Node, mode: int, k, p: int = 2, include_pad: bo
             *em.sizes((*k3, *s3, *p3, *e3, *d3)), include_pad, int(p))
 
 
+def _maxpool_q8(n: Node) -> bool:
+    """A 2-D MaxPool of 8-bit integers without Indices (kernels/cpu/contrib_quant.py)."""
+    x = n.inputs[0]
+    return (x.dtype is not None and np.dtype(x.dtype) in (np.dtype(np.uint8), np.dtype(np.int8))
+            and len(n.outputs) == 1 and n.outputs[0].dtype == x.dtype
+            and len(n.attrs.get("kernel_shape", ())) == 2 and not n.attrs.get("storage_order", 0))
+
+
 def _maxpool_ok(n: Node) -> bool:
     ind = n.outputs[1] if len(n.outputs) > 1 else None
-    return _float_io(n) and (ind is None or np.dtype(ind.dtype) == np.int64)
+    return _maxpool_q8(n) or (_float_io(n) and (ind is None or np.dtype(ind.dtype) == np.int64))
 
 
 @lowering("MaxPool", supports=_maxpool_ok)
@@ -104,7 +112,8 @@ def lower_maxpool(em: Emitter, n: Node) -> None:
     x, y, k, s, dil, pads, _ = _pool_geometry(em, n)
     yv = _pool4(em, y, em.write(y))
     args = em.sizes((k[0], k[1], s[0], s[1], pads[0], pads[1], dil[0], dil[1]))
-    em.call(_pool.maxpool2d, _pool4(em, x, em.read(x)), yv, *args)
+    fn = KernelModule("contrib_quant").maxpool2d_q if _maxpool_q8(n) else _pool.maxpool2d
+    em.call(fn, _pool4(em, x, em.read(x)), yv, *args)
 
 
 @lowering("AveragePool", supports=_pool_ok)
