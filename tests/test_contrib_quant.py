@@ -6,6 +6,11 @@ onnxruntime's own quantizers (MatMulNBitsQuantizer, quantize_static QOperator, q
 Float outputs within a tolerance; quantized outputs equal, except where onnxruntime's float
 kernels (MLAS: a different logistic, fused multiply-adds) may round a value that sits on a half
 to the other side: there at most one code apart, on few elements."""
+import collections
+import functools
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -15,6 +20,7 @@ from onnx.helper import np_dtype_to_tensor_dtype as tt
 
 import jitort
 from tests.helpers import assert_outputs_close
+from tests.models import SHARED, shared_feeds, shared_path
 
 MS = "com.microsoft"
 
@@ -213,3 +219,103 @@ def test_unsupported_contrib_op_is_named():
     m = _model(node, [("x", _q((2, 8)))], inits)
     with pytest.raises(jitort.UnsupportedOp, match="QLinearSoftmax"):
         jitort.compile(m, strict=True).run(None, {"x": _q((2, 8))})
+
+
+# --- models made with onnxruntime's quantizers ------------------------------------------------
+
+needs_models = pytest.mark.skipif(not SHARED.is_dir(), reason=f"no model corpus at {SHARED}")
+#: onnxruntime's transformer fusions (not this family's ops) left off when it fuses
+#: quantize_dynamic's DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul chains
+_TRANSFORMER_FUSIONS = ["GeluFusion", "GeluFusionL1", "GeluFusionL2", "SkipLayerNormFusion",
+                        "MatMulScaleFusion", "BiasGeluFusion", "FastGeluFusion",
+                        "AttentionFusion", "EmbedLayerNormFusion", "BiasSoftmaxFusion",
+                        "LayerNormFusion", "SimplifiedLayerNormFusion"]
+
+
+def _ms_ops(m) -> collections.Counter:
+    return collections.Counter(n.op_type for n in m.graph.node if n.domain == MS)
+
+
+@functools.lru_cache(maxsize=None)
+def int4_bert(block_size=32, symmetric=False) -> onnx.ModelProto:
+    """bert's MatMuls with constant weights as MatMulNBits (onnxruntime's
+    MatMulNBitsQuantizer, 4 bits)."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+    q = MatMulNBitsQuantizer(onnx.load(str(shared_path("bert"))), block_size=block_size,
+                             is_symmetric=symmetric)
+    q.process()
+    return q.model.model
+
+
+@functools.lru_cache(maxsize=None)
+def qoperator_resnet18() -> onnx.ModelProto:
+    """resnet18 by quantize_static(QuantFormat.QOperator) after onnxruntime's pre-processing,
+    calibrated on three random batches."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(0)
+            self.it = iter([{"pixel_values": rng.standard_normal((1, 3, 224, 224))
+                             .astype(np.float32)} for _ in range(3)])
+
+        def get_next(self):
+            return next(self.it, None)
+    with tempfile.TemporaryDirectory() as d:
+        pre, out = Path(d) / "pre.onnx", Path(d) / "q.onnx"
+        quant_pre_process(str(shared_path("resnet18")), str(pre))
+        quantize_static(str(pre), str(out), Reader(), quant_format=QuantFormat.QOperator)
+        return onnx.load(str(out))
+
+
+@functools.lru_cache(maxsize=None)
+def dynamic_bert() -> onnx.ModelProto:
+    """bert by quantize_dynamic, then onnxruntime's extended optimizations (its transformer
+    fusions off), which fuse the quantized products into DynamicQuantizeMatMul and
+    MatMulIntegerToFloat."""
+    from onnxruntime.quantization import quantize_dynamic
+    with tempfile.TemporaryDirectory() as d:
+        q, opt = Path(d) / "q.onnx", Path(d) / "opt.onnx"
+        quantize_dynamic(str(shared_path("bert")), str(q))
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        so.optimized_model_filepath = str(opt)
+        ort.InferenceSession(str(q), so, providers=["CPUExecutionProvider"],
+                             disabled_optimizers=_TRANSFORMER_FUSIONS)
+        return onnx.load(str(opt))
+
+
+def resnet_feeds(seed=5):
+    return {"pixel_values": np.random.default_rng(seed).standard_normal((1, 3, 224, 224))
+            .astype(np.float32)}
+
+
+def _check_model(m, feeds, rtol, atol):
+    cm = jitort.compile(m, threads=1, strict=True)
+    got = cm.run(None, feeds)
+    assert cm.fallback_nodes() == []
+    assert_outputs_close(got, _ort(m, feeds), rtol=rtol, atol=atol)
+    return cm
+
+
+@needs_models
+def test_int4_bert_matches_onnxruntime():
+    m = int4_bert()
+    assert _ms_ops(m) == {"MatMulNBits": 24}
+    _check_model(m, shared_feeds("bert", seq=16), rtol=1e-4, atol=1e-4)
+
+
+@needs_models
+def test_qoperator_resnet18_matches_onnxruntime():
+    m = qoperator_resnet18()
+    ops = _ms_ops(m)
+    assert ops["QLinearAdd"] == 8 and ops["QLinearGlobalAveragePool"] == 1, ops
+    _check_model(m, resnet_feeds(), rtol=1e-4, atol=1e-4)
+
+
+@needs_models
+def test_dynamic_bert_matches_onnxruntime():
+    m = dynamic_bert()
+    assert _ms_ops(m) == {"DynamicQuantizeMatMul": 12, "MatMulIntegerToFloat": 12}
+    _check_model(m, shared_feeds("bert", seq=16), rtol=1e-4, atol=1e-4)
