@@ -199,8 +199,32 @@ def render(rows) -> tuple[str, dict]:
             why = "no conformance case" + (" (compiled)" if op in _claimed() else "")
         w(f"| {op} | {cpu} | {interp} | {'yes' if r['cuda'] else ''} | "
           f"{'yes' if r['ort'] else ''} | {why} |\n")
+    w(_contrib_section())
     return out.getvalue(), {"compiled": counts["compiled"], "ort_ops": len(ort_ops),
                             "ort_compiled": len(ort_compiled)}
+
+
+def _contrib_section() -> str:
+    """onnxruntime's com.microsoft ops (its registered schemas), each with how jitort runs it:
+    expanded into default-domain ops the backends compile (jitort/passes/expand.py, the
+    expansions in jitort/passes/expansions/), lowered directly (a com.microsoft lowering), or
+    not covered (an ``UnsupportedOp`` naming it under ``strict=True``)."""
+    from onnxruntime.capi.onnxruntime_pybind11_state import get_all_operator_schema
+    from jitort.codegen.cpu import SUPPORT
+    from jitort.passes.expand import EXPANSIONS, load_expansions
+    load_expansions()
+    ms = "com.microsoft"
+    ops = sorted({s.name for s in get_all_operator_schema() if s.domain == ms}
+                 | {op for dom, op in EXPANSIONS if dom == ms} | {op for dom, op in SUPPORT if dom == ms})
+    status = {op: "expanded into ONNX ops, compiled" if (ms, op) in EXPANSIONS else
+              "compiled (own lowering)" if (ms, op) in SUPPORT else "" for op in ops}
+    done = sum(1 for v in status.values() if v)
+    rows = "".join(f"| {op} | {status[op] or 'not covered (UnsupportedOp)'} |\n" for op in ops)
+    return ("\n## com.microsoft (onnxruntime contrib ops)\n\n"
+            f"{done} of the {len(ops)} com.microsoft ops onnxruntime registers compile; an "
+            "expansion can still decline a node's attributes or inputs (its docstring says which), "
+            "which leaves the node to the interpreter (`UnsupportedOp` under `strict=True`). "
+            "Tests: tests/test_contrib_ops.py.\n\n| op | jitort |\n|---|---|\n" + rows)
 
 
 def _claimed() -> set[str]:

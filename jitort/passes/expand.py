@@ -43,7 +43,8 @@ def expansion(domain: str, *op_types: str):
     return deco
 
 
-def _load() -> None:
+def load_expansions() -> None:
+    """Import every module of :mod:`jitort.passes.expansions` once (they register)."""
     global _loaded
     if not _loaded:
         from ..families import import_families
@@ -94,7 +95,7 @@ def used(g: Graph, v: Value | None, consumers) -> bool:
 
 def expand_other_domains(g: Graph) -> int:
     """Replace every node with a registered expansion by the nodes its expansion makes."""
-    _load()
+    load_expansions()
     if not any((n.domain, n.op_type) in EXPANSIONS for n in g.nodes):
         return 0
     consumers = g.consumers()
