@@ -13,7 +13,9 @@ Public surface, for the session (:mod:`jitort.runtime`) and the tiers (:mod:`jit
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from collections import OrderedDict
 from typing import Any, Sequence
 
@@ -24,7 +26,7 @@ from .codegen import native
 from .codegen.cpu import Plan, SegmentCompiler, Unlowerable
 from .codegen.emitter import aligned_empty
 from .errors import ExecutionError, InvalidInput, JitortError, UnsupportedOp
-from .feeds import FeedChecker, available_memory, fmt_bytes
+from .feeds import FeedChecker, available_memory, fmt_bytes, has_half, storage_views
 from .interpreter import make_runner, node_inputs
 from .ir import Graph, Node
 from .partition import INTERP, InterpStep, Segment, schedule
@@ -35,6 +37,10 @@ log = logging.getLogger("jitort")
 
 #: ``env`` key (never an ``id()``) set while a call holds the BLAS pinned
 _PINNED = -1
+
+#: :meth:`Executor._check_memory` trusts its last reading of the available memory for plans
+#: needing at most 1/_MEMORY_SHARE of it, for _MEMORY_AGE_S seconds
+_MEMORY_SHARE, _MEMORY_AGE_S = 16, 1.0
 
 
 class NotCached(JitortError):
@@ -80,6 +86,11 @@ _FP0 = np.zeros(1, np.int64)  # stands for the fp table when typing a driver's a
 
 def call_driver(plan: Plan, ws: np.ndarray, cb: np.ndarray, args: list, outs: list) -> None:
     """Run one segment's generated driver; its errors as jitort's."""
+    half = plan.__dict__.get("half")  # float16 / bfloat16 arrays travel as uint16 views
+    if half is None:
+        half = plan.__dict__["half"] = has_half(args) or has_half(outs)
+    if half:
+        args, outs = storage_views(args), storage_views(outs)
     if plan.fp is None:  # first call of this plan: the kernel-library addresses
         plan.fp = native.link(native.driver_module(plan), plan.n_sites,
                               [ws, cb, plan.d, _FP0, *plan.pb, *args, *outs])
@@ -117,6 +128,7 @@ class Executor:
         self._lock = threading.RLock()
         self._tls = threading.local()
         self.fallback_reasons: dict[str, str] = {}
+        self._avail = (-_MEMORY_AGE_S, 0)  # (time.monotonic(), bytes): see _check_memory
         self._build_program()
 
     # --- public surface --------------------------------------------------------------------
@@ -181,7 +193,7 @@ class Executor:
 
     def _segment_compiler(self, step: Segment):
         comp = SegmentCompiler(step, self.placement, self._run_host, infer_shapes,
-                               debug=self.debug, threads=self.threads)
+                               debug=self.debug, threads=self.threads, options=self.options)
         comp.profiler = self.profiler
         return comp
 
@@ -359,11 +371,18 @@ class Executor:
 
         Runs once per new plan, before its outputs or workspace exist: shapes alone decide.
         """
-        outs = sum(int(np.prod(s, dtype=np.float64)) * dt.itemsize
-                   for s, dt in zip(plan.out_shapes, seg.output_dtypes))
+        outs = sum([math.prod(s) * dt.itemsize for s, dt in zip(plan.out_shapes, seg.output_dtypes)])
         ws = getattr(self._tls, "ws", None)
         need = outs + max(0, plan.ws_bytes - (0 if ws is None else ws.size))
+        # /proc/meminfo is read again only for a plan that needs more than a small share of
+        # what was available at the last reading, or when that reading is old: a decode loop
+        # plans every step, and reading it costs as much as the plan
+        now = time.monotonic()
+        last_t, last = self._avail
+        if need * _MEMORY_SHARE <= last and now - last_t < _MEMORY_AGE_S:
+            return
         avail = available_memory()
+        self._avail = (now, avail)
         if need <= avail:
             return
         feeds = []
@@ -381,6 +400,8 @@ class Executor:
         ws = getattr(self._tls, "ws", None)
         if ws is None or ws.size < nbytes:
             self._tls.ws = None  # let the old one go first
+            if ws is not None:  # growing (a decode loop's every step): 1/8 ahead, at most 16 MiB
+                nbytes += min(nbytes // 8, 1 << 24)
             try:
                 ws = self._tls.ws = aligned_empty(max(nbytes, 64))
             except MemoryError:

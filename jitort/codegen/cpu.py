@@ -23,6 +23,8 @@ import math
 import numpy as np
 
 from ..ir import Node
+from ..options import Options
+from . import family
 from . import lowerings  # noqa: F401 (each family registers its lowerings on import)
 from .assembly import _node_note, assemble
 from .elementwise import kernel_source, supports_elementwise
@@ -132,8 +134,10 @@ class SegmentCompiler:
     """Plans one segment per signature; keeps the decisions that make generated text stable."""
 
     def __init__(self, seg, placement: dict[int, str], host_runner, infer_shapes,
-                 debug: bool = False, threads: int | None = None):
+                 debug: bool = False, threads: int | None = None, options: Options | None = None):
         self.seg = seg
+        #: the compile's settings (default: from the environment now)
+        self.options = Options.from_env() if options is None else options
         self.debug = debug  # bounds-checked modules under their own names (see _kernel_module)
         self.threads = threads  # the model's thread count (None: Numba's); sizes scratch rows
         self.placement = placement
@@ -294,6 +298,11 @@ class SegmentCompiler:
 
     def _plan(self, env: dict[int, np.ndarray]) -> Plan:
         seg = self.seg
+        if self.profiler is None and any(rec.family for rec in self.records):
+            plan = family.plan(self, env)  # closed-form sizes and offsets: no shape pass
+            if plan is not None:
+                self.replays += 1
+                return plan
         shapes, hostvals, compiled = self._shape_pass(
             {id(v): env[id(v)].shape for v in seg.inputs},
             {id(v): env[id(v)] for v in seg.value_inputs})
@@ -303,13 +312,17 @@ class SegmentCompiler:
                 plan = rec.replay(unit, shapes, hostvals)
                 if plan is not None:
                     self.replays += 1
+                    if rec.family is not None and rec.family.stale_layout:
+                        rec.family.set_layout(plan.memory)
                     return plan
         self.memo["unit_dims"] = unit
         tape = Tape()
         em, exports = self._lower(compiled, SymShapes(shapes, tape), GuardedHostvals(hostvals, tape))
         plan = self._finish(em, shapes, exports)
         if self.profiler is None:
-            self.records.insert(0, Recording(self.seg, tape, em, plan, unit))
+            rec = Recording(self.seg, tape, em, plan, unit)
+            rec.family = family.build(self, rec, shapes, hostvals)
+            self.records.insert(0, rec)
             del self.records[MAX_RECORDS:]
         return plan
 
@@ -318,6 +331,7 @@ class SegmentCompiler:
         seg = self.seg
         em = Emitter(seg, shapes, hostvals, self.consts, self.memo)
         em.threads = self.threads
+        em.options = self.options
         steps = fused_steps(compiled, shapes, supports_elementwise, self.memo.get("unit_dims"),
                             seg.outputs)
         items = [item for item, _ in steps]

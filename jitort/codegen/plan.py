@@ -11,7 +11,7 @@ import numpy as np
 from ..planner import Buffer, MemoryPlan, plan_memory
 from . import native
 from .emitter import Row
-from .symbolic import Tape
+from .symbolic import Sym, Tape
 
 if TYPE_CHECKING:
     from .emitter import Emitter
@@ -65,6 +65,14 @@ class Recording:
         self.rows = [Row(r.kind, 0, r.begin, r.end, None, r.fixed, r.vid, r.label) for r in em.rows]
         self.n_dims = len(em.dims)
         self.fn = tape.compile(list(em.dims) + [r.nbytes for r in em.rows])
+        #: the values whose shapes ``fn`` reads
+        self.leaf_vids = sorted({op[1] for op in tape.ops if op[0] == "leaf"})
+        #: the slots of ``d`` that no shape changes: constant dims, constant rows' ranges
+        self.const_slots = {i for i, n in enumerate(em.dims) if not isinstance(n, Sym)} | {
+            self.n_dims + 2 * i + k for i, r in enumerate(em.rows) if r.kind == "cb"
+            for k in (0, 1)}
+        #: the closed-form plan (codegen/family.py), set by the segment compiler where it applies
+        self.family = None
         self.hostvals = dict(tape.hostvals)
         self.plan = plan
         self.orders = [plan.memory.choice]  # placement orders that won, most recent first
@@ -72,22 +80,32 @@ class Recording:
     def replay(self, unit: dict, shapes: dict, hostvals: dict) -> Plan | None:
         if unit != self.unit:
             return None
-        for vid, data in self.hostvals.items():
-            a = hostvals.get(vid)
-            if a is None or (a.tobytes() if hasattr(a, "tobytes") else repr(a).encode()) != data:
-                return None
-        vals = self.fn(shapes)
+        vals = self.replay_values(shapes, hostvals)
         if vals is None:
             return None
         k = self.n_dims
         hosts = [None if r.vid is None else hostvals[r.vid] for r in self.rows]
         d, o, pb, mem = layout(self.rows, vals[:k], vals[k:], hosts, self.orders)
         promote(self.orders, mem.choice)  # sizes change with the shape; the winners rarely do
+        check_views(self.plan.views, d, mem, pb, self.seg, shapes)
+        return self.make_plan(d, pb, mem, [shapes[id(v)] for v in self.seg.arg_outputs],
+                              hostvals)
+
+    def replay_values(self, shapes: dict, hostvals: dict) -> list | None:
+        """The sizes in ``d`` then every row's byte size for ``shapes``; None when a host value
+        a lowering read has other contents, or a guard fails."""
+        for vid, data in self.hostvals.items():
+            a = hostvals.get(vid)
+            if a is None or (a.tobytes() if hasattr(a, "tobytes") else repr(a).encode()) != data:
+                return None
+        return self.fn(shapes)
+
+    def make_plan(self, d, pb: tuple, mem, out_shapes: list, hostvals: dict) -> Plan:
+        """A plan sharing this recording's driver, with new sizes ``d``."""
         p, seg = self.plan, self.seg
-        check_views(p.views, d, mem, pb, seg, shapes)
         exports = {id(v): hostvals[id(v)] for v in seg.outputs if id(v) in hostvals}
-        return Plan(p.driver, d, o, pb, mem.workspace_bytes, mem,
-                    [shapes[id(v)] for v in seg.arg_outputs], exports, p.kernel_names,
+        return Plan(p.driver, d, d.reshape(-1)[self.n_dims:].reshape(-1, 2), pb,
+                    mem.workspace_bytes, mem, out_shapes, exports, p.kernel_names,
                     p.source_path, 0, uses_blas=p.uses_blas, n_sites=p.n_sites, fp=p.fp,
                     views=p.views, calls=p.calls)
 

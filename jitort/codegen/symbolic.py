@@ -56,6 +56,16 @@ class Tape:
         from the recording (the caller then lowers for real).
         """
         refs = [_ref(x) for x in outputs]
+        return self._function(refs, f"[{', '.join(_src(r) for r in refs)}]")
+
+    def compile_shapes(self, shapes: dict) -> Callable[[dict], dict | None]:
+        """Like :meth:`compile`, returning ``{key: tuple}`` for ``shapes`` (key -> a tuple of
+        sizes): the shapes of a segment's values as functions of its leaves."""
+        refs = {k: [_ref(x) for x in s] for k, s in shapes.items()}
+        ret = ", ".join(f"{k!r}: ({''.join(_src(r) + ', ' for r in rs)})" for k, rs in refs.items())
+        return self._function([r for rs in refs.values() for r in rs], "{" + ret + "}")
+
+    def _function(self, refs: list, ret: str) -> Callable:
         needed = set()
         todo = [r for r in refs if isinstance(r, _T)]
         for cmp, a, b in self.guards:
@@ -84,7 +94,7 @@ class Tape:
                  for (cmp, a, b), outcome in self.guards.items()]
         for k in range(0, len(conds), 32):
             lines.append(f"    if {' or '.join(conds[k:k + 32])}: return None")
-        lines.append(f"    return [{', '.join(_src(r) for r in refs)}]")
+        lines.append(f"    return {ret}")
         ns: dict[str, Any] = {}
         exec(compile("\n".join(lines) + "\n", "<jitort-replay>", "exec"), ns)
         return ns["replay"]
