@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import ml_dtypes
 import numpy as np
 
 from .errors import InvalidInput
@@ -214,3 +215,19 @@ def fmt_bytes(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     return f"{n:.1f} TiB"
+
+
+#: Element types generated code holds as their uint16 words (Numba has no such arrays).
+HALF_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def storage_views(arrays) -> list:
+    """``arrays`` with every float16 / bfloat16 array viewed as uint16 (no copy): what a
+    compiled driver takes; the caller keeps the typed arrays (outputs are written through
+    the views)."""
+    return [a.view(np.uint16) if a.dtype in HALF_DTYPES else a for a in arrays]
+
+
+def has_half(arrays) -> bool:
+    """Whether any of ``arrays`` is float16 / bfloat16 (see :func:`storage_views`)."""
+    return any(a.dtype in HALF_DTYPES for a in arrays)

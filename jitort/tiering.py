@@ -58,6 +58,7 @@ from .codegen.emitter import aligned_empty
 from .compile_queue import QUEUE, compile_jobs  # noqa: F401  (compile_jobs: this module's API)
 from .errors import JitortError
 from .executor import NotCached
+from .feeds import storage_views
 from .interpreter import make_runner, node_inputs
 from .pinning import interpreter_blas
 
@@ -345,7 +346,7 @@ def driver_parts(cm, feeds: dict) -> list:
         outs = [np.empty(sh, dt) for sh, dt in zip(plan.out_shapes, seg.output_dtypes)]
         args = [aligned_empty(max(plan.ws_bytes, 64)), cb, plan.d,
                 np.zeros(max(plan.n_sites, 1), np.int64), *plan.pb,
-                *[env[i] for i in seg.arg_ids], *outs]
+                *storage_views([env[i] for i in seg.arg_ids]), *storage_views(outs)]
         sig = tuple(numba.typeof(a) for a in args)
         mod = native.driver_module(plan)
         parts += [(mod, p, sig) for p in native.part_names(mod)]

@@ -223,4 +223,9 @@ _DEBUG_PRELUDE = (_KERNEL_PRELUDE.replace("from numba import njit,", "from numba
 
 
 def _kernel_module(src: str, debug: bool = False) -> str:
-    return modmgr.header(["mathfn"]) + (_DEBUG_PRELUDE if debug else _KERNEL_PRELUDE) + src
+    prelude = _DEBUG_PRELUDE if debug else _KERNEL_PRELUDE
+    if "_h." not in src:
+        return modmgr.header(["mathfn"]) + prelude + src
+    # 16-bit float conversions (kernels/cpu/halfprec.py), only where a kernel uses them
+    prelude = prelude.replace("mathfn as _m\n", "mathfn as _m\nfrom jitort.kernels.cpu import halfprec as _h\n")
+    return modmgr.header(["mathfn", "halfprec"]) + prelude + src

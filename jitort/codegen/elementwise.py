@@ -15,15 +15,36 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Callable
 
+import ml_dtypes
 import numpy as np
 
 from ..ir import Node
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+#: 16-bit floats: stored as their uint16 words (Numba has no such arrays), computed in float32
+HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+F32 = np.dtype(np.float32)
+_U16 = np.dtype(np.uint16)
 INTS = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64,
                                    np.uint8, np.uint16, np.uint32, np.uint64))
 BOOL = np.dtype(np.bool_)
 NUMERIC = FLOATS + INTS
+
+
+def storage_dtype(dt) -> np.dtype:
+    """The dtype generated code holds ``dt``'s elements in: uint16 for float16 / bfloat16."""
+    dt = np.dtype(dt)
+    return _U16 if dt in HALF else dt
+
+
+def compute_dtype(dt) -> np.dtype:
+    """The dtype generated code computes ``dt`` in: float32 for float16 / bfloat16."""
+    dt = np.dtype(dt)
+    return F32 if dt in HALF else dt
+
+
+def _half_name(dt) -> str:
+    return "f16" if np.dtype(dt) == HALF[0] else "bf16"
 
 
 def tname(dt) -> str:
@@ -54,7 +75,9 @@ CPU_MATH = {**{f: f"np.{f}" for f in (
     "exp", "log", "log1p", "sqrt", "floor", "ceil", "rint", "sign", "fmod", "trunc", "tanh",
     "sin", "cos", "tan", "arcsin", "arccos", "arctan", "sinh", "cosh", "arcsinh", "arccosh",
     "arctanh")}, "erf": "math.erf", "exp32": "_m.exp32", "sigmoid32": "_m.sigmoid32",
-    "tanh32": "_m.tanh32", "erf32": "_m.erf32"}
+    "tanh32": "_m.tanh32", "erf32": "_m.erf32",
+    **{f: f"_h.{f}" for f in ("f16_to_f32", "f32_to_f16", "bf16_to_f32", "f32_to_bf16",
+                              "round_f16", "round_bf16")}}
 _MATH: ContextVar[dict] = ContextVar("elementwise_math", default=CPU_MATH)
 
 
@@ -398,8 +421,10 @@ def supports_elementwise(n: Node) -> bool:
         return False
     if n.op_type in ("Cast", "CastLike"):
         dts = [n.inputs[0].dtype, n.outputs[0].dtype]
-        return all(np.dtype(t) in NUMERIC + (BOOL,) for t in dts)
+        return all(np.dtype(t) in NUMERIC + (BOOL,) + HALF for t in dts)
     allowed = DTYPES[n.op_type]
+    if F32 in allowed:  # 16-bit floats: loaded to float32, computed, rounded back
+        allowed = allowed + HALF
     if n.op_type == "Where":
         ins = [v for v in n.inputs[1:] if v is not None]
     elif n.op_type in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "IsNaN",
@@ -412,10 +437,10 @@ def supports_elementwise(n: Node) -> bool:
     if n.op_type == "Clip" and n.since_version >= 11 and any(
             v is not None and v.dtype != n.inputs[0].dtype for v in n.inputs[1:]):
         return False
-    if n.op_type == "Pow" and np.dtype(n.inputs[0].dtype) not in FLOATS + (
+    if n.op_type == "Pow" and np.dtype(n.inputs[0].dtype) not in FLOATS + HALF + (
             np.dtype(np.int32), np.dtype(np.int64)):
         return False  # (the exponent may be any numeric type)
-    if n.op_type == "Mod" and not n.attrs.get("fmod", 0) and np.dtype(n.inputs[0].dtype) in FLOATS:
+    if n.op_type == "Mod" and not n.attrs.get("fmod", 0) and np.dtype(n.inputs[0].dtype) in FLOATS + HALF:
         return False  # the spec requires fmod=1 for floats
     if n.op_type in ("BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Div", "Mod") and (
             n.inputs[0].dtype != n.inputs[1].dtype):
@@ -538,9 +563,30 @@ def kernel_source(name: str, ops: list[tuple[Node, list[int], int]], operands: l
         level.append(max(full) if full else -1)
 
     def load(j):
-        return f"a{j} = {style.load(ins[j], operands[j], rank)}"
+        x = style.load(ins[j], operands[j], rank)
+        if operands[j].dtype in HALF:
+            x = math_call(f"{_half_name(operands[j].dtype)}_to_f32", x)
+        return f"a{j} = {x}"
 
     body: list[str] = []
+    math_names = _MATH.set(style.math)
+    try:
+        ind = _loops_and_ops(body, style, ins, operands, ops, rank, parallel, temp_dtypes,
+                             level, load)
+        for i, t in enumerate(out_temps):
+            target = ins[inplace[i]] if i in inplace else outs[i]
+            val = f"t{t}"
+            if temp_dtypes[t] in HALF:
+                val = math_call(f"f32_to_{_half_name(temp_dtypes[t])}", val)
+            body.append(f"{ind}{style.store(target, rank)} = {val}")
+    finally:
+        _MATH.reset(math_names)
+    return "\n".join(lines + body) + "\n"
+
+
+def _loops_and_ops(body, style, ins, operands, ops, rank, parallel, temp_dtypes, level, load):
+    """The loop nest, hoisted loads and one SSA temporary per node of :func:`kernel_source`;
+    16-bit float temporaries are float32 values rounded to 16 bits (``round_*``)."""
     ind = "    "
     for j in range(len(operands)):
         if level[j] == -1:
@@ -555,16 +601,12 @@ def kernel_source(name: str, ops: list[tuple[Node, list[int], int]], operands: l
                 body.append(ind + load(j))
     if style.widen:
         body.append(ind + style.widen)
-    math_names = _MATH.set(style.math)
-    try:
-        for node, refs, t in ops:
-            args = [None if r is None else (f"t{r}" if r >= 0 else f"a{-1 - r}") for r in refs]
-            dts = [None if r is None else (temp_dtypes[r] if r >= 0 else operands[-1 - r].dtype)
-                   for r in refs]
-            body.append(f"{ind}t{t} = {style.table[node.op_type](node, args, dts, temp_dtypes[t])}")
-    finally:
-        _MATH.reset(math_names)
-    for i, t in enumerate(out_temps):
-        target = ins[inplace[i]] if i in inplace else outs[i]
-        body.append(f"{ind}{style.store(target, rank)} = t{t}")
-    return "\n".join(lines + body) + "\n"
+    for node, refs, t in ops:
+        args = [None if r is None else (f"t{r}" if r >= 0 else f"a{-1 - r}") for r in refs]
+        dts = [None if r is None else compute_dtype(
+            temp_dtypes[r] if r >= 0 else operands[-1 - r].dtype) for r in refs]
+        e = style.table[node.op_type](node, args, dts, compute_dtype(temp_dtypes[t]))
+        if temp_dtypes[t] in HALF:
+            e = math_call(f"round_{_half_name(temp_dtypes[t])}", e)
+        body.append(f"{ind}t{t} = {e}")
+    return ind

@@ -20,7 +20,7 @@ from ..planner import ALIGN, align
 from . import module as modmgr
 from .calls import FLAT, Call, Dim, Generated, KernelModule, Offset, Slots, View, check_arg, prod_expr, sum_expr
 from .symbolic import Sym, concrete
-from .elementwise import tname
+from .elementwise import storage_dtype, tname
 
 _data = KernelModule("data")
 
@@ -91,7 +91,8 @@ class Emitter:
         first = (Offset(row, False), *start)
         end = (*first, self.size(math.prod(shape) * np.dtype(dtype).itemsize)) if start \
             else (Offset(row, True),)
-        return View(buf, np.dtype(dtype).name, first, end,
+        # (float16 / bfloat16 are handed to the generated code as their uint16 words)
+        return View(buf, storage_dtype(dtype).name, first, end,
                     tuple((self.size(n),) for n in shape))
 
     def read(self, v: Value) -> View:
@@ -255,7 +256,8 @@ class Emitter:
         got = _KERNEL_NAMES.get(key)
         if got is None:
             # the header is hashed too: it names the kernel library code the text compiles with
-            name = modmgr.module_name(prefix, modmgr.header(["mathfn"])
+            mods = ["mathfn", "halfprec"] if "_h." in source else ["mathfn"]
+            name = modmgr.module_name(prefix, modmgr.header(mods)
                                       + source.replace("__KNAME__", prefix))
             got = _KERNEL_NAMES[key] = (name, source.replace("__KNAME__", name))
         self.kernels[got[0]] = got[1]

@@ -19,6 +19,7 @@ from .simplify import (eliminate_dead_code, eliminate_identities, eliminate_comm
                        fold_constants, fold_transposes, sum_as_add)
 from .expand import expand_other_domains
 from .layout import convert_to_channels_last
+from .precision import compute_16bit_in_float32
 from .patterns import (fold_conv_affine, fold_conv_batchnorm, fold_pad_into_conv, fuse_epilogues,
                        fuse_matmul_add, subsample_strided_pointwise)
 
@@ -41,6 +42,8 @@ DEFAULT_PIPELINE: list[tuple[str, PassFn]] = [
     ("fold_conv_affine", fold_conv_affine),
     ("fuse_matmul_add", fuse_matmul_add),
     ("fuse_epilogues", fuse_epilogues),
+    # after the patterns (which fuse 16-bit nodes too): ops without a 16-bit lowering
+    ("compute_16bit_in_float32", compute_16bit_in_float32),
     ("eliminate_dead_code", eliminate_dead_code),
 ]
 

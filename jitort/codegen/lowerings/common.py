@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from ...ir import Node
-from ..elementwise import BOOL, FLOATS, NUMERIC
+from ..elementwise import BOOL, FLOATS, HALF, NUMERIC
 from ..registry import Unlowerable
 
 _F = tuple(FLOATS)
@@ -26,6 +26,13 @@ def _is_float(*vals) -> bool:
 def _plain(n: Node) -> bool:
     """Every present input and output has a dtype the generated code can handle."""
     return all(v.dtype is not None and np.dtype(v.dtype) in _PLAIN
+               for v in list(n.all_inputs()) + list(n.outputs) if v is not None)
+
+
+def _words(n: Node) -> bool:
+    """Like :func:`_plain`, also taking float16 / bfloat16: for ops that only move elements
+    (the generated code sees their uint16 words)."""
+    return all(v.dtype is not None and np.dtype(v.dtype) in _PLAIN + HALF
                for v in list(n.all_inputs()) + list(n.outputs) if v is not None)
 
 

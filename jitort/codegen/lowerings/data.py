@@ -9,7 +9,7 @@ from ...ir import Node
 from ..calls import KernelModule
 from ..registry import Unlowerable, lowering
 from ..symbolic import concrete
-from .common import _3d, _axis, _plain, _prod, loop_copy_kernel
+from .common import _3d, _axis, _prod, _words, loop_copy_kernel
 
 if TYPE_CHECKING:
     from ..emitter import Emitter
@@ -19,7 +19,7 @@ _tr = KernelModule("transpose")
 
 
 @lowering("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity",
-          supports=_plain)
+          supports=_words)
 def lower_view(em: Emitter, n: Node) -> None:
     em.alias(n.outputs[0], n.inputs[0])
 
@@ -32,7 +32,7 @@ def lower_view(em: Emitter, n: Node) -> None:
 _TRANSPOSE_PAR_ELEMS = 1 << 15
 
 
-@lowering("Transpose", supports=_plain)
+@lowering("Transpose", supports=_words)
 def lower_transpose(em: Emitter, n: Node) -> None:
     x, y = n.inputs[0], n.outputs[0]
     shape = em.shape(x)
@@ -73,7 +73,7 @@ def lower_transpose(em: Emitter, n: Node) -> None:
     em.call(kern, yv, em.shaped(x, in_shape))
 
 
-@lowering("Gather", supports=lambda n: _plain(n)
+@lowering("Gather", supports=lambda n: _words(n)
           and np.dtype(n.inputs[1].dtype) in (np.dtype(np.int32), np.dtype(np.int64)))
 def lower_gather(em: Emitter, n: Node) -> None:
     data, idx, y = n.inputs[0], n.inputs[1], n.outputs[0]
@@ -92,7 +92,7 @@ def lower_gather(em: Emitter, n: Node) -> None:
     em.call(fn, dv, em.shaped(idx, (k,)), yv.reshape(em.sizes((o, k, i))))
 
 
-@lowering("Concat", supports=_plain)
+@lowering("Concat", supports=_words)
 def lower_concat(em: Emitter, n: Node) -> None:
     y = n.outputs[0]
     shape = em.shape(y)
@@ -111,7 +111,7 @@ def lower_concat(em: Emitter, n: Node) -> None:
         off += a
 
 
-@lowering("Split", supports=_plain)
+@lowering("Split", supports=_words)
 def lower_split(em: Emitter, n: Node) -> None:
     x = n.inputs[0]
     shape = em.shape(x)
@@ -151,7 +151,7 @@ def slice_start_step(em, n: Node, shape) -> tuple[list, list]:
     return start, step
 
 
-@lowering("Slice", supports=lambda n: _plain(n) and n.since_version >= 10)
+@lowering("Slice", supports=lambda n: _words(n) and n.since_version >= 10)
 def lower_slice(em: Emitter, n: Node) -> None:
     x, y = n.inputs[0], n.outputs[0]
     shape = em.shape(x)

@@ -12,7 +12,7 @@ from ...ir import Node
 from ..calls import KernelModule, Scalar, View
 from ..registry import Unlowerable, lowering
 from ..symbolic import concrete
-from .common import _axis, _plain, _prod, host_value
+from .common import _axis, _plain, _prod, _words, host_value
 
 if TYPE_CHECKING:
     from ..emitter import Emitter
@@ -278,7 +278,7 @@ def _broadcast_kernel(kinds: list[str], par: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-@lowering("Tile", supports=lambda n: _plain(n) and n.since_version >= 6)
+@lowering("Tile", supports=lambda n: _words(n) and n.since_version >= 6)
 def lower_tile(em: Emitter, n: Node) -> None:
     x, y = n.inputs[0], n.outputs[0]
     xs, ys = em.shape(x), em.shape(y)
