@@ -14,20 +14,22 @@ from typing import TYPE_CHECKING
 # soon (see ../shared/NUMBA_NOTES.md); must be set before numpy loads OpenBLAS to take effect.
 _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
-from .errors import (ExecutionError, InvalidInput, InvalidModel, JitortError,  # noqa: E402
-                     UnsupportedOp)
+from .errors import (ExecutionError, InvalidInput, InvalidModel, InvalidOption,  # noqa: E402
+                     JitortError, UnsupportedOp)
 from .version import __version__  # noqa: E402
 
 if TYPE_CHECKING:
+    from .options import Options
     from .runtime import CompiledModel, compile, compile_count
     from .session import InferenceSession
 
 __all__ = ["compile", "CompiledModel", "compile_count", "InferenceSession", "JitortError",
-           "InvalidModel", "InvalidInput", "UnsupportedOp", "ExecutionError", "__version__"]
+           "InvalidModel", "InvalidInput", "InvalidOption", "UnsupportedOp", "ExecutionError",
+           "Options", "__version__"]
 
 #: public name -> the submodule defining it, imported on first access
 _LAZY = {"compile": "runtime", "CompiledModel": "runtime", "compile_count": "runtime",
-         "InferenceSession": "session"}
+         "InferenceSession": "session", "Options": "options"}
 
 
 def __getattr__(name: str):

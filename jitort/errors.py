@@ -19,3 +19,8 @@ class InvalidInput(JitortError, ValueError):
 
 class ExecutionError(JitortError, RuntimeError):
     """A kernel or the interpreter failed while running a node."""
+
+
+class InvalidOption(JitortError, ValueError):
+    """A setting (a ``JITORT_*`` environment variable or a keyword option) has a value jitort
+    cannot use; the message names it and the allowed values (:mod:`jitort.options`)."""

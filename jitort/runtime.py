@@ -13,7 +13,7 @@ import sys
 from collections import Counter
 from typing import Any, Sequence
 
-from . import devices, serialize, tiering, tuning, zipmap
+from . import devices, options, serialize, tiering, tuning, zipmap
 from .codegen import module as modmgr
 from .codegen.cpu import CpuBackend
 from .errors import ExecutionError, InvalidInput, JitortError, UnsupportedOp
@@ -69,13 +69,15 @@ class CompiledModel(Executor):
     def __init__(self, model: Any, *, threads: int | None = None, base_dir=None,
                  optimize: bool = True, backends: Sequence[str] = ("cpu",), debug: bool = False,
                  profile: bool = False, example_shapes: Sequence[dict] | None = None,
-                 strict: bool | None = None, tiered: bool | None = None):
+                 strict: bool | None = None, tiered: bool | None = None, **kwargs):
         # what a pickle rebuilds it from: the model as given, every keyword option (serialize.py)
         self._source, self._options = serialize.capture(model, locals())
+        #: the settings of this compile (environment, keyword arguments overriding it)
+        self.options = options.for_compile(strict=strict, tiered=tiered, **kwargs)
         configure_blas()
         #: raise :class:`UnsupportedOp` instead of running a node in the interpreter (default:
         #: the ``JITORT_STRICT`` environment variable, ``1`` meaning on)
-        self.strict = _strict_default() if strict is None else bool(strict)
+        self.strict = self.options.strict
         #: compile generated code with bounds checking (IndexError instead of silent corruption)
         self.debug = bool(debug)
         self.threads = None if threads is None else check_threads(threads)
@@ -89,7 +91,8 @@ class CompiledModel(Executor):
                        for v in self.graph.inputs]
         self.original_node_count = len(self.graph.nodes)
         self.pass_report: PassReport = (
-            run_pipeline(self.graph, CPU_PIPELINE if self.device == "cpu" else None)
+            run_pipeline(self.graph, CPU_PIPELINE if self.device == "cpu" else None,
+                         options=self.options)
             if optimize else PassReport())
         self._backends = [CpuBackend()] if "cpu" in backends else []
         self.placement = assign(self.graph, self._backends)
@@ -98,7 +101,7 @@ class CompiledModel(Executor):
         self._init_executor()
         self._check_strict()
         self._tiering = self._tier0 = None
-        if tiering.enabled_by_default() if tiered is None else tiered:
+        if self.options.tiered:
             self._start_tiering()
         for shapes in example_shapes or ():
             self.prepare(shapes)
@@ -240,15 +243,6 @@ class CompiledModel(Executor):
         return (f"{self.original_node_count} nodes imported, {len(self.graph.nodes)} after passes "
                 f"({self.pass_report}); compiled {c.get('cpu', 0)}, host {c.get(HOST, 0)}, "
                 f"interpreted {c.get(INTERP, 0)}; compiled share {self.compiled_share:.1%}")
-
-
-def _strict_default() -> bool:
-    v = os.environ.get("JITORT_STRICT", "").strip().lower()
-    if v in ("", "0", "false", "no", "off"):
-        return False
-    if v in ("1", "true", "yes", "on"):
-        return True
-    raise ValueError(f"JITORT_STRICT must be 0 or 1, got {v!r}")
 
 
 def _compile_cpu(model: Any, **options) -> CompiledModel:

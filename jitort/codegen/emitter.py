@@ -52,6 +52,8 @@ class Emitter:
 
     #: the model's thread count (None: as many as Numba runs); per-worker scratch is sized by it
     threads: int | None = None
+    #: the compile's :class:`jitort.options.Options` (None: read from the environment)
+    options = None
 
     def __init__(self, seg, shapes, hostvals, consts: "ConstArena", memo: dict):
         self.seg, self.shapes, self.hostvals, self.consts, self.memo = seg, shapes, hostvals, consts, memo

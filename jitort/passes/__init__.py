@@ -3,17 +3,18 @@
 Each pass is ``fn(graph) -> int`` returning how many rewrites it made (0 = unchanged). The
 manager runs the list to a fixed point (bounded), times every pass, names the failing pass in
 errors, verifies the IR after each pass when ``JITORT_DEBUG>=2`` and can dump the IR after a
-named pass (``JITORT_DUMP_AFTER=name``).
+named pass (``JITORT_DUMP_AFTER=name``): the ``debug_passes`` and ``dump_after`` fields of the
+compile's :class:`~jitort.options.Options`, as ``layout`` turns the layout pass off.
 """
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import InvalidModel, JitortError
+from ..options import Options
 from ..ir import Graph
 from .simplify import (eliminate_dead_code, eliminate_identities, eliminate_common_subexpressions,
                        fold_constants, fold_transposes, sum_as_add)
@@ -67,13 +68,20 @@ class PassReport:
         return ", ".join(f"{k}: {v}" for k, v in self.rewrites.items() if v) or "no rewrites"
 
 
+#: pass name -> whether the options let it run
+_ENABLED: dict[str, Callable[[Options], bool]] = {
+    "convert_to_channels_last": lambda o: o.layout != "nchw"}
+
+
 def run_pipeline(graph: Graph, pipeline: list[tuple[str, PassFn]] | None = None,
-                 max_rounds: int = 4) -> PassReport:
-    """Run ``pipeline`` over ``graph`` in place until nothing changes (at most ``max_rounds``)."""
-    pipeline = DEFAULT_PIPELINE if pipeline is None else pipeline
+                 max_rounds: int = 4, options: Options | None = None) -> PassReport:
+    """Run ``pipeline`` over ``graph`` in place until nothing changes (at most ``max_rounds``).
+    ``options``: the compile's settings (default: from the environment)."""
+    options = Options.from_env() if options is None else options
+    pipeline = [(name, fn) for name, fn in (DEFAULT_PIPELINE if pipeline is None else pipeline)
+                if _ENABLED.get(name, lambda o: True)(options)]
     report = PassReport()
-    debug = int(os.environ.get("JITORT_DEBUG", "0") or 0)
-    dump_after = os.environ.get("JITORT_DUMP_AFTER", "")
+    debug, dump_after = options.debug_passes, options.dump_after
     for _ in range(max_rounds):
         changed = 0
         for name, fn in pipeline:

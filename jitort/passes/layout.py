@@ -17,13 +17,13 @@ to NCHW, keeping its name. Dense and grouped convolutions, pools and everything 
 A region of one depthwise convolution that ``conv_nhwc.dwconv_staged`` can run stays NCHW too
 (``staged_depthwise``): that kernel stages bands of rows channels-last itself.
 
-``JITORT_LAYOUT=nchw`` turns the pass off (for comparisons). The CUDA backend's pipeline does
+``JITORT_LAYOUT=nchw`` (``Options.layout``) turns the pass off (for comparisons): the pipeline
+leaves it out (:func:`jitort.passes.run_pipeline`). The CUDA backend's pipeline does
 not include it.
 """
 from __future__ import annotations
 
 import logging
-import os
 
 import numpy as np
 
@@ -32,8 +32,6 @@ from ..ir import Graph, Node, Value, const_value
 from .patterns import JITORT_DOMAIN, auto_pad
 
 log = logging.getLogger("jitort.passes")
-
-ENV = "JITORT_LAYOUT"
 
 TO_NHWC = [0, 2, 3, 1]
 TO_NCHW = [0, 3, 1, 2]
@@ -74,10 +72,6 @@ DW_MIN_CHANNELS = {1: 32, 2: 96}   # by stride
 _REDUCE = {"ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", "ReduceProd", "ReduceL1",
            "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}
 _GLOBAL_POOL = {"GlobalAveragePool": "ReduceMean", "GlobalMaxPool": "ReduceMax"}
-
-
-def enabled() -> bool:
-    return os.environ.get(ENV, "").strip().lower() != "nchw"
 
 
 def _rank4(v: Value | None) -> bool:
@@ -242,8 +236,6 @@ def _permute_const(v: Value, g: Graph) -> Value:
 def convert_to_channels_last(g: Graph) -> int:
     """Rewrite every convertible region holding a depthwise convolution (module docstring);
     returns the number of regions converted."""
-    if not enabled():
-        return 0
     nodes = g.nodes
     ok = [_convertible(n) for n in nodes]
     if not any(ok[i] and conv_kind(n) == "depthwise" for i, n in enumerate(nodes)):

@@ -9,12 +9,11 @@ before that). ``JITORT_PACKED_GEMM=0`` keeps the per-call path.
 """
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ... import tuning
+from ... import options, tuning
 from ...ir import Node
 from ..calls import KernelModule, Scalar, Zeros
 from ..registry import Unlowerable, lowering
@@ -65,7 +64,8 @@ def _packed_b(em: Emitter, b, k: int, n_: int, trans: bool, rows):
     calibrated pick of the shape's bucket, else its default rule; ``rows``: A's row count at
     this plan), or packing is switched off."""
     if (not b.is_const or np.dtype(b.dtype) != np.float32
-            or os.environ.get("JITORT_PACKED_GEMM", "1") == "0" or k == 0 or n_ == 0):
+            or not (options.read("packed_gemm") if em.options is None else em.options.packed_gemm)
+            or k == 0 or n_ == 0):
         return None
     if tuning.choose("gemm.weights", rows=concrete(rows), k=k, n=n_, trans=bool(trans),
                      dtype="float32") != "packed":
