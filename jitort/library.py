@@ -42,6 +42,7 @@ from pathlib import Path
 
 from numba import types
 
+from . import options
 from .disjoint import DisjointSets
 
 #: the committed entry list (``scripts/library_signatures.py`` writes it)
@@ -451,7 +452,7 @@ def compile_entries(es: list[Entry], jobs: int | None = None, progress: bool | N
     for share in shares:
         p = subprocess.Popen([sys.executable, "-m", "jitort.library"], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=dict(os.environ, JITORT_TIERED="0"))
+                             env=options.child_environ(JITORT_TIERED="0"))
         p.stdin.write("\n".join(e.text() for e in share) + "\n")
         p.stdin.close()
         procs.append(p)

@@ -50,7 +50,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from . import library, serialize
+from . import library, options, serialize
 from .codegen import module as modmgr
 from .codegen import native
 from .codegen.assembly import driver_kernels
@@ -73,7 +73,7 @@ class TieringWarning(UserWarning):
 
 
 def enabled_by_default() -> bool:
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off", "")
+    return options.read("tiered")
 
 
 class Tiering:
@@ -164,7 +164,7 @@ class Tiering:
             want = compile_jobs()  # a bad JITORT_COMPILE_JOBS raises here, nothing queued
             self._feeds = {n: np.array(a, copy=True) if isinstance(a, np.ndarray) else a
                            for n, a in feeds.items()}
-            self._environ = dict(os.environ, **{ENV: "0"})
+            self._environ = options.child_environ(**{ENV: "0"})
             self._work = modmgr.cache_dir() / "tiering"
             self.compiled_in_child = True
             self.state = "queued"  # before submit: the job may run (and move it on) at once
@@ -257,7 +257,7 @@ def run_compile_processes(job: dict, jobs: int, environ: dict | None = None,
     of its log. ``environ``: the processes' environment; ``work``: the folder of their logs
     and sync files (default: under the cache directory); ``lease`` (:class:`jitort.compile_queue.Lease`): start no process once it has
     closed; ``children``: a list the processes are appended to as they start."""
-    environ = dict(os.environ, **{ENV: "0"}) if environ is None else environ
+    environ = options.child_environ(**{ENV: "0"}) if environ is None else environ
     work = modmgr.cache_dir() / "tiering" if work is None else work
     work.mkdir(parents=True, exist_ok=True)
     stem = f"{os.getpid()}-{time.monotonic_ns()}"
