@@ -29,34 +29,20 @@ import threading
 import weakref
 from collections import deque
 
-from .errors import JitortError
+from . import options
+from .errors import InvalidOption
 
 #: environment variable: compile processes alive at most per process
 ENV_JOBS = "JITORT_COMPILE_JOBS"
 
-
-class InvalidSetting(JitortError, ValueError):
-    """An environment variable jitort reads has a value it cannot use."""
+#: an environment variable jitort reads has a value it cannot use (the name it had here first)
+InvalidSetting = InvalidOption
 
 
 def compile_jobs() -> int:
     """The bound: ``JITORT_COMPILE_JOBS``, else the CPUs this process may use (at most 4:
     each process also loads the model and Numba)."""
-    env = os.environ.get(ENV_JOBS, "").strip()
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            n = 0
-        if n < 1:
-            raise InvalidSetting(f"{ENV_JOBS} must be a positive int (the most compile "
-                                 f"processes alive at once), got {env!r}")
-        return n
-    try:
-        n = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        n = os.cpu_count() or 1
-    return max(1, min(4, n))
+    return options.read("compile_jobs")
 
 
 class Lease:

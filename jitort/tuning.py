@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from . import options
+
 #: a candidate this many times slower than the best in most measured buckets is demoted
 DEMOTE = 1.5
 FORMAT = 1
@@ -140,7 +142,7 @@ def library_hash(choice: Choice) -> str:
 
 
 def enabled() -> bool:
-    return os.environ.get("JITORT_TUNE", "1").lower() not in ("0", "off", "false", "no")
+    return options.read("tune")
 
 
 _lock = threading.Lock()
@@ -310,12 +312,7 @@ def measure_bucket(choice: Choice, key: tuple, slow: dict | None = None) -> dict
 
 
 def _slow_factors() -> dict:
-    out = {}
-    for item in os.environ.get("JITORT_TUNE_SLOW", "").split(","):
-        if ":" in item:
-            k, v = item.split(":", 1)
-            out[k.strip()] = float(v)
-    return out
+    return dict(options.read("tune_slow"))
 
 
 #: buckets whose best time is under this are left out of the demotion vote (fixed costs,
@@ -467,7 +464,7 @@ def ensure_background() -> None:
     detached process at the lowest priority; models compiled meanwhile use the default rules,
     those compiled after it wrote the file its decisions. Never blocks or fails a caller."""
     global _started
-    if _started or not enabled() or os.environ.get("JITORT_TUNE_BACKGROUND", "1") == "0":
+    if _started or not enabled() or not options.read("tune_background"):
         return
     _started = True
     try:

@@ -32,6 +32,7 @@ from typing import Callable
 
 import numba
 
+from .. import options
 from ..kernels import _events
 from ..version import __version__
 
@@ -56,11 +57,7 @@ compiles = _events.compiles
 
 def cache_dir() -> Path:
     """Root of jitort's on-disk cache (``JITORT_CACHE_DIR`` or the platform cache dir)."""
-    env = os.environ.get("JITORT_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or (Path.home() / ".cache")
-    return Path(base) / "jitort"
+    return options.read("cache_dir")
 
 
 def gen_hash() -> str:

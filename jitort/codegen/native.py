@@ -41,11 +41,12 @@ from numba.core import cgutils
 from numba.np import numpy_support
 from numba.extending import intrinsic
 
+from .. import options
 from ..errors import ExecutionError
 
 #: ``JITORT_DIRECT_CALLS=1``: drivers call kernels directly (linked into them, as before the
 #: table; slower to compile), for comparisons and as a way around a problem with the table
-DIRECT_CALLS = os.environ.get("JITORT_DIRECT_CALLS", "0") not in ("0", "")
+DIRECT_CALLS = options.read("direct_calls")
 
 #: (driver's site prefix, call-site index) -> (kernel module, kernel name, argument types),
 #: recorded by :func:`native_call`'s typer in this process
