@@ -74,6 +74,7 @@ _FUTEX_WAIT, _FUTEX_WAKE = 128, 129  # the _PRIVATE variants
 #: hyperthread run. Polls between pauses keep both.
 SPIN_POLLS = 128
 _SYS_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98, "arm64": 98}
+_STATE_SYMBOL = "jitort_pool_state"
 
 _i64 = ir.IntType(64)
 _i32 = ir.IntType(32)
@@ -88,11 +89,16 @@ def _c(v):
 
 
 class _Gen:
-    """Builds the pool's functions into one LLVM module, the state at a fixed address."""
+    """Builds the pool's functions into one LLVM module. The state is the external symbol
+    ``jitort_pool_state`` (resolved at load, :func:`install`), so that the module's text, and
+    with it the machine code cached by :func:`_compile`, does not depend on where this process
+    allocated the state."""
 
-    def __init__(self, state_addr: int, machine: str):
+    def __init__(self, machine: str):
         self.mod = ir.Module("jitort_workers")
-        self.base = ir.Constant(_i64, state_addr)
+        state = ir.GlobalVariable(self.mod, ir.ArrayType(_i64, NSLOTS), _STATE_SYMBOL)
+        state.linkage = "external"
+        self.base = state.ptrtoint(_i64)
         # ``pause`` in spin loops (JITORT_SPIN_PAUSE=0: none), one per SPIN_POLLS polls
         self.x86 = machine in ("x86_64", "amd64") and os.environ.get("JITORT_SPIN_PAUSE") != "0"
         self.futex_nr = _SYS_FUTEX[machine]
@@ -344,18 +350,62 @@ _lib = None    # keeps the compiled code alive
 
 
 def _compile(machine: str):
-    """The pool's functions, compiled by Numba's code generator (optimized, in its engine)."""
+    """The pool's functions, compiled by Numba's code generator (optimized, in its engine).
+
+    Optimizing and emitting them costs more than a cached program's whole first call (about
+    0.14 s), so the machine code is cached on disk (:func:`_cached_library`)."""
     global _lib
     from numba.core.compiler_lock import global_compiler_lock
     from numba.core.registry import cpu_target
-    mod = _Gen(_state.ctypes.data, machine).build()
+    mod = _Gen(machine).build()
     with global_compiler_lock:
-        lib = cpu_target.target_context.codegen().create_library("jitort_workers")
-        lib.add_ir_module(mod)
-        lib.finalize()
+        codegen = cpu_target.target_context.codegen()
+        lib = _cached_library(codegen, mod)
         _lib = lib
         return tuple(lib.get_pointer_to_function(n) for n in
                      ("jitort_parallel_for", "jitort_get_thread_id", "jitort_worker"))
+
+
+def _cached_library(codegen, mod):
+    """A finalized code library of the LLVM module ``mod``: its object code loaded from
+    ``<kernel cache root>/workers/<key>.pkl`` when there, else compiled and written there.
+
+    The key hashes the module text (which holds every option the code depends on), Numba's
+    code generator's own cache key (target triple, CPU name and features) and the versions of
+    Numba and llvmlite: any change compiles anew. A damaged or unreadable entry is compiled
+    again; a cache that cannot be written only costs the compile."""
+    import hashlib
+    import pickle
+    import tempfile
+
+    import llvmlite
+    import numba
+
+    from .._cache import cache_root
+    text = str(mod)
+    key = hashlib.sha256(repr((codegen.magic_tuple(), numba.__version__, llvmlite.__version__,
+                               text)).encode()).hexdigest()[:32]
+    path = cache_root() / "workers" / f"{key}.pkl"
+    try:
+        with open(path, "rb") as f:
+            return codegen.unserialize_library(pickle.load(f))
+    except Exception:  # absent or damaged: compile
+        pass
+    lib = codegen.create_library("jitort_workers")
+    lib.enable_object_caching()
+    lib.add_ir_module(mod)
+    lib.finalize()
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".pkl")
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(lib.serialize_using_object_code(), f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)  # atomic: a concurrent reader sees no half-written entry
+    except OSError:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+    return lib
 
 
 def placement(n: int) -> dict:
@@ -446,6 +496,7 @@ def install() -> bool:
     off = (-raw.ctypes.data % 64) // 8
     _state = raw[off:off + NSLOTS]
     _state[SPIN_NS] = int(float(os.environ.get("JITORT_SPIN_US", "100")) * 1000)
+    ll.add_symbol(_STATE_SYMBOL, _state.ctypes.data)  # before the code is linked
     _entry = _compile(platform.machine().lower())
     ll.add_symbol("numba_parallel_for", _entry[0])
     ll.add_symbol("get_thread_id", _entry[1])
