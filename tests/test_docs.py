@@ -4,7 +4,8 @@
 * every relative link (and its #anchor) in README.md, docs/, benchmarks/README.md and
   scripts/sweeps/README.md points to an existing file and heading;
 * every ``scripts/...`` path those documents name exists, and every ``JITORT_*`` variable the
-  code reads is in docs/runtime.md's options table;
+  code reads is in docs/runtime.md's options table, which is exactly the table
+  ``jitort.options.render_table()`` renders from the ``Options`` dataclass;
 * ``scripts/perf_tables.py`` turns pytest-benchmark JSON into the tables of docs/performance.md.
 """
 import importlib.util
@@ -93,6 +94,18 @@ def test_every_environment_variable_in_the_options_table():
                                 re.M))
     assert used, "no JITORT_* variable found: the pattern no longer matches the code"
     assert not used - documented, f"undocumented in docs/runtime.md: {sorted(used - documented)}"
+
+
+def test_options_table_is_generated_from_the_dataclass():
+    """docs/runtime.md holds exactly one options table, the one rendered from ``jitort.Options``
+    (``python -m jitort.options`` rewrites it)."""
+    from jitort.options import FIELDS, TABLE_BEGIN, TABLE_END, render_table
+    text = (ROOT / "docs" / "runtime.md").read_text()
+    assert text.count(TABLE_BEGIN) == 1 and text.count(TABLE_END) == 1
+    block = text.split(TABLE_BEGIN, 1)[1].split(TABLE_END, 1)[0]
+    assert block == "\n" + render_table(), "stale: run python -m jitort.options"
+    rows = re.findall(r"^\| `(JITORT_[A-Z0-9_]+)`", block, re.M)
+    assert rows == [f.metadata["env"] for f in FIELDS.values()] and len(rows) >= 20
 
 
 # --- scripts/perf_tables.py --------------------------------------------------------------------
