@@ -18,10 +18,12 @@ A :class:`Family` removes those per-call loops. When a recording is made it
   same offsets as the recording's at its sizes; the liveness lower bound is a max of sums
   over the maximal live sets, so a placement that has grown worse than the recording's
   declines instead;
-* generates the checks of the driver's views (``native.check_views``) as one expression.
+* generates the checks of the driver's views (``native.check_views``) as expressions.
 
-A new shape then costs the host nodes (values the driver reads, computed by the interpreter's
-runners) and three generated functions. Anything the family cannot follow (a shape function
+All of it is one generated function of the input dims (:func:`_family_function`): it returns
+the distinct sizes and offsets ``d`` needs, scattered into a copy of the recording's ``d``. A
+new shape then costs the host nodes (values the driver reads, computed by the interpreter's
+runners) and that function. Anything the family cannot follow (a shape function
 that fails on symbolic sizes, a host node reading the shape of a compiled value) leaves the
 recording without a family: plain replay and lowering work as before.
 """
@@ -33,7 +35,8 @@ import math
 import numpy as np
 
 from ..planner import ALIGN, MemoryPlan
-from .symbolic import Tape, concrete
+from .plan import host_bytes
+from .symbolic import Tape, _ref, concrete
 
 log = logging.getLogger("jitort")
 
@@ -46,21 +49,24 @@ MAX_MISSES = 8
 
 
 class Family:
-    """The closed-form plan of one :class:`~jitort.codegen.plan.Recording`."""
+    """The closed-form plan of one :class:`~jitort.codegen.plan.Recording`: one generated
+    function ``f(S, h)`` of the input and host-output shapes ``S`` and the host values' byte
+    sizes ``h`` -> (the variable slots of ``d``, workspace bytes, lower bound, output
+    shapes), None when a guard fails, False when the placement has grown worse than
+    allowed."""
 
-    def __init__(self, rec, shapes_fn, host_guards: dict, ws_rows: list, mem):
+    def __init__(self, rec, tape: Tape, sym: dict, host_guards: dict):
         self.rec = rec
+        self.tape, self.sym = tape, sym  # the shape tape and every value's symbolic shape
         self.hits = self.misses = 0  # plans made, new shapes declined in a row
-        self.shapes_fn = shapes_fn
         self.host_guards = host_guards  # value id -> bytes a shape function read
-        self.ws_rows = ws_rows
+        self.ws_rows = [i for i, r in enumerate(rec.rows) if r.kind == "ws"]
         self.pb_vids = [r.vid for r in rec.rows if r.kind == "pb"]
-        self.set_layout(mem)
-        self.views_fn = _views_function(rec.plan.views, rec.seg, rec.const_slots)
+        self.set_layout(rec.plan.memory)
 
     def set_layout(self, mem) -> None:
-        self.layout_fn = _layout_function(self.rec.rows, self.ws_rows, mem)
-        self.ratio = mem.ratio * SLACK
+        """Generate the function for the placement structure of ``mem``."""
+        self.fn, self.template, self.slots = _family_function(self, mem)
         self.choice = mem.choice
         self.stale_layout = False
 
@@ -71,38 +77,33 @@ class Family:
         for vid, data in self.host_guards.items():
             if hostvals[vid].tobytes() != data:
                 return None
-        shapes = self.shapes_fn(S)
-        if shapes is None:
-            return None
-        vals = rec.replay_values(shapes, hostvals)
-        if vals is None:
-            return None
-        k = rec.n_dims
-        sizes = vals[k:]
-        lay = self.layout_fn(sizes)
-        if lay is None:
-            return None
-        o, offsets, ws_bytes, bound = lay
-        if bound and ws_bytes > bound * self.ratio:
-            self.stale_layout = True  # a plain replay places it again; its structure is kept
-            return None
-        from .plan import host_bytes
+        for vid, data in rec.hostvals.items():
+            a = hostvals.get(vid)
+            if a is None or (a.tobytes() if hasattr(a, "tobytes") else repr(a).encode()) != data:
+                return None
         pb = tuple([host_bytes(hostvals[vid]) for vid in self.pb_vids])
-        dl = vals[:k] + o
-        seg = rec.seg
-        if not self.views_fn(dl, ws_bytes, [b.nbytes for b in pb], shapes):
+        try:
+            r = self.fn(S, [b.nbytes for b in pb])
+        except ArithmeticError:  # a size the recording divided by is 0 here
             return None
-        d = np.array(dl, np.int64)
-        mem = FamilyMemory(self.ws_rows, rec.rows, sizes, offsets, ws_bytes, bound, self.choice)
-        return rec.make_plan(d, pb, mem, [shapes[id(v)] for v in seg.arg_outputs], hostvals)
+        if not r:
+            if r is False:
+                self.stale_layout = True  # a plain replay places it again; its structure is kept
+            return None
+        vals, ws_bytes, bound, out_shapes = r
+        d = self.template.copy()
+        slots, which = self.slots
+        d[slots] = np.array(vals, np.int64)[which]
+        mem = FamilyMemory(self.ws_rows, rec, d, ws_bytes, bound, self.choice)
+        return rec.make_plan(d, pb, mem, out_shapes, hostvals)
 
 
 class FamilyMemory(MemoryPlan):
-    """A :class:`~jitort.planner.MemoryPlan` whose buffers are built when asked for (reports,
-    tests), not on every call."""
+    """A :class:`~jitort.planner.MemoryPlan` whose buffers are read from the plan's ``d`` when
+    asked for (reports, tests), not built on every call."""
 
-    def __init__(self, ws_rows, rows, sizes, offsets, ws_bytes, bound, choice):
-        self._args = (ws_rows, rows, sizes, offsets)
+    def __init__(self, ws_rows, rec, d, ws_bytes, bound, choice):
+        self._args = (ws_rows, rec, d)
         self.workspace_bytes, self.lower_bound = ws_bytes, bound
         self.order, self.promoted = (choice, ()) if isinstance(choice, str) else choice
         self._buffers = None
@@ -112,15 +113,17 @@ class FamilyMemory(MemoryPlan):
     def buffers(self):
         from ..planner import Buffer
         if self._buffers is None:
-            ws_rows, rows, sizes, offsets = self._args
-            self._buffers = [Buffer(i, sizes[i], rows[i].begin, max(rows[i].begin, rows[i].end),
-                                    off) for i, off in zip(ws_rows, offsets)]
+            ws_rows, rec, d = self._args
+            o = d[rec.n_dims:].reshape(-1, 2).tolist()
+            rows = rec.rows
+            self._buffers = [Buffer(i, o[i][1] - o[i][0], rows[i].begin,
+                                    max(rows[i].begin, rows[i].end), o[i][0]) for i in ws_rows]
         return self._buffers
 
     @property
     def labels(self):
         if self._labels is None:
-            self._labels = {b.key: self._args[1][b.key].label for b in self.buffers}
+            self._labels = {b.key: self._args[1].rows[b.key].label for b in self.buffers}
         return self._labels
 
     @labels.setter
@@ -215,56 +218,97 @@ def _build(comp, rec, shapes: dict, hostvals: dict):
         for x in s:
             if not isinstance(x, int):
                 tape.guard("==", x, 1, concrete(x) == 1)
-    used = set(rec.leaf_vids) | {id(v) for v in seg.arg_inputs + seg.arg_outputs}
-    shapes_fn = tape.compile_shapes({vid: sym[vid] for vid in sorted(used) if vid in sym})
-    if not all(vid in sym for vid in used):
-        return None
+    if any(len(sym.get(vid, ())) != n for vid, n in rec.tape.ranks.items()):
+        return None  # (a value the recording read is not the segment's, or another rank)
     guards = {vid: np.asarray(hostvals[vid]).tobytes() for vid in host_read}
-    ws_rows = [i for i, r in enumerate(rec.rows) if r.kind == "ws"]
-    return Family(rec, shapes_fn, guards, ws_rows, rec.plan.memory)
+    return Family(rec, tape, sym, guards)
+
+
+def _family_function(fam: Family, mem):
+    """``(f, template, slots)``: :class:`Family`'s generated function, the recording's ``d``
+    (its constant slots stay) and the positions of the slots ``f`` computes."""
+    rec, sym = fam.rec, fam.sym
+    lines, ssrc = fam.tape.emit([_ref(x) for s in sym.values() for x in s], "a")
+
+    def leaf(vid, k):
+        return ssrc(_ref(sym[vid][k]))
+    body, src = rec.tape.emit([_ref(x) for x in rec.outputs], "t", leaf)
+    lines += body
+    n = rec.n_dims
+    exprs = [src(_ref(x)) for x in rec.outputs]  # the dims, then every row's byte size
+    sizes = exprs[n:]
+    lay, ranges = _layout_lines(rec.rows, fam.ws_rows, mem, lambda i: sizes[i])
+    lines += lay
+    lines.append(f"    if lb and ws > lb * {mem.ratio * SLACK!r}: return False")
+    slot = exprs[:n] + ranges  # every slot of d as an expression
+    lines += _view_lines(rec.plan.views, rec.seg, slot, fam, ssrc)
+    variable = [i for i, e in enumerate(slot) if not _is_literal(e)]
+    distinct = list(dict.fromkeys(slot[i] for i in variable))  # most slots repeat a few sizes
+    outs = ", ".join("(" + "".join(ssrc(_ref(x)) + ", " for x in sym[id(v)]) + ")"
+                     for v in rec.seg.arg_outputs)
+    lines.append(f"    return [{', '.join(distinct)}], ws, lb, [{outs}]")
+    ns: dict = {"math": math}
+    exec(compile("\n".join(["def family(S, h):"] + lines) + "\n", "<jitort-family>", "exec"), ns)
+    template = np.array([int(e) if _is_literal(e) else 0 for e in slot], np.int64)
+    pos = {e: k for k, e in enumerate(distinct)}
+    return ns["family"], template, (np.array(variable, np.intp),
+                                    np.array([pos[slot[i]] for i in variable], np.intp))
+
+
+def _is_literal(e: str) -> bool:
+    return e.lstrip("-").isdigit()
 
 
 def _layout_function(rows: list, ws_rows: list, mem):
     """``f(sizes) -> (the rows' byte ranges flat, offsets of the ws rows, workspace bytes,
-    lower bound)`` keeping ``mem``'s placement structure, or None where a buffer of size 0
-    at the recording has grown (the structure does not place it)."""
+    lower bound)``, or None (see :func:`_layout_lines`)."""
+    lines, ranges = _layout_lines(rows, ws_rows, mem, lambda i: f"s[{i}]")
+    lines.append(f"    return [{', '.join(ranges)}], "
+                 f"[{', '.join(f'w{k}' for k in range(len(ws_rows)))}], ws, lb")
+    ns: dict = {}
+    exec(compile("\n".join(["def layout(s):"] + lines) + "\n", "<jitort-layout>", "exec"), ns)
+    return ns["layout"]
+
+
+def _layout_lines(rows: list, ws_rows: list, mem, size):
+    """Lines placing the workspace rows with ``mem``'s structure (``w<k>``: the offset of
+    ``ws_rows[k]``, ``ws``: the workspace bytes, ``lb``: the liveness bound; ``return None``
+    where a buffer of size 0 at the recording has grown: the structure does not place it),
+    and the expressions of every row's byte range (``size(i)``: row ``i``'s byte size), as
+    :func:`~jitort.codegen.plan.layout` writes them."""
     by_key = {b.key: b for b in mem.buffers}
     bufs = [by_key[i] for i in ws_rows]
-    lines = ["def layout(s):"]
+    lines = []
     for k, b in enumerate(bufs):
-        lines.append(f"    a{k} = (s[{b.key}] + {ALIGN - 1}) // {ALIGN} * {ALIGN}")
+        sz = size(b.key)
+        lines.append(f"    z{k} = {(int(sz) + ALIGN - 1) // ALIGN * ALIGN}" if _is_literal(sz) else
+                     f"    z{k} = ({sz} + {ALIGN - 1}) // {ALIGN} * {ALIGN}")
     zero = [k for k, b in enumerate(bufs) if b.size <= 0]
     if zero:
-        lines.append(f"    if {' or '.join(f'a{k}' for k in zero)}: return None")
+        lines.append(f"    if {' or '.join(f'z{k}' for k in zero)}: return None")
     placed = sorted((k for k, b in enumerate(bufs) if b.size > 0), key=lambda k: bufs[k].offset)
     done = []
     for k in placed:
         b = bufs[k]
         below = [j for j in done if bufs[j].begin <= b.end and b.begin <= bufs[j].end]
-        terms = ", ".join(f"o{j} + a{j}" for j in below)
-        lines.append(f"    o{k} = max({terms}, 0)" if len(below) > 1 else
-                     f"    o{k} = {terms}" if below else f"    o{k} = 0")
+        terms = ", ".join(f"w{j} + z{j}" for j in below)
+        lines.append(f"    w{k} = max({terms})" if len(below) > 1 else
+                     f"    w{k} = {terms}" if below else f"    w{k} = 0")
         done.append(k)
     for k in zero:
-        lines.append(f"    o{k} = 0")
-    top = ", ".join(f"o{k} + a{k}" for k in placed)
+        lines.append(f"    w{k} = 0")
+    top = ", ".join(f"w{k} + z{k}" for k in placed)
     lines.append(f"    ws = max({top}, 0)" if placed else "    ws = 0")
     lines.append(f"    lb = {_bound_expr(bufs, placed)}")
     ranges, ws_k = [], {i: k for k, i in enumerate(ws_rows)}
-    for i, r in enumerate(rows):  # as plan.layout writes them: ws, host-value, constant rows
+    for i, r in enumerate(rows):
         if r.kind == "ws":
-            ranges += [f"o{ws_k[i]}", f"o{ws_k[i]} + s[{i}]"]
+            ranges += [f"w{ws_k[i]}", f"w{ws_k[i]} + {size(i)}"]
         elif r.kind == "pb":
-            ranges += ["0", f"s[{i}]"]
+            ranges += ["0", size(i)]
         else:
             ranges += [str(int(x)) for x in r.fixed]
-    if not rows:
-        ranges = ["0", "0"]
-    lines.append(f"    return [{', '.join(ranges)}], [{', '.join(f'o{k}' for k in range(len(bufs)))}], "
-                 "ws, lb")
-    ns: dict = {}
-    exec(compile("\n".join(lines) + "\n", "<jitort-layout>", "exec"), ns)
-    return ns["layout"]
+    return lines, ranges or ["0", "0"]
 
 
 def _bound_expr(bufs: list, placed: list) -> str:
@@ -275,20 +319,21 @@ def _bound_expr(bufs: list, placed: list) -> str:
         live = frozenset(k for k in placed if bufs[k].begin <= t <= bufs[k].end)
         sets.append(live)
     maximal = [s for s in set(sets) if not any(s < o for o in sets)]
-    sums = [" + ".join(f"a{k}" for k in sorted(s)) for s in maximal if s]
+    sums = [" + ".join(f"z{k}" for k in sorted(s)) for s in maximal if s]
     return f"max({', '.join(sums)}, 0)" if sums else "0"
 
 
-def _views_function(views: list, seg, const_slots: set):
-    """``f(d, ws_bytes, pb_nbytes, shapes) -> bool``: the checks of
-    :func:`~jitort.codegen.native.check_views` (each view spans exactly its byte range, inside
-    its buffer or argument array) as generated expressions, ``shapes`` giving the argument
-    arrays' sizes. A check whose slots are all constant (``const_slots``) and whose limit is
-    too was made once, by ``native.check_views`` when the recording was lowered."""
+def _view_lines(views: list, seg, slot: list, fam, ssrc) -> list:
+    """The checks of :func:`~jitort.codegen.native.check_views` (each view spans exactly its
+    byte range, inside its buffer or argument array) as lines returning None, on the
+    expressions ``slot`` of ``d``'s slots; checks on constant slots only were made when the
+    recording was lowered. ``h[k]``: host value k's byte size."""
     args = {}
     for pre, vals in (("x", seg.arg_inputs), ("y", seg.arg_outputs)):
         for i, v in enumerate(vals):
-            args[f"{pre}{i}"] = (id(v), np.dtype(v.dtype).itemsize)
+            shape = fam.sym[id(v)]
+            args[f"{pre}{i}"] = ("*".join(ssrc(_ref(x)) for x in shape) or "1",
+                                 np.dtype(v.dtype).itemsize)
 
     def nbytes(base):
         if base == "ws":
@@ -296,8 +341,7 @@ def _views_function(views: list, seg, const_slots: set):
         if base[0] == "h":
             return f"h[{int(base[1:])}]"
         if base in args:
-            vid, item = args[base]
-            return f"math.prod(shapes[{vid}]) * {item}"
+            return f"{args[base][0]} * {args[base][1]}"
         return None
 
     conds = []
@@ -307,10 +351,7 @@ def _views_function(views: list, seg, const_slots: set):
             if v.get("scalar") and base in args:
                 conds.append(f"{nbytes(base)} == 0")
             continue  # an argument array flattened: fits by construction
-        slots = [i for p in v["sizes"] for i in p] + list(v["start"]) + list(v["end"] or ())
-        if base == "cb" and all(i in const_slots for i in slots):
-            continue
-        count = "*".join(f"d[{i}]" for p in v["sizes"] for i in p) or "1"
+        count = "*".join(slot[i] for p in v["sizes"] for i in p) or "1"
         if v.get("scalar"):
             conds.append(f"{count} < 1")
         limit = nbytes(base)
@@ -318,15 +359,18 @@ def _views_function(views: list, seg, const_slots: set):
             if base in args:
                 conds.append(f"({count}) * {args[base][1]} != {limit}")
             continue
-        start = " + ".join(f"d[{i}]" for i in v["start"]) or "0"
-        end = " + ".join(f"d[{i}]" for i in v["end"]) or "0"
+        start = " + ".join(slot[i] for i in v["start"]) or "0"
+        end = " + ".join(slot[i] for i in v["end"]) or "0"
         conds.append(f"({start}) < 0 or ({end}) - ({start}) != ({count}) * {v['item']}")
         if limit is not None:
             conds.append(f"({end}) > {limit}")
-    lines = ["def views(d, ws, h, shapes):"]
-    for k in range(0, len(dict.fromkeys(conds)), 32):
-        lines.append(f"    if {' or '.join(list(dict.fromkeys(conds))[k:k + 32])}: return False")
-    lines.append("    return True")
-    ns: dict = {"math": math}
-    exec(compile("\n".join(lines) + "\n", "<jitort-views>", "exec"), ns)
-    return ns["views"]
+    conds = [c for c in dict.fromkeys(conds) if not _always_passes(c)]
+    return [f"    if {' or '.join(conds[k:k + 32])}: return None" for k in range(0, len(conds), 32)]
+
+
+def _always_passes(cond: str) -> bool:
+    """Whether the failure condition ``cond`` has no names (integer literals only) and is
+    false: decided once, here."""
+    if any(ch.isalpha() or ch == "_" for ch in cond.replace(" or ", " | ")):
+        return False
+    return not eval(cond)  # arithmetic and comparisons of integer literals only

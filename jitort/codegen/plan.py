@@ -11,7 +11,7 @@ import numpy as np
 from ..planner import Buffer, MemoryPlan, plan_memory
 from . import native
 from .emitter import Row
-from .symbolic import Sym, Tape
+from .symbolic import Tape
 
 if TYPE_CHECKING:
     from .emitter import Emitter
@@ -65,12 +65,8 @@ class Recording:
         self.rows = [Row(r.kind, 0, r.begin, r.end, None, r.fixed, r.vid, r.label) for r in em.rows]
         self.n_dims = len(em.dims)
         self.fn = tape.compile(list(em.dims) + [r.nbytes for r in em.rows])
-        #: the values whose shapes ``fn`` reads
-        self.leaf_vids = sorted({op[1] for op in tape.ops if op[0] == "leaf"})
-        #: the slots of ``d`` that no shape changes: constant dims, constant rows' ranges
-        self.const_slots = {i for i, n in enumerate(em.dims) if not isinstance(n, Sym)} | {
-            self.n_dims + 2 * i + k for i, r in enumerate(em.rows) if r.kind == "cb"
-            for k in (0, 1)}
+        #: the tape and what ``fn`` evaluates (the dims, then every row's byte size)
+        self.tape, self.outputs = tape, list(em.dims) + [r.nbytes for r in em.rows]
         #: the closed-form plan (codegen/family.py), set by the segment compiler where it applies
         self.family = None
         self.hostvals = dict(tape.hostvals)

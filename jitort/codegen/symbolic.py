@@ -56,16 +56,22 @@ class Tape:
         from the recording (the caller then lowers for real).
         """
         refs = [_ref(x) for x in outputs]
-        return self._function(refs, f"[{', '.join(_src(r) for r in refs)}]")
-
-    def compile_shapes(self, shapes: dict) -> Callable[[dict], dict | None]:
-        """Like :meth:`compile`, returning ``{key: tuple}`` for ``shapes`` (key -> a tuple of
-        sizes): the shapes of a segment's values as functions of its leaves."""
-        refs = {k: [_ref(x) for x in s] for k, s in shapes.items()}
-        ret = ", ".join(f"{k!r}: ({''.join(_src(r) + ', ' for r in rs)})" for k, rs in refs.items())
-        return self._function([r for rs in refs.values() for r in rs], "{" + ret + "}")
+        return self._function(refs, "[" + "{}, " * len(refs) + "]")
 
     def _function(self, refs: list, ret: str) -> Callable:
+        lines, src = self.emit(refs, "t")
+        lines = ["def replay(S):"] + lines + [f"    return {ret.format(*map(src, refs))}"]
+        ns: dict[str, Any] = {}
+        exec(compile("\n".join(lines) + "\n", "<jitort-replay>", "exec"), ns)
+        return ns["replay"]
+
+    def emit(self, refs: list, name: str, leaf: Callable | None = None):
+        """The body of a function evaluating ``refs`` (its lines, indented, and ``src``: a
+        ref's expression in them): every entry they or a guard need as ``<name><i> = ...``,
+        then the guards (``return None`` when one differs).
+
+        ``leaf(vid, k)``: the expression of a leaf; default: ``S[vid][k]``, after a check of
+        ``S[vid]``'s rank (then ``return None`` too)."""
         needed = set()
         todo = [r for r in refs if isinstance(r, _T)]
         for cmp, a, b in self.guards:
@@ -78,26 +84,31 @@ class Tape:
             op = self.ops[t.i]
             if op[0] != "leaf":
                 todo += [x for x in op[1:] if isinstance(x, _T)]
-        lines = ["def replay(S):"]
-        used_vids = sorted({self.ops[i][1] for i in needed if self.ops[i][0] == "leaf"})
-        for n, vid in enumerate(used_vids):
-            lines.append(f"    s{n} = S[{vid}]")
-            lines.append(f"    if len(s{n}) != {self.ranks[vid]}: return None")
-        vname = {vid: f"s{n}" for n, vid in enumerate(used_vids)}
+
+        def src(r) -> str:
+            return f"{name}{r.i}" if isinstance(r, _T) else repr(r)
+
+        lines = []
+        if leaf is None:
+            used_vids = sorted({self.ops[i][1] for i in needed if self.ops[i][0] == "leaf"})
+            for n, vid in enumerate(used_vids):
+                lines.append(f"    {name}s{n} = S[{vid}]")
+                lines.append(f"    if len({name}s{n}) != {self.ranks[vid]}: return None")
+            vname = {vid: f"{name}s{n}" for n, vid in enumerate(used_vids)}
+
+            def leaf(vid, k):
+                return f"{vname[vid]}[{k}]"
         for i in sorted(needed):
             op = self.ops[i]
             if op[0] == "leaf":
-                lines.append(f"    t{i} = {vname[op[1]]}[{op[2]}]")
+                lines.append(f"    {name}{i} = {leaf(op[1], op[2])}")
             else:
-                lines.append(f"    t{i} = {_src(op[1])} {op[0]} {_src(op[2])}")
-        conds = [f"({_src(a)} {cmp} {_src(b)}) is {not outcome}"
+                lines.append(f"    {name}{i} = {src(op[1])} {op[0]} {src(op[2])}")
+        conds = [f"({src(a)} {cmp} {src(b)}) is {not outcome}"
                  for (cmp, a, b), outcome in self.guards.items()]
         for k in range(0, len(conds), 32):
             lines.append(f"    if {' or '.join(conds[k:k + 32])}: return None")
-        lines.append(f"    return {ret}")
-        ns: dict[str, Any] = {}
-        exec(compile("\n".join(lines) + "\n", "<jitort-replay>", "exec"), ns)
-        return ns["replay"]
+        return lines, src
 
 
 class _T:
