@@ -292,6 +292,14 @@ def read(name: str, environ: Mapping[str, str] | None = None) -> Any:
     return _from_environ(FIELDS[name], os.environ if environ is None else environ)
 
 
+def variables(prefixes: tuple[str, ...] = ("JITORT_",),
+              environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment's variables named with one of ``prefixes``, as text (a cache key over
+    every setting, whatever it means: jitort/warm.py's snapshot key)."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in environ.items() if k.startswith(prefixes)}
+
+
 def child_environ(**settings: str) -> dict:
     """This process's environment with ``settings`` (variable -> text) added: the environment
     of a child process (a background compile, a library compile)."""

@@ -58,6 +58,7 @@ def test_environment_parsing():
     assert o.tune_slow == (("a", 2.0), ("b", 0.5)) and o.tune  # empty: the default
     assert (o.spin_us, o.thread_pool, o.blas, o.pin_workers) == (12.5, False, "numba", "1")
     assert options.read("compile_jobs", {"JITORT_COMPILE_JOBS": "7"}) == 7
+    assert options.variables(environ=dict(env, HOME="/h")) == env  # (a cache key's raw text)
 
 
 def test_keywords_override_the_environment():
