@@ -265,7 +265,9 @@ def compile(model: Any, *, threads: int | None = None, base_dir=None, optimize: 
     compiles in a background process, then calls switch to it (``model.wait_compiled()`` waits
     for that; ``tiered=False`` or ``JITORT_TIERED=0`` compiles on the first call instead).
     Other options: ``strict``, ``debug``, ``profile``, ``example_shapes`` (see
-    :class:`CompiledModel`).
+    :class:`CompiledModel`), and every per-compile field of :class:`jitort.Options` by name
+    (``layout="nchw"``, ``packed_gemm=False``...), which overrides its ``JITORT_*`` variable;
+    ``model.options`` holds the settings the model was compiled with.
     """
     return devices.factory(device)(model, threads=threads, base_dir=base_dir, optimize=optimize,
                                    **kwargs)
