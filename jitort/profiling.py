@@ -24,7 +24,6 @@ from typing import Callable
 import numpy as np
 
 from .codegen import module as modmgr
-from .codegen.assembly import callee_names
 
 @dataclass
 class Part:
@@ -73,6 +72,7 @@ class Profiler:
     def parts(self, compiler, fns: list[Callable], chunks: list[list[str]],
               steps: list[int | None], shapes: dict) -> list[Part]:
         """Describe each chunk: called kernels, nodes lowered into its step, FLOP estimate."""
+        from .codegen.assembly import callee_names  # (here: cpu_name() must stay light)
         items = _step_items(compiler, shapes)
         out = []
         for fn, lines, step in zip(fns, chunks, steps):
