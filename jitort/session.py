@@ -480,7 +480,9 @@ class InferenceSession:
             except (TypeError, ValueError) as e:
                 raise _error(InvalidArgument, f"input {name!r} ({arg.type}) cannot be converted "
                                               f"from {type(value).__name__}: {e}") from None
-        elif value.dtype != want and not (want.kind == "O" and value.dtype.kind in "USO"):
+        elif want.kind == "O" and value.dtype.kind in "US":
+            value = value.astype(object)  # onnxruntime takes numpy's str arrays for strings
+        elif value.dtype != want:
             actual = _type_of(value.dtype)
             raise _error(InvalidArgument, f"Unexpected input data type. Actual: ({actual}) , "
                                           f"expected: ({arg.type}) for input: {name}")
