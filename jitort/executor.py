@@ -195,6 +195,9 @@ class Executor:
         comp = SegmentCompiler(step, self.placement, self._run_host, infer_shapes,
                                debug=self.debug, threads=self.threads, options=self.options)
         comp.profiler = self.profiler
+        # the graph inputs' declared dims: fixed ones and the agreement of named ones are
+        # checked on every call's feeds (jitort/feeds.py), closed-form plans rely on both
+        comp.input_dims = {id(v): tuple(v.shape) for v in self.graph.inputs if v.shape is not None}
         return comp
 
     def _step_runner(self, step: Segment):

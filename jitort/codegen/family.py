@@ -36,7 +36,7 @@ import numpy as np
 
 from ..planner import ALIGN, MemoryPlan
 from .plan import host_bytes
-from .symbolic import Tape, _ref, concrete
+from .symbolic import Tape, _ref, concrete, is_literal
 
 log = logging.getLogger("jitort")
 
@@ -181,8 +181,15 @@ def _build(comp, rec, shapes: dict, hostvals: dict):
     inputs = {id(v) for v in seg.inputs}
     tape = Tape()
     sym = {}
+    named: dict = {}  # a symbolic dim's name -> its leaf (the feeds agree on it)
+    declared = comp.__dict__.get("input_dims", {})
     for v in seg.inputs:
-        sym[id(v)] = tape.leaf_shape(id(v), shapes[id(v)])
+        leaves = tape.leaf_shape(id(v), shapes[id(v)])
+        dims = declared.get(id(v))
+        if dims is not None and len(dims) == len(leaves):  # a graph input, checked per call
+            leaves = tuple(n if isinstance(n, int) else named.setdefault(n, x) if n else x
+                           for n, x in zip(dims, leaves))
+        sym[id(v)] = leaves
     host_read: set[int] = set()
     from ..shapes import value_inputs
     host_out: set[int] = set()
@@ -242,21 +249,17 @@ def _family_function(fam: Family, mem):
     lines.append(f"    if lb and ws > lb * {mem.ratio * SLACK!r}: return False")
     slot = exprs[:n] + ranges  # every slot of d as an expression
     lines += _view_lines(rec.plan.views, rec.seg, slot, fam, ssrc)
-    variable = [i for i, e in enumerate(slot) if not _is_literal(e)]
+    variable = [i for i, e in enumerate(slot) if not is_literal(e)]
     distinct = list(dict.fromkeys(slot[i] for i in variable))  # most slots repeat a few sizes
     outs = ", ".join("(" + "".join(ssrc(_ref(x)) + ", " for x in sym[id(v)]) + ")"
                      for v in rec.seg.arg_outputs)
     lines.append(f"    return [{', '.join(distinct)}], ws, lb, [{outs}]")
     ns: dict = {"math": math}
     exec(compile("\n".join(["def family(S, h):"] + lines) + "\n", "<jitort-family>", "exec"), ns)
-    template = np.array([int(e) if _is_literal(e) else 0 for e in slot], np.int64)
+    template = np.array([int(e) if is_literal(e) else 0 for e in slot], np.int64)
     pos = {e: k for k, e in enumerate(distinct)}
     return ns["family"], template, (np.array(variable, np.intp),
                                     np.array([pos[slot[i]] for i in variable], np.intp))
-
-
-def _is_literal(e: str) -> bool:
-    return e.lstrip("-").isdigit()
 
 
 def _layout_function(rows: list, ws_rows: list, mem):
@@ -281,7 +284,7 @@ def _layout_lines(rows: list, ws_rows: list, mem, size):
     lines = []
     for k, b in enumerate(bufs):
         sz = size(b.key)
-        lines.append(f"    z{k} = {(int(sz) + ALIGN - 1) // ALIGN * ALIGN}" if _is_literal(sz) else
+        lines.append(f"    z{k} = {(int(sz) + ALIGN - 1) // ALIGN * ALIGN}" if is_literal(sz) else
                      f"    z{k} = ({sz} + {ALIGN - 1}) // {ALIGN} * {ALIGN}")
     zero = [k for k, b in enumerate(bufs) if b.size <= 0]
     if zero:

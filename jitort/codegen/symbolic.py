@@ -70,8 +70,9 @@ class Tape:
         ref's expression in them): every entry they or a guard need as ``<name><i> = ...``,
         then the guards (``return None`` when one differs).
 
-        ``leaf(vid, k)``: the expression of a leaf; default: ``S[vid][k]``, after a check of
-        ``S[vid]``'s rank (then ``return None`` too)."""
+        ``leaf(vid, k)``: the expression of a leaf, used in its place; default: ``S[vid][k]``,
+        after a check of ``S[vid]``'s rank (then ``return None`` too). Operations on literals
+        are folded, and guards on literals decided here (ValueError when one cannot hold)."""
         needed = set()
         todo = [r for r in refs if isinstance(r, _T)]
         for cmp, a, b in self.guards:
@@ -85,8 +86,10 @@ class Tape:
             if op[0] != "leaf":
                 todo += [x for x in op[1:] if isinstance(x, _T)]
 
+        alias: dict[int, str] = {}  # entries written as another expression (no line of their own)
+
         def src(r) -> str:
-            return f"{name}{r.i}" if isinstance(r, _T) else repr(r)
+            return alias.get(r.i, f"{name}{r.i}") if isinstance(r, _T) else repr(r)
 
         lines = []
         if leaf is None:
@@ -95,20 +98,35 @@ class Tape:
                 lines.append(f"    {name}s{n} = S[{vid}]")
                 lines.append(f"    if len({name}s{n}) != {self.ranks[vid]}: return None")
             vname = {vid: f"{name}s{n}" for n, vid in enumerate(used_vids)}
-
-            def leaf(vid, k):
-                return f"{vname[vid]}[{k}]"
         for i in sorted(needed):
             op = self.ops[i]
             if op[0] == "leaf":
-                lines.append(f"    {name}{i} = {leaf(op[1], op[2])}")
+                if leaf is None:
+                    lines.append(f"    {name}{i} = {vname[op[1]]}[{op[2]}]")
+                else:
+                    alias[i] = leaf(op[1], op[2])
+                continue
+            a, b = src(op[1]), src(op[2])
+            if is_literal(a) and is_literal(b):  # folded (a leaf given as a constant)
+                alias[i] = repr(_OPS[op[0]](int(a), int(b)))
             else:
-                lines.append(f"    {name}{i} = {src(op[1])} {op[0]} {src(op[2])}")
-        conds = [f"({src(a)} {cmp} {src(b)}) is {not outcome}"
-                 for (cmp, a, b), outcome in self.guards.items()]
+                lines.append(f"    {name}{i} = {a} {op[0]} {b}")
+        conds = []
+        for (cmp, a, b), outcome in self.guards.items():
+            a, b = src(a), src(b)
+            if is_literal(a) and is_literal(b):
+                if _CMP[cmp](int(a), int(b)) != outcome:
+                    raise ValueError(f"guard {a} {cmp} {b} cannot hold")
+                continue
+            conds.append(f"({a} {cmp} {b}) is {not outcome}")
         for k in range(0, len(conds), 32):
             lines.append(f"    if {' or '.join(conds[k:k + 32])}: return None")
         return lines, src
+
+
+def is_literal(e: str) -> bool:
+    """Whether the expression ``e`` is an integer literal."""
+    return e.lstrip("-").isdigit()
 
 
 class _T:
