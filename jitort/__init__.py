@@ -20,15 +20,17 @@ from .version import __version__  # noqa: E402
 
 if TYPE_CHECKING:
     from .options import Options
-    from .runtime import CompiledModel, compile, compile_count
+    from .runtime import CompiledModel
+    from .warm import compile, compile_count
     from .session import InferenceSession
 
 __all__ = ["compile", "CompiledModel", "compile_count", "InferenceSession", "JitortError",
            "InvalidModel", "InvalidInput", "InvalidOption", "UnsupportedOp", "ExecutionError",
            "Options", "__version__"]
 
-#: public name -> the submodule defining it, imported on first access
-_LAZY = {"compile": "runtime", "CompiledModel": "runtime", "compile_count": "runtime",
+#: public name -> the submodule defining it, imported on first access (``compile`` looks for
+#: the model's snapshot in the cache first, jitort/warm.py, then compiles with jitort.runtime)
+_LAZY = {"compile": "warm", "CompiledModel": "runtime", "compile_count": "warm",
          "InferenceSession": "session", "Options": "options"}
 
 
