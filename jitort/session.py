@@ -361,7 +361,7 @@ class InferenceSession:
     def __init__(self, path_or_bytes, sess_options=None, providers=None, provider_options=None,
                  **kwargs):
         self._proto, source, base_dir = _read_proto(path_or_bytes)
-        self._source, self._base_dir = source, base_dir
+        self._source = source
         self._sess_options = sess_options if sess_options is not None else SessionOptions()
         self._providers, self._provider_options = _providers(providers, provider_options)
         self._options = {**_compile_options(sess_options), **kwargs}
@@ -373,9 +373,12 @@ class InferenceSession:
         inits = {t.name for t in graph.initializer} | {t.values.name for t in
                                                        graph.sparse_initializer}
         self._inputs = [_node_arg(vi) for vi in graph.input if vi.name not in inits]
-        self._overridable = [_node_arg(vi) for vi in graph.input if vi.name in inits]
+        # before IR version 4 an initializer had to be a graph input too: a constant there
+        self._overridable = ([_node_arg(vi) for vi in graph.input if vi.name in inits]
+                             if self._proto.ir_version >= 4 else [])
+        self._args = {a.name: a for a in self._inputs + self._overridable}
         self._outputs = _outputs_inferred(self._proto)
-        self._dtypes = {vi.name: _np_dtype(vi) for vi in graph.input}
+        self._dtypes = {vi.name: _np_dtype(vi) for vi in graph.input if vi.name in self._args}
         self._variants: dict[frozenset, Any] = {}
         self.compiled = self._compile(source)
 
@@ -383,8 +386,6 @@ class InferenceSession:
         from .runtime import compile as jit_compile
         try:
             return jit_compile(model, **(self._options if options is None else options))
-        except NotImplemented:
-            raise
         except UnsupportedOp as e:
             raise _error(NotImplemented, str(e)) from e
         except InvalidModel as e:
@@ -470,7 +471,7 @@ class InferenceSession:
         return feeds, frozenset(overrides)
 
     def _check_value(self, name: str, value):
-        arg = next((a for a in self._inputs + self._overridable if a.name == name))
+        arg = self._args[name]
         want = self._dtypes[name]
         if want is None:  # sequence, map or optional input: the model reads it as it comes
             return value

@@ -120,6 +120,21 @@ def test_affine_overridden_initializer(affine):
     assert_outputs_close(j.run(None, _feeds()), o.run(None, _feeds()))  # default again
 
 
+def test_initializers_before_ir4_are_constants():
+    """Before IR version 4 an initializer listed as a graph input is a constant in onnxruntime:
+    neither an input nor overridable, and feeding it is an unknown input name."""
+    m = _affine()
+    m.ir_version, m.opset_import[0].version = 3, 8
+    o, j = _sessions(m)
+    _same_description(o, j)
+    assert j.get_overridable_initializers() == []
+    feeds = {**_feeds(), "scale": np.ones(3, np.float32)}
+    with pytest.raises(S.InvalidArgument):
+        o.run(None, feeds)
+    with pytest.raises(S.InvalidArgument, match="scale"):
+        j.run(None, feeds)
+
+
 def _bad_calls():
     f = _feeds()
     return [
