@@ -342,7 +342,16 @@ class WarmModel:
             return None
         return self._call(shapes, plan, arrays)
 
-    def _call(self, shapes: tuple, plan: dict, arrays: list) -> list:
+    def _abandon(self, e: Exception) -> None:
+        """The snapshot's code cannot be loaded (a damaged or missing cache file): every call
+        goes to the full model from now on, which checks and rewrites the cached files."""
+        import warnings
+        from .codegen.module import CacheWarning
+        warnings.warn(f"jitort cache: warm snapshot unusable ({type(e).__name__}: {e}); "
+                      "compiling the model", CacheWarning, stacklevel=4)
+        self._snap = {**self._snap, "plans": {}}
+
+    def _call(self, shapes: tuple, plan: dict, arrays: list) -> list | None:
         from .pinning import pinned
         outs = [np.empty(s, dt) for s, dt in zip(plan["out_shapes"], self._out_dtypes)]
         ws = getattr(self._tls, "ws", None)
@@ -350,7 +359,11 @@ class WarmModel:
             ws = self._tls.ws = _aligned_empty(max(plan["ws_bytes"], 64))
         cb, d, pb = self._snap["cb"], plan["d"], plan["pb"]
         with pinned(self.threads, plan["uses_blas"] or self._snap["pin_blas"]):
-            driver, fp = self._link(shapes, plan, [ws, cb, d, *pb, *arrays, *outs])
+            try:
+                driver, fp = self._link(shapes, plan, [ws, cb, d, *pb, *arrays, *outs])
+            except Exception as e:  # noqa: BLE001 - any failure to load means: not usable
+                self._abandon(e)
+                return None
             try:
                 driver(ws, cb, d, fp, *pb, *arrays, *outs)
             except IndexError as e:
