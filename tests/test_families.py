@@ -16,6 +16,7 @@ import jitort.codegen.lowerings as lowerings
 import jitort.shapes as shapes
 from jitort.codegen.elementwise import EXPR
 from jitort.codegen.registry import LOWER
+from jitort.shapes.core import _DOMAIN_REGISTRY
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = ROOT / "jitort" / "shapes"
@@ -25,6 +26,9 @@ KERNELS = ROOT / "kernels" / "cpu"
 #: Lowering family -> the kernel modules of ``kernels/cpu/`` it calls besides the one named
 #: like it (its ``KernelModule("...")`` handles). A family absent here calls only its own.
 OTHER_KERNELS = {
+    # onnxruntime's quantized contrib ops: the float-weight MatMulNBits is a packed gemm call,
+    # DynamicQuantizeMatMul quantizes its input with quant's kernel
+    "contrib_quant": {"gemm", "quant"},
     # one family, its kernels split by algorithm (direct, Winograd, NHWC, implicit GEMM,
     # channel-vectorized, grouped)
     "conv": {"winograd", "conv_nhwc", "conv_implicit", "conv_cvec", "conv_group"},
@@ -36,6 +40,8 @@ OTHER_KERNELS = {
     "gather_scatter": {"data"},
     # no kernels of its own: MatMul, Gemm and MatMulBias are gemm calls
     "matmul": {"gemm"},
+    # the tree ensembles' walk and aggregation are a module of their own
+    "ml": {"trees"},
     # Softmax / LogSoftmax, lowered with the normalizations, have their own kernel module;
     # Dropout in inference is data's copy
     "norm": {"data", "softmax"},
@@ -52,7 +58,8 @@ def _family(fn) -> str:
 
 def _shape_families() -> dict[tuple[str, str], str]:
     return {**{("", op): _family(f) for op, f in shapes._REGISTRY.items()},
-            **{("jitort", op): _family(f) for op, f in shapes._JITORT_REGISTRY.items()}}
+            **{("jitort", op): _family(f) for op, f in shapes._JITORT_REGISTRY.items()},
+            **{key: _family(f) for key, f in _DOMAIN_REGISTRY.items()}}
 
 
 def _module_names(directory: Path) -> set[str]:
@@ -159,6 +166,7 @@ def _probe(em, n):
 '''
 _PROBE_CHECK = '''import jitort, jitort.shapes as S, jitort.codegen.lowerings as L
 from jitort.codegen.registry import LOWER
+from jitort.shapes.core import _DOMAIN_REGISTRY
 assert jitort.__file__.startswith(__import__("sys").argv[1]), jitort.__file__
 assert S._REGISTRY["ZzProbe"].__module__ == "jitort.shapes.zz_probe"
 assert LOWER[("", "ZzProbe")].__module__ == "jitort.codegen.lowerings.zz_probe"

@@ -147,26 +147,3 @@ def dequantize_nbits(b, scales, zp, k, n, bits, block):
         z = np.asarray(zp, np.float32).reshape(n, nblk, 1)
     w = ((codes.astype(np.float32) - z) * s).reshape(n, nblk * block)[:, :k]
     return np.ascontiguousarray(w.T.astype(np.float32))
-
-
-@njit(cache=True, error_model='numpy')
-def maxpool2d_q(x, out, kh, kw, sh, sw, ph, pw, dh, dw):
-    """2-D MaxPool of 8-bit integers (the QOperator quantizer leaves MaxPool on quantized
-    data): x (N, C, H, W) into out (N, C, OH, OW), begin pads ph/pw, padding never chosen."""
-    h, w = x.shape[2], x.shape[3]
-    for b in range(x.shape[0]):
-        for c in range(x.shape[1]):
-            for oh in range(out.shape[2]):
-                for ow in range(out.shape[3]):
-                    m = np.int32(-1 << 30)
-                    for i in range(kh):
-                        r = oh * sh - ph + i * dh
-                        if r < 0 or r >= h:
-                            continue
-                        for j in range(kw):
-                            q = ow * sw - pw + j * dw
-                            if 0 <= q < w:
-                                v = np.int32(x[b, c, r, q])
-                                if v > m:
-                                    m = v
-                    out[b, c, oh, ow] = m

@@ -90,7 +90,7 @@ def _lower_pool5(em: Emitter, n: Node, mode: int, k, p: int = 2, include_pad: bo
 
 
 def _maxpool_q8(n: Node) -> bool:
-    """A 2-D MaxPool of 8-bit integers without Indices (kernels/cpu/contrib_quant.py)."""
+    """A 2-D MaxPool of 8-bit integers without Indices (kernels/cpu/pool.py)."""
     x = n.inputs[0]
     return (x.dtype is not None and np.dtype(x.dtype) in (np.dtype(np.uint8), np.dtype(np.int8))
             and len(n.outputs) == 1 and n.outputs[0].dtype == x.dtype
@@ -112,7 +112,7 @@ def lower_maxpool(em: Emitter, n: Node) -> None:
     x, y, k, s, dil, pads, _ = _pool_geometry(em, n)
     yv = _pool4(em, y, em.write(y))
     args = em.sizes((k[0], k[1], s[0], s[1], pads[0], pads[1], dil[0], dil[1]))
-    fn = KernelModule("contrib_quant").maxpool2d_q if _maxpool_q8(n) else _pool.maxpool2d
+    fn = _pool.maxpool2d_q if _maxpool_q8(n) else _pool.maxpool2d
     em.call(fn, _pool4(em, x, em.read(x)), yv, *args)
 
 
