@@ -106,6 +106,9 @@ def test_every_library_kernel_is_reached():
                 for mod, names in re.findall(r"from jitort\.kernels\.cpu\.(\w+) import ([\w ,]+)",
                                              node.value):
                     roots |= {(mod, a.split()[0]) for a in names.split(",") if a.strip()}
+                # generated kernels call mathfn as _m and halfprec as _h (codegen/assembly.py)
+                for alias, name in re.findall(r"\b_([mh])\.(\w+)", node.value):
+                    roots.add(({"m": "mathfn", "h": "halfprec"}[alias], name))
     # an @overload(f) implementation is reached with f
     edges = {key: {k for name in _names_in(node) for k in by_name.get(name, ())}
              for key, node in funcs.items()}

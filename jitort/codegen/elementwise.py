@@ -76,8 +76,9 @@ CPU_MATH = {**{f: f"np.{f}" for f in (
     "sin", "cos", "tan", "arcsin", "arccos", "arctan", "sinh", "cosh", "arcsinh", "arccosh",
     "arctanh")}, "erf": "math.erf", "exp32": "_m.exp32", "sigmoid32": "_m.sigmoid32",
     "tanh32": "_m.tanh32", "erf32": "_m.erf32",
-    **{f: f"_h.{f}" for f in ("f16_to_f32", "f32_to_f16", "bf16_to_f32", "f32_to_bf16",
-                              "round_f16", "round_bf16")}}
+    # 16-bit floats stored as integer words (kernels/cpu/halfprec.py)
+    "f16_to_f32": "_h.f16_to_f32", "f32_to_f16": "_h.f32_to_f16", "bf16_to_f32": "_h.bf16_to_f32",
+    "f32_to_bf16": "_h.f32_to_bf16", "round_f16": "_h.round_f16", "round_bf16": "_h.round_bf16"}
 _MATH: ContextVar[dict] = ContextVar("elementwise_math", default=CPU_MATH)
 
 
