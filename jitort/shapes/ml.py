@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .core import _fail, register, register_dtypes
+from .core import _fail, _prod, register, register_dtypes
 
 _ML = "ai.onnx.ml"
 
@@ -80,9 +80,10 @@ def _float_dtypes(in_dtypes):
 
 @register("ArrayFeatureExtractor", domain=_ML)
 def _array_feature_extractor(node, shapes, values):
-    idx = node.inputs[1]
-    if idx is None or not idx.is_const:
-        raise NotImplementedError(f"{node.label}: indices are not a constant")
+    # the last axis becomes one entry per index, whatever the indices' shape; their values
+    # matter only to the lowering
+    if len(shapes) < 2 or shapes[1] is None:
+        raise _fail(node, "needs the indices input", shapes)
     x = shapes[0]
-    k = int(np.asarray(idx.const).size)
+    k = _prod(shapes[1])
     return [(1, k) if len(x) == 1 else tuple(x[:-1]) + (k,)]
