@@ -51,6 +51,12 @@ EXCLUDED: list[tuple[str, list[str]]] = [
      "is 0, and the comparison's atol is 1e-7; jitort's compiled DFT gives 3e-15 there "
      "(onnxruntime misses the stored output by 1.9e-5)",
      [r"^test_dft_inverse_"]),
+    ("attention_4d_causal_fp16_expanded: the stored output rounds every op's result to float16 "
+     "(onnx.reference); jitort keeps float32 inside fused groups, so 2 of 192 elements land one "
+     "float16 step away (0.469 vs 0.4695 where the float32 model gives 0.46919): jitort's "
+     "outputs are closer to the float32 model's everywhere (max error 4.0e-4 vs the stored "
+     "output's 4.9e-4)",
+     [r"^test_attention_4d_causal_fp16_expanded_"]),
     ("onnxruntime semantics kept, which onnx.reference does not share: MaxUnpool with "
      "output_shape reads the indices as flat positions in the output_shape plane (as PyTorch's "
      "max_unpool does), not in the inferred plane padded afterwards; Resize align_corners with "
