@@ -25,7 +25,7 @@ from . import shapes as shape_fns
 from .codegen import native
 from .codegen.cpu import Plan, SegmentCompiler, Unlowerable
 from .codegen.emitter import aligned_empty
-from .errors import ExecutionError, InvalidInput, JitortError, UnsupportedOp
+from .errors import ExecutionError, InvalidInput, JitortError, UnsupportedOp, run_driver
 from .feeds import FeedChecker, available_memory, fmt_bytes, has_half, storage_views
 from .interpreter import make_runner, node_inputs
 from .ir import Graph, Node
@@ -94,14 +94,7 @@ def call_driver(plan: Plan, ws: np.ndarray, cb: np.ndarray, args: list, outs: li
     if plan.fp is None:  # first call of this plan: the kernel-library addresses
         plan.fp = native.link(native.driver_module(plan), plan.n_sites,
                               [ws, cb, plan.d, _FP0, *plan.pb, *args, *outs])
-    try:
-        plan.driver(ws, cb, plan.d, plan.fp, *plan.pb, *args, *outs)
-    except IndexError as e:
-        raise InvalidInput(f"{e} (an index input is out of range)") from None
-    except JitortError:
-        raise
-    except Exception as e:
-        raise ExecutionError(f"compiled segment failed: {type(e).__name__}: {e}") from e
+    run_driver(plan.driver, ws, cb, plan.d, plan.fp, *plan.pb, *args, *outs)
 
 
 class Executor:

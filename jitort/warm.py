@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .errors import ExecutionError, InvalidInput, JitortError
+from .errors import run_driver
 
 log = logging.getLogger("jitort.cache")
 
@@ -364,14 +364,7 @@ class WarmModel:
             except Exception as e:  # noqa: BLE001 - any failure to load means: not usable
                 self._abandon(e)
                 return None
-            try:
-                driver(ws, cb, d, fp, *pb, *arrays, *outs)
-            except IndexError as e:
-                raise InvalidInput(f"{e} (an index input is out of range)") from None
-            except JitortError:
-                raise
-            except Exception as e:
-                raise ExecutionError(f"compiled segment failed: {type(e).__name__}: {e}") from e
+            run_driver(driver, ws, cb, d, fp, *pb, *arrays, *outs)
         pos = self._snap["pos"]
         return outs if pos is None else [outs[k] for k in pos]
 
