@@ -117,7 +117,39 @@ def import_model(model: Any, base_dir: str | os.PathLike | None = None) -> Graph
     return GraphBuilder(opsets).build(inferred.graph, proto.graph)
 
 
+#: ai.onnx.ml LabelEncoder's keys attribute -> the element type its input must have
+_LABEL_KEYS = {"keys_floats": onnx.TensorProto.FLOAT, "keys_int64s": onnx.TensorProto.INT64,
+               "keys_strings": onnx.TensorProto.STRING}
+
+
+def _type_label_encoder_inputs(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """onnx's shape inference (1.23) dereferences a LabelEncoder's input type without checking
+    it and crashes the process (a segmentation fault, not an exception) when that input is
+    untyped, as skl2onnx's decision-path outputs are (their TreeEnsembleRegressor feeding a
+    LabelEncoder gets no inferred type). The input's type is fixed by the keys attribute, so
+    give each such input its type before onnx sees the graph."""
+    g = proto.graph
+    typed = {t.name for t in g.initializer} | {
+        vi.name for vi in list(g.input) + list(g.value_info) + list(g.output)
+        if vi.type.tensor_type.elem_type}
+    missing = {}
+    for n in g.node:
+        if n.op_type == "LabelEncoder" and n.domain == "ai.onnx.ml" and n.input \
+                and n.input[0] not in typed:
+            keys = [a.name for a in n.attribute if a.name in _LABEL_KEYS]
+            if keys:
+                missing[n.input[0]] = _LABEL_KEYS[keys[0]]
+    if not missing:
+        return proto
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    out.graph.value_info.extend(onnx.helper.make_tensor_value_info(name, t, None)
+                                for name, t in missing.items())
+    return out
+
+
 def _infer(proto: onnx.ModelProto) -> onnx.ModelProto:
+    proto = _type_label_encoder_inputs(proto)
     try:
         return onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
     except Exception:
