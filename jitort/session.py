@@ -430,7 +430,7 @@ class InferenceSession:
         feeds, overrides = self._check_feeds(input_feed)
         model = self._variant(overrides) if overrides else self.compiled
         try:
-            return model.run(names, feeds)
+            outs = model.run(names, feeds)
         except InvalidInput as e:
             if isinstance(e, InvalidArgument):
                 raise
@@ -439,6 +439,9 @@ class InferenceSession:
             raise _error(Fail, str(e)) from e
         except UnsupportedOp as e:
             raise _error(NotImplemented, str(e)) from e
+        # onnxruntime returns tensor(string) outputs as numpy object arrays of str
+        return [o.astype(object) if isinstance(o, np.ndarray) and o.dtype.kind in "US" else o
+                for o in outs]
 
     def _check_outputs(self, output_names) -> list[str] | None:
         if not output_names:

@@ -241,6 +241,23 @@ def test_no_onnxruntime_import_without_its_options():
         "[('x', 'tensor(float)', [2])]"]
 
 
+def test_string_outputs_are_object_arrays():
+    """onnxruntime returns ``tensor(string)`` outputs as numpy object arrays of ``str``."""
+    node = helper.make_node("LabelEncoder", ["ids"], ["words"], domain="ai.onnx.ml",
+                            keys_int64s=[1, 2, 3], values_strings=["a", "bb", "ccc"],
+                            default_string="?")
+    g = helper.make_graph([node], "dec", [helper.make_tensor_value_info("ids", I64, [None])],
+                          [helper.make_tensor_value_info("words", 8, [None])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("ai.onnx.ml", 2)])
+    m.ir_version = 8
+    o, j = _sessions(m)
+    feeds = {"ids": np.array([2, 7, 1], np.int64)}
+    got, want = j.run(None, feeds), o.run(None, feeds)
+    assert got[0].dtype == want[0].dtype == object
+    assert got[0].tolist() == want[0].tolist() == ["bb", "?", "a"]
+
+
 def test_string_inputs_take_numpy_str_arrays():
     """onnxruntime takes numpy ``str`` arrays (dtype ``<U``) for ``tensor(string)`` inputs."""
     node = helper.make_node("LabelEncoder", ["words"], ["ids"], domain="ai.onnx.ml",
