@@ -69,26 +69,12 @@ def _check_contiguous(x, y):
         raise ValueError("scan3: x and y must be C-contiguous arrays of one shape")
 
 
-@njit(cache=True, error_model='numpy')
-def scan3(x, y, exclusive, reverse, prod):
-    """CumSum (prod=0) / CumProd (prod=1) along axis 1 of x (O, A, I) into y (O, A, I), both
-    C-contiguous."""
-    _check_contiguous(x, y)
-    n_outer, n_axis, inner = x.shape
-    if inner == 1:
-        x2 = x.reshape((n_outer, n_axis))
-        y2 = y.reshape((n_outer, n_axis))
-        for o in range(n_outer):
-            _scan_row(x2[o], y2[o], exclusive, reverse, prod)
-        return
-    for o in range(n_outer):
-        _scan_plane(x, y, o, exclusive, reverse, prod)
-
-
-@njit(cache=True, error_model='numpy', parallel=True)
-def scan3_par(x, y, exclusive, reverse, prod):
-    """:func:`scan3` with the outer planes (rows) in a prange (big inputs with many of them)."""
-    _check_contiguous(x, y)
+@njit(inline='always')
+def _scan_planes(x, y, exclusive, reverse, prod):
+    """The body of :func:`scan3` and :func:`scan3_par`: its ``prange`` loops run in order in
+    scan3 and split over the threads in scan3_par (inlined, so each is compiled in place).
+    Those check the operands first: a wrapper of one call is one that ``jitort.library`` skips,
+    calling its target directly, which would compile this without the prange."""
     n_outer, n_axis, inner = x.shape
     if inner == 1:
         x2 = x.reshape((n_outer, n_axis))
@@ -98,6 +84,21 @@ def scan3_par(x, y, exclusive, reverse, prod):
         return
     for o in prange(n_outer):
         _scan_plane(x, y, o, exclusive, reverse, prod)
+
+
+@njit(cache=True, error_model='numpy')
+def scan3(x, y, exclusive, reverse, prod):
+    """CumSum (prod=0) / CumProd (prod=1) along axis 1 of x (O, A, I) into y (O, A, I), both
+    C-contiguous."""
+    _check_contiguous(x, y)
+    _scan_planes(x, y, exclusive, reverse, prod)
+
+
+@njit(cache=True, error_model='numpy', parallel=True)
+def scan3_par(x, y, exclusive, reverse, prod):
+    """:func:`scan3` with the outer planes (rows) in a prange (big inputs with many of them)."""
+    _check_contiguous(x, y)
+    _scan_planes(x, y, exclusive, reverse, prod)
 
 
 # --- ArgMax / ArgMin / Hardmax ---------------------------------------------------------------
@@ -119,6 +120,41 @@ def _merges(m, i, b, k, is_min, last):
 
 
 @njit(inline='always')
+def _lane(v, a, m, i, is_min, last):
+    """(m, i) of a lane after its element v at index a."""
+    if _takes(v, m, is_min, last):
+        return v, a
+    return m, i
+
+
+@njit(inline='always')
+def _pick(m, i, b, k, is_min, last):
+    """The (extreme, index) pair kept of two lanes' (see :func:`_merges`)."""
+    if _merges(m, i, b, k, is_min, last):
+        return m, i
+    return b, k
+
+
+@njit(inline='always')
+def _quad(r, base, m0, i0, m1, i1, m2, i2, m3, i3, is_min, last):
+    """Four lanes after their elements r[base .. base + 3]."""
+    m0, i0 = _lane(r[base], base, m0, i0, is_min, last)
+    m1, i1 = _lane(r[base + 1], base + 1, m1, i1, is_min, last)
+    m2, i2 = _lane(r[base + 2], base + 2, m2, i2, is_min, last)
+    m3, i3 = _lane(r[base + 3], base + 3, m3, i3, is_min, last)
+    return m0, i0, m1, i1, m2, i2, m3, i3
+
+
+@njit(inline='always')
+def _fold4(b, k, m0, i0, m1, i1, m2, i2, m3, i3, is_min, last):
+    """The pair (b, k) after merging four lanes into it, in lane order."""
+    b, k = _pick(m0, i0, b, k, is_min, last)
+    b, k = _pick(m1, i1, b, k, is_min, last)
+    b, k = _pick(m2, i2, b, k, is_min, last)
+    return _pick(m3, i3, b, k, is_min, last)
+
+
+@njit(inline='always')
 def _arg_ext(r, is_min, last):
     """Index of the first (``last``: the last) maximum (``is_min``: minimum) of the contiguous
     row r. Rows of 16 and more keep eight running extremes, one per lane of a block of eight
@@ -129,88 +165,23 @@ def _arg_ext(r, is_min, last):
         b = r[0]
         k = 0
         for a in range(1, n):
-            if _takes(r[a], b, is_min, last):
-                b = r[a]
-                k = a
+            b, k = _lane(r[a], a, b, k, is_min, last)
         return k
-    m0 = r[0]
-    i0 = 0
-    m1 = r[1]
-    i1 = 1
-    m2 = r[2]
-    i2 = 2
-    m3 = r[3]
-    i3 = 3
-    m4 = r[4]
-    i4 = 4
-    m5 = r[5]
-    i5 = 5
-    m6 = r[6]
-    i6 = 6
-    m7 = r[7]
-    i7 = 7
+    m0, m1, m2, m3, m4, m5, m6, m7 = r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]
+    i0, i1, i2, i3, i4, i5, i6, i7 = 0, 1, 2, 3, 4, 5, 6, 7
     nb = n // 8
     for blk in range(1, nb):
         base = blk * 8
-        v0 = r[base + 0]
-        if _takes(v0, m0, is_min, last):
-            m0 = v0
-            i0 = base + 0
-        v1 = r[base + 1]
-        if _takes(v1, m1, is_min, last):
-            m1 = v1
-            i1 = base + 1
-        v2 = r[base + 2]
-        if _takes(v2, m2, is_min, last):
-            m2 = v2
-            i2 = base + 2
-        v3 = r[base + 3]
-        if _takes(v3, m3, is_min, last):
-            m3 = v3
-            i3 = base + 3
-        v4 = r[base + 4]
-        if _takes(v4, m4, is_min, last):
-            m4 = v4
-            i4 = base + 4
-        v5 = r[base + 5]
-        if _takes(v5, m5, is_min, last):
-            m5 = v5
-            i5 = base + 5
-        v6 = r[base + 6]
-        if _takes(v6, m6, is_min, last):
-            m6 = v6
-            i6 = base + 6
-        v7 = r[base + 7]
-        if _takes(v7, m7, is_min, last):
-            m7 = v7
-            i7 = base + 7
-    b = m0
-    k = i0
-    if _merges(m1, i1, b, k, is_min, last):
-        b = m1
-        k = i1
-    if _merges(m2, i2, b, k, is_min, last):
-        b = m2
-        k = i2
-    if _merges(m3, i3, b, k, is_min, last):
-        b = m3
-        k = i3
-    if _merges(m4, i4, b, k, is_min, last):
-        b = m4
-        k = i4
-    if _merges(m5, i5, b, k, is_min, last):
-        b = m5
-        k = i5
-    if _merges(m6, i6, b, k, is_min, last):
-        b = m6
-        k = i6
-    if _merges(m7, i7, b, k, is_min, last):
-        b = m7
-        k = i7
+        m0, i0, m1, i1, m2, i2, m3, i3 = _quad(r, base, m0, i0, m1, i1, m2, i2, m3, i3,
+                                               is_min, last)
+        m4, i4, m5, i5, m6, i6, m7, i7 = _quad(r, base + 4, m4, i4, m5, i5, m6, i6, m7, i7,
+                                               is_min, last)
+    # merged in lane order, as a NaN in lane 0 keeps index 0 in the scalar loop (lane 0
+    # merged into itself is never replaced)
+    b, k = _fold4(m0, i0, m0, i0, m1, i1, m2, i2, m3, i3, is_min, last)
+    b, k = _fold4(b, k, m4, i4, m5, i5, m6, i6, m7, i7, is_min, last)
     for a in range(nb * 8, n):
-        if _takes(r[a], b, is_min, last):
-            b = r[a]
-            k = a
+        b, k = _lane(r[a], a, b, k, is_min, last)
     return k
 
 
