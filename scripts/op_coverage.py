@@ -36,9 +36,12 @@ import onnx.numpy_helper
 #: Why an op stays in the interpreter, for the ops no compiled backend claims on purpose.
 REASONS = {
     # control flow and non-tensor types
-    "If": "control flow: subgraphs run by the interpreter (their bodies are not compiled yet)",
-    "Loop": "control flow: subgraphs run by the interpreter (their bodies are not compiled yet)",
-    "Scan": "control flow: subgraphs run by the interpreter (their bodies are not compiled yet)",
+    "If": "control flow, bodies compiled as sub-programs (jitort/control_flow.py); interpreted "
+          "where an output is a sequence or optional, or a body op is interpreted",
+    "Loop": "control flow, bodies compiled as sub-programs (jitort/control_flow.py); interpreted "
+            "where an output is a sequence or optional, or a body op is interpreted",
+    "Scan": "control flow, bodies compiled as sub-programs (jitort/control_flow.py); the batched "
+            "opset-8 form (sequence_lens) is interpreted",
     "SequenceMap": "sequence type: not a tensor",
     "Optional": "optional type: not a tensor", "OptionalGetElement": "optional type: not a tensor",
     "OptionalHasElement": "optional type: not a tensor",
@@ -91,13 +94,18 @@ def _jitort_placement(case) -> str:
     """'cpu', 'host', 'removed', 'interp' or 'error' for the case's (first) node."""
     from jitort.codegen.cpu import CpuBackend
     from jitort.importer import import_model
+    from jitort import control_flow
     from jitort.partition import INTERP, assign
     from jitort.passes import run_pipeline
+    from jitort.runtime import BodyModel
     op = case.model.graph.node[0].op_type
     try:
         g = import_model(case.model)
         run_pipeline(g)
         pl = assign(g, [CpuBackend()])
+        # If / Loop / Scan: compiled when every body compiles (strict body models, imported and
+        # partitioned only: nothing is lowered before a call)
+        control_flow.claim(g, pl, BodyModel)
     except Exception:
         return "error"
     mine = [n for n in g.nodes if n.op_type == op]
