@@ -26,6 +26,15 @@ _FLAT_MAX_OW = 32
 _DW_SUM_MAX_S = 256
 
 
+@njit(inline='always')
+def _max3(a, b, c, init):
+    """The max of init, a, b, c as the scalar loops take it (``m = v if v > m else m`` in that
+    order): with init = -inf, NaN skipped."""
+    m = a if a > init else init
+    m = b if b > m else m
+    return c if c > m else m
+
+
 # --- three taps at stride 2 along a row ---------------------------------------------------
 #: outputs per call of _h3s2_max / _h3s2_avg (one vector of 16 lanes)
 _H3 = 16
@@ -325,13 +334,7 @@ def _sep3_planes(x1, bx, t1, f1, bf, n, h, w, is_max):
     else:
         if is_max:
             for q in range(1, n - 1):
-                m = ninf
-                v = X[q - 1]
-                m = v if v > m else m
-                v = X[q]
-                m = v if v > m else m
-                v = X[q + 1]
-                T[q] = v if v > m else m
+                T[q] = _max3(X[q - 1], X[q], X[q + 1], ninf)
             for r in range(rows):
                 q = r * w
                 v = X[q]
@@ -424,13 +427,7 @@ def _s2_range(x1, o3, inv, p0, p1, h, w, ph, pw, is_max):
             rc = eptr(x1, (p * h + (r0 + 2 if hi else r0 + 1)) * w)
             if is_max:                   # (a missing row repeats the centre one)
                 for c in range(w):
-                    m = ninf
-                    v = ra[c]
-                    m = v if v > m else m
-                    v = rb[c]
-                    m = v if v > m else m
-                    v = rc[c]
-                    Vd[c] = v if v > m else m
+                    Vd[c] = _max3(ra[c], rb[c], rc[c], ninf)
             elif lo and hi:
                 for c in range(w):
                     Vd[c] = ra[c] + rb[c] + rc[c]
@@ -577,13 +574,7 @@ def _maxpool_plane(xp, op, scratch, kh_n, kw_n, sh, sw, ph, pw, dh, dw):
             r1 = eptr(buf, (oh * sh + 1) * ld)
             r2 = eptr(buf, (oh * sh + 2) * ld)
             for j in range(wp):
-                m = ninf
-                a = r0[j]
-                m = a if a > m else m
-                a = r1[j]
-                m = a if a > m else m
-                a = r2[j]
-                vm[j] = a if a > m else m
+                vm[j] = _max3(r0[j], r1[j], r2[j], ninf)
             d = eptr(op, oh * ow_n)
             for ow in range(ow_n):
                 a = vm[sw * ow]
