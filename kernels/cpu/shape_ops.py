@@ -220,8 +220,10 @@ def _space_plane(il, bl, n, c, crd, to_blocks):
 
 
 @njit(cache=True, error_model='numpy')
-def _space(il, bl, crd, to_blocks):
-    """Every (image, channel) plane of :func:`_space_plane`, in turn."""
+def space6(il, bl, crd, to_blocks):
+    """DepthToSpace (``to_blocks`` False: il (N, C, H, b, W, b) from bl (N, b, b, C, H, W)
+    (DCR) or (N, C, b, b, H, W) (CRD)) or SpaceToDepth (True: bl from il, DCR, or CRD from
+    opset 28): every (image, channel) plane of :func:`_space_plane`, in turn."""
     _check_c(il, bl)
     for n in range(il.shape[0]):
         for c in range(il.shape[1]):
@@ -229,34 +231,10 @@ def _space(il, bl, crd, to_blocks):
 
 
 @njit(cache=True, error_model='numpy', parallel=True)
-def _space_par(il, bl, crd, to_blocks):
-    """:func:`_space` with the (image, channel) pairs in a prange."""
+def space6_par(il, bl, crd, to_blocks):
+    """:func:`space6` with the (image, channel) pairs in a prange."""
     _check_c(il, bl)
     nn, nc = il.shape[0], il.shape[1]
     for t in prange(nn * nc):
         n = t // nc
         _space_plane(il, bl, n, t - n * nc, crd, to_blocks)
-
-
-@njit(cache=True, error_model='numpy')
-def depth_to_space(x, y, crd):
-    """y (N, C, H, b, W, b) from x (N, b, b, C, H, W) (DCR) or (N, C, b, b, H, W) (CRD)."""
-    _space(y, x, crd, False)
-
-
-@njit(cache=True, error_model='numpy')
-def space_to_depth(x, y, crd):
-    """y (N, b, b, C, H, W) (DCR) or (N, C, b, b, H, W) (CRD, opset 28) from x (N, C, H, b, W, b)."""
-    _space(x, y, crd, True)
-
-
-@njit(cache=True, error_model='numpy')
-def depth_to_space_par(x, y, crd):
-    """:func:`depth_to_space` with the (image, channel) pairs in a prange."""
-    _space_par(y, x, crd, False)
-
-
-@njit(cache=True, error_model='numpy')
-def space_to_depth_par(x, y, crd):
-    """:func:`space_to_depth` with the (image, channel) pairs in a prange."""
-    _space_par(x, y, crd, True)

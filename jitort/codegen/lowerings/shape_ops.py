@@ -343,8 +343,8 @@ def lower_depth_to_space(em: Emitter, n: Node) -> None:
     par = _once(em, n, "d2s_par", lambda: concrete(_prod(xs)) >= _PAR_PAD
                 and concrete(nn * co) >= 2)
     xv = em.shaped(x, xd)
-    em.call(_shape_ops.depth_to_space_par if par else _shape_ops.depth_to_space, xv,
-            yv.reshape(em.sizes((nn, co, h, b, w, b))), crd)
+    em.call(_shape_ops.space6_par if par else _shape_ops.space6,
+            yv.reshape(em.sizes((nn, co, h, b, w, b))), xv, crd, False)
 
 
 @lowering("SpaceToDepth", supports=_plain)
@@ -360,8 +360,8 @@ def lower_space_to_depth(em: Emitter, n: Node) -> None:
     par = _once(em, n, "s2d_par", lambda: concrete(_prod(xs)) >= _PAR_PAD
                 and concrete(nn * c) >= 2)
     xv = em.shaped(x, (nn, c, ho, b, wo, b))
-    em.call(_shape_ops.space_to_depth_par if par else _shape_ops.space_to_depth, xv,
-            yv.reshape(em.sizes(yd)), crd)
+    em.call(_shape_ops.space6_par if par else _shape_ops.space6, xv,
+            yv.reshape(em.sizes(yd)), crd, True)
 
 
 # --- Trilu, ReverseSequence ----------------------------------------------------------------------
