@@ -29,7 +29,7 @@ from .errors import ExecutionError, InvalidInput, JitortError, UnsupportedOp, ru
 from .feeds import FeedChecker, available_memory, fmt_bytes, has_half, storage_views
 from .interpreter import make_runner, node_inputs
 from .ir import Graph, Node
-from .partition import INTERP, InterpStep, Segment, schedule
+from .partition import INTERP, ControlStep, InterpStep, Segment, schedule
 from .pinning import pinned
 from .profiling import op_label
 
@@ -121,6 +121,8 @@ class Executor:
         self._lock = threading.RLock()
         self._tls = threading.local()
         self.fallback_reasons: dict[str, str] = {}
+        #: ``id(node) -> flow`` of the control-flow nodes placed on CONTROL (jitort/control_flow.py)
+        self._flows: dict = getattr(self, "_flows", {})
         self._avail = (-_MEMORY_AGE_S, 0)  # (time.monotonic(), bytes): see _check_memory
         self._build_program()
 
@@ -161,7 +163,9 @@ class Executor:
         self._plans: dict[int, OrderedDict] = {}
         self._program = []
         for step in self.steps:
-            if isinstance(step, InterpStep):
+            if isinstance(step, ControlStep):
+                self._program.append((self._control_step, step))
+            elif isinstance(step, InterpStep):
                 self._runners[id(step.node)] = make_runner(step.node, self.graph.opsets)
                 self._program.append((self._interp_step, step))
             else:
@@ -309,6 +313,17 @@ class Executor:
     def _interp_step(self, step: InterpStep, env: dict) -> None:
         self._interp(step.node, env)
 
+    def _control_step(self, step: ControlStep, env: dict) -> None:
+        """An If / Loop / Scan calling its bodies' compiled programs. A body that declines
+        these shapes (UnsupportedOp) hands the node to the interpreter, as a lowering would."""
+        n = step.node
+        try:
+            outs = self._flows[id(n)](node_inputs(n, env))
+        except UnsupportedOp as e:
+            raise Unlowerable(n, str(e)) from None
+        for o, r in zip(n.outputs, outs):
+            env[id(o)] = r
+
     def _interp(self, n: Node, env: dict) -> None:
         try:
             outs = self._runners[id(n)](node_inputs(n, env))
@@ -447,6 +462,7 @@ class Executor:
     def _profiled_step(self, fn, step, index: int):
         if isinstance(step, InterpStep):
             n = step.node
-            return self.profiler.timed(n.label, "interp", fn,
+            kind = "control" if isinstance(step, ControlStep) else "interp"
+            return self.profiler.timed(n.label, kind, fn,
                                        {"op_name": op_label(n), "nodes": [n.label], "flops": 0})
         return self.profiler.timed(f"segment{index}", "segment", fn, {"step": index})

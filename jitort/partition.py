@@ -8,6 +8,8 @@ Every node gets one placement:
   says yes. A node whose *value* inputs (a Reshape's target shape, a Slice's starts...) are
   computed by compiled kernels cannot be planned ahead and is left to the interpreter.
 * ``INTERP``: everything else, run by the fallback interpreter.
+* ``CONTROL``: set by the CPU runtime afterwards (:func:`jitort.control_flow.claim`) on an
+  If / Loop / Scan whose bodies compiled; scheduled as a :class:`ControlStep`.
 
 Consecutive host and compiled nodes form a :class:`Segment` (one generated driver); interpreter
 nodes sit between segments.
@@ -22,6 +24,8 @@ from .shapes import value_inputs
 
 HOST = "host"
 INTERP = "interp"
+#: an If / Loop / Scan whose bodies are compiled sub-programs (jitort/control_flow.py)
+CONTROL = "control"
 
 #: Host nodes producing more elements than this stay on the data path (planned per shape anyway).
 SHAPE_OPS = {"Shape", "Size"}
@@ -56,10 +60,18 @@ class InterpStep:
     node: Node
 
 
-def assign(graph: Graph, backends: list[Backend]) -> dict[int, str]:
-    """Return ``id(node) -> placement``."""
+@dataclass
+class ControlStep(InterpStep):
+    """A control-flow node run by the executor, calling its bodies' compiled programs (not a
+    segment: like an interpreter step, its outputs land in ``env`` as arrays)."""
+
+
+def assign(graph: Graph, backends: list[Backend], plan_time=()) -> dict[int, str]:
+    """Return ``id(node) -> placement``. ``plan_time``: graph inputs whose *values* key the
+    plans like host values (a Loop body's iteration number: what it indexes is computed on the
+    host, once per iteration value)."""
     placement: dict[int, str] = {}
-    host_values: set[int] = set()
+    host_values: set[int] = {id(v) for v in plan_time}
     for n in graph.nodes:
         ins = [v for v in n.inputs if v is not None]
         if not n.implicit and not _has_subgraph(n) and (
@@ -87,7 +99,7 @@ def assign(graph: Graph, backends: list[Backend]) -> dict[int, str]:
             if v is None or v.is_const:
                 continue
             src = producer.get(id(v))
-            if src is not None and placement[id(src)] not in (HOST, INTERP):
+            if src is not None and placement[id(src)] not in (HOST, INTERP, CONTROL):
                 placement[id(n)] = INTERP
                 break
     return placement
@@ -155,6 +167,8 @@ def schedule(graph: Graph, placement: dict[int, str]) -> list[Segment | InterpSt
     for n in graph.nodes:
         if placement[id(n)] == INTERP:
             steps.append(InterpStep(n))
+        elif placement[id(n)] == CONTROL:
+            steps.append(ControlStep(n))
         elif steps and isinstance(steps[-1], Segment):
             steps[-1].nodes.append(n)
         else:

@@ -13,7 +13,7 @@ import sys
 from collections import Counter
 from typing import Any, Sequence
 
-from . import devices, options, serialize, tiering, tuning, zipmap
+from . import control_flow, devices, options, serialize, tiering, tuning, zipmap
 from .codegen import module as modmgr
 from .codegen.cpu import CpuBackend
 from .errors import ExecutionError, InvalidInput, JitortError, UnsupportedOp
@@ -95,10 +95,13 @@ class CompiledModel(Executor):
                          options=self.options)
             if optimize else PassReport())
         self._backends = [CpuBackend()] if "cpu" in backends else []
-        self.placement = assign(self.graph, self._backends)
+        self.placement = assign(self.graph, self._backends, [
+            v for v in self.graph.inputs if v.name in getattr(self, "plan_time_inputs", ())])
+        reasons = self._compile_bodies()
         #: per-kernel timings when compiled with ``profile=True`` (see :meth:`end_profiling`)
         self.profiler = Profiler() if profile else None
         self._init_executor()
+        self.fallback_reasons.update(reasons)
         self._check_strict()
         self._tiering = self._tier0 = None
         if self.options.tiered:
@@ -150,6 +153,19 @@ class CompiledModel(Executor):
         generated code and Numba's machine code loaded from the on-disk cache."""
         return serialize.reduce(self)
 
+    def _compile_bodies(self) -> dict:
+        """Compile the bodies of If / Loop / Scan nodes (jitort/control_flow.py): strict
+        body models, so a node is compiled as a whole or left to the interpreter. Returns
+        ``node label -> why it stays interpreted``."""
+        self._flows = {}
+        if self.device != "cpu" or not self._backends:
+            return {}
+
+        def compile_body(proto, plan_time=()):
+            return BodyModel(proto, plan_time, threads=self.threads, debug=self.debug)
+        self._flows, reasons = control_flow.claim(self.graph, self.placement, compile_body)
+        return reasons
+
     def _check_strict(self) -> None:
         """In strict mode, refuse a model with any node placed on the interpreter."""
         if not self.strict:
@@ -157,6 +173,8 @@ class CompiledModel(Executor):
         interp = [n for n in self.graph.nodes if self.placement[id(n)] == INTERP]
         if interp:
             names = ", ".join(f"{n.label} ({n.domain + '::' if n.domain else ''}{n.op_type})"
+                              + (f" [{self.fallback_reasons[n.label]}]"
+                                 if n.label in self.fallback_reasons else "")
                               for n in interp[:10])
             more = f" and {len(interp) - 10} more" if len(interp) > 10 else ""
             raise UnsupportedOp(f"strict mode: {len(interp)} node(s) would run in the "
@@ -252,6 +270,16 @@ def _compile_cpu(model: Any, **options) -> CompiledModel:
 
 
 devices.register("cpu", _compile_cpu)
+
+
+class BodyModel(CompiledModel):
+    """An If / Loop / Scan body compiled as a model (jitort/control_flow.py): strict, not
+    tiered; ``plan_time`` names inputs whose values key its plans (see
+    :func:`jitort.partition.assign`)."""
+
+    def __init__(self, model: Any, plan_time: Sequence[str] = (), **kwargs):
+        self.plan_time_inputs = tuple(plan_time)
+        super().__init__(model, strict=True, tiered=False, **kwargs)
 
 
 def compile(model: Any, *, threads: int | None = None, base_dir=None, optimize: bool = True,
