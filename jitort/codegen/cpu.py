@@ -31,7 +31,7 @@ from .elementwise import kernel_source, supports_elementwise
 from .emitter import ConstArena, Emitter
 from .fusion import Group, collapse_group, concat_placements, fused_steps, group_operands
 from .plan import MAX_RECORDS, Plan, Recording, check_views, layout, promote
-from .registry import LOWER, SUPPORT, Unlowerable  # noqa: F401 (tests patch LOWER)
+from .registry import LOWER, SUPPORT, Backend, Unlowerable, lower_step
 from .symbolic import GuardedHostvals, SymShapes, Tape, concrete
 
 #: Elementwise work below this many elements runs serially (16K floats: ~3-10 us of work; a
@@ -39,20 +39,17 @@ from .symbolic import GuardedHostvals, SymShapes, Tape, concrete
 PARALLEL_MIN = 1 << 14
 
 
-class CpuBackend:
+class CpuBackend(Backend):
     """Claims the nodes the CPU code generator can lower."""
 
     name = "cpu"
+    support = SUPPORT
 
-    def supports(self, node: Node) -> bool:
-        if supports_elementwise(node):
-            return True
-        pred = SUPPORT.get((node.domain, node.op_type))
-        return bool(pred and pred(node))
-
-    def fusible(self, node: Node) -> bool:
+    def elementwise(self, node: Node) -> bool:
         """Lowered into fused elementwise loops (see partition._compile_host_data)."""
         return supports_elementwise(node)
+
+    fusible = elementwise
 
 
 def lower_group(em: Emitter, grp: Group, consumers_outside) -> None:
@@ -346,13 +343,7 @@ class SegmentCompiler:
         em.embed = concat_placements(items, shapes, em, self.placement)
         for item, outside in steps:
             em.notes[em.step] = _node_note(item.nodes if outside else [item])
-            if outside:
-                lower_group(em, item, outside)
-            else:
-                fn = LOWER.get((item.domain, item.op_type))
-                if fn is None:
-                    raise Unlowerable(item, "no lowering")
-                fn(em, item)
+            lower_step(em, item, outside, lower_group, LOWER)
             em.next_step()
         # segment outputs that are host values travel to the environment directly
         exports = {id(v): dict.get(hostvals, id(v)) for v in seg.outputs if id(v) in hostvals}

@@ -33,12 +33,14 @@ from . import module as modmgr
 from .calls import Call, DeviceArray, DeviceView, Dim, Generated, KernelModule, Launch
 from .cpu import SegmentCompiler
 from .cuda_render import check_device_arg, driver_source
+from .emitter import recorded_read
 from .fusion import Group, collapse_group, fused_steps, group_operands
-from .registry import Unlowerable, registry
+from .registry import Backend, Unlowerable, lower_step, registry
 from .elementwise import (EXPR, LoopStyle, NoMath, Operand, kernel_source,
                           supports_elementwise)
-from .lowerings import (ACT_CODES, REDUCE_KIND, _3d, _axes_from_input, _axis, _conv_geometry,
+from .lowerings import (ACT_CODES, REDUCE_KIND, _axes_from_input, _axis, _conv_geometry,
                         _conv_pads, _prod, act_args, slice_start_step)
+from .lowerings.common import axis_dims, gather_dims, int_indices, softmax_dims
 
 #: Threads per block of generated elementwise kernels.
 EW_BLOCK = 128
@@ -122,17 +124,15 @@ SUPPORT: dict[tuple[str, str], Callable[[Node], bool]] = {}
 lowering = registry(LOWER, SUPPORT)  # CUDA lowerings register here, not in the CPU's table
 
 
-class CudaBackend:
+class CudaBackend(Backend):
     """Claims the nodes the CUDA code generator can lower (float32/float64 compute ops,
     data movement of plain dtypes, the elementwise table minus ops without device math)."""
 
     name = "cuda"
+    support = SUPPORT
 
-    def supports(self, node: Node) -> bool:
-        if supports_device_elementwise(node):
-            return True
-        pred = SUPPORT.get((node.domain, node.op_type))
-        return bool(pred and pred(node))
+    def elementwise(self, node: Node) -> bool:
+        return supports_device_elementwise(node)
 
 
 # --- the emitter -----------------------------------------------------------------------------
@@ -186,24 +186,19 @@ class CudaEmitter:
 
     def read(self, v: Value) -> DeviceView:
         """``v``'s array and offset as a kernel-call argument; records the read."""
-        got = self.views.get(id(v))
-        if got is None:
-            if id(v) in self.in_index:
-                got = DeviceView(f"X[{self.in_index[id(v)]}]")
-            elif v.is_const or id(v) in self.hostvals:
-                host = v.const if v.is_const else self.hostvals[id(v)]
-                k = self._const_index.get(id(host))
-                if k is None:
-                    k = self._const_index[id(host)] = len(self.consts)
-                    self.consts.append(np.ascontiguousarray(host).reshape(-1))
-                got = DeviceView(f"C[{k}]")
-            else:
-                raise KeyError(f"value {v.name!r} read before it is produced")
-            self.views[id(v)] = got
-        r = self.root.get(id(v))
-        if r is not None:
-            self.rows[r].end = self.step
-        return got
+        return recorded_read(self, v, self._first_view)
+
+    def _first_view(self, v: Value) -> DeviceView:
+        if id(v) in self.in_index:
+            return DeviceView(f"X[{self.in_index[id(v)]}]")
+        if v.is_const or id(v) in self.hostvals:
+            host = v.const if v.is_const else self.hostvals[id(v)]
+            k = self._const_index.get(id(host))
+            if k is None:
+                k = self._const_index[id(host)] = len(self.consts)
+                self.consts.append(np.ascontiguousarray(host).reshape(-1))
+            return DeviceView(f"C[{k}]")
+        raise KeyError(f"value {v.name!r} read before it is produced")
 
     def write(self, v: Value) -> DeviceView:
         """The array and offset ``v`` is written to at this step."""
@@ -397,9 +392,7 @@ def lower_transpose(em: CudaEmitter, n: Node) -> None:
 @lowering("Concat", supports=_plain)
 def lower_concat(em: CudaEmitter, n: Node) -> None:
     y = n.outputs[0]
-    shape = em.shape(y)
-    axis = _axis(n.attrs["axis"], len(shape))
-    o, total, i = _3d(shape, axis)
+    axis, (o, total, i) = axis_dims(em, n, y)
     parts = [(v, em.shape(v)[axis]) for v in n.inputs if v is not None]
     srcs = [em.read(v) for v, _ in parts]
     yv = em.write(y)
@@ -414,9 +407,7 @@ def lower_concat(em: CudaEmitter, n: Node) -> None:
 @lowering("Split", supports=_plain)
 def lower_split(em: CudaEmitter, n: Node) -> None:
     x = n.inputs[0]
-    shape = em.shape(x)
-    axis = _axis(n.attrs.get("axis", 0), len(shape))
-    o, total, i = _3d(shape, axis)
+    axis, (o, total, i) = axis_dims(em, n, x)
     xv = em.read(x)
     start = 0
     for v in n.outputs:
@@ -444,15 +435,10 @@ def lower_slice(em: CudaEmitter, n: Node) -> None:
             em.write(y), em.sizes(_strides(out_shape)), em.sizes(out_shape))
 
 
-@lowering("Gather", supports=lambda n: _plain(n)
-          and np.dtype(n.inputs[1].dtype) in (np.dtype(np.int32), np.dtype(np.int64)))
+@lowering("Gather", supports=lambda n: _plain(n) and int_indices(n))
 def lower_gather(em: CudaEmitter, n: Node) -> None:
     data, idx, y = n.inputs[0], n.inputs[1], n.outputs[0]
-    shape = em.shape(data)
-    if not shape:
-        raise Unlowerable(n, "Gather on a scalar")
-    o, a, i = _3d(shape, _axis(n.attrs.get("axis", 0), len(shape)))
-    k = _prod(em.shape(idx))
+    o, a, k, i = gather_dims(em, n)
     dv, iv = em.read(data), em.read(idx)
     em.call(_data.gather3, dv, iv, em.write(y), *em.sizes((o, a, k, i)), em.error_flag())
 
@@ -463,11 +449,7 @@ def lower_softmax(em: CudaEmitter, n: Node) -> None:
     shape = em.shape(x)
     if not shape:
         raise Unlowerable(n, "Softmax of a scalar")
-    if n.since_version >= 13:
-        dims = _3d(shape, _axis(n.attrs.get("axis", -1), len(shape)))
-    else:
-        axis = _axis(n.attrs.get("axis", 1), len(shape))
-        dims = (_prod(shape[:axis]), _prod(shape[axis:]), 1)
+    dims = softmax_dims(n, shape)
     kernel = _softmax.softmax3d if n.op_type == "Softmax" else _softmax.logsoftmax3d
     xv = em.read(x)
     em.call(kernel, xv, em.write(y), *em.sizes(dims))
@@ -652,13 +634,7 @@ class CudaSegmentCompiler(SegmentCompiler):
         em = CudaEmitter(seg, shapes, hostvals, self.memo)
         for item, outside in fused_steps(compiled, shapes, supports_device_elementwise,
                                          self.memo.get("unit_dims"), seg.outputs):
-            if outside:
-                lower_group(em, item, outside)
-            else:
-                fn = LOWER.get((item.domain, item.op_type))
-                if fn is None:
-                    raise Unlowerable(item, "no CUDA lowering")
-                fn(em, item)
+            lower_step(em, item, outside, lower_group, LOWER, "no CUDA lowering")
             em.step += 1
         for v in seg.arg_outputs:
             if id(v) not in em.views:

@@ -41,6 +41,19 @@ class Row:
     label: str = ""  # the value (or "scratch") it holds, for memory reports
 
 
+def recorded_read(em, v: Value, first_view):
+    """``em``'s view of ``v`` (made by ``first_view(v)`` on the first read), the read recorded:
+    the workspace row backing ``v`` lives to the current step. ``read`` of the CPU and CUDA
+    emitters (``views``, ``root``, ``rows``, ``step``)."""
+    view = em.views.get(id(v))
+    if view is None:
+        view = em.views[id(v)] = first_view(v)
+    r = em.root.get(id(v))
+    if r is not None:
+        em.rows[r].end = em.step
+    return view
+
+
 class Emitter:
     """Builds one driver's kernel calls for one signature. Deterministic: the same structure
     gives the same calls, hence the same driver text.
@@ -99,30 +112,25 @@ class Emitter:
 
     def read(self, v: Value) -> View:
         """``v``'s array as a kernel-call argument; records the read."""
-        view = self.views.get(id(v))
-        if view is None:
-            if id(v) in self.in_index:
-                view = View(f"x{self.in_index[id(v)]}", None)
-            elif id(v) in self.out_index:
-                view = View(f"y{self.out_index[id(v)]}", None)
-            elif v.is_const:
-                view = self._const_view(v.const)
-            elif id(v) in self.hostvals:
-                # the contents travel as an ``h*`` argument (no decision depends on them): raw
-                # access, and the shape from the shape pass so that the size stays symbolic
-                host = np.ascontiguousarray(dict.get(self.hostvals, id(v)))
-                shape = self.shape(v)
-                k = sum(row.kind == "pb" for row in self.rows)
-                r = self._row("pb", math.prod(shape) * host.dtype.itemsize, host)
-                self.rows[r].vid = id(v)
-                view = self._row_view(f"h{k}", r, host.dtype, shape)
-            else:
-                raise KeyError(f"value {v.name!r} read before it is produced")
-            self.views[id(v)] = view
-        r = self.root.get(id(v))
-        if r is not None:
-            self.rows[r].end = self.step
-        return view
+        return recorded_read(self, v, self._first_view)
+
+    def _first_view(self, v: Value) -> View:
+        if id(v) in self.in_index:
+            return View(f"x{self.in_index[id(v)]}", None)
+        if id(v) in self.out_index:
+            return View(f"y{self.out_index[id(v)]}", None)
+        if v.is_const:
+            return self._const_view(v.const)
+        if id(v) in self.hostvals:
+            # the contents travel as an ``h*`` argument (no decision depends on them): raw
+            # access, and the shape from the shape pass so that the size stays symbolic
+            host = np.ascontiguousarray(dict.get(self.hostvals, id(v)))
+            shape = self.shape(v)
+            k = sum(row.kind == "pb" for row in self.rows)
+            r = self._row("pb", math.prod(shape) * host.dtype.itemsize, host)
+            self.rows[r].vid = id(v)
+            return self._row_view(f"h{k}", r, host.dtype, shape)
+        raise KeyError(f"value {v.name!r} read before it is produced")
 
     def shaped(self, v: Value, shape) -> View:
         """``v``'s array read as ``shape`` (same element count)."""

@@ -42,3 +42,35 @@ def registry(lower: dict, support: dict):
 
 
 lowering = registry(LOWER, SUPPORT)
+
+
+def lower_step(em, item, outside, lower_group, table: dict, missing: str = "no lowering") -> None:
+    """Lower one step of a segment: a fused elementwise group (``outside``: its values read
+    after it) through ``lower_group``, else the node ``item`` through its lowering in ``table``
+    (Unlowerable, saying ``missing``, when it has none)."""
+    if outside:
+        lower_group(em, item, outside)
+        return
+    fn = table.get((item.domain, item.op_type))
+    if fn is None:
+        raise Unlowerable(item, missing)
+    fn(em, item)
+
+
+class Backend:
+    """A code generator's claim on nodes (``partition.assign`` asks :meth:`supports`): the
+    elementwise ops its loop emitter takes (:meth:`elementwise`) and the ops of its lowering
+    table ``support`` whose static predicate holds. Subclasses: the CPU's (:mod:`.cpu`), the
+    CUDA one (:mod:`.cuda`)."""
+
+    name = ""
+    support: dict = SUPPORT
+
+    def elementwise(self, node: Node) -> bool:
+        return False
+
+    def supports(self, node: Node) -> bool:
+        if self.elementwise(node):
+            return True
+        pred = self.support.get((node.domain, node.op_type))
+        return bool(pred and pred(node))

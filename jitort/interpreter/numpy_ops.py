@@ -77,14 +77,21 @@ def _identity(node):
     return run
 
 
+def _indexed(a, same_rank: bool = False) -> tuple:
+    """(data, indices) of a Gather-like op; Defer unless the indices are integers (of the
+    data's rank, with ``same_rank``)."""
+    x, idx = a[0], a[1]
+    if kind(idx.dtype) not in "iu" or same_rank and idx.ndim != x.ndim:
+        raise Defer
+    return x, idx
+
+
 @fast("Gather")
 def _gather(node):
     axis = node.attr("axis", 0)
 
     def run(a):
-        x, idx = a[0], a[1]
-        if kind(idx.dtype) not in "iu":
-            raise Defer
+        x, idx = _indexed(a)
         return [_asarray(np.take(x, idx, axis=_axis(axis, x.ndim)))]
     return run
 
@@ -94,9 +101,7 @@ def _gather_elements(node):
     axis = node.attr("axis", 0)
 
     def run(a):
-        x, idx = a[0], a[1]
-        if kind(idx.dtype) not in "iu" or idx.ndim != x.ndim:
-            raise Defer
+        x, idx = _indexed(a, same_rank=True)
         ax = _axis(axis, x.ndim)
         grid = list(np.ogrid[tuple(slice(0, d) for d in idx.shape)]) if idx.ndim else []
         grid[ax] = idx
@@ -106,12 +111,11 @@ def _gather_elements(node):
 
 @fast("GatherND", since=11)
 def _gather_nd(node):
-    batch_dims = node.attr("batch_dims", 0)
+    b = node.attr("batch_dims", 0)
 
     def run(a):
-        x, idx = a[0], a[1]
-        b = batch_dims
-        if (kind(idx.dtype) not in "iu" or idx.ndim < 1 or idx.size == 0 or idx.ndim <= b
+        x, idx = _indexed(a)
+        if (idx.ndim < 1 or idx.size == 0 or idx.ndim <= b
                 or tuple(idx.shape[:b]) != tuple(x.shape[:b])):
             raise Defer
         k = idx.shape[-1]
@@ -207,17 +211,19 @@ def _reshape(node):
     return run
 
 
+def flat2d(x, axis: int):
+    """``x`` as the 2-D [prod(shape[:axis]), prod(shape[axis:])] of Flatten (and of the
+    softmaxes before opset 13); ``axis`` in [-rank, rank]."""
+    ax = axis + x.ndim if axis < 0 else axis
+    if not 0 <= ax <= x.ndim:
+        raise ValueError(f"Flatten axis {axis} out of range for rank {x.ndim}")
+    return x.reshape(math.prod(x.shape[:ax]), math.prod(x.shape[ax:]))
+
+
 @fast("Flatten")
 def _flatten(node):
     axis = node.attr("axis", 1)
-
-    def run(a):
-        x = a[0]
-        ax = axis + x.ndim if axis < 0 else axis
-        if not 0 <= ax <= x.ndim:
-            raise ValueError(f"Flatten axis {axis} out of range for rank {x.ndim}")
-        return [x.reshape(math.prod(x.shape[:ax]), math.prod(x.shape[ax:]))]
-    return run
+    return lambda a: [flat2d(a[0], axis)]
 
 
 @fast("Cast", since=6)

@@ -2,11 +2,9 @@
 for the conventions)."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from .numpy_ops import _axes, _axis, _ints
+from .numpy_ops import _axes, _axis, _ints, flat2d
 from .registry import Defer, fast, kind
 
 _asarray = np.asarray
@@ -76,8 +74,7 @@ def _softmax_flat(node):
         x = a[0]
         if kind(x.dtype) != "f" or x.size == 0:
             raise Defer
-        ax = _axis(axis, x.ndim) if x.ndim else 0
-        flat = x.reshape(math.prod(x.shape[:ax]), -1)
+        flat = flat2d(x, _axis(axis, x.ndim) if x.ndim else 0)
         return [_softmax_along(flat, 1).reshape(x.shape).astype(x.dtype, copy=False)]
     return run
 

@@ -181,6 +181,27 @@ def _ints(v) -> list:
     return [int(v)]
 
 
+def _moved_input(version: int, optional: bool = False):
+    """``values=`` of an op whose attribute became input 1 at opset ``version`` (an optional
+    input: read when present)."""
+    def indices(node: ir.Node) -> tuple:
+        if node.since_version < version:
+            return ()
+        return _present(node, 1) if optional else (1,)
+    return indices
+
+
+def _moved_ints(node: ir.Node, shapes, values, version: int, attr: str, default=None,
+                optional: bool = False):
+    """The ints of attribute ``attr`` (``default`` when absent) before opset ``version``, of
+    input 1's value from then on (None when that ``optional`` input is absent)."""
+    if node.since_version < version:
+        return node.attrs.get(attr, default)
+    if optional and _get(shapes, 1) is None:
+        return None
+    return _ints(_need(node, values, 1))
+
+
 def _scalar(v):
     if isinstance(v, np.ndarray):
         return v.reshape(-1)[0].item() if v.size else None

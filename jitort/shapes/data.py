@@ -2,17 +2,14 @@
 Identity)."""
 from __future__ import annotations
 
-from .core import (_axes, _axis, _fail, _get, _ints, _need, _present, _prod, _same_shape,
-                   register)
+from .core import (_axes, _axis, _fail, _get, _ints, _moved_input, _moved_ints, _need, _present,
+                   _prod, _same_shape, register)
 
 
-@register("Reshape", values=lambda n: (1,) if n.since_version >= 5 else ())
+@register("Reshape", values=_moved_input(5))
 def _reshape(node, shapes, values):
     x = shapes[0]
-    if node.since_version >= 5:
-        target = _ints(_need(node, values, 1))
-    else:
-        target = list(node.attrs.get("shape", ()))
+    target = list(_moved_ints(node, shapes, values, 5, "shape", ()))
     allowzero = node.attrs.get("allowzero", 0) if node.since_version >= 14 else 0
     out = []
     neg = -1
@@ -60,13 +57,10 @@ def _flatten(node, shapes, values):
     return [(_prod(x[:a]), _prod(x[a:]))]
 
 
-@register("Squeeze", values=lambda n: _present(n, 1) if n.since_version >= 13 else ())
+@register("Squeeze", values=_moved_input(13, optional=True))
 def _squeeze(node, shapes, values):
     x = shapes[0]
-    if node.since_version >= 13:
-        axes = _ints(_need(node, values, 1)) if _get(shapes, 1) is not None else None
-    else:
-        axes = node.attrs.get("axes")
+    axes = _moved_ints(node, shapes, values, 13, "axes", optional=True)
     if not axes:  # no axes (or an empty axes tensor, as onnxruntime reads it): all 1-dims
         return [tuple(d for d in x if d != 1)]
     ax = _axes(node, axes, len(x), shapes)
@@ -76,13 +70,10 @@ def _squeeze(node, shapes, values):
     return [tuple(d for i, d in enumerate(x) if i not in ax)]
 
 
-@register("Unsqueeze", values=lambda n: (1,) if n.since_version >= 13 else ())
+@register("Unsqueeze", values=_moved_input(13))
 def _unsqueeze(node, shapes, values):
     x = shapes[0]
-    if node.since_version >= 13:
-        axes = _ints(_need(node, values, 1))
-    else:
-        axes = node.attrs.get("axes") or []
+    axes = _moved_ints(node, shapes, values, 13, "axes") or []
     r = len(x) + len(axes)
     ax = _axes(node, axes, r, shapes)
     out = []
@@ -137,14 +128,9 @@ def _split(node, shapes, values):
     a = _axis(node, node.attrs.get("axis", 0), len(x), shapes)
     n = len(node.outputs)
     dim = x[a]
-    if node.since_version >= 13:
-        split = _ints(_need(node, values, 1)) if _get(shapes, 1) is not None else None
-    elif node.since_version >= 2:
-        split = node.attrs.get("split")
-    else:  # opset 1: split attr or second input
-        split = node.attrs.get("split")
-        if not split and _get(shapes, 1) is not None:
-            split = _ints(_need(node, values, 1))
+    split = _moved_ints(node, shapes, values, 13, "split", optional=True)
+    if node.since_version < 2 and not split and _get(shapes, 1) is not None:
+        split = _ints(_need(node, values, 1))  # opset 1: split attr or second input
     if split:
         if len(split) != n:
             raise _fail(node, f"split {split} has {len(split)} entries for {n} outputs", shapes)

@@ -6,16 +6,10 @@ from .core import _axis, _get, _same_shape, _softmax_shape, register
 
 @register("BatchNormalization")
 def _batchnorm(node, shapes, values):
-    x = shapes[0]
-    n = len(node.outputs)
-    if n == 1:
-        return [x]
-    out = [x]
-    for i in range(1, n):
-        src = 3 if i in (1, 3) else 4  # running/saved mean from mean, var from var
-        s = _get(shapes, src) or shapes[1]
-        out.append(s)
-    return out
+    # outputs 1..4: running mean, running var, saved mean, saved var, shaped as the mean input
+    # (3) or the var input (4)
+    return [shapes[0]] + [_get(shapes, 3 if i in (1, 3) else 4) or shapes[1]
+                          for i in range(1, len(node.outputs))]
 
 
 @register("LayerNormalization")

@@ -2,7 +2,7 @@
 Hardmax)."""
 from __future__ import annotations
 
-from .core import _axis, _fail, _ints, _need, _same_shape, _softmax_shape, register
+from .core import _axis, _fail, _moved_input, _moved_ints, _same_shape, _softmax_shape, register
 
 
 @register("ArgMax", "ArgMin")
@@ -14,16 +14,14 @@ def _argmax(node, shapes, values):
     return [x[:a] + x[a + 1:]]
 
 
-@register("TopK", values=lambda n: (1,) if n.since_version >= 10 else ())
+@register("TopK", values=_moved_input(10))
 def _topk(node, shapes, values):
     x = shapes[0]
+    k = _moved_ints(node, shapes, values, 10, "k")
     if node.since_version >= 10:
-        k = _ints(_need(node, values, 1))
         if len(k) != 1:
             raise _fail(node, f"K must hold one value, got {k}", shapes)
         k = k[0]
-    else:
-        k = node.attrs.get("k")
     a = _axis(node, node.attrs.get("axis", -1), len(x), shapes)
     if k < 0 or k > x[a]:
         raise _fail(node, f"k={k} is out of range for axis {a} of size {x[a]}", shapes)

@@ -84,26 +84,20 @@ def _center_crop_pad(node, shapes, values):
     return [tuple(out)]
 
 
-@register("DepthToSpace")
-def _depth_to_space(node, shapes, values):
+@register("DepthToSpace", "SpaceToDepth")
+def _depth_space(node, shapes, values):
     x = shapes[0]
     if len(x) != 4:
         raise _fail(node, "input must be 4-D", shapes)
     b = node.attrs.get("blocksize")
-    if x[1] % (b * b):
-        raise _fail(node, f"channels {x[1]} not divisible by blocksize^2 = {b * b}", shapes)
-    return [(x[0], x[1] // (b * b), x[2] * b, x[3] * b)]
-
-
-@register("SpaceToDepth")
-def _space_to_depth(node, shapes, values):
-    x = shapes[0]
-    if len(x) != 4:
-        raise _fail(node, "input must be 4-D", shapes)
-    b = node.attrs.get("blocksize")
-    if x[2] % b or x[3] % b:
+    n, c, h, w = x
+    if node.op_type == "DepthToSpace":
+        if c % (b * b):
+            raise _fail(node, f"channels {c} not divisible by blocksize^2 = {b * b}", shapes)
+        return [(n, c // (b * b), h * b, w * b)]
+    if h % b or w % b:
         raise _fail(node, f"spatial dims not divisible by blocksize {b}", shapes)
-    return [(x[0], x[1] * b * b, x[2] // b, x[3] // b)]
+    return [(n, c * b * b, h // b, w // b)]
 
 
 @register("ConstantOfShape", values=(0,))

@@ -59,6 +59,37 @@ def _3d(shape, axis) -> tuple[int, int, int]:
     return _prod(shape[:axis]), shape[axis], _prod(shape[axis + 1:])
 
 
+def input_shape(em, n: Node, min_rank: int):
+    """The shape of ``n``'s first input; Unlowerable when its rank is below ``min_rank``."""
+    shape = em.shape(n.inputs[0])
+    if len(shape) < min_rank:
+        raise Unlowerable(n, f"{n.op_type} of a rank-{len(shape)} input (needs rank >= "
+                             f"{min_rank})")
+    return shape
+
+
+def axis_dims(em, n: Node, v, default: int = 0) -> tuple[int, tuple]:
+    """``n``'s ``axis`` attribute (default ``default``) over ``v``'s shape, and the
+    (outer, extent, inner) sizes around it: the 3-D view of Concat, Split and Gather."""
+    shape = em.shape(v)
+    axis = _axis(n.attrs.get("axis", default), len(shape))
+    return axis, _3d(shape, axis)
+
+
+def int_indices(n: Node) -> bool:
+    """Input 1 (a Gather's indices) is int32 or int64."""
+    return np.dtype(n.inputs[1].dtype) in (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def gather_dims(em, n: Node) -> tuple:
+    """(outer, axis extent, index count, inner) sizes of a Gather; Unlowerable on a scalar."""
+    data, idx = n.inputs[0], n.inputs[1]
+    if not em.shape(data):
+        raise Unlowerable(n, "Gather on a scalar")
+    _, (o, a, i) = axis_dims(em, n, data)
+    return o, a, _prod(em.shape(idx)), i
+
+
 def softmax_dims(n: Node, shape) -> tuple[int, int, int]:
     """(outer, axis, inner) sizes of a Softmax-like op (Softmax, LogSoftmax, Hardmax) over
     ``shape`` (rank >= 1): from opset 13 its one ``axis`` (default -1); before, the 2-D

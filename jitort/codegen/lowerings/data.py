@@ -9,7 +9,7 @@ from ...ir import Node
 from ..calls import KernelModule
 from ..registry import Unlowerable, lowering
 from ..symbolic import concrete
-from .common import _3d, _axis, _prod, _words, loop_copy_kernel
+from .common import _axis, _prod, _words, axis_dims, gather_dims, int_indices, loop_copy_kernel
 
 if TYPE_CHECKING:
     from ..emitter import Emitter
@@ -73,16 +73,10 @@ def lower_transpose(em: Emitter, n: Node) -> None:
     em.call(kern, yv, em.shaped(x, in_shape))
 
 
-@lowering("Gather", supports=lambda n: _words(n)
-          and np.dtype(n.inputs[1].dtype) in (np.dtype(np.int32), np.dtype(np.int64)))
+@lowering("Gather", supports=lambda n: _words(n) and int_indices(n))
 def lower_gather(em: Emitter, n: Node) -> None:
     data, idx, y = n.inputs[0], n.inputs[1], n.outputs[0]
-    shape = em.shape(data)
-    if not shape:
-        raise Unlowerable(n, "Gather on a scalar")
-    axis = _axis(n.attrs.get("axis", 0), len(shape))
-    o, a, i = _3d(shape, axis)
-    k = _prod(em.shape(idx))
+    o, a, k, i = gather_dims(em, n)
     yv = em.write(y)
     # decided once per node (memo) so the generated text does not change with the shapes
     if ("par", id(n)) not in em.memo:
@@ -95,9 +89,7 @@ def lower_gather(em: Emitter, n: Node) -> None:
 @lowering("Concat", supports=_words)
 def lower_concat(em: Emitter, n: Node) -> None:
     y = n.outputs[0]
-    shape = em.shape(y)
-    axis = _axis(n.attrs["axis"], len(shape))
-    o, total, i = _3d(shape, axis)
+    axis, (o, total, i) = axis_dims(em, n, y)
     y3 = em.write(y).reshape(em.sizes((o, total, i)))
     off = 0
     for v in n.inputs:
@@ -114,9 +106,7 @@ def lower_concat(em: Emitter, n: Node) -> None:
 @lowering("Split", supports=_words)
 def lower_split(em: Emitter, n: Node) -> None:
     x = n.inputs[0]
-    shape = em.shape(x)
-    axis = _axis(n.attrs.get("axis", 0), len(shape))
-    o, total, i = _3d(shape, axis)
+    axis, (o, total, i) = axis_dims(em, n, x)
     x3 = em.shaped(x, (o, total, i))
     off = 0
     for v in n.outputs:

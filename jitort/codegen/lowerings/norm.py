@@ -9,7 +9,7 @@ from ...ir import Node
 from ..calls import KernelModule, Scalar
 from ..registry import Unlowerable, lowering
 from ..elementwise import tname
-from .common import _3d, _axis, _float_io, _is_float, _plain, _prod, softmax_dims
+from .common import _3d, _axis, _float_io, _is_float, _plain, _prod, input_shape, softmax_dims
 
 if TYPE_CHECKING:
     from ..emitter import Emitter
@@ -92,9 +92,7 @@ def _norm_io(n: Node) -> bool:
 @lowering("InstanceNormalization", supports=_norm_io)
 def lower_instnorm(em: Emitter, n: Node) -> None:
     x, y = n.inputs[0], n.outputs[0]
-    shape = em.shape(x)
-    if len(shape) < 2:
-        raise Unlowerable(n, "InstanceNormalization of rank < 2")
+    shape = input_shape(em, n, 2)
     c = shape[1]
     if any(_prod(em.shape(v)) != c for v in n.inputs[1:3]):
         raise Unlowerable(n, "InstanceNormalization scale/B are not (C,)")
@@ -108,9 +106,7 @@ def lower_instnorm(em: Emitter, n: Node) -> None:
 @lowering("GroupNormalization", supports=_norm_io)
 def lower_groupnorm(em: Emitter, n: Node) -> None:
     x, scale, bias, y = n.inputs[0], n.inputs[1], n.inputs[2], n.outputs[0]
-    shape = em.shape(x)
-    if len(shape) < 2:
-        raise Unlowerable(n, "GroupNormalization of rank < 2")
+    shape = input_shape(em, n, 2)
     g = int(n.attrs["num_groups"])
     c = shape[1]
     if g <= 0 or c % g != 0:

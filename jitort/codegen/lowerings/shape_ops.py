@@ -12,7 +12,7 @@ from ...ir import Node
 from ..calls import KernelModule, Scalar, View
 from ..registry import Unlowerable, lowering
 from ..symbolic import concrete
-from .common import _axis, _plain, _prod, _words, host_value
+from .common import _axis, _plain, _prod, _words, host_value, input_shape
 
 if TYPE_CHECKING:
     from ..emitter import Emitter
@@ -370,9 +370,7 @@ def lower_space_to_depth(em: Emitter, n: Node) -> None:
 def lower_trilu(em: Emitter, n: Node) -> None:
     """k is read at run time (a constant, host value or computed scalar all work)."""
     x, y = n.inputs[0], n.outputs[0]
-    xs = em.shape(x)
-    if len(xs) < 2:
-        raise Unlowerable(n, "Trilu needs a rank >= 2 input")
+    xs = input_shape(em, n, 2)
     kv = n.input(1)
     k = _scalar(em, kv) if kv is not None else 0
     upper = bool(n.attrs.get("upper", 1))
