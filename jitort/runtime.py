@@ -277,9 +277,15 @@ class BodyModel(CompiledModel):
     tiered; ``plan_time`` names inputs whose values key its plans (see
     :func:`jitort.partition.assign`)."""
 
+    #: plans kept per segment when an input's value keys them: one per iteration number
+    #: (planning one costs milliseconds; a loop longer than the cache plans every iteration)
+    PLAN_TIME_CACHE_SIZE = 1024
+
     def __init__(self, model: Any, plan_time: Sequence[str] = (), **kwargs):
         self.plan_time_inputs = tuple(plan_time)
         super().__init__(model, strict=True, tiered=False, **kwargs)
+        if plan_time:
+            self.plan_cache_size = max(self.plan_cache_size, self.PLAN_TIME_CACHE_SIZE)
 
 
 def compile(model: Any, *, threads: int | None = None, base_dir=None, optimize: bool = True,
