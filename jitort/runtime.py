@@ -20,7 +20,7 @@ from .errors import ExecutionError, InvalidInput, JitortError, UnsupportedOp
 from .executor import Executor, infer_shapes  # noqa: F401  (infer_shapes: this module's API)
 from .feeds import InputInfo, available_memory  # noqa: F401  (this module's API)
 from .importer import import_model
-from .partition import HOST, INTERP, InterpStep, assign
+from .partition import CONTROL, HOST, INTERP, InterpStep, assign
 from .passes import CPU_PIPELINE, PassReport, run_pipeline
 from .pinning import check_threads, configure_blas
 from .profiling import Profiler
@@ -260,7 +260,8 @@ class CompiledModel(Executor):
         c = self.placement_counts()
         return (f"{self.original_node_count} nodes imported, {len(self.graph.nodes)} after passes "
                 f"({self.pass_report}); compiled {c.get('cpu', 0)}, host {c.get(HOST, 0)}, "
-                f"interpreted {c.get(INTERP, 0)}; compiled share {self.compiled_share:.1%}")
+                + (f"control flow with compiled bodies {c[CONTROL]}, " if c.get(CONTROL) else "")
+                + f"interpreted {c.get(INTERP, 0)}; compiled share {self.compiled_share:.1%}")
 
 
 def _compile_cpu(model: Any, **options) -> CompiledModel:

@@ -56,6 +56,7 @@ def test_if_runs_compiled_branches_reading_outer_values():
     # structure: the If is a control step, its branches are compiled models with planned drivers
     (node,) = [n for n in cm.graph.nodes if n.op_type == "If"]
     assert cm.placement[id(node)] == CONTROL
+    assert "control flow with compiled bodies 1, interpreted 0" in cm.summary()
     steps = [st for st in cm.steps if isinstance(st, InterpStep)]
     assert len(steps) == 1 and isinstance(steps[0], ControlStep) and steps[0].node is node
     assert id(node) not in cm._runners  # no interpreter runner was built for it
