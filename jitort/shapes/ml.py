@@ -47,7 +47,8 @@ def _linear_regressor(node, shapes, values):
     return [(_rows(node, shapes), int(node.attrs.get("targets", 1)))]
 
 
-@register("Scaler", "Normalizer", "Binarizer", "Imputer", domain=_ML)
+@register("Scaler", "Normalizer", "Binarizer", "Imputer", "LabelEncoder", "CategoryMapper",
+          domain=_ML)
 def _same(node, shapes, values):
     x = shapes[0]
     if node.op_type == "Normalizer" and len(x) not in (1, 2):
@@ -87,3 +88,46 @@ def _array_feature_extractor(node, shapes, values):
     x = shapes[0]
     k = _prod(shapes[1])
     return [(1, k) if len(x) == 1 else tuple(x[:-1]) + (k,)]
+
+
+def _svm_classes(node) -> int:
+    at = node.attrs
+    return len(at.get("classlabels_ints") or at.get("classlabels_strings") or [])
+
+
+@register("SVMClassifier", domain=_ML)
+def _svm_classifier(node, shapes, values):
+    # onnxruntime's score columns: one per class with probabilities (prob_a) or in the
+    # liblinear form (no support vectors); else one per class pair, two for two classes
+    n, nc = _rows(node, shapes), _svm_classes(node)
+    pairs = node.attrs.get("vectors_per_class") and not node.attrs.get("prob_a")
+    return [(n,), (n, (nc * (nc - 1) // 2 if nc > 2 else 2) if pairs else nc)]
+
+
+@register("SVMRegressor", domain=_ML)
+def _svm_regressor(node, shapes, values):
+    return [(_rows(node, shapes), 1)]
+
+
+@register("OneHotEncoder", domain=_ML)
+def _one_hot_encoder(node, shapes, values):
+    at = node.attrs
+    return [tuple(shapes[0]) + (len(at.get("cats_int64s") or at.get("cats_strings") or []),)]
+
+
+@register("FeatureVectorizer", domain=_ML)
+def _feature_vectorizer(node, shapes, values):
+    dims = [int(d) for d in node.attrs.get("inputdimensions", [])]
+    if len(dims) != len(shapes):
+        raise _fail(node, f"{len(dims)} inputdimensions for {len(shapes)} inputs", shapes)
+    return [(_rows(node, shapes[:1]) if len(shapes[0]) <= 2 else shapes[0][0], sum(dims))]
+
+
+@register_dtypes("SVMClassifier", domain=_ML)
+def _svm_classifier_dtypes(in_dtypes):
+    return [np.dtype(np.int64), np.dtype(np.float32)]
+
+
+@register_dtypes("SVMRegressor", "OneHotEncoder", "FeatureVectorizer", domain=_ML)
+def _float32_dtypes(in_dtypes):
+    return [np.dtype(np.float32)]

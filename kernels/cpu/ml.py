@@ -1,6 +1,8 @@
 """ai.onnx.ml kernels other than the tree ensembles (kernels/cpu/trees.py): linear models,
-Scaler, Normalizer. Float64 sums, written in the output dtype; post transforms as
-onnxruntime's (``trees.transform_row``)."""
+Scaler, Normalizer, Binarizer, Imputer, OneHotEncoder, LabelEncoder, FeatureVectorizer and
+the support vector machines. Float64 sums, written in the output dtype; post transforms as
+onnxruntime's (``trees.transform_row``); the SVMs' kernel values, decision values and
+probability coupling in float32 where onnxruntime computes in float32."""
 
 import math
 
@@ -89,3 +91,260 @@ def take_columns(x, idx, y):
     for r in range(x.shape[0]):
         for j in range(idx.shape[0]):
             y[r, j] = x[r, idx[j]]
+
+
+@njit(cache=True, error_model='numpy')
+def binarizer(x, threshold, y):
+    """y = 1 where x > threshold else 0 (flat); a NaN is an error, as in onnxruntime."""
+    t = threshold[0]
+    for i in range(x.shape[0]):
+        v = x[i]
+        if v != v:
+            raise ValueError("Binarizer: the input holds a NaN")
+        y[i] = 1 if v > t else 0
+
+
+@njit(cache=True, error_model='numpy')
+def imputer(x, replaced, imputed, stride, y):
+    """Imputer (flat): values equal to ``replaced[0]`` (or NaN where it is NaN) become
+    ``imputed[i % stride]`` when there is one per feature, else ``imputed[0]``."""
+    rep = replaced[0]
+    nan = rep != rep
+    per = imputed.shape[0] == stride
+    for i in range(x.shape[0]):
+        v = x[i]
+        if (nan and v != v) or v == rep:
+            y[i] = imputed[i % stride] if per else imputed[0]
+        else:
+            y[i] = v
+
+
+@njit(cache=True, error_model='numpy')
+def one_hot(x, cats, pos, zeros, y):
+    """OneHotEncoder: y[i, pos[k]] = 1 where int64(x[i]) == cats[k] (``cats`` sorted); an
+    unknown category is all zeros, or an error when ``zeros`` is 0."""
+    nc = cats.shape[0]
+    for i in range(x.shape[0]):
+        for j in range(y.shape[1]):
+            y[i, j] = 0
+        v = np.int64(x[i])
+        k = np.searchsorted(cats, v)
+        if k < nc and cats[k] == v:
+            y[i, pos[k]] = 1
+        elif zeros == 0:
+            raise ValueError("OneHotEncoder: a category outside cats_int64s (zeros=0)")
+
+
+@njit(cache=True, error_model='numpy')
+def label_encode(x, keys, vals, default, nanval, hasnan, y):
+    """LabelEncoder (flat): the value of ``x[i]``'s key in ``keys`` (sorted, no NaN), else
+    ``default[0]``; a NaN input takes ``nanval[0]`` where a key is NaN (``hasnan``)."""
+    nk = keys.shape[0]
+    for i in range(x.shape[0]):
+        v = x[i]
+        if v != v:
+            y[i] = nanval[0] if hasnan else default[0]
+            continue
+        k = np.searchsorted(keys, v)
+        y[i] = vals[k] if k < nk and keys[k] == v else default[0]
+
+
+@njit(cache=True, error_model='numpy')
+def put_columns(x, off, width, y):
+    """FeatureVectorizer: y[:, off:off + width] = x's first ``width`` columns as float, zero
+    where x has fewer."""
+    w = x.shape[1]
+    for r in range(y.shape[0]):
+        for j in range(width):
+            y[r, off + j] = x[r, j] if j < w else 0
+
+
+# --------------------------------------------------------------------------------------------
+# support vector machines (onnxruntime's svmclassifier.cc / svmregressor.cc)
+# --------------------------------------------------------------------------------------------
+@njit(cache=True, error_model='numpy')
+def svm_kernel(x, sv, ktype, params, k):
+    """k[r, v] = kernel(x[r], sv[v]) as float32, x read as float32 (onnxruntime's
+    batched_kernel_dot): 0 LINEAR dot + params[3], 1 POLY (gamma dot + coef0) ** degree,
+    2 RBF exp(-gamma |x - sv|^2), 3 SIGMOID tanh(gamma dot + coef0); params = gamma, coef0,
+    degree, the LINEAR addend."""
+    n, f = x.shape
+    gamma, coef0, degree, c = params[0], params[1], params[2], params[3]
+    for r in range(n):
+        for v in range(sv.shape[0]):
+            a = 0.0
+            if ktype == 2:
+                for j in range(f):
+                    d = np.float64(np.float32(x[r, j])) - sv[v, j]
+                    a += d * d
+                k[r, v] = np.float32(math.exp(-gamma * np.float64(np.float32(a))))
+                continue
+            for j in range(f):
+                a += np.float64(np.float32(x[r, j])) * sv[v, j]
+            if ktype == 0:
+                k[r, v] = np.float32(a + c)
+                continue
+            t = np.float32(gamma * a + coef0)
+            if ktype == 3:
+                k[r, v] = np.float32(math.tanh(t))
+            elif degree == 2:
+                k[r, v] = t * t
+            elif degree == 3:
+                k[r, v] = t * t * t
+            else:
+                k[r, v] = np.float32(np.float64(t) ** degree)
+
+
+@njit(cache=True, error_model='numpy')
+def svm_regress(k, coef, rho, one_class, y):
+    """SVMRegressor: y[r, 0] = k[r] . coef + rho[0]; ``one_class``: its sign as +-1."""
+    for r in range(k.shape[0]):
+        a = 0.0
+        for v in range(k.shape[1]):
+            a += np.float64(k[r, v]) * coef[v]
+        a = np.float32(a + rho[0])
+        if one_class:
+            a = 1.0 if a > 0 else -1.0
+        y[r, 0] = a
+
+
+@njit(cache=True, inline='always')
+def _logistic32(v):
+    e = np.float32(1.0) / (np.float32(1.0) + np.float32(math.exp(-abs(v))))
+    return np.float32(1.0) - e if v < 0 else e
+
+
+@njit(cache=True, error_model='numpy')
+def _multiclass_probability(nc, r, q, qp, p):
+    """libsvm's pairwise coupling (onnxruntime's multiclass_probability, float32): class
+    probabilities ``p`` from the pairwise ones ``r`` (nc x nc, flat)."""
+    one = np.float32(1.0)
+    q[:] = 0
+    for i in range(nc):
+        p[i] = one / np.float32(nc)
+        for j in range(i):
+            q[i * nc + i] += r[j * nc + i] * r[j * nc + i]
+            q[i * nc + j] = q[j * nc + i]
+        for j in range(i + 1, nc):
+            q[i * nc + i] += r[j * nc + i] * r[j * nc + i]
+            q[i * nc + j] = -r[j * nc + i] * r[i * nc + j]
+    eps = np.float32(0.005) / np.float32(nc)
+    for _ in range(100):
+        pqp = np.float32(0.0)
+        for i in range(nc):
+            qp[i] = 0
+            for j in range(nc):
+                qp[i] += q[i * nc + j] * p[j]
+            pqp += p[i] * qp[i]
+        err = np.float32(0.0)
+        for i in range(nc):
+            err = max(err, abs(qp[i] - pqp))
+        if err < eps:
+            break
+        for i in range(nc):
+            diff = (-qp[i] + pqp) / q[i * nc + i]
+            p[i] += diff
+            pqp = (pqp + diff * (diff * q[i * nc + i] + np.float32(2.0) * qp[i])) / (
+                one + diff) / (one + diff)
+            for j in range(nc):
+                qp[j] = (qp[j] + diff * q[i * nc + j]) / (one + diff)
+                p[j] /= (one + diff)
+
+
+@njit(cache=True, error_model='numpy')
+def _pair_scores(k, r, coef, rho, starts, counts, sc, votes):
+    """One row's one-vs-one decision values (float32) and votes (onnxruntime's order)."""
+    nc = starts.shape[0]
+    votes[:] = 0
+    idx = 0
+    for i in range(nc - 1):
+        si, ci = starts[i], counts[i]
+        for j in range(i + 1, nc):
+            sj, cj = starts[j], counts[j]
+            a = 0.0
+            for m in range(ci):
+                a += coef[j - 1, si + m] * k[r, si + m]
+            for m in range(cj):
+                a += coef[i, sj + m] * k[r, sj + m]
+            a += rho[idx]
+            sc[idx] = np.float32(a)
+            if a > 0:
+                votes[i] += 1
+            else:
+                votes[j] += 1
+            idx += 1
+
+
+@njit(cache=True, error_model='numpy')
+def svm_classify(k, coef, rho, starts, counts, proba, probb, post, labels, z, y):
+    """SVMClassifier over support vectors (``k``: their kernel values per row): the label of
+    the most voted class (first on ties), scores as onnxruntime's: pairwise coupled
+    probabilities (prob_a / prob_b given), else the decision values -- two columns for two
+    classes, ``[-s, s]`` (post NONE), the logistic of both (LOGISTIC) or ``[1 - s, s]``."""
+    nc = labels.shape[0]
+    npair = nc * (nc - 1) // 2
+    sc = np.empty(npair, np.float32)
+    votes = np.empty(nc, np.int64)
+    r2 = np.zeros(nc * nc, np.float32)
+    q = np.zeros(nc * nc, np.float32)
+    qp = np.zeros(nc, np.float32)
+    p = np.zeros(nc, np.float32)
+    s = np.empty(max(nc, npair), np.float64)
+    lo, hi = np.float32(1e-7), np.float32(1.0) - np.float32(1e-7)
+    for r in range(k.shape[0]):
+        _pair_scores(k, r, coef, rho, starts, counts, sc, votes)
+        best = 0
+        for c in range(nc):
+            if votes[c] > votes[best]:
+                best = c
+        y[r] = labels[best]
+        if proba.shape[0] > 0:
+            idx = 0
+            for i in range(nc - 1):
+                for j in range(i + 1, nc):
+                    v = np.float32(1.0) - _logistic32(sc[idx] * proba[idx] + probb[idx])
+                    v = min(max(v, lo), hi)
+                    r2[i * nc + j] = v
+                    r2[j * nc + i] = np.float32(1.0) - v
+                    idx += 1
+            _multiclass_probability(nc, r2, q, qp, p)
+            for c in range(nc):
+                s[c] = p[c]
+            transform_row(s, nc, post)
+            for c in range(nc):
+                z[r, c] = s[c]
+        elif nc > 2:
+            for c in range(npair):
+                s[c] = sc[c]
+            transform_row(s, npair, post)
+            for c in range(npair):
+                z[r, c] = s[c]
+        elif post == 2:
+            z[r, 0], z[r, 1] = _logistic32(-sc[0]), _logistic32(sc[0])
+        else:
+            z[r, 0] = -sc[0] if post == 0 else np.float32(1.0) - sc[0]
+            z[r, 1] = sc[0]
+
+
+@njit(cache=True, error_model='numpy')
+def svm_linear_classify(sc, post, labels, allpos, proba, z, y):
+    """SVMClassifier without support vectors (liblinear form; ``sc``: one score per class):
+    the first greatest score's label -- for two classes without probabilities the second
+    label where that score is >= 0.5 (all coefficients >= 0) or > 0 -- and the scores through
+    ``post``."""
+    n, nc = sc.shape
+    s = np.empty(nc, np.float64)
+    for r in range(n):
+        best = 0
+        for c in range(nc):
+            if sc[r, c] > sc[r, best]:
+                best = c
+        mw = sc[r, best]
+        if nc == 2 and not proba and ((allpos and mw >= 0.5) or (mw > 0 and not allpos)):
+            best = 1
+        y[r] = labels[best]
+        for c in range(nc):
+            s[c] = sc[r, c]
+        transform_row(s, nc, post)
+        for c in range(nc):
+            z[r, c] = s[c]

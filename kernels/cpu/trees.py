@@ -236,7 +236,9 @@ def finish_regressor(acc, has, base, agg, post, ntrees, y):
 def finish_classifier(acc, has, base, post, labels, binary, allpos, z, y):
     """Classifier outputs, onnxruntime's TreeAggregatorClassifier::FinalizeScores: labels by the
     first strictly greatest scored class (more than two classes) or the binary rules, scores
-    through the post transform (one-column binary scores widened by ``add_second_class``)."""
+    through the post transform (one-column binary scores widened by ``add_second_class``:
+    ``[1 - s, s]`` for positive weights, ``[-s, s]`` for mixed ones, the logistic of both
+    under LOGISTIC, as onnxruntime 1.32 writes them)."""
     n, nc = acc.shape
     nb = base.shape[0]
     s = np.empty(nc, np.float64)
@@ -293,16 +295,19 @@ def finish_classifier(acc, has, base, post, labels, binary, allpos, z, y):
                     wadd, y[r] = 3, labels[0]
         else:
             y[r] = 1 if pos > 0 else 0
+        # onnxruntime writes a class no leaf scored as 0 (its ScoreValue's float conversion),
+        # whatever base value was added to it
+        s0 = s0 if h0 != 0 else acc.dtype.type(0)
         if size == 2:
-            s[0], s[1] = s0, s1
+            s[0], s[1] = s0, (s1 if h1 != 0 else acc.dtype.type(0))
             transform_row(s, 2, post)
             z[r, 0], z[r, 1] = s[0], s[1]
         elif post == 4:
             z[r, 0] = _probit(s0)
             z[r, 1] = 0
-        elif wadd == 0 or wadd == 1:
+        elif (wadd == 0 or wadd == 1) and post != 2:
             z[r, 0], z[r, 1] = one - s0, s0
-        elif wadd == 2 or wadd == 3:
+        elif wadd >= 0:
             if post == 2:
                 z[r, 0], z[r, 1] = _logistic(-s0), _logistic(s0)
             else:

@@ -1,4 +1,5 @@
-"""CPU lowerings: the ai.onnx.ml domain (tree ensembles, linear models, Scaler, ...).
+"""CPU lowerings: the ai.onnx.ml domain (tree ensembles, linear models, support vector
+machines, Scaler, Binarizer, Imputer, OneHotEncoder, LabelEncoder, FeatureVectorizer, ...).
 
 Kernels: ``jitort.kernels.cpu.trees`` (tree ensembles) and ``jitort.kernels.cpu.ml`` (the
 rest). A tree ensemble's attributes are flattened once at compile time (:func:`flatten_v3`,
@@ -210,7 +211,9 @@ def _walk(em: Emitter, n: Node, flat: Flat, agg: int, ntargets: int):
             c(k + ("roots",), lambda: flat.roots), c(k + ("depth",), lambda: flat.depth),
             c(k + ("lstart",), lambda: flat.lstart), c(k + ("ltarget",), lambda: flat.ltarget),
             c(k + ("lweight",), lambda: flat.lweight.astype(dt))]
-    acc = em.temp(rows * ntargets, np.float64).reshape(em.sizes((rows, ntargets)))
+    # scores add up in the threshold dtype, tree by tree, as onnxruntime's (a float64 sum
+    # moves a vote-count tie such as 5 of 10 trees off 0.5 and flips the binary label)
+    acc = em.temp(rows * ntargets, dt).reshape(em.sizes((rows, ntargets)))
     has = em.temp(rows * ntargets, np.uint8).reshape(em.sizes((rows, ntargets)))
     par = em.split("trees", n, rows * len(flat.roots), 1 << 14, rows)
     em.call(_trees.walk, em.shaped(x, (rows, feats)), *arrs, em.size(agg),
@@ -366,3 +369,217 @@ def lower_array_feature_extractor(em: Emitter, n: Node) -> None:
     em.call(_ml.take_columns, em.shaped(n.inputs[0], (rows, f)),
             em.constant(("ml.idx", id(n)), lambda: idx),
             em.write(n.outputs[0]).reshape(em.sizes((rows, len(idx)))))
+
+
+# --------------------------------------------------------------------------------------------
+# preprocessing ops (skl2onnx's Binarizer, SimpleImputer, OneHotEncoder, LabelEncoder, ...);
+# their string forms stay with the interpreter (Numba arrays hold no strings)
+# --------------------------------------------------------------------------------------------
+def _flat_io(em, n: Node):
+    total = 1
+    for d in em.shape(n.inputs[0]):
+        total = total * d
+    return (em.shaped(n.inputs[0], (total,)),
+            em.write(n.outputs[0]).reshape(em.sizes((total,))), total)
+
+
+def _scalar(em, n: Node, name: str, value, dtype):
+    return em.constant(("ml." + name, id(n)), lambda: np.asarray([value], dtype))
+
+
+@lowering("Binarizer", domain=_ML, supports=_numeric_in)
+def lower_binarizer(em: Emitter, n: Node) -> None:
+    x, y, _ = _flat_io(em, n)
+    thr = float(n.attrs.get("threshold", 0.0))
+    em.call(_ml.binarizer, x, _scalar(em, n, "thr", thr, np.float64), y)
+
+
+@lowering("Imputer", domain=_ML, supports=_numeric_in)
+def lower_imputer(em: Emitter, n: Node) -> None:
+    at, dt = n.attrs, np.dtype(n.inputs[0].dtype)
+    if dt.kind == "f":
+        vals, rep = at.get("imputed_value_floats"), at.get("replaced_value_float", 0.0)
+    else:
+        vals, rep = at.get("imputed_value_int64s"), at.get("replaced_value_int64", 0)
+    xs = em.shape(n.inputs[0])
+    if vals is None or len(vals) == 0 or not xs:
+        raise Unlowerable(n, f"no imputed values for a {dt} input (or a scalar input)")
+    vals = np.asarray(vals).astype(dt)
+    stride = xs[0] if len(xs) == 1 else xs[1]  # onnxruntime's: the second dimension
+    x, y, _ = _flat_io(em, n)
+    em.call(_ml.imputer, x, _scalar(em, n, "rep", rep, dt),
+            em.constant(("ml.imputed", id(n)), lambda: vals), em.size(stride), y)
+
+
+@lowering("OneHotEncoder", domain=_ML, supports=lambda n: _numeric_in(n) and bool(
+    n.attrs.get("cats_int64s")))
+def lower_one_hot_encoder(em: Emitter, n: Node) -> None:
+    cats = [int(c) for c in n.attrs["cats_int64s"]]
+    where = {c: i for i, c in enumerate(cats)}  # a repeated category: its last position
+    keys = np.array(sorted(where), np.int64)
+    pos = np.array([where[c] for c in keys.tolist()], np.int64)
+    xs = em.shape(n.inputs[0])
+    if len(xs) > 2:
+        raise Unlowerable(n, "input must be 1-D or 2-D")
+    total = 1
+    for d in xs:
+        total = total * d
+    em.call(_ml.one_hot, em.shaped(n.inputs[0], (total,)),
+            em.constant(("ml.cats", id(n)), lambda: keys),
+            em.constant(("ml.catpos", id(n)), lambda: pos),
+            em.size(int(n.attrs.get("zeros", 1) != 0)),
+            em.write(n.outputs[0]).reshape(em.sizes((total, len(cats)))))
+
+
+def _attr_array(at: dict, names):
+    """The first of ``names`` present among the attributes, as an array (None if none)."""
+    for name in names:
+        v = at.get(name)
+        if v is not None and not isinstance(v, (str, bytes)):
+            return np.asarray(v).reshape(-1)
+    return None
+
+
+def _label_table(n: Node):
+    """LabelEncoder's numeric (keys, values, default): keys sorted and unique (the first
+    of repeated keys wins, as onnxruntime's map), a NaN key apart."""
+    at = n.attrs
+    keys = _attr_array(at, ("keys_int64s", "keys_floats", "keys_tensor"))
+    vals = _attr_array(at, ("values_int64s", "values_floats", "values_tensor"))
+    xdt, ydt = np.dtype(n.inputs[0].dtype), np.dtype(n.outputs[0].dtype)
+    if keys is None or vals is None or keys.dtype.kind not in "fiu" or vals.dtype.kind not in "fiu":
+        raise Unlowerable(n, "string keys or values (Numba arrays hold no strings)")
+    if len(keys) != len(vals):
+        raise Unlowerable(n, f"{len(keys)} keys for {len(vals)} values")
+    default = _attr_array(at, ("default_tensor",))
+    if default is None:
+        default = np.asarray([at.get("default_int64", -1) if ydt.kind in "iu"
+                              else at.get("default_float", -0.0)])
+    table, nan = {}, None
+    for k, v in zip(keys.astype(xdt).tolist(), vals.tolist()):
+        if k != k:
+            nan = v if nan is None else nan
+        else:
+            table.setdefault(k, v)
+    ks = sorted(table)
+    return (np.asarray(ks, xdt), np.asarray([table[k] for k in ks], ydt),
+            default.astype(ydt)[:1], nan)
+
+
+@lowering("LabelEncoder", domain=_ML, supports=lambda n: _numeric_in(n) and np.dtype(
+    n.outputs[0].dtype).kind in "fiu")
+def lower_label_encoder(em: Emitter, n: Node) -> None:
+    keys, vals, default, nan = _label_table(n)
+    ydt = vals.dtype
+    x, y, _ = _flat_io(em, n)
+    em.call(_ml.label_encode, x, em.constant(("ml.lkeys", id(n)), lambda: keys),
+            em.constant(("ml.lvals", id(n)), lambda: vals),
+            em.constant(("ml.ldefault", id(n)), lambda: default),
+            _scalar(em, n, "lnan", 0 if nan is None else nan, ydt), em.size(int(nan is not None)),
+            y)
+
+
+@lowering("FeatureVectorizer", domain=_ML, supports=lambda n: all(
+    v is not None and v.dtype is not None and np.dtype(v.dtype).kind in "fi" for v in n.inputs))
+def lower_feature_vectorizer(em: Emitter, n: Node) -> None:
+    dims = [int(d) for d in n.attrs.get("inputdimensions", [])]
+    if len(dims) != len(n.inputs):
+        raise Unlowerable(n, f"{len(dims)} inputdimensions for {len(n.inputs)} inputs")
+    shapes = [em.shape(v) for v in n.inputs]
+    rows = 1 if len(shapes[0]) <= 1 else shapes[0][0]
+    y = em.write(n.outputs[0]).reshape(em.sizes((rows, sum(dims))))
+    off = 0
+    for v, xs, width in zip(n.inputs, shapes, dims):
+        if not xs or (1 if len(xs) == 1 else xs[0]) != rows:
+            raise Unlowerable(n, "a scalar input or inputs with different row counts")
+        w = xs[0] if len(xs) == 1 else 1
+        for d in xs[1:]:
+            w = w * d
+        em.call(_ml.put_columns, em.shaped(v, (rows, w)), em.size(off), em.size(width), y)
+        off += width
+
+
+# --------------------------------------------------------------------------------------------
+# support vector machines
+# --------------------------------------------------------------------------------------------
+_KERNELS = {"LINEAR": 0, "POLY": 1, "RBF": 2}  # anything else is SIGMOID, as onnxruntime reads it
+
+
+def _svm_kernel(em, n: Node, x, rows: int, sv: np.ndarray, linear_c=None):
+    """Emit the kernel values of every row against every row of ``sv``; (rows, len(sv))
+    float32. ``linear_c``: the liblinear form (LINEAR kernel plus that addend)."""
+    at = n.attrs
+    kp = [float(v) for v in at.get("kernel_params", [])] + [0.0, 0.0, 0.0]
+    ktype = 0 if linear_c is not None else _KERNELS.get(_s(at.get("kernel_type", "LINEAR")), 3)
+    params = np.array(kp[:3] + [linear_c or 0.0], np.float64)
+    k = em.temp(rows * len(sv), np.float32).reshape(em.sizes((rows, len(sv))))
+    em.call(_ml.svm_kernel, x, em.constant(("ml.sv", id(n)), lambda: sv),
+            em.size(ktype), em.constant(("ml.kparams", id(n)), lambda: params), k)
+    return k
+
+
+def _f32(at: dict, name: str) -> np.ndarray:
+    return np.asarray(at.get(name, []), np.float32).reshape(-1)
+
+
+@lowering("SVMClassifier", domain=_ML, supports=lambda n: _numeric_in(n) and bool(
+    n.attrs.get("classlabels_ints")))
+def lower_svm_classifier(em: Emitter, n: Node) -> None:
+    at = n.attrs
+    labels = np.asarray(at["classlabels_ints"], np.int64)
+    nc, npair = len(labels), len(labels) * (len(labels) - 1) // 2
+    vpc = [int(v) for v in at.get("vectors_per_class", [])]
+    coef, rho, pa, pb = (_f32(at, a) for a in ("coefficients", "rho", "prob_a", "prob_b"))
+    post = _POST.get(_s(at.get("post_transform", "NONE")))
+    x, rows, f = _rows2d(em, n)
+    if post is None or len(pa) != len(pb) or len(rho) == 0 or nc < 2:
+        raise Unlowerable(n, "post_transform, prob_a / prob_b, rho or fewer than 2 labels")
+    lab = em.constant(("ml.labels", id(n)), lambda: labels)
+    z = em.write(n.outputs[1]).reshape(em.sizes((rows, em.shape(n.outputs[1])[-1])))
+    y = em.write(n.outputs[0]).reshape(em.sizes((rows,)))
+    if not vpc:  # liblinear: one coefficient row per class, rho[0] added to each
+        if len(coef) != nc * f:
+            raise Unlowerable(n, f"{len(coef)} coefficients for {nc} classes x {f} features")
+        k = _svm_kernel(em, n, x, rows, coef.astype(np.float64).reshape(nc, f), float(rho[0]))
+        em.call(_ml.svm_linear_classify, k, em.size(post), lab,
+                em.size(int(bool(np.all(coef >= 0)))), em.size(int(len(pa) > 0)), z, y)
+        return
+    nv = sum(vpc)
+    sv = np.asarray(at.get("support_vectors", []), np.float64)
+    if (len(vpc) != nc or nv == 0 or len(sv) != nv * f or len(coef) < (nc - 1) * nv
+            or len(rho) < npair or 0 < len(pa) < npair):
+        raise Unlowerable(n, "support vectors, coefficients, rho or prob_a do not match "
+                          f"{nc} classes x {nv} vectors x {f} features")
+    if nc == 2 and not len(pa) and post == 4:
+        raise Unlowerable(n, "PROBIT over one binary decision value (onnxruntime leaves the "
+                          "second score unwritten)")
+    starts = np.cumsum([0] + vpc[:-1]).astype(np.int64)
+    k = _svm_kernel(em, n, x, rows, sv.reshape(nv, f))
+    c = em.constant
+    em.call(_ml.svm_classify, k, c(("ml.svcoef", id(n)), lambda: coef[:(nc - 1) * nv].reshape(nc - 1, nv)),
+            c(("ml.rho", id(n)), lambda: rho), c(("ml.svstart", id(n)), lambda: starts),
+            c(("ml.svcount", id(n)), lambda: np.asarray(vpc, np.int64)),
+            c(("ml.proba", id(n)), lambda: pa), c(("ml.probb", id(n)), lambda: pb),
+            em.size(post), lab, z, y)
+
+
+@lowering("SVMRegressor", domain=_ML, supports=_numeric_in)
+def lower_svm_regressor(em: Emitter, n: Node) -> None:
+    at = n.attrs
+    coef, rho = _f32(at, "coefficients"), _f32(at, "rho")
+    nv = int(at.get("n_supports", 0))
+    x, rows, f = _rows2d(em, n)
+    if len(rho) == 0 or len(coef) != (nv if nv > 0 else f):
+        raise Unlowerable(n, f"{len(coef)} coefficients for {nv} vectors / {f} features")
+    if nv > 0:
+        sv = np.asarray(at.get("support_vectors", []), np.float64)
+        if len(sv) != nv * f:
+            raise Unlowerable(n, f"{len(sv)} support vector values for {nv} x {f} features")
+        k = _svm_kernel(em, n, x, rows, sv.reshape(nv, f))
+        w, b = coef.astype(np.float64), rho[:1].astype(np.float64)
+    else:  # liblinear: the kernel values are the predictions
+        k = _svm_kernel(em, n, x, rows, coef.astype(np.float64).reshape(1, f), float(rho[0]))
+        w, b = np.ones(1), np.zeros(1)
+    em.call(_ml.svm_regress, k, em.constant(("ml.svw", id(n)), lambda: w),
+            em.constant(("ml.svb", id(n)), lambda: b), em.size(int(at.get("one_class", 0) != 0)),
+            em.write(n.outputs[0]).reshape(em.sizes((rows, 1))))
