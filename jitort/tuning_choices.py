@@ -20,12 +20,28 @@ multiply-adds on, and always when B is stored transposed.
 
 ``conv.winograd``: a group-1 3x3 stride-1 float32 convolution with constant weights runs as
 Winograd (``kernels.cpu.winograd``, weights transformed at compile time) or as whatever the
-convolution lowering picks without it (``direct``: im2col + gemm, the implicit gemms,
-channels-last tiles: ``lowerings/conv.py``'s cascade). The lowering decides, so each
+convolution lowering picks without it (``direct``: ``conv.algorithm``'s pick among im2col +
+gemm, the implicit gemms, channels-last tiles). The lowering decides, so each
 candidate is timed as a one-Conv model compiled by jitort with the choice forced
 (``tuning.force``). Buckets: channels (the geometric mean of C and M: up to 48, 96, 192,
 more) x output plane (up to 10, 20, 40, more a side), 16. Default rule:
 ``winograd.winograd_wins`` (Zen 5 sweeps).
+
+``conv.algorithm``: the kernel of a float32 2-D convolution with constant weights that is not
+a depthwise-staged one: ``im2col`` (``conv.conv2d``: im2col + gemm; a 1x1 stride-1 layer is a
+gemm straight on its input) or, where ``conv.winograd`` (or the grouped Winograd rule) took
+Winograd, ``winograd``; the implicit gemm (``implicit``: ``conv_implicit``, group 1, timed up
+to C*KH*KW = 640); output channels across the vector lanes (``cvec``: ``conv_cvec``);
+channels-last im2col per group (``grouped``: ``conv_group``, group > 1). Timed as
+``conv.winograd`` is: one-Conv models compiled with the choice forced (and ``conv.winograd``
+forced to the bucket's side for group-1 3x3 stride-1 ones). Buckets: kernel (1, up to 4 -> 3,
+more -> 7) x stride (1, 2+) x channels per group in and out (up to 8, 22, 45, 90, 181, more)
+x output side (up to 10, 20, 40, 80, more) x groups (1, 2-7, 8+) x whether Winograd is the
+alternative; ``jitort tune`` measures the 19 of ``ALGO_GRID`` (stems, 1x1 projections, strided
+1x1 and 3x3 downsampling, 3x3 on small planes, few-channel 3x3, grouped 3x3), the others
+follow the default rule: the lowering's cascade before calibration (Zen 5 sweeps):
+``conv_implicit.implicit_wins`` decides whether the implicit gemm is the alternative, then
+``conv_cvec.cvec_wins``, ``conv_group.grouped_wins``, the implicit gemm, Winograd / im2col.
 """
 from __future__ import annotations
 
@@ -219,27 +235,40 @@ def _conv_applies(p: dict) -> bool:
     return p.get("dtype", "float32") == "float32"
 
 
+def _one_conv(p: dict, forced: tuple):
+    """A no-argument callable running a one-Conv model of problem ``p`` (padded to keep the
+    plane at stride 1), compiled by jitort at one thread with the ``(choice, candidate)`` pairs
+    of ``forced`` forced (``tuning.force``): the lowering's choices are timed end to end."""
+    from contextlib import ExitStack
+
+    from onnx import TensorProto, helper, numpy_helper
+    jit_compile = devices.factory("cpu")
+    c, m, g = int(p["c"]), int(p["m"]), int(p.get("group", 1))
+    kh, kw, sh, sw = (int(p.get(k, d)) for k, d in (("kh", 3), ("kw", 3), ("sh", 1), ("sw", 1)))
+    oh, ow = int(p["oh"]), int(p["ow"])
+    h, w_ = (oh - 1) * sh + kh - 2 * (kh // 2), (ow - 1) * sw + kw - 2 * (kw // 2)
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((m, c // g, kh, kw)) / (kh * kw * c / g) ** 0.5).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=g, strides=[sh, sw],
+                            pads=[kh // 2, kw // 2, kh // 2, kw // 2])
+    graph = helper.make_graph(
+        [node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, w_])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    feeds = {"x": rng.standard_normal((1, c, h, w_)).astype(np.float32)}
+    with ExitStack() as stack:
+        for name, which in forced:
+            stack.enter_context(force(name, which))
+        cm = jit_compile(model, threads=1, tiered=False)
+        cm.run(None, feeds)           # plans (lowers) and compiles here, inside force
+    return lambda: cm.run(None, feeds)
+
+
 def _prepare_conv(which: str):
-    def prepare(p: dict):
-        from onnx import TensorProto, helper, numpy_helper
-        jit_compile = devices.factory("cpu")
-        c, m, oh, ow = int(p["c"]), int(p["m"]), int(p["oh"]), int(p["ow"])
-        rng = np.random.default_rng(0)
-        w = (rng.standard_normal((m, c, 3, 3)) / (3 * c) ** 0.5).astype(np.float32)
-        b = rng.standard_normal(m).astype(np.float32)
-        g = helper.make_graph(
-            [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])], "conv",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, oh, ow])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-            [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
-        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
-        model.ir_version = 8
-        feeds = {"x": rng.standard_normal((1, c, oh, ow)).astype(np.float32)}
-        with force("conv.winograd", which):
-            cm = jit_compile(model, threads=1, tiered=False)
-            cm.run(None, feeds)           # plans (lowers) and compiles here, inside force
-        return lambda: cm.run(None, feeds)
-    return prepare
+    return lambda p: _one_conv(p, (("conv.winograd", which),))
 
 
 CONV_WINOGRAD = register(Choice(
@@ -251,3 +280,115 @@ CONV_WINOGRAD = register(Choice(
     bucket=_conv_bucket, grid=_conv_grid, problem=_conv_problem, default=_conv_default,
     modules=("winograd", "conv", "conv_cvec", "conv_implicit", "conv_nhwc", "gemm", "sgemm"),
     work=lambda p: 2.0 * p["c"] * p["m"] * 9 * p["oh"] * p["ow"]))
+
+
+# conv.algorithm: the kernel of a float32 2-D convolution with constant weights
+ALGO_CHANNELS = (3, 16, 32, 64, 128, 256)
+ALGO_SIDES = (7, 14, 28, 56, 112)
+#: group count classes: 1, 2-7, 8 and more
+ALGO_GROUPS = (1, 4, 16)
+#: the implicit gemm is timed up to this many multiply-adds per output (C * KH * KW): 4x its
+#: rule's bound (``conv_implicit.IMPLICIT_MAX_K``); past it, its few-taps design cannot compete
+IMPLICIT_MAX_TIMED_K = 640
+
+
+def _algo_chan(c: int) -> int:
+    bounds = (8, 22, 45, 90, 181)
+    return ALGO_CHANNELS[sum(c > x for x in bounds)]
+
+
+def _algo_side(s: int) -> int:
+    return ALGO_SIDES[sum(s > x for x in (10, 20, 40, 80))]
+
+
+def _algo_dims(p: dict) -> tuple:
+    return tuple(int(p.get(k, d)) for k, d in (("c", 0), ("m", 0), ("kh", 1), ("kw", 1),
+                                               ("oh", 1), ("ow", 1), ("sh", 1), ("sw", 1),
+                                               ("group", 1)))
+
+
+def _algo_bucket(p: dict) -> tuple:
+    """(kernel 1 / 3 / 7, stride 1 / 2, channels per group in and out, output side, groups 1 /
+    4 / 16, Winograd the alternative 0 / 1)."""
+    c, m, kh, kw, oh, ow, sh, sw, g = _algo_dims(p)
+    k = max(kh, kw)
+    return (1 if k == 1 else 3 if k <= 4 else 7, 1 if max(sh, sw) == 1 else 2,
+            _algo_chan(c // g), _algo_chan(m // g), _algo_side(max(oh, ow)),
+            ALGO_GROUPS[(g > 1) + (g > 7)], int(bool(p.get("winograd"))))
+
+
+def _algo_problem(key: tuple) -> dict:
+    k, s, cg, mg, side, g, wino = key
+    return {"c": cg * g, "m": mg * g, "kh": k, "kw": k, "oh": side, "ow": side, "sh": s,
+            "sw": s, "group": g, "winograd": bool(wino), "dtype": "float32"}
+
+
+#: the buckets ``jitort tune`` measures (kernel, stride, channels in / out per group, output
+#: side, groups, Winograd): the layer classes of image CNNs -- stems, 1x1 projections, strided
+#: 3x3 and 1x1 downsampling, 3x3 layers where Winograd is not taken (small planes) and few-
+#: channel ones where it is, grouped 3x3. Buckets not listed follow the default rule.
+ALGO_GRID = (
+    (7, 2, 3, 64, 112, 1, 0), (3, 2, 3, 32, 112, 1, 0),
+    (1, 1, 64, 256, 56, 1, 0), (1, 1, 256, 64, 56, 1, 0), (1, 1, 256, 128, 28, 1, 0),
+    (1, 1, 128, 256, 28, 1, 0), (1, 1, 256, 256, 14, 1, 0), (1, 1, 256, 256, 7, 1, 0),
+    (1, 2, 64, 128, 28, 1, 0), (1, 2, 128, 256, 14, 1, 0), (1, 2, 256, 256, 7, 1, 0),
+    (3, 2, 64, 128, 28, 1, 0), (3, 2, 128, 256, 14, 1, 0), (3, 2, 256, 256, 7, 1, 0),
+    (3, 1, 256, 256, 7, 1, 0), (3, 1, 16, 64, 56, 1, 1),
+    (3, 1, 32, 32, 28, 4, 1), (3, 2, 32, 32, 14, 16, 0), (3, 1, 32, 32, 7, 16, 0),
+)
+
+
+def _algo_grid() -> list:
+    return list(ALGO_GRID)
+
+
+def _algo_default(p: dict) -> str:
+    """The shape rules measured on a Zen 5 (``implicit_wins``, ``cvec_wins``, ``grouped_wins``),
+    in the order the lowering applied them before calibration."""
+    from .kernels.cpu.conv_cvec import cvec_wins
+    from .kernels.cpu.conv_group import grouped_wins
+    from .kernels.cpu.conv_implicit import implicit_wins
+    c, m, kh, kw, oh, ow, sh, sw, g = _algo_dims(p)
+    wino = bool(p.get("winograd"))
+    implicit = g == 1 and implicit_wins(c, kh, kw, oh, ow, winograd_alt=wino)
+    if cvec_wins(c, m, kh, kw, oh, ow, sh, sw, winograd_alt=wino, implicit_alt=implicit,
+                 group=g):
+        return "cvec"
+    if not wino and grouped_wins(c, m, oh, ow, g):
+        return "grouped"
+    if implicit:
+        return "implicit"
+    return "winograd" if wino else "im2col"
+
+
+def _algo_applies(which: str):
+    def applies(p: dict) -> bool:
+        c, m, kh, kw, oh, ow, sh, sw, g = _algo_dims(p)
+        if p.get("dtype", "float32") != "float32" or g < 1 or c % g or m % g:
+            return False
+        wino = bool(p.get("winograd"))
+        return {"im2col": not wino, "winograd": wino, "cvec": True, "grouped": g > 1,
+                "implicit": g == 1 and kh * kw > 1 and c * kh * kw <= IMPLICIT_MAX_TIMED_K}[which]
+    return applies
+
+
+def _prepare_algo(which: str):
+    def prepare(p: dict):
+        c, m, kh, kw, oh, ow, sh, sw, g = _algo_dims(p)
+        forced = (("conv.algorithm", which),)
+        if g == 1 and (kh, kw, sh, sw) == (3, 3, 1, 1):    # Winograd the alternative or not
+            forced += (("conv.winograd", "winograd" if p.get("winograd") else "direct"),)
+        return _one_conv(p, forced)
+    return prepare
+
+
+CONV_ALGORITHM = register(Choice(
+    name="conv.algorithm",
+    doc="float32 2-D convolutions over constant weights (not depthwise-staged): im2col + gemm "
+        "(or Winograd where conv.winograd took it), the implicit gemm, the channel-vector "
+        "kernel, or channels-last im2col per group",
+    candidates=tuple(Candidate(w, _algo_applies(w), _prepare_algo(w))
+                     for w in ("im2col", "winograd", "implicit", "cvec", "grouped")),
+    bucket=_algo_bucket, grid=_algo_grid, problem=_algo_problem, default=_algo_default,
+    modules=("conv", "winograd", "conv_cvec", "conv_implicit", "conv_group", "gemm", "sgemm"),
+    work=lambda p: 2.0 * p["c"] * p["m"] / p["group"] * p["kh"] * p["kw"] * p["oh"] * p["ow"]))

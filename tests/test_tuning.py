@@ -18,7 +18,7 @@ import jitort
 from jitort import tuning
 from jitort.tuning_choices import GEMM_WEIGHTS
 
-from .helpers import F32, kernels_called, make_model, run_reference
+from .helpers import F32, kernels_called, make_model, run_onnxruntime, run_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 # four buckets with enough work each (>= 20 us) for the demotion vote, small enough to
@@ -339,3 +339,147 @@ def test_budget_cut_runs_add_up(tune_dir, small_grid):
     got = tuning.tune(only=["gemm.weights"], progress=False)["gemm.weights"]
     assert len(got["buckets"]) == len(SMALL_GRID)
     assert all("at" in b for b in got["buckets"].values())
+
+
+# conv.algorithm: the kernel of a float32 convolution, chosen at lowering
+#: the kernel each candidate lowers to (``kernels_called``'s module.function, FusedConv forms
+#: included: a Conv with a bias may be fused into one)
+CONV_KERNELS = {"im2col": ("conv.conv2d", "conv.conv2d_bias_act"),
+                "winograd": ("winograd.conv3x3_winograd",),
+                "implicit": ("conv_implicit.conv2d_implicit",),
+                "cvec": ("conv_cvec.conv2d_cvec",), "grouped": ("conv_group.conv2d_grouped",)}
+#: (c, m, k, stride, output side, group, Winograd): a stem-like 3x3 stride-2 layer, a few-channel
+#: 3x3 stride-1 one with Winograd the alternative, a grouped one
+CONV_CASES = [(3, 32, 3, 2, 28, 1, False), (16, 32, 3, 1, 28, 1, True),
+              (64, 64, 3, 2, 7, 4, False)]
+
+
+def _old_conv_rule(p: dict) -> str:
+    """The lowering's cascade before conv.algorithm (float32, constant weights)."""
+    from jitort.kernels.cpu.conv_cvec import cvec_wins
+    from jitort.kernels.cpu.conv_group import grouped_wins
+    from jitort.kernels.cpu.conv_implicit import implicit_wins
+    c, m, k, s, side, g, w = (p[x] for x in ("c", "m", "kh", "sh", "oh", "group", "winograd"))
+    implicit = g == 1 and implicit_wins(c, k, k, side, side, winograd_alt=w)
+    if cvec_wins(c, m, k, k, side, side, s, s, winograd_alt=w, implicit_alt=implicit, group=g):
+        return "cvec"
+    if not w and grouped_wins(c, m, side, side, g):
+        return "grouped"
+    return "implicit" if implicit else "winograd" if w else "im2col"
+
+
+def _conv_problem(c, m, k, s, side, g, w):
+    return {"c": c, "m": m, "kh": k, "kw": k, "oh": side, "ow": side, "sh": s, "sw": s,
+            "group": g, "winograd": w, "dtype": "float32"}
+
+
+def test_conv_algorithm_buckets_and_default_rule(tune_dir):
+    """Buckets: every grid bucket's representative problem falls in it, and the grouped ones
+    agree with the Winograd rule the lowering applies to grouped layers (their candidates
+    depend on it); before calibration the choice answers the old cascade."""
+    from jitort.kernels.cpu.winograd import winograd_grouped_wins, winograd_wins
+    from jitort.tuning_choices import CONV_ALGORITHM as A
+    grid = A.grid()
+    assert 10 <= len(grid) <= 24 and len(set(grid)) == len(grid)
+    for key in grid:
+        p = A.problem(key)
+        assert A.bucket(p) == key
+        assert any(c.applies(p) for c in A.candidates if c.name == A.default(p))
+        cg, mg, side, g = p["c"] // p["group"], p["m"] // p["group"], p["oh"], p["group"]
+        if g > 1 and (p["kh"], p["sh"]) == (3, 1):
+            assert p["winograd"] == (winograd_wins(cg, mg, side, side)
+                                     and winograd_grouped_wins(cg, mg, side, side)), key
+    assert A.bucket(_conv_problem(3, 64, 7, 2, 112, 1, False)) == (7, 2, 3, 64, 112, 1, 0)
+    assert A.bucket(_conv_problem(2048, 512, 1, 1, 7, 1, False)) == (1, 1, 256, 256, 7, 1, 0)
+    assert A.bucket(_conv_problem(512, 512, 3, 1, 7, 16, False)) == (3, 1, 32, 32, 7, 16, 0)
+    seen = set()
+    for c in (3, 8, 16, 24, 64, 256):
+        for m in (8, 16, 32, 64, 512):
+            for k, s in ((1, 1), (1, 2), (3, 1), (3, 2), (5, 1), (7, 2)):
+                for side in (7, 14, 28, 56, 112):
+                    for g in (1, 2, 8):
+                        for w in ((False, True) if (k, s) == (3, 1) else (False,)):
+                            if c % g or m % g:
+                                continue
+                            p = _conv_problem(c, m, k, s, side, g, w)
+                            got = tuning.choose("conv.algorithm", **p)
+                            assert got == _old_conv_rule(p), p
+                            seen.add(got)
+    assert seen == set(CONV_KERNELS)
+    # hand-checked picks of the old rules: a 7x7 RGB stem, few-channel 3x3 layers with and
+    # without Winograd the alternative, a 64-channel one with it, a 2-channel strided one, a
+    # grouped one with few output channels per group
+    assert tuning.choose("conv.algorithm", **_conv_problem(3, 64, 7, 2, 112, 1, False)) == "cvec"
+    assert tuning.choose("conv.algorithm", **_conv_problem(16, 16, 3, 1, 56, 1, True)) \
+        == "implicit"
+    assert tuning.choose("conv.algorithm", **_conv_problem(16, 16, 3, 1, 56, 1, False)) \
+        == "implicit"
+    assert tuning.choose("conv.algorithm", **_conv_problem(64, 64, 3, 1, 56, 1, True)) \
+        == "winograd"
+    assert tuning.choose("conv.algorithm", **_conv_problem(2, 8, 3, 2, 56, 1, False)) \
+        == "im2col"
+    assert tuning.choose("conv.algorithm", **_conv_problem(256, 8, 3, 2, 7, 2, False)) \
+        == "grouped"
+
+
+def _conv_case_model(c, m, k, s, side, g):
+    rng = np.random.default_rng(2)
+    w = (rng.standard_normal((m, c // g, k, k)) / (k * k * c / g) ** 0.5).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    h = (side - 1) * s + 1
+    m_ = make_model([helper.make_node("Conv", ["x", "w", "b"], ["y"], group=g, strides=[s, s],
+                                      pads=[k // 2] * 4)],
+                    [("x", F32, [1, c, h, h])], [("y", F32, None)], {"w": w, "b": b})
+    x = rng.standard_normal((1, c, h, h)).astype(np.float32)
+    return m_, x
+
+
+def _conv_kernels(cm) -> list[str]:
+    return [n for n in _calls(cm) if n.startswith(("conv.", "conv_", "winograd."))]
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=["stem", "winograd-alt", "grouped"])
+def test_forced_convolution_algorithm(tune_dir, case):
+    """Forcing each applicable candidate (as calibration times it) lowers the node to that
+    kernel, and the output stays onnxruntime's; a calibrated decision for the bucket is
+    applied the same way."""
+    from jitort.tuning_choices import CONV_ALGORITHM as A
+    c, m, k, s, side, g, w = case
+    model, x = _conv_case_model(c, m, k, s, side, g)
+    want = run_onnxruntime(model, {"x": x})[0]
+    p = _conv_problem(*case)
+    cands = [cand.name for cand in A.candidates if cand.applies(p)]
+    assert len(cands) == 3, cands
+    wino = ("conv.winograd", "winograd" if w else "direct")
+    for which in cands:
+        with tuning.force("conv.algorithm", which), tuning.force(*wino):
+            cm = jitort.compile(model, threads=1)
+            np.testing.assert_allclose(cm(x)[0], want, rtol=1e-4, atol=1e-4, err_msg=which)
+        assert _conv_kernels(cm) in ([kn] for kn in CONV_KERNELS[which]), (which, _calls(cm))
+    assert not tuning._forced
+    other = next(n for n in cands if n != A.default(p))
+    doc = {"format": tuning.FORMAT, "machine": tuning.machine(), "written": 0, "choices": {
+        "conv.algorithm": {"library": tuning.library_hash(A), "demoted": [], "buckets": {
+            tuning._bucket_text(A.bucket(p)): {"pick": other, "times": {other: 1}}}}}}
+    path = tuning.decisions_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(doc))
+    assert tuning.choose("conv.algorithm", **p) == other
+    cm = jitort.compile(model, threads=1)    # conv.winograd's default rule: as forced above
+    np.testing.assert_allclose(cm(x)[0], want, rtol=1e-4, atol=1e-4)
+    assert _conv_kernels(cm) in ([kn] for kn in CONV_KERNELS[other]), (other, _calls(cm))
+
+
+def test_conv_algorithm_calibration_measures_every_candidate(tune_dir, monkeypatch):
+    """Calibrating conv.algorithm compiles the one-Conv model with each applicable candidate
+    forced and times it; a slowed candidate loses."""
+    import dataclasses
+    from jitort.tuning_choices import CONV_ALGORITHM as A
+    key = A.bucket(_conv_problem(*CONV_CASES[2]))
+    monkeypatch.setitem(tuning.CHOICES, "conv.algorithm",
+                        dataclasses.replace(A, grid=lambda: [key]))
+    monkeypatch.setenv("JITORT_TUNE_SLOW", "cvec:20")
+    got = tuning.tune(only=["conv.algorithm"], progress=False)["conv.algorithm"]
+    (b,) = got["buckets"].values()
+    assert set(b["times"]) == {"im2col", "cvec", "grouped"}
+    assert all(0 < t < 1.0 for t in b["times"].values()) and b["pick"] != "cvec"

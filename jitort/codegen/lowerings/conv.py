@@ -68,53 +68,31 @@ def _use_winograd(em: Emitter, n: Node, xs4, ws4, ys4, strides, dil, group) -> i
     return em.memo[key]
 
 
-def _use_implicit(em: Emitter, n: Node, xs4, ws4, ys4, group, winograd_alt) -> bool:
-    """Whether a float32 group-1 convolution with constant weights runs as the implicit gemm
-    (``kernels.cpu.conv_implicit``: few taps per output, e.g. a network's stem or a layer of
-    8-24 channels), by ``implicit_wins`` against Winograd (``winograd_alt``) or im2col; decided
-    once per node from the first shape, as ``_use_winograd``."""
-    key = ("implicit", id(n))
-    if key not in em.memo:
-        from jitort.kernels.cpu.conv_implicit import implicit_wins
-        w = n.inputs[1]
-        dims = [concrete(d) for d in (xs4[1], ws4[2], ws4[3], ys4[2], ys4[3])]
-        em.memo[key] = bool(w.is_const and group == 1 and np.dtype(w.dtype) == np.float32
-                            and np.dtype(n.outputs[0].dtype) == np.float32
-                            and implicit_wins(*dims, winograd_alt=winograd_alt))
-    return em.memo[key]
-
-
-def _use_cvec(em: Emitter, n: Node, xs4, ws4, ys4, strides, group, winograd_alt,
-              implicit_alt) -> bool:
-    """Whether a float32 group-1 convolution with constant weights runs as
-    ``conv_cvec.conv2d_cvec`` (output channels across the vector lanes), by ``cvec_wins``
-    against Winograd (``winograd_alt``), the implicit gemm (``implicit_alt``) or the im2col /
-    pointwise BLAS paths; decided once per node from the first shape, as ``_use_winograd``."""
-    key = ("cvec", id(n))
-    if key not in em.memo:
-        from jitort.kernels.cpu import conv_cvec
-        w = n.inputs[1]
-        dims = [concrete(d) for d in (xs4[1], ws4[0], ws4[2], ws4[3], ys4[2], ys4[3],
-                                      strides[0], strides[1])]
-        em.memo[key] = bool(w.is_const and np.dtype(w.dtype) == np.float32
-                            and np.dtype(n.outputs[0].dtype) == np.float32
-                            and dims[0] % group == 0 and dims[1] % group == 0
-                            and conv_cvec.cvec_wins(*dims, winograd_alt=winograd_alt,
-                                                    implicit_alt=implicit_alt, group=group))
-    return em.memo[key]
-
-
-def _use_grouped(em: Emitter, n: Node, xs4, ws4, ys4, group) -> bool:
-    """Whether a grouped convolution with constant weights runs as ``conv_group.conv2d_grouped``
-    (channels-last im2col per group: small output planes, >= 16 channels per group), by
-    ``grouped_wins``; decided once per node from the first shape, as ``_use_winograd``."""
-    key = ("grouped", id(n))
+def _use_algorithm(em: Emitter, n: Node, xs4, ws4, ys4, strides, group, tile) -> str:
+    """The kernel of a 2-D convolution that is not depthwise-staged: ``cvec``
+    (``conv_cvec.conv2d_cvec``, output channels across the vector lanes), ``grouped``
+    (``conv_group.conv2d_grouped``, channels-last im2col per group), ``implicit``
+    (``conv_implicit.conv2d_implicit``, few taps per output), ``winograd`` (only where
+    ``_use_winograd`` gave a ``tile``) or ``im2col`` (``conv.conv2d``; a 1x1 layer is one gemm).
+    Float32 with constant weights: ``jitort.tuning``'s ``conv.algorithm``, calibrated on this
+    machine, else the shape rules ``implicit_wins``, ``cvec_wins`` and ``grouped_wins``; other
+    float convolutions: ``grouped_wins`` for grouped float64 ones without Winograd, else
+    Winograd or im2col. Decided once per node from the first shape, as ``_use_winograd``."""
+    key = ("algorithm", id(n))
     if key not in em.memo:
         from jitort.kernels.cpu.conv_group import grouped_wins
-        w = n.inputs[1]
-        dims = [concrete(d) for d in (xs4[1], ws4[0], ys4[2], ys4[3])]
-        em.memo[key] = bool(w.is_const and np.dtype(w.dtype) in (np.float32, np.float64)
-                            and grouped_wins(*dims, group))
+        w, y = n.inputs[1], n.outputs[0]
+        c, m, kh, kw, oh, ow, sh, sw = (concrete(d) for d in (xs4[1], ws4[0], ws4[2], ws4[3],
+                                                              ys4[2], ys4[3], *strides[:2]))
+        pick = "winograd" if tile else "im2col"
+        split = w.is_const and c % group == 0 and m % group == 0
+        if split and np.dtype(w.dtype) == np.float32 and np.dtype(y.dtype) == np.float32:
+            pick = tuning.choose("conv.algorithm", c=c, m=m, kh=kh, kw=kw, oh=oh, ow=ow, sh=sh,
+                                 sw=sw, group=group, winograd=bool(tile), dtype="float32")
+        elif split and not tile and np.dtype(w.dtype) == np.float64 \
+                and grouped_wins(c, m, oh, ow, group):
+            pick = "grouped"
+        em.memo[key] = pick
     return em.memo[key]
 
 
@@ -151,14 +129,14 @@ def _lower_conv2d(em: Emitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> Non
     # Winograd reads its own transformed weights: neither the im2col scratch nor the raw
     # weights are placed for it
     tile = _use_winograd(em, n, xs4, ws4, ys4, strides, dil, group)
-    implicit = _use_implicit(em, n, xs4, ws4, ys4, group, bool(tile))
-    if _use_cvec(em, n, xs4, ws4, ys4, strides, group, bool(tile), implicit):
+    algorithm = _use_algorithm(em, n, xs4, ws4, ys4, strides, group, tile)
+    if algorithm == "cvec":
         _lower_conv2d_cvec(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, group)
         return
-    if not tile and _use_grouped(em, n, xs4, ws4, ys4, group):
+    if algorithm == "grouped":
         _lower_conv2d_grouped(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act, group)
         return
-    if implicit:
+    if algorithm == "implicit":
         _lower_conv2d_implicit(em, n, xs4, ws4, ys4, strides, dil, pads, residual, act)
         return
     if not tile:
