@@ -6,31 +6,18 @@ shapes already passed the full checks need only the dtype and layout tests.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import ml_dtypes
 import numpy as np
 
 from .errors import InvalidInput
-from .ir import Value
+from .ir import InputInfo, Value  # noqa: F401 (InputInfo: this module's API)
 
 _MISSING = object()
 
 #: shape tuples remembered as valid per model before the memo starts over
 _VALID_SHAPES_MAX = 1024
-
-
-@dataclass
-class InputInfo:
-    """What a graph input expects: name, dtype and shape (ints, symbol names or None)."""
-
-    name: str
-    dtype: np.dtype
-    shape: tuple
-
-    def __repr__(self) -> str:
-        return f"InputInfo({self.name!r}, {np.dtype(self.dtype).name}, {list(self.shape)})"
 
 
 class InputSpec:

@@ -24,6 +24,20 @@ from .errors import InvalidModel
 Dim = int | str | None
 
 
+@dataclass
+class InputInfo:
+    """What a graph input expects: name, dtype and shape (ints, symbol names or None); the
+    entries of ``CompiledModel.inputs`` (here, not in :mod:`jitort.feeds`, so that a warm
+    start lists them without loading the feed checks' dtypes)."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple
+
+    def __repr__(self) -> str:
+        return f"InputInfo({self.name!r}, {np.dtype(self.dtype).name}, {list(self.shape)})"
+
+
 @dataclass(eq=False)
 class Value:
     """A tensor flowing through the graph."""

@@ -14,11 +14,18 @@ each other. Three settings are involved:
   interpreted call severalfold.
 
 scipy's OpenBLAS, which Numba's ``np.dot`` binds to, is pinned once per process
-(:func:`configure_blas`).
+(:func:`configure_blas`), and only where the kernels' gemm goes through it (``kernels.cpu.blas``
+found neither MKL nor numpy's OpenBLAS). Numba's own check for that BLAS, when its CPU target
+first loads code, need not import the ``scipy.linalg`` package either
+(:func:`load_numba_registries`).
 """
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import logging
+import os
+import sys
 import threading
 
 log = logging.getLogger("jitort")
@@ -68,6 +75,7 @@ def _kernel_blas_module():
     if _kernel_blas is None:
         from .kernels.cpu import blas
         _kernel_blas = blas
+        configure_blas()
     return _kernel_blas
 
 
@@ -154,16 +162,23 @@ _blas_configured = False
 
 
 def configure_blas() -> None:
-    """Pin the BLAS that Numba's ``np.dot`` calls (scipy's OpenBLAS) to one thread, once.
+    """Pin the BLAS that Numba's ``np.dot`` calls (scipy's OpenBLAS) to one thread, once, where
+    the kernels' ``xgemm`` calls it (``kernels.cpu.blas.BLAS == 'numba'``).
 
-    MKL, which the kernels' ``xgemm`` prefers when installed, runs sequential; numpy's own
-    OpenBLAS, which it calls otherwise where numpy ships one, is pinned only while a model runs
-    (:class:`pinned`); elsewhere it keeps the user's setting.
+    MKL, which ``xgemm`` prefers when installed, runs sequential; numpy's own OpenBLAS, which it
+    calls otherwise where numpy ships one, is pinned only while a model runs (:class:`pinned`);
+    elsewhere it keeps the user's setting. With either, no kernel reaches scipy's BLAS, and
+    scipy (~0.1 s to import) is left unloaded. Until the kernels' BLAS module is loaded (by a
+    lowering, or the first call of a program that reaches the BLAS, which calls this again)
+    nothing is decided.
     """
     global _blas_configured
-    if _blas_configured:
+    blas = sys.modules.get("jitort.kernels.cpu.blas")
+    if _blas_configured or blas is None:
         return
     _blas_configured = True
+    if blas.BLAS != "numba":
+        return
     try:
         import scipy.linalg.cython_blas  # noqa: F401  (loads the library Numba binds to)
         from threadpoolctl import ThreadpoolController
@@ -172,3 +187,61 @@ def configure_blas() -> None:
                 lib.set_num_threads(1)
     except Exception as e:  # pragma: no cover - best effort, never fatal
         log.warning("could not pin BLAS threads: %s", e)
+
+
+_CYTHON_BLAS = "scipy.linalg.cython_blas"
+
+
+def load_numba_registries() -> None:
+    """Load Numba's array registries (``numba.np.arraymath``, which its CPU target loads before
+    its first compiled or cached function runs) without importing the ``scipy.linalg`` package.
+
+    Numba checks there that a BLAS exists with ``import scipy.linalg.cython_blas``, which
+    imports all of ``scipy.linalg`` (LAPACK wrappers and their Python modules, ~0.2 s on a
+    2-vCPU Xeon) when only the extension module matters. For the check, that extension is
+    loaded alone and stands in for the submodule; it leaves ``sys.modules`` afterwards, so a
+    later ``import scipy.linalg.cython_blas`` (Numba compiling an ``np.dot``, or the user's
+    code) imports the package as usual and reuses the loaded extension. Does nothing where the
+    registries or ``scipy.linalg`` are loaded already; where the extension cannot be found or
+    loaded, Numba's import runs as it would have.
+    """
+    if "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
+        return
+    stand_in = _CYTHON_BLAS not in sys.modules and _load_cython_blas()
+    try:
+        import numba.np.arraymath  # noqa: F401  (runs Numba's check against the stand-in)
+    finally:
+        if stand_in:
+            sys.modules.pop(_CYTHON_BLAS, None)
+
+
+def _load_cython_blas() -> bool:
+    """Put scipy's ``cython_blas`` extension, loaded alone, in ``sys.modules``; False where it
+    cannot be found or loaded (an unusual scipy, or none)."""
+    path = _cython_blas_file()
+    if path is None:
+        return False
+    try:
+        spec = importlib.util.spec_from_file_location(_CYTHON_BLAS, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Exception:  # Numba's own import then loads the package
+        return False
+    sys.modules[_CYTHON_BLAS] = module
+    return True
+
+
+def _cython_blas_file() -> str | None:
+    """The file of scipy's ``cython_blas`` extension; None where scipy has none."""
+    try:
+        scipy_spec = importlib.util.find_spec("scipy")
+    except (ImportError, ValueError):
+        return None
+    if scipy_spec is None or not scipy_spec.submodule_search_locations:
+        return None
+    for root in scipy_spec.submodule_search_locations:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = os.path.join(root, "linalg", "cython_blas" + suffix)
+            if os.path.exists(path):
+                return path
+    return None

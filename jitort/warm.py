@@ -15,10 +15,14 @@ the CPU as Numba's code generator targets it, this machine's calibration decisio
 ``JITORT_*`` / ``NUMBA_*`` environment variable: a change of any of them misses. External
 data files are recorded with their hashes in the snapshot and checked at load.
 
-Anything else a :class:`WarmModel` is asked -- a shape no plan covers, a feed that is not a
-C-contiguous array of the input's dtype, an output subset, any attribute of a full
-:class:`~jitort.CompiledModel` (``graph``, ``summary()``, ...) -- compiles the model the usual way
-(the generated code still comes from the caches) and is answered by it from then on.
+A :class:`WarmModel` answers what a user of a :class:`~jitort.CompiledModel` touches from the
+snapshot: ``options``, ``strict``, ``debug``, ``threads``, ``device``, ``tier``, ``profiler``,
+``inputs``, ``input_names``, ``output_names``, calls, ``run``, ``wait_compiled``, ``prepare`` for
+a snapshot's shapes and ``end_profiling``. Anything else -- a shape no plan covers, a feed that
+is not a C-contiguous array of the input's dtype, an output subset, any other attribute of a full
+:class:`~jitort.CompiledModel` (``graph``, ``pass_report``, ``placement``, ``summary()``,
+``plans()``, ``workspace_bytes``, ...) -- compiles the model the usual way (the generated code
+still comes from the caches) and is answered by it from then on.
 """
 from __future__ import annotations
 
@@ -29,11 +33,11 @@ import pickle
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import run_driver
+from .errors import JitortError, run_driver
 
 log = logging.getLogger("jitort.cache")
 
@@ -46,13 +50,6 @@ FORMAT = 1
 _OPTIONS = {"threads": None, "base_dir": None, "optimize": True, "strict": None, "tiered": None,
             "debug": False, "profile": False, "example_shapes": None, "backends": ("cpu",)}
 _NOT_IN_KEY = ("tiered",)
-
-
-class InputSpec(NamedTuple):
-    """A graph input as :attr:`CompiledModel.inputs` lists it: name, dtype, shape."""
-    name: str
-    dtype: np.dtype
-    shape: tuple
 
 
 def compile(model: Any, *, threads: int | None = None, base_dir=None, optimize: bool = True,
@@ -267,18 +264,30 @@ def _external_files(cm) -> list[tuple[str, str]]:
 class WarmModel:
     """A compiled model rebuilt from its snapshot: calls with the snapshot's input shapes run its
     driver; everything else goes to the full :class:`~jitort.CompiledModel`, compiled on first
-    need (see the module's docstring). Callable; thread-safe."""
+    need (see the module's docstring). Callable; thread-safe.
+
+    Its own attributes hold what the full model's would: ``options`` (the
+    :class:`jitort.Options` of this compile), ``strict``, ``debug``, ``threads``, ``inputs``
+    (:class:`jitort.ir.InputInfo` each), ``input_names``, ``output_names``, ``device``,
+    ``tier`` and ``profiler`` (None: profiled models are never snapshotted)."""
 
     device = "cpu"
     tier = "compiled"
+    profiler = None
 
     def __init__(self, model: Any, options: dict, snap: dict):
         from . import pinning, tuning
+        from .ir import InputInfo
+        from .options import for_compile
         tuning.ensure_background()
         tuning.apply_runtime()
-        pinning.configure_blas()
+        pinning.load_numba_registries()  # before Numba loads the driver: no scipy.linalg
         self._model, self._options = model, options
-        self.inputs = [InputSpec(n, np.dtype(dt), sh) for n, dt, sh in snap["inputs"]]
+        #: the settings of this compile, as :attr:`CompiledModel.options`
+        self.options = for_compile(strict=options.get("strict"), tiered=options.get("tiered"))
+        self.strict = self.options.strict
+        self.debug = bool(options.get("debug", False))
+        self.inputs = [InputInfo(n, np.dtype(dt), sh) for n, dt, sh in snap["inputs"]]
         self.input_names = [i.name for i in self.inputs]
         self.output_names = list(snap["outputs"])
         self.threads = snap["threads"]
@@ -306,6 +315,18 @@ class WarmModel:
 
     def wait_compiled(self, timeout: float | None = None) -> bool:
         return True
+
+    def prepare(self, shapes: dict[str, Sequence[int]]) -> None:
+        """:meth:`CompiledModel.prepare`: shapes a snapshot plan covers load its code now
+        (one call on zeros); others prepare the full model."""
+        if set(shapes) == set(self.input_names) and self._full_model is None:
+            feeds = {i.name: np.zeros(tuple(shapes[i.name]), i.dtype) for i in self.inputs}
+            if self._try(feeds) is not None:
+                return
+        self._full().prepare(shapes)
+
+    def end_profiling(self, path=None) -> str:
+        raise JitortError("compile the model with profile=True to profile it")
 
     def __getattr__(self, name: str):
         if name.startswith("__") or name in ("_full_model", "_snap", "_model", "_options"):

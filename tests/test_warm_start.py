@@ -93,14 +93,15 @@ def _model(w: float):
 
 
 # compiles argv[1] (options: json argv[2]) and runs it on x of argv[3] rows; prints the model's
-# class, whether onnx / the compiler were imported, the output
+# class, whether onnx / the compiler / scipy.linalg were imported, the output
 WARM_CHILD = """
 import json, sys, numpy as np, jitort
 cm = jitort.compile(sys.argv[1], **json.loads(sys.argv[2]))
 x = np.linspace(-2, 2, int(sys.argv[3]) * 8, dtype=np.float32).reshape(-1, 8)
 y = cm.run(None, {"x": x})[0]
 print(json.dumps({"cls": type(cm).__name__, "onnx": "onnx" in sys.modules,
-                  "compiler": "jitort.runtime" in sys.modules, "y": y.tolist()}))
+                  "compiler": "jitort.runtime" in sys.modules,
+                  "scipy.linalg": "scipy.linalg" in sys.modules, "y": y.tolist()}))
 """
 
 
@@ -132,6 +133,7 @@ def test_snapshot_hit_skips_the_compiler_and_misses_on_changes(tmp_path):
     warm_run = _warm_child(path, cache, tiered=False)
     assert warm_run["cls"] == "WarmModel"
     assert not warm_run["onnx"] and not warm_run["compiler"]  # no parse, no passes, no planning
+    assert not warm_run["scipy.linalg"]  # Numba's BLAS check met by the extension alone
     assert warm_run["y"] == first["y"]
     assert _warm_child(path, cache)["cls"] == "WarmModel"    # tiered or not: the same program
 
@@ -150,6 +152,40 @@ def test_snapshot_hit_skips_the_compiler_and_misses_on_changes(tmp_path):
     new_shape = _warm_child(path, cache, rows=5, tiered=False)
     assert new_shape["cls"] == "WarmModel" and new_shape["compiler"]
     assert_outputs_close([np.array(new_shape["y"], np.float32)], _want(other, 5))
+
+
+# what a user reads off a compiled model, answered by a WarmModel from its snapshot
+_OWN = ("options", "strict", "debug", "threads", "inputs", "input_names", "output_names",
+        "device", "tier", "profiler")
+
+
+def test_warm_model_has_the_compiled_models_public_surface(tmp_path, monkeypatch):
+    """A WarmModel's own attributes equal the full model's, without compiling the full model;
+    every other public name of the full model reaches it through the WarmModel."""
+    import jitort
+    monkeypatch.setenv("JITORT_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "m.onnx"
+    onnx.save(_model(0.5), str(path))
+    x = np.linspace(-2, 2, 24, dtype=np.float32).reshape(3, 8)
+    cold = jitort.compile(str(path), tiered=False, strict=True)
+    y = cold(x)                                       # writes the snapshot
+    hot = jitort.compile(str(path), tiered=False, strict=True)
+    assert type(hot) is warm.WarmModel and type(cold) is jitort.CompiledModel
+    for name in _OWN:
+        assert getattr(hot, name) == getattr(cold, name), name
+    assert isinstance(hot.options, jitort.Options) and hot.options.strict
+    assert hot.wait_compiled() and np.array_equal(hot(x)[0], y[0])
+    hot.prepare({"x": (3, 8)})                        # a snapshot shape: its plan, loaded
+    with pytest.raises(jitort.JitortError, match="profile=True"):
+        hot.end_profiling()
+    assert hot._full_model is None                    # none of the above compiled the model
+
+    public = sorted(n for n in dir(cold) if not n.startswith("_"))
+    assert set(_OWN) < set(public)
+    for name in public:                               # the rest: from the full model
+        assert hasattr(hot, name), name
+    assert hot._full_model is not None and hot.summary() == cold.summary()
+    assert np.array_equal(hot.run(None, {"x": x})[0], y[0])
 
 
 def test_snapshot_key_covers_bytes_options_environment(tmp_path, monkeypatch):
