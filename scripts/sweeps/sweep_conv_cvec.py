@@ -62,6 +62,9 @@ def main():
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--only", default=None, help="expression over c, m, k, s, h, g")
     a = ap.parse_args()
+    # the shape rule is what this sweep forces: this machine's conv.algorithm decisions
+    # (jitort tune) would override it
+    os.environ["JITORT_TUNE"] = "0"
     import jitort
     import jitort.kernels.cpu.conv_cvec as CV
     import jitort.kernels.cpu.conv_implicit as CI

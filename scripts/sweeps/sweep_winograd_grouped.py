@@ -23,6 +23,7 @@ CASES = [(cg, c, h) for cg in (8, 16, 32, 64, 128)
 
 
 def child(force, threads, runs):
+    os.environ["JITORT_TUNE"] = "0"   # the fixed rules around the forced one, not calibration
     import jitort.kernels.cpu.winograd as W
     from compare_conv_shapes import one_conv, time_conv
     W.winograd_grouped_wins = (lambda *a: True) if force == "on" else (lambda *a: False)
