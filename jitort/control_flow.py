@@ -20,6 +20,10 @@ refuses in strict mode).
 
 A node whose body cannot be compiled (an op no backend claims, a sequence-typed value, the
 batched opset-8 Scan) stays on the interpreter, with the reason in ``fallback_reasons``.
+
+Cost: an outer-scope constant a body reads is copied into that body's model (so its passes can
+fold it and its lowerings prepack it); two branches reading the same large weights (a merged
+decoder's with-past / without-past If) hold them once per branch.
 """
 from __future__ import annotations
 
