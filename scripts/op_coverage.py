@@ -208,6 +208,7 @@ def render(rows) -> tuple[str, dict]:
         w(f"| {op} | {cpu} | {interp} | {'yes' if r['cuda'] else ''} | "
           f"{'yes' if r['ort'] else ''} | {why} |\n")
     w(_contrib_section())
+    w(_ml_section())
     return out.getvalue(), {"compiled": counts["compiled"], "ort_ops": len(ort_ops),
                             "ort_compiled": len(ort_compiled)}
 
@@ -233,6 +234,42 @@ def _contrib_section() -> str:
             "expansion can still decline a node's attributes or inputs (its docstring says which), "
             "which leaves the node to the interpreter (`UnsupportedOp` under `strict=True`). "
             "Tests: tests/test_contrib_ops.py.\n\n| op | jitort |\n|---|---|\n" + rows)
+
+
+#: How jitort runs the ai.onnx.ml ops no lowering claims (or claims in part).
+ML_NOTES = {
+    "ZipMap": "built at the model's boundary (a graph output: lists of dicts, jitort/zipmap.py)",
+    "CategoryMapper": "not covered (UnsupportedOp): string tensors either way (Numba arrays "
+                      "hold no strings) and onnx.reference implements no CategoryMapper",
+    "CastMap": "not covered (UnsupportedOp): a map input (not a tensor), no onnx.reference "
+               "implementation",
+    "DictVectorizer": "not compiled: a map input (not a tensor); untested",
+}
+#: The string forms of compiled ai.onnx.ml ops, left to the interpreter.
+ML_STRINGS = dict.fromkeys(("LinearClassifier", "SVMClassifier", "TreeEnsembleClassifier"),
+                           "; string class labels interpreted")
+ML_STRINGS.update(LabelEncoder="; string keys or values interpreted",
+                  OneHotEncoder="; string categories interpreted")
+
+
+def _ml_section() -> str:
+    """onnx's ai.onnx.ml ops (the scikit-learn converters' domain), each with how jitort runs
+    it: compiled (a lowering; the string forms in ``ML_STRINGS`` stay with the interpreter),
+    or as ``ML_NOTES`` says."""
+    from jitort.codegen.cpu import SUPPORT
+    ml = "ai.onnx.ml"
+    ops = sorted({s.name for s in onnx.defs.get_all_schemas_with_history() if s.domain == ml})
+    status = {op: ML_NOTES.get(op) or ("not covered" if (ml, op) not in SUPPORT else
+                                       "compiled (own lowering)" + ML_STRINGS.get(op, ""))
+              for op in ops}
+    done = sum(1 for op in ops if (ml, op) in SUPPORT)
+    rows = "".join(f"| {op} | {status[op]} |\n" for op in ops)
+    return ("\n## ai.onnx.ml (traditional ML: scikit-learn converters)\n\n"
+            f"{done} of the {len(ops)} ai.onnx.ml ops compile, against onnxruntime's CPU "
+            "provider; a lowering can still decline a node's attributes (its supports predicate "
+            "or an `Unlowerable` reason), which leaves the node to the interpreter "
+            "(`UnsupportedOp` under `strict=True`). Tests: tests/test_ml_ops.py, "
+            "tests/test_ml_svm.py, tests/test_ml_preprocess.py.\n\n| op | jitort |\n|---|---|\n" + rows)
 
 
 def _claimed() -> set[str]:

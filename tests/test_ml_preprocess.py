@@ -19,6 +19,10 @@ from sklearn.ensemble import RandomForestClassifier  # noqa: E402
 from sklearn.impute import SimpleImputer  # noqa: E402
 from sklearn.pipeline import Pipeline  # noqa: E402
 from sklearn.preprocessing import Binarizer, OneHotEncoder, StandardScaler  # noqa: E402
+from lightgbm import LGBMClassifier  # noqa: E402
+from onnxmltools import convert_lightgbm, convert_xgboost  # noqa: E402
+from onnxmltools.convert.common.data_types import FloatTensorType  # noqa: E402
+from xgboost import XGBClassifier  # noqa: E402
 
 
 def _input_renamed(m: onnx.ModelProto, old: str, new: str) -> onnx.ModelProto:
@@ -69,12 +73,20 @@ def _binary_trees():
             a["base_values"] = base
         models[f"t{k}"] = _input_renamed(_tree_model("TreeEnsembleClassifier", a, 2), "X", "XT")
     models["rf2"] = _convert(RandomForestClassifier(10, max_depth=5, random_state=0), _Y2)
+    x6 = [("X", FloatTensorType([None, 6]))]
+    models["xgb3"] = convert_xgboost(XGBClassifier(n_estimators=10, max_depth=3).fit(_X, _Y3),
+                                     initial_types=x6, target_opset=15)
+    models["lgb2"] = convert_lightgbm(  # with its ZipMap
+        LGBMClassifier(n_estimators=10, num_leaves=8, verbose=-1).fit(_X, _Y2),
+        initial_types=x6, target_opset=15)
     return _merge(models)
 
 
 def test_binary_tree_classifiers_match_onnxruntime():
+    """With an XGBoost and a LightGBM classifier converted by onnxmltools."""
     model = _binary_trees()
-    assert sum(n.op_type == "TreeEnsembleClassifier" for n in model.graph.node) == 25
+    assert sum(n.op_type == "TreeEnsembleClassifier" for n in model.graph.node) == 27
     x = np.random.default_rng(1).standard_normal((257, 6)).astype(np.float32)
+    x[::17, 2] = np.nan
     got = _check(model, {"X": x, "XT": _feeds()["X"]})
-    assert len(got) == 50
+    assert len(got) == 54 and isinstance(got[-1], list)
