@@ -42,16 +42,21 @@ def _q1(v, lo, hi, zp):
     return np.int32(np.rint(v) + zp)  # (through int32: a direct float -> 8-bit store is scalar)
 
 
+@njit(inline='always')
+def _row_at(r, x3, s3, blk):
+    """(o, a, oo, ab) of row r = o * A + a of x3 (O, A, I): its indices and those of its scale
+    and zero point's row (oo, ab) in s3 / z3."""
+    o, a = r // x3.shape[1], r % x3.shape[1]
+    return o, a, (o if s3.shape[0] > 1 else 0), a // blk
+
+
 @njit(cache=True, error_model='numpy')
 def _quant_rows(x3, s3, z3, y3, blk, lo, hi, has_zp, r0, r1):
     """Rows r0..r1 of (O*A) of QuantizeLinear (see the module doc)."""
-    A, I = x3.shape[1], x3.shape[2]
-    so, si = s3.shape[0] > 1, s3.shape[2] > 1
+    I = x3.shape[2]
     for r in range(r0, r1):
-        o, a = r // A, r % A
-        oo = o if so else 0
-        ab = a // blk
-        if si:
+        o, a, oo, ab = _row_at(r, x3, s3, blk)
+        if s3.shape[2] > 1:
             for i in range(I):
                 zp = np.float32(z3[oo, ab, i]) if has_zp else np.float32(0.0)
                 v = np.float32(x3[o, a, i]) / np.float32(s3[oo, ab, i])
@@ -103,20 +108,17 @@ def quantize_par(x3, s3, z3, y3, blk, lo, hi, has_zp):
 
 @njit(cache=True, error_model='numpy')
 def _dequant_rows(x3, s3, z3, y3, blk, has_zp, r0, r1):
-    A, I = x3.shape[1], x3.shape[2]
-    so, si = s3.shape[0] > 1, s3.shape[2] > 1
+    """Rows r0..r1 of (O*A) of DequantizeLinear."""
     for r in range(r0, r1):
-        o, a = r // A, r % A
-        oo = o if so else 0
-        ab = a // blk
-        if si:
-            for i in range(I):
+        o, a, oo, ab = _row_at(r, x3, s3, blk)
+        if s3.shape[2] > 1:
+            for i in range(x3.shape[2]):
                 zp = np.int32(z3[oo, ab, i]) if has_zp else np.int32(0)
                 y3[o, a, i] = np.float32(np.int32(x3[o, a, i]) - zp) * np.float32(s3[oo, ab, i])
         else:
             zp = np.int32(z3[oo, ab, 0]) if has_zp else np.int32(0)
             sc = np.float32(s3[oo, ab, 0])
-            for i in range(I):
+            for i in range(x3.shape[2]):
                 y3[o, a, i] = np.float32(np.int32(x3[o, a, i]) - zp) * sc
 
 
@@ -331,6 +333,19 @@ def shift_weights(b3, zb, axis=-1):
 
 
 @njit(cache=True, error_model='numpy')
+def _requant(sa, sb, sy, zy, mode, lo, hi):
+    """QLinear* output parameters: (mult, zz, lo, hi) with mult[i] = sa * sb[i] / sy (float32;
+    sb per tensor or per output channel), zz the output zero point (mode 1; else 0) and the
+    output type's bounds in float32."""
+    nm = sb.shape[0]
+    mult = np.empty(nm, np.float32)
+    for i in range(nm):
+        mult[i] = np.float32(sa[0] * sb[i]) / sy[0]
+    zz = np.float32(zy[0]) if mode == 1 else np.float32(0.0)
+    return mult, zz, np.float32(lo), np.float32(hi)
+
+
+@njit(cache=True, error_model='numpy')
 def _requant_rows(c3, y3, mult, zy, lo, hi):
     """y3 = clamp(rint(float32(c3) * mult[n or 0]) + zy): onnxruntime's requantization
     (``_requant_block`` per batch)."""
@@ -379,12 +394,7 @@ def qmatmul(a3, za, b3, zb, bc, bmax, has_bc, y3, ws, mode, sa, sb, sy, zy, lo, 
     na, nb, nc = ba * m * k, bb * k * n, bo * m * n
     ma = _maxabs_rows(a3, za)
     mb = bmax if has_bc else _maxabs_cols(b3, zb)
-    nm = sb.shape[0]
-    mult = np.empty(nm, np.float32)
-    for i in range(nm):
-        mult[i] = np.float32(sa[0] * sb[i]) / sy[0]
-    zz = np.float32(zy[0]) if mode == 1 else np.float32(0.0)
-    flo, fhi = np.float32(lo), np.float32(hi)
+    mult, zz, flo, fhi = _requant(sa, sb, sy, zy, mode, lo, hi)
     if float(k) * float(ma) * float(mb) < _EXACT32:
         w = ws.view(np.float32)
         bf = w[na:na + nb].reshape(bb, k, n)
@@ -439,11 +449,7 @@ def qmatmul_i8(a3, za, a_signed, pv, colsum, zv, y3, ws, mode, sa, sb, sy, zy, l
     zp = np.empty(za.shape[0], np.int32)
     for i in range(za.shape[0]):
         zp[i] = np.int32(za[i]) + (128 if a_signed else 0)
-    nm = sb.shape[0]
-    mult = np.empty(nm, np.float32)
-    for i in range(nm):
-        mult[i] = np.float32(sa[0] * sb[i]) / sy[0]
-    zz = np.float32(zy[0]) if mode == 1 else np.float32(0.0)
+    mult, zz, _, _ = _requant(sa, sb, sy, zy, mode, lo, hi)
     nt = (m + MR - 1) // MR
     npan = (n + NR - 1) // NR
     nw = max(1, min(num_threads(), nt * npan))
@@ -624,12 +630,7 @@ def qconv2d(x4, zx, w4, zw, wc, wmax, has_wc, y4, ws, ncol, sh, sw, ph, pw, dh, 
     nx, nw, ny = x4.size, w4.size, y4.size
     mx = _maxabs_x(x4, zx)
     mw = wmax if has_wc else _maxabs_w(w4, zw)
-    nm = swc.shape[0]
-    mult = np.empty(nm, np.float32)
-    for i in range(nm):
-        mult[i] = np.float32(sx[0] * swc[i]) / sy[0]
-    zz = np.float32(zy[0]) if mode == 1 else np.float32(0.0)
-    flo, fhi = np.float32(lo), np.float32(hi)
+    mult, zz, flo, fhi = _requant(sx, swc, sy, zy, mode, lo, hi)
     if float(cg * kh * kw) * float(mx) * float(mw) < _EXACT32:
         v = ws.view(np.float32)
         wf = v[nx:nx + nw].reshape(m, cg, kh, kw)
@@ -976,11 +977,7 @@ def qconv2d_i8(x4, zx, x_signed, pk, rs, zw, has_zw, kh, kw, y4, ws, sh, sw, ph,
                     off[(c4 * kh + i) * kw + j] = ((c4 * sh * sw + i * dh % sh * sw + j * dw % sw)
                                                    * pq + i * dh // sh * wq + j * dw // sw) * 4
     zv = np.int32(zx[0]) + (128 if x_signed else 0)
-    nm = swc.shape[0]
-    mult = np.empty(nm, np.float32)
-    for i in range(nm):
-        mult[i] = np.float32(sx[0] * swc[i]) / sy[0]
-    zz = np.float32(zy[0]) if mode == 1 else np.float32(0.0)
+    mult, zz, _, _ = _requant(sx, swc, sy, zy, mode, lo, hi)
     nv_all = (oh - 1) * wq + ow
     npan = (nv_all + NR - 1) // NR
     ntask = n * group * npan
