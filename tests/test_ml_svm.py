@@ -185,3 +185,25 @@ def test_string_forms_stay_interpreted():
                              cats_int64s=[4, 5]), TensorProto.INT64, [None])
     with pytest.raises(jitort.UnsupportedOp, match="CategoryMapper"):
         jitort.compile(cm, tiered=False)
+
+
+def test_bad_values_raise_like_onnxruntime():
+    """Binarizer refuses a NaN, OneHotEncoder (zeros=0) an unknown category, as onnxruntime."""
+    nodes = [_node("Binarizer", ["X"], ["b"], threshold=0.5),
+             _node("OneHotEncoder", ["XI"], ["oh"], cats_int64s=[1, 2], zeros=0)]
+    g = helper.make_graph(nodes, "bad", [
+        helper.make_tensor_value_info("X", TensorProto.FLOAT, [None]),
+        helper.make_tensor_value_info("XI", TensorProto.INT64, [None])],
+        [helper.make_tensor_value_info("b", TensorProto.FLOAT, [None]),
+         helper.make_tensor_value_info("oh", TensorProto.FLOAT, [None, 2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(_ML, 3)])
+    m.ir_version = 8
+    run = jitort.compile(m, strict=True, tiered=False)
+    ok = {"X": np.array([0.2, 0.7], np.float32), "XI": np.array([2, 1])}
+    np.testing.assert_array_equal(run.run(None, ok)[1], [[0, 1], [1, 0]])
+    for bad, what in (({"X": np.array([np.nan], np.float32)}, "NaN"), ({"XI": np.array([3])}, "categor")):
+        with pytest.raises(Exception) as want:
+            _ort(m).run(None, {**ok, **bad})
+        with pytest.raises(jitort.ExecutionError, match=what):
+            run.run(None, {**ok, **bad})
+        assert what.lower() in str(want.value).lower()  # onnxruntime names the same problem
