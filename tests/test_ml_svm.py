@@ -95,7 +95,8 @@ def _node(op, ins, outs, **attrs):
 def _edge_model():
     """Op-level forms skl2onnx does not write: default attributes, int / double inputs, tensor
     attributes (LabelEncoder 4), repeated keys and categories, FeatureVectorizer padding and
-    truncation, liblinear SVMs, post transforms."""
+    truncation, liblinear SVMs (one on a double input), post transforms (over probabilities
+    too)."""
     sv = np.random.default_rng(6).standard_normal((7, 3)).round(2)
     nodes = [
         _node("Binarizer", ["X"], ["bin"]),
@@ -125,6 +126,13 @@ def _edge_model():
               coefficients=np.random.default_rng(8).standard_normal(7).round(2).tolist(),
               rho=[0.2], kernel_type="POLY", kernel_params=[0.5, 1.0, 2.5],
               post_transform="LOGISTIC"),
+        _node("SVMClassifier", ["X"], ["sv3p_label", "sv3p_scores"], classlabels_ints=[0, 1, 2],
+              vectors_per_class=[2, 3, 2], support_vectors=sv.reshape(-1).tolist(),
+              coefficients=np.random.default_rng(11).standard_normal(14).round(2).tolist(),
+              rho=[0.1, -0.2, 0.05], prob_a=[-1.5, -0.7, -2.0], prob_b=[0.1, -0.2, 0.3],
+              kernel_type="LINEAR", post_transform="SOFTMAX"),
+        _node("SVMClassifier", ["XD"], ["lld_label", "lld_scores"], classlabels_ints=[0, 1],
+              coefficients=[0.3, 0.8], rho=[-0.1], kernel_type="LINEAR"),
         _node("SVMRegressor", ["X"], ["svr_lin"], coefficients=[0.3, -0.2, 0.5], rho=[0.1],
               n_supports=0),
         _node("SVMRegressor", ["X"], ["svr_one"], n_supports=7, support_vectors=sv.reshape(-1).tolist(),
@@ -135,7 +143,8 @@ def _edge_model():
         if n.op_type.startswith("SVM") and not any(a.name == "kernel_params" for a in n.attribute):
             n.attribute.append(helper.make_attribute("kernel_params", [0.0, 0.0, 0.0]))
     f, i = TensorProto.FLOAT, TensorProto.INT64
-    types = dict(imp=i, le_ii=i, le_fi=i, ll_label=i, ll3_label=i, sv3_label=i, sv2_label=i)
+    types = dict(imp=i, le_ii=i, le_fi=i, ll_label=i, ll3_label=i, sv3_label=i, sv2_label=i,
+                 sv3p_label=i, lld_label=i)
     outs = [helper.make_tensor_value_info(o, types.get(o, f), None) for n in nodes for o in n.output]
     g = helper.make_graph(nodes, "edges", [
         helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 3]),
@@ -153,7 +162,7 @@ def test_op_edge_cases_match_onnxruntime():
     x[:4, 0], x[4:8, 1], x[8:10, 2] = 0.5, -1.0, np.nan
     feeds = {"X": x[10:], "XI": rng.integers(0, 9, (30, 2)), "XD": rng.standard_normal((30, 1))}
     got = _check(_edge_model(), feeds)
-    assert len(got) == 18
+    assert len(got) == 22
     # LabelEncoder 4 matches a NaN key; Binarizer refuses a NaN as onnxruntime does
     m = _edge_model()
     del m.graph.node[0]
