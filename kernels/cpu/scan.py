@@ -138,10 +138,18 @@ def _pick(m, i, b, k, is_min, last):
 @njit(inline='always')
 def _quad(r, base, m0, i0, m1, i1, m2, i2, m3, i3, is_min, last):
     """Four lanes after their elements r[base .. base + 3]."""
-    m0, i0 = _lane(r[base], base, m0, i0, is_min, last)
-    m1, i1 = _lane(r[base + 1], base + 1, m1, i1, is_min, last)
-    m2, i2 = _lane(r[base + 2], base + 2, m2, i2, is_min, last)
-    m3, i3 = _lane(r[base + 3], base + 3, m3, i3, is_min, last)
+    v = r[base]
+    if _takes(v, m0, is_min, last):
+        m0, i0 = v, base
+    v = r[base + 1]
+    if _takes(v, m1, is_min, last):
+        m1, i1 = v, base + 1
+    v = r[base + 2]
+    if _takes(v, m2, is_min, last):
+        m2, i2 = v, base + 2
+    v = r[base + 3]
+    if _takes(v, m3, is_min, last):
+        m3, i3 = v, base + 3
     return m0, i0, m1, i1, m2, i2, m3, i3
 
 
