@@ -1,7 +1,7 @@
-"""CPU kernels' raw element pointer (``eptr``) and the vector broadcast of their LLVM IR
-(``splat``), in a module of its own so that kernels that need nothing else from ``gemm``
-(``scan``) do not share its cache closure. Imports nothing from
-jitort.
+"""CPU kernels' raw element pointer (``eptr``), and the vector broadcast and counted loops of
+their LLVM IR (``splat``, ``loop_begin`` / ``loop_end``, ``tile_loop``), in a module of its own
+so that kernels that need nothing else from ``gemm`` (``scan``) do not share its cache closure.
+Imports nothing from jitort.
 """
 from llvmlite import ir
 from numba import types
@@ -25,6 +25,28 @@ def eptr(typingctx, arr, off):
     return sig, codegen
 
 
+@intrinsic
+def eptrs(typingctx, arr, off, step, count):
+    """The ``count`` (a constant) raw pointers ``eptr(arr, off + k * step)``, k < count, as a
+    tuple: a stencil's taps or rows in one line."""
+    if (not isinstance(arr, types.Array) or not isinstance(off, types.Integer)
+            or not isinstance(step, types.Integer)
+            or not isinstance(count, types.IntegerLiteral)):
+        return None
+    n = count.literal_value
+    ptr = types.CPointer(arr.dtype)
+    sig = types.UniTuple(ptr, n)(arr, off, step, count)
+
+    def codegen(context, builder, sig, args):
+        data = make_array(sig.args[0])(context, builder, args[0]).data
+        o = context.cast(builder, args[1], sig.args[1], types.intp)
+        st = context.cast(builder, args[2], sig.args[2], types.intp)
+        ptrs = [builder.gep(data, [builder.add(o, builder.mul(st, ir.Constant(o.type, k)))])
+                for k in range(n)]
+        return context.make_tuple(builder, sig.return_type, ptrs)
+    return sig, codegen
+
+
 def splat(builder, x, n):
     """<n x type(x)> with every lane x (the broadcast the kernels' intrinsics build)."""
     vt = ir.VectorType(x.type, n)
@@ -33,6 +55,59 @@ def splat(builder, x, n):
                                                          ir.Constant(i32, 0)),
                                   ir.Constant(vt, ir.Undefined),
                                   ir.Constant(ir.VectorType(i32, n), None))
+
+
+def loop_begin(builder, n, loop_name, done_name):
+    """Open a counted loop of LLVM IR: i = 0, step, ... while i < n (an i64 value), skipped
+    when n <= 0. Returns (i, pre, loop, done): the counter's phi node, the block before the
+    loop, the loop's first block (where the builder now stands) and the block after it;
+    :func:`loop_end` closes it."""
+    i64 = ir.IntType(64)
+    pre = builder.block
+    loop = builder.append_basic_block(loop_name)
+    done = builder.append_basic_block(done_name)
+    builder.cbranch(builder.icmp_signed('>', n, ir.Constant(i64, 0)), loop, done)
+    builder.position_at_end(loop)
+    i = builder.phi(i64)
+    i.add_incoming(ir.Constant(i64, 0), pre)
+    return i, pre, loop, done
+
+
+def loop_end(builder, i, step, n, loop, done, carried=()):
+    """Close a loop of :func:`loop_begin`: i += step (a constant) and each (phi, value) of
+    ``carried`` takes its next value, back to ``loop`` while i < n, then on at ``done``.
+    Returns the loop's last block (where the values flowing out of it come from)."""
+    inext = builder.add(i, ir.Constant(ir.IntType(64), step))
+    end = builder.block
+    i.add_incoming(inext, end)
+    for phi, v in carried:
+        phi.add_incoming(v, end)
+    builder.cbranch(builder.icmp_signed('<', inext, n), loop, done)
+    builder.position_at_end(done)
+    return end
+
+
+def loop_phis(builder, vt, starts, pre):
+    """Phi nodes (type vt) in a loop's first block, one per value of ``starts`` (their values
+    on entry from block ``pre``): the loop-carried values :func:`loop_end` updates."""
+    out = []
+    for s in starts:
+        p = builder.phi(vt)
+        p.add_incoming(s, pre)
+        out.append(p)
+    return out
+
+
+def loop_results(builder, vt, starts, pre, last, end):
+    """The values after a loop of :func:`loop_begin` (built at its ``done`` block): ``starts``
+    where it was skipped (from ``pre``), else its ``last`` values (from ``end``)."""
+    out = []
+    for s, v in zip(starts, last):
+        p = builder.phi(vt)
+        p.add_incoming(s, pre)
+        p.add_incoming(v, end)
+        out.append(p)
+    return out
 
 
 def tile_loop(builder, n, rows, nvec, vt, starts, streams, load_vecs, load_bcast, step, name):

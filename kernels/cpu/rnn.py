@@ -38,7 +38,10 @@ from numba.extending import intrinsic, overload
 from numba.np.arrayobj import make_array
 
 from .gemm import _mm_run, claim, count_done, eptr, num_threads, xgemm
+from .epilogue import (ACT_LEAKY_RELU as E_LEAKY_RELU, ACT_SIGMOID as E_SIGMOID,
+                       ACT_TANH as E_TANH, act_row)
 from .mathfn import fexp, fexpneg, flog, fsigmoid, ftanh
+from .ptr import loop_begin, loop_end, loop_phis, loop_results
 from .sync import wait_count
 
 _FM = {'reassoc', 'contract', 'arcp'}
@@ -55,6 +58,8 @@ ACT_ELU = 7
 ACT_SOFTSIGN = 8
 ACT_SOFTPLUS = 9
 ACT_AFFINE = 10
+# epilogue's codes of ACT_SIGMOID, ACT_TANH, ACT_LEAKY_RELU (by index; -1: not there)
+_EPILOGUE_ACT = (E_SIGMOID, E_TANH, -1, E_LEAKY_RELU)
 
 # Batch rows from which a step's h @ R^T goes to BLAS gemm rather than the vector loop (which
 # streams R^T once per batch row; BLAS packs it once per step).
@@ -139,18 +144,8 @@ def _panel_kernel(nrows, npanels, accumulate):
             xrows = [builder.gep(px, [builder.add(xoff_, builder.mul(ldx_, c(r)))])
                      for r in range(nrows)]
             wbase = [builder.add(woff_, builder.mul(ws_, c(g))) for g in range(npanels)]
-            pre = builder.block
-            loop = builder.append_basic_block('panel.loop')
-            done = builder.append_basic_block('panel.done')
-            builder.cbranch(builder.icmp_signed('>', kc_, c(0)), loop, done)
-            builder.position_at_end(loop)
-            kk = builder.phi(i64)
-            kk.add_incoming(c(0), pre)
-            accs = []
-            for a in acc0:
-                ph = builder.phi(vty)
-                ph.add_incoming(a, pre)
-                accs.append(ph)
+            kk, pre, loop, done = loop_begin(builder, kc_, 'panel.loop', 'panel.done')
+            accs = loop_phis(builder, vty, acc0, pre)
             elt = 'f32' if tys[0].dtype == types.float32 else 'f64'
             fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vty, [vty] * 3),
                                                  f'llvm.fma.v{_VW}{elt}')
@@ -170,19 +165,8 @@ def _panel_kernel(nrows, npanels, accumulate):
                 for g in range(npanels):
                     for h in range(2):
                         new.append(builder.call(fma, [sp, ws[g][h], accs[len(new)]]))
-            k1 = builder.add(kk, c(1))
-            end = builder.block
-            kk.add_incoming(k1, end)
-            for ph, v in zip(accs, new):
-                ph.add_incoming(v, end)
-            builder.cbranch(builder.icmp_signed('<', k1, kc_), loop, done)
-            builder.position_at_end(done)
-            res = []
-            for a0, v in zip(acc0, new):
-                ph = builder.phi(vty)
-                ph.add_incoming(a0, pre)
-                ph.add_incoming(v, end)
-                res.append(ph)
+            end = loop_end(builder, kk, 1, kc_, loop, done, zip(accs, new))
+            res = loop_results(builder, vty, acc0, pre, new, end)
             for p, v in zip(optrs, res):
                 builder.store(v, p, align=4)
             return context.get_dummy_value()
@@ -266,31 +250,23 @@ def _proj_par(x, wp, bsum, out, nw):
 # --- activations -------------------------------------------------------------------------------
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def _act(v, code, alpha, beta):
-    """v[:] = act(v) in place (1-D); the branch is outside each loop, so each loop vectorizes."""
+    """v[:] = act(v) in place (1-D); the branch is outside each loop, so each loop vectorizes.
+    Sigmoid, Tanh and LeakyRelu are the fused epilogues' (``epilogue.act_row``: the same
+    functions, NaN kept)."""
     t_ = v.dtype.type
     n = v.shape[0]
     a = t_(alpha)
     b = t_(beta)
     zero = t_(0.0)
     one = t_(1.0)
-    if code == ACT_SIGMOID:
-        for j in range(n):
-            v[j] = fsigmoid(v[j])
-    elif code == ACT_TANH:
-        for j in range(n):
-            v[j] = ftanh(v[j])
-    elif code == ACT_RELU:
+    if code == ACT_SIGMOID or code == ACT_TANH or code == ACT_LEAKY_RELU:
+        act_row(v, _EPILOGUE_ACT[code], alpha, beta)
+    elif code == ACT_RELU or code == ACT_THRESHOLDED_RELU:
+        # Relu: ThresholdedRelu at 0 (NaN -> 0)
+        th = zero if code == ACT_RELU else a
         for j in range(n):
             x = v[j]
-            v[j] = x if x > zero else zero
-    elif code == ACT_LEAKY_RELU:
-        for j in range(n):
-            x = v[j]
-            v[j] = x if x >= zero else a * x
-    elif code == ACT_THRESHOLDED_RELU:
-        for j in range(n):
-            x = v[j]
-            v[j] = x if x > a else zero
+            v[j] = x if x > th else zero
     elif code == ACT_SCALED_TANH:
         for j in range(n):
             v[j] = a * ftanh(b * v[j])
@@ -595,6 +571,19 @@ def _views(ws, nt, nb, hd, g, nd, npan, npan_r):
     o += nd * nb * hd
     cs = ws[o:o + nd * nb * hd].reshape(nd, nb, hd)
     return xw, hr, tmp, hs, cs
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _start(x, w, wp, rt, rp, ws, seqlen, h0, layout, g):
+    """The common start of a G-gate layer: (nd, H, T, B, xw, hr, tmp, h, c, lens), the views
+    of :func:`_views` with the hidden state set from h0 (or zeros)."""
+    nd = w.shape[0]
+    hd = rt.shape[1]
+    nt, nb = _dims(x, layout)
+    xw, hr, tmp, hs, cs = _views(ws, nt, nb, hd, g, nd, wp.shape[0], rp.shape[1])
+    lens = _lengths(seqlen, nb, nt)
+    _init_state(hs, h0, layout)
+    return nd, hd, nt, nb, xw, hr, tmp, hs, cs, lens
 
 
 @njit(inline='always')
@@ -999,12 +988,8 @@ def lstm(x, w, wp, rt, rp, bias, peep, h0, c0, seqlen, y, yh, yc, ws, layout, re
          betas, clip, input_forget):
     """ONNX LSTM (gates i, o, f, c); see the module docstring. ``reverse``: a one-direction
     layer that runs backwards."""
-    nd = w.shape[0]
-    hd = rt.shape[1]
-    nt, nb = _dims(x, layout)
-    xw, hr, tmp, hs, cs = _views(ws, nt, nb, hd, 4, nd, wp.shape[0], rp.shape[1])
-    lens = _lengths(seqlen, nb, nt)
-    _init_state(hs, h0, layout)
+    nd, hd, nt, nb, xw, hr, tmp, hs, cs, lens = _start(x, w, wp, rt, rp, ws, seqlen, h0, layout,
+                                                       4)
     _init_state(cs, c0, layout)
     bsum = _bias_sum(bias, nd, 4, hd, False)
     _project(x.reshape(nt * nb, x.shape[2]), w, wp, bsum, xw)
@@ -1136,12 +1121,7 @@ def _gru_par(xw, rt, rp, rbh, hr, tmp, hs, y, lens, layout, acts, alphas, betas,
 def gru(x, w, wp, rt, rp, bias, h0, seqlen, y, yh, ws, layout, reverse, acts, alphas, betas, clip,
         linear_before_reset):
     """ONNX GRU (gates z, r, h); see the module docstring."""
-    nd = w.shape[0]
-    hd = rt.shape[1]
-    nt, nb = _dims(x, layout)
-    xw, hr, tmp, hs, _ = _views(ws, nt, nb, hd, 3, nd, wp.shape[0], rp.shape[1])
-    lens = _lengths(seqlen, nb, nt)
-    _init_state(hs, h0, layout)
+    nd, hd, nt, nb, xw, hr, tmp, hs, _, lens = _start(x, w, wp, rt, rp, ws, seqlen, h0, layout, 3)
     lbr = linear_before_reset != 0
     bsum = _bias_sum(bias, nd, 3, hd, lbr)
     rbh = np.zeros((nd, hd), x.dtype)
@@ -1203,12 +1183,7 @@ def _rnn_par(xw, rt, rp, hr, hs, y, lens, layout, acts, alphas, betas, clip):
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def rnn(x, w, wp, rt, rp, bias, h0, seqlen, y, yh, ws, layout, reverse, acts, alphas, betas, clip):
     """ONNX RNN (Ht = f(Xt W^T + Ht-1 R^T + Wb + Rb)); see the module docstring."""
-    nd = w.shape[0]
-    hd = rt.shape[1]
-    nt, nb = _dims(x, layout)
-    xw, hr, _, hs, _ = _views(ws, nt, nb, hd, 1, nd, wp.shape[0], rp.shape[1])
-    lens = _lengths(seqlen, nb, nt)
-    _init_state(hs, h0, layout)
+    nd, hd, nt, nb, xw, hr, _, hs, _, lens = _start(x, w, wp, rt, rp, ws, seqlen, h0, layout, 1)
     bsum = _bias_sum(bias, nd, 1, hd, False)
     _project(x.reshape(nt * nb, x.shape[2]), w, wp, bsum, xw)
     if nd == 2 and num_threads() >= 2 and nt * nb * hd * hd >= _PAR_MIN_MACS:
