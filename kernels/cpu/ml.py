@@ -7,7 +7,7 @@ probability coupling in float32 where onnxruntime computes in float32."""
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .trees import transform_row
 
@@ -162,37 +162,52 @@ def put_columns(x, off, width, y):
 # --------------------------------------------------------------------------------------------
 # support vector machines (onnxruntime's svmclassifier.cc / svmregressor.cc)
 # --------------------------------------------------------------------------------------------
+@njit(cache=True, inline='always')
+def _kernel_row(x, r, sv, ktype, gamma, coef0, degree, c, k):
+    f = x.shape[1]
+    for v in range(sv.shape[0]):
+        if ktype == 2:  # float32 sums, as onnxruntime's loop
+            a32 = np.float32(0.0)
+            for j in range(f):
+                d = np.float32(x[r, j]) - sv[v, j]
+                a32 += d * d
+            k[r, v] = np.float32(math.exp(-gamma * np.float64(a32)))
+            continue
+        a = 0.0
+        for j in range(f):
+            a += np.float64(np.float32(x[r, j])) * np.float64(sv[v, j])
+        if ktype == 0:
+            k[r, v] = np.float32(a + c)
+            continue
+        t = np.float32(gamma * a + coef0)
+        if ktype == 3:
+            k[r, v] = np.float32(math.tanh(t))
+        elif degree == 2:
+            k[r, v] = t * t
+        elif degree == 3:
+            k[r, v] = t * t * t
+        else:
+            k[r, v] = np.float32(np.float64(t) ** degree)
+
+
+@njit(cache=True, parallel=True, error_model='numpy')
+def _svm_kernel_par(x, sv, ktype, gamma, coef0, degree, c, k):
+    for r in prange(x.shape[0]):
+        _kernel_row(x, r, sv, ktype, gamma, coef0, degree, c, k)
+
+
 @njit(cache=True, error_model='numpy')
-def svm_kernel(x, sv, ktype, params, k):
+def svm_kernel(x, sv, ktype, params, par, k):
     """k[r, v] = kernel(x[r], sv[v]) as float32, x read as float32 (onnxruntime's
     batched_kernel_dot): 0 LINEAR dot + params[3], 1 POLY (gamma dot + coef0) ** degree,
     2 RBF exp(-gamma |x - sv|^2), 3 SIGMOID tanh(gamma dot + coef0); params = gamma, coef0,
-    degree, the LINEAR addend."""
-    n, f = x.shape
+    degree, the LINEAR addend; ``par``: rows over the threads."""
     gamma, coef0, degree, c = params[0], params[1], params[2], params[3]
-    for r in range(n):
-        for v in range(sv.shape[0]):
-            a = 0.0
-            if ktype == 2:
-                for j in range(f):
-                    d = np.float64(np.float32(x[r, j])) - sv[v, j]
-                    a += d * d
-                k[r, v] = np.float32(math.exp(-gamma * np.float64(np.float32(a))))
-                continue
-            for j in range(f):
-                a += np.float64(np.float32(x[r, j])) * sv[v, j]
-            if ktype == 0:
-                k[r, v] = np.float32(a + c)
-                continue
-            t = np.float32(gamma * a + coef0)
-            if ktype == 3:
-                k[r, v] = np.float32(math.tanh(t))
-            elif degree == 2:
-                k[r, v] = t * t
-            elif degree == 3:
-                k[r, v] = t * t * t
-            else:
-                k[r, v] = np.float32(np.float64(t) ** degree)
+    if par:
+        _svm_kernel_par(x, sv, ktype, gamma, coef0, degree, c, k)
+        return
+    for r in range(x.shape[0]):
+        _kernel_row(x, r, sv, ktype, gamma, coef0, degree, c, k)
 
 
 @njit(cache=True, error_model='numpy')

@@ -513,8 +513,10 @@ def _svm_kernel(em, n: Node, x, rows: int, sv: np.ndarray, linear_c=None):
     ktype = 0 if linear_c is not None else _KERNELS.get(_s(at.get("kernel_type", "LINEAR")), 3)
     params = np.array(kp[:3] + [linear_c or 0.0], np.float64)
     k = em.temp(rows * len(sv), np.float32).reshape(em.sizes((rows, len(sv))))
-    em.call(_ml.svm_kernel, x, em.constant(("ml.sv", id(n)), lambda: sv),
-            em.size(ktype), em.constant(("ml.kparams", id(n)), lambda: params), k)
+    par = em.split("svm", n, rows * sv.size, 1 << 16, rows)
+    em.call(_ml.svm_kernel, x, em.constant(("ml.sv", id(n)), lambda: sv.astype(np.float32)),
+            em.size(ktype), em.constant(("ml.kparams", id(n)), lambda: params),
+            em.size(int(par)), k)
     return k
 
 
