@@ -12,6 +12,10 @@ pointer at a time:
 * trees-major (``walk_trees``): per row, per depth step, over all trees (lockstep up to the
   deepest tree) -- for a handful of rows, where a row block would be too short to overlap.
 
+The walks index with unsigned integers (node ids, row and feature numbers): Numba adds a
+negative-index wraparound check to every signed index, and on these dependent loads those
+checks cost more than the loads themselves.
+
 Leaves add their weights into ``acc`` (rows, targets) of the threshold dtype, tree by tree in
 order, as onnxruntime's single-threaded evaluation; ``has`` marks targets some leaf scored
 (onnxruntime's ``has_score``, which the classifier's finalization reads).
@@ -71,21 +75,22 @@ def _rows_block(x, r0, r1, feat, thr, tch, fch, mode, miss, mstart, members, roo
                 lstart, ltarget, lweight, agg, simple, acc, has, idx):
     nb = r1 - r0
     for t in range(roots.shape[0]):
-        root = roots[t]
+        root = np.uint32(roots[t])
         for r in range(nb):
             idx[r] = root
         if simple:
             for _ in range(depth[t]):
                 for r in range(nb):
                     nd = idx[r]
-                    idx[r] = tch[nd] if x[r0 + r, feat[nd]] <= thr[nd] else fch[nd]
+                    v = x[np.uintp(r0 + r), np.uintp(feat[nd])]
+                    idx[r] = np.uint32(tch[nd]) if v <= thr[nd] else np.uint32(fch[nd])
         else:
             for _ in range(depth[t]):
                 for r in range(nb):
                     nd = idx[r]
-                    ok = _go_true(x[r0 + r, feat[nd]], thr[nd], mode[nd], miss[nd], nd,
-                                  mstart, members)
-                    idx[r] = tch[nd] if ok else fch[nd]
+                    ok = _go_true(x[np.uintp(r0 + r), np.uintp(feat[nd])], thr[nd], mode[nd],
+                                  miss[nd], nd, mstart, members)
+                    idx[r] = np.uint32(tch[nd]) if ok else np.uint32(fch[nd])
         for r in range(nb):
             _add_leaf(acc, has, r0 + r, idx[r], lstart, ltarget, lweight, agg)
 
@@ -95,7 +100,7 @@ def walk_rows(x, feat, thr, tch, fch, mode, miss, mstart, members, roots, depth,
               ltarget, lweight, agg, simple, acc, has):
     """Rows-major walk, one thread (see the module docstring)."""
     n = x.shape[0]
-    idx = np.empty(_ROW_BLOCK, np.int32)
+    idx = np.empty(_ROW_BLOCK, np.uint32)
     for r0 in range(0, n, _ROW_BLOCK):
         _rows_block(x, r0, min(n, r0 + _ROW_BLOCK), feat, thr, tch, fch, mode, miss, mstart,
                     members, roots, depth, lstart, ltarget, lweight, agg, simple, acc, has, idx)
@@ -108,7 +113,7 @@ def walk_rows_par(x, feat, thr, tch, fch, mode, miss, mstart, members, roots, de
     n = x.shape[0]
     nblk = (n + _ROW_BLOCK - 1) // _ROW_BLOCK
     for b in prange(nblk):
-        idx = np.empty(_ROW_BLOCK, np.int32)
+        idx = np.empty(_ROW_BLOCK, np.uint32)
         r0 = b * _ROW_BLOCK
         _rows_block(x, r0, min(n, r0 + _ROW_BLOCK), feat, thr, tch, fch, mode, miss, mstart,
                     members, roots, depth, lstart, ltarget, lweight, agg, simple, acc, has, idx)
@@ -122,22 +127,24 @@ def walk_trees(x, feat, thr, tch, fch, mode, miss, mstart, members, roots, depth
     dmax = 0
     for t in range(nt):
         dmax = max(dmax, depth[t])
-    idx = np.empty(nt, np.int32)
+    idx = np.empty(nt, np.uint32)
     for r in range(x.shape[0]):
+        xr = x[r]
         for t in range(nt):
-            idx[t] = roots[t]
+            idx[t] = np.uint32(roots[t])
         if simple:
             for _ in range(dmax):
                 for t in range(nt):
                     nd = idx[t]
-                    idx[t] = tch[nd] if x[r, feat[nd]] <= thr[nd] else fch[nd]
+                    v = xr[np.uintp(feat[nd])]
+                    idx[t] = np.uint32(tch[nd]) if v <= thr[nd] else np.uint32(fch[nd])
         else:
             for _ in range(dmax):
                 for t in range(nt):
                     nd = idx[t]
-                    ok = _go_true(x[r, feat[nd]], thr[nd], mode[nd], miss[nd], nd, mstart,
-                                  members)
-                    idx[t] = tch[nd] if ok else fch[nd]
+                    ok = _go_true(xr[np.uintp(feat[nd])], thr[nd], mode[nd], miss[nd], nd,
+                                  mstart, members)
+                    idx[t] = np.uint32(tch[nd]) if ok else np.uint32(fch[nd])
         for t in range(nt):
             _add_leaf(acc, has, r, idx[t], lstart, ltarget, lweight, agg)
 
