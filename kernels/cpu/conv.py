@@ -53,12 +53,13 @@ from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
 from .epilogue import act_row
-from .gemm import (_ceil_div, _gcd, claim, count_done, eptr, next_task, num_threads, ogemm,
+from .gemm import (_ceil_div, _gcd, count_done, eptr, num_threads, ogemm, pull_tasks,
                    scratch_workers, task_split, valid_range, xgemm)
 from .mathfn import wide_vectors
 from .phases import phase_layout, phase_planes_at
+from .ptr import eptrs, loop_begin, loop_end
 from .qgemm import masked_store, splat
-from .sync import wait_count
+from .sync import claim_below, wait_count
 
 _FM = {'reassoc', 'contract', 'arcp'}
 
@@ -531,6 +532,36 @@ def _epilogue_row(row, bv, has_bias, rrow, has_res, act, aa, ab):
         act_row(row, act, aa, ab)
 
 
+@njit(inline='always')
+def _epi_args(has_bias, has_res, act, alpha, beta):
+    """The epilogue flags and parameters in the types the inner kernels are compiled for, so
+    literal arguments do not compile another specialization of them."""
+    return bool(has_bias), bool(has_res), np.int64(act), np.float64(alpha), np.float64(beta)
+
+
+@njit(inline='always')
+def _span(blk, bs, n):
+    """[lo, hi) of block ``blk`` of ``bs`` items among n (empty past the end)."""
+    lo = blk * bs
+    return lo, min(n, lo + bs)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _no_taps(out, b, res, s, has_bias, has_res, act, aa, ab):
+    """out (N, M, ...) of a convolution without taps (no input channels or an empty kernel):
+    the epilogue applied to zeros, one (image, channel) row of s outputs at a time."""
+    n_n, m_n = out.shape[0], out.shape[1]
+    o3 = out.reshape(n_n, m_n, s)
+    r3 = res.reshape(res.shape[0], res.shape[1], s)
+    for n in range(n_n):
+        for m in range(m_n):
+            row = o3[n, m]
+            for j in range(s):
+                row[j] = 0
+            _epilogue_row(row, b[m] if has_bias else out.dtype.type(0), has_bias,
+                          r3[n, m] if has_res else row, has_res, act, aa, ab)
+
+
 @njit(cache=True, error_model='numpy', fastmath=_FM)
 def _direct_rows(x, w, out, n, g, r0, r1, sh, sw, ph, pw, dh, dw, group):
     """out[n, g*mg:(g+1)*mg, r0:r1] = the convolution of those rows, without im2col: per
@@ -601,24 +632,20 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
     m0 = 0
     m1 = mg
     if path == 2 or path == 4 or path == 6:   # a block of the group's output channels
-        m0 = blk * bs
-        m1 = min(mg, m0 + bs)
+        m0, m1 = _span(blk, bs, mg)
         if m1 <= m0:
             return
         s0 = np.int64(0)  # (a literal 0 compiles _rows_epilogue once more)
         s1 = s
     if path == 3:
-        r0 = blk * bs
-        r1 = min(oh_n, r0 + bs)
+        r0, r1 = _span(blk, bs, oh_n)
         if r1 <= r0:
             return
-        s0 = r0 * ow_n
-        s1 = r1 * ow_n
+        s0, s1 = r0 * ow_n, r1 * ow_n
         _direct_rows(x, w, out, n, g, r0, r1, sh, sw, ph, pw, dh, dw, group)
         st = 0
     elif path == 1:
-        s0 = blk * bs
-        s1 = min(s, s0 + bs)
+        s0, s1 = _span(blk, bs, s)
         if s1 <= s0:
             return
         st = xgemm(0, 0, mg, s1 - s0, kdim, 1.0, w, g * mg * kdim, kdim,
@@ -673,12 +700,10 @@ def _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
                     has_bias, has_res, act, aa, ab)
         return
     else:
-        r0 = blk * bs
-        r1 = min(oh_n, r0 + bs)
+        r0, r1 = _span(blk, bs, oh_n)
         if r1 <= r0:
             return
-        s0 = r0 * ow_n
-        s1 = r1 * ow_n
+        s0, s1 = r0 * ow_n, r1 * ow_n
         sb = s1 - s0
         col3 = colw[:kdim * sb].reshape(kdim, r1 - r0, ow_n)
         _im2col_rows(x[n, g * cg:(g + 1) * cg], col3, r0, kh_n, kw_n, sh, sw, ph, pw, dh, dw)
@@ -730,13 +755,10 @@ def _conv_par(nw, ntask, nb, bs, x, w, b, res, out, col, cap, sh, sw, ph, pw, dh
     counter (dynamic scheduling, see ``gemm.next_task``)."""
     counter = np.zeros(1, np.int64)
     for wk in prange(nw):
-        colw = col[wk * cap:(wk + 1) * cap]
         last = np.full(1, -1, np.int64)
-        t = next_task(counter)
-        while t < ntask:
-            _conv_task(t, nb, bs, x, w, b, res, out, colw, last, sh, sw, ph, pw, dh, dw,
-                       group, has_bias, has_res, act, aa, ab, path, cc)
-            t = next_task(counter)
+        pull_tasks(counter, ntask, _conv_task,
+                   (nb, bs, x, w, b, res, out, col[wk * cap:(wk + 1) * cap], last, sh, sw, ph, pw,
+                    dh, dw, group, has_bias, has_res, act, aa, ab, path, cc))
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -767,12 +789,9 @@ def _plane_phased_worker(x, w, b, res, out, col, wblk, ctr, sh, sw, ph, pw, dh, 
         g = q - n * group
         if q > 0:
             wait_count(ctr[3], q - 1, nmb)
-        while True:
-            j = claim(ctr[0], q)
-            if j >= ncc:
-                break
-            c0 = j * ccs
-            c1 = min(cg, c0 + ccs)
+        j = claim_below(ctr[0], q, ncc)
+        while j >= 0:
+            c0, c1 = _span(j, ccs, cg)
             xg = x[n, g * cg + c0:g * cg + c1]
             if flat:
                 _im2col_flat(xg, col, c0 * khw * nq, poff + c0 * sh * sw * pe, np.int64(0),
@@ -782,13 +801,11 @@ def _plane_phased_worker(x, w, b, res, out, col, wblk, ctr, sh, sw, ph, pw, dh, 
                                                                         ow_n),
                              np.int64(0), kh_n, kw_n, sh, sw, ph, pw, dh, dw)
             count_done(ctr[1], q)
+            j = claim_below(ctr[0], q, ncc)
         wait_count(ctr[1], q, ncc)
-        while True:
-            j = claim(ctr[2], q)
-            if j >= nmb:
-                break
-            m0 = j * mbs
-            m1 = min(mg, m0 + mbs)
+        j = claim_below(ctr[2], q, nmb)
+        while j >= 0:
+            m0, m1 = _span(j, mbs, mg)
             if flat:
                 st = xgemm(0, 0, m1 - m0, nq, kdim, 1.0, w, (g * mg + m0) * kdim, kdim, col, 0,
                            nq, 0.0, wblk, 0, nq)
@@ -804,6 +821,7 @@ def _plane_phased_worker(x, w, b, res, out, col, wblk, ctr, sh, sw, ph, pw, dh, 
                 _rows_epilogue(out, res, b, n, g * mg + m0, g * mg + m1, np.int64(0), s, has_bias,
                                has_res, act, aa, ab)
             count_done(ctr[3], q)
+            j = claim_below(ctr[2], q, nmb)
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
@@ -953,14 +971,8 @@ def _dw_rows(typingctx, a, aoff, xz, xoff, wq, nq, w, woff, k, r_n, bias, stride
                             rowoff[key[:3]] = builder.add(
                                 builder.mul(pe64, ir.Constant(i64, key[0] * ss + key[1])),
                                 builder.mul(wq64, ir.Constant(i64, key[2])))
-                    pre = builder.block
-                    loop = builder.append_basic_block(f"dw.loop.{tag}.{gi}")
-                    after = builder.append_basic_block(f"dw.after.{tag}.{gi}")
-                    builder.cbranch(builder.icmp_signed('>', nq64, ir.Constant(i64, 0)), loop,
-                                    after)
-                    builder.position_at_end(loop)
-                    q = builder.phi(i64)
-                    q.add_incoming(ir.Constant(i64, 0), pre)
+                    q, _, loop, after = loop_begin(builder, nq64, f"dw.loop.{tag}.{gi}",
+                                                   f"dw.after.{tag}.{gi}")
                     dsts = [builder.bitcast(builder.gep(abase, [builder.add(rows[r], q)]),
                                             vt.as_pointer()) for r in range(rr)]
                     acc = ([bv] * rr if gi == 0 else
@@ -979,10 +991,7 @@ def _dw_rows(typingctx, a, aoff, xz, xoff, wq, nq, w, woff, k, r_n, bias, stride
                     mask = builder.icmp_signed('<', lane_idx, splat(builder, left, lanes))
                     for r in range(rr):
                         builder.call(mstore, [acc[r], dsts[r], ir.Constant(i32, 1), mask])
-                    qn = builder.add(q, ir.Constant(i64, lanes))
-                    q.add_incoming(qn, builder.block)
-                    builder.cbranch(builder.icmp_signed('<', qn, nq64), loop, after)
-                    builder.position_at_end(after)
+                    loop_end(builder, q, lanes, nq64, loop, after)
                 builder.branch(exit_)
         builder.position_at_end(exit_)
         return context.get_dummy_value()
@@ -1115,11 +1124,9 @@ def _dw_flat_par(nw, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_re
     phases, geo = phase_layout(sh, sw, dh, dw, kh_n, kw_n, x.shape[3], wq, pw)
     for wk in prange(nw):
         xs, acc = _dw_flat_scratch(x, w, out, sh, sw, dh, dw)
-        p = next_task(counter)
-        while p < nplane:
-            _dw_flat(p, x, w, b, res, out, xs, acc, offs, phases, geo, sh, sw, ph, pw, dh, dw,
-                     has_bias, has_res, act, aa, ab)
-            p = next_task(counter)
+        pull_tasks(counter, nplane, _dw_flat, (x, w, b, res, out, xs, acc, offs, phases, geo, sh,
+                                               sw, ph, pw, dh, dw, has_bias, has_res, act, aa,
+                                               ab))
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -1213,15 +1220,7 @@ def _dw_cblock(t, x, w, b, res, out, xt, wt, acc, sh, sw, ph, pw, dh, dw, has_bi
             x6 = eptr(xt, ((i + 2) * wq) * CB)
             x7 = eptr(xt, (((1 % sw) * hp + i + 2) * wq + 1 // sw) * CB)
             x8 = eptr(xt, (((2 % sw) * hp + i + 2) * wq + 2 // sw) * CB)
-            w0 = eptr(wt, 0)
-            w1 = eptr(wt, L)
-            w2 = eptr(wt, 2 * L)
-            w3 = eptr(wt, 3 * L)
-            w4 = eptr(wt, 4 * L)
-            w5 = eptr(wt, 5 * L)
-            w6 = eptr(wt, 6 * L)
-            w7 = eptr(wt, 7 * L)
-            w8 = eptr(wt, 8 * L)
+            w0, w1, w2, w3, w4, w5, w6, w7, w8 = eptrs(wt, 0, L, 9)
             for p in range(ow_n):
                 o = p * CB
                 for ll in range(CB):
@@ -1278,11 +1277,8 @@ def _dw_cb_par(nw, ntask, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, h
     counter = np.zeros(1, np.int64)
     for wk in prange(nw):
         xt, wt, acc = _dw_cblock_scratch(x, w, out, sh, sw, dh, dw)
-        t = next_task(counter)
-        while t < ntask:
-            _dw_cblock(t, x, w, b, res, out, xt, wt, acc, sh, sw, ph, pw, dh, dw, has_bias,
-                       has_res, act, aa, ab)
-            t = next_task(counter)
+        pull_tasks(counter, ntask, _dw_cblock, (x, w, b, res, out, xt, wt, acc, sh, sw, ph, pw,
+                                                dh, dw, has_bias, has_res, act, aa, ab))
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -1301,11 +1297,7 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
     sh, sw, ph, pw = np.int64(sh), np.int64(sw), np.int64(ph), np.int64(pw)
     dh, dw = np.int64(dh), np.int64(dw)
     group = np.int64(group)
-    has_bias = bool(has_bias)
-    has_res = bool(has_res)
-    act = np.int64(act)
-    aa = np.float64(alpha_act)
-    ab = np.float64(beta_act)
+    has_bias, has_res, act, aa, ab = _epi_args(has_bias, has_res, act, alpha_act, beta_act)
     nth = num_threads()
     mg = m_n // group
     kdim = cg * kh_n * kw_n
@@ -1334,16 +1326,7 @@ def _conv2d_core(x, w, b, res, out, col, sh, sw, ph, pw, dh, dw, group, has_bias
                          dw, has_bias, has_res, act, aa, ab)
         return
     if kdim == 0:
-        out3 = out.reshape(n_n, m_n, s)
-        res3 = res.reshape(res.shape[0], res.shape[1], s)
-        for n in range(n_n):
-            for m in range(m_n):
-                row = out3[n, m]
-                for j in range(s):
-                    row[j] = 0
-                bv = b[m] if has_bias else out.dtype.type(0)
-                _epilogue_row(row, bv, has_bias, res3[n, m] if has_res else row, has_res,
-                              act, aa, ab)
+        _no_taps(out, b, res, s, has_bias, has_res, act, aa, ab)
         return
     pointwise = (kh_n == 1 and kw_n == 1 and sh == 1 and sw == 1 and ph == 0 and pw == 0
                  and oh_n == h and ow_n == wd)
@@ -1588,12 +1571,9 @@ def _conv3_par(nw, ntask, nb, bs, x, w, b, res, out, col, cap, sd, sh, sw, pd, p
                dh, dw, group, has_bias, has_res, act, aa, ab):
     counter = np.zeros(1, np.int64)
     for wk in prange(nw):
-        colw = col[wk * cap:(wk + 1) * cap]
-        t = next_task(counter)
-        while t < ntask:
-            _conv3_task(t, nb, bs, x, w, b, res, out, colw, sd, sh, sw, pd, ph, pw, dd, dh,
-                        dw, group, has_bias, has_res, act, aa, ab)
-            t = next_task(counter)
+        pull_tasks(counter, ntask, _conv3_task,
+                   (nb, bs, x, w, b, res, out, col[wk * cap:(wk + 1) * cap], sd, sh, sw, pd, ph,
+                    pw, dd, dh, dw, group, has_bias, has_res, act, aa, ab))
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -1612,22 +1592,10 @@ def conv3d(x, w, b, res, out, col, sd, sh, sw, pd, ph, pw, dd, dh, dw, group, ha
     pd, ph, pw = np.int64(pd), np.int64(ph), np.int64(pw)
     dd, dh, dw = np.int64(dd), np.int64(dh), np.int64(dw)
     group = np.int64(group)
-    has_bias = bool(has_bias)
-    has_res = bool(has_res)
-    act = np.int64(act)
-    aa = np.float64(alpha_act)
-    ab = np.float64(beta_act)
+    has_bias, has_res, act, aa, ab = _epi_args(has_bias, has_res, act, alpha_act, beta_act)
     kdim = cg * kd_n * kh_n * kw_n
     if kdim == 0:
-        o3 = out.reshape(n_n, m_n, s)
-        r3 = res.reshape(res.shape[0], res.shape[1], s)
-        for n in range(n_n):
-            for m in range(m_n):
-                row = o3[n, m]
-                for j in range(s):
-                    row[j] = 0
-                _epilogue_row(row, b[m] if has_bias else out.dtype.type(0), has_bias,
-                              r3[n, m] if has_res else row, has_res, act, aa, ab)
+        _no_taps(out, b, res, s, has_bias, has_res, act, aa, ab)
         return
     nth = num_threads()
     bs = _block_rows3(kdim, ow_n, rows)

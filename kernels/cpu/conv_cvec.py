@@ -34,6 +34,7 @@ from .conv_implicit import tap_offsets
 from .epilogue import act_row
 from .gemm import claim, count_done, eptr, next_task, num_threads, scratch_workers
 from .phases import phase_planes
+from .ptr import loop_begin, loop_end, loop_phis, loop_results
 from .qgemm import _ptr, masked_load, masked_store, splat
 from .sync import next_affine, wait_count
 
@@ -188,18 +189,9 @@ def _ctile(typingctx, c, coff, xb, xoff, offs, ooff, kq, wt, woff, init, ioff, m
                     p.add_incoming(bias[j % v_n], first)
                     p.add_incoming(own[j], got)
                     starts.append(p)
-                pre = builder.block
-                loop = builder.append_basic_block(f"ct.loop.{r_n}x{v_n}")
-                done = builder.append_basic_block(f"ct.done.{r_n}x{v_n}")
-                builder.cbranch(builder.icmp_signed('>', kq64, ir.Constant(i64, 0)), loop, done)
-                builder.position_at_end(loop)
-                i = builder.phi(i64)
-                i.add_incoming(ir.Constant(i64, 0), pre)
-                accs = []
-                for s in starts:
-                    p = builder.phi(v16)
-                    p.add_incoming(s, pre)
-                    accs.append(p)
+                i, pre, loop, done = loop_begin(builder, kq64, f"ct.loop.{r_n}x{v_n}",
+                                                f"ct.done.{r_n}x{v_n}")
+                accs = loop_phis(builder, v16, starts, pre)
                 xp = builder.gep(xbase, [builder.load(builder.gep(obase, [i]))])
                 wrow = builder.gep(wbase, [builder.mul(i, ir.Constant(i64, PW))])
                 wv = [builder.load(vptr(wrow, ir.Constant(i64, v * 16)), align=4)
@@ -210,19 +202,8 @@ def _ctile(typingctx, c, coff, xb, xoff, offs, ooff, kq, wt, woff, init, ioff, m
                     bc = splat(builder, s, 16)
                     for v in range(v_n):
                         new.append(builder.call(fma, [bc, wv[v], accs[r * v_n + v]]))
-                inext = builder.add(i, ir.Constant(i64, 1))
-                end = builder.block
-                i.add_incoming(inext, end)
-                for a, nw in zip(accs, new):
-                    a.add_incoming(nw, end)
-                builder.cbranch(builder.icmp_signed('<', inext, kq64), loop, done)
-                builder.position_at_end(done)
-                fin = []
-                for j in range(len(slots)):
-                    p = builder.phi(v16)
-                    p.add_incoming(starts[j], pre)
-                    p.add_incoming(new[j], end)
-                    fin.append(p)
+                end = loop_end(builder, i, 1, kq64, loop, done, zip(accs, new))
+                fin = loop_results(builder, v16, starts, pre, new, end)
                 if r_n in _DIRECT_R:
                     with builder.if_else(final) as (then, otherwise):
                         with then:

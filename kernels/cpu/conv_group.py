@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit, prange
 
 from .conv import _rows_epilogue
-from .gemm import eptr, next_task, num_threads, scratch_workers, xgemm
+from .gemm import eptr, num_threads, pull_tasks, scratch_workers, xgemm
 
 _FM = {'reassoc', 'contract', 'arcp'}
 
@@ -151,11 +151,8 @@ def _par(nw, ntask, per, x, wp, b, res, out, scr, kh_n, kw_n, sh, sw, ph, pw, dh
     for wk in prange(nw):
         xt = scr[wk * per:wk * per + hwc]
         col = scr[wk * per + hwc:(wk + 1) * per]
-        t = next_task(counter)
-        while t < ntask:
-            _task(t, x, wp, b, res, out, xt, col, kh_n, kw_n, sh, sw, ph, pw, dh, dw, group,
-                  has_bias, has_res, act, aa, ab)
-            t = next_task(counter)
+        pull_tasks(counter, ntask, _task, (x, wp, b, res, out, xt, col, kh_n, kw_n, sh, sw, ph,
+                                           pw, dh, dw, group, has_bias, has_res, act, aa, ab))
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)

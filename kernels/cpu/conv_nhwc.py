@@ -34,6 +34,7 @@ from numba.np.arrayobj import make_array
 from .epilogue import act_row
 from .gemm import eptr, next_task, num_threads, pgemm, scratch_workers
 from .mathfn import wide_vectors
+from .ptr import eptrs, loop_begin, loop_end
 from .qgemm import masked_load, masked_store, splat
 from .sync import next_affine
 from .transpose import transpose_block
@@ -144,13 +145,8 @@ def _dw_tile(typingctx, out, x, w, b, res, geo, c_n, k, r_n, kh_lo, kh_hi, p_lo,
             padr = [builder.select(pk, ir.Constant(i64, p), plo) for p, pk in enumerate(pok)]
             inner = builder.and_(builder.icmp_signed('<=', plo, ir.Constant(i64, 0)),
                                  builder.icmp_signed('>=', phi_v, ir.Constant(i64, npx)))
-            entry = builder.block
-            cl = builder.append_basic_block(f"dwt.c.{kk}x{rr}s{ss}")
-            cdone = builder.append_basic_block(f"dwt.cdone.{kk}x{rr}s{ss}")
-            builder.cbranch(builder.icmp_signed('>', c64, ir.Constant(i64, 0)), cl, cdone)
-            builder.position_at_end(cl)
-            cv = builder.phi(i64)
-            cv.add_incoming(ir.Constant(i64, 0), entry)
+            cv, _, cl, cdone = loop_begin(builder, c64, f"dwt.c.{kk}x{rr}s{ss}",
+                                          f"dwt.cdone.{kk}x{rr}s{ss}")
             cvec = builder.ashr(cv, ir.Constant(i64, 4))
             xc = builder.mul(cvec, xcs)
             oc = builder.mul(cvec, ocs)
@@ -250,10 +246,7 @@ def _dw_tile(typingctx, out, x, w, b, res, geo, c_n, k, r_n, kh_lo, kh_hi, p_lo,
                     pos = builder.fcmp_ordered('>', v, zero)
                     v = builder.select(rl, builder.select(pos, v, zero), v)
                     builder.call(mstore, [v, vp(obase, off), ir.Constant(i32, 4), cmask])
-            cvn = builder.add(cv, ir.Constant(i64, 16))
-            cv.add_incoming(cvn, builder.block)
-            builder.cbranch(builder.icmp_signed('<', cvn, c64), cl, cdone)
-            builder.position_at_end(cdone)
+            loop_end(builder, cv, 16, c64, cl, cdone)
             builder.branch(exit_)
         builder.position_at_end(exit_)
         return context.get_dummy_value()
@@ -333,27 +326,13 @@ def _dw_row(r, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act
     if all9:
         rs = dh * n_w * c_n
         xb = (n * n_h + ih0) * n_w * c_n + (qa * sw - pw) * c_n
-        w0 = eptr(w, 0)
-        w1 = eptr(w, c_n)
-        w2 = eptr(w, 2 * c_n)
-        w3 = eptr(w, 3 * c_n)
-        w4 = eptr(w, 4 * c_n)
-        w5 = eptr(w, 5 * c_n)
-        w6 = eptr(w, 6 * c_n)
-        w7 = eptr(w, 7 * c_n)
-        w8 = eptr(w, 8 * c_n)
+        w0, w1, w2, w3, w4, w5, w6, w7, w8 = eptrs(w, 0, c_n, 9)
         for q in range(qb - qa):
             oq = eptr(out, r * lo + (qa + q) * c_n)
             e = xb + q * cs
-            x0 = eptr(x, e)
-            x1 = eptr(x, e + dc)
-            x2 = eptr(x, e + 2 * dc)
-            x3 = eptr(x, e + rs)
-            x4 = eptr(x, e + rs + dc)
-            x5 = eptr(x, e + rs + 2 * dc)
-            x6 = eptr(x, e + 2 * rs)
-            x7 = eptr(x, e + 2 * rs + dc)
-            x8 = eptr(x, e + 2 * rs + 2 * dc)
+            x0, x1, x2 = eptrs(x, e, dc, 3)
+            x3, x4, x5 = eptrs(x, e + rs, dc, 3)
+            x6, x7, x8 = eptrs(x, e + 2 * rs, dc, 3)
             for c in range(c_n):
                 oq[c] += (w0[c] * x0[c] + w1[c] * x1[c] + w2[c] * x2[c] + w3[c] * x3[c]
                           + w4[c] * x4[c] + w5[c] * x5[c] + w6[c] * x6[c] + w7[c] * x7[c]
@@ -380,49 +359,32 @@ def _dw_row(r, x, w, b, res, out, sh, sw, ph, pw, dh, dw, has_bias, has_res, act
         if qb <= qa or all9:
             continue
         wk = (kh * kw_n) * c_n
-        w0 = eptr(w, wk)
-        w1 = eptr(w, wk + c_n)
-        w2 = eptr(w, wk + 2 * c_n)
         xb = xrow + (qa * sw - pw) * c_n
         ob = r * lo + qa * c_n
         if kw_n == 3:
+            w0, w1, w2 = eptrs(w, wk, c_n, 3)
             for q in range(qb - qa):
                 oq = eptr(out, ob + q * c_n)
-                x0 = eptr(x, xb + q * cs)
-                x1 = eptr(x, xb + q * cs + dc)
-                x2 = eptr(x, xb + q * cs + 2 * dc)
+                x0, x1, x2 = eptrs(x, xb + q * cs, dc, 3)
                 for c in range(c_n):
                     oq[c] += w0[c] * x0[c] + w1[c] * x1[c] + w2[c] * x2[c]
+        elif kw_n == 5:
+            w0, w1, w2, w3, w4 = eptrs(w, wk, c_n, 5)
+            for q in range(qb - qa):
+                oq = eptr(out, ob + q * c_n)
+                x0, x1, x2, x3, x4 = eptrs(x, xb + q * cs, dc, 5)
+                for c in range(c_n):
+                    oq[c] += (w0[c] * x0[c] + w1[c] * x1[c] + w2[c] * x2[c]
+                              + w3[c] * x3[c] + w4[c] * x4[c])
         else:
-            w3 = eptr(w, wk + 3 * c_n)
-            w4 = eptr(w, wk + 4 * c_n)
-            if kw_n == 5:
-                for q in range(qb - qa):
-                    oq = eptr(out, ob + q * c_n)
-                    x0 = eptr(x, xb + q * cs)
-                    x1 = eptr(x, xb + q * cs + dc)
-                    x2 = eptr(x, xb + q * cs + 2 * dc)
-                    x3 = eptr(x, xb + q * cs + 3 * dc)
-                    x4 = eptr(x, xb + q * cs + 4 * dc)
-                    for c in range(c_n):
-                        oq[c] += (w0[c] * x0[c] + w1[c] * x1[c] + w2[c] * x2[c]
-                                  + w3[c] * x3[c] + w4[c] * x4[c])
-            else:
-                w5 = eptr(w, wk + 5 * c_n)
-                w6 = eptr(w, wk + 6 * c_n)
-                for q in range(qb - qa):
-                    oq = eptr(out, ob + q * c_n)
-                    x0 = eptr(x, xb + q * cs)
-                    x1 = eptr(x, xb + q * cs + dc)
-                    x2 = eptr(x, xb + q * cs + 2 * dc)
-                    x3 = eptr(x, xb + q * cs + 3 * dc)
-                    x4 = eptr(x, xb + q * cs + 4 * dc)
-                    x5 = eptr(x, xb + q * cs + 5 * dc)
-                    x6 = eptr(x, xb + q * cs + 6 * dc)
-                    for c in range(c_n):
-                        oq[c] += (w0[c] * x0[c] + w1[c] * x1[c] + w2[c] * x2[c]
-                                  + w3[c] * x3[c] + w4[c] * x4[c] + w5[c] * x5[c]
-                                  + w6[c] * x6[c])
+            w0, w1, w2, w3, w4, w5, w6 = eptrs(w, wk, c_n, 7)
+            for q in range(qb - qa):
+                oq = eptr(out, ob + q * c_n)
+                x0, x1, x2, x3, x4, x5, x6 = eptrs(x, xb + q * cs, dc, 7)
+                for c in range(c_n):
+                    oq[c] += (w0[c] * x0[c] + w1[c] * x1[c] + w2[c] * x2[c]
+                              + w3[c] * x3[c] + w4[c] * x4[c] + w5[c] * x5[c]
+                              + w6[c] * x6[c])
     if has_res:
         rr = eptr(res, r * lo)
         for q in range(lo):

@@ -25,7 +25,7 @@ the gemm: the scatter multiplies the input row by each tap's weight directly.
 import numpy as np
 from numba import njit, prange
 
-from .gemm import (_ceil_div, eptr, next_task, num_threads, scratch_workers, task_split,
+from .gemm import (_ceil_div, eptr, num_threads, pull_tasks, scratch_workers, task_split,
                    valid_range, xgemm)
 
 _FM = {'reassoc', 'contract', 'arcp'}
@@ -223,12 +223,8 @@ def _par(nw, ntask, nmb, mbs, x, w, b, out, col, cap, sd, sh, sw, pd, ph, pw, dd
     """nw workers, each with scratch col[wk*cap:(wk+1)*cap], pull tasks from a counter."""
     counter = np.zeros(1, np.int64)
     for wk in prange(nw):
-        colw = col[wk * cap:(wk + 1) * cap]
-        t = next_task(counter)
-        while t < ntask:
-            _task(t, nmb, mbs, x, w, b, out, colw, sd, sh, sw, pd, ph, pw, dd, dh, dw,
-                  group, has_bias)
-            t = next_task(counter)
+        pull_tasks(counter, ntask, _task, (nmb, mbs, x, w, b, out, col[wk * cap:(wk + 1) * cap],
+                                           sd, sh, sw, pd, ph, pw, dd, dh, dw, group, has_bias))
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)

@@ -157,6 +157,17 @@ def next_task(typingctx, counter):
     return sig, codegen
 
 
+@njit(inline='always')
+def pull_tasks(counter, ntask, task, args):
+    """A ``prange`` worker's loop: ``task(t, *args)`` for every t < ntask it claims from the
+    shared ``counter`` (:func:`next_task`). Inlined: ``task`` is a plain call in the worker's
+    code (a jitted function passed to a compiled function as a value makes it uncachable)."""
+    t = next_task(counter)
+    while t < ntask:
+        task(t, *args)
+        t = next_task(counter)
+
+
 @intrinsic
 def yield_cpu(typingctx):
     """``sched_yield()``: a worker waiting on another gives up its core, so a machine with more

@@ -24,6 +24,14 @@ def wait_count(done, i, n):
             yield_cpu()
 
 
+@njit(inline='always')
+def claim_below(counter, i, n):
+    """The next of the n chunks of slot i claimed from ``counter`` (``claim``), or -1 once
+    all are claimed: a worker's loop over a phase's chunks."""
+    j = claim(counter, i)
+    return j if j < n else -1
+
+
 @njit(cache=True, error_model='numpy')
 def _affine_order(wk, nw, ntask, i):
     """The i-th task that worker wk of nw tries: its own share of the tasks (the wk-th of nw

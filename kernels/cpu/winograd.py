@@ -34,10 +34,10 @@ transform the whole block.
 import numpy as np
 from numba import njit, prange
 
-from .conv import _epilogue_row
-from .gemm import (_ceil_div, claim, count_done, eptr, next_task, num_threads,
-                   scratch_workers, xgemm)
-from .sync import wait_count
+from .conv import _epi_args, _epilogue_row
+from .gemm import (_ceil_div, count_done, eptr, num_threads, pull_tasks, scratch_workers,
+                   xgemm)
+from .sync import claim_below, wait_count
 
 _FM = {'reassoc', 'contract', 'arcp'}
 
@@ -509,12 +509,9 @@ def _wino_par(nw, ntask, nblk, nr, cap, x, u, b, res, out, scr, ph, pw, has_bias
               aa, ab):
     counter = np.zeros(1, np.int64)
     for wk in prange(nw):
-        scw = scr[wk * cap:(wk + 1) * cap]
-        t = next_task(counter)
-        while t < ntask:
-            _wino_task(t, nblk, nr, x, u, b, res, out, scw, ph, pw, has_bias, has_res, act, aa,
-                       ab)
-            t = next_task(counter)
+        pull_tasks(counter, ntask, _wino_task, (nblk, nr, x, u, b, res, out,
+                                                scr[wk * cap:(wk + 1) * cap], ph, pw, has_bias,
+                                                has_res, act, aa, ab))
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -541,23 +538,21 @@ def _phased_worker(nblk, nr, mbs, ccs, x, u, b, res, out, v, scw, ctr, ph, pw, h
         tb = nrr * (tw + 1)
         if s > 0:
             wait_count(ctr[3], s - 1, nmb)
-        while True:
-            j = claim(ctr[0], s)
-            if j >= ncc:
-                break
+        j = claim_below(ctr[0], s, ncc)
+        while j >= 0:
             _wino_transform(x, n, j * ccs, min(c_n, (j + 1) * ccs), ty0, nrr, tw, m, ph, pw, v,
                             scw)
             count_done(ctr[1], s)
+            j = claim_below(ctr[0], s, ncc)
         wait_count(ctr[1], s, ncc)
-        while True:
-            j = claim(ctr[2], s)
-            if j >= nmb:
-                break
+        j = claim_below(ctr[2], s, nmb)
+        while j >= 0:
             m0 = j * mbs
             mb = min(mbs, m_n - m0)
             _wino_products(n, ty0, nrr, m0, mb, c_n, u, v, scw[:nk * mb * tb],
                            scw[nk * mbs * tb:], b, res, out, has_bias, has_res, act, aa, ab)
             count_done(ctr[3], s)
+            j = claim_below(ctr[2], s, nmb)
 
 
 @njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
@@ -583,11 +578,7 @@ def _winograd_core(x, u, b, res, out, scr, ph, pw, has_bias, has_res, act, aa, a
     if n_n == 0 or m_n == 0 or oh_n == 0 or ow_n == 0:
         return
     ph, pw = np.int64(ph), np.int64(pw)
-    has_bias = bool(has_bias)
-    has_res = bool(has_res)
-    act = np.int64(act)
-    aa = np.float64(aa)
-    ab = np.float64(ab)
+    has_bias, has_res, act, aa, ab = _epi_args(has_bias, has_res, act, aa, ab)
     if c_n == 0:
         of = out.reshape(-1)
         for j in range(of.shape[0]):
