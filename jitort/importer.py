@@ -148,12 +148,19 @@ def _type_label_encoder_inputs(proto: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def _infer(proto: onnx.ModelProto) -> onnx.ModelProto:
+def infer_shapes(proto: onnx.ModelProto, data_prop: bool = False) -> onnx.ModelProto:
+    """onnx's shape inference, guarded: the graph types it would crash on are given first, and a
+    model it rejects comes back as it was (inference is a hint; jitort's own propagation, or the
+    declared types, take over)."""
     proto = _type_label_encoder_inputs(proto)
     try:
-        return onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+        return onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=data_prop)
     except Exception:
-        return proto  # shape inference is a hint; our own propagation takes over
+        return proto
+
+
+def _infer(proto: onnx.ModelProto) -> onnx.ModelProto:
+    return infer_shapes(proto, data_prop=True)
 
 
 def _infer_other_domains(proto: onnx.ModelProto, inferred: onnx.ModelProto) -> onnx.ModelProto:

@@ -29,6 +29,7 @@ import onnx
 from onnx import helper
 
 from .errors import ExecutionError, InvalidInput, InvalidModel, JitortError, UnsupportedOp
+from .importer import infer_shapes
 
 __all__ = ["InferenceSession", "SessionOptions", "GraphOptimizationLevel", "ExecutionMode",
            "RunOptions", "NodeArg", "ModelMetadata", "InvalidArgument", "Fail",
@@ -330,10 +331,7 @@ def _outputs_inferred(proto: onnx.ModelProto) -> list[NodeArg]:
     """The graph outputs with the types onnx's shape inference gives them (onnxruntime reports
     inferred output shapes where the model declares none). The symbols onnx invents for dims it
     cannot name (``unk__0``...) read as ``None``, as onnxruntime has them."""
-    try:
-        outputs = onnx.shape_inference.infer_shapes(proto, strict_mode=False).graph.output
-    except Exception:  # inference is a hint; the declared types stand
-        outputs = proto.graph.output
+    outputs = infer_shapes(proto).graph.output  # the declared types where inference fails
     g = proto.graph
     declared = {d.dim_param for vi in (*g.input, *g.output, *g.value_info)
                 if vi.type.WhichOneof("value") == "tensor_type"

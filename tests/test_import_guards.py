@@ -1,7 +1,8 @@
 """Models that crash onnx's own shape inference must not crash jitort's import.
 
 onnx 1.23's inference of an ai.onnx.ml LabelEncoder whose input is untyped dereferences the
-missing type (a segmentation fault of the whole process); skl2onnx's decision-path outputs
+missing type (a segmentation fault of the whole process), in jitort.compile's import and in
+InferenceSession's output types alike; skl2onnx's decision-path outputs
 (``options={"decision_path": True}``) build exactly that graph. The compile runs in a child
 process so that a regression fails this test instead of killing the test session.
 """
@@ -29,6 +30,10 @@ _CHILD = textwrap.dedent("""
     np.testing.assert_array_equal(got[0], want[0])                  # labels
     np.testing.assert_allclose(got[1], want[1], atol=1e-6)          # probabilities
     assert got[2].tolist() == want[2].tolist()                      # decision paths (strings)
+    # the drop-in session infers its outputs' types with onnx too (get_outputs)
+    sess = jitort.InferenceSession(model.SerializeToString())
+    assert [o.name for o in sess.get_outputs()] == ["label", "probabilities", "decision_path"]
+    assert sess.run(None, {"X": x[:7]})[2].tolist() == want[2].tolist()
     print("OK")
 """)
 
