@@ -7,7 +7,8 @@ on a representative problem, a map from a problem to its *shape bucket*, the gri
 written) that decides before calibration and wherever a bucket was not measured. Nothing is
 keyed by a model or a layer: only by shape buckets.
 
-Decisions (the fastest candidate per bucket, with every candidate's time) are persisted as
+Decisions (per bucket the fastest candidate, or the default rule's pick where it is within
+:data:`KEEP_DEFAULT` of it, with every candidate's time) are persisted as
 JSON under ``<kernel cache root>/tuning/`` (``kernels._cache.cache_root``), one file per
 machine: the file name and its header carry the machine's identity (CPU vendor and model,
 LLVM's name for it and its ISA features, core count, the BLAS the kernels call) and each
@@ -45,6 +46,10 @@ from . import options
 
 #: a candidate this many times slower than the best in most measured buckets is demoted
 DEMOTE = 1.5
+#: a bucket keeps the default rule's pick unless another candidate is faster by this factor:
+#: a near-tie measured on one node (timer noise, a loaded machine) is no reason to leave the
+#: rule, and in a whole model the tie may go the other way
+KEEP_DEFAULT = 1.05
 FORMAT = 1
 
 
@@ -335,6 +340,12 @@ def _demoted(buckets: dict) -> list:
     return sorted(c for c, n in ran.items() if n >= DEMOTE_MIN_BUCKETS and slow[c] * 2 > n)
 
 
+def _pick(times: dict, default: str) -> str:
+    """The fastest candidate, unless the default rule's is within KEEP_DEFAULT of it."""
+    best = min(times, key=times.get)
+    return default if times.get(default, math.inf) <= KEEP_DEFAULT * times[best] else best
+
+
 def tune(only=None, budget_s: float = 55.0, progress=None, path: Path | None = None) -> dict:
     """Measure every choice's grid (or the choices named in ``only``) on this machine within
     about ``budget_s`` seconds and persist the decisions; returns the file's ``choices``.
@@ -376,7 +387,7 @@ def tune(only=None, budget_s: float = 55.0, progress=None, path: Path | None = N
                     continue
                 prob = choice.problem(key)
                 buckets[choice.name][_bucket_text(key)] = {
-                    "pick": min(times, key=times.get), "times": times, "at": time.time(),
+                    "pick": _pick(times, choice.default(prob)), "times": times, "at": time.time(),
                     "gflops": {c: choice.work(prob) / t / 1e9 for c, t in times.items()}}
                 if choice.apply is not None:   # later choices measure paths that use it
                     choice.apply({choice.name: {"buckets": buckets[choice.name]}})
