@@ -52,6 +52,55 @@ def linear_classifier(x, w, b, post, labels, z, y):
 
 
 @njit(cache=True, error_model='numpy')
+def _scores_f32(x, wt, b):
+    """float32 scores (rows, targets) = x @ wt + b in one BLAS sgemm (np.dot), float32 sums as
+    onnxruntime's Gemm; the per-row float64 loops above are several times slower at thousands
+    of rows (the few sums of a row are chains of dependent additions)."""
+    s = np.dot(x, wt)
+    for r in range(s.shape[0]):
+        for j in range(s.shape[1]):
+            s[r, j] += b[j]
+    return s
+
+
+@njit(cache=True, error_model='numpy')
+def linear_f32(x, wt, b, post, z):
+    """``linear`` for float32 rows with float32 coefficients ``wt`` (feats, targets)."""
+    s = _scores_f32(x, wt, b)
+    _post_rows(s, post, z)
+
+
+@njit(cache=True, error_model='numpy')
+def _post_rows(s, post, z):
+    """z = s with post transform ``post`` applied per row (float64 arithmetic)."""
+    nt = s.shape[1]
+    if post == 0:
+        z[:, :] = s
+        return
+    row = np.empty(nt, np.float64)
+    for r in range(s.shape[0]):
+        for j in range(nt):
+            row[j] = s[r, j]
+        transform_row(row, nt, post)
+        for j in range(nt):
+            z[r, j] = row[j]
+
+
+@njit(cache=True, error_model='numpy')
+def linear_classifier_f32(x, wt, b, post, labels, z, y):
+    """``linear_classifier`` for float32 rows with float32 coefficients ``wt`` (feats,
+    targets)."""
+    s = _scores_f32(x, wt, b)
+    for r in range(s.shape[0]):
+        best = 0
+        for j in range(1, s.shape[1]):
+            if s[r, j] > s[r, best]:
+                best = j
+        y[r] = labels[best]
+    _post_rows(s, post, z)
+
+
+@njit(cache=True, error_model='numpy')
 def scaler(x, offset, scale, y):
     """y = (x - offset) * scale, per feature (one value broadcast when of length 1)."""
     n, f = x.shape

@@ -295,8 +295,18 @@ def _coefs(em, n: Node, f: int):
         raise Unlowerable(n, f"{len(w)} coefficients for {f} features")
     nt = len(w) // f
     b = b if len(b) == nt else np.zeros(nt)
+    if _f32_rows(n):  # the float32 kernels' layout: (feats, targets) for one sgemm
+        return (em.constant(("ml.wt32", id(n)),
+                            lambda: np.ascontiguousarray(w.reshape(nt, f).T, np.float32)),
+                em.constant(("ml.b32", id(n)), lambda: b.astype(np.float32)), nt)
     return (em.constant(("ml.w", id(n)), lambda: w.reshape(nt, f)),
             em.constant(("ml.b", id(n)), lambda: b), nt)
+
+
+def _f32_rows(n: Node) -> bool:
+    """float32 input: scores in float32 by the BLAS, as onnxruntime's Gemm (``*_f32`` kernels);
+    other inputs are summed per row in float64."""
+    return np.dtype(n.inputs[0].dtype) == np.float32
 
 
 def _numeric_in(n: Node) -> bool:
@@ -312,7 +322,8 @@ def lower_linear_regressor(em: Emitter, n: Node) -> None:
     post = _POST.get(_s(n.attrs.get("post_transform", "NONE")))
     if post is None or nt != int(n.attrs.get("targets", 1)):
         raise Unlowerable(n, "post_transform or targets")
-    em.call(_ml.linear, x, w, b, em.size(post if nt > 1 or post == 4 else 0),
+    em.call(_ml.linear_f32 if _f32_rows(n) else _ml.linear, x, w, b,
+            em.size(post if nt > 1 or post == 4 else 0),
             em.write(n.outputs[0]).reshape(em.sizes((rows, nt))))
 
 
@@ -325,7 +336,8 @@ def lower_linear_classifier(em: Emitter, n: Node) -> None:
     post = _POST.get(_s(n.attrs.get("post_transform", "NONE")))
     if post is None or nt < 2 or nt != len(labels):
         raise Unlowerable(n, "one coefficient row (binary scores) or labels != rows")
-    em.call(_ml.linear_classifier, x, w, b, em.size(post),
+    em.call(_ml.linear_classifier_f32 if _f32_rows(n) else _ml.linear_classifier, x, w, b,
+            em.size(post),
             em.constant(("ml.labels", id(n)), lambda: labels),
             em.write(n.outputs[1]).reshape(em.sizes((rows, nt))),
             em.write(n.outputs[0]).reshape(em.sizes((rows,))))
