@@ -34,7 +34,8 @@ DOC = ROOT / "docs" / "performance.md"
 
 #: test file stem -> marker name
 SUITES = {"test_bench_models": "models", "test_bench_ops": "ops",
-          "test_bench_overhead": "overhead", "test_bench_gemm_models": "gemm_models"}
+          "test_bench_overhead": "overhead", "test_bench_gemm_models": "gemm_models",
+          "test_bench_ml": "ml", "test_bench_variants": "variants"}
 
 
 def geomean(xs):
