@@ -73,6 +73,32 @@ def test_bitshift(dtype, direction):
     _run_both([_node('BitShift', 2, direction=direction)], [('a', a), ('b', b)], dtype, opset=11)
 
 
+@pytest.mark.parametrize('direction', ['LEFT', 'RIGHT'])
+@pytest.mark.parametrize('dtype', [np.int8, np.int64, np.uint8, np.uint64])
+def test_bitshift_opset28_signed_and_out_of_range(dtype, direction):
+    """Opset 28: signed types (arithmetic right shift, left shift past the sign bit cut) and
+    amounts that are negative or at least the width (the sign fill: -1 or 0), against
+    onnx.reference (onnxruntime 1.32 implements BitShift for unsigned types only)."""
+    from onnx.reference import ReferenceEvaluator
+    bits = 8 * np.dtype(dtype).itemsize
+    lo = 0 if np.dtype(dtype).kind == 'u' else -100
+    a = _ints((4, 8), dtype, lo, 100)
+    b = np.array([0, 1, 3, bits - 1, bits, bits + 5, 2, 1], dtype)
+    if np.dtype(dtype).kind == 'i':
+        b[6:] = (-1, -bits)
+    g = helper.make_graph([_node('BitShift', 2, direction=direction)], 'g',
+                          [helper.make_tensor_value_info('a', tt(a.dtype), a.shape),
+                           helper.make_tensor_value_info('b', tt(b.dtype), b.shape)],
+                          [helper.make_tensor_value_info('y', tt(a.dtype), None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 28)])
+    m.ir_version = 10
+    cm = jitort.compile(m, strict=True)
+    got = cm.run(None, {'a': a, 'b': b})
+    assert cm.fallback_nodes() == []
+    want = ReferenceEvaluator(m).run(None, {'a': a, 'b': b})
+    assert_outputs_close(got, want, exact=True)
+
+
 @pytest.mark.parametrize('op', ['BitwiseAnd', 'BitwiseOr', 'BitwiseXor'])
 @pytest.mark.parametrize('dtype', [np.int32, np.uint8])
 def test_bitwise(op, dtype):

@@ -343,10 +343,19 @@ def _mod(n, a, d, o):
     return f"{t}({a[0]} % {a[1]})"  # Python/numpy mod: the sign of the divisor
 
 
-@expr("BitShift", dtypes=UNSIGNED)
+@expr("BitShift", dtypes=INTS)
 def _bitshift(n, a, d, o):
-    op = "<<" if n.attrs.get("direction", "LEFT") == "LEFT" else ">>"
-    return f"{tname(o)}({a[0]} {op} {a[1]})"
+    # opset 28's rule: a shift by a negative amount or by the width or more gives what the sign
+    # extension alone gives (-1 for a right shift of a negative signed value, else 0); in LLVM
+    # such a shift is poison, so it is never the value selected. Signed right shifts are
+    # arithmetic; a left shift's bits past the type's width are cut by the conversion.
+    t, x, y = tname(o), a[0], a[1]
+    bits = 8 * np.dtype(o).itemsize
+    ok = f"({y} < {bits})" if np.dtype(o).kind == "u" else f"({y} >= 0 and {y} < {bits})"
+    if n.attrs.get("direction", "LEFT") == "LEFT":
+        return f"({t}({x} << {y}) if {ok} else {t}(0))"
+    fill = f"{t}(0)" if np.dtype(o).kind == "u" else f"({t}(-1) if {x} < 0 else {t}(0))"
+    return f"({t}({x} >> {y}) if {ok} else {fill})"
 
 
 for _op, _sym in (("BitwiseAnd", "&"), ("BitwiseOr", "|"), ("BitwiseXor", "^")):
