@@ -388,7 +388,11 @@ def _queue_drains_within_the_bound(monkeypatch, chains: list, dropped: tuple) ->
     assert max(samples) <= bound, max(samples)
     assert max(samples) >= 1  # the sampler saw the compiles it bounds
     assert QUEUE.peak <= bound
-    assert QUEUE.started - started == len(chains) and QUEUE.collected - collected == 5
+    # every model that queued ran once; one whose first call found its program already cached
+    # (another model's compile finished first: a loaded host makes the loop slow) never queued
+    queued_models = sum(cm._tiering._work is not None for cm, _ in models)
+    assert QUEUE.started - started == queued_models and QUEUE.collected - collected == 5
+    assert queued_models >= len(set(chains))
     # a program compiles in a process at most twice (two jobs at a time); a model whose
     # program another model compiled meanwhile finds it in the cache when its turn comes
     in_child = sum(bool(cm._tiering.compiled_in_child) for cm, _ in models)
