@@ -168,6 +168,17 @@ def _gqa_case(rotary: bool, interleaved: int = 0):
     return _case("GroupQueryAttention", ins, ("y", "pk_out", "pv_out"), attrs)
 
 
+def _gqa_prompt_padded():
+    """A first prompt of a batch right-padded to S (seqlens_k + 1 = each row's length <= S =
+    total_sequence_length): every row's queries take positions 0..S-1 (causal from 0), as
+    onnxruntime's prompt mode, whatever the row's length."""
+    b, s, n, kvn, hd = 2, 5, 4, 2, 8
+    ins = [("q", F, _f(b, s, n * hd)), ("k", F, _f(b, s, kvn * hd)), ("v", F, _f(b, s, kvn * hd)),
+           (None, F, None), (None, F, None), ("seqlens", I32, np.array([4, 2], np.int32)),
+           ("total", I32, np.array(s, np.int32))]
+    return _case("GroupQueryAttention", ins, ("y",), {"num_heads": n, "kv_num_heads": kvn})
+
+
 def _rotary_cases():
     b, s, n, hd = 2, 5, 2, 8
     ang = np.arange(12)[:, None] * (1.0 / 10000 ** (np.arange(hd // 2) / (hd // 2)))[None]
@@ -218,6 +229,19 @@ def test_contrib_ops_match_onnxruntime(group):
     got = cm.run(None, feeds)
     names = [o.name for o in m.graph.output]
     assert_outputs_close(got, want, rtol=1e-4, atol=1e-4, names=names)
+
+
+def test_gqa_padded_prompt_rows_match_onnxruntime():
+    """The padded queries of a right-padded prompt are left out: onnxruntime's CPU kernel
+    computes scores only for keys below the row's length, then normalizes over the causal
+    window, which reaches into score slots it never wrote (its output there is not
+    defined)."""
+    m, feeds = _graph([_gqa_prompt_padded()])
+    want = _ort(m, feeds)[0]
+    got = jitort.compile(m, strict=True).run(None, feeds)[0]
+    assert got.shape == want.shape
+    for row, length in enumerate(feeds["c0_seqlens"] + 1):
+        np.testing.assert_allclose(got[row, :length], want[row, :length], rtol=1e-4, atol=1e-4)
 
 
 def test_bias_add():

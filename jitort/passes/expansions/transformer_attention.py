@@ -181,10 +181,14 @@ def _rotate(b: Builder, x, cos, sin, pos, heads: int, interleaved: bool, rot_dim
 def _group_query_attention(b: Builder, n: Node):
     """Causal attention with kv_num_heads <= num_heads, past_key / past_value (B, Nkv, P, H)
     concatenated with the new keys into present_key / present_value, optional rotary
-    (do_rotary, positions past + i). Covered: every batch row at the same length
-    (seqlens_k[b] + 1 == P + S, no right padding of a batched decode); seqlens_k then bounds the
-    keys as onnxruntime does. Not covered: local_window_size, smooth_softmax, attention_bias,
-    head_sink, packed QKV."""
+    (do_rotary, positions past + i). Covered: a first prompt (S == total_sequence_length),
+    right-padded rows included (every row from position 0; a padded query's output is not
+    defined by onnxruntime), and later steps with every batch row at the same length
+    (seqlens_k[b] + 1 == P + S). NOT covered, and not detected (the outputs are wrong): a
+    batched decode whose rows have different lengths, and past / present sharing one buffer
+    (total_sequence_length <= P): onnxruntime writes each row's new keys at that row's length
+    and sizes present max(total_sequence_length, P). Declined: local_window_size,
+    smooth_softmax, attention_bias, head_sink, packed QKV."""
     _check_plain(n, "smooth_softmax")
     if int(n.attrs.get("local_window_size", -1)) != -1:
         raise Decline("local_window_size")
@@ -196,9 +200,16 @@ def _group_query_attention(b: Builder, n: Node):
     heads, kv_heads = int(n.attrs["num_heads"]), int(n.attrs["kv_num_heads"])
     dt = np.dtype(q.dtype)
     q_len = _dim(b, q, 1)
-    # per batch row: past length seqlens_k + 1 - S, queries at past + i, keys j <= past + i
+    # per batch row: past length seqlens_k + 1 - S, queries at past + i, keys j <= past + i;
+    # a first prompt (S == total_sequence_length) starts every row at 0, as onnxruntime's
+    # prompt mode: a right-padded row's seqlens_k is its own length - 1, not S - 1
     past_b = b.op("Sub", [b.op("Add", [b.op("Cast", [seqlens], {"to": 7}, dtype=np.int64),
                                         _i64(b, 1)]), q_len])
+    if n.input(6) is not None:
+        total_in = b.op("Reshape", [b.op("Cast", [n.input(6)], {"to": 7}, dtype=np.int64),
+                                    b.ints()], dtype=np.int64)
+        first = b.op("Equal", [q_len, total_in], dtype=np.bool_)
+        past_b = b.op("Where", [first, _i64(b, 0), past_b], dtype=np.int64)
     pos = b.op("Add", [b.op("Unsqueeze", [past_b, b.ints(1)]),
                        b.op("Unsqueeze", [_arange(b, q_len), b.ints(0)])])  # (B, S)
     if n.attrs.get("do_rotary", 0):
