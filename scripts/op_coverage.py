@@ -28,7 +28,6 @@ import sys
 import warnings
 from pathlib import Path
 
-import numpy as np
 import onnx
 import onnx.defs
 import onnx.numpy_helper
