@@ -10,10 +10,12 @@ import statistics
 import time
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
 import jitort
+from benchmarks.test_bench_variants import optimized_bert_model
 from tests.models import shared_feeds, shared_path
 
 THREADS = 1
@@ -35,11 +37,8 @@ def optimized_bert(tmp_path_factory):
     path = shared_path("bert")
     if not path.exists():
         pytest.skip(f"{path} is absent (the shared model corpus)")
-    from onnxruntime.transformers.optimizer import optimize_model
-    # opt_level=0: the Python fusions only (the onnxruntime pre-pass of levels >= 1 needs torch)
-    opt = optimize_model(str(path), model_type="bert", num_heads=4, hidden_size=256, opt_level=0)
     out = tmp_path_factory.mktemp("contrib") / "bert_opt.onnx"
-    opt.save_model_to_file(str(out))
+    onnx.save(optimized_bert_model(), str(out))
     return out
 
 

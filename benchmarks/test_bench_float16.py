@@ -19,7 +19,7 @@ import onnxruntime as ort
 import pytest
 
 import jitort
-from benchmarks.test_bench_models import BLOCK, _block, _settle
+from benchmarks.test_bench_models import time_against_ort
 from tests.models import shared_feeds, shared_path
 
 ROUNDS = 15
@@ -49,17 +49,4 @@ def _prepared(name, threads):
 def test_float16_model(benchmark, name, threads):
     cm, sess, feeds = _prepared(name, threads)
     benchmark.group = f"{name} float16 t{threads}"
-    ort_times = []
-
-    def blocks_then_jitort():
-        _settle()
-        _block(lambda: sess.run(None, feeds), ort_times)
-        _settle()
-        for _ in range(BLOCK - 1):
-            cm.run(None, feeds)
-        return (), {}
-
-    benchmark.pedantic(lambda: cm.run(None, feeds), setup=blocks_then_jitort, rounds=ROUNDS,
-                       warmup_rounds=0)
-    benchmark.extra_info["ort_median_s"] = float(np.median(ort_times))
-    benchmark.extra_info["ort_rounds"] = len(ort_times)
+    time_against_ort(benchmark, lambda: cm.run(None, feeds), lambda: sess.run(None, feeds), ROUNDS)

@@ -20,7 +20,6 @@ to ``extra_info["ort_median_s"]`` and the ratio to ``extra_info["ratio"]``; the 
 (benchmarks/conftest.py) prints every ratio and their geometric mean.
 """
 import time
-import warnings
 
 import numpy as np
 import onnxruntime as ort
@@ -28,6 +27,7 @@ import pytest
 
 import jitort
 from tests.helpers import assert_outputs_close
+from tests.test_ml_ops import _convert as convert
 
 sklearn = pytest.importorskip("sklearn")
 skl2onnx = pytest.importorskip("skl2onnx")
@@ -59,12 +59,7 @@ _YR = 2 * _XT[:, 2] + _XT[:, 5] * _XT[:, 6]
 
 
 def _convert(est, y, zipmap=False):
-    from skl2onnx import to_onnx
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        est.fit(_XT, y)
-        opts = {id(est): {"zipmap": False}} if zipmap is False else None
-        return to_onnx(est, _XT[:1], options=opts, target_opset={"": 17, "ai.onnx.ml": 3})
+    return convert(est, y, zipmap, x=_XT)
 
 
 MODELS = {

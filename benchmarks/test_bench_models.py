@@ -201,6 +201,28 @@ def _block(fn, times):
     times.append(time.perf_counter() - t)
 
 
+def time_against_ort(benchmark, jitort_call, ort_call, rounds: int) -> None:
+    """Time ``jitort_call`` against ``ort_call`` by this module's protocol without OpenVINO:
+    each round's untimed setup settles, runs a block of ``ort_call`` (the last call timed),
+    settles, runs BLOCK - 1 untimed ``jitort_call``; pytest-benchmark times the next one.
+    onnxruntime's median goes to ``extra_info["ort_median_s"]`` (not under
+    ``--benchmark-disable``, which runs each call once)."""
+    ort_times = []
+
+    def blocks_then_jitort():
+        _settle()
+        _block(ort_call, ort_times)
+        _settle()
+        for _ in range(BLOCK - 1):
+            jitort_call()
+        return (), {}
+
+    benchmark.pedantic(jitort_call, setup=blocks_then_jitort, rounds=rounds, warmup_rounds=0)
+    if not benchmark.disabled:
+        benchmark.extra_info["ort_median_s"] = float(np.median(ort_times))
+        benchmark.extra_info["ort_rounds"] = len(ort_times)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("kind,name", CASES, ids=[n for _, n in CASES])
 def test_model(benchmark, kind, name, threads):

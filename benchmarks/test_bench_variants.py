@@ -33,8 +33,9 @@ import onnxruntime as ort
 import pytest
 
 import jitort
-from benchmarks.test_bench_models import BLOCK, _block, _settle
+from benchmarks.test_bench_models import time_against_ort
 from tests.models import SHARED, shared_feeds, shared_path
+from tests.test_contrib_quant import int4_bert, resnet_feeds, static_resnet18
 
 ROUNDS = 15
 
@@ -52,26 +53,8 @@ def _dynamic_int8():
         return onnx.load(str(out))
 
 
-def _qdq_resnet18():
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            rng = np.random.default_rng(0)
-            self.it = iter([{"pixel_values": rng.standard_normal((1, 3, 224, 224))
-                             .astype(np.float32)} for _ in range(3)])
-
-        def get_next(self):
-            return next(self.it, None)
-    with tempfile.TemporaryDirectory() as d:
-        pre, out = Path(d) / "pre.onnx", Path(d) / "q.onnx"
-        quant_pre_process(str(shared_path("resnet18")), str(pre))
-        quantize_static(str(pre), str(out), Reader(), quant_format=QuantFormat.QDQ)
-        return onnx.load(str(out))
-
-
-def _optimized_bert():
+def optimized_bert_model() -> onnx.ModelProto:
+    """bert through onnxruntime's transformer optimizer (its Python fusions)."""
     from onnxruntime.transformers.optimizer import optimize_model
     # opt_level=0: the Python fusions only (the onnxruntime pre-pass of levels >= 1 needs torch)
     opt = optimize_model(str(shared_path("bert")), model_type="bert", num_heads=4,
@@ -82,29 +65,17 @@ def _optimized_bert():
         return onnx.load(str(out))
 
 
-def _int4_bert():
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-    q = MatMulNBitsQuantizer(onnx.load(str(shared_path("bert"))), block_size=32)
-    q.process()
-    return q.model.model
-
-
-def _image():
-    return {"pixel_values": np.random.default_rng(5).standard_normal((1, 3, 224, 224))
-            .astype(np.float32)}
-
-
 #: variant -> (make the model, its feeds, tolerance kind)
 VARIANTS = {
     "bert-int8-dynamic": (_dynamic_int8, lambda: shared_feeds("bert", 1, 128), "int8"),
-    "resnet18-int8-qdq": (_qdq_resnet18, _image, "int8"),
+    "resnet18-int8-qdq": (lambda: static_resnet18("QDQ"), resnet_feeds, "int8"),
     "bert-fp16": (lambda: _fp16("bert"), lambda: shared_feeds("bert", 1, 128), "fp16"),
     "resnet18-fp16": (lambda: _fp16("resnet18"), lambda: shared_feeds("resnet18", 1, 128),
                       "fp16"),
     "vit-fp16": (lambda: _fp16("vit"), lambda: shared_feeds("vit", 1, 128), "fp16"),
     "gpt2-fp16": (lambda: _fp16("gpt2"), lambda: shared_feeds("gpt2", 1, 128), "fp16"),
-    "bert-optimized": (_optimized_bert, lambda: shared_feeds("bert", 1, 128), "exact"),
-    "bert-int4": (_int4_bert, lambda: shared_feeds("bert", 1, 128), "exact"),
+    "bert-optimized": (optimized_bert_model, lambda: shared_feeds("bert", 1, 128), "exact"),
+    "bert-int4": (int4_bert, lambda: shared_feeds("bert", 1, 128), "exact"),
 }
 
 
@@ -135,17 +106,4 @@ def test_variant(benchmark, variant):
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     _check(cm.run(None, feeds), sess.run(None, feeds), kind)
     benchmark.group = f"{variant} t1"
-    ort_times = []
-
-    def blocks_then_jitort():
-        _settle()
-        _block(lambda: sess.run(None, feeds), ort_times)
-        _settle()
-        for _ in range(BLOCK - 1):
-            cm.run(None, feeds)
-        return (), {}
-
-    benchmark.pedantic(lambda: cm.run(None, feeds), setup=blocks_then_jitort, rounds=ROUNDS,
-                       warmup_rounds=0)
-    if not benchmark.disabled:
-        benchmark.extra_info.update(ort_median_s=float(np.median(ort_times)), threads=1)
+    time_against_ort(benchmark, lambda: cm.run(None, feeds), lambda: sess.run(None, feeds), ROUNDS)

@@ -247,10 +247,15 @@ def int4_bert(block_size=32, symmetric=False) -> onnx.ModelProto:
     return q.model.model
 
 
-@functools.lru_cache(maxsize=None)
 def qoperator_resnet18() -> onnx.ModelProto:
-    """resnet18 by quantize_static(QuantFormat.QOperator) after onnxruntime's pre-processing,
-    calibrated on three random batches."""
+    """resnet18 by quantize_static(QuantFormat.QOperator) (see :func:`static_resnet18`)."""
+    return static_resnet18("QOperator")
+
+
+@functools.lru_cache(maxsize=None)
+def static_resnet18(quant_format: str) -> onnx.ModelProto:
+    """resnet18 by quantize_static(QuantFormat.<quant_format>: "QOperator" or "QDQ") after
+    onnxruntime's pre-processing, calibrated on three random batches."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
@@ -265,7 +270,8 @@ def qoperator_resnet18() -> onnx.ModelProto:
     with tempfile.TemporaryDirectory() as d:
         pre, out = Path(d) / "pre.onnx", Path(d) / "q.onnx"
         quant_pre_process(str(shared_path("resnet18")), str(pre))
-        quantize_static(str(pre), str(out), Reader(), quant_format=QuantFormat.QOperator)
+        quantize_static(str(pre), str(out), Reader(),
+                        quant_format=getattr(QuantFormat, quant_format))
         return onnx.load(str(out))
 
 
