@@ -58,6 +58,30 @@ def test_mod(dtype, fmod):
     _run_both([_node('Mod', 2, fmod=fmod)], [('a', a), ('b', b)], dtype, opset=13)
 
 
+@pytest.mark.parametrize('dtype', [np.float32, np.float64, np.float16])
+def test_mod_float_python_style(dtype):
+    """Mod with fmod=0 on floats (opset 13's spec asks fmod=1; onnx.reference and BackendTest
+    take it as np.mod): the sign of the divisor, signed zeros included, and inf/nan/0 edges,
+    compared bit for bit (sign of zero, NaN position) with onnx.reference."""
+    from onnx.reference import ReferenceEvaluator
+    edge = np.array([0.0, -0.0, 1.0, -1.0, 2.5, -7.25, np.inf, -np.inf, np.nan, 6.0], dtype)
+    a = np.concatenate([np.repeat(edge, edge.size), _f((50,)).astype(dtype)])
+    b = np.concatenate([np.tile(edge, edge.size), (_f((50,), 1) + 0.1).astype(dtype)])
+    node = _node('Mod', 2, fmod=0)
+    vi = [helper.make_tensor_value_info(n, tt(np.dtype(dtype)), a.shape) for n in 'ab']
+    vo = [helper.make_tensor_value_info('y', tt(np.dtype(dtype)), None)]
+    m = helper.make_model(helper.make_graph([node], 'g', vi, vo),
+                          opset_imports=[helper.make_opsetid('', 13)])
+    cm = jitort.compile(m, strict=True)
+    with np.errstate(all='ignore'):
+        got = cm.run(None, {'a': a, 'b': b})[0]
+        ref = ReferenceEvaluator(m).run(None, {'a': a, 'b': b})[0]
+    assert cm.fallback_nodes() == []
+    assert got.dtype == ref.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got, ref)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(ref))
+
+
 @pytest.mark.parametrize('dtype', [np.int32, np.int64])
 def test_int_div_truncates(dtype):
     a = np.array([7, -7, 7, -7, 0, 9], dtype)

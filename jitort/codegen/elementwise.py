@@ -340,7 +340,20 @@ def _mod(n, a, d, o):
         # the same for |a|, |b| < 2**53 and vectorizes (integer division does not)
         fa, fb = f"np.float64({a[0]})", f"np.float64({a[1]})"
         return f"{t}({fa} - {math_call('trunc', f'{fa} / {fb}')} * {fb})"
+    if np.dtype(o).kind == "f":
+        return _float_mod(a[0], a[1], o)
     return f"{t}({a[0]} % {a[1]})"  # Python/numpy mod: the sign of the divisor
+
+
+def _float_mod(x, y, o):
+    """numpy's float remainder (``np.mod``, as onnx.reference's Mod with fmod=0): the sign of
+    the divisor. C fmod, then a nonzero result of the other sign than ``y`` moves by ``y``
+    (``-1 % inf == inf``), and a zero one takes ``y``'s sign; NaN from fmod (``y == 0``,
+    ``x`` infinite, a NaN operand) stays NaN."""
+    m = math_call("fmod", x, y)
+    zero = f"({lit(0.0, o)} if {y} > 0 else {lit(-0.0, o)})"
+    return (f"(({m} + {y}) if ({m} != 0 and (({y} < 0) != ({m} < 0))) "
+            f"else ({m} if {m} != 0 else {zero}))")
 
 
 @expr("BitShift", dtypes=INTS)
@@ -450,8 +463,6 @@ def supports_elementwise(n: Node) -> bool:
     if n.op_type == "Pow" and np.dtype(n.inputs[0].dtype) not in FLOATS + HALF + (
             np.dtype(np.int32), np.dtype(np.int64)):
         return False  # (the exponent may be any numeric type)
-    if n.op_type == "Mod" and not n.attrs.get("fmod", 0) and np.dtype(n.inputs[0].dtype) in FLOATS + HALF:
-        return False  # the spec requires fmod=1 for floats
     if n.op_type in ("BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Div", "Mod") and (
             n.inputs[0].dtype != n.inputs[1].dtype):
         return False
