@@ -378,9 +378,12 @@ def tune(only=None, budget_s: float = 55.0, progress=None, path: Path | None = N
                     b = buckets[choice.name].get(_bucket_text(key))
                     work.append(((b is not None, b.get("at", 0) if b else 0, ci), choice, key))
             work.sort(key=lambda w: w[0])
+            cut = set()     # choices with a bucket never measured when the budget ran out
             for _, choice, key in work:
                 bar.update(1)
                 if time.monotonic() > deadline:
+                    if _bucket_text(key) not in buckets[choice.name]:
+                        cut.add(choice.name)
                     continue
                 times = measure_bucket(choice, key, slow)
                 if not times:
@@ -394,7 +397,8 @@ def tune(only=None, budget_s: float = 55.0, progress=None, path: Path | None = N
             for choice in todo:
                 doc_choices[choice.name] = {"library": library_hash(choice),
                                             "buckets": buckets[choice.name],
-                                            "demoted": _demoted(buckets[choice.name])}
+                                            "demoted": _demoted(buckets[choice.name]),
+                                            "complete": choice.name not in cut}
     finally:
         numba.set_num_threads(prev_threads)
         bar.close()
@@ -435,6 +439,9 @@ def show(path: Path | None = None) -> str:
         if entry.get("demoted"):
             lines.append(f"  DEMOTED on this machine: {', '.join(entry['demoted'])} (over "
                          f"{DEMOTE}x the best in most buckets; the default rule avoids it)")
+        if not entry.get("complete", True):
+            lines.append("  cut short by the budget: buckets not listed follow the default "
+                         "rule (`jitort tune` again goes on)")
         cands = [c.name for c in choice.candidates]
         lines.append(f"  {'bucket':<22}{'pick':>10}{'default':>10}" +
                      "".join(f"{c + ' GF/s':>14}" for c in cands))
@@ -469,6 +476,12 @@ def summary_lines() -> list:
 _started = False
 
 
+def _calibrated(data: dict) -> bool:
+    """Whether every choice has decisions here and its last run reached all of its buckets (a
+    run cut by its budget leaves a choice ``complete: false``: the next one goes on)."""
+    return all(name in data and data[name].get("complete", True) for name in choices())
+
+
 def ensure_background() -> None:
     """Start ``jitort tune --background`` when a choice has no decisions for this machine and
     these kernel sources (first use, or an update that changed a kernel a choice measured): a
@@ -480,7 +493,7 @@ def ensure_background() -> None:
     _started = True
     try:
         path = decisions_path()
-        if path.exists() and all(name in load(path) for name in choices()):
+        if path.exists() and _calibrated(load(path)):
             return        # every choice calibrated here, on these kernel sources
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = path.with_suffix(".running")

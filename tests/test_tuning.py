@@ -224,6 +224,27 @@ def test_first_use_starts_one_background_calibration(tune_dir, monkeypatch):
     tuning.decisions_path().write_text(json.dumps(doc))
     tuning.ensure_background()
     assert len(started) == 2
+    # one whose last run was cut by its budget before it reached all its buckets: go on
+    some = next(iter(doc["choices"]))
+    doc["choices"][some]["complete"] = False
+    tuning.decisions_path().write_text(json.dumps(doc))
+    tuning.decisions_path().with_suffix(".running").unlink()   # the last one ended
+    monkeypatch.setattr(tuning, "_started", False)
+    tuning.ensure_background()
+    assert len(started) == 3
+
+
+def test_a_run_cut_by_its_budget_is_marked_incomplete(tune_dir, small_grid):
+    """Buckets left when the budget runs out mark their choice incomplete (the background
+    calibration of the next process goes on from there); a full run marks every choice
+    complete."""
+    cut = tuning.tune(only=["gemm.weights"], budget_s=0.0, progress=False)
+    assert cut["gemm.weights"]["complete"] is False and not cut["gemm.weights"]["buckets"]
+    assert "cut short by the budget" in tuning.show()
+    full = tuning.tune(only=["gemm.weights"], budget_s=600.0, progress=False)
+    assert full["gemm.weights"]["complete"] is True
+    assert len(full["gemm.weights"]["buckets"]) == len(SMALL_GRID)
+    assert "cut short" not in tuning.show()
 
 
 def test_cli_tune_show(tune_dir):
