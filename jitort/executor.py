@@ -29,7 +29,7 @@ from .errors import ExecutionError, InvalidInput, JitortError, UnsupportedOp, ru
 from .feeds import FeedChecker, available_memory, fmt_bytes, has_half, storage_views
 from .interpreter import make_runner, node_inputs
 from .ir import Graph, Node
-from .partition import INTERP, ControlStep, InterpStep, Segment, schedule
+from .partition import INTERP, ControlStep, DynamicStep, InterpStep, Segment, schedule
 from .pinning import pinned
 from .profiling import op_label
 
@@ -314,8 +314,9 @@ class Executor:
         self._interp(step.node, env)
 
     def _control_step(self, step: ControlStep, env: dict) -> None:
-        """An If / Loop / Scan calling its bodies' compiled programs. A body that declines
-        these shapes (UnsupportedOp) hands the node to the interpreter, as a lowering would."""
+        """An If / Loop / Scan calling its bodies' compiled programs, or a dynamic step
+        (jitort/dynamic_ops.py) calling its kernels. A body that declines these shapes
+        (UnsupportedOp) hands the node to the interpreter, as a lowering would."""
         n = step.node
         try:
             outs = self._flows[id(n)](node_inputs(n, env))
@@ -462,7 +463,8 @@ class Executor:
     def _profiled_step(self, fn, step, index: int):
         if isinstance(step, InterpStep):
             n = step.node
-            kind = "control" if isinstance(step, ControlStep) else "interp"
+            kind = ("dynamic" if isinstance(step, DynamicStep) else
+                    "control" if isinstance(step, ControlStep) else "interp")
             return self.profiler.timed(n.label, kind, fn,
                                        {"op_name": op_label(n), "nodes": [n.label], "flops": 0})
         return self.profiler.timed(f"segment{index}", "segment", fn, {"step": index})

@@ -10,6 +10,9 @@ Every node gets one placement:
 * ``INTERP``: everything else, run by the fallback interpreter.
 * ``CONTROL``: set by the CPU runtime afterwards (:func:`jitort.control_flow.claim`) on an
   If / Loop / Scan whose bodies compiled; scheduled as a :class:`ControlStep`.
+* ``DYNAMIC``: set by the CPU runtime afterwards (:func:`jitort.dynamic_ops.claim`) on an op
+  whose output shape depends on its input values (NonZero, Unique...); scheduled as a
+  :class:`DynamicStep`, its compiled kernels writing outputs sized at run time.
 
 Consecutive host and compiled nodes form a :class:`Segment` (one generated driver); interpreter
 nodes sit between segments.
@@ -26,6 +29,9 @@ HOST = "host"
 INTERP = "interp"
 #: an If / Loop / Scan whose bodies are compiled sub-programs (jitort/control_flow.py)
 CONTROL = "control"
+#: an op whose output shape depends on input values, run by compiled kernels between segments
+#: (jitort/dynamic_ops.py)
+DYNAMIC = "dynamic"
 
 #: Host nodes producing more elements than this stay on the data path (planned per shape anyway).
 SHAPE_OPS = {"Shape", "Size"}
@@ -66,6 +72,13 @@ class ControlStep(InterpStep):
     segment: like an interpreter step, its outputs land in ``env`` as arrays)."""
 
 
+@dataclass
+class DynamicStep(ControlStep):
+    """An op whose output shape depends on its input values (jitort/dynamic_ops.py), run like a
+    control step: its flow calls compiled kernels on the input arrays and its outputs, sized
+    at run time, land in ``env``; the segments after it are planned per those shapes."""
+
+
 def assign(graph: Graph, backends: list[Backend], plan_time=()) -> dict[int, str]:
     """Return ``id(node) -> placement``. ``plan_time``: graph inputs whose *values* key the
     plans like host values (a Loop body's iteration number: what it indexes is computed on the
@@ -99,7 +112,7 @@ def assign(graph: Graph, backends: list[Backend], plan_time=()) -> dict[int, str
             if v is None or v.is_const:
                 continue
             src = producer.get(id(v))
-            if src is not None and placement[id(src)] not in (HOST, INTERP, CONTROL):
+            if src is not None and placement[id(src)] not in (HOST, INTERP, CONTROL, DYNAMIC):
                 placement[id(n)] = INTERP
                 break
     return placement
@@ -169,6 +182,8 @@ def schedule(graph: Graph, placement: dict[int, str]) -> list[Segment | InterpSt
             steps.append(InterpStep(n))
         elif placement[id(n)] == CONTROL:
             steps.append(ControlStep(n))
+        elif placement[id(n)] == DYNAMIC:
+            steps.append(DynamicStep(n))
         elif steps and isinstance(steps[-1], Segment):
             steps[-1].nodes.append(n)
         else:

@@ -13,14 +13,14 @@ import sys
 from collections import Counter
 from typing import Any, Sequence
 
-from . import control_flow, devices, options, serialize, tiering, tuning, zipmap
+from . import control_flow, devices, dynamic_ops, options, serialize, tiering, tuning, zipmap
 from .codegen import module as modmgr
 from .codegen.cpu import CpuBackend
 from .errors import ExecutionError, InvalidInput, JitortError, UnsupportedOp
 from .executor import Executor, infer_shapes  # noqa: F401  (infer_shapes: this module's API)
 from .feeds import InputInfo, available_memory  # noqa: F401  (this module's API)
 from .importer import import_model
-from .partition import CONTROL, HOST, INTERP, InterpStep, assign
+from .partition import CONTROL, DYNAMIC, HOST, INTERP, InterpStep, assign
 from .passes import CPU_PIPELINE, PassReport, run_pipeline
 from .pinning import check_threads, configure_blas
 from .profiling import Profiler
@@ -155,7 +155,8 @@ class CompiledModel(Executor):
 
     def _compile_bodies(self) -> dict:
         """Compile the bodies of If / Loop / Scan nodes (jitort/control_flow.py): strict
-        body models, so a node is compiled as a whole or left to the interpreter. Returns
+        body models, so a node is compiled as a whole or left to the interpreter; place the
+        ops whose output shape depends on values on dynamic steps (jitort/dynamic_ops.py). Returns
         ``node label -> why it stays interpreted``."""
         self._flows = {}
         if self.device != "cpu" or not self._backends:
@@ -164,7 +165,10 @@ class CompiledModel(Executor):
         def compile_body(proto, plan_time=()):
             return BodyModel(proto, plan_time, threads=self.threads, debug=self.debug)
         self._flows, reasons = control_flow.claim(self.graph, self.placement, compile_body)
-        return reasons
+        # ops whose output shape depends on input values: compiled kernels between segments
+        flows, why = dynamic_ops.claim(self.graph, self.placement)
+        self._flows.update(flows)
+        return {**reasons, **why}
 
     def _check_strict(self) -> None:
         """In strict mode, refuse a model with any node placed on the interpreter."""
@@ -261,6 +265,7 @@ class CompiledModel(Executor):
         return (f"{self.original_node_count} nodes imported, {len(self.graph.nodes)} after passes "
                 f"({self.pass_report}); compiled {c.get('cpu', 0)}, host {c.get(HOST, 0)}, "
                 + (f"control flow with compiled bodies {c[CONTROL]}, " if c.get(CONTROL) else "")
+                + (f"dynamic (output shape from values) {c[DYNAMIC]}, " if c.get(DYNAMIC) else "")
                 + f"interpreted {c.get(INTERP, 0)}; compiled share {self.compiled_share:.1%}")
 
 

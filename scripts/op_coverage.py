@@ -55,11 +55,14 @@ REASONS = {
     "RandomNormal": "random generator (usually folded to a constant when its shape is static)",
     "RandomNormalLike": "random generator", "RandomUniform": "random generator (usually folded)",
     "RandomUniformLike": "random generator",
-    # output shape depends on the data: not plannable ahead into a static workspace
-    "NonZero": "data-dependent output shape: cannot be planned into the static workspace",
-    "Unique": "data-dependent output shape: cannot be planned into the static workspace",
-    "Compress": "data-dependent output shape: cannot be planned into the static workspace",
-    "NonMaxSuppression": "data-dependent output shape: cannot be planned into the static workspace",
+    # output shape depends on the data: compiled kernels outside the static workspace
+    "NonZero": "output shape from the values: a dynamic step (jitort/dynamic_ops.py); string "
+               "elements interpreted",
+    "Unique": "output shape from the values: a dynamic step (jitort/dynamic_ops.py); string "
+              "elements interpreted",
+    "Compress": "output shape from the values: a dynamic step (jitort/dynamic_ops.py); string "
+                "elements interpreted",
+    "NonMaxSuppression": "output shape from the values: a dynamic step (jitort/dynamic_ops.py)",
     "TfIdfVectorizer": "string/ngram pooling, rare in inference graphs",
 }
 for _op in ("SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert",
@@ -93,7 +96,7 @@ def _jitort_placement(case) -> str:
     """'cpu', 'host', 'removed', 'interp' or 'error' for the case's (first) node."""
     from jitort.codegen.cpu import CpuBackend
     from jitort.importer import import_model
-    from jitort import control_flow
+    from jitort import control_flow, dynamic_ops
     from jitort.partition import INTERP, assign
     from jitort.passes import run_pipeline
     from jitort.runtime import BodyModel
@@ -105,6 +108,7 @@ def _jitort_placement(case) -> str:
         # If / Loop / Scan: compiled when every body compiles (strict body models, imported and
         # partitioned only: nothing is lowered before a call)
         control_flow.claim(g, pl, BodyModel)
+        dynamic_ops.claim(g, pl)  # NonZero, Unique...: compiled kernels in a dynamic step
     except Exception:
         return "error"
     mine = [n for n in g.nodes if n.op_type == op]

@@ -13,7 +13,7 @@ import jitort
 from jitort import options
 from jitort.options import FIELDS, Options
 
-from .helpers import F32, I64, make_model, require_cases
+from .helpers import F32, make_model, require_cases
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -91,10 +91,10 @@ def test_a_bad_keyword_value_is_refused():
 
 
 # --- compile() honours them ------------------------------------------------------------------
-def _nonzero_model():
-    # NonZero's output shape depends on the data: it is left to the interpreter
-    return make_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("NonZero", ["r"], ["y"])],
-                      [("x", F32, [2, 3])], [("y", I64, None)])
+def _interpreted_model():
+    # Bernoulli, a random generator, is left to the interpreter
+    return make_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Bernoulli", ["r"], ["y"])],
+                      [("x", F32, [2, 3])], [("y", F32, None)])
 
 
 def _depthwise_model():
@@ -117,14 +117,14 @@ def _ops(cm):
 
 def test_compile_honours_strict_from_the_environment_or_a_keyword(monkeypatch):
     monkeypatch.delenv("JITORT_STRICT", raising=False)
-    cm = jitort.compile(_nonzero_model(), tiered=False)
+    cm = jitort.compile(_interpreted_model(), tiered=False)
     assert cm.options.strict is False and cm.fallback_nodes()
-    with pytest.raises(jitort.UnsupportedOp, match="strict mode.*NonZero"):
-        jitort.compile(_nonzero_model(), strict=True)
+    with pytest.raises(jitort.UnsupportedOp, match="strict mode.*Bernoulli"):
+        jitort.compile(_interpreted_model(), strict=True)
     monkeypatch.setenv("JITORT_STRICT", "on")
-    with pytest.raises(jitort.UnsupportedOp, match="strict mode.*NonZero"):
-        jitort.compile(_nonzero_model())
-    cm = jitort.compile(_nonzero_model(), strict=False, tiered=False)  # the keyword wins
+    with pytest.raises(jitort.UnsupportedOp, match="strict mode.*Bernoulli"):
+        jitort.compile(_interpreted_model())
+    cm = jitort.compile(_interpreted_model(), strict=False, tiered=False)  # the keyword wins
     assert cm.options.strict is False and cm.strict is False
 
 
@@ -146,7 +146,7 @@ def test_compile_honours_layout_from_the_environment_or_a_keyword(monkeypatch):
 
 def test_compile_refuses_an_unknown_keyword():
     with pytest.raises(TypeError, match="unexpected keyword argument.*spin_us"):
-        jitort.compile(_nonzero_model(), spin_us=5)
+        jitort.compile(_interpreted_model(), spin_us=5)
 
 
 # --- structure: only jitort/options.py reads JITORT_* from the environment --------------------
