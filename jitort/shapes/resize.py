@@ -13,6 +13,8 @@ def _resize_values(node):
         return (1,) if node.since_version >= 9 else ()
     if node.since_version < 11:
         return (1,)
+    if _str(node.attrs.get("coordinate_transformation_mode"), "half_pixel") == "tf_crop_and_resize":
+        return _present(node, 1, 2, 3)  # the lowering reads roi's values (the crop box)
     return _present(node, 2, 3)
 
 

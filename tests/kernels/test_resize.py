@@ -88,6 +88,30 @@ def test_tf_crop_and_resize(mode):
            coordinate_transformation_mode='tf_crop_and_resize', extrapolation_value=-3.0)
 
 
+def test_tf_crop_and_resize_roi_input():
+    """roi fed at run time (a graph input, as BackendTest does): its values key the compiled
+    plan, so a second crop box on the same model gives that box's output, not the first's."""
+    import onnxruntime as ort
+    g = helper.make_graph(
+        [helper.make_node('Resize', ['x', 'roi', '', 'sz'], ['y'], mode='linear',
+                          coordinate_transformation_mode='tf_crop_and_resize',
+                          extrapolation_value=-3.0)], 'g',
+        [helper.make_tensor_value_info('x', TP.FLOAT, X4.shape),
+         helper.make_tensor_value_info('roi', TP.FLOAT, [8])],
+        [helper.make_tensor_value_info('y', TP.FLOAT, None)],
+        [helper.make_tensor('sz', TP.INT64, [4], [1, 3, 7, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 19)])
+    m.ir_version = 8
+    sess = ort.InferenceSession(m.SerializeToString(), providers=['CPUExecutionProvider'])
+    cm = jitort.compile(m, strict=True)
+    for roi in ([0, 0, 0.1, 0.2, 1, 1, 0.9, 1.3], [0, 0, 0.4, -0.1, 1, 1, 0.6, 0.8]):
+        feeds = {'x': X4, 'roi': np.asarray(roi, np.float32)}
+        got, ref = cm.run(None, feeds)[0], sess.run(None, feeds)[0]
+        assert got.shape == ref.shape == (1, 3, 7, 4)
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    assert cm.fallback_nodes() == []
+
+
 def test_cubic_attrs():
     _check(X4, scales=[1, 1, 1.7, 2.3], mode='cubic', exclude_outside=1, cubic_coeff_a=-0.5)
     _check(X4, scales=[1, 1, 0.6, 0.5], mode='cubic', exclude_outside=1)
