@@ -87,7 +87,7 @@ def _check_nms(n: Node) -> str | None:
 def _comparable(x: np.ndarray) -> np.ndarray:
     """``x`` as the kernels compare it: 16-bit floats widened to float32 (exact)."""
     from .kernels.cpu import select
-    x = np.ascontiguousarray(x)
+    x = np.asarray(x, order="C")
     if x.dtype not in HALF_DTYPES:
         return x
     out = np.empty(x.shape, np.float32)
@@ -111,7 +111,7 @@ def _take(x: np.ndarray, axis: int | None, idx: np.ndarray) -> np.ndarray:
     """``x`` with its slices ``idx`` along ``axis`` (None: of the flattened ``x``), copied as
     bytes by a compiled kernel."""
     from .kernels.cpu import select
-    x = np.ascontiguousarray(x)
+    x = np.asarray(x, order="C")
     if axis is None:
         outer, m, inner, shape = 1, x.size, 1, (idx.size,)
     else:
@@ -141,7 +141,7 @@ def _nonzero(n: Node) -> Callable:
 def _compress(n: Node) -> Callable:
     def run(args: list) -> list:
         from .kernels.cpu import select
-        x, cond = args[0], np.ascontiguousarray(args[1]).reshape(-1)
+        x, cond = args[0], np.asarray(args[1], order="C").reshape(-1)
         axis = None if n.attrs.get("axis") is None else _axis(n, x.ndim)
         length = x.size if axis is None else x.shape[axis]
         idx = select.true_positions(cond, length)
@@ -156,7 +156,7 @@ def _compress(n: Node) -> Callable:
 def _unique(n: Node) -> Callable:
     def run(args: list) -> list:
         from .kernels.cpu import select
-        x = np.ascontiguousarray(args[0])
+        x = np.asarray(args[0], order="C")
         keys = _comparable(x)
         if n.attrs.get("axis") is None:
             axis, keys = None, keys.reshape(-1, 1)
@@ -185,7 +185,7 @@ def _nms(n: Node) -> Callable:
 
     def run(args: list) -> list:
         from .kernels.cpu import select
-        boxes, scores = np.ascontiguousarray(args[0]), np.ascontiguousarray(args[1])
+        boxes, scores = np.asarray(args[0], order="C"), np.asarray(args[1], order="C")
         if (boxes.ndim != 3 or boxes.shape[2] != 4 or scores.ndim != 3
                 or boxes.shape[0] != scores.shape[0] or boxes.shape[1] != scores.shape[2]):
             raise InvalidInput(f"NonMaxSuppression node {n.label}: boxes {boxes.shape} must be "
