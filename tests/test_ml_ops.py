@@ -158,3 +158,105 @@ def test_tree_ensemble_v5_member_and_leaves():
              leaf_weights=helper.make_tensor("w", TensorProto.FLOAT, [5], [1.0, 2.0, 3.0, 4.0, 5.0]),
              n_targets=2, aggregate_function=1, post_transform=0)
     _check(_tree_model("TreeEnsemble", a, 1, version=5), _feeds())
+
+
+# --------------------------------------------------------------------------------------------
+# float32 linear models: the row-blocked kernel (jitort.kernels.cpu.ml.linear_rows_f32)
+# --------------------------------------------------------------------------------------------
+_POSTS = ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT"]
+
+
+def _linear_model(op, attrs, ncols, pre=None, post=None):
+    """One LinearClassifier / LinearRegressor over 4 float32 features, a Scaler (``pre``)
+    before and a Normalizer (``post``) after if given."""
+    nodes, x = [], "X"
+    if pre:
+        nodes.append(helper.make_node("Scaler", ["X"], ["Xs"], domain="ai.onnx.ml", **pre))
+        x = "Xs"
+    scores = "scores" if post is None else "raw"
+    outs = ["label", scores] if op == "LinearClassifier" else [scores]
+    nodes.append(helper.make_node(op, [x], outs, domain="ai.onnx.ml", **attrs))
+    if post:
+        nodes.append(helper.make_node("Normalizer", ["raw"], ["scores"], domain="ai.onnx.ml", norm=post))
+    vi = [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [None, ncols])]
+    if op == "LinearClassifier":
+        vi.insert(0, helper.make_tensor_value_info("label", TensorProto.INT64, [None]))
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, 4])], vi)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
+    m.ir_version = 9
+    return m
+
+
+_LIN_RNG = np.random.default_rng(5)
+_COEF3 = (_LIN_RNG.standard_normal(12) * 0.3).tolist()
+_X4 = {r: {"X": _LIN_RNG.standard_normal((r, 4)).astype(np.float32)} for r in (1, 10_000)}
+# classlabels, coefficient rows: multiclass, one column for two labels (onnxruntime's
+# [1 - s, s]; onnxruntime refuses one column with other label counts)
+_SHAPES = {"multiclass": ([4, 8, 15], 3), "binary": ([3, 9], 1)}
+
+
+def _probit_safe(post, intercepts):
+    """Coefficients and intercepts; for PROBIT, scores in (0.6, 0.9): onnxruntime's float32
+    ErfInv cancels near 0.5, where a one-ulp change of a score (another summation order)
+    moves the result by more than 1e-5."""
+    if post != "PROBIT":
+        return _COEF3, intercepts
+    return [0.02 * c for c in _COEF3], [0.75, 0.7, 0.8]
+
+
+def _kernel_names(model, feeds):
+    """The kernels the compiled ``model`` calls (after one call on ``feeds``)."""
+    from tests.helpers import called_names
+    cm = jitort.compile(model, strict=True, tiered=False)
+    cm.run(None, feeds)
+    return called_names(cm)
+
+
+@pytest.mark.parametrize("rows", [1, 10_000])
+@pytest.mark.parametrize("post,shape", [(p, s) for p in _POSTS for s in _SHAPES
+                                        if (p, s) != ("PROBIT", "binary")])  # half written
+def test_linear_classifier_posts_match_onnxruntime(post, shape, rows):
+    labels, nt = _SHAPES[shape]
+    coef, b = _probit_safe(post, [0.3, -0.1, 0.0])
+    a = dict(coefficients=coef[:4 * nt], intercepts=b[:nt], classlabels_ints=labels,
+             post_transform=post)
+    m = _linear_model("LinearClassifier", a, 2 if shape == "binary" else nt)
+    _check(m, _X4[rows])
+    assert _kernel_names(m, _X4[1]) == ["ml.linear_rows_f32"]
+
+
+@pytest.mark.parametrize("targets", [1, 3])
+@pytest.mark.parametrize("post", _POSTS)
+def test_linear_regressor_posts_match_onnxruntime(post, targets):
+    coef, b = _probit_safe(post, [0.2, 0.3, 0.1])
+    a = dict(coefficients=coef[:4 * targets], intercepts=b[:targets], targets=targets,
+             post_transform=post)
+    m = _linear_model("LinearRegressor", a, targets)
+    for rows in (1, 10_000):
+        _check(m, _X4[rows])
+    assert _kernel_names(m, _X4[1]) == ["ml.linear_rows_f32"]
+
+
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+def test_scaler_linear_normalizer_fold_into_one_kernel(norm):
+    # onnxruntime's Scaler takes one offset / scale for all features or one per feature
+    for off, scale in (([0.5], [2.0]), ([0.1, -0.2, 0.3, 0.0], [1.5, 0.5, 2.0, 1.0])):
+        m = _linear_model("LinearClassifier", dict(coefficients=_COEF3, intercepts=[0.1, 0.2, 0.3],
+                                                   classlabels_ints=[0, 1, 2], post_transform="SOFTMAX"),
+                          3, pre=dict(offset=off, scale=scale), post=norm)
+        for rows in (1, 10_000):
+            _check(m, _X4[rows])
+        assert _kernel_names(m, _X4[1]) == ["ml.linear_rows_f32"]
+
+
+@pytest.mark.parametrize("y", ["binary", "multiclass"])
+def test_sklearn_scaled_logreg_is_one_kernel(y):
+    # StandardScaler + LogisticRegression (ZipMap on: its input is the folded Normalizer's)
+    x = np.random.default_rng(3).standard_normal((10_000, 6)).astype(np.float32) * 3 + 1
+    for zipmap in (False, True):
+        m = _convert(Pipeline([("s", StandardScaler()), ("lr", LogisticRegression())]),
+                     _Y2 if y == "binary" else _Y3, zipmap=zipmap)
+        if not zipmap:  # the whole graph is one kernel call (a ZipMap is built at the boundary)
+            assert _kernel_names(m, {"X": x[:1]}) == ["ml.linear_rows_f32"]
+        _check(m, {"X": x})
+        _check(m, {"X": x[:1]})

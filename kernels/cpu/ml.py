@@ -9,7 +9,9 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .trees import transform_row
+from .mathfn import exp32, expneg32, sigmoid32
+from .sgemm import sgemm_packed
+from .trees import _probit, transform_row
 
 
 @njit(cache=True, error_model='numpy')
@@ -49,55 +51,6 @@ def linear_classifier(x, w, b, post, labels, z, y):
         transform_row(s, nt, post)
         for j in range(nt):
             z[r, j] = s[j]
-
-
-@njit(cache=True, error_model='numpy')
-def _scores_f32(x, wt, b):
-    """float32 scores (rows, targets) = x @ wt + b in one BLAS sgemm (np.dot), float32 sums as
-    onnxruntime's Gemm; the per-row float64 loops above are several times slower at thousands
-    of rows (the few sums of a row are chains of dependent additions)."""
-    s = np.dot(x, wt)
-    for r in range(s.shape[0]):
-        for j in range(s.shape[1]):
-            s[r, j] += b[j]
-    return s
-
-
-@njit(cache=True, error_model='numpy')
-def linear_f32(x, wt, b, post, z):
-    """``linear`` for float32 rows with float32 coefficients ``wt`` (feats, targets)."""
-    s = _scores_f32(x, wt, b)
-    _post_rows(s, post, z)
-
-
-@njit(cache=True, error_model='numpy')
-def _post_rows(s, post, z):
-    """z = s with post transform ``post`` applied per row (float64 arithmetic)."""
-    nt = s.shape[1]
-    if post == 0:
-        z[:, :] = s
-        return
-    row = np.empty(nt, np.float64)
-    for r in range(s.shape[0]):
-        for j in range(nt):
-            row[j] = s[r, j]
-        transform_row(row, nt, post)
-        for j in range(nt):
-            z[r, j] = row[j]
-
-
-@njit(cache=True, error_model='numpy')
-def linear_classifier_f32(x, wt, b, post, labels, z, y):
-    """``linear_classifier`` for float32 rows with float32 coefficients ``wt`` (feats,
-    targets)."""
-    s = _scores_f32(x, wt, b)
-    for r in range(s.shape[0]):
-        best = 0
-        for j in range(1, s.shape[1]):
-            if s[r, j] > s[r, best]:
-                best = j
-        y[r] = labels[best]
-    _post_rows(s, post, z)
 
 
 @njit(cache=True, error_model='numpy')
@@ -412,3 +365,158 @@ def svm_linear_classify(sc, post, labels, allpos, proba, z, y):
         transform_row(s, nc, post)
         for c in range(nc):
             z[r, c] = s[c]
+
+
+# --------------------------------------------------------------------------------------------
+# float32 linear models, row-blocked: one pass per block of rows, in L1
+# --------------------------------------------------------------------------------------------
+#: rows per block: the block's scores (classes x BLOCK) and scaled rows stay in L1
+BLOCK = 256
+_FM = {'reassoc', 'contract', 'arcp'}
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _softmax_cols(st, m, zero, mx, tot):
+    """onnxruntime's ComputeSoftmax / ComputeSoftmaxZero (float32) on each column of ``st``
+    (classes x rows) over its first ``m`` columns; ``mx`` holds the columns' maxima."""
+    nt = st.shape[0]
+    tiny = np.float32(1e-7)
+    for r in range(m):
+        tot[r] = 0
+    for j in range(nt):
+        for r in range(m):
+            v = st[j, r]
+            e = expneg32(v - mx[r])
+            if zero and v <= tiny and v >= -tiny:  # SOFTMAX_ZERO: kept near 0, not summed
+                st[j, r] = v * exp32(-mx[r])
+            else:
+                st[j, r] = e
+                tot[r] += e
+    for j in range(nt):
+        for r in range(m):
+            st[j, r] = st[j, r] / tot[r]
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _normalize_cols(st, m, norm, d):
+    """Normalizer folded after the scores: columns of ``st`` divided by their max (0), L1 (1)
+    or L2 (2) norm, in float32."""
+    nt = st.shape[0]
+    for r in range(m):
+        d[r] = st[0, r] if norm == 0 else 0
+    for j in range(nt):
+        for r in range(m):
+            v = st[j, r]
+            if norm == 0:
+                d[r] = v if v > d[r] else d[r]
+            elif norm == 1:
+                d[r] += abs(v)
+            else:
+                d[r] += v * v
+    if norm == 2:
+        for r in range(m):
+            d[r] = math.sqrt(d[r])
+    for j in range(nt):
+        for r in range(m):
+            st[j, r] = st[j, r] / d[r]
+
+
+@njit(cache=True, error_model='numpy')
+def _probit_cols(st, m):
+    """onnxruntime's ComputeProbit on the first ``m`` columns of ``st``; without fast-math:
+    its ErfInv subtracts nearly equal terms, where a contracted multiply-add moves the
+    result."""
+    for j in range(st.shape[0]):
+        for r in range(m):
+            st[j, r] = _probit(st[j, r])
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _linear_block(x, r0, m, off, scale, bp, b, post, labels, mode, norm, xs, sb, st, mx, bi,
+                  z, y):
+    """Rows r0 .. r0 + m of a float32 linear model (see :func:`linear_rows_f32`)."""
+    f = x.shape[1]
+    nt = b.shape[0]
+    if off.shape[0]:  # a Scaler folded in: (x - offset) * scale in float32, as onnxruntime's
+        for r in range(m):
+            for k in range(f):
+                xs[r, k] = (x[r0 + r, k] - off[k]) * scale[k]
+        sgemm_packed(m, nt, f, 1.0, xs, 0, f, 1, bp, 0, 0.0, sb, 0, nt)
+    else:
+        sgemm_packed(m, nt, f, 1.0, x, r0 * (x.strides[0] // 4), x.strides[0] // 4,
+                     x.strides[1] // 4, bp, 0, 0.0, sb, 0, nt)
+    for r in range(m):  # classes-major from here: the loops over rows vectorize
+        for j in range(nt):
+            st[j, r] = sb[r * nt + j] + b[j]
+    if mode == 2:  # one score column, two classes: label by its sign, scores [1 - p, p]
+        for r in range(m):
+            s = st[0, r]
+            y[r0 + r] = labels[1] if s > 0 else labels[0]
+            p = sigmoid32(s) if post == 2 else s  # onnxruntime 1.32: only LOGISTIC applies
+            z[r0 + r, 0] = np.float32(1.0) - p
+            z[r0 + r, 1] = p
+        return
+    if mode == 1 or post == 1 or post == 3:
+        for r in range(m):
+            mx[r] = st[0, r]
+            bi[r] = 0
+        for j in range(1, nt):
+            for r in range(m):
+                v = st[j, r]
+                bi[r] = j if v > mx[r] else bi[r]  # the first greatest, as onnxruntime's
+                mx[r] = v if v > mx[r] else mx[r]
+    if mode == 1:
+        for r in range(m):
+            y[r0 + r] = labels[bi[r]]
+    if nt > 1 or post == 4:
+        if post == 1 or post == 3:
+            _softmax_cols(st, m, post == 3, mx, sb)
+        elif post == 2:
+            for j in range(nt):
+                for r in range(m):
+                    st[j, r] = sigmoid32(st[j, r])
+        elif post == 4:
+            _probit_cols(st, m)
+    if norm >= 0:
+        _normalize_cols(st, m, norm, mx)
+    for r in range(m):
+        for j in range(nt):
+            z[r0 + r, j] = st[j, r]
+
+
+@njit(cache=True, error_model='numpy')
+def _scratch(m, f, nt):
+    return (np.empty((m, f), np.float32), np.empty(max(m * nt, m), np.float32),
+            np.empty((nt, m), np.float32), np.empty(m, np.float32), np.empty(m, np.int64))
+
+
+@njit(cache=True, parallel=True, error_model='numpy')
+def _linear_rows_par(x, off, scale, bp, b, post, labels, mode, norm, z, y):
+    n, f = x.shape
+    for blk in prange((n + BLOCK - 1) // BLOCK):
+        r0 = blk * BLOCK
+        m = min(BLOCK, n - r0)
+        xs, sb, st, mx, bi = _scratch(m, f if off.shape[0] else 0, b.shape[0])
+        _linear_block(x, r0, m, off, scale, bp, b, post, labels, mode, norm, xs, sb, st, mx, bi,
+                      z, y)
+
+
+@njit(cache=True, error_model='numpy')
+def linear_rows_f32(x, off, scale, bp, b, post, labels, mode, norm, par, z, y):
+    """float32 LinearClassifier / LinearRegressor over blocks of ``BLOCK`` rows, each in one
+    pass: an optional Scaler (``off`` / ``scale`` per feature, empty for none), the scores
+    ``x @ W.T + b`` (``bp``: W.T packed by ``sgemm.pack_b``, float32 sums as onnxruntime's
+    Gemm), then, per ``mode``: 0 a regressor (no labels), 1 labels of the first greatest
+    score, 2 one score column for two classes (``labels[1]`` where it is > 0, scores
+    ``[1 - p, p]``, p the score or its logistic under LOGISTIC, as onnxruntime 1.32); the
+    post transform ``post`` (onnxruntime's, float32; one column: PROBIT only), then a
+    Normalizer ``norm`` (-1 none, else 0 MAX, 1 L1, 2 L2). ``par``: blocks over the threads."""
+    n, f = x.shape
+    if par:
+        _linear_rows_par(x, off, scale, bp, b, post, labels, mode, norm, z, y)
+        return
+    m = min(BLOCK, n)
+    xs, sb, st, mx, bi = _scratch(m, f if off.shape[0] else 0, b.shape[0])
+    for r0 in range(0, n, BLOCK):
+        _linear_block(x, r0, min(BLOCK, n - r0), off, scale, bp, b, post, labels, mode, norm,
+                      xs, sb, st, mx, bi, z, y)

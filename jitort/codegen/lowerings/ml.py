@@ -295,17 +295,13 @@ def _coefs(em, n: Node, f: int):
         raise Unlowerable(n, f"{len(w)} coefficients for {f} features")
     nt = len(w) // f
     b = b if len(b) == nt else np.zeros(nt)
-    if _f32_rows(n):  # the float32 kernels' layout: (feats, targets) for one sgemm
-        return (em.constant(("ml.wt32", id(n)),
-                            lambda: np.ascontiguousarray(w.reshape(nt, f).T, np.float32)),
-                em.constant(("ml.b32", id(n)), lambda: b.astype(np.float32)), nt)
     return (em.constant(("ml.w", id(n)), lambda: w.reshape(nt, f)),
             em.constant(("ml.b", id(n)), lambda: b), nt)
 
 
 def _f32_rows(n: Node) -> bool:
-    """float32 input: scores in float32 by the BLAS, as onnxruntime's Gemm (``*_f32`` kernels);
-    other inputs are summed per row in float64."""
+    """float32 input: scores in float32, as onnxruntime's Gemm (``linear_rows_f32``); other
+    inputs are summed per row in float64."""
     return np.dtype(n.inputs[0].dtype) == np.float32
 
 
@@ -315,36 +311,164 @@ def _numeric_in(n: Node) -> bool:
         o is not None and o.dtype is not None for o in n.outputs)
 
 
+def _linear_f32(n: Node, f: int):
+    """The row-blocked float32 kernel's plan for a LinearClassifier / LinearRegressor over
+    ``f`` features: ``(W (targets, feats), b, mode, labels, post)`` or None where it does not
+    apply (other dtypes, string labels, one coefficient row without two labels or with PROBIT);
+    ``mode`` as :func:`jitort.kernels.cpu.ml.linear_rows_f32`."""
+    at = n.attrs
+    if not _f32_rows(n) or not _numeric_in(n):
+        return None
+    w = np.asarray(at.get("coefficients", []), np.float64)
+    b = np.asarray(at.get("intercepts", []), np.float64)
+    post = _POST.get(_s(at.get("post_transform", "NONE")))
+    if f == 0 or len(w) % f or len(w) == 0 or post is None:
+        return None
+    nt = len(w) // f
+    b = b if len(b) == nt else np.zeros(nt)
+    if n.op_type == "LinearRegressor":
+        if nt != int(at.get("targets", 1)):
+            return None
+        return w.reshape(nt, f), b, 0, np.zeros(2, np.int64), post
+    labels = np.asarray(at.get("classlabels_ints") or [], np.int64)
+    if not len(labels):
+        return None
+    if nt > 1:
+        return (w.reshape(nt, f), b, 1, labels, post) if nt == len(labels) else None
+    # one coefficient row: two labels (onnxruntime refuses other counts), PROBIT apart (it
+    # writes half of the scores)
+    return (w.reshape(1, f), b, 2, labels, post) if len(labels) == 2 and post != 4 else None
+
+
+def _only_user(em, v, user: Node) -> bool:
+    """``v`` is read by ``user`` alone, inside this segment (not needed after it)."""
+    if id(v) in em.out_index:
+        return False
+    users = [m for m in em.seg.nodes if any(i is v for i in m.inputs)]
+    return users == [user]
+
+
+def _folded_scaler(em, n: Node):
+    """The Scaler feeding linear node ``n`` that its kernel applies itself, or None: a float32
+    Scaler in this segment, read by ``n`` only, whose offset / scale fit the features."""
+    sc = n.inputs[0].producer
+    if (sc is None or sc.op_type != "Scaler" or sc.domain != _ML or sc not in em.seg.nodes
+            or sc.inputs[0].dtype is None or np.dtype(sc.inputs[0].dtype) != np.float32
+            or not _only_user(em, n.inputs[0], n)):
+        return None
+    xs = em.shape(sc.inputs[0])
+    f = xs[-1] if len(xs) in (1, 2) else 0
+    if _linear_f32(n, f) is None:
+        return None
+    off, scale = (np.asarray(sc.attrs.get(a, [d]), np.float32) for a, d in (("offset", 0.0), ("scale", 1.0)))
+    if len(off) not in (1, f) or len(scale) not in (1, f):
+        return None
+    return sc, np.broadcast_to(off, (f,)).copy(), np.broadcast_to(scale, (f,)).copy()
+
+
+def _folded_normalizer(em, n: Node, mode: int):
+    """The Normalizer reading linear node ``n``'s scores that its kernel applies itself, or
+    None: one score per class (``mode`` 0 or 1), in this segment, the scores' only reader,
+    its output a segment output (written at this step straight into the caller's array)."""
+    z = n.outputs[-1]
+    if mode > 1:
+        return None
+    users = [m for m in em.seg.nodes if any(i is z for i in m.inputs)]
+    if (len(users) != 1 or users[0].op_type != "Normalizer" or users[0].domain != _ML
+            or id(z) in em.out_index or id(users[0].outputs[0]) not in em.out_index
+            or _NORMS.get(_s(users[0].attrs.get("norm", "MAX"))) is None):
+        return None
+    return users[0]
+
+
+def _lower_linear_f32(em, n: Node) -> bool:
+    """Emit the row-blocked float32 kernel for ``n`` (with a Scaler before and a Normalizer
+    after folded in where :func:`_folded_scaler` / :func:`_folded_normalizer` allow); False
+    where it does not apply."""
+    from jitort.kernels.cpu.sgemm import pack_b
+    folded = _folded_scaler(em, n)
+    x = folded[0].inputs[0] if folded else n.inputs[0]
+    xs = em.shape(x)
+    if len(xs) not in (1, 2):
+        return False
+    rows, f = (1, xs[0]) if len(xs) == 1 else (xs[0], xs[-1])
+    plan = _linear_f32(n, f)
+    if plan is None:
+        return False
+    w, b, mode, labels, post = plan
+    nt = w.shape[0]
+    off, scale = (folded[1], folded[2]) if folded else (np.zeros(0, np.float32),) * 2
+    norm = _folded_normalizer(em, n, mode)
+    ncols = 2 if mode == 2 else nt
+    z = em.write((norm or n).outputs[-1]).reshape(em.sizes((rows, ncols)))
+    y = (em.write(n.outputs[0]).reshape(em.sizes((rows,))) if mode
+         else em.constant(("ml.nolabels", 0), lambda: np.zeros(1, np.int64)))
+    c = em.constant
+    par = em.split("linear", n, rows * f * nt, 1 << 16, rows)
+    em.call(_ml.linear_rows_f32, em.shaped(x, (rows, f)), c(("ml.off", id(n)), lambda: off),
+            c(("ml.scale", id(n)), lambda: scale),
+            c(("ml.wpack", id(n)), lambda: pack_b(np.ascontiguousarray(w.T, np.float32))),
+            c(("ml.b32", id(n)), lambda: b.astype(np.float32)), em.size(post),
+            c(("ml.labels", id(n)), lambda: labels), em.size(mode),
+            em.size(-1 if norm is None else _NORMS[_s(norm.attrs.get("norm", "MAX"))]),
+            em.size(int(par)), z, y)
+    return True
+
+
 @lowering("LinearRegressor", domain=_ML, supports=_numeric_in)
 def lower_linear_regressor(em: Emitter, n: Node) -> None:
+    if _lower_linear_f32(em, n):
+        return
     x, rows, f = _rows2d(em, n)
     w, b, nt = _coefs(em, n, f)
     post = _POST.get(_s(n.attrs.get("post_transform", "NONE")))
     if post is None or nt != int(n.attrs.get("targets", 1)):
         raise Unlowerable(n, "post_transform or targets")
-    em.call(_ml.linear_f32 if _f32_rows(n) else _ml.linear, x, w, b,
-            em.size(post if nt > 1 or post == 4 else 0),
+    em.call(_ml.linear, x, w, b, em.size(post if nt > 1 or post == 4 else 0),
             em.write(n.outputs[0]).reshape(em.sizes((rows, nt))))
 
 
 @lowering("LinearClassifier", domain=_ML, supports=lambda n: _numeric_in(n) and bool(
     n.attrs.get("classlabels_ints")))
 def lower_linear_classifier(em: Emitter, n: Node) -> None:
+    if _lower_linear_f32(em, n):
+        return
     x, rows, f = _rows2d(em, n)
     w, b, nt = _coefs(em, n, f)
     labels = np.asarray(n.attrs["classlabels_ints"], np.int64)
     post = _POST.get(_s(n.attrs.get("post_transform", "NONE")))
     if post is None or nt < 2 or nt != len(labels):
         raise Unlowerable(n, "one coefficient row (binary scores) or labels != rows")
-    em.call(_ml.linear_classifier_f32 if _f32_rows(n) else _ml.linear_classifier, x, w, b,
-            em.size(post),
+    em.call(_ml.linear_classifier, x, w, b, em.size(post),
             em.constant(("ml.labels", id(n)), lambda: labels),
             em.write(n.outputs[1]).reshape(em.sizes((rows, nt))),
             em.write(n.outputs[0]).reshape(em.sizes((rows,))))
 
 
+def _folded_into_linear(em, n: Node) -> bool:
+    """Scaler / Normalizer ``n`` is applied by the linear kernel next to it (nothing to emit)."""
+    if n.op_type == "Scaler":
+        users = [m for m in em.seg.nodes if any(i is n.outputs[0] for i in m.inputs)]
+        return (len(users) == 1 and users[0].op_type in ("LinearClassifier", "LinearRegressor")
+                and users[0].domain == _ML and _folded_scaler(em, users[0]) is not None)
+    lin = n.inputs[0].producer
+    if (lin is None or lin.op_type not in ("LinearClassifier", "LinearRegressor")
+            or lin.domain != _ML or lin not in em.seg.nodes or lin.outputs[-1] is not n.inputs[0]):
+        return False
+    plan = _linear_f32(lin, _features(em, lin))
+    return plan is not None and _folded_normalizer(em, lin, plan[2]) is n
+
+
+def _features(em, n: Node) -> int:
+    sc = _folded_scaler(em, n)
+    xs = em.shape((sc[0] if sc else n).inputs[0])
+    return xs[-1] if len(xs) in (1, 2) else 0
+
+
 @lowering("Scaler", domain=_ML, supports=_numeric_in)
 def lower_scaler(em: Emitter, n: Node) -> None:
+    if _folded_into_linear(em, n):
+        return
     x, rows, f = _rows2d(em, n)
     off = np.asarray(n.attrs.get("offset", [0.0]), np.float64)
     sc = np.asarray(n.attrs.get("scale", [1.0]), np.float64)
@@ -360,6 +484,8 @@ _NORMS = {"MAX": 0, "L1": 1, "L2": 2}
 
 @lowering("Normalizer", domain=_ML, supports=_numeric_in)
 def lower_normalizer(em: Emitter, n: Node) -> None:
+    if _folded_into_linear(em, n):
+        return
     x, rows, f = _rows2d(em, n)
     norm = _NORMS.get(_s(n.attrs.get("norm", "MAX")))
     if norm is None:
