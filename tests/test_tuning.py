@@ -256,27 +256,40 @@ def test_cli_tune_show(tune_dir):
     assert "1 buckets measured, 1 differ from the default rule" in out
 
 
+_READ_DECISIONS = """
+from numba import njit
+from jitort.kernels.cpu import gemm, tunables
+
+@njit
+def own(rows, k, n):
+    return gemm._own_per_call(rows, k, n)
+
+@njit
+def read(slot):
+    return tunables.read(slot)
+
+slot = tunables.GEMM_OWN + tunables.gemm_bucket_py(64, 256, 1024)
+seen = []
+assert own(64, 256, 1024) and not own(8, 256, 1024)         # the rule: 32-256 rows
+for value in (0, 1, -1):
+    tunables.set_values(slot, [value])
+    seen.append([int(read(slot)), bool(own(64, 256, 1024)), bool(own(100, 300, 600)),
+                 bool(own(8, 256, 1024))])
+print(seen)
+"""
+
+
 def test_kernels_read_runtime_decisions():
     """gemm._own_per_call (compiled) reads its bucket's slot of kernels.cpu.tunables: -1 its
-    built-in rule, 0 the BLAS, 1 jitort's gemm; decisions change without recompiling."""
-    from numba import njit
-    from jitort.kernels.cpu import gemm, tunables
-
-    @njit
-    def own(rows, k, n):
-        return gemm._own_per_call(rows, k, n)
-
-    slot = tunables.GEMM_OWN + tunables.gemm_bucket_py(64, 256, 1024)
-    saved = tunables.values(0, tunables.SIZE)
-    try:
-        tunables.reset()
-        assert own(64, 256, 1024) and not own(8, 256, 1024)    # the rule: 32-256 rows
-        tunables.set_values(slot, [0])
-        assert not own(64, 256, 1024) and not own(100, 300, 600)  # same bucket
-        tunables.set_values(slot, [1])
-        assert own(64, 256, 1024) and not own(8, 256, 1024)   # another bucket: the rule
-    finally:
-        tunables.set_values(0, saved)
+    built-in rule, 0 the BLAS, 1 jitort's gemm; decisions change without recompiling. In a
+    fresh process: the table is process-wide state (the rest of the suite writes it too)."""
+    out = subprocess.run([sys.executable, "-c", _READ_DECISIONS], cwd=ROOT, env=dict(os.environ),
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    # [value the kernel reads, own(64x256x1024), own(100x300x600) (same bucket), own(8x256x1024)
+    # (another bucket: the rule, BLAS)]
+    assert json.loads(out.stdout.strip().splitlines()[-1].lower()) == [
+        [0, False, False, False], [1, True, True, False], [-1, True, True, False]]
 
 
 def test_bucket_classes_agree_between_kernels_and_tuning():
