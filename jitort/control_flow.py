@@ -18,7 +18,10 @@ iteration; per-iteration elements whose shapes differ cannot be stacked and are 
 :class:`UnsupportedOp` naming the output (the executor hands the node to the interpreter, or
 refuses in strict mode).
 
-A node whose body cannot be compiled (an op no backend claims, a sequence-typed value, the
+Sequences and optionals (jitort/sequences.py) pass as they do between steps: a Python list
+of arrays, None or the value; a body input declared of those types keeps its type.
+
+A node whose body cannot be compiled (an op no backend claims, an outer-scope sequence, the
 batched opset-8 Scan) stays on the interpreter, with the reason in ``fallback_reasons``.
 
 Cost: an outer-scope constant a body reads is copied into that body's model (so its passes can
@@ -37,6 +40,7 @@ from .errors import InvalidInput, UnsupportedOp
 from .importer import _free_names
 from .ir import Node, Value
 from .partition import CONTROL, INTERP
+from .sequences import claim as claim_sequences, copy_value
 
 CONTROL_OPS = ("If", "Loop", "Scan")
 
@@ -46,15 +50,12 @@ CompileBody = Callable[..., object]
 
 def claim(graph, placement: dict, compile_body: CompileBody) -> tuple[dict, dict]:
     """Compile the bodies of every interpreted If / Loop / Scan of ``graph``; each node whose
-    bodies all compile is placed on :data:`CONTROL`. Returns ``(flows, reasons)``:
+    bodies all compile is placed on :data:`CONTROL`, as are the sequence and optional ops
+    (:func:`jitort.sequences.claim`). Returns ``(flows, reasons)``:
     ``id(node) -> flow`` (the step's callable) and ``node label -> why it stays interpreted``."""
-    flows, reasons = {}, {}
+    flows, reasons = claim_sequences(graph, placement, compile_body)
     for n in graph.nodes:
         if placement.get(id(n)) != INTERP or n.domain != "" or n.op_type not in CONTROL_OPS:
-            continue
-        untyped = [v.name for v in n.outputs if v.dtype is None]
-        if untyped:
-            reasons[n.label] = f"output(s) {untyped} are not tensors (sequence or optional)"
             continue
         try:
             flows[id(n)] = _FLOWS[n.op_type](n, graph.opsets, compile_body)
@@ -124,6 +125,8 @@ class Body:
         g = onnx.GraphProto()
         g.CopyFrom(sg)
         for vi, (dtype, shape) in zip(g.input, formal):
+            if vi.type.WhichOneof("value") in ("sequence_type", "optional_type"):
+                continue  # declared a sequence / optional: run by sequence steps in the body
             declared = vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type
             if declared:
                 _open_dims(vi)
@@ -140,6 +143,9 @@ class Body:
                 if np.asarray(v.const).dtype == object:
                     raise UnsupportedOp(f"outer-scope constant {name!r} holds strings")
                 g.initializer.append(numpy_helper.from_array(np.asarray(v.const), name))
+            elif v.dtype is None and v.type_proto is not None:  # a sequence / optional
+                g.input.append(helper.make_value_info(name, v.type_proto))
+                self.outer.append((name, pos))
             else:
                 g.input.append(helper.make_value_info(name, _tensor_type(v.dtype, v.shape)))
                 self.outer.append((name, pos))
@@ -153,9 +159,6 @@ class Body:
             # a node of the body takes a value computed from the iteration number (a Slice's
             # starts): compute those on the host, one plan per iteration value
             self.model = compile_body(model, [self.formal[k] for k in plan_time])
-        untyped = [v.name for v in self.model.graph.outputs if v.dtype is None]
-        if untyped:
-            raise UnsupportedOp(f"{node.label}: body output(s) {untyped} are not tensors")
         self.n_outputs = len(sg.output)
         self.label = node.label
 
@@ -238,8 +241,8 @@ class LoopFlow:
             for k in range(self.n_scan):
                 scans[k].append(outs[1 + self.n_carried + k])
             i += 1
-        if i == 0:  # the initial values, as arrays of their own
-            carried = [np.array(a, copy=True) for a in carried]
+        if i == 0:  # the initial values, as values of their own
+            carried = [copy_value(a) for a in carried]
         outs = self.node.outputs[self.n_carried:]
         return carried + [_stack(self.node.label, o.name, s, o.dtype, body, 1 + self.n_carried + k)
                           for k, (o, s) in enumerate(zip(outs, scans))]
@@ -295,7 +298,7 @@ class ScanFlow:
             for k, e in enumerate(elems):
                 e.append(outs[s + k])
         if length == 0:
-            states = [np.array(a, copy=True) for a in states]
+            states = [copy_value(a) for a in states]
         result = list(states)
         for k, (o, e) in enumerate(zip(self.node.outputs[s:], elems)):
             y = _stack(self.node.label, o.name, e[::-1] if self.out_dirs[k] else e, o.dtype,

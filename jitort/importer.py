@@ -239,8 +239,11 @@ class GraphBuilder:
     def _new_value(self, name: str) -> Value:
         if name in self.values:
             raise InvalidModel(f"value {name!r} is defined twice")
-        dtype, shape = _type_info(self.types.get(name))
+        tp = self.types.get(name)
+        dtype, shape = _type_info(tp)
         v = Value(name, dtype, shape)
+        if tp is not None and tp.WhichOneof("value") in ("sequence_type", "optional_type"):
+            v.type_proto = tp
         self.values[name] = v
         return v
 

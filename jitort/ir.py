@@ -47,6 +47,9 @@ class Value:
     shape: tuple[Dim, ...] | None = None
     const: np.ndarray | None = None
     producer: "Node | None" = field(default=None, repr=False)
+    #: a sequence or optional value's ONNX ``TypeProto`` (``dtype`` is None for those), as
+    #: declared or inferred at import; None for tensors and where unknown
+    type_proto: Any = field(default=None, repr=False)
 
     @property
     def is_const(self) -> bool:

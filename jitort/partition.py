@@ -158,8 +158,11 @@ def _has_subgraph(n: Node) -> bool:
 
 
 def _host_safe(n: Node) -> bool:
+    # sequences and optionals are made by control steps (jitort/sequences.py), not on the host
     return n.op_type not in {"RandomNormal", "RandomUniform", "RandomNormalLike",
-                             "RandomUniformLike", "Multinomial", "Bernoulli"}
+                             "RandomUniformLike", "Multinomial", "Bernoulli",
+                             "SequenceConstruct", "SequenceInsert", "SplitToSequence",
+                             "Optional"}
 
 
 #: ops whose lowerings skip an omitted output (the importer's untyped ``__unused_`` placeholder

@@ -196,6 +196,8 @@ def _attrs_key(attrs: dict) -> tuple:
     for k, v in sorted(attrs.items()):
         if isinstance(v, np.ndarray):
             v = (v.dtype.str, v.shape, v.tobytes())
+        elif hasattr(v, "SerializeToString"):  # a TypeProto (Optional's type), a graph
+            v = (type(v).__name__, v.SerializeToString())
         elif isinstance(v, list):
             v = tuple((x.dtype.str, x.shape, x.tobytes()) if isinstance(x, np.ndarray) else x
                       for x in v)
