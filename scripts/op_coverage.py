@@ -36,14 +36,11 @@ import onnx.numpy_helper
 REASONS = {
     # control flow and non-tensor types
     "If": "control flow, bodies compiled as sub-programs (jitort/control_flow.py); interpreted "
-          "where an output is a sequence or optional, or a body op is interpreted",
+          "where a body op is interpreted",
     "Loop": "control flow, bodies compiled as sub-programs (jitort/control_flow.py); interpreted "
-            "where an output is a sequence or optional, or a body op is interpreted",
+            "where a body op is interpreted",
     "Scan": "control flow, bodies compiled as sub-programs (jitort/control_flow.py); the batched "
             "opset-8 form (sequence_lens) is interpreted",
-    "SequenceMap": "sequence type: not a tensor",
-    "Optional": "optional type: not a tensor", "OptionalGetElement": "optional type: not a tensor",
-    "OptionalHasElement": "optional type: not a tensor",
     "StringConcat": "string tensors: Numba arrays hold no strings",
     "StringNormalizer": "string tensors: Numba arrays hold no strings",
     "StringSplit": "string tensors: Numba arrays hold no strings",
@@ -65,9 +62,6 @@ REASONS = {
     "NonMaxSuppression": "output shape from the values: a dynamic step (jitort/dynamic_ops.py)",
     "TfIdfVectorizer": "string/ngram pooling, rare in inference graphs",
 }
-for _op in ("SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert",
-            "SequenceLength", "SplitToSequence", "ConcatFromSequence"):
-    REASONS[_op] = "sequence type: not a tensor"
 
 
 def _schemas() -> list[str]:
@@ -282,7 +276,8 @@ def _ml_section() -> str:
 def _claimed() -> set[str]:
     from jitort.codegen.cpu import SUPPORT
     from jitort.codegen.elementwise import EXPR
-    return {op for dom, op in SUPPORT if dom == ""} | set(EXPR)
+    from jitort.sequences import SEQUENCE_OPS  # list operations in control steps
+    return {op for dom, op in SUPPORT if dom == ""} | set(EXPR) | set(SEQUENCE_OPS)
 
 
 def main(argv=None) -> int:
