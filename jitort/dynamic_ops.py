@@ -126,6 +126,20 @@ def _take(x: np.ndarray, axis: int | None, idx: np.ndarray) -> np.ndarray:
 
 # --- the flows ---------------------------------------------------------------------------------
 
+def _with_kernels(run: Callable, n: Node, *names) -> Callable:
+    """``run`` with ``run.kernels()``: the kernels of ``kernels/cpu/select.py`` it calls (a
+    16-bit input adds the widening), which the executor's probe looks up in Numba's on-disk
+    cache before running the step (a step never compiles while a tiered model probes)."""
+    half = _dtype(n.inputs[0]) in HALF_DTYPES and n.op_type != "Compress"
+
+    def kernels() -> list:
+        from .kernels.cpu import select
+        return [getattr(select, k) for k in names + (("half_to_f32",) if half else ())
+                if k is not None]
+    run.kernels = kernels
+    return run
+
+
 def _nonzero(n: Node) -> Callable:
     def run(args: list) -> list:
         from .kernels.cpu import select
@@ -135,7 +149,7 @@ def _nonzero(n: Node) -> Callable:
         if x.ndim:
             select.nonzero_fill(flat, np.array(x.shape, np.int64), out)
         return [out]
-    return run
+    return _with_kernels(run, n, "count_nonzero", "nonzero_fill")
 
 
 def _compress(n: Node) -> Callable:
@@ -150,7 +164,7 @@ def _compress(n: Node) -> Callable:
                                f"{'flattened input' if axis is None else f'axis {axis}'} "
                                f"(length {length})")
         return [_take(x, axis, idx)]
-    return run
+    return _with_kernels(run, n, "true_positions", "take_axis")
 
 
 def _unique(n: Node) -> Callable:
@@ -171,7 +185,8 @@ def _unique(n: Node) -> Callable:
         first, inverse, counts = select.unique_rows(keys, axis is None,
                                                     bool(n.attrs.get("sorted", 1)))
         return [_take(x, axis, first), first, inverse, counts]
-    return run
+    return _with_kernels(run, n, "axis_rows" if "axis" in n.attrs else None, "unique_rows",
+                         "take_axis")
 
 
 def _optional_scalar(args: list, k: int):
@@ -201,7 +216,7 @@ def _nms(n: Node) -> Callable:
                        np.float32(0 if score is None else score), score is not None,
                        center == 1, out)
         return [out[:k]]
-    return run
+    return _with_kernels(run, n, "nms")
 
 
 #: op -> (flow factory, element-type check: the reason it stays interpreted, or None)

@@ -7,7 +7,8 @@ model's thread count and, when its program reaches the BLAS, the BLAS pinned to 
 
 Public surface, for the session (:mod:`jitort.runtime`) and the tiers (:mod:`jitort.tiering`):
 :meth:`Executor.validate`, :attr:`Executor.input_ids`, :meth:`Executor.execute_compiled`
-(``only_cached=True`` raises :class:`NotCached` instead of compiling a driver),
+(``only_cached=True`` raises :class:`NotCached` instead of compiling a driver or a dynamic
+step's kernels),
 :meth:`Executor.collect`, :meth:`Executor.compiled_segments`.
 """
 from __future__ import annotations
@@ -315,11 +316,16 @@ class Executor:
 
     def _control_step(self, step: ControlStep, env: dict) -> None:
         """An If / Loop / Scan calling its bodies' compiled programs, or a dynamic step
-        (jitort/dynamic_ops.py) calling its kernels. A body that declines these shapes
-        (UnsupportedOp) hands the node to the interpreter, as a lowering would."""
+        (jitort/dynamic_ops.py) calling its kernels (a probe stops at kernels not in the cache).
+        A body that declines these shapes (UnsupportedOp) hands the node to the interpreter, as
+        a lowering would."""
         n = step.node
+        flow = self._flows[id(n)]
+        if isinstance(step, DynamicStep) and getattr(self._tls, "probe", False) and not all(
+                k.overloads or _dispatcher_cached(k) for k in flow.kernels()):
+            raise NotCached(f"a kernel of dynamic step {n.label} ({n.op_type}) is not in the cache")
         try:
-            outs = self._flows[id(n)](node_inputs(n, env))
+            outs = flow(node_inputs(n, env))
         except UnsupportedOp as e:
             raise Unlowerable(n, str(e)) from None
         for o, r in zip(n.outputs, outs):

@@ -81,6 +81,26 @@ def test_nonzero_between_compiled_segments_replans_without_recompiling():
     assert len(cm.compiled_segments()[0][0].plans) == 1
 
 
+def test_a_probe_stops_at_dynamic_kernels_not_in_the_cache(monkeypatch):
+    # a tiered model probes the cache on its first call: a dynamic step must not compile there
+    from jitort import executor
+    m = _nonzero_model()
+    cm = _strict(m)
+    x = np.arange(-6, 6, dtype=np.float32).reshape(3, 4)
+    cm.run(None, {"x": x})  # compiled in this process: the probe runs it
+    _same(cm.execute_compiled({"x": x}, only_cached=True), run_onnxruntime(m, {"x": x}))
+    (node,) = [n for n in cm.graph.nodes if n.op_type == "NonZero"]
+    flow = cm._flows[id(node)]
+    assert {k.py_func.__name__ for k in flow.kernels()} == {"count_nonzero", "nonzero_fill"}
+
+    class Cold:  # a kernel neither compiled in this process nor in the on-disk cache
+        overloads = {}
+    monkeypatch.setattr(flow, "kernels", lambda: [Cold()])
+    monkeypatch.setattr(executor, "_dispatcher_cached", lambda disp: False)
+    with pytest.raises(executor.NotCached, match="dynamic step .*NonZero"):
+        cm.execute_compiled({"x": x}, only_cached=True)
+
+
 # --- NonZero, Compress: element types and axes -------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.bool_, np.float16, ml_dtypes.bfloat16])
