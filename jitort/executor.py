@@ -33,6 +33,7 @@ from .ir import Graph, Node
 from .partition import INTERP, ControlStep, DynamicStep, InterpStep, Segment, schedule
 from .pinning import pinned
 from .profiling import op_label
+from .sequences import copy_value
 
 log = logging.getLogger("jitort")
 
@@ -449,13 +450,13 @@ class Executor:
             a = v.const if v.is_const else env[id(v)]
             if self._output_needs_copy[i] or (isinstance(a, np.ndarray) and not (
                     a.flags.owndata and a.flags.c_contiguous)):
-                a = np.array(a, copy=True, order="C")  # the caller owns what we return
+                a = copy_value(a)  # the caller owns what we return (a sequence too)
             result.append(a)
         if len(result) > 1:  # the same array twice (an output listed twice): give each its own
             seen = set()
             for k, a in enumerate(result):
                 if id(a) in seen:
-                    result[k] = np.array(a, copy=True)
+                    result[k] = copy_value(a)
                 seen.add(id(a))
         return result
 

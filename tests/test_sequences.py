@@ -197,6 +197,20 @@ def test_optional_graph_input_none_and_value():
     assert cm.run(None, {"o": np.zeros(3, np.float32)})[0] == np.array(True)
 
 
+def test_graph_input_sequence_and_optional_returned_as_outputs():
+    """A graph output that is a sequence / optional graph input comes back as a list of
+    copies / None (as onnxruntime returns them), not stacked into one array."""
+    opt = helper.make_value_info("o", helper.make_optional_type_proto(
+        helper.make_tensor_type_proto(F32, [3])))
+    m = _model([helper.make_node("SequenceLength", ["S"], ["n"])], [_seq("S"), opt],
+               [_tensor("n", I64, []), _seq("S"), opt])
+    S = _elements(2, (2,)) + _elements(1, (3,))
+    n, got, o = _strict(m).run(None, {"S": S, "o": None})
+    assert n == 3 and o is None
+    _same(got, S)
+    assert all(g is not s for g, s in zip(got, S)), "the caller owns the arrays returned"
+
+
 # --- compiled tensor ops around sequence steps -------------------------------------------------
 
 def test_mixed_model_strict_equals_onnxruntime():
