@@ -1,4 +1,4 @@
-"""If / Loop / Scan with compiled bodies.
+"""If / Loop / Scan / SequenceMap with compiled bodies.
 
 A control-flow node's subgraphs are compiled through the same pipeline as a model (import,
 passes, partition, lowering per shape signature, strict: nothing in a body may fall back),
@@ -40,25 +40,28 @@ from .errors import InvalidInput, UnsupportedOp
 from .importer import _free_names
 from .ir import Node, Value
 from .partition import CONTROL, INTERP
-from .sequences import claim as claim_sequences, copy_value
+from .sequences import claim as claim_sequences, copy_value, element_types, sequence
 
-CONTROL_OPS = ("If", "Loop", "Scan")
+CONTROL_OPS = ("If", "Loop", "Scan", "SequenceMap")
 
 #: ``(body model proto, names of its plan-time inputs) -> a compiled body model``
 CompileBody = Callable[..., object]
 
 
 def claim(graph, placement: dict, compile_body: CompileBody) -> tuple[dict, dict]:
-    """Compile the bodies of every interpreted If / Loop / Scan of ``graph``; each node whose
-    bodies all compile is placed on :data:`CONTROL`, as are the sequence and optional ops
-    (:func:`jitort.sequences.claim`). Returns ``(flows, reasons)``:
+    """Compile the bodies of every interpreted If / Loop / Scan / SequenceMap of ``graph``;
+    each node whose bodies all compile is placed on :data:`CONTROL`, as are the sequence and
+    optional ops (:func:`jitort.sequences.claim`). Returns ``(flows, reasons)``:
     ``id(node) -> flow`` (the step's callable) and ``node label -> why it stays interpreted``."""
-    flows, reasons = claim_sequences(graph, placement, compile_body)
+    elem = element_types(graph)
+    flows, reasons = claim_sequences(graph, placement, elem), {}
     for n in graph.nodes:
         if placement.get(id(n)) != INTERP or n.domain != "" or n.op_type not in CONTROL_OPS:
             continue
         try:
-            flows[id(n)] = _FLOWS[n.op_type](n, graph.opsets, compile_body)
+            flows[id(n)] = (SequenceMapFlow(n, graph.opsets, compile_body, elem)
+                            if n.op_type == "SequenceMap"
+                            else _FLOWS[n.op_type](n, graph.opsets, compile_body))
         except Exception as e:  # a body that cannot compile: the node stays interpreted
             reasons[n.label] = f"body not compiled: {type(e).__name__}: {e}"
             continue
@@ -306,6 +309,50 @@ class ScanFlow:
             ax = self.out_axes[k] % y.ndim
             result.append(np.ascontiguousarray(np.moveaxis(y, 0, ax)) if ax else y)
         return result
+
+
+# --- SequenceMap: the body per element -------------------------------------------------------
+
+class SequenceMapFlow:
+    """SequenceMap: the body compiled as a model (:class:`Body`, as a Loop's), called once per
+    element with the i-th element of each sequence input; tensor inputs go to every call."""
+
+    def __init__(self, node: Node, opsets: dict, compile_body, elem: dict):
+        self.node = node
+        formal = []
+        for v in node.inputs:
+            if v.dtype is not None:
+                formal.append((v.dtype, v.shape))
+            else:  # a sequence: its elements' type, any rank (a declared body input wins)
+                formal.append((elem.get(id(v)), None))
+        self.body = Body(node, node.attrs["body"], formal, opsets, compile_body)
+        self.bodies = {"body": self.body}
+        #: input position -> element type of the sequence inputs whose type the model fixes
+        self.elem = {k: elem[id(v)] for k, v in enumerate(node.inputs) if id(v) in elem}
+        if self.body.n_outputs != len(node.outputs):
+            raise UnsupportedOp(f"{node.label}: body outputs do not match the node's")
+
+    def __call__(self, args: list) -> list:
+        n_in = len(self.node.inputs)
+        seqs = {k: sequence(self.node, args[k], f"input {k}", self.elem.get(k))
+                for k in range(n_in) if k == 0 or isinstance(args[k], (list, tuple))}
+        length = len(seqs[0])
+        bad = {k: len(s) for k, s in seqs.items() if len(s) != length}
+        if bad:
+            raise InvalidInput(f"{self.node.label}: sequence inputs have different lengths "
+                               f"(input 0: {length}, then {bad})")
+        body, names = self.body, self.body.formal
+        feeds = body.feeds(args)
+        for k in range(n_in):
+            if k not in seqs:
+                feeds[names[k]] = args[k]
+        outs: list[list] = [[] for _ in self.node.outputs]
+        for i in range(length):
+            for k, s in seqs.items():
+                feeds[names[k]] = s[i]
+            for acc, r in zip(outs, body(feeds)):
+                acc.append(r)
+        return outs
 
 
 _FLOWS = {"If": IfFlow, "Loop": LoopFlow, "Scan": ScanFlow}

@@ -18,9 +18,9 @@ compiled segments, like an If / Loop / Scan; counted as compiled in strict mode)
   elements' bytes. jitort's compiled Split / Concat take a number of operands fixed when their
   segment is generated, while a sequence's length is known only at run time, so these two use
   numpy's copies.
-* SequenceMap: its body is compiled as a model exactly like a Loop body
-  (:class:`jitort.control_flow.Body`: strict, its own plans and workspace) and called once per
-  element, with the i-th element of each sequence input and the tensor inputs as they are.
+
+SequenceMap, whose body is compiled like a Loop body, is a control-flow op
+(:class:`jitort.control_flow.SequenceMapFlow`).
 
 Semantics are ONNX's: positions may be negative (counted from the end); a position out of
 range, an element whose type differs from the sequence's, an empty sequence given to
@@ -32,38 +32,31 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
-from .errors import InvalidInput, UnsupportedOp
+from .errors import InvalidInput
 from .ir import Node
 from .partition import CONTROL, INTERP
 
 #: the ops :func:`claim` places on control steps (Identity only on a sequence / optional)
 SEQUENCE_OPS = ("SequenceEmpty", "SequenceConstruct", "SequenceInsert", "SequenceErase",
                 "SequenceAt", "SequenceLength", "SplitToSequence", "ConcatFromSequence",
-                "Optional", "OptionalGetElement", "OptionalHasElement", "Identity",
-                "SequenceMap")
+                "Optional", "OptionalGetElement", "OptionalHasElement", "Identity")
 
 
-def claim(graph, placement: dict, compile_body) -> tuple[dict, dict]:
-    """Place every interpreted sequence / optional op of ``graph`` on :data:`CONTROL`.
-    Returns ``(flows, reasons)`` as :func:`jitort.control_flow.claim` does."""
-    flows, reasons = {}, {}
-    elem = _element_types(graph)
+def claim(graph, placement: dict, elem: dict) -> dict:
+    """Place every interpreted sequence / optional op of ``graph`` on :data:`CONTROL`
+    (``elem``: :func:`element_types`). Returns ``id(node) -> flow`` (the step's callable)."""
+    flows = {}
     for n in graph.nodes:
         if placement.get(id(n)) != INTERP or n.domain != "" or n.op_type not in SEQUENCE_OPS:
             continue
         if n.op_type == "Identity" and n.inputs[0].dtype is not None:
             continue  # a tensor Identity is a lowering's business
-        try:
-            flows[id(n)] = (SequenceMapFlow(n, graph.opsets, compile_body, elem)
-                            if n.op_type == "SequenceMap" else _Flow(n, elem))
-        except Exception as e:  # a body that cannot compile: the node stays interpreted
-            reasons[n.label] = f"not run as a sequence step: {type(e).__name__}: {e}"
-            continue
+        flows[id(n)] = _Flow(n, elem)
         placement[id(n)] = CONTROL
-    return flows, reasons
+    return flows
 
 
-def _element_types(graph) -> dict[int, np.dtype]:
+def element_types(graph) -> dict[int, np.dtype]:
     """``id(value) -> element type`` of the sequences whose element type the graph fixes
     (declared or inferred at import, SequenceEmpty's ``dtype``, the tensors a sequence is
     built from), propagated through the ops that keep it."""
@@ -101,7 +94,7 @@ def _declared(v, elem: dict) -> None:
 
 # --- checking run-time values ------------------------------------------------------------------
 
-def _sequence(node: Node, x, what: str = "input sequence", dt: np.dtype | None = None) -> list:
+def sequence(node: Node, x, what: str = "input sequence", dt: np.dtype | None = None) -> list:
     """``x`` as a sequence: a list or tuple of arrays (a graph input is taken as given), each
     of element type ``dt`` where the model fixes it."""
     if not isinstance(x, (list, tuple)):
@@ -127,7 +120,7 @@ def _sequence(node: Node, x, what: str = "input sequence", dt: np.dtype | None =
 
 def _input(node: Node, elem: dict, args: list) -> list:
     """A container op's input 0, a sequence, checked."""
-    return _sequence(node, args[0], dt=elem.get(id(node.inputs[0])))
+    return sequence(node, args[0], dt=elem.get(id(node.inputs[0])))
 
 
 def _contiguous(a: np.ndarray) -> np.ndarray:
@@ -303,48 +296,3 @@ class _Flow:
     def __call__(self, args: list) -> list:
         # an omitted optional input arrives as None
         return [self.fn(self.node, self.elem, list(args[:len(self.node.inputs)]))]
-
-
-# --- SequenceMap -------------------------------------------------------------------------------
-
-class SequenceMapFlow:
-    """SequenceMap: the body compiled as a model (:class:`jitort.control_flow.Body`), called
-    once per element of the sequence inputs; tensor inputs are passed to every call."""
-
-    def __init__(self, node: Node, opsets: dict, compile_body, elem: dict):
-        from .control_flow import Body  # not at the top: control_flow imports this module
-        self.node = node
-        formal = []
-        for v in node.inputs:
-            if v.dtype is not None:
-                formal.append((v.dtype, v.shape))
-            else:  # a sequence: its elements' type, any rank (a declared body input wins)
-                formal.append((elem.get(id(v)), None))
-        self.body = Body(node, node.attrs["body"], formal, opsets, compile_body)
-        self.bodies = {"body": self.body}
-        #: input position -> element type of the sequence inputs whose type the model fixes
-        self.elem = {k: elem[id(v)] for k, v in enumerate(node.inputs) if id(v) in elem}
-        if self.body.n_outputs != len(node.outputs):
-            raise UnsupportedOp(f"{node.label}: body outputs do not match the node's")
-
-    def __call__(self, args: list) -> list:
-        n_in = len(self.node.inputs)
-        seqs = {k: _sequence(self.node, args[k], f"input {k}", self.elem.get(k))
-                for k in range(n_in) if k == 0 or isinstance(args[k], (list, tuple))}
-        length = len(seqs[0])
-        bad = {k: len(s) for k, s in seqs.items() if len(s) != length}
-        if bad:
-            raise InvalidInput(f"{self.node.label}: sequence inputs have different lengths "
-                               f"(input 0: {length}, then {bad})")
-        body, names = self.body, self.body.formal
-        feeds = body.feeds(args)
-        for k in range(n_in):
-            if k not in seqs:
-                feeds[names[k]] = args[k]
-        outs: list[list] = [[] for _ in self.node.outputs]
-        for i in range(length):
-            for k, s in seqs.items():
-                feeds[names[k]] = s[i]
-            for acc, r in zip(outs, body(feeds)):
-                acc.append(r)
-        return outs

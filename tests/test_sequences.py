@@ -2,8 +2,9 @@
 
 Each container op against onnx.reference (onnxruntime where the reference differs from the
 spec: its Optional wraps the value in a list, its SequenceInsert wraps position n, the end,
-to 0 and divides by zero inserting at a position into an empty sequence) on several inputs, negative positions and empty sequences included;
-a model mixing sequence ops with compiled tensor ops against onnxruntime, with its structure
+to 0 and divides by zero inserting at a position into an empty sequence, its SequenceMap fails
+on an empty sequence) on several inputs, negative positions and empty sequences included; a
+model mixing sequence ops with compiled tensor ops against onnxruntime, with its structure
 (sequence ops on control steps, no interpreter runner); SequenceMap and a Loop carrying a
 sequence with compiled bodies; bad positions, element types and feeds refused with
 :class:`jitort.InvalidInput`."""
