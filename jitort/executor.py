@@ -9,7 +9,7 @@ Public surface, for the session (:mod:`jitort.runtime`) and the tiers (:mod:`jit
 :meth:`Executor.validate`, :attr:`Executor.input_ids`, :meth:`Executor.execute_compiled`
 (``only_cached=True`` raises :class:`NotCached` instead of compiling a driver or a dynamic
 step's kernels),
-:meth:`Executor.collect`, :meth:`Executor.compiled_segments`.
+:meth:`Executor.collect`, :meth:`Executor.compiled_segments`, :meth:`Executor.dynamic_flows`.
 """
 from __future__ import annotations
 
@@ -153,6 +153,12 @@ class Executor:
         """``(segment, its compiler)`` for every compiled step, in program order."""
         return [(st, self._compilers[id(st)]) for st in self.steps
                 if not isinstance(st, InterpStep)]
+
+    def dynamic_flows(self) -> list[tuple[Node, Any]]:
+        """``(node, flow)`` for every dynamic step (jitort/dynamic_ops.py), in program order:
+        ``flow(node_inputs(node, env))`` runs its kernels."""
+        return [(st.node, self._flows[id(st.node)]) for st in self.steps
+                if isinstance(st, DynamicStep)]
 
     # --- program ---------------------------------------------------------------------------
     def _build_program(self) -> None:

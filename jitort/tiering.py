@@ -353,6 +353,18 @@ def driver_parts(cm, feeds: dict) -> list:
     return parts
 
 
+def _compile_dynamic_kernels(cm, feeds: dict) -> None:
+    """Run the program's dynamic steps (jitort/dynamic_ops.py) once on the interpreter's
+    values, so that their kernels compile into the cache in a compile process rather than in
+    the parent when it switches."""
+    flows = cm.dynamic_flows()
+    if not flows:
+        return
+    env = Tiering(cm).interpret(dict(zip(cm.input_ids, cm.validate(feeds))), free=False)
+    for node, flow in flows:
+        flow(node_inputs(node, env))
+
+
 def compile_share(cm, feeds: dict, k: int, jobs: int, sync: str | None = None) -> int:
     """In a compile process: plan every segment for ``feeds`` and compile this process's share
     of the driver functions (:func:`_share`). With ``sync`` (a folder shared by the ``jobs``
@@ -360,6 +372,8 @@ def compile_share(cm, feeds: dict, k: int, jobs: int, sync: str | None = None) -
     shared out between the processes (:func:`_kernels_first`). Returns how many driver
     functions it compiled."""
     parts = driver_parts(cm, feeds)
+    if k == 0:
+        _compile_dynamic_kernels(cm, feeds)
     mine = [parts[i] for i in _share(parts, jobs)[k]]
     if sync is not None and jobs > 1 and not _library_warm(parts):
         _kernels_first(mine, k, jobs, Path(sync))
