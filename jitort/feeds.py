@@ -208,13 +208,27 @@ def fmt_bytes(n: float) -> str:
 HALF_DTYPES = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 
+#: Element types generated code holds as their bytes: float8, float4, int4 / uint4, int2 /
+#: uint2, which ml_dtypes stores unpacked, one per byte (jitort/codegen/lowprec.py).
+BYTE_DTYPES = tuple(np.dtype(t) for t in (
+    ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2,
+    ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e8m0fnu, ml_dtypes.float4_e2m1fn,
+    ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2))
+
+
+def _storage(a):
+    if a.dtype in HALF_DTYPES:
+        return a.view(np.uint16)
+    return a.view(np.uint8) if a.dtype in BYTE_DTYPES else a
+
+
 def storage_views(arrays) -> list:
-    """``arrays`` with every float16 / bfloat16 array viewed as uint16 (no copy): what a
-    compiled driver takes; the caller keeps the typed arrays (outputs are written through
-    the views)."""
-    return [a.view(np.uint16) if a.dtype in HALF_DTYPES else a for a in arrays]
+    """``arrays`` with every float16 / bfloat16 array viewed as uint16 and every byte-stored
+    low-precision one as uint8 (no copy): what a compiled driver takes; the caller keeps the
+    typed arrays (outputs are written through the views)."""
+    return [_storage(a) for a in arrays]
 
 
 def has_half(arrays) -> bool:
-    """Whether any of ``arrays`` is float16 / bfloat16 (see :func:`storage_views`)."""
-    return any(a.dtype in HALF_DTYPES for a in arrays)
+    """Whether any of ``arrays`` needs a storage view (see :func:`storage_views`)."""
+    return any(a.dtype in HALF_DTYPES or a.dtype in BYTE_DTYPES for a in arrays)

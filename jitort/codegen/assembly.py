@@ -15,7 +15,7 @@ import numpy as np
 from . import module as modmgr
 from . import native
 from .calls import Call, Kernel, Slots, alias, callee_text, render_direct, render_native
-from .emitter import Emitter
+from .emitter import Emitter, kernel_library_modules
 
 if TYPE_CHECKING:
     from ..ir import Node
@@ -222,10 +222,12 @@ _DEBUG_PRELUDE = (_KERNEL_PRELUDE.replace("from numba import njit,", "from numba
                     "    return _njit(*args, boundscheck=True, **flags)\n\n\n")
 
 
+_ALIASES = {"halfprec": "_h", "lowprec": "_l"}
+
+
 def _kernel_module(src: str, debug: bool = False) -> str:
     prelude = _DEBUG_PRELUDE if debug else _KERNEL_PRELUDE
-    if "_h." not in src:
-        return modmgr.header(["mathfn"]) + prelude + src
-    # 16-bit float conversions (kernels/cpu/halfprec.py), only where a kernel uses them
-    prelude = prelude.replace("mathfn as _m\n", "mathfn as _m\nfrom jitort.kernels.cpu import halfprec as _h\n")
-    return modmgr.header(["mathfn", "halfprec"]) + prelude + src
+    mods = kernel_library_modules(src)
+    imports = "".join(f"from jitort.kernels.cpu import {m} as {_ALIASES[m]}\n" for m in mods[1:])
+    prelude = prelude.replace("mathfn as _m\n", "mathfn as _m\n" + imports)
+    return modmgr.header(mods) + prelude + src

@@ -19,12 +19,14 @@ import ml_dtypes
 import numpy as np
 
 from ..ir import Node
+from .lowprec import LOWP, MATH as LOWP_MATH, cast_supported, narrow_expr
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 #: 16-bit floats: stored as their uint16 words (Numba has no such arrays), computed in float32
 HALF = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 F32 = np.dtype(np.float32)
 _U16 = np.dtype(np.uint16)
+_U8 = np.dtype(np.uint8)
 INTS = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64,
                                    np.uint8, np.uint16, np.uint32, np.uint64))
 BOOL = np.dtype(np.bool_)
@@ -32,15 +34,17 @@ NUMERIC = FLOATS + INTS
 
 
 def storage_dtype(dt) -> np.dtype:
-    """The dtype generated code holds ``dt``'s elements in: uint16 for float16 / bfloat16."""
+    """The dtype generated code holds ``dt``'s elements in: uint16 for float16 / bfloat16,
+    uint8 for the low-precision types (``lowprec.py``)."""
     dt = np.dtype(dt)
-    return _U16 if dt in HALF else dt
+    return _U16 if dt in HALF else (_U8 if dt in LOWP else dt)
 
 
 def compute_dtype(dt) -> np.dtype:
-    """The dtype generated code computes ``dt`` in: float32 for float16 / bfloat16."""
+    """The dtype generated code computes ``dt`` in: float32 for float16 / bfloat16 and the
+    low-precision types."""
     dt = np.dtype(dt)
-    return F32 if dt in HALF else dt
+    return F32 if dt in HALF or dt in LOWP else dt
 
 
 def _half_name(dt) -> str:
@@ -78,7 +82,8 @@ CPU_MATH = {**{f: f"np.{f}" for f in (
     "tanh32": "_m.tanh32", "erf32": "_m.erf32",
     # 16-bit floats stored as integer words (kernels/cpu/halfprec.py)
     "f16_to_f32": "_h.f16_to_f32", "f32_to_f16": "_h.f32_to_f16", "bf16_to_f32": "_h.bf16_to_f32",
-    "f32_to_bf16": "_h.f32_to_bf16", "round_f16": "_h.round_f16", "round_bf16": "_h.round_bf16"}
+    "f32_to_bf16": "_h.f32_to_bf16", "round_f16": "_h.round_f16", "round_bf16": "_h.round_bf16",
+    **LOWP_MATH}
 _MATH: ContextVar[dict] = ContextVar("elementwise_math", default=CPU_MATH)
 
 
@@ -308,6 +313,8 @@ def _where(n, a, d, o):
 
 @expr("Cast", dtypes=NUMERIC + (BOOL,))
 def _cast(n, a, d, o):
+    if np.dtype(n.outputs[0].dtype) in LOWP:  # rounded here, its byte written by the store
+        return narrow_expr(n, a[0], math_call)
     if np.dtype(o) == BOOL:
         return f"({a[0]} != 0)"
     return f"{tname(o)}({a[0]})"
@@ -444,6 +451,8 @@ def supports_elementwise(n: Node) -> bool:
         return False
     if n.op_type in ("Cast", "CastLike"):
         dts = [n.inputs[0].dtype, n.outputs[0].dtype]
+        if any(np.dtype(t) in LOWP for t in dts):
+            return cast_supported(n, NUMERIC + (BOOL,) + HALF)
         return all(np.dtype(t) in NUMERIC + (BOOL,) + HALF for t in dts)
     allowed = DTYPES[n.op_type]
     if F32 in allowed:  # 16-bit floats: loaded to float32, computed, rounded back
@@ -587,6 +596,8 @@ def kernel_source(name: str, ops: list[tuple[Node, list[int], int]], operands: l
         x = style.load(ins[j], operands[j], rank)
         if operands[j].dtype in HALF:
             x = math_call(f"{_half_name(operands[j].dtype)}_to_f32", x)
+        elif operands[j].dtype in LOWP:
+            x = math_call(f"{LOWP[operands[j].dtype]}_to_f32", x)
         return f"a{j} = {x}"
 
     body: list[str] = []
@@ -599,6 +610,8 @@ def kernel_source(name: str, ops: list[tuple[Node, list[int], int]], operands: l
             val = f"t{t}"
             if temp_dtypes[t] in HALF:
                 val = math_call(f"f32_to_{_half_name(temp_dtypes[t])}", val)
+            elif temp_dtypes[t] in LOWP:
+                val = math_call(f"f32_to_{LOWP[temp_dtypes[t]]}", val)
             body.append(f"{ind}{style.store(target, rank)} = {val}")
     finally:
         _MATH.reset(math_names)

@@ -11,6 +11,7 @@ rendered at the end (:mod:`jitort.codegen.assembly`).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,17 @@ from .symbolic import Sym, concrete
 from .elementwise import storage_dtype, tname
 
 _data = KernelModule("data")
+
+
+def kernel_library_modules(src: str) -> list[str]:
+    """The kernel modules generated kernel text imports: mathfn, and the 16-bit float
+    (kernels/cpu/halfprec.py, ``_h``) or low-precision (lowprec.py, ``_l``) conversions only
+    where it calls them."""
+    return (["mathfn"] + (["halfprec"] if "_h." in src else [])
+            + (["lowprec"] if _LOWP_CALL.search(src) else []))
+
+
+_LOWP_CALL = re.compile(r"(?<![\w.])_l\.")
 
 
 @dataclass
@@ -266,7 +278,7 @@ class Emitter:
         got = _KERNEL_NAMES.get(key)
         if got is None:
             # the header is hashed too: it names the kernel library code the text compiles with
-            mods = ["mathfn", "halfprec"] if "_h." in source else ["mathfn"]
+            mods = kernel_library_modules(source)
             name = modmgr.module_name(prefix, modmgr.header(mods)
                                       + source.replace("__KNAME__", prefix))
             got = _KERNEL_NAMES[key] = (name, source.replace("__KNAME__", name))

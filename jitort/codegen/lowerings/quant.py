@@ -2,10 +2,11 @@
 
 Kernels: ``jitort.kernels.cpu.quant`` (alias ``_quant`` in generated drivers).
 
-Declined (run by the interpreter), by the support predicates: float8 / int4 / uint4 / int2
-quantized types and float16 / bfloat16 operands (Numba has no such arrays), QuantizeLinear /
-DequantizeLinear outputs or scales other than float32, a ``precision`` attribute other than
-float32.
+QuantizeLinear / DequantizeLinear to and from the low-precision types (float8, float4 E2M1,
+int4 / uint4, int2 / uint2: ``codegen/lowprec.py``) run ``jitort.kernels.cpu.lowprec``'s
+kernels on the same layouts. Declined (run by the interpreter), by the support predicates:
+QuantizeLinear / DequantizeLinear outputs or scales other than float32 (float16 ones are
+computed in float32 by ``passes/precision.py``), a ``precision`` attribute other than float32.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from ...ir import Node
 from ..calls import KernelModule, View, Zeros
+from ..lowprec import E8M0, KIND, is_lowp
 from ..registry import Unlowerable, lowering
 from ..symbolic import concrete
 from .common import _3d, _axis, _conv_pads, _prod
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from ..emitter import Emitter
 
 _quant = KernelModule("quant")
+_lowp = KernelModule("lowprec")
 
 _F32 = np.dtype(np.float32)
 _I32 = np.dtype(np.int32)
@@ -45,16 +48,25 @@ def _dt(v):
     return None if v is None or v.dtype is None else np.dtype(v.dtype)
 
 
+def _lowp_q(v) -> bool:
+    """A low-precision quantized type (E8M0 is a scale type, not a quantized one)."""
+    return is_lowp(_dt(v)) and _dt(v) != E8M0
+
+
 def _quantize_ok(n: Node) -> bool:
     x, s, z = n.inputs[0], n.inputs[1], n.input(2)
     y = n.outputs[0]
+    if _lowp_q(y):
+        return (_dt(x) == _F32 and _dt(s) == _F32 and (z is None or _dt(z) == _dt(y))
+                and n.attrs.get("precision", 0) in (0, 1))
     return (_dt(x) in (_F32, _I32) and _dt(s) == _F32 and _dt(y) in _QINT
             and (z is None or _dt(z) == _dt(y)) and n.attrs.get("precision", 0) in (0, 1))
 
 
 def _dequantize_ok(n: Node) -> bool:
     x, s, z = n.inputs[0], n.inputs[1], n.input(2)
-    return (_dt(x) in _QINT + (_I32,) and _dt(s) == _F32 and _dt(n.outputs[0]) == _F32
+    ok_x = _dt(x) in _QINT + (_I32,) or _lowp_q(x)
+    return (ok_x and _dt(s) == _F32 and _dt(n.outputs[0]) == _F32
             and (z is None or _dt(z) == _dt(x)))
 
 
@@ -68,7 +80,8 @@ def _qdq_views(em: Emitter, n: Node):
     ``kernels/cpu/quant.py``); checks the scale and zero point shapes."""
     x, s, z = n.inputs[0], n.inputs[1], n.input(2)
     xs, ss = tuple(em.shape(x)), tuple(em.shape(s))
-    if z is not None and tuple(em.shape(z)) != ss:
+    if z is not None and tuple(em.shape(z)) != ss and not (
+            _prod(em.shape(z)) == 1 and _prod(ss) == 1 and len(ss) <= 1):  # [1] beside ()
         raise Unlowerable(n, f"zero point shape {tuple(em.shape(z))} differs from the scale's {ss}")
     block = int(n.attrs.get("block_size", 0) or 0)
     total = _prod(xs)
@@ -102,8 +115,13 @@ def _zp_arg(em: Emitter, z, s3) -> tuple[View | Zeros, bool]:
 def lower_quantize(em: Emitter, n: Node) -> None:
     x, s, z, y = n.inputs[0], n.inputs[1], n.input(2), n.outputs[0]
     x3, s3, blk = _qdq_views(em, n)
-    info = np.iinfo(_dt(y))
     zv, has = _zp_arg(em, z, s3)
+    if _lowp_q(y):
+        em.call(_lowp.quantize_lowp, em.shaped(x, x3), em.shaped(s, s3), zv,
+                em.write(y).reshape(em.sizes(x3)), em.size(blk), has, KIND[_dt(y)],
+                bool(n.attrs.get("saturate", 1)))
+        return
+    info = np.iinfo(_dt(y))
     yv = em.write(y)
     fn = _quant.quantize_par if _par(em, n, _prod(x3)) else _quant.quantize
     em.call(fn, em.shaped(x, x3), em.shaped(s, s3), zv, yv.reshape(em.sizes(x3)), em.size(blk),
@@ -116,6 +134,10 @@ def lower_dequantize(em: Emitter, n: Node) -> None:
     x3, s3, blk = _qdq_views(em, n)
     zv, has = _zp_arg(em, z, s3)
     yv = em.write(y)
+    if _lowp_q(x):
+        em.call(_lowp.dequantize_lowp, em.shaped(x, x3), em.shaped(s, s3), zv,
+                yv.reshape(em.sizes(x3)), em.size(blk), has, KIND[_dt(x)])
+        return
     fn = _quant.dequantize_par if _par(em, n, _prod(x3)) else _quant.dequantize
     em.call(fn, em.shaped(x, x3), em.shaped(s, s3), zv, yv.reshape(em.sizes(x3)), em.size(blk),
             has)
