@@ -231,3 +231,19 @@ def test_quantize_dequantize_strict(layout):
             _same(g.astype(np.float32), w.astype(np.float32), f"{lp.NAMES[kind]} {layout} {name}")
         names = called_names(cm)
         assert "lowprec.quantize_lowp" in names and "lowprec.dequantize_lowp" in names, names
+
+
+def test_cuda_backend_leaves_low_precision_casts_to_the_cpu():
+    """The conversions have no device version: the CUDA backend must not claim such a Cast."""
+    from jitort.codegen.cuda import supports_device_elementwise
+    from jitort.codegen.elementwise import supports_elementwise
+    from jitort.ir import Node, Value
+
+    def cast(src, dst):
+        return Node("Cast", [Value("x", np.dtype(src), (4,))], [Value("y", np.dtype(dst), (4,))],
+                    {"to": 0}, name="c", since_version=19)
+
+    low = cast(np.float32, ml_dtypes.float8_e4m3fn)
+    assert supports_elementwise(low) and not supports_device_elementwise(low)
+    assert not supports_device_elementwise(cast(ml_dtypes.int4, np.float32))
+    assert supports_device_elementwise(cast(np.float32, np.float64))

@@ -38,6 +38,7 @@ from .fusion import Group, collapse_group, fused_steps, group_operands
 from .registry import Backend, Unlowerable, lower_step, registry
 from .elementwise import (EXPR, LoopStyle, NoMath, Operand, kernel_source,
                           supports_elementwise)
+from .lowprec import is_lowp
 from .lowerings import (ACT_CODES, REDUCE_KIND, _axes_from_input, _axis, _conv_geometry,
                         _conv_pads, _prod, act_args, slice_start_step)
 from .lowerings.common import axis_dims, gather_dims, int_indices, softmax_dims
@@ -111,7 +112,10 @@ CUDA_STYLE = CudaStyle()
 
 
 def supports_device_elementwise(n: Node) -> bool:
-    return n.op_type in CUDA_EXPR and supports_elementwise(n)
+    # (the low-precision conversions, kernels/cpu/lowprec.py, have no device version: the
+    # CPU backend takes those nodes)
+    return (n.op_type in CUDA_EXPR and supports_elementwise(n)
+            and not any(v is not None and is_lowp(v.dtype) for v in list(n.inputs) + n.outputs))
 
 
 # --- registry and backend --------------------------------------------------------------------
