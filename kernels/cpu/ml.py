@@ -10,7 +10,6 @@ import numpy as np
 from numba import njit, prange
 
 from .mathfn import exp32, expneg32, sigmoid32
-from .sgemm import sgemm_packed
 from .trees import _probit, transform_row
 
 
@@ -375,11 +374,10 @@ BLOCK = 256
 _FM = {'reassoc', 'contract', 'arcp'}
 
 
-@njit(cache=True, error_model='numpy', fastmath=_FM)
-def _softmax_cols(st, m, zero, mx, tot):
+@njit(cache=True, inline='always', error_model='numpy', fastmath=_FM)
+def _softmax_cols(st, nt, m, zero, mx, tot):
     """onnxruntime's ComputeSoftmax / ComputeSoftmaxZero (float32) on each column of ``st``
     (classes x rows) over its first ``m`` columns; ``mx`` holds the columns' maxima."""
-    nt = st.shape[0]
     tiny = np.float32(1e-7)
     for r in range(m):
         tot[r] = 0
@@ -397,11 +395,10 @@ def _softmax_cols(st, m, zero, mx, tot):
             st[j, r] = st[j, r] / tot[r]
 
 
-@njit(cache=True, error_model='numpy', fastmath=_FM)
-def _normalize_cols(st, m, norm, d):
+@njit(cache=True, inline='always', error_model='numpy', fastmath=_FM)
+def _normalize_cols(st, nt, m, norm, d):
     """Normalizer folded after the scores: columns of ``st`` divided by their max (0), L1 (1)
     or L2 (2) norm, in float32."""
-    nt = st.shape[0]
     for r in range(m):
         d[r] = st[0, r] if norm == 0 else 0
     for j in range(nt):
@@ -421,6 +418,47 @@ def _normalize_cols(st, m, norm, d):
             st[j, r] = st[j, r] / d[r]
 
 
+@njit(cache=True, inline='always', error_model='numpy', fastmath=_FM)
+def _put4(st, g, r, nt, b, a0, a1, a2, a3):
+    st[g, r] = a0 + b[g]
+    if g + 1 < nt:
+        st[g + 1, r] = a1 + b[g + 1]
+    if g + 2 < nt:
+        st[g + 2, r] = a2 + b[g + 2]
+    if g + 3 < nt:
+        st[g + 3, r] = a3 + b[g + 3]
+
+
+@njit(cache=True, inline='always', error_model='numpy', fastmath=_FM)
+def _scores(x, r0, m, off, scale, w4, b, nt, st):
+    """st[j, r] = row r0 + r of x (through the Scaler when ``off`` is not empty) . W[j] +
+    b[j], four classes at a time (``w4``: W's rows zero-padded to a multiple of 4): per row,
+    one vectorized loop over the features with four accumulators (float32 sums)."""
+    f = x.shape[1]
+    if off.shape[0]:  # (x - offset) * scale in float32, as onnxruntime's Scaler
+        for g in range(0, nt, 4):
+            for r in range(m):
+                a0 = a1 = a2 = a3 = np.float32(0.0)
+                for k in range(f):
+                    v = (x[r0 + r, k] - off[k]) * scale[k]
+                    a0 += v * w4[g, k]
+                    a1 += v * w4[g + 1, k]
+                    a2 += v * w4[g + 2, k]
+                    a3 += v * w4[g + 3, k]
+                _put4(st, g, r, nt, b, a0, a1, a2, a3)
+        return
+    for g in range(0, nt, 4):
+        for r in range(m):
+            a0 = a1 = a2 = a3 = np.float32(0.0)
+            for k in range(f):
+                v = x[r0 + r, k]
+                a0 += v * w4[g, k]
+                a1 += v * w4[g + 1, k]
+                a2 += v * w4[g + 2, k]
+                a3 += v * w4[g + 3, k]
+            _put4(st, g, r, nt, b, a0, a1, a2, a3)
+
+
 @njit(cache=True, error_model='numpy')
 def _probit_cols(st, m):
     """onnxruntime's ComputeProbit on the first ``m`` columns of ``st``; without fast-math:
@@ -431,23 +469,13 @@ def _probit_cols(st, m):
             st[j, r] = _probit(st[j, r])
 
 
-@njit(cache=True, error_model='numpy', fastmath=_FM)
-def _linear_block(x, r0, m, off, scale, bp, b, post, labels, mode, norm, xs, sb, st, mx, bi,
-                  z, y):
-    """Rows r0 .. r0 + m of a float32 linear model (see :func:`linear_rows_f32`)."""
-    f = x.shape[1]
-    nt = b.shape[0]
-    if off.shape[0]:  # a Scaler folded in: (x - offset) * scale in float32, as onnxruntime's
-        for r in range(m):
-            for k in range(f):
-                xs[r, k] = (x[r0 + r, k] - off[k]) * scale[k]
-        sgemm_packed(m, nt, f, 1.0, xs, 0, f, 1, bp, 0, 0.0, sb, 0, nt)
-    else:
-        sgemm_packed(m, nt, f, 1.0, x, r0 * (x.strides[0] // 4), x.strides[0] // 4,
-                     x.strides[1] // 4, bp, 0, 0.0, sb, 0, nt)
-    for r in range(m):  # classes-major from here: the loops over rows vectorize
-        for j in range(nt):
-            st[j, r] = sb[r * nt + j] + b[j]
+@njit(cache=True, inline='always', error_model='numpy', fastmath=_FM)
+def _linear_block(x, r0, m, off, scale, w4, b, nt, post, labels, mode, norm, sb, st, mx, bi, z,
+                  y):
+    """Rows r0 .. r0 + m of a float32 linear model (see :func:`linear_rows_f32`) with ``nt``
+    (== b.shape[0]) classes or targets: a constant where it is inlined, so that the loops
+    over the classes unroll and those over the rows vectorize."""
+    _scores(x, r0, m, off, scale, w4, b, nt, st)
     if mode == 2:  # one score column, two classes: label by its sign, scores [1 - p, p]
         for r in range(m):
             s = st[0, r]
@@ -470,7 +498,7 @@ def _linear_block(x, r0, m, off, scale, bp, b, post, labels, mode, norm, xs, sb,
             y[r0 + r] = labels[bi[r]]
     if nt > 1 or post == 4:
         if post == 1 or post == 3:
-            _softmax_cols(st, m, post == 3, mx, sb)
+            _softmax_cols(st, nt, m, post == 3, mx, sb)
         elif post == 2:
             for j in range(nt):
                 for r in range(m):
@@ -478,45 +506,64 @@ def _linear_block(x, r0, m, off, scale, bp, b, post, labels, mode, norm, xs, sb,
         elif post == 4:
             _probit_cols(st, m)
     if norm >= 0:
-        _normalize_cols(st, m, norm, mx)
+        _normalize_cols(st, nt, m, norm, mx)
     for r in range(m):
         for j in range(nt):
             z[r0 + r, j] = st[j, r]
 
 
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _block(x, r0, m, off, scale, w4, b, post, labels, mode, norm, sb, st, mx, bi, z, y):
+    """:func:`_linear_block` with the class count a constant for 1 to 4 classes."""
+    nt = b.shape[0]
+    if nt == 1:
+        _linear_block(x, r0, m, off, scale, w4, b, 1, post, labels, mode, norm, sb, st, mx,
+                      bi, z, y)
+    elif nt == 2:
+        _linear_block(x, r0, m, off, scale, w4, b, 2, post, labels, mode, norm, sb, st, mx,
+                      bi, z, y)
+    elif nt == 3:
+        _linear_block(x, r0, m, off, scale, w4, b, 3, post, labels, mode, norm, sb, st, mx,
+                      bi, z, y)
+    elif nt == 4:
+        _linear_block(x, r0, m, off, scale, w4, b, 4, post, labels, mode, norm, sb, st, mx,
+                      bi, z, y)
+    else:
+        _linear_block(x, r0, m, off, scale, w4, b, nt, post, labels, mode, norm, sb, st, mx,
+                      bi, z, y)
+
+
 @njit(cache=True, error_model='numpy')
-def _scratch(m, f, nt):
-    return (np.empty((m, f), np.float32), np.empty(max(m * nt, m), np.float32),
-            np.empty((nt, m), np.float32), np.empty(m, np.float32), np.empty(m, np.int64))
+def _scratch(m, nt):
+    return (np.empty(m, np.float32), np.empty((nt, m), np.float32), np.empty(m, np.float32),
+            np.empty(m, np.int64))
 
 
 @njit(cache=True, parallel=True, error_model='numpy')
-def _linear_rows_par(x, off, scale, bp, b, post, labels, mode, norm, z, y):
-    n, f = x.shape
+def _linear_rows_par(x, off, scale, w4, b, post, labels, mode, norm, z, y):
+    n = x.shape[0]
     for blk in prange((n + BLOCK - 1) // BLOCK):
         r0 = blk * BLOCK
         m = min(BLOCK, n - r0)
-        xs, sb, st, mx, bi = _scratch(m, f if off.shape[0] else 0, b.shape[0])
-        _linear_block(x, r0, m, off, scale, bp, b, post, labels, mode, norm, xs, sb, st, mx, bi,
-                      z, y)
+        sb, st, mx, bi = _scratch(m, b.shape[0])
+        _block(x, r0, m, off, scale, w4, b, post, labels, mode, norm, sb, st, mx, bi, z, y)
 
 
 @njit(cache=True, error_model='numpy')
-def linear_rows_f32(x, off, scale, bp, b, post, labels, mode, norm, par, z, y):
+def linear_rows_f32(x, off, scale, w4, b, post, labels, mode, norm, par, z, y):
     """float32 LinearClassifier / LinearRegressor over blocks of ``BLOCK`` rows, each in one
-    pass: an optional Scaler (``off`` / ``scale`` per feature, empty for none), the scores
-    ``x @ W.T + b`` (``bp``: W.T packed by ``sgemm.pack_b``, float32 sums as onnxruntime's
-    Gemm), then, per ``mode``: 0 a regressor (no labels), 1 labels of the first greatest
-    score, 2 one score column for two classes (``labels[1]`` where it is > 0, scores
+    pass: an optional Scaler (``off`` / ``scale`` per feature, empty for none, float32 as
+    onnxruntime's), the scores ``x @ W.T + b`` (float32 sums; ``w4``: W's rows zero-padded to
+    a multiple of 4), then, per ``mode``: 0 a regressor (no labels), 1 labels of the first
+    greatest score, 2 one score column for two classes (``labels[1]`` where it is > 0, scores
     ``[1 - p, p]``, p the score or its logistic under LOGISTIC, as onnxruntime 1.32); the
     post transform ``post`` (onnxruntime's, float32; one column: PROBIT only), then a
     Normalizer ``norm`` (-1 none, else 0 MAX, 1 L1, 2 L2). ``par``: blocks over the threads."""
-    n, f = x.shape
+    n = x.shape[0]
     if par:
-        _linear_rows_par(x, off, scale, bp, b, post, labels, mode, norm, z, y)
+        _linear_rows_par(x, off, scale, w4, b, post, labels, mode, norm, z, y)
         return
-    m = min(BLOCK, n)
-    xs, sb, st, mx, bi = _scratch(m, f if off.shape[0] else 0, b.shape[0])
+    sb, st, mx, bi = _scratch(min(BLOCK, n), b.shape[0])
     for r0 in range(0, n, BLOCK):
-        _linear_block(x, r0, min(BLOCK, n - r0), off, scale, bp, b, post, labels, mode, norm,
-                      xs, sb, st, mx, bi, z, y)
+        _block(x, r0, min(BLOCK, n - r0), off, scale, w4, b, post, labels, mode, norm, sb, st,
+               mx, bi, z, y)

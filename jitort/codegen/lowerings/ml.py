@@ -385,7 +385,6 @@ def _lower_linear_f32(em, n: Node) -> bool:
     """Emit the row-blocked float32 kernel for ``n`` (with a Scaler before and a Normalizer
     after folded in where :func:`_folded_scaler` / :func:`_folded_normalizer` allow); False
     where it does not apply."""
-    from jitort.kernels.cpu.sgemm import pack_b
     folded = _folded_scaler(em, n)
     x = folded[0].inputs[0] if folded else n.inputs[0]
     xs = em.shape(x)
@@ -407,7 +406,8 @@ def _lower_linear_f32(em, n: Node) -> bool:
     par = em.split("linear", n, rows * f * nt, 1 << 16, rows)
     em.call(_ml.linear_rows_f32, em.shaped(x, (rows, f)), c(("ml.off", id(n)), lambda: off),
             c(("ml.scale", id(n)), lambda: scale),
-            c(("ml.wpack", id(n)), lambda: pack_b(np.ascontiguousarray(w.T, np.float32))),
+            c(("ml.w4", id(n)), lambda: np.concatenate(
+                [w, np.zeros((-nt % 4, f))]).astype(np.float32)),
             c(("ml.b32", id(n)), lambda: b.astype(np.float32)), em.size(post),
             c(("ml.labels", id(n)), lambda: labels), em.size(mode),
             em.size(-1 if norm is None else _NORMS[_s(norm.attrs.get("norm", "MAX"))]),
