@@ -247,3 +247,30 @@ def test_cuda_backend_leaves_low_precision_casts_to_the_cpu():
     assert supports_elementwise(low) and not supports_device_elementwise(low)
     assert not supports_device_elementwise(cast(ml_dtypes.int4, np.float32))
     assert supports_device_elementwise(cast(np.float32, np.float64))
+
+
+@pytest.mark.slow  # (~30 s cold: the uint8 copies of seven data-movement kernels)
+@pytest.mark.parametrize("code", [TensorProto.FLOAT8E4M3FN, TensorProto.INT4],
+                         ids=["e4m3fn", "int4"])
+def test_data_movement_moves_the_bytes_strict(code):
+    """Reshape, Transpose, Slice, Concat, Gather, Split and Tile of a low-precision tensor
+    compile (they move its bytes) and equal onnx.reference."""
+    mk = onnx.helper.make_node
+    nodes = [mk("Cast", ["x"], ["q"], to=code),
+             mk("Reshape", ["q", "shape"], ["r"]),
+             mk("Transpose", ["r"], ["t"], perm=[1, 0]),
+             mk("Slice", ["t", "starts", "ends"], ["s"]),
+             mk("Concat", ["s", "t"], ["c"], axis=0),
+             mk("Gather", ["c", "idx"], ["g"], axis=1),
+             mk("Split", ["g"], ["p0", "p1"], axis=0, num_outputs=2),
+             mk("Tile", ["p1", "reps"], ["y"])]
+    inits = {"shape": np.int64([6, 4]), "starts": np.int64([1]), "ends": np.int64([3]),
+             "idx": np.int64([5, 0, 2, 2]), "reps": np.int64([2, 1])}
+    model = make_model(nodes, [("x", F32, [24])], [("y", code, [6, 4]), ("p0", code, [3, 4])],
+                       inits, opset=18)
+    x = (np.random.default_rng(3).standard_normal(24) * 4).astype(np.float32)
+    _, got = _run_strict(model, {"x": x})
+    want = run_reference(model, {"x": x})
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        _same(g.astype(np.float32), w.astype(np.float32), "moved")

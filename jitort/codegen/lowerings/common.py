@@ -8,6 +8,7 @@ import numpy as np
 
 from ...ir import Node
 from ..elementwise import BOOL, FLOATS, HALF, NUMERIC
+from ..lowprec import is_lowp
 from ..registry import Unlowerable
 
 _F = tuple(FLOATS)
@@ -30,9 +31,9 @@ def _plain(n: Node) -> bool:
 
 
 def _words(n: Node) -> bool:
-    """Like :func:`_plain`, also taking float16 / bfloat16: for ops that only move elements
-    (the generated code sees their uint16 words)."""
-    return all(v.dtype is not None and np.dtype(v.dtype) in _PLAIN + HALF
+    """Like :func:`_plain`, also taking float16 / bfloat16 and the low-precision types: for
+    ops that only move elements (the generated code sees their uint16 words / their bytes)."""
+    return all(v.dtype is not None and (np.dtype(v.dtype) in _PLAIN + HALF or is_lowp(v.dtype))
                for v in list(n.all_inputs()) + list(n.outputs) if v is not None)
 
 
