@@ -470,11 +470,13 @@ def _probit_cols(st, m):
 
 
 @njit(cache=True, inline='always', error_model='numpy', fastmath=_FM)
-def _linear_block(x, r0, m, off, scale, w4, b, nt, post, labels, mode, norm, sb, st, mx, bi, z,
-                  y):
-    """Rows r0 .. r0 + m of a float32 linear model (see :func:`linear_rows_f32`) with ``nt``
-    (== b.shape[0]) classes or targets: a constant where it is inlined, so that the loops
-    over the classes unroll and those over the rows vectorize."""
+def _linear_block(nt, x, r0, m, p, scr, z, y):
+    """Rows r0 .. r0 + m of a float32 linear model (see :func:`linear_rows_f32`; ``p``: its
+    parameters, ``scr``: scratch) with ``nt`` (== b.shape[0]) classes or targets: a constant
+    where it is inlined, so that the loops over the classes unroll and those over the rows
+    vectorize."""
+    off, scale, w4, b, post, labels, mode, norm = p
+    sb, st, mx, bi = scr
     _scores(x, r0, m, off, scale, w4, b, nt, st)
     if mode == 2:  # one score column, two classes: label by its sign, scores [1 - p, p]
         for r in range(m):
@@ -516,21 +518,17 @@ def _linear_block(x, r0, m, off, scale, w4, b, nt, post, labels, mode, norm, sb,
 def _block(x, r0, m, off, scale, w4, b, post, labels, mode, norm, sb, st, mx, bi, z, y):
     """:func:`_linear_block` with the class count a constant for 1 to 4 classes."""
     nt = b.shape[0]
+    p, scr = (off, scale, w4, b, post, labels, mode, norm), (sb, st, mx, bi)
     if nt == 1:
-        _linear_block(x, r0, m, off, scale, w4, b, 1, post, labels, mode, norm, sb, st, mx,
-                      bi, z, y)
+        _linear_block(1, x, r0, m, p, scr, z, y)
     elif nt == 2:
-        _linear_block(x, r0, m, off, scale, w4, b, 2, post, labels, mode, norm, sb, st, mx,
-                      bi, z, y)
+        _linear_block(2, x, r0, m, p, scr, z, y)
     elif nt == 3:
-        _linear_block(x, r0, m, off, scale, w4, b, 3, post, labels, mode, norm, sb, st, mx,
-                      bi, z, y)
+        _linear_block(3, x, r0, m, p, scr, z, y)
     elif nt == 4:
-        _linear_block(x, r0, m, off, scale, w4, b, 4, post, labels, mode, norm, sb, st, mx,
-                      bi, z, y)
+        _linear_block(4, x, r0, m, p, scr, z, y)
     else:
-        _linear_block(x, r0, m, off, scale, w4, b, nt, post, labels, mode, norm, sb, st, mx,
-                      bi, z, y)
+        _linear_block(nt, x, r0, m, p, scr, z, y)
 
 
 @njit(cache=True, error_model='numpy')
