@@ -84,7 +84,7 @@ def assign(graph: Graph, backends: list[Backend], plan_time=()) -> dict[int, str
     plans like host values (a Loop body's iteration number: what it indexes is computed on the
     host, once per iteration value)."""
     placement: dict[int, str] = {}
-    host_values: set[int] = {id(v) for v in plan_time}
+    host_values: set[int] = {id(v) for v in plan_time} | _small_value_sources(graph)
     for n in graph.nodes:
         ins = [v for v in n.inputs if v is not None]
         if not n.implicit and not _has_subgraph(n) and (
@@ -116,6 +116,57 @@ def assign(graph: Graph, backends: list[Backend], plan_time=()) -> dict[int, str
                 placement[id(n)] = INTERP
                 break
     return placement
+
+
+#: A graph input of at most this many elements (static shape) whose values reach a value input
+#: is a plan-time value (see :func:`_small_value_sources`).
+SMALL_VALUE_INPUT = 64
+
+
+def _small_value_sources(graph: Graph) -> set[int]:
+    """Graph inputs (small, static shape) whose values a value input reads through a chain of
+    computations: a window length Cast to float before a Range, a crop shape combined with
+    ``Shape(x)`` into a Pad's pads. Read straight, such an input already keys the plan; through
+    a compiled Cast or Max its value would come from a kernel and the consumer could not be
+    planned. As a host value it keys the plan the same way and the chain runs on the host.
+    Only chains the host can compute whole count (constants, Shape / Size, such inputs, through
+    nodes without subgraphs or randomness); an input in any other chain stays data."""
+    small = {id(v) for v in graph.inputs if not v.is_const and v.shape is not None
+             and all(isinstance(d, int) for d in v.shape) and _count(v.shape) <= SMALL_VALUE_INPUT}
+    # per value (in topological order): the small inputs it is computed from, None when the
+    # host cannot compute it
+    src: dict[int, frozenset | None] = {
+        id(v): frozenset([id(v)]) if id(v) in small else None for v in graph.inputs}
+    empty = frozenset()
+    for n in graph.nodes:
+        if n.op_type in SHAPE_OPS and n.domain == "":
+            got = empty
+        elif n.implicit or _has_subgraph(n) or not _host_safe(n):
+            got = None
+        else:
+            got = empty
+            for x in n.inputs:
+                sx = empty if x is None or x.is_const else src.get(id(x))
+                if sx is None:
+                    got = None
+                    break
+                got = got | sx
+        for o in n.outputs:
+            src[id(o)] = got
+    found: set[int] = set()
+    for n in graph.nodes:
+        for i in value_inputs(n):
+            v = n.input(i)
+            if v is not None and not v.is_const:
+                found |= src.get(id(v)) or empty
+    return found
+
+
+def _count(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def _compile_host_data(graph: Graph, placement: dict[int, str], backends: list[Backend]) -> None:

@@ -290,7 +290,11 @@ class BodyModel(CompiledModel):
     def __init__(self, model: Any, plan_time: Sequence[str] = (), **kwargs):
         self.plan_time_inputs = tuple(plan_time)
         super().__init__(model, strict=True, tiered=False, **kwargs)
-        if plan_time:
+        # plan_time, or a small input the partition made a plan-time value (a Slice bound
+        # computed from the iteration number): either way one plan per value
+        formal = {id(v) for v in self.graph.inputs}
+        if plan_time or any(id(v) in formal for st in self.steps
+                            for v in getattr(st, "value_inputs", ())):
             self.plan_cache_size = max(self.plan_cache_size, self.PLAN_TIME_CACHE_SIZE)
 
 

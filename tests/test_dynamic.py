@@ -343,6 +343,34 @@ def test_topk_with_k_from_an_input():
                                   "k": np.array([k], np.int64)} for k in (1, 3, 9)])
 
 
+def test_small_inputs_read_through_a_chain_are_plan_time_values():
+    """A window length Cast before a Range and a crop shape combined with Shape(x) into Pad's
+    pads (the expanded HannWindow / CenterCropPad functions): the small inputs become plan-time
+    values, so nothing is interpreted and each new value gets its own plan."""
+    m = make_model([helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
+                    helper.make_node("Range", ["zero", "nf", "one"], ["r"]),
+                    helper.make_node("Cos", ["r"], ["w"]),
+                    helper.make_node("Shape", ["x"], ["xs"]),
+                    helper.make_node("Max", ["xs", "s"], ["big"]),
+                    helper.make_node("Sub", ["big", "xs"], ["d"]),
+                    helper.make_node("Concat", ["zeros2", "d"], ["pads"], axis=0),
+                    helper.make_node("Pad", ["x", "pads"], ["p"]),
+                    helper.make_node("Relu", ["p"], ["y"])],
+                   [("x", F32, [2, "N"]), ("n", I64, []), ("s", I64, [2])],
+                   [("w", F32, None), ("y", F32, None)],
+                   {"zero": np.float32(0), "one": np.float32(1), "zeros2": np.zeros(2, np.int64)})
+    rng = np.random.default_rng(2)
+    cm = jitort.compile(m, strict=True)
+    for n, s, cols in ((10, (3, 4), 5), (7, (2, 9), 5), (10, (3, 4), 3)):
+        f = {"x": rng.standard_normal((2, cols)).astype(np.float32),
+             "n": np.array(n, np.int64), "s": np.array(s, np.int64)}
+        got = cm(**f)
+        assert_outputs_close(got, run_reference(m, f), rtol=1e-5, atol=1e-6)
+        assert got[0].shape == (n,) and got[1].shape == (max(2, s[0]), max(cols, s[1]))
+    assert cm.fallback_nodes() == []
+    assert cm.placement_counts()["host"] >= 5  # Cast, Range, Shape, Max, Sub, Concat
+
+
 def test_loop_whose_output_grows_with_the_trip_count():
     body = helper.make_graph(
         [helper.make_node("Add", ["acc_in", "one"], ["acc_out"]),
