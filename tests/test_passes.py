@@ -491,3 +491,22 @@ def test_affine_that_is_not_per_channel_is_not_folded():
     # a scale from an input (not a constant) stays too
     m = _conv_model([helper.make_node("Mul", ["c", "r"], ["y"])], res_shape=(4, 1, 1))
     assert [n.op_type for n in _optimized(m).nodes] == ["Conv", "Mul"]
+
+
+def test_channel_prelu_slope():
+    """PRelu-6 with a (C,) slope on X (N, C, H): the slope moves to X's channel dim, (C, 1),
+    and the node compiles; a slope that broadcasts from the right is left as it is."""
+    from jitort.passes.simplify import channel_prelu_slope
+    slope = np.array([0.1, -0.5, 2.0], np.float32)
+    m = make_model([helper.make_node("PRelu", ["x", "s"], ["y"])], [("x", F32, [2, 3, 4])],
+                   [("y", F32, None)], {"s": slope}, opset=6)
+    g = import_model(m)
+    assert channel_prelu_slope(g) == 1 and channel_prelu_slope(g) == 0
+    assert g.nodes[0].inputs[1].shape == (3, 1)
+    x = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    cm = jitort.compile(m, strict=True)
+    np.testing.assert_array_equal(cm(x=x)[0], np.where(x >= 0, x, x * slope[:, None]))
+    assert cm.fallback_nodes() == []
+    m2 = make_model([helper.make_node("PRelu", ["x", "s"], ["y"])], [("x", F32, [2, 4, 3])],
+                    [("y", F32, None)], {"s": slope}, opset=6)
+    assert channel_prelu_slope(import_model(m2)) == 0

@@ -17,7 +17,7 @@ from ..errors import InvalidModel, JitortError
 from ..options import Options
 from ..ir import Graph
 from .simplify import (eliminate_dead_code, eliminate_identities, eliminate_common_subexpressions,
-                       fold_constants, fold_transposes, sum_as_add)
+                       fold_constants, fold_transposes, sum_as_add, channel_prelu_slope)
 from .expand import expand_other_domains
 from .layout import convert_to_channels_last
 from .precision import compute_16bit_in_float32
@@ -35,6 +35,7 @@ DEFAULT_PIPELINE: list[tuple[str, PassFn]] = [
     ("expand_other_domains", expand_other_domains),  # contrib ops -> ONNX subgraphs (expand.py)
     ("eliminate_identities", eliminate_identities),
     ("sum_as_add", sum_as_add),
+    ("channel_prelu_slope", channel_prelu_slope),  # PRelu-6's per-channel slope
     ("fold_transposes", fold_transposes),
     ("fold_constants", fold_constants),
     ("eliminate_common_subexpressions", eliminate_common_subexpressions),

@@ -59,6 +59,34 @@ def sum_as_add(g: Graph) -> int:
     return count
 
 
+def channel_prelu_slope(g: Graph) -> int:
+    """PRelu before opset 7 whose 1-D constant slope of C values does not broadcast to X from
+    the right (PyTorch's multi-parameter PReLU: X (N, C, ...), slope (C,)): the slope becomes
+    that many values along the one dim of X of size C, (C, 1, ..., 1), the reading onnx.reference
+    and onnxruntime give it. X needs a static shape; a slope matching no dim or several is
+    left alone (the node then fails its shape check with a clear error)."""
+    count = 0
+    for n in g.nodes:
+        if n.op_type != "PRelu" or n.domain or n.since_version >= 7 or len(n.inputs) != 2:
+            continue
+        x, slope = n.inputs
+        if x is None or slope is None or not slope.is_const or slope.const.ndim != 1:
+            continue
+        if x.shape is None or not all(isinstance(d, int) for d in x.shape):
+            continue
+        c = slope.const.shape[0]
+        if len(x.shape) < 2 or x.shape[-1] == c or c == 1:
+            continue  # broadcasts from the right as it is
+        at = [k for k, d in enumerate(x.shape) if d == c]
+        if len(at) != 1:
+            continue
+        shape = [c if k == at[0] else 1 for k in range(at[0], len(x.shape))]
+        n.inputs[1] = const_value(g.fresh_name(slope.name + "_channels"),
+                                  slope.const.reshape(shape))
+        count += 1
+    return count
+
+
 def _identity_source(n: Node, consumers) -> Value | None:
     if n.domain != "" or not n.inputs or n.inputs[0] is None:
         return None
