@@ -230,10 +230,12 @@ def _contrib_section() -> str:
             f"{done} of the {len(ops)} com.microsoft ops onnxruntime registers compile; an "
             "expansion can still decline a node's attributes or inputs (its docstring says which), "
             "which leaves the node to the interpreter (`UnsupportedOp` under `strict=True`). "
-            "Tests: tests/test_contrib_ops.py. Known wrong and not detected: GroupQueryAttention "
-            "in a batched decode whose rows have different lengths (ragged `seqlens_k`) or with "
-            "past and present sharing one buffer (`total_sequence_length` <= the past length); "
-            "single-sequence decoding and right-padded first prompts match onnxruntime."
+            "Tests: tests/test_contrib_ops.py. GroupQueryAttention differs from onnxruntime "
+            "where past and present share one buffer (`total_sequence_length` <= the past "
+            "length): onnxruntime's present stays the buffer's length, jitort's grows by the "
+            "new tokens, with the same entries up to each row's length and the same output "
+            "(fed back, it decodes the same); ragged batched decoding and right-padded first "
+            "prompts match onnxruntime."
             "\n\n| op | jitort |\n|---|---|\n" + rows)
 
 

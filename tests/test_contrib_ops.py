@@ -168,6 +168,24 @@ def _gqa_case(rotary: bool, interleaved: int = 0):
     return _case("GroupQueryAttention", ins, ("y", "pk_out", "pv_out"), attrs)
 
 
+def _gqa_decode(seqlens, past: int, rotary: bool = False):
+    """A decode step (S = 1) at batch len(seqlens): row b's past length is seqlens[b] (its
+    new key goes at that position of present; rows shorter than ``past`` leave the rest of
+    their past buffer unused)."""
+    b, s, n, kvn, hd = len(seqlens), 1, 4, 2, 16
+    ins = [("q", F, _f(b, s, n * hd)), ("k", F, _f(b, s, kvn * hd)), ("v", F, _f(b, s, kvn * hd)),
+           ("pk", F, _f(b, kvn, past, hd)), ("pv", F, _f(b, kvn, past, hd)),
+           ("seqlens", I32, np.array(seqlens, np.int32)),
+           ("total", I32, np.array(max(seqlens) + s, np.int32))]
+    attrs = {"num_heads": n, "kv_num_heads": kvn}
+    if rotary:
+        ang = np.arange(16)[:, None] * (1.0 / 10000 ** (np.arange(hd // 2) / (hd // 2)))[None]
+        ins += [("cos", F, np.cos(ang).astype(np.float32)),
+                ("sin", F, np.sin(ang).astype(np.float32))]
+        attrs.update(do_rotary=1)
+    return _case("GroupQueryAttention", ins, ("y", "pk_out", "pv_out"), attrs)
+
+
 def _gqa_prompt_padded():
     """A first prompt of a batch right-padded to S (seqlens_k + 1 = each row's length <= S =
     total_sequence_length): every row's queries take positions 0..S-1 (causal from 0), as
@@ -215,9 +233,11 @@ def _activation_cases():
 
 GROUPS = {"norms": _norm_cases(), "embed": _embed_cases(), "attention": _attention_cases(),
           "mha": _mha_cases(), "gqa": [_gqa_case(False)], "gqa_rotary": [_gqa_case(True)],
-          "gqa_rotary_interleaved": [_gqa_case(True, 1)], "rotary": _rotary_cases(),
+          "gqa_rotary_interleaved": [_gqa_case(True, 1)],
+          "gqa_ragged_decode": [_gqa_decode([4, 2, 0], 4), _gqa_decode([5, 1], 5, rotary=True)],
+          "rotary": _rotary_cases(),
           "activations": _activation_cases()}
-require_cases([c for g in GROUPS.values() for c in g], 28, "this module's case lists")
+require_cases([c for g in GROUPS.values() for c in g], 30, "this module's case lists")
 
 
 @pytest.mark.parametrize("group", list(GROUPS))
@@ -242,6 +262,38 @@ def test_gqa_padded_prompt_rows_match_onnxruntime():
     assert got.shape == want.shape
     for row, length in enumerate(feeds["c0_seqlens"] + 1):
         np.testing.assert_allclose(got[row, :length], want[row, :length], rtol=1e-4, atol=1e-4)
+
+
+def test_gqa_shared_buffer_decode_loop():
+    """past and present sharing one buffer (total_sequence_length <= P, onnxruntime-genai's
+    form): onnxruntime's present stays P long, jitort's is P + S long (docstring of the
+    expansion) with the same entries up to each row's length, and Y equal; fed back as the
+    next step's past, every step's Y still equals onnxruntime's."""
+    b, n, kvn, hd, buf = 2, 4, 2, 8, 8
+    m, feeds = _graph([_case("GroupQueryAttention", [
+        ("q", F, _f(b, 1, n * hd)), ("k", F, _f(b, 1, kvn * hd)), ("v", F, _f(b, 1, kvn * hd)),
+        ("pk", F, np.zeros((b, kvn, buf, hd), np.float32)),
+        ("pv", F, np.zeros((b, kvn, buf, hd), np.float32)),
+        ("seqlens", I32, np.zeros(b, np.int32)), ("total", I32, np.array(1, np.int32))],
+        ("y", "pk_out", "pv_out"), {"num_heads": n, "kv_num_heads": kvn})], "")
+    # onnxruntime's inputs are declared at the shapes of the first feeds: make past dynamic
+    for i in (3, 4):
+        m.graph.input[i].type.tensor_type.shape.dim[2].dim_param = "past"
+    cm = jitort.compile(m, strict=True)
+    lengths = np.array([3, 1], np.int32)              # rows' lengths before the first step
+    ort_k, ort_v = _f(b, kvn, buf, hd), _f(b, kvn, buf, hd)
+    jit_k, jit_v = ort_k.copy(), ort_v.copy()
+    for step in range(4):
+        new = {"q": _f(b, 1, n * hd), "k": _f(b, 1, kvn * hd), "v": _f(b, 1, kvn * hd),
+               "seqlens": lengths, "total": np.array(lengths.max() + 1, np.int32)}
+        y_ort, ort_k, ort_v = _ort(m, dict(new, pk=ort_k, pv=ort_v))
+        y_jit, jit_k, jit_v = cm.run(None, dict(new, pk=jit_k, pv=jit_v))
+        assert ort_k.shape[2] == buf and jit_k.shape[2] == buf + step + 1
+        np.testing.assert_allclose(y_jit, y_ort, rtol=1e-4, atol=1e-5)
+        for row, length in enumerate(lengths + 1):
+            np.testing.assert_array_equal(jit_k[row, :, :length], ort_k[row, :, :length])
+            np.testing.assert_array_equal(jit_v[row, :, :length], ort_v[row, :, :length])
+        lengths = lengths + 1
 
 
 def test_bias_add():

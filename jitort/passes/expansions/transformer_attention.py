@@ -180,15 +180,18 @@ def _rotate(b: Builder, x, cos, sin, pos, heads: int, interleaved: bool, rot_dim
 @expansion(MS, "GroupQueryAttention")
 def _group_query_attention(b: Builder, n: Node):
     """Causal attention with kv_num_heads <= num_heads, past_key / past_value (B, Nkv, P, H)
-    concatenated with the new keys into present_key / present_value, optional rotary
-    (do_rotary, positions past + i). Covered: a first prompt (S == total_sequence_length),
-    right-padded rows included (every row from position 0; a padded query's output is not
-    defined by onnxruntime), and later steps with every batch row at the same length
-    (seqlens_k[b] + 1 == P + S). NOT covered, and not detected (the outputs are wrong): a
-    batched decode whose rows have different lengths, and past / present sharing one buffer
-    (total_sequence_length <= P): onnxruntime writes each row's new keys at that row's length
-    and sizes present max(total_sequence_length, P). Declined: local_window_size,
-    smooth_softmax, attention_bias, head_sink, packed QKV."""
+    and the new keys / values into present_key / present_value (B, Nkv, P + S, H), optional
+    rotary (do_rotary, positions past + i). Each batch row has its own past length
+    seqlens_k[b] + 1 - S (0 for a first prompt, S == total_sequence_length: right-padded rows
+    start at 0 as in onnxruntime's prompt mode; a padded query's output is not defined by
+    onnxruntime): its queries sit at past + i, see keys j <= past + i, and its present row holds
+    its first `past` past entries, then its S new ones, then zeros, as onnxruntime writes them
+    (`_place_rows`), so batched decoding with rows of different lengths matches. Differs from
+    onnxruntime: past / present sharing one buffer (total_sequence_length <= P), where
+    onnxruntime's present stays P long (the new keys written into the past buffer): jitort's is
+    P + S long, holding the same entries up to each row's length and zeros after, with the
+    same Y; fed back as the next step's past it decodes the same, one buffer growing by S per
+    step. Declined: local_window_size, smooth_softmax, attention_bias, head_sink, packed QKV."""
     _check_plain(n, "smooth_softmax")
     if int(n.attrs.get("local_window_size", -1)) != -1:
         raise Decline("local_window_size")
@@ -224,11 +227,49 @@ def _group_query_attention(b: Builder, n: Node):
     cols = b.op("Unsqueeze", [_arange(b, total), b.ints(0, 1)])  # (1, 1, T)
     keep = b.op("LessOrEqual", [cols, b.op("Unsqueeze", [pos, b.ints(2)])], dtype=np.bool_)
     mask = b.op("Unsqueeze", [_select(b, keep, float(np.finfo(dt).min), dt), b.ints(1)])
-    y, pk, pv = _heads_attention(b, q, k, v, mask, past_k, past_v, heads, kv_heads,
-                                 n.attrs.get("scale") or None, float(n.attrs.get("softcap", 0.0)))
-    if pk is None and any(used(b.g, o, b.g.consumers()) for o in n.outputs[1:]):
-        raise Decline("present_key / present_value without past_key / past_value")
-    return [y, pk, pv]
+    scale, softcap = n.attrs.get("scale") or None, float(n.attrs.get("softcap", 0.0))
+    if past_k is None:
+        if any(used(b.g, o, b.g.consumers()) for o in n.outputs[1:]):
+            raise Decline("present_key / present_value without past_key / past_value")
+        y, _, _ = _heads_attention(b, q, k, v, mask, None, None, heads, kv_heads, scale, softcap)
+        return [y, None, None]
+    pk = _place_rows(b, past_k, _to_heads(b, k, kv_heads), past_b, q_len)
+    pv = _place_rows(b, past_v, _to_heads(b, v, kv_heads), past_b, q_len)
+    y, _, _ = _heads_attention(b, _to_heads(b, q, heads), pk, pv, mask, None, None, heads,
+                               kv_heads, scale, softcap)
+    return [_from_heads(b, y), pk, pv]
+
+
+def _to_heads(b: Builder, x: Value, heads: int) -> Value:
+    """(B, S, heads * H) -> (B, heads, S, H)."""
+    r = b.op("Reshape", [x, b.ints(0, 0, heads, -1)])
+    return b.op("Transpose", [r], {"perm": [0, 2, 1, 3]})
+
+
+def _from_heads(b: Builder, y: Value) -> Value:
+    """(B, heads, S, H) -> (B, S, heads * H)."""
+    t = b.op("Transpose", [y], {"perm": [0, 2, 1, 3]})
+    return b.op("Reshape", [t, b.ints(0, 0, -1)])
+
+
+def _place_rows(b: Builder, past: Value, new: Value, past_b: Value, q_len: Value) -> Value:
+    """GroupQueryAttention's present (B, N, P + S, H) from past (B, N, P, H), the new entries
+    (B, N, S, H) and each row's past length ``past_b`` (B,): row b holds past[b, :, :past_b],
+    then its S new entries, then zeros (onnxruntime's CPU kernel). Rows all at P: the
+    concatenation."""
+    base = b.op("Concat", [past, new], {"axis": 2})
+    total = b.op("Add", [_dim(b, past, 2), q_len])
+    j = b.op("Unsqueeze", [_arange(b, total), b.ints(0, 1, 3)])      # (1, 1, T, 1)
+    pb = b.op("Unsqueeze", [past_b, b.ints(1, 2, 3)])                # (B, 1, 1, 1)
+    rel = b.op("Sub", [j, pb])                                       # new entry index
+    from_past = b.op("Less", [j, pb], dtype=np.bool_)
+    from_new = b.op("And", [b.op("GreaterOrEqual", [rel, _i64(b, 0)], dtype=np.bool_),
+                            b.op("Less", [rel, q_len], dtype=np.bool_)], dtype=np.bool_)
+    idx = b.op("Min", [b.op("Max", [rel, _i64(b, 0)]), b.op("Sub", [q_len, _i64(b, 1)])])
+    idx = b.op("Expand", [idx, b.op("Shape", [base], dtype=np.int64)])
+    moved = b.op("GatherElements", [new, idx], {"axis": 2})
+    zero = b.const(np.array(0, np.dtype(past.dtype)))
+    return b.op("Where", [from_past, base, b.op("Where", [from_new, moved, zero])])
 
 
 @expansion(MS, "RotaryEmbedding")
