@@ -34,8 +34,10 @@ def split(graph: Graph) -> dict[int, list]:
     return found
 
 
-#: above this many labels the dicts are built by dict(zip(...)) (no generated builder)
+#: above this many labels, or up to this many rows, the dicts are built by dict(zip(...)):
+#: no generated builder, and less set-up per call for a few rows
 _BUILDER_MAX = 64
+_BUILDER_MIN_ROWS = 16
 _builders: dict = {}
 
 
@@ -66,7 +68,7 @@ def wrap(result: list, wanted: list[int], zipmaps: dict[int, list]) -> list:
         labels = zipmaps.get(i)
         if labels is not None:
             a = out[k].reshape(-1, len(labels))
-            if 0 < len(labels) <= _BUILDER_MAX:
+            if 0 < len(labels) <= _BUILDER_MAX and a.shape[0] > _BUILDER_MIN_ROWS:
                 out[k] = _builder(labels)(a.T.tolist())
             else:
                 out[k] = [dict(zip(labels, row)) for row in a.tolist()]
