@@ -188,11 +188,12 @@ def _linear_model(op, attrs, ncols, pre=None, post=None):
 
 
 _LIN_RNG = np.random.default_rng(5)
-_COEF3 = (_LIN_RNG.standard_normal(12) * 0.3).tolist()
+_COEF = (_LIN_RNG.standard_normal(24) * 0.3).tolist()  # up to 6 classes x 4 features
 _X4 = {r: {"X": _LIN_RNG.standard_normal((r, 4)).astype(np.float32)} for r in (1, 10_000)}
 # classlabels, coefficient rows: multiclass, one column for two labels (onnxruntime's
 # [1 - s, s]; onnxruntime refuses one column with other label counts)
-_SHAPES = {"multiclass": ([4, 8, 15], 3), "binary": ([3, 9], 1)}
+_SHAPES = {"multiclass": ([4, 8, 15], 3), "binary": ([3, 9], 1),
+           "six_classes": ([0, 1, 2, 3, 4, 5], 6)}  # past the kernel's 4-class groups
 
 
 def _probit_safe(post, intercepts):
@@ -200,8 +201,8 @@ def _probit_safe(post, intercepts):
     ErfInv cancels near 0.5, where a one-ulp change of a score (another summation order)
     moves the result by more than 1e-5."""
     if post != "PROBIT":
-        return _COEF3, intercepts
-    return [0.02 * c for c in _COEF3], [0.75, 0.7, 0.8]
+        return _COEF, intercepts
+    return [0.02 * c for c in _COEF], [0.75, 0.7, 0.8, 0.65, 0.85, 0.7]
 
 
 def _kernel_names(model, feeds):
@@ -217,7 +218,7 @@ def _kernel_names(model, feeds):
                                         if (p, s) != ("PROBIT", "binary")])  # half written
 def test_linear_classifier_posts_match_onnxruntime(post, shape, rows):
     labels, nt = _SHAPES[shape]
-    coef, b = _probit_safe(post, [0.3, -0.1, 0.0])
+    coef, b = _probit_safe(post, [0.3, -0.1, 0.0, 0.2, -0.2, 0.1])
     a = dict(coefficients=coef[:4 * nt], intercepts=b[:nt], classlabels_ints=labels,
              post_transform=post)
     m = _linear_model("LinearClassifier", a, 2 if shape == "binary" else nt)
@@ -241,7 +242,7 @@ def test_linear_regressor_posts_match_onnxruntime(post, targets):
 def test_scaler_linear_normalizer_fold_into_one_kernel(norm):
     # onnxruntime's Scaler takes one offset / scale for all features or one per feature
     for off, scale in (([0.5], [2.0]), ([0.1, -0.2, 0.3, 0.0], [1.5, 0.5, 2.0, 1.0])):
-        m = _linear_model("LinearClassifier", dict(coefficients=_COEF3, intercepts=[0.1, 0.2, 0.3],
+        m = _linear_model("LinearClassifier", dict(coefficients=_COEF[:12], intercepts=[0.1, 0.2, 0.3],
                                                    classlabels_ints=[0, 1, 2], post_transform="SOFTMAX"),
                           3, pre=dict(offset=off, scale=scale), post=norm)
         for rows in (1, 10_000):
