@@ -271,6 +271,33 @@ def test_dropout_mask(opset, training):
     np.testing.assert_array_equal(got[1], ref[1])
 
 
+def test_training_dropout_ratio_and_mode_fed():
+    """Dropout-13 with ratio and training_mode fed at run time: they key the plan; ratio 0 in
+    training and any ratio in inference compile to the identity (mask all True); a nonzero
+    ratio in training declines when planned and runs in the interpreter (a random mask)."""
+    node = helper.make_node('Dropout', ['a', 'r', 't'], ['y', 'm'], seed=0)
+    x = _f((3, 5))
+    vi = [helper.make_tensor_value_info('a', tt(x.dtype), x.shape),
+          helper.make_tensor_value_info('r', tt(np.dtype(np.float32)), []),
+          helper.make_tensor_value_info('t', tt(np.dtype(np.bool_)), [])]
+    vo = [helper.make_tensor_value_info('y', tt(x.dtype), None),
+          helper.make_tensor_value_info('m', tt(np.dtype(np.bool_)), None)]
+    m = helper.make_model(helper.make_graph([node], 'g', vi, vo),
+                          opset_imports=[helper.make_opsetid('', 13)])
+    m.ir_version = 8
+    strict = jitort.compile(m, strict=True, tiered=False)
+    for ratio, training in ((0.0, True), (0.5, False), (0.0, False)):
+        y, mask = strict(a=x, r=np.float32(ratio), t=np.array(training))
+        np.testing.assert_array_equal(y, x)
+        assert mask.dtype == np.bool_ and mask.shape == x.shape and mask.all()
+    assert strict.fallback_nodes() == []
+    with pytest.raises(jitort.UnsupportedOp, match='nonzero ratio'):
+        strict(a=x, r=np.float32(0.5), t=np.array(True))
+    loose = jitort.compile(m, tiered=False)
+    y, mask = loose(a=x, r=np.float32(0.5), t=np.array(True))
+    np.testing.assert_allclose(y, np.where(mask, x * 2, 0), rtol=1e-6)
+
+
 @pytest.mark.parametrize('base,exp', [(np.int64, np.int64), (np.int32, np.int64),
                                       (np.float32, np.int64), (np.int64, np.float32),
                                       (np.float32, np.float32)])

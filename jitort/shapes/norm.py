@@ -1,7 +1,7 @@
 """Shape functions: normalizations, Softmax / LogSoftmax and Dropout."""
 from __future__ import annotations
 
-from .core import _axis, _get, _same_shape, _softmax_shape, register
+from .core import _axis, _get, _present, _same_shape, _softmax_shape, register
 
 
 @register("BatchNormalization")
@@ -29,7 +29,17 @@ def _softmax(node, shapes, values):
     return _softmax_shape(node, shapes)
 
 
-@register("Dropout", "InstanceNormalization", "GroupNormalization", "LpNormalization",
+@register("InstanceNormalization", "GroupNormalization", "LpNormalization",
           "MeanVarianceNormalization", "RMSNormalization")
 def _same(node, shapes, values):
+    return _same_shape(node, shapes)
+
+
+def _dropout_values(node):
+    # ratio and training_mode decide what the lowering emits (the identity, or nothing)
+    return _present(node, 1, 2) if node.since_version >= 12 else ()
+
+
+@register("Dropout", values=_dropout_values)
+def _dropout(node, shapes, values):
     return _same_shape(node, shapes)

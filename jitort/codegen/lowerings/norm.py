@@ -9,7 +9,8 @@ from ...ir import Node
 from ..calls import KernelModule, Scalar
 from ..registry import Unlowerable, lowering
 from ..elementwise import tname
-from .common import _3d, _axis, _float_io, _is_float, _plain, _prod, input_shape, softmax_dims
+from .common import (_3d, _axis, _float_io, _is_float, _plain, _prod, host_value, input_shape,
+                     softmax_dims)
 
 if TYPE_CHECKING:
     from ..emitter import Emitter
@@ -169,20 +170,32 @@ def lower_mvn(em: Emitter, n: Node) -> None:
 
 
 def _dropout_ok(n: Node) -> bool:
-    """Inference-mode Dropout whose mask is read (passes/simplify.py removes the others):
-    training_mode absent or a constant false, is_test for opsets < 7."""
+    """Dropout whose mask is read or whose training_mode is not a constant false
+    (passes/simplify.py removes the others); is_test for opsets < 7. Training mode with a
+    nonzero ratio declines when lowered (its mask is random)."""
     tm = n.input(2)
-    if tm is not None and not (tm.is_const and not tm.const.any()):
+    if tm is not None and tm.is_const and tm.const.any() and not _zero_ratio(n.input(1)):
         return False
     if n.since_version < 7 and not n.attrs.get("is_test", 0):
         return False
     return _plain(n)
 
 
+def _zero_ratio(r) -> bool:
+    """A constant ratio of 0 (an absent ratio is 0.5)."""
+    return r is not None and r.is_const and not np.asarray(r.const).any()
+
+
 @lowering("Dropout", supports=_dropout_ok)
 def lower_dropout(em: Emitter, n: Node) -> None:
-    """Dropout in inference: the output is the input; the mask all True from opset 12 (the
-    spec), all zeros before (onnxruntime's Dropout 7-11 writes a zero mask)."""
+    """Dropout in inference, or in training with ratio 0 (training_mode and ratio are read when
+    planning): the output is the input; the mask all True from opset 12 (the spec), all zeros
+    before (onnxruntime's Dropout 7-11 writes a zero mask)."""
+    tm = host_value(em, n, n.input(2), "training_mode")
+    if tm is not None and tm.any():
+        ratio = host_value(em, n, n.input(1), "ratio")
+        if ratio is None or ratio.any():
+            raise Unlowerable(n, "training-mode Dropout with a nonzero ratio draws a random mask")
     x, y = n.inputs[0], n.outputs[0]
     yv = em.write(y)
     em.call(_data.copy_flat, em.read(x).flat(), yv.flat())
