@@ -45,6 +45,8 @@ def _axes_from_input(n: Node) -> bool:
 
 #: 8-bit integers: ReduceMax/ReduceMin only (as onnxruntime registers them)
 _BYTES = (np.dtype(np.int8), np.dtype(np.uint8))
+#: bool: ReduceMax/ReduceMin only (opset 20): any / all, False / True over an empty set
+_BOOL = np.dtype(np.bool_)
 
 
 def _reduce_ok(n: Node) -> bool:
@@ -53,7 +55,7 @@ def _reduce_ok(n: Node) -> bool:
         return False
     dt = np.dtype(x.dtype)
     return dt in FLOATS or (dt in _INTS and n.op_type in _INT_OK) or (
-        dt in _BYTES and n.op_type in ("ReduceMax", "ReduceMin"))
+        dt in _BYTES + (_BOOL,) and n.op_type in ("ReduceMax", "ReduceMin"))
 
 
 def canonical_runs(shape, axes) -> list[tuple[int, bool]]:
@@ -132,7 +134,9 @@ def reduce_source(op: str, dt: np.dtype, flags: tuple[bool, ...], parallel: bool
     r = len(flags)
     is_f = dt.kind == "f"
     tn = tname(dt)
-    if op in ("ReduceMax", "ReduceLogSumExp"):
+    if dt == _BOOL:  # ReduceMax / ReduceMin only
+        init = lit(op == "ReduceMin", dt)
+    elif op in ("ReduceMax", "ReduceLogSumExp"):
         init = lit(-np.inf, dt) if is_f else f"{tn}({np.iinfo(dt).min})"
     elif op == "ReduceMin":
         init = lit(np.inf, dt) if is_f else f"{tn}({np.iinfo(dt).max})"
