@@ -218,7 +218,7 @@ def _host_safe(n: Node) -> bool:
 
 #: ops whose lowerings skip an omitted output (the importer's untyped ``__unused_`` placeholder
 #: for an empty name among the outputs, e.g. an LSTM's Y when only Y_h is wanted)
-_SKIPS_OMITTED_OUTPUTS = {"LSTM", "GRU", "RNN"}
+_SKIPS_OMITTED_OUTPUTS = {"LSTM", "GRU", "RNN", "Attention"}
 
 
 def _typed(n: Node) -> bool:

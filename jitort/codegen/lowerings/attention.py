@@ -57,7 +57,9 @@ def lower_attention(em: Emitter, n: Node) -> None:
     mask, past_k, past_v, nonpad = n.input(3), n.input(4), n.input(5), n.input(6)
     if nonpad is not None and past_k is not None:
         raise Unlowerable(n, "nonpad_kv_seqlen with past_key (the spec forbids it)")
-    outs = list(n.outputs) + [None] * (4 - len(n.outputs))
+    # an omitted output ('' between named ones) is the importer's untyped __unused_ placeholder
+    outs = [None if o.name.startswith("__unused_") else o for o in n.outputs]
+    outs += [None] * (4 - len(outs))
     y, pk_out, pv_out, qk_out = outs[:4]
     dt = np.dtype(q.dtype)
     tot = p + skv
