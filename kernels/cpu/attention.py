@@ -7,6 +7,10 @@ attention without repeating K and V), softcap, the additive bias (mask, causal f
 window, per-batch key padding: computed per element, never materialized), a softmax per row
 (fully masked rows give zeros), then ``Y_h = P @ V_g`` by BLAS. Q, K, V and Y are flat arrays
 addressed by (batch, head, row) strides, so the 3-D ``(B, S, H * D)`` layout needs no transpose.
+A decoding step of grouped-query attention (one query row, Hq > Hkv, the same keys visible to
+every head) runs one task per (batch, key/value head) instead: the group's Hq / Hkv query heads
+are the rows of one block (their row stride is the head stride), so K_g and V_g are read once
+per group, by gemms of Hq / Hkv rows rather than matrix-vector products.
 """
 import numpy as np
 from numba import njit, prange
@@ -182,6 +186,12 @@ def attention(q, k, v, mask, y, qk, scr, b, hq, hkv, sq, tk, d, dv, qs, ks, vs, 
         for i in range(b):
             if nonpad[i] < 0:
                 raise ValueError("Attention: nonpad_kv_seqlen must not be negative")
+    r = hq // hkv
+    if (sq == 1 and r > 1 and qk.size == 0 and not causal and left < 0 and right < 0
+            and not has_nonpad and mask.shape[1] == 1 and scr.size >= r * tk):
+        _grouped_decode(q, k, v, mask, y, scr, b, hq, hkv, tk, d, dv, qs, ks, vs, ys, has_mask,
+                        mask_bool, scale, softcap, offset)
+        return
     per = max(1, sq * tk)
     nw = max(1, min(num_threads(), ntask, scr.size // per))
     if nw == 1 or 2.0 * sq * tk * (d + dv) * ntask < 2e5:
@@ -194,6 +204,49 @@ def attention(q, k, v, mask, y, qk, scr, b, hq, hkv, sq, tk, d, dv, qs, ks, vs, 
         _attention_par(nw, q, k, v, mask, y, qk, scr, hq, hkv, sq, tk, d, dv, qs, ks, vs, ys,
                        has_mask, mask_bool, scale, softcap, causal, offset, left, right, nonpad,
                        has_nonpad, mode, ntask)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _group_task(t, q, k, v, mask, y, s, hq, hkv, tk, d, dv, qs, ks, vs, ys, has_mask, mask_bool,
+                scale, softcap, offset):
+    """Task t = (batch, key/value head g) of ``_grouped_decode``: the group's query heads
+    h0 .. h0 + r - 1 as rows 0 .. r - 1 of one block (row stride = head stride)."""
+    r = hq // hkv
+    b = t // hkv
+    g = t - b * hkv
+    _block(0, r, 0, tk, b, g * r, g, q, k, v, mask, y, np.empty((0, 1, 1, 1), s.dtype), s, tk,
+           d, dv, (qs[0], qs[1], qs[1]), ks, vs, (ys[0], ys[1], ys[1]), has_mask, mask_bool,
+           scale, softcap, False, offset, -1, -1, tk, 0)
+
+
+@njit(cache=True, parallel=True, error_model='numpy', fastmath=_FM)
+def _grouped_par(nw, q, k, v, mask, y, scr, hq, hkv, tk, d, dv, qs, ks, vs, ys, has_mask,
+                 mask_bool, scale, softcap, offset, ntask):
+    r = hq // hkv
+    for w in prange(nw):
+        s = scr[w * r * tk:(w + 1) * r * tk].reshape((r, tk))
+        for t in range(w, ntask, nw):
+            _group_task(t, q, k, v, mask, y, s, hq, hkv, tk, d, dv, qs, ks, vs, ys, has_mask,
+                        mask_bool, scale, softcap, offset)
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _grouped_decode(q, k, v, mask, y, scr, b, hq, hkv, tk, d, dv, qs, ks, vs, ys, has_mask,
+                    mask_bool, scale, softcap, offset):
+    """One query row per head, Hq / Hkv heads per key/value head, every head seeing the same
+    keys (no causal frontier, window or key padding; a mask without a head axis): one task per
+    (batch, key/value head), its query heads the rows of one ``_block``."""
+    r = hq // hkv
+    ntask = b * hkv
+    nw = max(1, min(num_threads(), ntask, scr.size // (r * tk)))
+    if nw == 1 or 2.0 * r * tk * (d + dv) * ntask < 2e5:
+        s = scr[:r * tk].reshape((r, tk))
+        for t in range(ntask):
+            _group_task(t, q, k, v, mask, y, s, hq, hkv, tk, d, dv, qs, ks, vs, ys, has_mask,
+                        mask_bool, scale, softcap, offset)
+    else:
+        _grouped_par(nw, q, k, v, mask, y, scr, hq, hkv, tk, d, dv, qs, ks, vs, ys, has_mask,
+                     mask_bool, scale, softcap, offset, ntask)
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
@@ -268,8 +321,11 @@ def rotary(x, cos, sin, pos, y, has_pos, interleaved, rot):
                     y[b, s_, h, j] = x[b, s_, h, j]
 
 
-def attention_scratch_elems(sq, tk, ntask, threads):
-    """Scratch elements ``attention`` uses: one (sq, tk) block per worker (plain Python)."""
+def attention_scratch_elems(sq, tk, ntask, threads, group=1):
+    """Scratch elements ``attention`` uses: one (sq, tk) block per worker, (group, tk) for a
+    single query row of grouped-query attention (``group`` = Hq / Hkv query heads per key/value
+    head: ``_grouped_decode``) (plain Python)."""
     nt = scratch_workers(threads)
-    return max(1, sq * tk * max(1, min(nt, ntask)))
+    rows = group if sq == 1 and group > 1 else sq
+    return max(1, rows * tk * max(1, min(nt, ntask)))
 

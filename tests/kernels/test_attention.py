@@ -112,6 +112,38 @@ def test_attention_empty_batch():
     assert y.shape == (0, 2, 3, 4)
 
 
+@pytest.mark.parametrize("layout", ["3d", "4d"])
+@pytest.mark.parametrize("mask_kind", [None, "bool", "float", "per_head", "causal"])
+def test_attention_grouped_decode_step(layout, mask_kind, nthreads):
+    """One query row of grouped-query attention (a decoding step): the group's query heads go
+    as the rows of one block (one task per key/value head) unless the heads see different keys
+    (a mask with a head axis, the causal frontier), where each head is its own task."""
+    b, hq, hkv, skv, d = 2, 8, 2, 37, 16
+    rng = np.random.default_rng(7)
+    if layout == "4d":
+        q, k, v = _rn(b, hq, 1, d), _rn(b, hkv, skv, d, seed=1), _rn(b, hkv, skv, d, seed=2)
+        attrs = {}
+    else:
+        q, k, v = _rn(b, 1, hq * d), _rn(b, skv, hkv * d, seed=1), _rn(b, skv, hkv * d, seed=2)
+        attrs = {"q_num_heads": hq, "kv_num_heads": hkv}
+    mask = None
+    if mask_kind == "bool":
+        mask = rng.random((1, skv)) > 0.3
+        mask[:, 0] = True
+    elif mask_kind == "float":
+        mask = rng.standard_normal((b, 1, 1, skv)).astype(np.float32)
+    elif mask_kind == "per_head":
+        mask = rng.standard_normal((b, hq, 1, skv)).astype(np.float32)
+    elif mask_kind == "causal":
+        attrs["is_causal"] = 1
+    _check("Attention", [("q", q), ("k", k), ("v", v), ("m", mask)], softcap=3.0, **attrs)
+
+
+def test_attention_grouped_decode_split_over_threads(nthreads):
+    q, k, v = _rn(2, 16, 1, 64), _rn(2, 4, 300, 64, seed=1), _rn(2, 4, 300, 64, seed=2)
+    _check("Attention", [("q", q), ("k", k), ("v", v)])
+
+
 def test_attention_big_enough_to_split_over_threads(nthreads):
     q, k, v = _rn(2, 4, 64, 32), _rn(2, 4, 64, 32, seed=1), _rn(2, 4, 64, 32, seed=2)
     _check("Attention", [("q", q), ("k", k), ("v", v)], is_causal=1)

@@ -105,7 +105,7 @@ def lower_attention(em: Emitter, n: Node) -> None:
     if qk_out is not None and mode == 0:
         em.call(_attn.qk_scores, qf, kf, qkv, em.size(hq), em.size(hkv), em.size(d),
                 em.sizes(qs), em.sizes(ks), Scalar("float64", scale))
-    scr = em.temp(attention_scratch_elems(sq, tot, b * hq, em.threads), dt)
+    scr = em.temp(attention_scratch_elems(sq, tot, b * hq, em.threads, hq // hkv), dt)
     npv = em.read(nonpad).flat() if nonpad is not None else Zeros("int64", (0,))
     dims = em.sizes((b, hq, hkv, sq, tot, d, dv))
     # strides: a tuple of three sizes (one argument, not three)
