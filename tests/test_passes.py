@@ -510,3 +510,29 @@ def test_channel_prelu_slope():
     m2 = make_model([helper.make_node("PRelu", ["x", "s"], ["y"])], [("x", F32, [2, 4, 3])],
                     [("y", F32, None)], {"s": slope}, opset=6)
     assert channel_prelu_slope(import_model(m2)) == 0
+
+
+@pytest.mark.parametrize("shape", [(6, 3), (2, 3, 4, 2, 3)])
+def test_batchnorm_training_mode_expanded(shape):
+    """BatchNormalization-15 with training_mode=1 (Y, running_mean, running_var): expanded into
+    the batch statistics and compiled, vs onnx.reference, at ranks 2 and 5 (BackendTest has
+    rank 4); an inference-mode BatchNormalization is not expanded."""
+    rng = np.random.default_rng(3)
+    init = {"s": rng.uniform(0.5, 2, 3).astype(np.float32),
+            "b": rng.standard_normal(3).astype(np.float32),
+            "mu": rng.standard_normal(3).astype(np.float32),
+            "var": rng.uniform(0.5, 2, 3).astype(np.float32)}
+    m = make_model([helper.make_node("BatchNormalization", ["x", "s", "b", "mu", "var"],
+                                     ["y", "rm", "rv"], training_mode=1, momentum=0.8,
+                                     epsilon=1e-3)],
+                   [("x", F32, list(shape))], [("y", F32, None), ("rm", F32, None),
+                                               ("rv", F32, None)], init, opset=15)
+    x = rng.standard_normal(shape).astype(np.float32)
+    cm = jitort.compile(m, strict=True)
+    assert "BatchNormalization" not in ops(cm.graph)
+    assert_outputs_close(cm(x=x), run_reference(m, {"x": x}), rtol=1e-5, atol=1e-5)
+    inf = make_model([helper.make_node("BatchNormalization", ["x", "s", "b", "mu", "var"], ["y"])],
+                     [("x", F32, list(shape))], [("y", F32, None)], init, opset=15)
+    g = import_model(inf)
+    run_pipeline(g)
+    assert ops(g) == ["BatchNormalization"]
