@@ -296,6 +296,46 @@ def test_gqa_shared_buffer_decode_loop():
         lengths = lengths + 1
 
 
+def test_expansion_builder_types_outputs_by_schema():
+    """The expansion Builder types an output as its op's schema does, not as its first input:
+    Where's is its values' dtype, Less's bool, Shape's int64 (a Where typed bool by its
+    condition was planned and stored as bools: every value came out as 1.0)."""
+    from jitort.ir import Graph, Node, Value
+    from jitort.passes.expand import Builder
+    cond, x = Value("c", np.dtype(np.bool_), (3,)), Value("x", np.dtype(np.float32), (3,))
+    host = Node("Identity", [x], [Value("y", np.dtype(np.float32), (3,))], {}, "", "n", 1)
+    b = Builder(Graph([host], [cond, x], host.outputs), host)
+    assert b.op("Where", [cond, x, b.const(np.float32(0))]).dtype == np.float32
+    assert b.op("Less", [x, x]).dtype == np.bool_
+    assert b.op("Shape", [x]).dtype == np.int64
+    assert b.op("Add", [x, x]).dtype == np.float32
+    assert b.op("Less", [x, x], dtype=np.int8).dtype == np.int8  # an explicit dtype wins
+
+
+def test_gqa_present_by_where_then_scatter(monkeypatch):
+    """GroupQueryAttention's present built as Where(j < past_b, Concat(past, new), 0), then
+    ScatterElements of the new entries at past_b + s (the form that failed): a Where whose
+    condition comes first and whose result is not the expansion's output, so its dtype came
+    from the Builder (bool before the schema typed it: present's past entries were 1.0)."""
+    from jitort.passes.expansions import transformer_attention as ta
+
+    def place_rows(b, past, new, past_b, q_len):
+        j = b.op("Unsqueeze", [ta._arange(b, b.op("Add", [ta._dim(b, past, 2), q_len])),
+                               b.ints(0, 1, 3)])
+        pb = b.op("Unsqueeze", [past_b, b.ints(1, 2, 3)])
+        kept = b.op("Where", [b.op("Less", [j, pb]), b.op("Concat", [past, new], {"axis": 2}),
+                              b.const(np.array(0, past.dtype))])
+        at = b.op("Add", [pb, b.op("Unsqueeze", [ta._arange(b, q_len), b.ints(0, 1, 3)])])
+        at = b.op("Expand", [at, b.op("Shape", [new])])
+        return b.op("ScatterElements", [kept, at, new], {"axis": 2})
+
+    monkeypatch.setattr(ta, "_place_rows", place_rows)
+    m, feeds = _graph([_gqa_case(False), _gqa_decode([4, 2, 0], 4)])
+    got = jitort.compile(m, strict=True).run(None, feeds)
+    assert_outputs_close(got, _ort(m, feeds), rtol=1e-4, atol=1e-4,
+                         names=[o.name for o in m.graph.output])
+
+
 def test_bias_add():
     """BiasAdd has no CPU kernel in onnxruntime (CUDA only): against its documented sum."""
     x, bias, skip = _f(2, 3, 8), _f(8), _f(2, 3, 8)

@@ -76,15 +76,25 @@ class Builder:
     def op(self, op_type: str, inputs: list[Value | None], attrs: dict[str, Any] | None = None,
            dtype=None, outputs: int = 1, since: int | None = None, shape=None) -> Any:
         """Append ``op_type(inputs)``; returns its output value (a list when ``outputs`` > 1).
-        Outputs take ``dtype`` (default: the first input's) and ``shape`` (default unknown)."""
-        dt = np.dtype(dtype) if dtype is not None else next(
-            (v.dtype for v in inputs if v is not None), None)
+        Outputs take ``dtype``, by default the type the op's schema gives them (Where's is
+        its second input's, Less's bool, Shape's int64), else the first input's; and ``shape``
+        (default unknown)."""
         hint = self.node.name or self.node.op_type
-        outs = [Value(self.g.fresh_name(f"{hint}_{op_type}"), dt,
+        outs = [Value(self.g.fresh_name(f"{hint}_{op_type}"),
+                      None if dtype is None else np.dtype(dtype),
                       None if shape is None else tuple(shape)) for _ in range(outputs)]
-        self.nodes.append(Node(op_type, list(inputs), outs, dict(attrs or {}), "",
-                               f"{hint}/{op_type}{len(self.nodes)}",
-                               since if since is not None else newest_since(op_type)))
+        node = Node(op_type, list(inputs), outs, dict(attrs or {}), "",
+                    f"{hint}/{op_type}{len(self.nodes)}",
+                    since if since is not None else newest_since(op_type))
+        if dtype is None:
+            # The schema's typing first: the first input's dtype is wrong wherever the
+            # output's type parameter is another input's or a fixed type, and backends
+            # trust declared dtypes (a Where typed like its bool condition stores bools).
+            _type_node(node)
+            first = next((v.dtype for v in inputs if v is not None), None)
+            for o in outs:
+                o.dtype = first if o.dtype is None else o.dtype
+        self.nodes.append(node)
         return outs[0] if outputs == 1 else outs
 
 
@@ -121,8 +131,8 @@ def expand_other_domains(g: Graph) -> int:
 def _type_node(n: Node) -> None:
     """Type the default-domain outputs that onnx's inference left untyped because they follow
     an other-domain op (or were made before their inputs were typed): an output whose schema
-    type parameter is an input's takes that input's dtype (MatMul, Add, Reshape, ...); Cast's
-    is its ``to``; Shape / Size give int64."""
+    type parameter is an input's takes that input's dtype (MatMul, Add, Reshape, ...), one of a
+    fixed type takes it (Less's bool); Cast's is its ``to``; Shape / Size give int64."""
     if n.domain or all(o.dtype is not None for o in n.outputs):
         return
     if n.op_type == "Cast" and "to" in n.attrs:
@@ -139,9 +149,27 @@ def _type_node(n: Node) -> None:
     for formal, v in zip(schema.inputs, n.inputs):
         if v is not None and v.dtype is not None:
             known.setdefault(formal.type_str, v.dtype)
+    for tc in schema.type_constraints:  # a parameter allowing one type (Less's T1: bool)
+        if tc.type_param_str not in known and len(tc.allowed_type_strs) == 1:
+            fixed = _tensor_type_dtype(tc.allowed_type_strs[0])
+            if fixed is not None:
+                known[tc.type_param_str] = fixed
     for formal, o in zip(schema.outputs, n.outputs):
-        if o.dtype is None and formal.type_str in known:
-            o.dtype = known[formal.type_str]
+        if o.dtype is None:
+            o.dtype = known.get(formal.type_str, _tensor_type_dtype(formal.type_str))
+
+
+def _tensor_type_dtype(type_str: str):
+    """The numpy dtype of a schema type string ``tensor(bool)``; None for anything else."""
+    if not (type_str.startswith("tensor(") and type_str.endswith(")")):
+        return None
+    elem = getattr(onnx.TensorProto, type_str[len("tensor("):-1].upper(), None)
+    if elem is None:
+        return None
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _expand_one(g: Graph, n: Node, fn, consumers) -> list[Node] | None:
