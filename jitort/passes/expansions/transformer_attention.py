@@ -266,8 +266,10 @@ def _place_rows(b: Builder, past: Value, new: Value, past_b: Value, q_len: Value
     from_new = b.op("And", [b.op("GreaterOrEqual", [rel, _i64(b, 0)], dtype=np.bool_),
                             b.op("Less", [rel, q_len], dtype=np.bool_)], dtype=np.bool_)
     idx = b.op("Min", [b.op("Max", [rel, _i64(b, 0)]), b.op("Sub", [q_len, _i64(b, 1)])])
-    idx = b.op("Expand", [idx, b.op("Shape", [base], dtype=np.int64)])
-    moved = b.op("GatherElements", [new, idx], {"axis": 2})
+    rows = b.op("Concat", [b.op("Shape", [base], {"end": 3}, dtype=np.int64), b.ints(1)],
+                {"axis": 0}, dtype=np.int64)
+    # (B, N, T, 1) row indices: whole rows of H elements gathered, not single elements
+    moved = b.op("GatherND", [new, b.op("Expand", [idx, rows])], {"batch_dims": 2})
     zero = b.const(np.array(0, np.dtype(past.dtype)))
     return b.op("Where", [from_past, base, b.op("Where", [from_new, moved, zero])])
 
