@@ -374,7 +374,7 @@ BLOCK = 256
 _FM = {'reassoc', 'contract', 'arcp'}
 
 
-@njit(cache=True, inline='always', error_model='numpy', fastmath=_FM)
+@njit(cache=True, error_model='numpy', fastmath=_FM)
 def _softmax_cols(st, nt, m, zero, mx, tot):
     """onnxruntime's ComputeSoftmax / ComputeSoftmaxZero (float32) on each column of ``st``
     (classes x rows) over its first ``m`` columns; ``mx`` holds the columns' maxima."""
@@ -395,7 +395,7 @@ def _softmax_cols(st, nt, m, zero, mx, tot):
             st[j, r] = st[j, r] / tot[r]
 
 
-@njit(cache=True, inline='always', error_model='numpy', fastmath=_FM)
+@njit(cache=True, error_model='numpy', fastmath=_FM)
 def _normalize_cols(st, nt, m, norm, d):
     """Normalizer folded after the scores: columns of ``st`` divided by their max (0), L1 (1)
     or L2 (2) norm, in float32."""
@@ -459,6 +459,26 @@ def _scores(x, r0, m, off, scale, w4, b, nt, st):
             _put4(st, g, r, nt, b, a0, a1, a2, a3)
 
 
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _binary_rows(st, r0, m, post, labels, z, y):
+    """One score column, two classes: the label by its sign, scores [1 - p, p] (p: the score,
+    or its logistic under LOGISTIC, the only transform onnxruntime 1.32 applies there)."""
+    for r in range(m):
+        s = st[0, r]
+        y[r0 + r] = labels[1] if s > 0 else labels[0]
+        p = sigmoid32(s) if post == 2 else s
+        z[r0 + r, 0] = np.float32(1.0) - p
+        z[r0 + r, 1] = p
+
+
+@njit(cache=True, error_model='numpy', fastmath=_FM)
+def _sigmoid_cols(st, nt, m):
+    """onnxruntime's logistic (float32) on the first ``m`` columns of ``st``."""
+    for j in range(nt):
+        for r in range(m):
+            st[j, r] = sigmoid32(st[j, r])
+
+
 @njit(cache=True, error_model='numpy')
 def _probit_cols(st, m):
     """onnxruntime's ComputeProbit on the first ``m`` columns of ``st``; without fast-math:
@@ -478,13 +498,8 @@ def _linear_block(nt, x, r0, m, p, scr, z, y):
     off, scale, w4, b, post, labels, mode, norm = p
     sb, st, mx, bi = scr
     _scores(x, r0, m, off, scale, w4, b, nt, st)
-    if mode == 2:  # one score column, two classes: label by its sign, scores [1 - p, p]
-        for r in range(m):
-            s = st[0, r]
-            y[r0 + r] = labels[1] if s > 0 else labels[0]
-            p = sigmoid32(s) if post == 2 else s  # onnxruntime 1.32: only LOGISTIC applies
-            z[r0 + r, 0] = np.float32(1.0) - p
-            z[r0 + r, 1] = p
+    if mode == 2:
+        _binary_rows(st, r0, m, post, labels, z, y)
         return
     if mode == 1 or post == 1 or post == 3:
         for r in range(m):
@@ -502,9 +517,7 @@ def _linear_block(nt, x, r0, m, p, scr, z, y):
         if post == 1 or post == 3:
             _softmax_cols(st, nt, m, post == 3, mx, sb)
         elif post == 2:
-            for j in range(nt):
-                for r in range(m):
-                    st[j, r] = sigmoid32(st[j, r])
+            _sigmoid_cols(st, nt, m)
         elif post == 4:
             _probit_cols(st, m)
     if norm >= 0:
