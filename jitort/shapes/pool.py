@@ -1,4 +1,4 @@
-"""Shape functions: pooling (windowed, global, MaxUnpool) and LRN."""
+"""Shape functions: pooling (windowed, global, MaxUnpool), RoiAlign and LRN."""
 from __future__ import annotations
 
 from .core import (_fail, _get, _ints, _need, _present, _same_shape, _spatial_attrs,
@@ -45,3 +45,13 @@ def _max_unpool(node, shapes, values):
 @register("LRN")
 def _lrn(node, shapes, values):
     return _same_shape(node, shapes)
+
+
+@register("RoiAlign")
+def _roi_align(node, shapes, values):
+    x, rois, batch = shapes[0], shapes[1], shapes[2]
+    if len(x) != 4 or len(rois) != 2 or rois[1] != 4 or len(batch) != 1 or batch[0] != rois[0]:
+        raise _fail(node, "RoiAlign needs X (N, C, H, W), rois (R, 4) and batch_indices (R,)",
+                    shapes)
+    at = node.attrs
+    return [(rois[0], x[1], at.get("output_height", 1), at.get("output_width", 1))]

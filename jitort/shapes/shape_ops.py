@@ -1,7 +1,7 @@
 """Shape functions: the ops lowered by ``lowerings/shape_ops.py`` (EyeLike, Trilu,
 ReverseSequence, Tile, Pad, CenterCropPad, DepthToSpace, SpaceToDepth, ConstantOfShape,
 Range), and the ops with no CPU lowering that are no family's: Shape, Size and Constant
-(host ops) and RoiAlign (run on the interpreter)."""
+(host ops)."""
 from __future__ import annotations
 
 import math
@@ -150,10 +150,3 @@ def _constant(node, shapes, values):
         if v is not None:
             return [(len(v),)]
     return [()]
-
-
-@register("RoiAlign")
-def _roi_align(node, shapes, values):
-    x, rois = shapes[0], shapes[1]
-    at = node.attrs
-    return [(rois[0], x[1], at.get("output_height", 1), at.get("output_width", 1))]

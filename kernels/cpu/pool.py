@@ -1224,3 +1224,76 @@ def maxpool2d_q(x, out, kh, kw, sh, sw, ph, pw, dh, dw):
                                 if v > m:
                                     m = v
                     out[b, c, oh, ow] = m
+
+
+@njit(cache=True, error_model='numpy')
+def roi_align(x, rois, batch, y, scale, sampling_ratio, is_max, half_pixel):
+    """RoiAlign, as onnx.reference and onnxruntime: x (N, C, H, W), rois (R, 4) as (x1, y1,
+    x2, y2) in input coordinates times ``scale``, batch (R,) int64, y (R, C, OH, OW). Each
+    output bin averages (or takes the max of) a grid of bilinear samples; a sample's four
+    corner terms are weighted before the max, as both references do. Coordinates in float64."""
+    n_rois, channels, oh, ow = y.shape
+    h, w = x.shape[2], x.shape[3]
+    off = 0.5 if half_pixel else 0.0
+    for r in range(n_rois):
+        b = batch[r]
+        if b < 0 or b >= x.shape[0]:
+            raise ValueError("RoiAlign: a batch index is out of range")
+        x0 = np.float64(rois[r, 0]) * scale - off
+        y0 = np.float64(rois[r, 1]) * scale - off
+        rw = np.float64(rois[r, 2]) * scale - off - x0
+        rh = np.float64(rois[r, 3]) * scale - off - y0
+        if not half_pixel:
+            rw = max(rw, 1.0)
+            rh = max(rh, 1.0)
+        bh, bw = rh / oh, rw / ow
+        gh = sampling_ratio if sampling_ratio > 0 else int(np.ceil(rh / oh))
+        gw = sampling_ratio if sampling_ratio > 0 else int(np.ceil(rw / ow))
+        count = max(gh * gw, 1)
+        for c in range(channels):
+            plane = x[b, c]
+            for ph in range(oh):
+                for pw in range(ow):
+                    acc = 0.0
+                    first = True
+                    for iy in range(gh):
+                        yy = y0 + ph * bh + (iy + 0.5) * bh / gh
+                        for ix in range(gw):
+                            xx = x0 + pw * bw + (ix + 0.5) * bw / gw
+                            v = _roi_sample(plane, h, w, yy, xx, is_max)
+                            if not is_max:
+                                acc += v
+                            elif first or v > acc:
+                                acc = v
+                            first = False
+                    y[r, c, ph, pw] = acc / count if not is_max else acc
+
+
+@njit(cache=True, error_model='numpy', inline='always')
+def _roi_sample(plane, h, w, yy, xx, is_max):
+    """One bilinear sample of ``plane`` at (yy, xx): the sum of the four weighted corners, or
+    (``is_max``) their max; 0 outside [-1, h] x [-1, w]."""
+    if yy < -1.0 or yy > h or xx < -1.0 or xx > w:
+        return 0.0
+    yy = max(yy, 0.0)
+    xx = max(xx, 0.0)
+    y_lo, x_lo = int(yy), int(xx)
+    if y_lo >= h - 1:
+        y_lo = y_hi = h - 1
+        yy = np.float64(y_lo)
+    else:
+        y_hi = y_lo + 1
+    if x_lo >= w - 1:
+        x_lo = x_hi = w - 1
+        xx = np.float64(x_lo)
+    else:
+        x_hi = x_lo + 1
+    ly, lx = yy - y_lo, xx - x_lo
+    hy, hx = 1.0 - ly, 1.0 - lx
+    t1 = hy * hx * plane[y_lo, x_lo]
+    t2 = hy * lx * plane[y_lo, x_hi]
+    t3 = ly * hx * plane[y_hi, x_lo]
+    t4 = ly * lx * plane[y_hi, x_hi]
+    if is_max:
+        return max(max(t1, t2), max(t3, t4))
+    return t1 + t2 + t3 + t4

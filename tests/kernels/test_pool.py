@@ -295,3 +295,37 @@ def test_pool5d_separable_matches_onnxruntime(nthreads, shape, k, s, pb, pe, d, 
         P.pool5d(x, out, idx, mode, False, False, *k, *s, *pb, *pe, *d, bool(cip), p)
         ref = ort_node(op, [x], **at)
         np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode,ctm,ratio", [("avg", "half_pixel", 0), ("max", "half_pixel", 2),
+                                            ("avg", "output_half_pixel", 2),
+                                            ("max", "output_half_pixel", 0)])
+def test_roi_align_vs_reference(mode, ctm, ratio):
+    """RoiAlign-16 compiled (strict) against onnx.reference: boxes inside, across the border
+    and outside the image, two images, sampling_ratio adaptive (0) and fixed."""
+    from onnx import TensorProto as TP, helper
+    from onnx.reference import ReferenceEvaluator
+    import jitort
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 3, 9, 11)).astype(np.float32)
+    rois = np.array([[0, 0, 9, 9], [1.5, 2.2, 7.1, 8.9], [-3, -2, 4, 5], [8, 6, 30, 20],
+                     [2, 2, 2.3, 2.1]], np.float32)
+    batch = np.array([0, 1, 1, 0, 1], np.int64)
+    node = helper.make_node("RoiAlign", ["x", "rois", "b"], ["y"], mode=mode,
+                            coordinate_transformation_mode=ctm, output_height=3,
+                            output_width=4, sampling_ratio=ratio, spatial_scale=0.75)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TP.FLOAT, x.shape),
+                                        helper.make_tensor_value_info("rois", TP.FLOAT, [5, 4]),
+                                        helper.make_tensor_value_info("b", TP.INT64, [5])],
+                          [helper.make_tensor_value_info("y", TP.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 16)])
+    cm = jitort.compile(m, strict=True)
+    feeds = {"x": x, "rois": rois, "b": batch}
+    got = cm.run(None, feeds)[0]
+    want = ReferenceEvaluator(m).run(None, feeds)[0]
+    assert got.shape == want.shape == (5, 3, 3, 4) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert cm.fallback_nodes() == []
+    if mode == "avg" and ratio == 0:
+        with pytest.raises(jitort.errors.JitortError, match="batch index is out of range"):
+            cm.run(None, dict(feeds, b=np.array([0, 1, 2, 0, 1], np.int64)))

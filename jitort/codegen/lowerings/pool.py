@@ -1,4 +1,4 @@
-"""CPU lowerings: pooling and LRN."""
+"""CPU lowerings: pooling, RoiAlign and LRN."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -176,3 +176,26 @@ def lower_lrn(em: Emitter, n: Node) -> None:
     em.call(_pool.lrn, em.read(x).reshape(t3), yv.reshape(t3), int(a["size"]),
             Scalar(dt, float(a.get("alpha", 1e-4))), Scalar(dt, float(a.get("beta", 0.75))),
             Scalar(dt, float(a.get("bias", 1.0))))
+
+
+def _roi_align_ok(n: Node) -> bool:
+    x, rois, batch = n.inputs[:3]
+    return (_float_io(n) and rois.dtype == x.dtype and batch is not None
+            and np.dtype(batch.dtype) == np.int64)
+
+
+@lowering("RoiAlign", supports=_roi_align_ok)
+def lower_roi_align(em: Emitter, n: Node) -> None:
+    x, rois, batch = n.inputs[:3]
+    a = n.attrs
+    mode = a.get("mode", "avg")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    ctm = a.get("coordinate_transformation_mode", "half_pixel")
+    ctm = ctm.decode() if isinstance(ctm, bytes) else ctm
+    if mode not in ("avg", "max") or ctm not in ("half_pixel", "output_half_pixel"):
+        raise Unlowerable(n, f"RoiAlign mode {mode!r} / coordinate_transformation_mode {ctm!r}")
+    # (opset 10 has no coordinate_transformation_mode: output_half_pixel, no half-pixel shift)
+    half = ctm == "half_pixel" and n.since_version >= 16
+    em.call(_pool.roi_align, em.read(x), em.read(rois), em.read(batch), em.write(n.outputs[0]),
+            Scalar("float64", float(a.get("spatial_scale", 1.0))),
+            int(a.get("sampling_ratio", 0)), mode == "max", half)
