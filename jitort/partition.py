@@ -84,7 +84,7 @@ def assign(graph: Graph, backends: list[Backend], plan_time=()) -> dict[int, str
     plans like host values (a Loop body's iteration number: what it indexes is computed on the
     host, once per iteration value)."""
     placement: dict[int, str] = {}
-    host_values: set[int] = {id(v) for v in plan_time} | _small_value_sources(graph)
+    host_values: set[int] = {id(v) for v in plan_time} | _small_value_sources(graph, backends)
     for n in graph.nodes:
         ins = [v for v in n.inputs if v is not None]
         if not n.implicit and not _has_subgraph(n) and (
@@ -123,14 +123,16 @@ def assign(graph: Graph, backends: list[Backend], plan_time=()) -> dict[int, str
 SMALL_VALUE_INPUT = 64
 
 
-def _small_value_sources(graph: Graph) -> set[int]:
+def _small_value_sources(graph: Graph, backends: list[Backend]) -> set[int]:
     """Graph inputs (small, static shape) whose values a value input reads through a chain of
     computations: a window length Cast to float before a Range, a crop shape combined with
     ``Shape(x)`` into a Pad's pads. Read straight, such an input already keys the plan; through
     a compiled Cast or Max its value would come from a kernel and the consumer could not be
     planned. As a host value it keys the plan the same way and the chain runs on the host.
     Only chains the host can compute whole count (constants, Shape / Size, such inputs, through
-    nodes without subgraphs or randomness); an input in any other chain stays data."""
+    nodes without subgraphs or randomness); an input in any other chain stays data. An input
+    read straight counts only when no backend compiles its reader (a float16 Range): the reader
+    then runs on the host instead of the interpreter."""
     small = {id(v) for v in graph.inputs if not v.is_const and v.shape is not None
              and all(isinstance(d, int) for d in v.shape) and _count(v.shape) <= SMALL_VALUE_INPUT}
     # per value (in topological order): the small inputs it is computed from, None when the
@@ -155,10 +157,17 @@ def _small_value_sources(graph: Graph) -> set[int]:
             src[id(o)] = got
     found: set[int] = set()
     for n in graph.nodes:
+        compiled = None
         for i in value_inputs(n):
             v = n.input(i)
-            if v is not None and not v.is_const:
-                found |= src.get(id(v)) or empty
+            if v is None or v.is_const:
+                continue
+            if id(v) in small:  # read straight: it keys the plan already, its reader
+                if compiled is None:  # compiled, unless no backend takes the reader
+                    compiled = _typed(n) and any(b.supports(n) for b in backends)
+                if compiled:
+                    continue
+            found |= src.get(id(v)) or empty
     return found
 
 
