@@ -6,7 +6,10 @@ onnxruntime at one thread in the same run, at 1 row and at 10,000 rows.
 Models (20 float features, fitted on 2,000 rows, ``target_opset={"": 17, "ai.onnx.ml": 3}``,
 ZipMap off unless named): RandomForestClassifier and ExtraTreesClassifier (100 trees, depth 8,
 3 classes), GradientBoostingClassifier (100 trees, 3 classes) and GradientBoostingRegressor
-(100 trees), LogisticRegression (with and without ZipMap), LinearSVC, and a pipeline
+(100 trees), HistGradientBoostingClassifier (100 iterations, 3 classes) and
+HistGradientBoostingRegressor (100 iterations; both converted through
+tests/test_ml_ops._bool_lists_as_ints, skl2onnx 1.20 and protobuf >= 7.34 disagreeing),
+LogisticRegression (with and without ZipMap), LinearSVC, and a pipeline
 ColumnTransformer(OneHotEncoder on two integer-valued columns, StandardScaler on the rest) +
 RandomForestClassifier (50 trees, depth 8). Issue 45's bar: at 1 thread, jitort at most 0.5x
 onnxruntime's time at 10,000 rows and at most 1.0x at 1 row.
@@ -34,7 +37,8 @@ skl2onnx = pytest.importorskip("skl2onnx")
 
 from sklearn.compose import ColumnTransformer  # noqa: E402
 from sklearn.ensemble import (ExtraTreesClassifier, GradientBoostingClassifier,  # noqa: E402
-                              GradientBoostingRegressor, RandomForestClassifier)
+                              GradientBoostingRegressor, HistGradientBoostingClassifier,
+                              HistGradientBoostingRegressor, RandomForestClassifier)
 from sklearn.linear_model import LogisticRegression  # noqa: E402
 from sklearn.pipeline import Pipeline  # noqa: E402
 from sklearn.preprocessing import OneHotEncoder, StandardScaler  # noqa: E402
@@ -67,6 +71,8 @@ MODELS = {
     "extra_trees": lambda: _convert(ExtraTreesClassifier(100, max_depth=8, random_state=0), _Y3),
     "gbm_classifier": lambda: _convert(GradientBoostingClassifier(n_estimators=100, random_state=0), _Y3),
     "gbm_regressor": lambda: _convert(GradientBoostingRegressor(n_estimators=100, random_state=0), _YR, None),
+    "histgb_classifier": lambda: _convert(HistGradientBoostingClassifier(max_iter=100, random_state=0), _Y3),
+    "histgb_regressor": lambda: _convert(HistGradientBoostingRegressor(max_iter=100, random_state=0), _YR, None),
     "logreg": lambda: _convert(LogisticRegression(max_iter=500), _Y3),
     "logreg_zipmap": lambda: _convert(LogisticRegression(max_iter=500), _Y3, zipmap=True),
     "linear_svc": lambda: _convert(LinearSVC(random_state=0), _Y3, None),

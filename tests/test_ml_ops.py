@@ -1,6 +1,7 @@
 """ai.onnx.ml ops compiled (the ``ml`` family): scikit-learn models converted by skl2onnx and
 op-level tree ensembles against onnxruntime at one thread (its own labels move with its thread
 count where two classes tie exactly), every node compiled (``strict=True``)."""
+import contextlib
 import warnings
 
 import numpy as np
@@ -16,7 +17,8 @@ skl2onnx = pytest.importorskip("skl2onnx")
 
 from sklearn.compose import ColumnTransformer  # noqa: E402
 from sklearn.ensemble import (ExtraTreesClassifier, GradientBoostingClassifier,  # noqa: E402
-                              GradientBoostingRegressor, RandomForestClassifier,
+                              GradientBoostingRegressor, HistGradientBoostingClassifier,
+                              HistGradientBoostingRegressor, RandomForestClassifier,
                               RandomForestRegressor)
 from sklearn.linear_model import LogisticRegression  # noqa: E402
 from sklearn.pipeline import Pipeline  # noqa: E402
@@ -54,9 +56,29 @@ def _check(model: onnx.ModelProto, feeds: dict):
     return got
 
 
+@contextlib.contextmanager
+def _bool_lists_as_ints():
+    """skl2onnx 1.20's HistGradientBoosting converter writes Python bools into the int list
+    nodes_missing_value_tracks_true, which protobuf >= 7.34 refuses ("Expected an int, got a
+    boolean"; onnx/ir-py#175): while converting, such lists go to onnx as the ints they
+    mean. The model is the one older protobuf releases wrote."""
+    orig = helper.make_attribute
+
+    def make_attribute(key, value, *args, **kwargs):
+        if isinstance(value, (list, tuple)) and any(isinstance(v, (bool, np.bool_)) for v in value):
+            value = [int(v) for v in value]
+        return orig(key, value, *args, **kwargs)
+
+    helper.make_attribute = make_attribute
+    try:
+        yield
+    finally:
+        helper.make_attribute = orig
+
+
 def _convert(est, y, zipmap=False, x=_X):
     from skl2onnx import to_onnx
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _bool_lists_as_ints():
         warnings.simplefilter("ignore")
         est.fit(x, y)
         opts = {id(est): {"zipmap": False}} if zipmap is False else None
@@ -70,6 +92,9 @@ _MODELS = {
     "gbm_classifier3": lambda: _convert(GradientBoostingClassifier(n_estimators=10, random_state=0), _Y3),
     "gbm_regressor": lambda: _convert(GradientBoostingRegressor(n_estimators=15, random_state=0), _YR, None),
     "rf_regressor": lambda: _convert(RandomForestRegressor(10, max_depth=5, random_state=0), _YR, None),
+    "histgb_classifier3": lambda: _convert(HistGradientBoostingClassifier(max_iter=15, random_state=0), _Y3),
+    "histgb_classifier2": lambda: _convert(HistGradientBoostingClassifier(max_iter=15, random_state=0), _Y2),
+    "histgb_regressor": lambda: _convert(HistGradientBoostingRegressor(max_iter=15, random_state=0), _YR, None),
     "logreg_zipmap": lambda: _convert(LogisticRegression(), _Y3, zipmap=True),
     "logreg_binary_zipmap": lambda: _convert(LogisticRegression(), _Y2, zipmap=True),
     "logreg": lambda: _convert(LogisticRegression(), _Y3),
