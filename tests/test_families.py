@@ -42,6 +42,10 @@ OTHER_KERNELS = {
     "matmul": {"gemm"},
     # the tree ensembles' walk and aggregation are a module of their own
     "ml": {"trees"},
+    # QuantizeLinear / DequantizeLinear to and from float8 / float4 / int4 / int2 convert
+    # through the low-precision types' shared conversions (kernels/cpu/lowprec.py, which the
+    # fused loops' Cast uses too)
+    "quant": {"lowprec"},
     # Softmax / LogSoftmax, lowered with the normalizations, have their own kernel module;
     # Dropout in inference is data's copy
     "norm": {"data", "softmax"},

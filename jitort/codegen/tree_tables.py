@@ -1,0 +1,155 @@
+"""Tree ensembles of the ai.onnx.ml domain flattened into the node arrays the kernels walk
+(``jitort.kernels.cpu.trees``): TreeEnsembleClassifier / Regressor (ai.onnx.ml 1-3, per-node
+attribute lists, :func:`flatten_v3`) and TreeEnsemble (5, :func:`flatten_v5`). Plain Python and
+numpy, run once per segment at compile time by the ml lowerings (jitort/codegen/lowerings/ml.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Node
+from .registry import Unlowerable
+
+_MODES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3, "BRANCH_EQ": 4,
+          "BRANCH_NEQ": 5, "LEAF": -1}
+
+
+def _s(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _attr_values(at: dict, name: str):
+    """An ai.onnx.ml float list attribute or its ``*_as_tensor`` form (v3)."""
+    t = at.get(name + "_as_tensor")
+    if t is not None:
+        return np.asarray(t, np.float64).reshape(-1)
+    return np.asarray(at.get(name, []), np.float64)
+
+
+class Flat:
+    """A flattened ensemble: node arrays (leaves loop on themselves), roots and depth per
+    tree, leaf weights in CSR form (``lstart`` per node), MEMBER sets in CSR (``mstart``)."""
+
+    def __init__(self, feat, thr, tch, fch, mode, miss, roots, lstart, ltarget, lweight,
+                 mstart=None, members=None):
+        nn = len(feat)
+        self.feat = np.asarray(feat, np.int64).astype(np.int32)
+        self.thr = np.asarray(thr, np.float64)
+        self.tch, self.fch = np.asarray(tch, np.int32), np.asarray(fch, np.int32)
+        self.mode = np.asarray(mode, np.int8)
+        self.miss = np.asarray(miss, np.uint8)
+        self.roots = np.asarray(roots, np.int32)
+        self.lstart, self.ltarget = np.asarray(lstart, np.int32), np.asarray(ltarget, np.int32)
+        self.lweight = np.asarray(lweight, np.float64)
+        self.mstart = np.zeros(nn + 1, np.int32) if mstart is None else np.asarray(mstart, np.int32)
+        self.members = np.zeros(1, np.float64) if members is None else np.asarray(members, np.float64)
+        self.depth = self._depths()
+        self.simple = bool(np.all(self.mode == 0) and not self.miss.any())
+
+    def _depths(self) -> np.ndarray:
+        depth = np.zeros(len(self.roots), np.int32)
+        for t, root in enumerate(self.roots):
+            level, d, seen = [int(root)], 0, 0
+            while level:
+                nxt = [c for i in level for c in (self.tch[i], self.fch[i]) if c != i]
+                seen += len(level)
+                if nxt:
+                    d += 1
+                if seen > len(self.feat) * 2:
+                    raise ValueError("tree ensemble: a tree has a cycle")
+                level = nxt
+            depth[t] = d
+        return depth
+
+
+def _csr(per_node: list, nn: int):
+    lstart = np.zeros(nn + 1, np.int64)
+    for i in range(nn):
+        lstart[i + 1] = lstart[i] + len(per_node[i])
+    tg = [t for lst in per_node for t, _ in lst]
+    w = [x for lst in per_node for _, x in lst]
+    return lstart, tg, w
+
+
+def flatten_v3(n: Node, prefix: str) -> Flat:
+    """TreeEnsembleClassifier / Regressor (ai.onnx.ml 1-3) attributes -> :class:`Flat`.
+    ``prefix``: ``class`` or ``target`` (the leaf-weight attributes)."""
+    at = n.attrs
+    tids = list(at.get("nodes_treeids", []))
+    nids = list(at.get("nodes_nodeids", []))
+    nn = len(tids)
+    key = {(t, i): k for k, (t, i) in enumerate(zip(tids, nids))}
+    if len(key) != nn or nn == 0:
+        raise Unlowerable(n, "tree node ids are empty or repeated")
+    modes = [_MODES.get(_s(m)) for m in at.get("nodes_modes", [])]
+    if len(modes) != nn or None in modes:
+        raise Unlowerable(n, "unknown or missing nodes_modes")
+    feats = list(at.get("nodes_featureids", [0] * nn))
+    thr = _attr_values(at, "nodes_values")
+    miss = list(at.get("nodes_missing_value_tracks_true", [])) or [0] * nn
+    tch, fch = np.arange(nn), np.arange(nn)
+    trues, falses = at.get("nodes_truenodeids", []), at.get("nodes_falsenodeids", [])
+    for k in range(nn):
+        if modes[k] >= 0:
+            try:
+                tch[k], fch[k] = key[(tids[k], trues[k])], key[(tids[k], falses[k])]
+            except (KeyError, IndexError):
+                raise Unlowerable(n, f"node {k} points at a missing child") from None
+    leaves = [[] for _ in range(nn)]
+    for t, i, c, w in zip(at.get(prefix + "_treeids", []), at.get(prefix + "_nodeids", []),
+                          at.get(prefix + "_ids", []), _attr_values(at, prefix + "_weights")):
+        if (t, i) not in key:
+            raise Unlowerable(n, f"leaf weight for a missing node ({t}, {i})")
+        leaves[key[(t, i)]].append((c, w))
+    children = set(tch[np.array(modes) >= 0]) | set(fch[np.array(modes) >= 0])
+    roots, seen = [], set()
+    for k, t in enumerate(tids):
+        if t not in seen and k not in children:
+            seen.add(t)
+            roots.append(k)
+    lstart, tg, w = _csr(leaves, nn)
+    mode = [max(m, 0) for m in modes]
+    thr = thr if len(thr) == nn else np.zeros(nn)
+    feats = [f if m >= 0 else 0 for f, m in zip(feats, modes)]
+    return Flat(feats, thr, tch, fch, mode, miss, roots, lstart, tg, w)
+
+
+def flatten_v5(n: Node) -> Flat:
+    """TreeEnsemble (ai.onnx.ml 5) attributes -> :class:`Flat` (leaves become nodes after the
+    interior nodes)."""
+    at = n.attrs
+    feats = list(at["nodes_featureids"])
+    ni = len(feats)
+    thr = _attr_values(at, "nodes_splits")
+    mode = np.asarray(at.get("nodes_modes", np.zeros(ni)), np.int64).reshape(-1)
+    miss = list(at.get("nodes_missing_value_tracks_true", [])) or [0] * ni
+    lt = list(at["leaf_targetids"])
+    lw = _attr_values(at, "leaf_weights")
+    nl = len(lt)
+    if len(thr) != ni or len(mode) != ni or np.any((mode < 0) | (mode > 6)):
+        raise Unlowerable(n, "nodes_splits / nodes_modes do not match the nodes")
+
+    def child(ids, leafs):
+        return [int(c) + (ni if lf else 0) for c, lf in zip(ids, leafs)]
+    tch = child(at["nodes_truenodeids"], at["nodes_trueleafs"]) + list(range(ni, ni + nl))
+    fch = child(at["nodes_falsenodeids"], at["nodes_falseleafs"]) + list(range(ni, ni + nl))
+    mem = _attr_values(at, "membership_values")
+    mstart = np.zeros(ni + nl + 1, np.int64)
+    members: list = []
+    sets = np.split(mem, np.flatnonzero(np.isnan(mem))) if len(mem) else []
+    sets = [s[~np.isnan(s)] for s in sets]
+    k = 0
+    for i in range(ni):
+        if mode[i] == 6:
+            if k >= len(sets):
+                raise Unlowerable(n, "fewer membership sets than MEMBER nodes")
+            members.extend(sets[k])
+            k += 1
+        mstart[i + 1] = len(members)
+    mstart[ni + 1:] = len(members)
+    leaves = [[] for _ in range(ni)] + [[(t, w)] for t, w in zip(lt, lw)]
+    lstart, tg, w = _csr(leaves, ni + nl)
+    roots = [int(r) for r in at["tree_roots"]]
+    return Flat(feats + [0] * nl, np.concatenate([thr, np.zeros(nl)]), tch, fch,
+                list(mode) + [0] * nl, miss + [0] * nl, roots, lstart, tg, w, mstart,
+                members or [0.0])
