@@ -44,7 +44,14 @@ class Flat:
         self.mstart = np.zeros(nn + 1, np.int32) if mstart is None else np.asarray(mstart, np.int32)
         self.members = np.zeros(1, np.float64) if members is None else np.asarray(members, np.float64)
         self.depth = self._depths()
-        self.simple = bool(np.all(self.mode == 0) and not self.miss.any())
+        #: the kernels' step (``leq``): 0 general, 1 every node BRANCH_LEQ without missing
+        #: tracking, 2 every node BRANCH_LEQ with some tracking and no NaN threshold (a NaN
+        #: feature compares as ``nanv``: -inf where tracked, so it goes true, else NaN)
+        self.nanv = np.where(self.miss != 0, -np.inf, np.nan)
+        if np.any(self.mode != 0) or (self.miss.any() and np.isnan(self.thr).any()):
+            self.leq = 0
+        else:
+            self.leq = 2 if self.miss.any() else 1
 
     def _depths(self) -> np.ndarray:
         depth = np.zeros(len(self.roots), np.int32)

@@ -22,7 +22,11 @@ order, as onnxruntime's single-threaded evaluation; ``has`` marks targets some l
 
 Comparison modes (``mode``): 0 BRANCH_LEQ, 1 LT, 2 GTE, 3 GT, 4 EQ, 5 NEQ, 6 MEMBER (v5: the
 value is in the node's set ``members[mstart[i]:mstart[i + 1]]``); ``miss[i]`` sends NaN to the
-true child. ``simple`` (every node LEQ, no missing tracking) takes the plain comparison.
+true child. ``leq`` picks the step: 0 the general comparison (``_go_true``); when every node is
+BRANCH_LEQ, 1 the plain ``v <= t`` (no missing tracking) or 2 the same with a NaN ``v`` replaced
+by ``nanv[i]`` (-inf where ``miss[i]``, so it goes true; NaN elsewhere, so it goes false; the
+flattening keeps NaN thresholds off this step), as HistGradientBoosting's trees -- both a
+select, no branch per node.
 """
 
 import math
@@ -71,19 +75,26 @@ def _add_leaf(acc, has, r, leaf, lstart, ltarget, lweight, agg):
 
 
 @njit(cache=True, error_model='numpy')
-def _rows_block(x, r0, r1, feat, thr, tch, fch, mode, miss, mstart, members, roots, depth,
-                lstart, ltarget, lweight, agg, simple, acc, has, idx):
+def _rows_block(x, r0, r1, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots, depth,
+                lstart, ltarget, lweight, agg, leq, acc, has, idx):
     nb = r1 - r0
     for t in range(roots.shape[0]):
         root = np.uint32(roots[t])
         for r in range(nb):
             idx[r] = root
-        if simple:
+        if leq == 1:
             for _ in range(depth[t]):
                 for r in range(nb):
                     nd = idx[r]
                     v = x[np.uintp(r0 + r), np.uintp(feat[nd])]
                     idx[r] = np.uint32(tch[nd]) if v <= thr[nd] else np.uint32(fch[nd])
+        elif leq == 2:
+            for _ in range(depth[t]):
+                for r in range(nb):
+                    nd = idx[r]
+                    v = x[np.uintp(r0 + r), np.uintp(feat[nd])]
+                    w = v if v == v else nanv[nd]
+                    idx[r] = np.uint32(tch[nd]) if w <= thr[nd] else np.uint32(fch[nd])
         else:
             for _ in range(depth[t]):
                 for r in range(nb):
@@ -96,32 +107,32 @@ def _rows_block(x, r0, r1, feat, thr, tch, fch, mode, miss, mstart, members, roo
 
 
 @njit(cache=True, error_model='numpy')
-def walk_rows(x, feat, thr, tch, fch, mode, miss, mstart, members, roots, depth, lstart,
-              ltarget, lweight, agg, simple, acc, has):
+def walk_rows(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots, depth, lstart,
+              ltarget, lweight, agg, leq, acc, has):
     """Rows-major walk, one thread (see the module docstring)."""
     n = x.shape[0]
     idx = np.empty(_ROW_BLOCK, np.uint32)
     for r0 in range(0, n, _ROW_BLOCK):
-        _rows_block(x, r0, min(n, r0 + _ROW_BLOCK), feat, thr, tch, fch, mode, miss, mstart,
-                    members, roots, depth, lstart, ltarget, lweight, agg, simple, acc, has, idx)
+        _rows_block(x, r0, min(n, r0 + _ROW_BLOCK), feat, thr, tch, fch, mode, miss, nanv, mstart,
+                    members, roots, depth, lstart, ltarget, lweight, agg, leq, acc, has, idx)
 
 
 @njit(cache=True, parallel=True, error_model='numpy')
-def walk_rows_par(x, feat, thr, tch, fch, mode, miss, mstart, members, roots, depth, lstart,
-                  ltarget, lweight, agg, simple, acc, has):
+def walk_rows_par(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots, depth, lstart,
+                  ltarget, lweight, agg, leq, acc, has):
     """Rows-major walk, row blocks split over the threads."""
     n = x.shape[0]
     nblk = (n + _ROW_BLOCK - 1) // _ROW_BLOCK
     for b in prange(nblk):
         idx = np.empty(_ROW_BLOCK, np.uint32)
         r0 = b * _ROW_BLOCK
-        _rows_block(x, r0, min(n, r0 + _ROW_BLOCK), feat, thr, tch, fch, mode, miss, mstart,
-                    members, roots, depth, lstart, ltarget, lweight, agg, simple, acc, has, idx)
+        _rows_block(x, r0, min(n, r0 + _ROW_BLOCK), feat, thr, tch, fch, mode, miss, nanv, mstart,
+                    members, roots, depth, lstart, ltarget, lweight, agg, leq, acc, has, idx)
 
 
 @njit(cache=True, error_model='numpy')
-def walk_trees(x, feat, thr, tch, fch, mode, miss, mstart, members, roots, depth, lstart,
-               ltarget, lweight, agg, simple, acc, has):
+def walk_trees(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots, depth, lstart,
+               ltarget, lweight, agg, leq, acc, has):
     """Trees-major walk: each row walks every tree in lockstep (see the module docstring)."""
     nt = roots.shape[0]
     dmax = 0
@@ -132,12 +143,19 @@ def walk_trees(x, feat, thr, tch, fch, mode, miss, mstart, members, roots, depth
         xr = x[r]
         for t in range(nt):
             idx[t] = np.uint32(roots[t])
-        if simple:
+        if leq == 1:
             for _ in range(dmax):
                 for t in range(nt):
                     nd = idx[t]
                     v = xr[np.uintp(feat[nd])]
                     idx[t] = np.uint32(tch[nd]) if v <= thr[nd] else np.uint32(fch[nd])
+        elif leq == 2:
+            for _ in range(dmax):
+                for t in range(nt):
+                    nd = idx[t]
+                    v = xr[np.uintp(feat[nd])]
+                    w = v if v == v else nanv[nd]
+                    idx[t] = np.uint32(tch[nd]) if w <= thr[nd] else np.uint32(fch[nd])
         else:
             for _ in range(dmax):
                 for t in range(nt):
@@ -150,22 +168,22 @@ def walk_trees(x, feat, thr, tch, fch, mode, miss, mstart, members, roots, depth
 
 
 @njit(cache=True, error_model='numpy')
-def walk(x, feat, thr, tch, fch, mode, miss, mstart, members, roots, depth, lstart, ltarget,
-         lweight, agg, simple, acc, has, trees_below, par):
+def walk(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots, depth, lstart, ltarget,
+         lweight, agg, leq, acc, has, trees_below, par):
     """Zero ``acc`` / ``has`` and add every tree's leaf: trees-major below ``trees_below`` rows
     (a tunable default, see jitort/tuning_choices.py), else rows-major (``par``: over the
     threads)."""
     acc[:] = 0
     has[:] = 0
     if x.shape[0] < trees_below:
-        walk_trees(x, feat, thr, tch, fch, mode, miss, mstart, members, roots, depth, lstart,
-                   ltarget, lweight, agg, simple, acc, has)
+        walk_trees(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots, depth, lstart,
+                   ltarget, lweight, agg, leq, acc, has)
     elif par:
-        walk_rows_par(x, feat, thr, tch, fch, mode, miss, mstart, members, roots, depth, lstart,
-                      ltarget, lweight, agg, simple, acc, has)
+        walk_rows_par(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots, depth,
+                      lstart, ltarget, lweight, agg, leq, acc, has)
     else:
-        walk_rows(x, feat, thr, tch, fch, mode, miss, mstart, members, roots, depth, lstart,
-                  ltarget, lweight, agg, simple, acc, has)
+        walk_rows(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots, depth, lstart,
+                  ltarget, lweight, agg, leq, acc, has)
 
 
 # --------------------------------------------------------------------------------------------

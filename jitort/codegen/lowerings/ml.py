@@ -64,6 +64,7 @@ def _walk(em: Emitter, n: Node, flat: Flat, agg: int, ntargets: int):
     arrs = [c(k + ("feat",), lambda: flat.feat), c(k + ("thr",), lambda: flat.thr.astype(dt)),
             c(k + ("tch",), lambda: flat.tch), c(k + ("fch",), lambda: flat.fch),
             c(k + ("mode",), lambda: flat.mode), c(k + ("miss",), lambda: flat.miss),
+            c(k + ("nanv",), lambda: flat.nanv.astype(dt)),
             c(k + ("mstart",), lambda: flat.mstart),
             c(k + ("members",), lambda: flat.members.astype(dt)),
             c(k + ("roots",), lambda: flat.roots), c(k + ("depth",), lambda: flat.depth),
@@ -75,7 +76,7 @@ def _walk(em: Emitter, n: Node, flat: Flat, agg: int, ntargets: int):
     has = em.temp(rows * ntargets, np.uint8).reshape(em.sizes((rows, ntargets)))
     par = em.split("trees", n, rows * len(flat.roots), 1 << 14, rows)
     em.call(_trees.walk, em.shaped(x, (rows, feats)), *arrs, em.size(agg),
-            em.size(int(flat.simple)), acc, has, em.size(TREES_MAJOR_BELOW), em.size(int(par)))
+            em.size(flat.leq), acc, has, em.size(TREES_MAJOR_BELOW), em.size(int(par)))
     return acc, has, rows
 
 
