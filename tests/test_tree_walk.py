@@ -1,6 +1,7 @@
 """Which step the tree-ensemble kernels take (``Flat.leq``, jitort.kernels.cpu.trees): the
 branch-free BRANCH_LEQ step with missing-value tracking (a NaN feature compares as -inf on a
-tracked node, NaN elsewhere) against onnxruntime, on both walks (rows- and trees-major)."""
+tracked node, NaN elsewhere) against onnxruntime, on both walks (rows- and trees-major), and
+the trees-major walk's deepest-first order (``Flat.order``)."""
 import numpy as np
 import pytest
 
@@ -34,6 +35,22 @@ def test_sklearn_ensembles_take_the_leq_step(name, leq):
     # the NaN substitute: -inf exactly where missing values are tracked, NaN elsewhere
     assert np.array_equal(np.isneginf(flat.nanv), flat.miss != 0)
     assert np.isnan(flat.nanv[flat.miss == 0]).all()
+    # the trees-major walk's order: every tree once, deepest first
+    assert sorted(flat.order) == list(range(len(flat.roots)))
+    assert (np.diff(flat.depth[flat.order]) <= 0).all()
+
+
+def test_trees_major_walk_stops_each_tree_at_its_depth():
+    # histgb trees differ in depth: a row walks each tree only to its own depth (stopping a
+    # step early somewhere changes labels and scores against onnxruntime)
+    model = _MODELS["histgb_classifier3"]()
+    flat = _flat(model)
+    assert flat.depth.min() < flat.depth.max()
+    x = np.random.default_rng(4).standard_normal((7, 6)).astype(np.float32)
+    x[::3, 2] = np.nan
+    for r in range(7):
+        _check(model, {"X": x[r:r + 1]})
+    _check(model, {"X": x})  # 7 rows: still trees-major (below TREES_MAJOR_BELOW)
 
 
 @pytest.mark.parametrize("values,miss,modes,leq", [

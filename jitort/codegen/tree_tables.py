@@ -44,6 +44,8 @@ class Flat:
         self.mstart = np.zeros(nn + 1, np.int32) if mstart is None else np.asarray(mstart, np.int32)
         self.members = np.zeros(1, np.float64) if members is None else np.asarray(members, np.float64)
         self.depth = self._depths()
+        #: tree numbers by decreasing depth (the trees-major walk's order)
+        self.order = np.argsort(-self.depth, kind="stable").astype(np.int32)
         #: the kernels' step (``leq``): 0 general, 1 every node BRANCH_LEQ without missing
         #: tracking, 2 every node BRANCH_LEQ with some tracking and no NaN threshold (a NaN
         #: feature compares as ``nanv``: -inf where tracked, so it goes true, else NaN)

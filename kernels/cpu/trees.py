@@ -131,53 +131,57 @@ def walk_rows_par(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roo
 
 
 @njit(cache=True, error_model='numpy')
-def walk_trees(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots, depth, lstart,
-               ltarget, lweight, agg, leq, acc, has):
-    """Trees-major walk: each row walks every tree in lockstep (see the module docstring)."""
+def walk_trees(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots, depth, order,
+               lstart, ltarget, lweight, agg, leq, acc, has):
+    """Trees-major walk: each row walks every tree in lockstep (see the module docstring), the
+    trees taken deepest first (``order``: tree numbers by decreasing depth), so step ``s`` walks
+    only the trees deeper than ``s``; leaves are still added in tree order."""
     nt = roots.shape[0]
-    dmax = 0
-    for t in range(nt):
-        dmax = max(dmax, depth[t])
+    dmax = depth[order[0]] if nt else 0
     idx = np.empty(nt, np.uint32)
+    leaf = np.empty(nt, np.uint32)
     for r in range(x.shape[0]):
         xr = x[r]
-        for t in range(nt):
-            idx[t] = np.uint32(roots[t])
-        if leq == 1:
-            for _ in range(dmax):
-                for t in range(nt):
-                    nd = idx[t]
+        for k in range(nt):
+            idx[k] = np.uint32(roots[order[k]])
+        act = nt
+        for s in range(dmax):
+            while depth[order[act - 1]] <= s:
+                act -= 1
+            if leq == 1:
+                for k in range(act):
+                    nd = idx[k]
                     v = xr[np.uintp(feat[nd])]
-                    idx[t] = np.uint32(tch[nd]) if v <= thr[nd] else np.uint32(fch[nd])
-        elif leq == 2:
-            for _ in range(dmax):
-                for t in range(nt):
-                    nd = idx[t]
+                    idx[k] = np.uint32(tch[nd]) if v <= thr[nd] else np.uint32(fch[nd])
+            elif leq == 2:
+                for k in range(act):
+                    nd = idx[k]
                     v = xr[np.uintp(feat[nd])]
                     w = v if v == v else nanv[nd]
-                    idx[t] = np.uint32(tch[nd]) if w <= thr[nd] else np.uint32(fch[nd])
-        else:
-            for _ in range(dmax):
-                for t in range(nt):
-                    nd = idx[t]
+                    idx[k] = np.uint32(tch[nd]) if w <= thr[nd] else np.uint32(fch[nd])
+            else:
+                for k in range(act):
+                    nd = idx[k]
                     ok = _go_true(xr[np.uintp(feat[nd])], thr[nd], mode[nd], miss[nd], nd,
                                   mstart, members)
-                    idx[t] = np.uint32(tch[nd]) if ok else np.uint32(fch[nd])
+                    idx[k] = np.uint32(tch[nd]) if ok else np.uint32(fch[nd])
+        for k in range(nt):
+            leaf[order[k]] = idx[k]
         for t in range(nt):
-            _add_leaf(acc, has, r, idx[t], lstart, ltarget, lweight, agg)
+            _add_leaf(acc, has, r, leaf[t], lstart, ltarget, lweight, agg)
 
 
 @njit(cache=True, error_model='numpy')
-def walk(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots, depth, lstart, ltarget,
-         lweight, agg, leq, acc, has, trees_below, par):
+def walk(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots, depth, order, lstart,
+         ltarget, lweight, agg, leq, acc, has, trees_below, par):
     """Zero ``acc`` / ``has`` and add every tree's leaf: trees-major below ``trees_below`` rows
     (a tunable default, see jitort/tuning_choices.py), else rows-major (``par``: over the
     threads)."""
     acc[:] = 0
     has[:] = 0
     if x.shape[0] < trees_below:
-        walk_trees(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots, depth, lstart,
-                   ltarget, lweight, agg, leq, acc, has)
+        walk_trees(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots, depth, order,
+                   lstart, ltarget, lweight, agg, leq, acc, has)
     elif par:
         walk_rows_par(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots, depth,
                       lstart, ltarget, lweight, agg, leq, acc, has)

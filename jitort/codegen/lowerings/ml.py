@@ -68,6 +68,7 @@ def _walk(em: Emitter, n: Node, flat: Flat, agg: int, ntargets: int):
             c(k + ("mstart",), lambda: flat.mstart),
             c(k + ("members",), lambda: flat.members.astype(dt)),
             c(k + ("roots",), lambda: flat.roots), c(k + ("depth",), lambda: flat.depth),
+            c(k + ("order",), lambda: flat.order),
             c(k + ("lstart",), lambda: flat.lstart), c(k + ("ltarget",), lambda: flat.ltarget),
             c(k + ("lweight",), lambda: flat.lweight.astype(dt))]
     # scores add up in the threshold dtype, tree by tree, as onnxruntime's (a float64 sum
