@@ -7,6 +7,7 @@ import pytest
 
 from jitort.codegen.tree_tables import flatten_v3
 from jitort.importer import import_model
+from jitort.kernels.cpu.trees import _one_weight_sum
 from tests.test_ml_ops import _MODELS, _check, _tree_model, _two_trees
 
 pytest.importorskip("sklearn")
@@ -71,3 +72,12 @@ def test_leq_step_with_missing_values_matches_onnxruntime(values, miss, modes, l
     _check(model, {"X": x})  # rows-major
     for r in (10, 13, 16, 0):  # one row: trees-major
         _check(model, {"X": x[r:r + 1]})
+
+
+@pytest.mark.parametrize("name,agg,one", [("gbm_regressor", 0, True), ("gbm_classifier3", 0, True),
+                                          ("gbm_regressor", 2, False), ("random_forest3", 0, False)])
+def test_one_weight_leaves_take_the_plain_add(name, agg, one):
+    # gradient boosting's leaves hold one weight each (the rows-major walk adds it directly);
+    # a forest's leaves hold one per class, and MIN / MAX need _add_leaf's first-score rule
+    flat = _flat(_MODELS[name]())
+    assert _one_weight_sum(flat.tch, flat.lstart, agg) == one

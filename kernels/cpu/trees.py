@@ -74,9 +74,22 @@ def _add_leaf(acc, has, r, leaf, lstart, ltarget, lweight, agg):
         has[r, j] = 1
 
 
+@njit(cache=True)
+def _one_weight_sum(tch, lstart, agg):
+    """Whether leaves add plainly (SUM or AVERAGE) and each leaf (a node that is its own true
+    child) holds exactly one weight, as gradient boosting's: the rows-major walk then adds
+    ``lweight[lstart[leaf]]`` without ``_add_leaf``'s loop and aggregate tests."""
+    if agg > 1:
+        return False
+    for i in range(tch.shape[0]):
+        if tch[i] == i and lstart[i + 1] - lstart[i] != 1:
+            return False
+    return True
+
+
 @njit(cache=True, error_model='numpy')
 def _rows_block(x, r0, r1, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots, depth,
-                lstart, ltarget, lweight, agg, leq, acc, has, idx):
+                lstart, ltarget, lweight, agg, leq, one, acc, has, idx):
     nb = r1 - r0
     for t in range(roots.shape[0]):
         root = np.uint32(roots[t])
@@ -102,8 +115,14 @@ def _rows_block(x, r0, r1, feat, thr, tch, fch, mode, miss, nanv, mstart, member
                     ok = _go_true(x[np.uintp(r0 + r), np.uintp(feat[nd])], thr[nd], mode[nd],
                                   miss[nd], nd, mstart, members)
                     idx[r] = np.uint32(tch[nd]) if ok else np.uint32(fch[nd])
-        for r in range(nb):
-            _add_leaf(acc, has, r0 + r, idx[r], lstart, ltarget, lweight, agg)
+        if one:
+            for r in range(nb):
+                k = lstart[idx[r]]
+                acc[r0 + r, ltarget[k]] += lweight[k]
+                has[r0 + r, ltarget[k]] = 1
+        else:
+            for r in range(nb):
+                _add_leaf(acc, has, r0 + r, idx[r], lstart, ltarget, lweight, agg)
 
 
 @njit(cache=True, error_model='numpy')
@@ -111,10 +130,12 @@ def walk_rows(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots, 
               ltarget, lweight, agg, leq, acc, has):
     """Rows-major walk, one thread (see the module docstring)."""
     n = x.shape[0]
+    one = _one_weight_sum(tch, lstart, agg)
     idx = np.empty(_ROW_BLOCK, np.uint32)
     for r0 in range(0, n, _ROW_BLOCK):
         _rows_block(x, r0, min(n, r0 + _ROW_BLOCK), feat, thr, tch, fch, mode, miss, nanv, mstart,
-                    members, roots, depth, lstart, ltarget, lweight, agg, leq, acc, has, idx)
+                    members, roots, depth, lstart, ltarget, lweight, agg, leq, one, acc, has,
+                    idx)
 
 
 @njit(cache=True, parallel=True, error_model='numpy')
@@ -122,12 +143,14 @@ def walk_rows_par(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roo
                   ltarget, lweight, agg, leq, acc, has):
     """Rows-major walk, row blocks split over the threads."""
     n = x.shape[0]
+    one = _one_weight_sum(tch, lstart, agg)
     nblk = (n + _ROW_BLOCK - 1) // _ROW_BLOCK
     for b in prange(nblk):
         idx = np.empty(_ROW_BLOCK, np.uint32)
         r0 = b * _ROW_BLOCK
         _rows_block(x, r0, min(n, r0 + _ROW_BLOCK), feat, thr, tch, fch, mode, miss, nanv, mstart,
-                    members, roots, depth, lstart, ltarget, lweight, agg, leq, acc, has, idx)
+                    members, roots, depth, lstart, ltarget, lweight, agg, leq, one, acc, has,
+                    idx)
 
 
 @njit(cache=True, error_model='numpy')
