@@ -4,15 +4,33 @@ ZipMap turns a (rows, classes) probability tensor into a list of ``{label: proba
 dicts: not a tensor, so no backend or workspace can hold it. A ZipMap whose output is a graph
 output (scikit-learn classifiers converted by skl2onnx end so) is taken out of the graph at
 import: the graph returns its input tensor, and :func:`wrap` builds the dicts from it after the
-call, as onnxruntime returns them (Python labels and floats).
+call, as onnxruntime returns them (Python labels and floats; built in compiled code,
+kernels/cpu/pydicts.py).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .errors import InvalidModel
 from .ir import Graph
+from .kernels.cpu.pydicts import fill_label_dicts
 
 
-def split(graph: Graph) -> dict[int, list]:
+class Labels:
+    """A ZipMap's labels as its dicts hold them: sorted, as onnxruntime's (a ``std::map``),
+    with the score column of each."""
+
+    def __init__(self, labels: list):
+        self.columns = sorted(range(len(labels)), key=labels.__getitem__)
+        self.keys = [labels[j] for j in self.columns]
+        self.count = len(labels)
+        #: the key objects' addresses for the compiled builder; ``keys`` keeps them alive
+        self.key_ids = np.array([id(v) for v in self.keys], np.intp)
+        self.column_index = np.array(self.columns, np.intp)
+        self.in_order = self.columns == list(range(self.count))
+
+
+def split(graph: Graph) -> dict[int, Labels]:
     """Remove the ZipMap nodes that make graph outputs; ``{output index: labels}``."""
     found: dict[int, list] = {}
     consumers = graph.consumers()
@@ -30,46 +48,34 @@ def split(graph: Graph) -> dict[int, list]:
         graph.nodes.remove(n)
         for i in where:
             graph.outputs[i] = n.inputs[0]
-            found[i] = [int(v) if isinstance(v, int) else v for v in labels]
+            found[i] = Labels([int(v) if isinstance(v, int) else v for v in labels])
     return found
 
 
-#: above this many labels, or up to this many rows, the dicts are built by dict(zip(...)):
-#: no generated builder, and less set-up per call for a few rows
-_BUILDER_MAX = 64
-_BUILDER_MIN_ROWS = 16
-_builders: dict = {}
+#: up to this many rows the dicts are built by dict(zip(...)): less set-up than a compiled call
+_NATIVE_MIN_ROWS = 16
 
 
-def _builder(labels: list):
-    """A function building ``[{labels[0]: v0, ...} for each row]`` from the columns' lists:
-    dict displays over ``zip(*columns)`` (labels bound as locals), about half the time of
-    ``dict(zip(labels, row))`` over ``tolist()``'s rows, which makes one list per row."""
-    got = _builders.get(id(labels))  # per list object: no per-call key to build
-    if got is not None and got[0] is labels:
-        return got[1]
-    key = tuple((type(v), v) for v in labels)
-    fn = _builders.get(key)
-    if fn is None:
-        k = range(len(labels))
-        src = ("lambda cols, " + ", ".join(f"l{i}=L[{i}]" for i in k) + ": [{"
-               + ", ".join(f"l{i}: v{i}" for i in k) + "} for " + ", ".join(f"v{i}" for i in k)
-               + (", " if len(labels) == 1 else "") + " in zip(*cols)]")
-        fn = _builders[key] = eval(src, {"L": list(labels)})  # noqa: S307 (text made here)
-    _builders[id(labels)] = (labels, fn)  # holds the list, so its id is not reused
-    return fn
+def _dicts(a: np.ndarray, labels: Labels) -> list:
+    """One ``{label: a[r, its column]}`` per row r, keys sorted, Python floats: as onnxruntime's."""
+    rows = a.shape[0]
+    if rows <= _NATIVE_MIN_ROWS:
+        keys = labels.keys
+        if not labels.in_order:
+            a = a[:, labels.columns]
+        return [dict(zip(keys, row)) for row in a.tolist()]
+    out = [None] * rows
+    if fill_label_dicts(a, labels.column_index, labels.key_ids, id(out)) != rows:
+        raise MemoryError("ZipMap: building the output dicts")
+    return out
 
 
-def wrap(result: list, wanted: list[int], zipmaps: dict[int, list]) -> list:
+def wrap(result: list, wanted: list[int], zipmaps: dict[int, Labels]) -> list:
     """``result`` (the arrays of outputs ``wanted``, by graph index) with ZipMap outputs as
     lists of dicts."""
     out = list(result)
     for k, i in enumerate(wanted):
         labels = zipmaps.get(i)
         if labels is not None:
-            a = out[k].reshape(-1, len(labels))
-            if 0 < len(labels) <= _BUILDER_MAX and a.shape[0] > _BUILDER_MIN_ROWS:
-                out[k] = _builder(labels)(a.T.tolist())
-            else:
-                out[k] = [dict(zip(labels, row)) for row in a.tolist()]
+            out[k] = _dicts(out[k].reshape(-1, labels.count), labels)
     return out
