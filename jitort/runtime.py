@@ -13,7 +13,8 @@ import sys
 from collections import Counter
 from typing import Any, Sequence
 
-from . import control_flow, devices, dynamic_ops, options, serialize, tiering, tuning, zipmap
+from . import (control_flow, devices, dynamic_ops, options, serialize, string_ops, tiering, tuning,
+               zipmap)
 from .codegen import module as modmgr
 from .codegen.cpu import CpuBackend
 from .errors import ExecutionError, InvalidInput, JitortError, UnsupportedOp
@@ -87,6 +88,8 @@ class CompiledModel(Executor):
         self.output_names = [v.name for v in self.graph.outputs]
         #: ZipMap outputs, built as lists of dicts after each call (jitort/zipmap.py)
         self._zipmaps = zipmap.split(self.graph)
+        # classifiers with string labels compute class indices, named by a string step
+        string_ops.index_labels(self.graph)
         self.inputs = [InputInfo(v.name, v.dtype, v.shape if v.shape is not None else ())
                        for v in self.graph.inputs]
         self.original_node_count = len(self.graph.nodes)
@@ -168,7 +171,10 @@ class CompiledModel(Executor):
         # ops whose output shape depends on input values: compiled kernels between segments
         flows, why = dynamic_ops.claim(self.graph, self.placement)
         self._flows.update(flows)
-        return {**reasons, **why}
+        # ops reading or writing string tensors: numpy steps between the segments
+        flows, why_str = string_ops.claim(self.graph, self.placement)
+        self._flows.update(flows)
+        return {**reasons, **why, **why_str}
 
     def _check_strict(self) -> None:
         """In strict mode, refuse a model with any node placed on the interpreter."""

@@ -242,23 +242,24 @@ def _contrib_section() -> str:
 #: How jitort runs the ai.onnx.ml ops no lowering claims (or claims in part).
 ML_NOTES = {
     "ZipMap": "built at the model's boundary (a graph output: lists of dicts, jitort/zipmap.py)",
-    "CategoryMapper": "not covered (UnsupportedOp): string tensors either way (Numba arrays "
-                      "hold no strings) and onnx.reference implements no CategoryMapper",
+    "CategoryMapper": "string step (jitort/string_ops.py: a dict lookup in numpy, between "
+                      "compiled segments; strict mode accepts it)",
     "CastMap": "not covered (UnsupportedOp): a map input (not a tensor), no onnx.reference "
                "implementation",
     "DictVectorizer": "not compiled: a map input (not a tensor); untested",
 }
-#: The string forms of compiled ai.onnx.ml ops, left to the interpreter.
+#: The string forms of compiled ai.onnx.ml ops: string steps (jitort/string_ops.py).
 ML_STRINGS = dict.fromkeys(("LinearClassifier", "SVMClassifier", "TreeEnsembleClassifier"),
-                           "; string class labels interpreted")
-ML_STRINGS.update(LabelEncoder="; string keys or values interpreted",
-                  OneHotEncoder="; string categories interpreted")
+                           "; string class labels: class indices compiled, named by a string step")
+ML_STRINGS.update(LabelEncoder="; string keys or values: string step",
+                  OneHotEncoder="; string categories: string step",
+                  ArrayFeatureExtractor="; string tensors: string step")
 
 
 def _ml_section() -> str:
     """onnx's ai.onnx.ml ops (the scikit-learn converters' domain), each with how jitort runs
-    it: compiled (a lowering; the string forms in ``ML_STRINGS`` stay with the interpreter),
-    or as ``ML_NOTES`` says."""
+    it: compiled (a lowering; the string forms in ``ML_STRINGS`` run as string steps), or as
+    ``ML_NOTES`` says."""
     from jitort.codegen.cpu import SUPPORT
     ml = "ai.onnx.ml"
     ops = sorted({s.name for s in onnx.defs.get_all_schemas_with_history() if s.domain == ml})
@@ -271,8 +272,11 @@ def _ml_section() -> str:
             f"{done} of the {len(ops)} ai.onnx.ml ops compile, against onnxruntime's CPU "
             "provider; a lowering can still decline a node's attributes (its supports predicate "
             "or an `Unlowerable` reason), which leaves the node to the interpreter "
-            "(`UnsupportedOp` under `strict=True`). Tests: tests/test_ml_ops.py, "
-            "tests/test_ml_svm.py, tests/test_ml_preprocess.py.\n\n| op | jitort |\n|---|---|\n" + rows)
+            "(`UnsupportedOp` under `strict=True`). String tensors (class names, string "
+            "columns) run as string steps between compiled segments: numpy lookups built once "
+            "per node, strict mode accepts them (jitort/string_ops.py). Tests: "
+            "tests/test_ml_ops.py, tests/test_ml_svm.py, tests/test_ml_preprocess.py, "
+            "tests/test_string_ops.py.\n\n| op | jitort |\n|---|---|\n" + rows)
 
 
 def _claimed() -> set[str]:

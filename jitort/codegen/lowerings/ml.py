@@ -440,7 +440,7 @@ def _attr_array(at: dict, names):
 
 def _label_table(n: Node):
     """LabelEncoder's numeric (keys, values, default): keys sorted and unique (the first
-    of repeated keys wins, as onnxruntime's map), a NaN key apart."""
+    of repeated keys wins, as onnxruntime's map), a NaN key apart (None: none matches NaN)."""
     at = n.attrs
     keys = _attr_array(at, ("keys_int64s", "keys_floats", "keys_tensor"))
     vals = _attr_array(at, ("values_int64s", "values_floats", "values_tensor"))
@@ -455,8 +455,8 @@ def _label_table(n: Node):
                               else at.get("default_float", -0.0)])
     table, nan = {}, None
     for k, v in zip(keys.astype(xdt).tolist(), vals.tolist()):
-        if k != k:
-            nan = v if nan is None else nan
+        if k != k:  # a NaN key matches NaN from LabelEncoder-4 on, nothing before (onnxruntime)
+            nan = v if nan is None and n.since_version >= 4 else nan
         else:
             table.setdefault(k, v)
     ks = sorted(table)

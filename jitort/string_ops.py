@@ -1,0 +1,354 @@
+"""Ops on string tensors, run as steps between compiled segments.
+
+Numba arrays hold no strings, so no lowering takes a string tensor. What scikit-learn models
+converted by skl2onnx do with strings is narrow: pick columns of a string input (Gather,
+ArrayFeatureExtractor), reshape and concatenate them, map them to numbers (OneHotEncoder,
+LabelEncoder, CategoryMapper) and, for classifiers trained on string labels, map the
+predicted class back to its name. Those ops, where a string tensor is among their inputs or
+outputs, are placed on :data:`~jitort.partition.DYNAMIC` steps (as
+:mod:`jitort.dynamic_ops`'s are) whose flows are numpy array operations and dict lookups made
+once per node: no per-call interpretation, and strict mode accepts them. Everything numeric
+around them compiles as usual.
+
+Classifiers with string labels (:func:`index_labels`, at import) are rewritten to compute the
+class *index* (int64 labels ``0 .. K-1``, compiled with the other numeric ML ops) followed by
+an ai.onnx.ml LabelEncoder from index to name, as onnxruntime computes them (its string-label
+classifiers run on indices too). String outputs are numpy object arrays of ``str``, as
+onnxruntime returns them.
+
+Semantics are onnxruntime's (tests/test_string_ops.py compares every op against it): missing
+keys take the node's default (LabelEncoder / CategoryMapper: ``default_string`` "_Unused",
+``default_int64`` -1, ``default_float`` -0.0), the first of repeated LabelEncoder keys wins
+(the last of repeated opset-1 ``classes_strings``),
+OneHotEncoder's repeated category takes its last position and, with ``zeros=0``, an unknown
+category is an error.
+"""
+from __future__ import annotations
+
+from itertools import repeat
+from typing import Callable
+
+import numpy as np
+
+from .errors import InvalidInput, InvalidModel
+from .ir import Graph, Node, Value
+from .partition import DYNAMIC, INTERP
+
+_ML = "ai.onnx.ml"
+STRING = np.dtype(object)
+
+#: classifier -> the attribute holding its integer labels
+_INT_LABELS = {"TreeEnsembleClassifier": "classlabels_int64s",
+               "LinearClassifier": "classlabels_ints", "SVMClassifier": "classlabels_ints"}
+
+
+def _text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def _is_str(v: Value | None) -> bool:
+    return v is not None and v.dtype is not None and np.dtype(v.dtype) == STRING
+
+
+def _strings(a) -> list:
+    """The elements of a string tensor (object or unicode array) as a flat list of str."""
+    flat = np.asarray(a).reshape(-1).tolist()
+    return [_text(s) for s in flat] if flat and not isinstance(flat[0], str) else flat
+
+
+def _str_array(items: list, shape: tuple) -> np.ndarray:
+    out = np.empty(len(items), object)
+    out[:] = items
+    return out.reshape(shape)
+
+
+# --- classifiers with string labels ------------------------------------------------------------
+
+def index_labels(graph: Graph) -> int:
+    """Rewrite every classifier with ``classlabels_strings`` to integer labels ``0 .. K-1``
+    followed by a LabelEncoder (int64 index -> label string). Returns how many were."""
+    done = 0
+    for n in list(graph.nodes):
+        attr = _INT_LABELS.get(n.op_type)
+        names = n.attrs.get("classlabels_strings") if attr and n.domain == _ML else None
+        if not names or not n.outputs or n.outputs[0].name == "":
+            continue
+        if n.attrs.get(attr):
+            raise InvalidModel(f"node {n.label}: both classlabels_strings and {attr}")
+        y = n.outputs[0]
+        index = Value(graph.fresh_name(y.name + "_index"), np.dtype(np.int64), y.shape,
+                      producer=n)
+        del n.attrs["classlabels_strings"]
+        n.attrs[attr] = list(range(len(names)))
+        n.outputs[0] = index
+        n.proto = None
+        enc = Node("LabelEncoder", [index], [y], {
+            "keys_int64s": list(range(len(names))), "values_strings": [_text(s) for s in names],
+            "default_string": "_Unused"}, domain=_ML, name=(n.name or n.op_type) + "_labels",
+            since_version=2)
+        y.producer = enc
+        graph.nodes.insert(graph.nodes.index(n) + 1, enc)
+        done += 1
+    return done
+
+
+# --- placement ---------------------------------------------------------------------------------
+
+def claim(graph: Graph, placement: dict) -> tuple[dict, dict]:
+    """Place every interpreted op of :data:`_FLOWS` that reads or writes a string tensor on
+    :data:`DYNAMIC`. Returns ``(flows, reasons)`` as :func:`jitort.dynamic_ops.claim`."""
+    flows, reasons = {}, {}
+    for n in graph.nodes:
+        if placement.get(id(n)) != INTERP:
+            continue
+        make = _FLOWS.get((n.domain, n.op_type))
+        if make is None or not any(map(_is_str, n.inputs + n.outputs)):
+            continue
+        try:
+            flow = make(n)
+        except _Declined as e:
+            reasons[n.label] = str(e)
+            continue
+        flow.kernels = list  # numpy and dict lookups: no Numba kernel to find in the cache
+        flows[id(n)] = flow
+        placement[id(n)] = DYNAMIC
+    return flows, reasons
+
+
+class _Declined(Exception):
+    """A form of the op these flows do not take (it stays with the interpreter)."""
+
+
+# --- lookups -----------------------------------------------------------------------------------
+
+def _attr_list(n: Node, *names):
+    for name in names:
+        v = n.attrs.get(name)
+        if v is not None and not (isinstance(v, (list, tuple, np.ndarray)) and len(v) == 0):
+            return np.asarray(v).reshape(-1).tolist() if isinstance(v, np.ndarray) else list(v)
+    return None
+
+
+def _lookup(n: Node, table: dict, default, out_dtype: np.dtype) -> Callable:
+    """A flow mapping each element through ``table`` (``default`` where absent)."""
+    key_str = _is_str(n.inputs[0])
+
+    def run(args: list) -> list:
+        x = np.asarray(args[0])
+        keys = _strings(x) if key_str else x.reshape(-1).tolist()
+        got = list(map(table.get, keys, repeat(default, len(keys))))
+        if out_dtype == STRING:
+            return [_str_array(got, x.shape)]
+        return [np.array(got, out_dtype).reshape(x.shape)]
+    return run
+
+
+def _nan_key(table: dict, matches: bool) -> dict:
+    """Float keys: NaN cannot be found by equality. From LabelEncoder-4 on a NaN key matches
+    NaN inputs (``matches``); before, it matches nothing (onnxruntime)."""
+    nan = [v for k, v in table.items() if isinstance(k, float) and k != k]
+    if not nan or not matches:
+        return {k: v for k, v in table.items() if not (isinstance(k, float) and k != k)}
+
+    class _NanTable(dict):
+        def get(self, k, d=None):
+            return nan[0] if isinstance(k, float) and k != k else dict.get(self, k, d)
+    return _NanTable((k, v) for k, v in table.items() if not (isinstance(k, float) and k != k))
+
+
+def _label_encoder(n: Node) -> Callable:
+    ydt = np.dtype(n.outputs[0].dtype)
+    if n.since_version < 2 or "classes_strings" in n.attrs:  # opset 1: index <-> class name
+        classes = [_text(s) for s in n.attrs.get("classes_strings", [])]
+        if _is_str(n.inputs[0]):
+            table = {c: i for i, c in enumerate(classes)}  # a repeated name: its last
+            return _lookup(n, table, int(n.attrs.get("default_int64", -1)), ydt)
+        return _lookup(n, dict(enumerate(classes)),
+                       _text(n.attrs.get("default_string", "_Unused")), ydt)
+    keys = _attr_list(n, "keys_strings", "keys_int64s", "keys_floats", "keys_tensor")
+    vals = _attr_list(n, "values_strings", "values_int64s", "values_floats", "values_tensor")
+    if keys is None or vals is None:
+        raise InvalidModel(f"LabelEncoder node {n.label}: keys and values are required")
+    if len(keys) != len(vals):
+        raise InvalidModel(f"LabelEncoder node {n.label}: {len(keys)} keys for {len(vals)} values")
+    if _is_str(n.inputs[0]):
+        keys = [_text(k) for k in keys]
+    if ydt == STRING:
+        vals = [_text(v) for v in vals]
+    dt = n.attrs.get("default_tensor")
+    if dt is not None:
+        default = np.asarray(dt).reshape(-1)[0]
+        default = _text(default) if ydt == STRING else default.item()
+    elif ydt == STRING:
+        default = _text(n.attrs.get("default_string", "_Unused"))
+    elif ydt.kind in "iu":
+        default = int(n.attrs.get("default_int64", -1))
+    else:
+        default = float(n.attrs.get("default_float", -0.0))
+    table: dict = {}
+    for k, v in zip(keys, vals):
+        table.setdefault(k, v)  # the first of repeated keys, as onnxruntime's map
+    return _lookup(n, _nan_key(table, n.since_version >= 4), default, ydt)
+
+
+def _category_mapper(n: Node) -> Callable:
+    cats = [_text(s) for s in n.attrs.get("cats_strings", [])]
+    ints = [int(i) for i in n.attrs.get("cats_int64s", [])]
+    if len(cats) != len(ints):
+        raise InvalidModel(f"CategoryMapper node {n.label}: {len(cats)} cats_strings for "
+                           f"{len(ints)} cats_int64s")
+    ydt = np.dtype(n.outputs[0].dtype)
+    if _is_str(n.inputs[0]):
+        return _lookup(n, dict(zip(cats, ints)), int(n.attrs.get("default_int64", -1)), ydt)
+    return _lookup(n, dict(zip(ints, cats)), _text(n.attrs.get("default_string", "_Unused")), ydt)
+
+
+def _one_hot_encoder(n: Node) -> Callable:
+    cats = n.attrs.get("cats_strings")
+    if not cats:
+        raise _Declined("a string input needs cats_strings")
+    where = {_text(c): i for i, c in enumerate(cats)}  # a repeated category: its last position
+    width, zeros = len(cats), int(n.attrs.get("zeros", 1)) != 0
+    ydt = np.dtype(n.outputs[0].dtype) if n.outputs[0].dtype is not None else np.dtype(np.float32)
+
+    def run(args: list) -> list:
+        x = np.asarray(args[0])
+        keys = _strings(x)
+        pos = np.fromiter(map(where.get, keys, repeat(-1, len(keys))), np.int64, len(keys))
+        found = pos >= 0
+        if not zeros and not found.all():
+            raise InvalidInput(f"OneHotEncoder node {n.label}: category "
+                               f"{keys[int(np.argmin(found))]!r} is not among cats_strings "
+                               "and zeros=0")
+        out = np.zeros((len(keys), width), ydt)
+        rows = np.flatnonzero(found)
+        out[rows, pos[rows]] = 1
+        return [out.reshape(x.shape + (width,))]
+    return run
+
+
+# --- data movement -----------------------------------------------------------------------------
+
+def _axis(n: Node, axis: int, rank: int) -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise InvalidInput(f"{n.op_type} node {n.label}: axis {axis} out of range for rank {rank}")
+    return axis % max(rank, 1)
+
+
+def _indices(n: Node, idx, size: int) -> np.ndarray:
+    idx = np.asarray(idx, np.int64)
+    if idx.size and (idx.min() < -size or idx.max() >= size):
+        raise InvalidInput(f"{n.op_type} node {n.label}: an index is out of range for a "
+                           f"dimension of {size}")
+    return np.where(idx < 0, idx + size, idx)
+
+
+def _gather(n: Node) -> Callable:
+    def run(args: list) -> list:
+        x = np.asarray(args[0])
+        ax = _axis(n, int(n.attrs.get("axis", 0)), x.ndim)
+        return [np.take(x, _indices(n, args[1], x.shape[ax]), axis=ax)]
+    return run
+
+
+def _array_feature_extractor(n: Node) -> Callable:
+    def run(args: list) -> list:
+        x = np.asarray(args[0])
+        idx = _indices(n, np.asarray(args[1]).reshape(-1), x.shape[-1])
+        y = np.take(x, idx, axis=-1)
+        return [y.reshape(1, -1) if x.ndim == 1 else y]  # onnxruntime's: 1-D in, (1, k) out
+    return run
+
+
+def _reshape(n: Node) -> Callable:
+    allowzero = int(n.attrs.get("allowzero", 0))
+
+    def run(args: list) -> list:
+        x = np.asarray(args[0])
+        shape = [int(d) for d in np.asarray(args[1]).reshape(-1)]
+        if not allowzero:
+            shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+        try:
+            return [x.reshape(shape)]
+        except ValueError:
+            raise InvalidInput(f"Reshape node {n.label}: cannot reshape {x.shape} to "
+                               f"{tuple(shape)}") from None
+    return run
+
+
+def _concat(n: Node) -> Callable:
+    def run(args: list) -> list:
+        xs = [np.asarray(a) for a in args if a is not None]
+        ax = _axis(n, int(n.attrs["axis"]), xs[0].ndim)
+        try:
+            return [np.concatenate(xs, axis=ax).astype(object) if any(
+                x.dtype == STRING for x in xs) else np.concatenate(xs, axis=ax)]
+        except ValueError as e:
+            raise InvalidInput(f"Concat node {n.label}: {e}") from None
+    return run
+
+
+def _flatten(n: Node) -> Callable:
+    def run(args: list) -> list:
+        x = np.asarray(args[0])
+        ax = int(n.attrs.get("axis", 1))
+        ax = ax + x.ndim if ax < 0 else ax
+        lead = int(np.prod(x.shape[:ax], dtype=np.int64))
+        return [x.reshape(lead, -1) if x.size else x.reshape(lead, int(np.prod(x.shape[ax:])))]
+    return run
+
+
+def _axes(n: Node, args: list):
+    a = args[1] if len(args) > 1 and args[1] is not None else n.attrs.get("axes")
+    return None if a is None else [int(v) for v in np.asarray(a).reshape(-1)]
+
+
+def _squeeze(n: Node) -> Callable:
+    def run(args: list) -> list:
+        x = np.asarray(args[0])
+        axes = _axes(n, args)
+        if axes is None:
+            return [x.reshape([d for d in x.shape if d != 1])]
+        axes = [_axis(n, a, x.ndim) for a in axes]
+        if any(x.shape[a] != 1 for a in axes):
+            raise InvalidInput(f"Squeeze node {n.label}: a squeezed axis of {x.shape} is not 1")
+        return [np.squeeze(x, axis=tuple(axes))]
+    return run
+
+
+def _unsqueeze(n: Node) -> Callable:
+    def run(args: list) -> list:
+        x = np.asarray(args[0])
+        axes = _axes(n, args) or []
+        rank = x.ndim + len(axes)
+        return [np.expand_dims(x, tuple(_axis(n, a, rank) for a in axes))]
+    return run
+
+
+def _transpose(n: Node) -> Callable:
+    def run(args: list) -> list:
+        x = np.asarray(args[0])
+        perm = n.attrs.get("perm")
+        return [np.ascontiguousarray(np.transpose(x, None if perm is None else list(perm)))]
+    return run
+
+
+def _identity(n: Node) -> Callable:
+    return lambda args: [np.asarray(args[0])]
+
+
+#: (domain, op) -> flow factory (``_Declined`` where the node's form is not taken)
+_FLOWS = {
+    (_ML, "LabelEncoder"): _label_encoder,
+    (_ML, "CategoryMapper"): _category_mapper,
+    (_ML, "OneHotEncoder"): _one_hot_encoder,
+    (_ML, "ArrayFeatureExtractor"): _array_feature_extractor,
+    ("", "Gather"): _gather,
+    ("", "Reshape"): _reshape,
+    ("", "Concat"): _concat,
+    ("", "Flatten"): _flatten,
+    ("", "Squeeze"): _squeeze,
+    ("", "Unsqueeze"): _unsqueeze,
+    ("", "Transpose"): _transpose,
+    ("", "Identity"): _identity,
+}
