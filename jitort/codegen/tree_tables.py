@@ -71,6 +71,62 @@ class Flat:
         return depth
 
 
+class Complete:
+    """A :class:`Flat` ensemble whose leaves hold one weight each, all of a tree's on one target
+    (:func:`one_target_trees`), laid out as complete binary trees of ``dmax`` levels (the
+    kernels' ``walk_complete``): per tree, interior position ``i`` (``0 <= i < 2**dmax - 1``)
+    has a feature, threshold and NaN substitute, its children are ``2i + 1`` (true) and
+    ``2i + 2`` (false), leaf position ``k`` (``0 <= k < 2**dmax``) a weight, and the tree a
+    target. A leaf above the last level fills every position of its subtree,
+    so the positions under it may compare anything (feature 0, threshold 0)."""
+
+    def __init__(self, flat: Flat):
+        nt, d = len(flat.roots), int(flat.depth.max()) if len(flat.roots) else 0
+        ni = (1 << d) - 1
+        self.dmax = d
+        self.feat = np.zeros((nt, ni), np.int32)
+        self.thr = np.zeros((nt, ni), np.float64)
+        self.nanv = np.full((nt, ni), np.nan)
+        cur = flat.roots.astype(np.int64)[:, None]  # (trees, 2**level) original node ids
+        for level in range(d):
+            leaf = flat.tch[cur] == cur
+            lo = (1 << level) - 1
+            sl = slice(lo, lo + (1 << level))
+            self.feat[:, sl] = np.where(leaf, 0, flat.feat[cur])
+            self.thr[:, sl] = np.where(leaf, 0.0, flat.thr[cur])
+            self.nanv[:, sl] = np.where(leaf, np.nan, flat.nanv[cur])
+            nxt = np.empty((nt, 2 << level), np.int64)
+            nxt[:, 0::2] = np.where(leaf, cur, flat.tch[cur])
+            nxt[:, 1::2] = np.where(leaf, cur, flat.fch[cur])
+            cur = nxt
+        first = flat.lstart[cur]
+        self.leaf = flat.lweight[first]
+        self.target = flat.ltarget[first[:, 0]].astype(np.int32)
+
+
+def one_target_trees(flat: Flat) -> bool:
+    """Whether every leaf (a node that is its own true child) holds exactly one weight and all
+    the leaves of a tree score the same target (gradient boosting's trees)."""
+    nn = len(flat.tch)
+    leaves = flat.tch == np.arange(nn)
+    if not np.all(np.diff(flat.lstart)[leaves] == 1):
+        return False
+    # each node's tree: a walk down from the roots, level by level
+    tree = np.full(nn, -1, np.int64)
+    cur = flat.roots.astype(np.int64)
+    tree[cur] = np.arange(len(cur))
+    while len(cur):
+        inner = cur[flat.tch[cur] != cur]
+        tree[flat.tch[inner]] = tree[inner]
+        tree[flat.fch[inner]] = tree[inner]
+        cur = np.concatenate([flat.tch[inner], flat.fch[inner]]).astype(np.int64)
+    lv = np.flatnonzero(leaves & (tree >= 0))
+    tg = flat.ltarget[flat.lstart[lv]]
+    first = np.full(len(flat.roots), -1, np.int64)
+    first[tree[lv]] = tg
+    return bool(np.all(first[tree[lv]] == tg))
+
+
 def _csr(per_node: list, nn: int):
     lstart = np.zeros(nn + 1, np.int64)
     for i in range(nn):

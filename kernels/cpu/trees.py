@@ -213,6 +213,90 @@ def walk(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots, depth
                   ltarget, lweight, agg, leq, acc, has)
 
 
+@njit(cache=True, error_model='numpy')
+def _complete_block(x, r0, r1, cfeat, cthr, cnanv, cleaf, ctarget, dmax, leq, acc, has, idx):
+    nb = r1 - r0
+    ni = np.uint32((1 << dmax) - 1)
+    for t in range(cfeat.shape[0]):
+        ut = np.uintp(t)
+        for r in range(nb):
+            idx[r] = 0
+        if leq == 2:
+            for _ in range(dmax):
+                for r in range(nb):
+                    i = idx[r]
+                    v = x[np.uintp(r0 + r), np.uintp(cfeat[ut, np.uintp(i)])]
+                    w = v if v == v else cnanv[ut, np.uintp(i)]
+                    idx[r] = np.uint32(2) * i + np.uint32(1) + np.uint32(
+                        not w <= cthr[ut, np.uintp(i)])
+        else:
+            for _ in range(dmax):
+                for r in range(nb):
+                    i = idx[r]
+                    v = x[np.uintp(r0 + r), np.uintp(cfeat[ut, np.uintp(i)])]
+                    idx[r] = np.uint32(2) * i + np.uint32(1) + np.uint32(
+                        not v <= cthr[ut, np.uintp(i)])
+        j = np.uintp(ctarget[ut])
+        for r in range(nb):
+            acc[np.uintp(r0 + r), j] += cleaf[ut, np.uintp(idx[r] - ni)]
+
+
+@njit(cache=True, error_model='numpy')
+def _complete_rows(x, cfeat, cthr, cnanv, cleaf, ctarget, dmax, leq, acc, has):
+    """Row by row, tree by tree, the position in a register: for a handful of rows (the trees'
+    short walks are independent of each other, so they overlap without a row block)."""
+    ni = np.uintp((1 << dmax) - 1)
+    for r in range(x.shape[0]):
+        ur = np.uintp(r)
+        for t in range(cfeat.shape[0]):
+            ut = np.uintp(t)
+            i = np.uintp(0)
+            if leq == 2:
+                for _ in range(dmax):
+                    v = x[ur, np.uintp(cfeat[ut, i])]
+                    w = v if v == v else cnanv[ut, i]
+                    i = np.uintp(2) * i + np.uintp(1) + np.uintp(not w <= cthr[ut, i])
+            else:
+                for _ in range(dmax):
+                    v = x[ur, np.uintp(cfeat[ut, i])]
+                    i = np.uintp(2) * i + np.uintp(1) + np.uintp(not v <= cthr[ut, i])
+            acc[ur, np.uintp(ctarget[ut])] += cleaf[ut, i - ni]
+
+
+@njit(cache=True, error_model='numpy')
+def walk_complete(x, cfeat, cthr, cnanv, cleaf, ctarget, dmax, leq, acc, has, rows_below, par):
+    """Zero ``acc`` / ``has`` and add every tree's leaf, the trees in the complete layout
+    (``jitort.codegen.tree_tables.Complete``): node ``i``'s children are ``2i + 1`` (true) and
+    ``2i + 2`` (false), every tree padded to ``dmax`` levels, so a walk is ``dmax`` steps of
+    index arithmetic with no child loads; tree ``t``'s leaves all score target ``ctarget[t]``. Below ``rows_below`` rows row by row
+    (``_complete_rows``), else rows-major by blocks of rows (``par``: the blocks over the
+    threads). ``leq`` as the module docstring's (1 or 2)."""
+    acc[:] = 0
+    has[:] = 0
+    for t in range(ctarget.shape[0]):  # every row reaches a leaf of every tree
+        has[:, ctarget[t]] = 1
+    n = x.shape[0]
+    if n < rows_below:
+        _complete_rows(x, cfeat, cthr, cnanv, cleaf, ctarget, dmax, leq, acc, has)
+    elif par:
+        _complete_par(x, cfeat, cthr, cnanv, cleaf, ctarget, dmax, leq, acc, has)
+    else:
+        idx = np.empty(_ROW_BLOCK, np.uint32)
+        for r0 in range(0, n, _ROW_BLOCK):
+            _complete_block(x, r0, min(n, r0 + _ROW_BLOCK), cfeat, cthr, cnanv, cleaf, ctarget,
+                            dmax, leq, acc, has, idx)
+
+
+@njit(cache=True, parallel=True, error_model='numpy')
+def _complete_par(x, cfeat, cthr, cnanv, cleaf, ctarget, dmax, leq, acc, has):
+    n = x.shape[0]
+    for b in prange((n + _ROW_BLOCK - 1) // _ROW_BLOCK):
+        idx = np.empty(_ROW_BLOCK, np.uint32)
+        r0 = b * _ROW_BLOCK
+        _complete_block(x, r0, min(n, r0 + _ROW_BLOCK), cfeat, cthr, cnanv, cleaf, ctarget, dmax,
+                        leq, acc, has, idx)
+
+
 # --------------------------------------------------------------------------------------------
 # post transforms (onnxruntime's ml_common.h formulas)
 # --------------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ import numpy as np
 from ...ir import Node
 from ..calls import KernelModule
 from ..registry import Unlowerable, lowering
-from ..tree_tables import Flat, _attr_values, _s, flatten_v3, flatten_v5
+from ..tree_tables import (Complete, Flat, _attr_values, _s, flatten_v3, flatten_v5,
+                           one_target_trees)
 from .common import _F
 
 if TYPE_CHECKING:
@@ -30,8 +31,15 @@ _ML = "ai.onnx.ml"
 _AGG = {"SUM": 0, "AVERAGE": 1, "MIN": 2, "MAX": 3}
 _AGG_V5 = {0: 1, 1: 0, 2: 2, 3: 3}  # v5's codes (AVERAGE 0, SUM 1, MIN 2, MAX 3) -> ours
 _POST = {"NONE": 0, "SOFTMAX": 1, "LOGISTIC": 2, "SOFTMAX_ZERO": 3, "PROBIT": 4}
-#: below this many rows the trees walk in lockstep per row (trees-major), from it rows-major
+#: below this many rows the trees walk in lockstep per row (trees-major; the complete-tree
+#: walk: row by row, tree by tree), from it rows-major
 TREES_MAJOR_BELOW = 8
+#: the complete-tree walk (``walk_complete``) takes ensembles no deeper than this (its tables
+#: hold ``2**depth`` positions per tree) ...
+COMPLETE_MAX_DEPTH = 8
+#: ... whose padded walk (every tree ``depth`` steps) takes at most this many times the steps
+#: of each tree walked to its own depth
+COMPLETE_MAX_STEPS = 1.5
 
 
 def _floats(n: Node) -> bool:
@@ -48,6 +56,18 @@ def _flat(em, n: Node, make) -> Flat:
     return em.memo[key]
 
 
+def _takes_complete(flat: Flat, agg: int) -> bool:
+    """Whether the ensemble walks in the complete-tree layout: every node BRANCH_LEQ (``leq``
+    1 or 2), leaves of one weight each adding up (SUM / AVERAGE), a tree's leaves on one
+    target (gradient boosting's), trees shallow (``COMPLETE_MAX_DEPTH``) and of similar depth
+    (``COMPLETE_MAX_STEPS``)."""
+    if flat.leq == 0 or agg > 1 or not len(flat.roots) or not one_target_trees(flat):
+        return False
+    d = int(flat.depth.max())
+    return d <= COMPLETE_MAX_DEPTH and len(flat.roots) * d <= COMPLETE_MAX_STEPS * max(
+        int(flat.depth.sum()), 1)
+
+
 def _walk(em: Emitter, n: Node, flat: Flat, agg: int, ntargets: int):
     """Emit the walk; returns the (rows, targets) accumulator and has-score views."""
     x = n.inputs[0]
@@ -61,6 +81,24 @@ def _walk(em: Emitter, n: Node, flat: Flat, agg: int, ntargets: int):
     dt = np.dtype(x.dtype)
     c = em.constant
     k = ("ml.trees", id(n))
+    # scores add up in the threshold dtype, tree by tree, as onnxruntime's (a float64 sum
+    # moves a vote-count tie such as 5 of 10 trees off 0.5 and flips the binary label)
+    acc = em.temp(rows * ntargets, dt).reshape(em.sizes((rows, ntargets)))
+    has = em.temp(rows * ntargets, np.uint8).reshape(em.sizes((rows, ntargets)))
+    par = em.split("trees", n, rows * len(flat.roots), 1 << 14, rows)
+    if _takes_complete(flat, agg):
+        key = ("ml.complete", id(n))
+        if key not in em.memo:
+            em.memo[key] = Complete(flat)
+        cp = em.memo[key]
+        em.call(_trees.walk_complete, em.shaped(x, (rows, feats)),
+                c(k + ("cfeat",), lambda: cp.feat), c(k + ("cthr",), lambda: cp.thr.astype(dt)),
+                c(k + ("cnanv",), lambda: cp.nanv.astype(dt)),
+                c(k + ("cleaf",), lambda: cp.leaf.astype(dt)),
+                c(k + ("ctarget",), lambda: cp.target),
+                em.size(cp.dmax), em.size(flat.leq), acc, has, em.size(TREES_MAJOR_BELOW),
+                em.size(int(par)))
+        return acc, has, rows
     arrs = [c(k + ("feat",), lambda: flat.feat), c(k + ("thr",), lambda: flat.thr.astype(dt)),
             c(k + ("tch",), lambda: flat.tch), c(k + ("fch",), lambda: flat.fch),
             c(k + ("mode",), lambda: flat.mode), c(k + ("miss",), lambda: flat.miss),
@@ -71,11 +109,6 @@ def _walk(em: Emitter, n: Node, flat: Flat, agg: int, ntargets: int):
             c(k + ("order",), lambda: flat.order),
             c(k + ("lstart",), lambda: flat.lstart), c(k + ("ltarget",), lambda: flat.ltarget),
             c(k + ("lweight",), lambda: flat.lweight.astype(dt))]
-    # scores add up in the threshold dtype, tree by tree, as onnxruntime's (a float64 sum
-    # moves a vote-count tie such as 5 of 10 trees off 0.5 and flips the binary label)
-    acc = em.temp(rows * ntargets, dt).reshape(em.sizes((rows, ntargets)))
-    has = em.temp(rows * ntargets, np.uint8).reshape(em.sizes((rows, ntargets)))
-    par = em.split("trees", n, rows * len(flat.roots), 1 << 14, rows)
     em.call(_trees.walk, em.shaped(x, (rows, feats)), *arrs, em.size(agg),
             em.size(flat.leq), acc, has, em.size(TREES_MAJOR_BELOW), em.size(int(par)))
     return acc, has, rows
