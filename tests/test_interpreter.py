@@ -490,6 +490,28 @@ def test_split_opset_forms(opset, attrs, extra, sizes):
     np.testing.assert_array_equal(np.concatenate(outs, axis=1), x)
 
 
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.float64, np.float32])
+def test_scaler_output_is_float32_as_onnxruntime(dtype):
+    """onnx.reference's Scaler casts its result to the input type (an int64 input came out
+    truncated from the interpreter tier); onnxruntime's is float."""
+    import onnxruntime as ort
+    x = np.array([[0, 0, 3], [1, 1, 0], [0, 2, 1]], dtype)
+    attrs = dict(offset=[0.5, 0.75, 1.5], scale=[2.0, 1.1055416, 0.8944272])
+    node = make_node("Scaler", [x], domain="ai.onnx.ml", opset=1, **attrs)
+    got = make_runner(node, {"": 18, "ai.onnx.ml": 3})([x])[0]
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node("Scaler", ["x"], ["y"], domain="ai.onnx.ml", **attrs)], "s",
+        [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(np.dtype(dtype)),
+                                       None)],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("ai.onnx.ml", 3)])
+    m.ir_version = 9
+    want = ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.dtype == want.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 def test_split_uneven_num_outputs():
     x = np.arange(7, dtype=F32)
     node = make_node("Split", [x], 18, n_out=4, num_outputs=4)

@@ -13,11 +13,14 @@ also reach If/Loop/Scan bodies). Each class names the reference behaviour it cor
   without ``reduction``.
 * ``Scan`` opset 8 (batched form with a leading ``sequence_lens`` input): the reference only
   implements opset 9+; opset 8 runs the opset-9 body once per batch entry.
+* ``Scaler`` (ai.onnx.ml): the output is float (``(x - offset) * scale`` in float32, as
+  onnxruntime's); the reference casts it back to the input type, truncating an integer input's.
 """
 from __future__ import annotations
 
 import numpy as np
 from onnx.reference.op_run import OpRun
+from onnx.reference.ops.aionnxml._op_run_aionnxml import OpRunAiOnnxMl
 from onnx.reference.ops.op_loop import Loop as _RefLoop
 from onnx.reference.ops.op_scan import Scan as _RefScan
 from onnx.reference.ops.op_scatter_elements import ScatterElements as _RefScatterElements
@@ -119,4 +122,11 @@ class Scan(_RefScan):
                      for i in range(len(per_batch[0]))) if batch else tuple()
 
 
-FIXED_OPS = [Loop, Optional, Scatter, Scan]
+class Scaler(OpRunAiOnnxMl):
+    def _run(self, x, offset=None, scale=None):  # type: ignore[override]
+        off = np.asarray(offset if offset is not None else [0.0], np.float32)
+        sc = np.asarray(scale if scale is not None else [1.0], np.float32)
+        return ((np.asarray(x).astype(np.float32) - off) * sc,)
+
+
+FIXED_OPS = [Loop, Optional, Scatter, Scan, Scaler]
