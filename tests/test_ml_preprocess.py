@@ -10,8 +10,11 @@ import itertools
 
 import numpy as np
 import onnx
+import pytest
 
-from .test_ml_ops import _X, _Y2, _Y3, _check, _convert, _feeds, _tree_model, _two_trees
+import jitort
+
+from .test_ml_ops import _X, _Y2, _Y3, _check, _convert, _feeds, _ort, _tree_model, _two_trees
 from .test_ml_svm import _merge
 
 from sklearn.compose import ColumnTransformer  # noqa: E402
@@ -90,3 +93,28 @@ def test_binary_tree_classifiers_match_onnxruntime():
     x[::17, 2] = np.nan
     got = _check(model, {"X": x, "XT": _feeds()["X"]})
     assert len(got) == 54 and isinstance(got[-1], list)
+
+
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_normalizer_rows_as_onnxruntime(norm, dtype):
+    """onnxruntime's Normalizer: MAX divides by the row's maximum (a negative one included),
+    L2 is sign(x) * sqrt(x * x / sum), a row of norm 0 stays as it is; compiled and in the
+    interpreter tier, bit for bit."""
+    from onnx import TensorProto, helper
+    x = np.array([[1, 2, 3], [4, -5, 6], [0, 0, 0], [-3, -1, -2], [-1, 0, 0], [7, 1, 2]], dtype)
+    if dtype == np.float32:
+        x = x * np.float32(0.37)
+    node = helper.make_node("Normalizer", ["x"], ["y"], domain="ai.onnx.ml", norm=norm)
+    g = helper.make_graph([node], "n", [helper.make_tensor_value_info(
+        "x", helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), [None, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("ai.onnx.ml", 3)])
+    m.ir_version = 9
+    want = _ort(m).run(None, {"x": x})[0]
+    compiled = jitort.compile(m, strict=True, tiered=False).run(None, {"x": x})[0]
+    interpreted = jitort.compile(m, backends=(), tiered=False).run(None, {"x": x})[0]
+    assert want.dtype == compiled.dtype == interpreted.dtype == np.float32
+    np.testing.assert_array_equal(compiled, want)
+    np.testing.assert_array_equal(interpreted, want)

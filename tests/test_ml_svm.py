@@ -3,7 +3,6 @@ onnxruntime at one thread: scikit-learn SVMs converted by skl2onnx, merged into 
 compiled program), and op-level edge cases of every op; string forms left to the interpreter
 with a clear UnsupportedOp under ``strict=True``. scikit-learn's preprocessing pipelines and
 the binary tree classifiers: tests/test_ml_preprocess.py (they share the tree kernels)."""
-import warnings
 
 import numpy as np
 import onnx
@@ -179,21 +178,18 @@ def _string_model(node, out_type, out_shape):
     return m
 
 
-def test_string_forms_stay_interpreted():
+def test_string_forms_run_as_string_steps():
+    """String categories are not compiled code but string steps (jitort/string_ops.py), which
+    strict mode accepts; more in tests/test_string_ops.py."""
     oh = _string_model(_node("OneHotEncoder", ["S"], ["oh"], cats_strings=["b", "a", "c"]),
                        TensorProto.FLOAT, [None, 3])
-    with pytest.raises(jitort.UnsupportedOp, match="OneHotEncoder"):
-        jitort.compile(oh, strict=True, tiered=False)
     feeds = {"S": np.array(["a", "c", "b", "zz"], dtype=object)}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = jitort.compile(oh, tiered=False).run(None, feeds)
+    got = jitort.compile(oh, strict=True, tiered=False).run(None, feeds)
     np.testing.assert_array_equal(got[0], _ort(oh).run(None, feeds)[0])
-    # CategoryMapper (strings either way): neither compiled nor in onnx.reference
     cm = _string_model(_node("CategoryMapper", ["S"], ["ids"], cats_strings=["a", "b"],
                              cats_int64s=[4, 5]), TensorProto.INT64, [None])
-    with pytest.raises(jitort.UnsupportedOp, match="CategoryMapper"):
-        jitort.compile(cm, tiered=False)
+    got = jitort.compile(cm, strict=True, tiered=False).run(None, feeds)
+    np.testing.assert_array_equal(got[0], _ort(cm).run(None, feeds)[0])
 
 
 def test_bad_values_raise_like_onnxruntime():

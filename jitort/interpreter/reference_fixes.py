@@ -13,6 +13,10 @@ also reach If/Loop/Scan bodies). Each class names the reference behaviour it cor
   without ``reduction``.
 * ``Scan`` opset 8 (batched form with a leading ``sequence_lens`` input): the reference only
   implements opset 9+; opset 8 runs the opset-9 body once per batch entry.
+* ``Normalizer`` (ai.onnx.ml): onnxruntime's, in float32: MAX divides by the row's maximum (the
+  reference: its largest magnitude), L2 is ``sign(x) * sqrt(x * x / sum(x * x))``, a row whose
+  norm is 0 is left as it is, and an integer input works (the reference's in-place square root
+  fails on it).
 * ``Scaler`` (ai.onnx.ml): the output is float (``(x - offset) * scale`` in float32, as
   onnxruntime's); the reference casts it back to the input type, truncating an integer input's.
 """
@@ -129,4 +133,21 @@ class Scaler(OpRunAiOnnxMl):
         return ((np.asarray(x).astype(np.float32) - off) * sc,)
 
 
-FIXED_OPS = [Loop, Optional, Scatter, Scan, Scaler]
+class Normalizer(OpRunAiOnnxMl):
+    def _run(self, x, norm=None):  # type: ignore[override]
+        x = np.asarray(x).astype(np.float32)
+        x2 = x.reshape(x.shape[0], -1) if x.ndim > 1 else x.reshape(1, -1)
+        if norm == "MAX":
+            d = x2.max(axis=1, keepdims=True)
+        elif norm == "L1":
+            d = np.abs(x2).sum(axis=1, keepdims=True, dtype=np.float32)
+        elif norm == "L2":
+            d = np.square(x2).sum(axis=1, keepdims=True, dtype=np.float32)
+        else:
+            raise ValueError(f"Normalizer: unexpected norm {norm!r}")
+        with np.errstate(divide="ignore", invalid="ignore"):
+            y = np.copysign(np.sqrt(x2 * x2 / d), x2) if norm == "L2" else x2 / d
+        return (np.where(d == 0, x2, y).astype(np.float32).reshape(x.shape),)
+
+
+FIXED_OPS = [Loop, Optional, Scatter, Scan, Scaler, Normalizer]

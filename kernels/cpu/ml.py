@@ -64,26 +64,35 @@ def scaler(x, offset, scale, y):
             y[r, k] = (np.float64(x[r, k]) - o) * c
 
 
+@njit(cache=True, inline='always', error_model='numpy')
+def _normalized(v, d, norm):
+    """``v`` (float32) of a row whose max (0), L1 (1) or sum of squares (2) is ``d``, as
+    onnxruntime's Normalizer: ``v / d``, or ``sign(v) * sqrt(v * v / d)`` under L2; the row
+    as it is where ``d`` is 0."""
+    if d == 0:
+        return v
+    if norm == 2:
+        r = np.float32(math.sqrt(v * v / d))
+        return -r if v < 0 else r
+    return v / d
+
+
 @njit(cache=True, error_model='numpy')
 def normalizer(x, norm, y):
-    """Rows divided by their max (0), L1 (1) or L2 (2) norm."""
+    """Rows normalized by their max (0), L1 (1) or L2 (2) norm in float32 (:func:`_normalized`)."""
     n, f = x.shape
     for r in range(n):
-        if norm == 0:
-            d = -np.inf
-            for k in range(f):
-                d = max(d, np.float64(x[r, k]))
-        elif norm == 1:
-            d = 0.0
-            for k in range(f):
-                d += abs(np.float64(x[r, k]))
-        else:
-            d = 0.0
-            for k in range(f):
-                d += np.float64(x[r, k]) * np.float64(x[r, k])
-            d = math.sqrt(d)
+        d = np.float32(x[r, 0]) if norm == 0 and f else np.float32(0.0)
         for k in range(f):
-            y[r, k] = np.float64(x[r, k]) / d
+            v = np.float32(x[r, k])
+            if norm == 0:
+                d = v if v > d else d
+            elif norm == 1:
+                d += abs(v)
+            else:
+                d += v * v
+        for k in range(f):
+            y[r, k] = _normalized(np.float32(x[r, k]), d, norm)
 
 
 @njit(cache=True, error_model='numpy')
@@ -395,10 +404,10 @@ def _softmax_cols(st, nt, m, zero, mx, tot):
             st[j, r] = st[j, r] / tot[r]
 
 
-@njit(cache=True, error_model='numpy', fastmath=_FM)
+@njit(cache=True, error_model='numpy')
 def _normalize_cols(st, nt, m, norm, d):
-    """Normalizer folded after the scores: columns of ``st`` divided by their max (0), L1 (1)
-    or L2 (2) norm, in float32."""
+    """Normalizer folded after the scores: columns of ``st`` normalized by their max (0), L1
+    (1) or L2 (2) norm, in float32 as :func:`normalizer`."""
     for r in range(m):
         d[r] = st[0, r] if norm == 0 else 0
     for j in range(nt):
@@ -410,12 +419,9 @@ def _normalize_cols(st, nt, m, norm, d):
                 d[r] += abs(v)
             else:
                 d[r] += v * v
-    if norm == 2:
-        for r in range(m):
-            d[r] = math.sqrt(d[r])
     for j in range(nt):
         for r in range(m):
-            st[j, r] = st[j, r] / d[r]
+            st[j, r] = _normalized(st[j, r], d[r], norm)
 
 
 @njit(cache=True, inline='always', error_model='numpy', fastmath=_FM)
