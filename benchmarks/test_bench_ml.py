@@ -11,7 +11,9 @@ HistGradientBoostingRegressor (100 iterations; both converted through
 tests/test_ml_ops._bool_lists_as_ints, skl2onnx 1.20 and protobuf >= 7.34 disagreeing),
 LogisticRegression (with and without ZipMap), LinearSVC, and a pipeline
 ColumnTransformer(OneHotEncoder on two integer-valued columns, StandardScaler on the rest) +
-RandomForestClassifier (50 trees, depth 8). Issue 45's bar: at 1 thread, jitort at most 0.5x
+RandomForestClassifier (50 trees, depth 8); through onnxmltools (``target_opset`` 15, ZipMap
+off): XGBClassifier (100 trees, depth 6, 3 classes) and LGBMClassifier (100 trees, 31
+leaves, 3 classes). Issue 45's bar: at 1 thread, jitort at most 0.5x
 onnxruntime's time at 10,000 rows and at most 1.0x at 1 row.
 
 onnxruntime: ``SessionOptions()`` with only ``intra_op_num_threads=1``; jitort:
@@ -80,7 +82,22 @@ MODELS = {
         ("cols", ColumnTransformer([("cat", OneHotEncoder(handle_unknown="ignore"), [0, 1]),
                                     ("num", StandardScaler(), list(range(2, FEATURES)))])),
         ("rf", RandomForestClassifier(50, max_depth=8, random_state=0))]), _Y3),
+    "xgboost_classifier": lambda: _onnxmltools("xgboost"),
+    "lightgbm_classifier": lambda: _onnxmltools("lightgbm"),
 }
+
+
+def _onnxmltools(which: str):
+    onnxmltools = pytest.importorskip("onnxmltools")
+    from onnxmltools.convert.common.data_types import FloatTensorType
+    x = [("X", FloatTensorType([None, FEATURES]))]
+    if which == "xgboost":
+        xgboost = pytest.importorskip("xgboost")
+        est = xgboost.XGBClassifier(n_estimators=100, max_depth=6, random_state=0).fit(_XT, _Y3)
+        return onnxmltools.convert_xgboost(est, initial_types=x, target_opset=15)
+    lightgbm = pytest.importorskip("lightgbm")
+    est = lightgbm.LGBMClassifier(n_estimators=100, random_state=0, verbose=-1).fit(_XT, _Y3)
+    return onnxmltools.convert_lightgbm(est, initial_types=x, target_opset=15, zipmap=False)
 
 
 @pytest.mark.parametrize("rows", ROWS)
