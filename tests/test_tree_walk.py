@@ -2,15 +2,16 @@
 branch-free BRANCH_LEQ step with missing-value tracking (a NaN feature compares as -inf on a
 tracked node, NaN elsewhere) against onnxruntime, on both walks (rows- and trees-major), the
 trees-major walk's deepest-first order (``Flat.order``), and the complete-tree walk
-(``walk_complete``, gradient boosting's shallow trees) and the rule that picks it."""
+(``walk_complete``, gradient boosting's shallow trees) and the rule that picks it, and the
+trees-major walk over the packed node table (``walk_trees_packed``)."""
 import numpy as np
 import pytest
 from onnx import TensorProto
 
 import jitort
 
-from jitort.codegen.lowerings.ml import TREES_MAJOR_BELOW, _takes_complete
-from jitort.codegen.tree_tables import Complete, flatten_v3
+from jitort.codegen.lowerings.ml import TREES_MAJOR_BELOW, _takes_complete, _takes_packed
+from jitort.codegen.tree_tables import Complete, flatten_v3, packed_nodes
 from jitort.importer import import_model
 from jitort.kernels.cpu.trees import _one_weight_sum
 from tests.test_ml_ops import (_MODELS, _X, _YR, _Y3, _check, _convert, _kernel_names,
@@ -208,3 +209,40 @@ def test_complete_walk_matches_onnxruntime(name, rows):
         cm = jitort.compile(model, threads=2, strict=True, tiered=False)
         for g, w in zip(cm.run(None, {"X": x}), one):
             np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("name,agg,packed", [
+    ("histgb_classifier3", 0, True), ("histgb_regressor", 0, True), ("gbm_regressor", 1, True),
+    ("gbm_regressor", 3, False),  # MAX: first-score rule
+    ("random_forest3", 0, False)])  # a leaf holds one weight per class
+def test_packed_walk_rule(name, agg, packed):
+    assert _takes_packed(_flat(_MODELS[name]()), agg) == packed
+
+
+def test_packed_table_rows():
+    flat = _flat(_two_target_average())
+    for dt, it in ((np.float32, np.int32), (np.float64, np.int64)):
+        pk = packed_nodes(flat, dt).reshape(-1, 4)
+        assert pk.dtype == it
+        # node 0: feature 0 with missing values tracked (bit 31), threshold 0.1
+        assert int(pk[0, 0]) & 0xFFFFFFFF == 0x80000000 and pk[0, 1:2].view(dt)[0] == dt(np.float32(0.1))
+        assert pk[1, 0] == 1 and pk[1, 2:].tolist() == [3, 4]
+        # leaf 2 of tree 0: target 0, weight 0.5, itself twice; leaf 7 of tree 1: target 1
+        assert pk[2].tolist()[::2] == [0, 2] and pk[2, 3] == 2 and pk[2, 1:2].view(dt)[0] == 0.5
+        assert pk[7, 0] == 1 and pk[7, 1:2].view(dt)[0] == 0.125
+
+
+@pytest.mark.parametrize("rows", [1, 7, 17])
+@pytest.mark.parametrize("name", ["histgb_classifier3", "histgb_classifier2", "histgb_regressor",
+                                  "gbm_classifier3", "two_target_average",
+                                  "two_target_average_f64"])
+def test_packed_walk_matches_onnxruntime(name, rows, node_walks):
+    # trees of differing depths, 8 at a time (45 histgb_classifier3 trees: a short last group)
+    model = {**_MODELS, **_COMPLETE}[name]()
+    x = _with_nan_rows(rows, seed=rows)
+    if name.startswith("two_target_average"):
+        x = x[:, :3].astype(np.float64 if name.endswith("f64") else np.float32)
+        x[::4, 0] = np.float32(0.1)
+    if rows < TREES_MAJOR_BELOW:
+        assert "trees.walk" in _kernel_names(model, {"X": x})
+    _check(model, {"X": x})

@@ -104,12 +104,40 @@ class Complete:
         self.target = flat.ltarget[first[:, 0]].astype(np.int32)
 
 
+def packed_nodes(flat: Flat, dtype) -> np.ndarray:
+    """The node table of the kernels' ``walk_trees_packed``: four integers per node (flat, node
+    ``i`` at ``4i``) as wide as ``dtype`` (float32 or float64), per interior node its feature
+    (bit 31 set where missing values are tracked), its threshold's bits and its true and false
+    children; per leaf (one weight each) its weight's target, the weight's bits and itself
+    twice."""
+    dt = np.dtype(dtype)
+    it = np.int32 if dt.itemsize == 4 else np.int64
+    nn = len(flat.feat)
+    leaf = flat.tch == np.arange(nn)
+    first = np.minimum(flat.lstart[:-1], max(len(flat.ltarget) - 1, 0))
+    tg = flat.ltarget[first] if len(flat.ltarget) else np.zeros(nn, np.int32)
+    w = flat.lweight[first] if len(flat.lweight) else np.zeros(nn)
+    col0 = np.where(leaf, tg.astype(np.int64),
+                    flat.feat.astype(np.int64) | (flat.miss != 0).astype(np.int64) << 31)
+    p = np.empty((nn, 4), it)
+    p[:, 0] = col0.astype(np.uint32).view(np.int32) if it is np.int32 else col0
+    p[:, 1] = np.where(leaf, w, flat.thr).astype(dt).view(it)
+    p[:, 2], p[:, 3] = flat.tch, flat.fch
+    return p.reshape(-1)
+
+
+def one_weight_leaves(flat: Flat) -> bool:
+    """Whether every leaf (a node that is its own true child) holds exactly one weight."""
+    leaves = flat.tch == np.arange(len(flat.tch))
+    return bool(np.all(np.diff(flat.lstart)[leaves] == 1))
+
+
 def one_target_trees(flat: Flat) -> bool:
-    """Whether every leaf (a node that is its own true child) holds exactly one weight and all
-    the leaves of a tree score the same target (gradient boosting's trees)."""
+    """Whether every leaf holds exactly one weight and all the leaves of a tree score the same
+    target (gradient boosting's trees)."""
     nn = len(flat.tch)
     leaves = flat.tch == np.arange(nn)
-    if not np.all(np.diff(flat.lstart)[leaves] == 1):
+    if not one_weight_leaves(flat):
         return False
     # each node's tree: a walk down from the roots, level by level
     tree = np.full(nn, -1, np.int64)

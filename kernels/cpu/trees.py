@@ -32,9 +32,25 @@ select, no branch per node.
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.extending import intrinsic
 
 _ROW_BLOCK = 128
+#: the packed table's feature column: this bit set where a NaN feature goes true
+_MISS_BIT = np.uint32(0x80000000)
+_FEAT_MASK = np.uint32(0x7FFFFFFF)
+
+
+@intrinsic
+def _float_bits(typingctx, v):
+    """The float whose bits are ``v``'s: int32 -> float32, int64 -> float64."""
+    ft = {types.int32: types.float32, types.int64: types.float64}.get(v)
+    if ft is None:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], context.get_value_type(ft))
+    return ft(v), codegen
 
 
 @njit(cache=True, inline='always')
@@ -194,15 +210,68 @@ def walk_trees(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots,
             _add_leaf(acc, has, r, leaf[t], lstart, ltarget, lweight, agg)
 
 
+@njit(cache=True, inline='always')
+def _packed_step(xr, pk, nd):
+    """One step of the packed walk from the node at ``pk[nd:nd + 4]``: the next node's offset."""
+    fm = np.uint32(pk[nd])
+    v = xr[np.uintp(fm & _FEAT_MASK)]
+    go = (v <= _float_bits(pk[nd + np.uintp(1)])) | ((v != v) & (fm >= _MISS_BIT))
+    return np.uintp(4) * np.uintp(pk[nd + np.uintp(2)] if go else pk[nd + np.uintp(3)])
+
+
+@njit(cache=True, error_model='numpy')
+def walk_trees_packed(x, pk, roots, depth, order, acc, has):
+    """Trees-major over the packed node table (``jitort.codegen.tree_tables.packed_nodes``,
+    flat: node ``i`` at ``pk[4i:4i + 4]``): a node's feature (``_MISS_BIT`` set where a NaN
+    feature goes true), threshold bits and two children together, so a step touches one cache
+    line; a leaf holds its one weight's target and weight bits and loops on itself. Every node
+    BRANCH_LEQ, leaves adding up. Eight trees at a time (deepest first, ``order``), each
+    position in a register, walked to the group's deepest tree (a group of fewer trees repeats
+    its last); leaves are added in tree order."""
+    nt = roots.shape[0]
+    leaf = np.empty(nt, np.uintp)
+    q = np.uintp(4)
+    last = nt - 1
+    for r in range(x.shape[0]):
+        xr = x[r]
+        for g in range(0, nt, 8):
+            t0, t1, t2, t3 = order[g], order[min(g + 1, last)], order[min(g + 2, last)], order[
+                min(g + 3, last)]
+            t4, t5, t6, t7 = order[min(g + 4, last)], order[min(g + 5, last)], order[
+                min(g + 6, last)], order[min(g + 7, last)]
+            n0, n1, n2, n3 = q * np.uintp(roots[t0]), q * np.uintp(roots[t1]), q * np.uintp(
+                roots[t2]), q * np.uintp(roots[t3])
+            n4, n5, n6, n7 = q * np.uintp(roots[t4]), q * np.uintp(roots[t5]), q * np.uintp(
+                roots[t6]), q * np.uintp(roots[t7])
+            for _ in range(depth[t0]):
+                n0 = _packed_step(xr, pk, n0)
+                n1 = _packed_step(xr, pk, n1)
+                n2 = _packed_step(xr, pk, n2)
+                n3 = _packed_step(xr, pk, n3)
+                n4 = _packed_step(xr, pk, n4)
+                n5 = _packed_step(xr, pk, n5)
+                n6 = _packed_step(xr, pk, n6)
+                n7 = _packed_step(xr, pk, n7)
+            leaf[t0], leaf[t1], leaf[t2], leaf[t3] = n0, n1, n2, n3
+            leaf[t4], leaf[t5], leaf[t6], leaf[t7] = n4, n5, n6, n7
+        for t in range(nt):
+            nd = leaf[t]
+            j = np.uintp(pk[nd])
+            acc[r, j] += _float_bits(pk[nd + np.uintp(1)])
+            has[r, j] = 1
+
+
 @njit(cache=True, error_model='numpy')
 def walk(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots, depth, order, lstart,
-         ltarget, lweight, agg, leq, acc, has, trees_below, par):
+         ltarget, lweight, agg, leq, acc, has, trees_below, par, pk, packed):
     """Zero ``acc`` / ``has`` and add every tree's leaf: trees-major below ``trees_below`` rows
-    (a tunable default, see jitort/tuning_choices.py), else rows-major (``par``: over the
-    threads)."""
+    (a tunable default, see jitort/tuning_choices.py; over the packed table ``pk`` where
+    ``packed``), else rows-major (``par``: over the threads)."""
     acc[:] = 0
     has[:] = 0
-    if x.shape[0] < trees_below:
+    if x.shape[0] < trees_below and packed:
+        walk_trees_packed(x, pk, roots, depth, order, acc, has)
+    elif x.shape[0] < trees_below:
         walk_trees(x, feat, thr, tch, fch, mode, miss, nanv, mstart, members, roots, depth, order,
                    lstart, ltarget, lweight, agg, leq, acc, has)
     elif par:

@@ -18,7 +18,7 @@ from ...ir import Node
 from ..calls import KernelModule
 from ..registry import Unlowerable, lowering
 from ..tree_tables import (Complete, Flat, _attr_values, _s, flatten_v3, flatten_v5,
-                           one_target_trees)
+                           one_target_trees, one_weight_leaves, packed_nodes)
 from .common import _F
 
 if TYPE_CHECKING:
@@ -68,6 +68,12 @@ def _takes_complete(flat: Flat, agg: int) -> bool:
         int(flat.depth.sum()), 1)
 
 
+def _takes_packed(flat: Flat, agg: int) -> bool:
+    """Whether the trees-major walk (below ``TREES_MAJOR_BELOW`` rows) takes the packed node
+    table (``walk_trees_packed``): every node BRANCH_LEQ, leaves of one weight adding up."""
+    return flat.leq != 0 and agg <= 1 and one_weight_leaves(flat)
+
+
 def _walk(em: Emitter, n: Node, flat: Flat, agg: int, ntargets: int):
     """Emit the walk; returns the (rows, targets) accumulator and has-score views."""
     x = n.inputs[0]
@@ -109,8 +115,13 @@ def _walk(em: Emitter, n: Node, flat: Flat, agg: int, ntargets: int):
             c(k + ("order",), lambda: flat.order),
             c(k + ("lstart",), lambda: flat.lstart), c(k + ("ltarget",), lambda: flat.ltarget),
             c(k + ("lweight",), lambda: flat.lweight.astype(dt))]
+    packed = _takes_packed(flat, agg)
+    it = np.int32 if dt.itemsize == 4 else np.int64
+    pk = (c(k + ("packed",), lambda: packed_nodes(flat, dt)) if packed
+          else c(("ml.trees.nopack", it.__name__), lambda: np.zeros(4, it)))
     em.call(_trees.walk, em.shaped(x, (rows, feats)), *arrs, em.size(agg),
-            em.size(flat.leq), acc, has, em.size(TREES_MAJOR_BELOW), em.size(int(par)))
+            em.size(flat.leq), acc, has, em.size(TREES_MAJOR_BELOW), em.size(int(par)), pk,
+            em.size(int(packed)))
     return acc, has, rows
 
 
