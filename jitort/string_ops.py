@@ -51,9 +51,13 @@ def _is_str(v: Value | None) -> bool:
 
 
 def _strings(a) -> list:
-    """The elements of a string tensor (object or unicode array) as a flat list of str."""
-    flat = np.asarray(a).reshape(-1).tolist()
-    return [_text(s) for s in flat] if flat and not isinstance(flat[0], str) else flat
+    """The elements of a string tensor (object or unicode array) as a flat list of str; other
+    objects as their text (a NaN in an object array reads "nan", as onnxruntime's)."""
+    a = np.asarray(a)
+    flat = a.reshape(-1).tolist()
+    if a.dtype.kind == "U":
+        return flat
+    return [s if type(s) is str else _text(s) for s in flat]
 
 
 def _str_array(items: list, shape: tuple) -> np.ndarray:

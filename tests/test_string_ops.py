@@ -171,6 +171,14 @@ def test_label_encoder_string_forms(case):
     _run_both(model, {key: feeds[key]})
 
 
+def test_nan_in_an_object_array_reads_nan():
+    """scikit-learn's OrdinalEncoder(encoded_missing_value=...) maps "nan": a float NaN in the
+    object array fed reads as that text (onnxruntime's conversion)."""
+    model = _model("LabelEncoder", [("s", _S, None)], [("y", _F, None)], "ai.onnx.ml", ml=2,
+                   keys_strings=["a", "nan"], values_floats=[1.0, 42.0])
+    _run_both(model, {"s": np.array([["a"], [np.nan], ["b"]], object)})
+
+
 def test_category_mapper_both_ways():
     attrs = dict(cats_strings=["a", "b", "zz"], cats_int64s=[10, 20, 30])
     _run_both(_model("CategoryMapper", [("s", _S, None)], [("y", _I, None)], "ai.onnx.ml",
