@@ -88,9 +88,9 @@ _FP0 = np.zeros(1, np.int64)  # stands for the fp table when typing a driver's a
 
 def call_driver(plan: Plan, ws: np.ndarray, cb: np.ndarray, args: list, outs: list) -> None:
     """Run one segment's generated driver; its errors as jitort's."""
-    half = plan.__dict__.get("half")  # float16 / bfloat16 arrays travel as uint16 views
+    half = plan.half  # float16 / bfloat16 arrays travel as uint16 views
     if half is None:
-        half = plan.__dict__["half"] = has_half(args) or has_half(outs)
+        half = plan.half = has_half(args) or has_half(outs)
     if half:
         args, outs = storage_views(args), storage_views(outs)
     if plan.fp is None:  # first call of this plan: the kernel-library addresses
@@ -228,18 +228,25 @@ class Executor:
                 and len(set(out_ids)) == len(out_ids) else None)
 
     def _fast_path(self):
-        """(segment, output positions) when the program is one compiled segment that takes the
-        graph inputs as its arguments, in order, and writes every graph output: calls with
-        known shapes then skip the step loop (see :meth:`_run_fast`). None otherwise."""
+        """``(segment, output positions, key order, argument order)`` when the program is one
+        compiled segment that takes the graph inputs (each once, in any order) as its inputs
+        and arguments and writes every graph output: calls then skip the step loop (see
+        :meth:`_run_fast`). The orders are the graph-input positions of the segment's inputs
+        (its plans' key) and of its driver arguments, None where they are the graph's own.
+        None otherwise."""
         if (self.profiler is not None or not self._feeds.fast or len(self.steps) != 1
                 or self._fresh_outputs is None):
             return None
         seg = self.steps[0]
-        if (isinstance(seg, InterpStep) or seg.value_inputs or seg.input_ids != self.input_ids
-                or seg.arg_ids != self.input_ids):
+        ids = self.input_ids
+        if (isinstance(seg, InterpStep) or seg.value_inputs
+                or sorted(seg.input_ids) != sorted(ids) or sorted(seg.arg_ids) != sorted(ids)):
             return None
         pos = [seg.output_ids.index(i) for i in self._fresh_outputs]
-        return seg, (None if pos == list(range(len(seg.output_ids))) else pos)
+        keys, args = ([ids.index(i) for i in seg.input_ids], [ids.index(i) for i in seg.arg_ids])
+        ident = list(range(len(ids)))
+        return (seg, None if pos == list(range(len(seg.output_ids))) else pos,
+                None if keys == ident else keys, None if args == ident else args)
 
     def _run_host(self, n: Node, shape_of, value_of) -> list[np.ndarray]:
         if n.op_type == "Shape":
@@ -290,10 +297,10 @@ class Executor:
         return True
 
     def _run_fast(self, feeds: dict) -> list[np.ndarray] | None:
-        """The whole call for a one-segment program whose feeds have shapes already validated
-        and planned: the same checks, plan and driver as the step loop, without its
-        bookkeeping. None sends the call down the general path (a new shape, a feed to
-        convert, a workspace to grow)."""
+        """The whole call for a one-segment program (see :meth:`_fast_path`): the same checks,
+        plan and driver as the step loop, without its bookkeeping. A new shape is checked
+        and planned here too (a decode loop's every step). None sends the call down the
+        general path (a feed to convert, an output subset, a lowering that declined)."""
         specs = self._feeds.specs
         if len(feeds) != len(specs):
             return None
@@ -303,20 +310,41 @@ class Executor:
             if type(a) is not np.ndarray or a.dtype is not spec.dtype or not a.flags.c_contiguous:
                 return None
             arrays.append(a)
-        key = tuple([a.shape for a in arrays])
-        seg, pos = self._fast
+        shapes = tuple([a.shape for a in arrays])
+        seg, pos, keys, order = self._fast
+        key = shapes if keys is None else tuple([shapes[k] for k in keys])
         plan = seg.plans.get(key)
-        if plan is None or key not in self._feeds.valid_shapes:
-            return None
+        if plan is None or shapes not in self._feeds.valid_shapes:
+            plan = self._plan_fast(seg, feeds)
+            if plan is None:
+                return None
+        elif len(seg.plans) > 1:
+            seg.plans.move_to_end(key)
         ws = getattr(self._tls, "ws", None)
         if ws is None or ws.size < plan.ws_bytes:
-            return None
-        if len(seg.plans) > 1:
-            seg.plans.move_to_end(key)
+            ws = None  # do not hold the old workspace while the larger one is allocated
+            ws = self._workspace(plan.ws_bytes)
+        if order is not None:
+            arrays = [arrays[k] for k in order]
         outs = [np.empty(s, dt) for s, dt in zip(plan.out_shapes, seg.output_dtypes)]
         with pinned(self.threads, plan.uses_blas or self._pin_blas):
             call_driver(plan, ws, seg.cb, arrays, outs)
         return outs if pos is None else [outs[k] for k in pos]
+
+    def _plan_fast(self, seg: Segment, feeds: dict) -> Plan | None:
+        """:meth:`_run_fast`'s new shapes: the feeds' full checks (InvalidInput), then the
+        plan, as the step loop makes them; None when a lowering declined the shapes (its
+        node has moved, the general path runs the new program)."""
+        env = dict(zip(self.input_ids, self.validate(feeds)))
+        try:
+            plan = self._plan_for(seg, env)
+        except Unlowerable as e:
+            with self._lock:
+                self._fall_back(e.node, str(e))
+            return None
+        if plan.uses_blas:  # as the step loop: later calls pin the BLAS for the program
+            self._pin_blas = True
+        return plan
 
     def _interp_step(self, step: InterpStep, env: dict) -> None:
         self._interp(step.node, env)

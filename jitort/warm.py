@@ -178,9 +178,11 @@ def _load(key: str) -> dict | None:
 
 def _qualifies(cm) -> bool:
     """Whether ``cm``'s program can be snapshotted: one compiled segment taking the graph
-    inputs and writing every output (the executor's fast path), no ZipMap, no half floats."""
-    fast = getattr(cm, "_fast", None)
-    return (fast is not None and not getattr(cm, "_zipmaps", None)
+    inputs, in order, and writing every output (the executor's fast path), no ZipMap, no half
+    floats."""
+    fast = getattr(cm, "_fast", None)  # (segment, output positions, key order, argument order)
+    return (fast is not None and fast[2] is None and fast[3] is None
+            and not getattr(cm, "_zipmaps", None)
             and getattr(cm, "profiler", None) is None
             and not any(np.dtype(i.dtype).kind == "f" and np.dtype(i.dtype).itemsize == 2
                         or np.dtype(i.dtype).kind not in "fiub" for i in cm.inputs))
@@ -215,7 +217,7 @@ def save(cm, key: str) -> bool:
     ``key``; False when its program does not qualify (any more)."""
     if not _qualifies(cm):
         return False
-    seg, pos = cm._fast
+    seg, pos = cm._fast[:2]
     plans = {}
     for shapes, plan in seg.plans.items():
         if plan.exports or plan.parts is not None or seg.value_inputs:

@@ -42,7 +42,7 @@ def test_fast_path_taken_and_matches_the_general_path():
     cm = jitort.compile(m, threads=1)
     assert cm._fast is not None and cm._fast[1] is not None  # outputs reordered
     rng = np.random.default_rng(0)
-    for n in (3, 5, 3, 1, 5):  # new shapes plan on the general path, repeats take the fast one
+    for n in (3, 5, 3, 1, 5):  # new shapes are checked and planned on the fast path too
         feeds = {"x": rng.standard_normal((n, 8), np.float32),
                  "y": rng.standard_normal((n, 8), np.float32)}
         ref = _ort(m, feeds)
@@ -54,6 +54,22 @@ def test_fast_path_taken_and_matches_the_general_path():
         again = cm.run(None, feeds)
         assert all(a is not b for a, b in zip(fast, again))  # a fresh output every call
         np.testing.assert_array_equal(fast[0], again[0])
+
+
+def test_fast_path_takes_inputs_the_segment_reads_in_another_order():
+    # the segment reads b before a: its driver takes (b, a), the graph's inputs are (a, b)
+    m = _model([helper.make_node("Mul", ["b", "b"], ["t"]),
+                helper.make_node("Sub", ["t", "a"], ["y"])],
+               [("a", F32, ["N", 4]), ("b", F32, ["N", 4])], [("y", F32, None)])
+    cm = jitort.compile(m, threads=1)
+    assert cm._fast is not None and cm._fast[3] == [1, 0]
+    rng = np.random.default_rng(1)
+    for n in (2, 7, 2):
+        feeds = {"a": rng.standard_normal((n, 4), np.float32),
+                 "b": rng.standard_normal((n, 4), np.float32)}
+        got = cm.run(None, feeds)
+        np.testing.assert_allclose(got[0], _ort(m, feeds)[0], rtol=1e-6, atol=1e-6)
+        np.testing.assert_array_equal(got[0], cm.run(["y"], feeds)[0])  # the step loop
 
 
 def test_fast_path_hands_odd_feeds_to_the_checks():

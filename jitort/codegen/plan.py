@@ -45,6 +45,10 @@ class Plan:
     views: list = field(default_factory=list)
     #: the driver's kernel calls in order (:class:`~jitort.codegen.calls.Call`)
     calls: list = field(default_factory=list)
+    #: whether float16 / bfloat16 arguments travel as uint16 views (``feeds.storage_views``):
+    #: found at the first call (None until then); a replay shares its recording's driver, and
+    #: so its argument dtypes, and inherits it
+    half: bool | None = None
 
 
 #: Recordings kept per segment (one per distinct lowering outcome: structure, unit dims...).
@@ -103,7 +107,7 @@ class Recording:
         return Plan(p.driver, d, d.reshape(-1)[self.n_dims:].reshape(-1, 2), pb,
                     mem.workspace_bytes, mem, out_shapes, exports, p.kernel_names,
                     p.source_path, 0, uses_blas=p.uses_blas, n_sites=p.n_sites, fp=p.fp,
-                    views=p.views, calls=p.calls)
+                    views=p.views, calls=p.calls, half=p.half)
 
 
 def host_bytes(host) -> np.ndarray:
