@@ -85,6 +85,91 @@ def test_family_plans_equal_plain_replays(decoder):
     assert checked == 3
 
 
+def _feeds(past: int, seed: int = 0, batch: int = 1) -> dict:
+    rng = np.random.default_rng(past + seed)
+    return {"input_ids": gd.tokens(1, seed=past, batch=batch),
+            **{k: rng.standard_normal((batch, gd.HEADS, past, gd.HIDDEN // gd.HEADS)
+                                      ).astype(np.float32) for k in gd.empty_past(LAYERS)}}
+
+
+def test_new_lengths_reuse_the_template_without_shape_inference(decoder, monkeypatch):
+    """A new past length is planned from the family alone: no shape function, shape pass,
+    lowering or placement search runs, and of the host nodes only those that follow from
+    the past's shape run again (the batch and sequence dims' are reused). The call takes
+    the one-segment fast path, whose driver takes the inputs in another order."""
+    from jitort import shapes
+    from jitort.codegen import plan as plan_mod
+    ort_run, cm = decoder
+    list(gd.decode(lambda f: cm.run(None, f), gd.tokens(PROMPT + 2), PROMPT, LAYERS))
+    assert cm._fast is not None and cm._fast[3] is not None  # the arguments permuted
+    comp = _segments(cm)[0]
+    calls = {"infer": 0, "pass": 0, "lower": 0, "place": 0, "host": 0}
+
+    def counted(name, fn):
+        def wrapper(*a, **k):
+            calls[name] += 1
+            return fn(*a, **k)
+        return wrapper
+    monkeypatch.setattr(shapes, "infer", counted("infer", shapes.infer))
+    monkeypatch.setattr(comp, "_shape_pass", counted("pass", comp._shape_pass))
+    monkeypatch.setattr(comp, "_lower", counted("lower", comp._lower))
+    monkeypatch.setattr(plan_mod, "plan_memory", counted("place", plan_mod.plan_memory))
+    monkeypatch.setattr(comp, "host_runner", counted("host", comp.host_runner))
+    hosts = family.host_program(comp)
+    past_ids = {id(v) for v in cm.graph.inputs if v.name.startswith("past_")}
+    rerun = [n for n, _, deps, _ in hosts if deps is None or set(deps) & past_ids]
+    assert 0 < len(rerun) < len(hosts)
+    hits = sum(rec.family.hits for rec in comp.records if rec.family is not None)
+    lengths = (300, 301, 333, 512)
+    for past in lengths:
+        feeds = _feeds(past)
+        assert_outputs_close(cm.run(None, feeds), ort_run(feeds), rtol=1e-3, atol=1e-4)
+    assert calls == {"infer": 0, "pass": 0, "lower": 0, "place": 0,
+                     "host": len(rerun) * len(lengths)}
+    assert sum(rec.family.hits for rec in comp.records
+               if rec.family is not None) == hits + len(lengths)
+
+
+def test_proofs_leave_the_family_function_deciding_as_before(decoder):
+    """The family function with the view checks and maximum terms its proofs leave out
+    returns what the one with every check returns: the same sizes where a plan is made, the
+    same refusal (None, False) where not, for real shapes and for shapes with one dim off."""
+    _, cm = decoder
+    list(gd.decode(lambda f: cm.run(None, f), gd.tokens(PROMPT + 2), PROMPT, LAYERS))
+    comp = _segments(cm)[0]
+    fam = next(rec.family for rec in comp.records if rec.family is not None)
+    mem = fam.rec.plan.memory
+    full, pruned = (family._family_function(fam, mem, prove)[0] for prove in (False, True))
+    assert len(pruned.__code__.co_code) < len(full.__code__.co_code) / 2
+    rng = np.random.default_rng(1)
+    made = refused = 0
+    for past in (9, 10, 57, 200, 1023):
+        env = dict(zip(cm.input_ids, cm.validate(_feeds(past))))
+        S, hostvals = family.host_values(comp, env)
+        h = [family.host_bytes(hostvals[vid]).nbytes for vid in fam.pb_vids]
+        cases = [(S, h)]
+        for _ in range(30):  # one dim (or one host value's size) off
+            S2, h2 = dict(S), list(h)
+            if rng.random() < 0.2:
+                k = int(rng.integers(len(h2)))
+                h2[k] = int(rng.integers(0, 2 * h2[k] + 2))
+            else:
+                vid = list(S2)[int(rng.integers(len(S2)))]
+                if not S2[vid]:
+                    continue
+                dims = list(S2[vid])
+                dims[int(rng.integers(len(dims)))] = int(rng.integers(0, 600))
+                S2[vid] = tuple(dims)
+            cases.append((S2, h2))
+        for S2, h2 in cases:
+            want = full(S2, h2)
+            assert pruned(S2, h2) == want
+            made += bool(want)
+            refused += not want
+    require_cases(range(made), 5, "family plans made")
+    require_cases(range(refused), 20, "family plans refused")
+
+
 def test_a_batch_change_declines_the_family_and_still_matches(decoder):
     ort_run, cm = decoder
     ids = gd.tokens(PROMPT + 3, seed=5, batch=2)
@@ -107,12 +192,16 @@ def test_layout_structure_is_valid_for_any_sizes():
                 for i, b in enumerate(begins)]
         mem = plan_memory(bufs)
         rows = [_Row(b.begin, b.end) for b in bufs]
-        fn = family._layout_function(rows, list(range(n)), mem)
-        same = fn([b.size for b in bufs])
-        assert same[1] == [b.offset if b.size else 0 for b in bufs]
+        # nonneg: the maxima leave out the buffers below another of their terms
+        fns = [family._layout_function(rows, list(range(n)), mem, nonneg) for nonneg in (0, 1)]
+        for fn in fns:
+            same = fn([b.size for b in bufs])
+            assert same[1] == [b.offset if b.size else 0 for b in bufs]
         for _ in range(5):
             sizes = [int(s) if b.size else 0 for s, b in zip(rng.integers(1, 5000, n), bufs)]
-            _, offsets, ws, bound = fn(sizes)
+            full, pruned = (fn(sizes) for fn in fns)
+            assert full == pruned
+            _, offsets, ws, bound = pruned
             new = [Buffer(i, s, b.begin, b.end, off)
                    for i, (s, b, off) in enumerate(zip(sizes, bufs, offsets))]
             check_plan(MemoryPlan(new, ws, bound))

@@ -23,7 +23,12 @@ A :class:`Family` removes those per-call loops. When a recording is made it
 All of it is one generated function of the input dims (:func:`_family_function`): it returns
 the distinct sizes and offsets ``d`` needs, scattered into a copy of the recording's ``d``. A
 new shape then costs the host nodes (values the driver reads, computed by the interpreter's
-runners) and that function. Anything the family cannot follow (a shape function
+runners; those that follow from input shapes that did not change are reused, see
+:func:`host_program`) and that function. The function is kept short: each operation is
+written once, and what holds for every size is left out -- a view check whose sides are the
+same polynomial of the dims once the guards' equalities are applied (a dim that is 1, two
+equal dims), and in the placement's maxima the buffers that lie below another term
+(:class:`_Known`). Anything the family cannot follow (a shape function
 that fails on symbolic sizes, a host node reading the shape of a compiled value) leaves the
 recording without a family: plain replay and lowering work as before.
 """
@@ -36,7 +41,7 @@ import numpy as np
 
 from ..planner import ALIGN, MemoryPlan
 from .plan import host_bytes
-from .symbolic import Tape, _ref, concrete, is_literal
+from .symbolic import Tape, _ref, _T, concrete, is_literal
 
 log = logging.getLogger("jitort")
 
@@ -134,23 +139,7 @@ class FamilyMemory(MemoryPlan):
 def plan(comp, env: dict):
     """The plan of segment compiler ``comp`` for the inputs in ``env`` from the first of its
     recordings whose family applies; None when none does."""
-    seg = comp.seg
-    S = {id(v): env[id(v)].shape for v in seg.inputs}
-    hostvals = {id(v): env[id(v)] for v in seg.value_inputs}
-    hosts = comp.__dict__.get("_host_program")
-    if hosts is None:
-        hosts = comp._host_program = [(n, outs) for n, mode, _, outs in comp._program if mode]
-
-    def shape_of(v):
-        return v.const.shape if v.is_const else S[id(v)]
-
-    def value_of(v):
-        return v.const if v.is_const else hostvals.get(id(v))
-
-    for n, outs in hosts:
-        for o, r in zip(outs, comp.host_runner(n, shape_of, value_of)):
-            hostvals[o] = r
-            S[o] = r.shape
+    S, hostvals = host_values(comp, env)
     for rec in comp.records:
         fam = rec.family
         if fam is not None:
@@ -163,6 +152,78 @@ def plan(comp, env: dict):
             if fam.misses >= MAX_MISSES:  # its guards keep failing: stop paying for the host nodes
                 rec.family = None
     return None
+
+
+def host_values(comp, env: dict) -> tuple[dict, dict]:
+    """``(S, hostvals)`` for the inputs in ``env``: the shapes of the segment's inputs and
+    host values, and the host values (the host nodes run, see :func:`host_program`)."""
+    seg = comp.seg
+    S = {id(v): env[id(v)].shape for v in seg.inputs}
+    hostvals = {id(v): env[id(v)] for v in seg.value_inputs}
+    hosts = comp.__dict__.get("_host_program")
+    if hosts is None:
+        hosts = comp._host_program = host_program(comp)
+
+    def shape_of(v):
+        return v.const.shape if v.is_const else S[id(v)]
+
+    def value_of(v):
+        return v.const if v.is_const else hostvals.get(id(v))
+
+    for step in hosts:
+        n, outs, deps, last = step
+        if deps is not None:  # its outputs follow from these inputs' shapes alone
+            key = tuple([S[vid] for vid in deps])
+            if last is not None and last[0] == key:
+                res = last[1]
+            else:
+                res = comp.host_runner(n, shape_of, value_of)
+                step[3] = (key, res)
+        else:
+            res = comp.host_runner(n, shape_of, value_of)
+        for o, r in zip(outs, res):
+            hostvals[o] = r
+            S[o] = r.shape
+    return S, hostvals
+
+
+#: host ops whose outputs are not a function of their inputs
+_NOT_PURE = ("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+             "Multinomial", "Bernoulli")
+
+
+def host_program(comp) -> list:
+    """The host nodes a family plan runs per shape, in order, each as ``[node, output ids,
+    deps, last]``: ``deps`` the segment inputs whose shapes alone decide the node's outputs
+    (it reads no input's values, directly or through other host nodes: ``Shape`` of an input,
+    arithmetic on such shapes), None otherwise; ``last`` the ``(shapes of deps, outputs)`` of
+    its last run, reused while those shapes stay (a decode loop's batch and sequence dims:
+    only what follows from the growing past is computed again). The outputs are shared by
+    the plans made meanwhile, which only read them."""
+    inputs = {id(v) for v in comp.seg.inputs}
+    deps_of: dict = {}  # host value id -> the input ids its value follows from, or None
+    steps = []
+    for n, mode, _, outs in comp._program:
+        if not mode:
+            continue
+        x = n.inputs[0] if n.inputs else None
+        if n.op_type in ("Shape", "Size") and x is not None and id(x) in inputs:
+            deps: set | None = {id(x)}
+        elif n.op_type in _NOT_PURE or n.domain not in ("", "ai.onnx"):
+            deps = None
+        else:
+            deps = set()
+            for v in n.inputs:
+                if v is not None and not v.is_const:
+                    d = deps_of.get(id(v))
+                    if d is None:  # a segment input's values, or a value of no known origin
+                        deps = None
+                        break
+                    deps |= d
+        for o in outs:
+            deps_of[o] = deps
+        steps.append([n, outs, None if deps is None else tuple(sorted(deps)), None])
+    return steps
 
 
 def build(comp, rec, shapes: dict, hostvals: dict):
@@ -231,24 +292,37 @@ def _build(comp, rec, shapes: dict, hostvals: dict):
     return Family(rec, tape, sym, guards)
 
 
-def _family_function(fam: Family, mem):
+def _family_function(fam: Family, mem, prove: bool = True):
     """``(f, template, slots)``: :class:`Family`'s generated function, the recording's ``d``
-    (its constant slots stay) and the positions of the slots ``f`` computes."""
+    (its constant slots stay) and the positions of the slots ``f`` computes. ``prove``: leave
+    out the view checks and the terms of maxima that hold, or are dominated, whatever the
+    sizes (see :class:`_Known`)."""
     rec, sym = fam.rec, fam.sym
-    lines, ssrc = fam.tape.emit([_ref(x) for s in sym.values() for x in s], "a")
+    seen: dict = {}  # an operation written once for both tapes
+    lines, ssrc = fam.tape.emit([_ref(x) for s in sym.values() for x in s], "a", seen=seen)
 
     def leaf(vid, k):
         return ssrc(_ref(sym[vid][k]))
-    body, src = rec.tape.emit([_ref(x) for x in rec.outputs], "t", leaf)
+    body, src = rec.tape.emit([_ref(x) for x in rec.outputs], "t", leaf, seen)
     lines += body
     n = rec.n_dims
     exprs = [src(_ref(x)) for x in rec.outputs]  # the dims, then every row's byte size
     sizes = exprs[n:]
-    lay, ranges = _layout_lines(rec.rows, fam.ws_rows, mem, lambda i: sizes[i])
+    spoly = _Polys(fam.tape, ssrc)
+    rpoly = _Polys(rec.tape, src, lambda vid, k: spoly(_ref(sym[vid][k])))
+    # what the guards (checked before the layout) make equal: a dim that is 1, two equal dims
+    subst = _equalities([(poly(a), poly(b)) for tape, poly in ((fam.tape, spoly), (rec.tape, rpoly))
+                         for (cmp, a, b), outcome in tape.guards.items()
+                         if (cmp, outcome) in (("==", True), ("!=", False))])
+    sizes_p = [_subst(rpoly(_ref(x)), subst) for x in rec.outputs]
+    shapes_p = {vid: [_subst(spoly(_ref(x)), subst) for x in shape] for vid, shape in sym.items()}
+    known = _Known(rec.rows, sizes_p, n, shapes_p, spoly.atoms_nonneg | rpoly.atoms_nonneg)
+    lay, ranges = _layout_lines(rec.rows, fam.ws_rows, mem, lambda i: sizes[i],
+                                prove and known.sizes_nonneg)
     lines += lay
     lines.append(f"    if lb and ws > lb * {mem.ratio * SLACK!r}: return False")
     slot = exprs[:n] + ranges  # every slot of d as an expression
-    lines += _view_lines(rec.plan.views, rec.seg, slot, fam, ssrc)
+    lines += _view_lines(rec.plan.views, rec.seg, slot, fam, ssrc, known if prove else None)
     variable = [i for i, e in enumerate(slot) if not is_literal(e)]
     distinct = list(dict.fromkeys(slot[i] for i in variable))  # most slots repeat a few sizes
     outs = ", ".join("(" + "".join(ssrc(_ref(x)) + ", " for x in sym[id(v)]) + ")"
@@ -262,10 +336,10 @@ def _family_function(fam: Family, mem):
                                     np.array([pos[slot[i]] for i in variable], np.intp))
 
 
-def _layout_function(rows: list, ws_rows: list, mem):
+def _layout_function(rows: list, ws_rows: list, mem, nonneg: bool = False):
     """``f(sizes) -> (the rows' byte ranges flat, offsets of the ws rows, workspace bytes,
-    lower bound)``, or None (see :func:`_layout_lines`)."""
-    lines, ranges = _layout_lines(rows, ws_rows, mem, lambda i: f"s[{i}]")
+    lower bound)``, or None (see :func:`_layout_lines`; ``nonneg``: every size is >= 0)."""
+    lines, ranges = _layout_lines(rows, ws_rows, mem, lambda i: f"s[{i}]", nonneg)
     lines.append(f"    return [{', '.join(ranges)}], "
                  f"[{', '.join(f'w{k}' for k in range(len(ws_rows)))}], ws, lb")
     ns: dict = {}
@@ -273,40 +347,67 @@ def _layout_function(rows: list, ws_rows: list, mem):
     return ns["layout"]
 
 
-def _layout_lines(rows: list, ws_rows: list, mem, size):
+def _layout_lines(rows: list, ws_rows: list, mem, size, nonneg: bool = False):
     """Lines placing the workspace rows with ``mem``'s structure (``w<k>``: the offset of
     ``ws_rows[k]``, ``ws``: the workspace bytes, ``lb``: the liveness bound; ``return None``
     where a buffer of size 0 at the recording has grown: the structure does not place it),
     and the expressions of every row's byte range (``size(i)``: row ``i``'s byte size), as
-    :func:`~jitort.codegen.plan.layout` writes them."""
+    :func:`~jitort.codegen.plan.layout` writes them.
+
+    ``nonneg``: no size can be negative, so no aligned size is: a buffer placed on top of
+    another (directly or through others) then ends above it, and a maximum leaves out the
+    buffers below another of its terms."""
     by_key = {b.key: b for b in mem.buffers}
     bufs = [by_key[i] for i in ws_rows]
     lines = []
+    z: dict[int, str] = {}  # k -> the aligned size of bufs[k]: a literal or a name
+    named: dict[str, str] = {}  # one line per distinct expression
     for k, b in enumerate(bufs):
         sz = size(b.key)
-        lines.append(f"    z{k} = {(int(sz) + ALIGN - 1) // ALIGN * ALIGN}" if is_literal(sz) else
-                     f"    z{k} = ({sz} + {ALIGN - 1}) // {ALIGN} * {ALIGN}")
+        if is_literal(sz):
+            z[k] = str((int(sz) + ALIGN - 1) // ALIGN * ALIGN)
+            continue
+        e = f"({sz} + {ALIGN - 1}) // {ALIGN} * {ALIGN}"
+        if e not in named:
+            named[e] = f"z{k}"
+            lines.append(f"    z{k} = {e}")
+        z[k] = named[e]
     zero = [k for k, b in enumerate(bufs) if b.size <= 0]
-    if zero:
-        lines.append(f"    if {' or '.join(f'z{k}' for k in zero)}: return None")
+    test = [z[k] for k in zero if not is_literal(z[k]) or int(z[k])]
+    if test:
+        lines.append(f"    if {' or '.join(dict.fromkeys(test))}: return None")
     placed = sorted((k for k, b in enumerate(bufs) if b.size > 0), key=lambda k: bufs[k].offset)
+    at_zero = set(zero)  # offsets that are 0 whatever the sizes
+    reach: dict[int, set] = {}  # k -> the buffers below it, directly or through others
+
+    def end(j):
+        return z[j] if j in at_zero else f"w{j} + {z[j]}"
+
+    def terms(ks):
+        if nonneg:
+            ks = [k for k in ks if not any(k in reach[m] for m in ks if m != k)]
+        return ", ".join(dict.fromkeys(end(k) for k in ks))
+
     done = []
     for k in placed:
         b = bufs[k]
         below = [j for j in done if bufs[j].begin <= b.end and b.begin <= bufs[j].end]
-        terms = ", ".join(f"w{j} + z{j}" for j in below)
-        lines.append(f"    w{k} = max({terms})" if len(below) > 1 else
-                     f"    w{k} = {terms}" if below else f"    w{k} = 0")
+        reach[k] = set(below).union(*(reach[j] for j in below))
+        t = terms(below)
+        if not below:
+            at_zero.add(k)
+        lines.append(f"    w{k} = max({t})" if "," in t else f"    w{k} = {t or 0}")
         done.append(k)
     for k in zero:
         lines.append(f"    w{k} = 0")
-    top = ", ".join(f"w{k} + z{k}" for k in placed)
+    top = terms(placed)
     lines.append(f"    ws = max({top}, 0)" if placed else "    ws = 0")
-    lines.append(f"    lb = {_bound_expr(bufs, placed)}")
+    lines.append(f"    lb = {_bound_expr(bufs, placed, z)}")
     ranges, ws_k = [], {i: k for k, i in enumerate(ws_rows)}
     for i, r in enumerate(rows):
         if r.kind == "ws":
-            ranges += [f"w{ws_k[i]}", f"w{ws_k[i]} + {size(i)}"]
+            k = ws_k[i]
+            ranges += (["0", size(i)] if k in at_zero else [f"w{k}", f"w{k} + {size(i)}"])
         elif r.kind == "pb":
             ranges += ["0", size(i)]
         else:
@@ -314,23 +415,25 @@ def _layout_lines(rows: list, ws_rows: list, mem, size):
     return lines, ranges or ["0", "0"]
 
 
-def _bound_expr(bufs: list, placed: list) -> str:
+def _bound_expr(bufs: list, placed: list, z: dict) -> str:
     """The liveness lower bound (:func:`~jitort.planner.lower_bound`) as an expression: the
-    largest sum of aligned sizes over the maximal sets of buffers live at one step."""
+    largest sum of aligned sizes (``z``: each buffer's) over the maximal sets of buffers
+    live at one step."""
     sets = []
     for t in sorted({bufs[k].begin for k in placed}):
         live = frozenset(k for k in placed if bufs[k].begin <= t <= bufs[k].end)
         sets.append(live)
     maximal = [s for s in set(sets) if not any(s < o for o in sets)]
-    sums = [" + ".join(f"z{k}" for k in sorted(s)) for s in maximal if s]
-    return f"max({', '.join(sums)}, 0)" if sums else "0"
+    sums = list(dict.fromkeys(" + ".join(z[k] for k in sorted(s)) for s in maximal if s))
+    return f"max({', '.join(sums)}, 0)" if len(sums) > 1 else f"max({sums[0]}, 0)" if sums else "0"
 
 
-def _view_lines(views: list, seg, slot: list, fam, ssrc) -> list:
+def _view_lines(views: list, seg, slot: list, fam, ssrc, known: _Known | None = None) -> list:
     """The checks of :func:`~jitort.codegen.native.check_views` (each view spans exactly its
     byte range, inside its buffer or argument array) as lines returning None, on the
     expressions ``slot`` of ``d``'s slots; checks on constant slots only were made when the
-    recording was lowered. ``h[k]``: host value k's byte size."""
+    recording was lowered, and checks ``known`` proves for every size are left out.
+    ``h[k]``: host value k's byte size."""
     args = {}
     for pre, vals in (("x", seg.arg_inputs), ("y", seg.arg_outputs)):
         for i, v in enumerate(vals):
@@ -354,18 +457,22 @@ def _view_lines(views: list, seg, slot: list, fam, ssrc) -> list:
             if v.get("scalar") and base in args:
                 conds.append(f"{nbytes(base)} == 0")
             continue  # an argument array flattened: fits by construction
-        count = "*".join(slot[i] for p in v["sizes"] for i in p) or "1"
+        slots = [i for p in v["sizes"] for i in p]
+        count = "*".join(slot[i] for i in slots) or "1"
         if v.get("scalar"):
             conds.append(f"{count} < 1")
         limit = nbytes(base)
         if v["end"] is None:  # an argument array reshaped: its element count
-            if base in args:
+            if base in args and not (known and known.fills(base, slots, seg)):
                 conds.append(f"({count}) * {args[base][1]} != {limit}")
             continue
         start = " + ".join(slot[i] for i in v["start"]) or "0"
         end = " + ".join(slot[i] for i in v["end"]) or "0"
-        conds.append(f"({start}) < 0 or ({end}) - ({start}) != ({count}) * {v['item']}")
-        if limit is not None:
+        if not (known and known.nonneg(v["start"])):
+            conds.append(f"({start}) < 0")
+        if not (known and known.spans(v["start"], v["end"], slots, v["item"])):
+            conds.append(f"({end}) - ({start}) != ({count}) * {v['item']}")
+        if limit is not None and not (base == "ws" and known and known.inside_ws(v["end"])):
             conds.append(f"({end}) > {limit}")
     conds = [c for c in dict.fromkeys(conds) if not _always_passes(c)]
     return [f"    if {' or '.join(conds[k:k + 32])}: return None" for k in range(0, len(conds), 32)]
@@ -377,3 +484,224 @@ def _always_passes(cond: str) -> bool:
     if any(ch.isalpha() or ch == "_" for ch in cond.replace(" or ", " | ")):
         return False
     return not eval(cond)  # arithmetic and comparisons of integer literals only
+
+
+# --- proofs: view checks that hold for every size --------------------------------------------
+#: A polynomial of the sizes: {monomial (sorted tuple of atom names): coefficient}. Atoms are
+#: the dims (leaves), the workspace offsets ``w<k>`` and what is no polynomial (``//``, ``%``),
+#: each named by its expression in the generated function (one name, one value).
+_MAX_TERMS = 64  # a product growing past this many terms stays an atom
+
+
+def _accumulate(r: dict, m: tuple, c: int) -> None:
+    """Add ``c`` times monomial ``m`` to polynomial ``r`` in place."""
+    v = r.get(m, 0) + c
+    if v:
+        r[m] = v
+    else:
+        r.pop(m, None)
+
+
+def _padd(p: dict, q: dict, sign: int = 1) -> dict:
+    r = dict(p)
+    for m, c in q.items():
+        _accumulate(r, m, sign * c)
+    return r
+
+
+def _pmul(p: dict, q: dict) -> dict | None:
+    if len(p) * len(q) > _MAX_TERMS:
+        return None
+    r: dict = {}
+    for m1, c1 in p.items():
+        for m2, c2 in q.items():
+            _accumulate(r, tuple(sorted(m1 + m2)), c1 * c2)
+    return r
+
+
+def _const(c: int) -> dict:
+    return {(): c} if c else {}
+
+
+def _subst(p: dict, subst: dict) -> dict:
+    """``p`` with every atom in ``subst`` replaced by its polynomial there (whose atoms are
+    not in ``subst``); ``p`` as it is where a product grows too big."""
+    if not subst or not any(x in subst for m in p for x in m):
+        return p
+    r: dict = {}
+    for m, c in p.items():
+        term: dict | None = _const(c)
+        for x in m:
+            term = _pmul(term, subst[x] if x in subst else {(x,): 1})
+            if term is None:
+                return p
+        r = _padd(r, term)
+    return r
+
+
+def _as_atom(p: dict):
+    """The atom ``p`` is (coefficient 1), else None."""
+    if len(p) == 1:
+        (m, c), = p.items()
+        if c == 1 and len(m) == 1:
+            return m[0]
+    return None
+
+
+def _equalities(pairs: list) -> dict:
+    """From pairs of polynomials known to be equal (the guards that hold), a substitution
+    making them equal where one side is an atom: the atom -> the other side (one without
+    it), the later name -> the earlier when both are atoms."""
+    subst: dict = {}
+    for a, b in pairs:
+        a, b = _subst(a, subst), _subst(b, subst)
+        if a == b:
+            continue
+        x, y = _as_atom(a), _as_atom(b)
+        if x is not None and y is not None:
+            x, y = sorted((x, y))
+            new = {y: {(x,): 1}}
+        elif x is not None and not any(x in m for m in b):
+            new = {x: b}
+        elif y is not None and not any(y in m for m in a):
+            new = {y: a}
+        else:
+            continue
+        subst = {k: _subst(v, new) for k, v in subst.items()}
+        subst.update(new)
+    return subst
+
+
+class _Polys:
+    """The polynomial of each entry of ``tape`` (``src``: its expression in the generated
+    function; ``leaf(vid, k)``: a leaf's polynomial, default an atom). ``atoms_nonneg``: the
+    atoms known to be >= 0 (dims; ``//`` and ``%`` of such)."""
+
+    def __init__(self, tape: Tape, src, leaf=None):
+        self.tape, self.src, self.leaf = tape, src, leaf
+        self.memo: dict = {}
+        self.atoms_nonneg: set = set()
+
+    def __call__(self, r) -> dict:
+        if not hasattr(r, "i"):  # an int
+            return _const(int(r))
+        ops, memo = self.tape.ops, self.memo
+        todo = [r.i]
+        while todo:  # operands first (no recursion: tapes can be deep)
+            i = todo[-1]
+            if i in memo:
+                todo.pop()
+                continue
+            op = ops[i]
+            pending = [x.i for x in op[1:] if hasattr(x, "i") and x.i not in memo] \
+                if op[0] != "leaf" else []
+            if pending:
+                todo += pending
+                continue
+            todo.pop()
+            memo[i] = self._entry(i, op)
+        return memo[r.i]
+
+    def _atom(self, i: int, nonneg: bool) -> dict:
+        e = self.src(_T(i))
+        if is_literal(e):
+            return _const(int(e))
+        if nonneg:
+            self.atoms_nonneg.add(e)
+        return {(e,): 1}
+
+    def _entry(self, i: int, op: tuple) -> dict:
+        if op[0] == "leaf":
+            return self.leaf(op[1], op[2]) if self.leaf is not None else self._atom(i, True)
+        a, b = (self.memo[x.i] if hasattr(x, "i") else _const(int(x)) for x in op[1:])
+        if op[0] == "+":
+            return _padd(a, b)
+        if op[0] == "-":
+            return _padd(a, b, -1)
+        if op[0] == "*":
+            r = _pmul(a, b)
+            if r is not None:
+                return r
+        # // and %: of operands >= 0 (a ZeroDivisionError declines the plan) they are >= 0
+        return self._atom(i, op[0] in ("//", "%") and self.nonneg(a) and self.nonneg(b))
+
+    def nonneg(self, p: dict) -> bool:
+        return all(c >= 0 and all(x in self.atoms_nonneg for x in m) for m, c in p.items())
+
+
+class _Known:
+    """What holds for every size a family computes, to leave view checks out: ``sizes`` the
+    polynomials of the recording's outputs (its ``n_dims`` dims, then every row's byte size),
+    ``shapes`` those of every value's dims (value id -> list), ``nonneg`` the atoms >= 0."""
+
+    def __init__(self, rows: list, sizes: list, n_dims: int, shapes: dict, nonneg: set):
+        self.shapes = shapes
+        self.nonneg_atoms = set(nonneg)
+        ws = {i: k for k, i in enumerate(i for i, r in enumerate(rows) if r.kind == "ws")}
+        # the workspace offsets (maxima of offsets plus aligned sizes) are >= 0 when no
+        # workspace row's size can be negative
+        self.sizes_nonneg = w_nonneg = all(self._nonneg(sizes[n_dims + i]) for i in ws)
+        self.slot: list = list(sizes[:n_dims])  # every slot of d as a polynomial
+        self.row_of_w: dict = {}  # a workspace row's offset atom -> its byte size
+        for i, r in enumerate(rows):
+            size = sizes[n_dims + i]
+            if r.kind == "ws":
+                w = f"w{ws[i]}"
+                if w_nonneg:
+                    self.nonneg_atoms.add(w)
+                self.row_of_w[w] = size
+                self.slot += [{(w,): 1}, _padd({(w,): 1}, size)]
+            elif r.kind == "pb":
+                self.slot += [{}, size]
+            else:
+                self.slot += [_const(int(x)) for x in r.fixed]
+
+    def _nonneg(self, p: dict) -> bool:
+        return all(c >= 0 and all(x in self.nonneg_atoms for x in m) for m, c in p.items())
+
+    def _sum(self, slots) -> dict:
+        r: dict = {}
+        for i in slots:
+            r = _padd(r, self.slot[i])
+        return r
+
+    def _prod(self, slots) -> dict | None:
+        r: dict | None = {(): 1}
+        for i in slots:
+            r = _pmul(r, self.slot[i])
+            if r is None:
+                return None
+        return r
+
+    def nonneg(self, start) -> bool:
+        """``sum(d[start]) >= 0`` for every size."""
+        return self._nonneg(self._sum(start))
+
+    def spans(self, start, end, count, item: int) -> bool:
+        """``sum(d[end]) - sum(d[start]) == prod(d[count]) * item`` for every size."""
+        c = self._prod(count)
+        return c is not None and _padd(self._sum(end), self._sum(start), -1) == \
+            {m: v * item for m, v in c.items()}
+
+    def inside_ws(self, end) -> bool:
+        """``sum(d[end]) <= ws``: the end of a workspace row (the layout puts each row's
+        aligned size below the top)."""
+        e = self._sum(end)
+        ws = [m for m in e if len(m) == 1 and m[0] in self.row_of_w]
+        return (len(ws) == 1 and e[ws[0]] == 1
+                and _padd(e, {ws[0]: 1}, -1) == self.row_of_w[ws[0][0]])
+
+    def fills(self, base: str, count, seg) -> bool:
+        """A view of argument array ``base`` (``x<i>`` / ``y<i>``) with ``prod(d[count])``
+        elements has its element count for every size."""
+        vals = seg.arg_inputs if base[0] == "x" else seg.arg_outputs
+        shape = self.shapes.get(id(vals[int(base[1:])]))
+        c = self._prod(count)
+        if shape is None or c is None:
+            return False
+        r: dict | None = {(): 1}
+        for q in shape:
+            r = _pmul(r, q)
+            if r is None:
+                return False
+        return r == c

@@ -65,14 +65,17 @@ class Tape:
         exec(compile("\n".join(lines) + "\n", "<jitort-replay>", "exec"), ns)
         return ns["replay"]
 
-    def emit(self, refs: list, name: str, leaf: Callable | None = None):
+    def emit(self, refs: list, name: str, leaf: Callable | None = None, seen: dict | None = None):
         """The body of a function evaluating ``refs`` (its lines, indented, and ``src``: a
         ref's expression in them): every entry they or a guard need as ``<name><i> = ...``,
         then the guards (``return None`` when one differs).
 
-        ``leaf(vid, k)``: the expression of a leaf, used in its place; default: ``S[vid][k]``,
-        after a check of ``S[vid]``'s rank (then ``return None`` too). Operations on literals
-        are folded, and guards on literals decided here (ValueError when one cannot hold)."""
+        ``leaf(vid, k)``: the expression of a leaf (a name or a literal), used in its place;
+        default: ``S[vid][k]``, after a check of ``S[vid]``'s rank (then ``return None`` too).
+        Operations on literals are folded, identities (``x * 1``, ``x + 0``...) dropped and
+        operations written once (``seen``: expression -> the name holding it, shared by the
+        bodies of one function); guards decided here (on literals, or comparing an expression
+        with itself) are left out (ValueError when one cannot hold)."""
         needed = set()
         todo = [r for r in refs if isinstance(r, _T)]
         for cmp, a, b in self.guards:
@@ -87,6 +90,7 @@ class Tape:
                 todo += [x for x in op[1:] if isinstance(x, _T)]
 
         alias: dict[int, str] = {}  # entries written as another expression (no line of their own)
+        seen = {} if seen is None else seen
 
         def src(r) -> str:
             return alias.get(r.i, f"{name}{r.i}") if isinstance(r, _T) else repr(r)
@@ -107,21 +111,54 @@ class Tape:
                     alias[i] = leaf(op[1], op[2])
                 continue
             a, b = src(op[1]), src(op[2])
-            if is_literal(a) and is_literal(b):  # folded (a leaf given as a constant)
-                alias[i] = repr(_OPS[op[0]](int(a), int(b)))
+            same = _identity(op[0], a, b)
+            if same is not None:
+                alias[i] = same
+                continue
+            if op[0] in "+*" and b < a:  # commutative: one spelling
+                a, b = b, a
+            expr = f"{a} {op[0]} {b}"
+            if expr in seen:
+                alias[i] = seen[expr]
             else:
-                lines.append(f"    {name}{i} = {a} {op[0]} {b}")
+                seen[expr] = f"{name}{i}"
+                lines.append(f"    {name}{i} = {expr}")
         conds = []
         for (cmp, a, b), outcome in self.guards.items():
             a, b = src(a), src(b)
-            if is_literal(a) and is_literal(b):
-                if _CMP[cmp](int(a), int(b)) != outcome:
+            if a == b or (is_literal(a) and is_literal(b)):
+                if _CMP[cmp](*((0, 0) if a == b else (int(a), int(b)))) != outcome:
                     raise ValueError(f"guard {a} {cmp} {b} cannot hold")
                 continue
             conds.append(f"({a} {cmp} {b}) is {not outcome}")
+        conds = list(dict.fromkeys(conds))
         for k in range(0, len(conds), 32):
             lines.append(f"    if {' or '.join(conds[k:k + 32])}: return None")
         return lines, src
+
+
+def _identity(op: str, a: str, b: str) -> str | None:
+    """The expression of ``a <op> b`` when it needs no operation: both literals (folded),
+    ``x * 1``, ``x * 0``, ``x + 0``, ``x - 0``, ``x // 1``, ``x - x``; None otherwise."""
+    la, lb = is_literal(a), is_literal(b)
+    if la and lb:
+        return repr(_OPS[op](int(a), int(b)))
+    if op == "*":
+        if a == "1" or b == "1":
+            return b if a == "1" else a
+        if a == "0" or b == "0":
+            return "0"
+    elif op == "+":
+        if a == "0" or b == "0":
+            return b if a == "0" else a
+    elif op == "-":
+        if b == "0":
+            return a
+        if a == b:
+            return "0"
+    elif op == "//" and b == "1":
+        return a
+    return None
 
 
 def is_literal(e: str) -> bool:
