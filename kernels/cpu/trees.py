@@ -10,7 +10,12 @@ pointer at a time:
 * rows-major (``walk_rows``): per block of rows, per tree, per depth step, over the block's
   rows -- the tree's nodes stay in cache across the block;
 * trees-major (``walk_trees``): per row, per depth step, over all trees (lockstep up to the
-  deepest tree) -- for a handful of rows, where a row block would be too short to overlap.
+  deepest tree) -- for a handful of rows, where a row block would be too short to overlap;
+  ``walk_trees_packed`` the same over a packed node table (one cache line per step), eight
+  trees at a time in registers, where every node is BRANCH_LEQ and leaves hold one weight;
+* complete trees (``walk_complete``): shallow trees of one weight per leaf and one target per
+  tree (gradient boosting's) padded to complete binary trees, children found by index
+  arithmetic (``2i + 1``, ``2i + 2``) instead of loads.
 
 The walks index with unsigned integers (node ids, row and feature numbers): Numba adds a
 negative-index wraparound check to every signed index, and on these dependent loads those
