@@ -182,7 +182,8 @@ def _infer_other_domains(proto: onnx.ModelProto, inferred: onnx.ModelProto) -> o
                 continue
             dts = [onnx.helper.tensor_dtype_to_np_dtype(types[i]) if i in types else None
                    for i in p.input]
-            for o, dt in zip(p.output, output_dtypes(p.domain, p.op_type, dts) or ()):
+            attrs = {at.name: onnx.helper.get_attribute_value(at) for at in p.attribute}
+            for o, dt in zip(p.output, output_dtypes(p.domain, p.op_type, dts, attrs) or ()):
                 if o and o not in types and dt is not None:
                     new[o] = onnx.helper.make_tensor_value_info(
                         o, onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dt)), None)
@@ -323,7 +324,7 @@ def _domain_dtypes(node: Node) -> None:
     left untyped, by the dtype function its family registered (:mod:`jitort.shapes`)."""
     from .shapes.core import output_dtypes
     dts = output_dtypes(node.domain, node.op_type,
-                        [None if v is None else v.dtype for v in node.inputs])
+                        [None if v is None else v.dtype for v in node.inputs], node.attrs)
     for o, dt in zip(node.outputs, dts or ()):
         if o.dtype is None and dt is not None:
             o.dtype = np.dtype(dt)

@@ -32,7 +32,9 @@ import numpy as np
 
 from .errors import InvalidInput, InvalidModel
 from .ir import Graph, Node, Value
+from .interpreter.registry import fast
 from .partition import DYNAMIC, INTERP
+from .shapes.core import register_dtypes
 
 _ML = "ai.onnx.ml"
 STRING = np.dtype(object)
@@ -99,21 +101,24 @@ def index_labels(graph: Graph) -> int:
 # --- placement ---------------------------------------------------------------------------------
 
 def claim(graph: Graph, placement: dict) -> tuple[dict, dict]:
-    """Place every interpreted op of :data:`_FLOWS` that reads or writes a string tensor on
-    :data:`DYNAMIC`. Returns ``(flows, reasons)`` as :func:`jitort.dynamic_ops.claim`."""
+    """Place every interpreted op of :data:`_FLOWS` that reads or writes a string tensor, and
+    every text op (:data:`TEXT_OPS`, whatever its element types), on :data:`DYNAMIC`. Returns
+    ``(flows, reasons)`` as :func:`jitort.dynamic_ops.claim`."""
     flows, reasons = {}, {}
     for n in graph.nodes:
         if placement.get(id(n)) != INTERP:
             continue
-        make = _FLOWS.get((n.domain, n.op_type))
-        if make is None or not any(map(_is_str, n.inputs + n.outputs)):
+        key = (n.domain, n.op_type)
+        make = _FLOWS.get(key)
+        if make is None or not (key in TEXT_OPS or any(map(_is_str, n.inputs + n.outputs))):
             continue
         try:
             flow = make(n)
         except _Declined as e:
             reasons[n.label] = str(e)
             continue
-        flow.kernels = list  # numpy and dict lookups: no Numba kernel to find in the cache
+        if not hasattr(flow, "kernels"):
+            flow.kernels = list  # numpy and dict lookups: no Numba kernel to find in the cache
         flows[id(n)] = flow
         placement[id(n)] = DYNAMIC
     return flows, reasons
@@ -356,3 +361,34 @@ _FLOWS = {
     ("", "Transpose"): _transpose,
     ("", "Identity"): _identity,
 }
+
+
+# --- text ops (jitort/text_ops.py) -------------------------------------------------------------
+
+_MS = "com.microsoft"
+#: skl2onnx's text ops: string steps, also the interpreter's fast paths (onnx.reference has no
+#: Tokenizer or MurmurHash3, and its TfIdfVectorizer is not onnxruntime's)
+TEXT_OPS = frozenset({("", "StringNormalizer"), (_MS, "Tokenizer"), ("", "TfIdfVectorizer"),
+                      (_MS, "MurmurHash3")})
+
+
+def _text_flow(key: tuple) -> Callable:
+    def make(n: Node) -> Callable:
+        from .text_ops import TEXT_FLOWS  # it reads this module's helpers
+        return TEXT_FLOWS[key](n)
+    return make
+
+
+for _key in TEXT_OPS:
+    _FLOWS[_key] = _text_flow(_key)
+    fast(_key[1], domain=_key[0])(_FLOWS[_key])
+
+
+@register_dtypes("Tokenizer", domain=_MS)
+def _tokenizer_dtypes(dts: list) -> list:
+    return [STRING]
+
+
+@register_dtypes("MurmurHash3", domain=_MS, attrs=True)
+def _murmur3_dtypes(dts: list, attrs: dict) -> list:
+    return [np.dtype(np.uint32 if int(attrs.get("positive", 1)) else np.int32)]

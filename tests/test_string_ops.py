@@ -41,15 +41,21 @@ def _run_both(model, feeds):
             np.testing.assert_allclose([list(d.values()) for d in g],
                                        [list(d.values()) for d in w], atol=1e-5)
             continue
-        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
-        if w.dtype == object:
-            assert all(type(v) is str for v in g.reshape(-1))
-            assert g.tolist() == w.tolist()
-        elif w.dtype.kind in "iub":
-            np.testing.assert_array_equal(g, w)
-        else:
-            np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-5)
+        same_tensor(g, w)
     return cm, got
+
+
+def same_tensor(g, w, tol=1e-5):
+    """``g`` equal to onnxruntime's ``w``: shape, dtype, str elements, values (floats within
+    ``tol``)."""
+    assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
+    if w.dtype == object:
+        assert all(type(v) is str for v in g.reshape(-1))
+        assert g.tolist() == w.tolist()
+    elif w.dtype.kind in "iub":
+        np.testing.assert_array_equal(g, w)
+    else:
+        np.testing.assert_allclose(g, w, atol=tol, rtol=tol)
 
 
 def _convert(est, y, zipmap=False, x=_X, initial_types=None):

@@ -48,8 +48,8 @@ def _since(node: ir.Node, opsets: dict[str, int]) -> int:
         return 0
     try:
         return onnx.defs.get_schema(node.op_type, version, node.domain).since_version
-    except Exception:
-        return 0
+    except Exception:  # onnxruntime's com.microsoft ops have no onnx schema: the opset's
+        return version if node.domain == "com.microsoft" else 0
 
 
 def _fast_path(node: ir.Node, opsets: dict[str, int]) -> Runner | None:

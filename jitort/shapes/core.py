@@ -59,22 +59,24 @@ def register(*op_types: str, values: tuple | Callable[[ir.Node], tuple] = (), do
     return deco
 
 
-def register_dtypes(*op_types: str, domain: str):
+def register_dtypes(*op_types: str, domain: str, attrs: bool = False):
     """Decorator registering ``fn(in_dtypes) -> list[dtype | None]`` (``in_dtypes``: one numpy
     dtype or None per input): the output dtypes of an op of another domain, which onnx's
-    inference leaves untyped (and every value computed from them); applied by the importer."""
+    inference leaves untyped (and every value computed from them); applied by the importer.
+    ``attrs=True``: ``fn(in_dtypes, attrs)`` also reads the node's attributes (a dict)."""
     def deco(fn):
         for op in op_types:
-            _DOMAIN_DTYPES[(domain, op)] = fn
+            _DOMAIN_DTYPES[(domain, op)] = fn if attrs else (lambda dts, _attrs, fn=fn: fn(dts))
         return fn
     return deco
 
 
-def output_dtypes(domain: str, op_type: str, in_dtypes: list) -> list | None:
-    """The registered output dtypes of an op of ``domain`` given its inputs' (None when the op
-    has no dtype function)."""
+def output_dtypes(domain: str, op_type: str, in_dtypes: list, attrs: dict | None = None
+                  ) -> list | None:
+    """The registered output dtypes of an op of ``domain`` given its inputs' and its
+    attributes (None when the op has no dtype function)."""
     fn = _DOMAIN_DTYPES.get((domain, op_type))
-    return None if fn is None else fn(in_dtypes)
+    return None if fn is None else fn(in_dtypes, attrs or {})
 
 
 # ------------------------------------------------------------------------------------------
