@@ -199,8 +199,10 @@ def host_program(comp) -> list:
     arithmetic on such shapes), None otherwise; ``last`` the ``(shapes of deps, outputs)`` of
     its last run, reused while those shapes stay (a decode loop's batch and sequence dims:
     only what follows from the growing past is computed again). The outputs are shared by
-    the plans made meanwhile, which only read them."""
+    the plans made meanwhile, which only read them; a node with an output the segment
+    exports (which may reach the caller) runs every time."""
     inputs = {id(v) for v in comp.seg.inputs}
+    exported = {id(v) for v in comp.seg.outputs}
     deps_of: dict = {}  # host value id -> the input ids its value follows from, or None
     steps = []
     for n, mode, _, outs in comp._program:
@@ -222,7 +224,8 @@ def host_program(comp) -> list:
                     deps |= d
         for o in outs:
             deps_of[o] = deps
-        steps.append([n, outs, None if deps is None else tuple(sorted(deps)), None])
+        reuse = deps is not None and not any(o in exported for o in outs)
+        steps.append([n, outs, tuple(sorted(deps)) if reuse else None, None])
     return steps
 
 
