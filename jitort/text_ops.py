@@ -40,6 +40,7 @@ Semantics are onnxruntime's (tests/test_text_ops.py compares them):
 from __future__ import annotations
 
 import re
+from itertools import repeat
 from typing import Callable
 
 import numpy as np
@@ -133,12 +134,19 @@ def _string_normalizer(n: Node) -> Callable:
 
 # --- Tokenizer ---------------------------------------------------------------------------------
 
+#: one atom (a character class, \\w \\d \\s or a plain character) repeated greedily: its
+#: leftmost-first match (Python's ``re``, faster) is the leftmost-longest one
+_ONE_ATOM = re.compile(r"(\[\^?\]?[^\[\]]*\]|\\[wdsWDS]|[\w ])[+*]\Z")
+
+
 def _compile_regex(n: Node, pattern: str):
     """``pattern`` with leftmost-longest matching (RE2's, as onnxruntime sets it) where the
     ``regex`` module is installed, else Python's leftmost-first ``re``; ``\\w``, ``\\s``,
     ``\\d``, ``\\b`` ASCII-only, as RE2's."""
     try:
         try:
+            if _ONE_ATOM.match(pattern):
+                return re.compile(pattern, re.ASCII)
             import regex
         except ImportError:
             return re.compile(pattern, re.ASCII)
@@ -196,9 +204,12 @@ def _tokenizer(n: Node) -> Callable:
             return [p for p in pieces if len(p) >= least]
     elif exp:
         rx = _compile_regex(n, exp)
-
-        def tokens(s: str) -> list:
-            return [t for t in (m.group() for m in rx.finditer(s)) if len(t) >= least]
+        if rx.groups:  # findall would give the groups
+            def tokens(s: str) -> list:
+                return [t for t in (m.group() for m in rx.finditer(s)) if len(t) >= least]
+        else:
+            def tokens(s: str) -> list:
+                return [t for t in rx.findall(s) if len(t) >= least]
     else:
         raise InvalidModel(f"Tokenizer node {n.label}: separators or a non-empty tokenexp "
                            "is required")
@@ -270,6 +281,14 @@ def _tfidf(n: Node) -> Callable:
     child = np.array([edges[int(key)] for key in keys], np.int64)
     which = np.array(ends, np.int64)
     n_out = int(cols.max()) + 1 if cols.size else 0
+    # distinct output columns (skl2onnx's): count straight into the output's columns
+    direct = np.unique(cols).size == cols.size
+    if direct:
+        which = np.where(which >= 0, cols[np.maximum(which, 0)], -1)
+        if weights is not None:
+            col_w = np.ones(n_out, np.float32)
+            col_w[cols] = weights
+            weights = col_w
     int_keys = np.array(sorted(items), np.int64) if not strs and items else None
     int_ids = np.array([items[v] for v in sorted(items)], np.int64) if int_keys is not None else None
 
@@ -278,8 +297,7 @@ def _tfidf(n: Node) -> Callable:
             if x.dtype != STRING and x.dtype.kind not in "US":
                 raise InvalidInput(f"TfIdfVectorizer node {n.label}: a string pool takes "
                                    f"strings, not {x.dtype}")
-            got = items.get
-            return np.fromiter((got(s, -1) for s in _strings(x)), np.int64, x.size)
+            return np.array(list(map(items.get, _strings(x), repeat(-1, x.size))), np.int64)
         if x.dtype.kind not in "iu":
             raise InvalidInput(f"TfIdfVectorizer node {n.label}: an int64 pool takes int32 or "
                                f"int64, not {x.dtype}")
@@ -296,15 +314,18 @@ def _tfidf(n: Node) -> Callable:
                                "[C] or [N, C]")
         rows = x.reshape(1, -1) if x.ndim == 1 else x
         ids = ids_of(rows).reshape(rows.shape)
-        counts = np.zeros((rows.shape[0], len(grams)), np.float32)
+        counts = np.zeros((rows.shape[0], n_out if direct else len(grams)), np.float32)
         if len(grams) and rows.size:
             k.ngram_counts(ids, keys, child, which, width, lo, hi, skip, counts)
         if mode == "IDF":
             counts = (counts > 0).astype(np.float32)
         if mode != "TF" and weights is not None:
             counts *= weights
-        out = np.zeros((rows.shape[0], n_out), np.float32)
-        np.add.at(out, (slice(None), cols), counts)
+        if direct:
+            out = counts
+        else:  # pool n-grams sharing a column add up
+            out = np.zeros((rows.shape[0], n_out), np.float32)
+            np.add.at(out, (slice(None), cols), counts)
         return [out.reshape(-1) if x.ndim == 1 else out]
     run.kernels = lambda: [k.ngram_counts]
     return run

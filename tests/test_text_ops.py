@@ -320,3 +320,11 @@ def test_skl2onnx_feature_hasher():
         want = _ort(model, {"input": x})[0]
         _same(got, want)
         np.testing.assert_allclose(got, est.transform(x).toarray(), atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["TF", "TFIDF"])
+def test_tfidf_vectorizer_shared_column(mode):
+    """Two pool n-grams on one output column add up (onnxruntime's)."""
+    m = _tfidf_model(["a", "b", "c"], T.STRING, [0], [0, 0, 1], mode=mode, min_gram_length=1,
+                     max_gram_length=1, max_skip_count=0, weights=[0.5, 2.0, 1.0])
+    _check(m, _s("a", "b", "b", "c", "x", "a", shape=(2, 3)))
