@@ -82,6 +82,24 @@ def test_string_normalizer(locale, action, sensitive, stop):
     _check(m, _WORDS.reshape(1, -1))
 
 
+@pytest.mark.parametrize("action", ["LOWER", "UPPER"])
+def test_string_normalizer_default_locale(action):
+    """No locale attribute (skl2onnx's models): onnxruntime here fails to construct its default
+    en_US.UTF-8, so this compares against onnx.reference, on ASCII words (onnx.reference also
+    strips accents, and with action NONE keeps case-insensitive stopwords, which onnxruntime
+    does not: test_string_normalizer covers those against onnxruntime, locale C.UTF-8)."""
+    from onnx.reference import ReferenceEvaluator
+    n = helper.make_node("StringNormalizer", ["x"], ["y"], case_change_action=action,
+                         stopwords=["the", "FOX"])
+    g = helper.make_graph([n], "g", [helper.make_tensor_value_info("x", T.STRING, None)],
+                          [helper.make_tensor_value_info("y", T.STRING, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    x = _s("The", "quick", "BROWN", "fox", "jumps", "over", "THE", "lazy_dog42")
+    want = ReferenceEvaluator(m).run(None, {"x": x})[0]
+    got = jitort.compile(m, strict=True, tiered=False).run(None, {"x": x})[0]
+    assert got.dtype == object and got.tolist() == want.tolist()
+
+
 def test_string_normalizer_all_stopwords():
     m = _model("StringNormalizer", T.STRING, T.STRING, stopwords=["a", "B"], locale="C.UTF-8")
     assert _check(m, _s("a", "b", "A")).tolist() == [""]
