@@ -76,6 +76,10 @@ def test_trees_major_walk_stops_each_tree_at_its_depth(node_walks):
     # a NaN threshold on a tracked node would compare -inf <= NaN (false): the general step
     ([np.nan, 0, 0, -0.2, 0, 0], (1, 0, 0, 1, 0, 0), ("BRANCH_LEQ", "BRANCH_LEQ"), 0),
     ([0.1, 0, 0, -0.2, 0, 0], (1, 0, 0, 1, 0, 0), ("BRANCH_LEQ", "BRANCH_GT"), 0),
+    # BRANCH_LT (XGBoost's) as BRANCH_LEQ against the next float32 below the threshold
+    ([0.1, 0, 0, -0.2, 0, 0], (0, 0, 0, 0, 0, 0), ("BRANCH_LT", "BRANCH_LT"), 1),
+    ([0.1, 0, 0, -0.2, 0, 0], (1, 0, 0, 0, 0, 0), ("BRANCH_LT", "BRANCH_LEQ"), 2),
+    ([-np.inf, 0, 0, -0.2, 0, 0], (0, 0, 0, 0, 0, 0), ("BRANCH_LT", "BRANCH_LT"), 0),
 ])
 @pytest.mark.parametrize("walk", ["nodes", "complete"])
 def test_leq_step_with_missing_values_matches_onnxruntime(values, miss, modes, leq, walk,
@@ -89,6 +93,7 @@ def test_leq_step_with_missing_values_matches_onnxruntime(values, miss, modes, l
     # ties with both thresholds, NaN on both split features, -inf and +inf
     x[:5, 0], x[5:10, 2], x[10:13, 0], x[13:16, 2] = 0.1, -0.2, np.nan, np.nan
     x[16, 0], x[17, 2], x[18, 0] = -np.inf, np.inf, np.inf
+    x[19, 0] = np.nextafter(np.float32(0.1), np.float32(-np.inf))  # just below a threshold
     names = _kernel_names(model, {"X": x})
     assert ("trees.walk_complete" in names) == (walk == "complete" and leq != 0), names
     _check(model, {"X": x})  # rows-major
@@ -246,3 +251,26 @@ def test_packed_walk_matches_onnxruntime(name, rows, node_walks):
     if rows < TREES_MAJOR_BELOW:
         assert "trees.walk" in _kernel_names(model, {"X": x})
     _check(model, {"X": x})
+
+
+def test_xgboost_trees_take_the_leq_step_and_complete_walk():
+    """onnxmltools writes XGBoost's splits as BRANCH_LT: flattened as BRANCH_LEQ (the next
+    float32 down), they take the branch-free step and the complete-tree walk."""
+    xgboost = pytest.importorskip("xgboost")
+    onnxmltools = pytest.importorskip("onnxmltools")
+    from onnxmltools.convert.common.data_types import FloatTensorType
+    est = xgboost.XGBClassifier(n_estimators=8, max_depth=3).fit(_X, _Y3)
+    model = onnxmltools.convert_xgboost(est, initial_types=[("X", FloatTensorType([None, 6]))],
+                                        target_opset=15)
+    tree = [n for n in model.graph.node if n.op_type == "TreeEnsembleClassifier"][0]
+    modes = {m for a in tree.attribute if a.name == "nodes_modes" for m in a.strings}
+    assert modes == {b"BRANCH_LT", b"LEAF"}
+    assert _flat(model).leq == 1
+    x = np.random.default_rng(6).standard_normal((50, 6)).astype(np.float32)
+    x[::7, 1] = np.nan
+    thr = [v for a in tree.attribute if a.name == "nodes_values" for v in a.floats]
+    k = min(40, len(thr))
+    x[:k, 0] = np.float32(thr[:k])  # ties with thresholds (of feature 0 among them)
+    assert "trees.walk_complete" in _kernel_names(model, {"X": x})
+    _check(model, {"X": x})
+    _check(model, {"X": x[3:4]})

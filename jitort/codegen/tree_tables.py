@@ -164,6 +164,23 @@ def _csr(per_node: list, nn: int):
     return lstart, tg, w
 
 
+def _lt_as_leq(n: Node, mode, thr):
+    """``(mode, thr)`` with BRANCH_LT (1) nodes as BRANCH_LEQ (0) against the next float32
+    below their threshold, for a float32 input: ``x < t`` and ``x <= nextafter(t, -inf)``
+    agree on every float32 ``x``, NaN included (a threshold of -inf, or one float32 cannot
+    hold, stays BRANCH_LT). XGBoost's trees are all BRANCH_LT; in BRANCH_LEQ form they take
+    the kernels' branch-free steps and the complete-tree layout."""
+    x = n.inputs[0]
+    mode, thr = np.array(mode, np.int64), np.array(thr, np.float64)
+    if x is None or x.dtype is None or np.dtype(x.dtype) != np.float32 or len(thr) != len(mode):
+        return mode, thr
+    t32 = thr.astype(np.float32)
+    sel = (mode == 1) & (t32 != -np.inf) & (t32.astype(np.float64) == thr)
+    thr[sel] = np.nextafter(t32[sel], np.float32(-np.inf)).astype(np.float64)
+    mode[sel] = 0
+    return mode, thr
+
+
 def flatten_v3(n: Node, prefix: str) -> Flat:
     """TreeEnsembleClassifier / Regressor (ai.onnx.ml 1-3) attributes -> :class:`Flat`.
     ``prefix``: ``class`` or ``target`` (the leaf-weight attributes)."""
@@ -201,8 +218,8 @@ def flatten_v3(n: Node, prefix: str) -> Flat:
             seen.add(t)
             roots.append(k)
     lstart, tg, w = _csr(leaves, nn)
-    mode = [max(m, 0) for m in modes]
     thr = thr if len(thr) == nn else np.zeros(nn)
+    mode, thr = _lt_as_leq(n, [max(m, 0) for m in modes], thr)
     feats = [f if m >= 0 else 0 for f, m in zip(feats, modes)]
     return Flat(feats, thr, tch, fch, mode, miss, roots, lstart, tg, w)
 
@@ -243,6 +260,7 @@ def flatten_v5(n: Node) -> Flat:
     leaves = [[] for _ in range(ni)] + [[(t, w)] for t, w in zip(lt, lw)]
     lstart, tg, w = _csr(leaves, ni + nl)
     roots = [int(r) for r in at["tree_roots"]]
+    mode, thr = _lt_as_leq(n, mode, thr)
     return Flat(feats + [0] * nl, np.concatenate([thr, np.zeros(nl)]), tch, fch,
                 list(mode) + [0] * nl, miss + [0] * nl, roots, lstart, tg, w, mstart,
                 members or [0.0])
