@@ -64,6 +64,17 @@ def _matmul_model(k=512, n=300, seed=5):
                       [("x", F32, ["N", k])], [("z", F32, None)], {"w": w})
 
 
+def _write_pick(choice, key: tuple, which: str) -> None:
+    """A decision file on which ``choice`` picks ``which`` in bucket ``key``."""
+    doc = {"format": tuning.FORMAT, "machine": tuning.machine(), "written": 0, "choices": {
+        choice.name: {"library": tuning.library_hash(choice), "demoted": [],
+                      "buckets": {tuning._bucket_text(key): {
+                          "pick": which, "times": {c.name: 1 for c in choice.candidates}}}}}}
+    p = tuning.decisions_path()
+    p.parent.mkdir(parents=True)
+    p.write_text(json.dumps(doc))
+
+
 def _calls(cm) -> list[str]:
     return [repr(k) for k in kernels_called(cm)]
 
@@ -351,14 +362,8 @@ def test_forced_and_calibrated_convolution_path(tune_dir, which):
         np.testing.assert_allclose(cm(x)[0], want, rtol=1e-4, atol=1e-4)
     assert ("winograd.conv3x3_winograd" in _calls(cm)) == (which == "winograd")
     assert "conv.winograd" not in tuning._forced
-    key = CONV_WINOGRAD.bucket({"c": 32, "m": 32, "oh": 14, "ow": 14})
-    doc = {"format": tuning.FORMAT, "machine": tuning.machine(), "written": 0, "choices": {
-        "conv.winograd": {"library": tuning.library_hash(CONV_WINOGRAD), "demoted": [],
-                          "buckets": {tuning._bucket_text(key): {
-                              "pick": which, "times": {"winograd": 1, "direct": 1}}}}}}
-    p = tuning.decisions_path()
-    p.parent.mkdir(parents=True)
-    p.write_text(json.dumps(doc))
+    _write_pick(CONV_WINOGRAD, CONV_WINOGRAD.bucket({"c": 32, "m": 32, "oh": 14, "ow": 14}),
+                which)
     cm2 = jitort.compile(m, threads=1)
     np.testing.assert_allclose(cm2(x)[0], want, rtol=1e-4, atol=1e-4)
     assert ("winograd.conv3x3_winograd" in _calls(cm2)) == (which == "winograd")
@@ -528,3 +533,77 @@ def test_conv_algorithm_calibration_measures_every_candidate(tune_dir, monkeypat
     (b,) = got["buckets"].values()
     assert set(b["times"]) == {"im2col", "cvec", "grouped"}
     assert all(0 < t < 1.0 for t in b["times"].values()) and b["pick"] != "cvec"
+
+
+# trees.layout: the complete-tree layout or the node arrays, chosen at lowering
+def test_trees_layout_buckets_and_default_rule():
+    """The default rule is the lowering's before calibration (complete up to
+    COMPLETE_MAX_DEPTH levels and COMPLETE_MAX_STEPS padding); the complete layout never
+    applies past its depth limit or where the ensemble cannot take it."""
+    from jitort.codegen.lowerings.ml import COMPLETE_MAX_DEPTH, COMPLETE_MAX_STEPS
+    from jitort.tuning_choices import TREE_COMPLETE_LIMIT, TREES_LAYOUT as T
+    assert T.bucket({"depth": 3, "steps": 1.0}) == (4, 100)
+    assert T.bucket({"depth": 7, "steps": 1.6}) == (8, 150)
+    assert T.bucket({"depth": 12, "steps": 3.0}) == (10, 250)
+    for key in T.grid():
+        p = T.problem(key)
+        assert T.bucket(p) == key
+        assert T.default(p) == ("complete" if key[0] <= COMPLETE_MAX_DEPTH
+                                and key[1] / 100 <= COMPLETE_MAX_STEPS else "nodes")
+    complete = T.candidate("complete")
+    assert not complete.applies({"depth": TREE_COMPLETE_LIMIT + 1, "steps": 1.0, "complete": True})
+    assert not complete.applies({"depth": 3, "steps": 1.0, "complete": False})
+    assert tuning.choose("trees.layout", depth=3, steps=1.0, complete=True) == "complete"
+    assert tuning.choose("trees.layout", depth=3, steps=3.0, complete=True) == "nodes"
+
+
+@pytest.mark.parametrize("depth,steps", [(3, 1.0), (6, 2.5)])
+def test_synthetic_trees_match_onnxruntime_and_their_bucket(depth, steps):
+    """The ensemble calibration times: its flattened depth and padding fall in the bucket it
+    stands for, and it computes what onnxruntime computes."""
+    from jitort.codegen.tree_tables import flatten_v3
+    from jitort.importer import import_model
+    from jitort.tuning_choices import TREES_LAYOUT as T
+    from jitort.tuning_choices import _synthetic_trees
+    m = _synthetic_trees(depth, steps)
+    (node,) = import_model(m).nodes
+    flat = flatten_v3(node, "target")
+    got_steps = len(flat.roots) * int(flat.depth.max()) / int(flat.depth.sum())
+    assert T.bucket({"depth": int(flat.depth.max()), "steps": got_steps}) == \
+        T.bucket({"depth": depth, "steps": steps})
+    x = np.random.default_rng(2).standard_normal((33, 20)).astype(np.float32)
+    np.testing.assert_allclose(jitort.compile(m, threads=1, tiered=False)(x)[0],
+                               run_onnxruntime(m, {"X": x})[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("which", ["complete", "nodes"])
+def test_forced_and_calibrated_tree_layout(tune_dir, which):
+    """trees.layout forced (as calibration times it) or calibrated: the driver calls the
+    complete-tree walk or the node walk, with the same output."""
+    from jitort.tuning_choices import TREES_LAYOUT as T
+    from jitort.tuning_choices import _synthetic_trees
+    m = _synthetic_trees(4, 1.0)
+    x = np.random.default_rng(3).standard_normal((40, 20)).astype(np.float32)
+    want = run_onnxruntime(m, {"X": x})[0]
+    with tuning.force("trees.layout", which):
+        cm = jitort.compile(m, threads=1, tiered=False)
+        np.testing.assert_allclose(cm(x)[0], want, rtol=1e-5, atol=1e-5)
+    assert ("trees.walk_complete" in _calls(cm)) == (which == "complete")
+    _write_pick(T, T.bucket({"depth": 4, "steps": 1.0}), which)
+    cm2 = jitort.compile(m, threads=1, tiered=False)
+    np.testing.assert_allclose(cm2(x)[0], want, rtol=1e-5, atol=1e-5)
+    assert ("trees.walk_complete" in _calls(cm2)) == (which == "complete")
+
+
+def test_trees_layout_calibration_measures_both(tune_dir, monkeypatch):
+    """Calibrating trees.layout compiles the synthetic ensemble each way and times it; a
+    slowed candidate loses."""
+    import dataclasses
+    from jitort.tuning_choices import TREES_LAYOUT as T
+    monkeypatch.setitem(tuning.CHOICES, "trees.layout",
+                        dataclasses.replace(T, grid=lambda: [(4, 100)]))
+    monkeypatch.setenv("JITORT_TUNE_SLOW", "complete:20")
+    got = tuning.tune(only=["trees.layout"], progress=False)["trees.layout"]
+    (b,) = got["buckets"].values()
+    assert set(b["times"]) == {"complete", "nodes"} and b["pick"] == "nodes"
+    assert all(0 < t < 1.0 for t in b["times"].values())

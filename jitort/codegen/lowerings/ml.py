@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ... import tuning
 from ...ir import Node
 from ..calls import KernelModule
 from ..registry import Unlowerable, lowering
@@ -34,8 +35,8 @@ _POST = {"NONE": 0, "SOFTMAX": 1, "LOGISTIC": 2, "SOFTMAX_ZERO": 3, "PROBIT": 4}
 #: below this many rows the trees walk in lockstep per row (trees-major; the complete-tree
 #: walk: row by row, tree by tree), from it rows-major
 TREES_MAJOR_BELOW = 8
-#: the complete-tree walk (``walk_complete``) takes ensembles no deeper than this (its tables
-#: hold ``2**depth`` positions per tree) ...
+#: the default rule of calibration's ``trees.layout`` (jitort/tuning_choices.py): the
+#: complete-tree walk (``walk_complete``) for ensembles no deeper than this ...
 COMPLETE_MAX_DEPTH = 8
 #: ... whose padded walk (every tree ``depth`` steps) takes at most this many times the steps
 #: of each tree walked to its own depth
@@ -57,15 +58,19 @@ def _flat(em, n: Node, make) -> Flat:
 
 
 def _takes_complete(flat: Flat, agg: int) -> bool:
-    """Whether the ensemble walks in the complete-tree layout: every node BRANCH_LEQ (``leq``
-    1 or 2), leaves of one weight each adding up (SUM / AVERAGE), a tree's leaves on one
-    target (gradient boosting's), trees shallow (``COMPLETE_MAX_DEPTH``) and of similar depth
-    (``COMPLETE_MAX_STEPS``)."""
+    """Whether the ensemble walks in the complete-tree layout. It can where every node is
+    BRANCH_LEQ (``leq`` 1 or 2), leaves of one weight each add up (SUM / AVERAGE), a tree's
+    leaves are on one target (gradient boosting's) and no tree is deeper than the layout's
+    limit; it does where calibration's ``trees.layout`` picks it for the deepest tree and the
+    padding (default rule: ``COMPLETE_MAX_DEPTH``, ``COMPLETE_MAX_STEPS``)."""
+    from ...tuning_choices import TREE_COMPLETE_LIMIT
     if flat.leq == 0 or agg > 1 or not len(flat.roots) or not one_target_trees(flat):
         return False
     d = int(flat.depth.max())
-    return d <= COMPLETE_MAX_DEPTH and len(flat.roots) * d <= COMPLETE_MAX_STEPS * max(
-        int(flat.depth.sum()), 1)
+    if d > TREE_COMPLETE_LIMIT:
+        return False
+    steps = len(flat.roots) * d / max(int(flat.depth.sum()), 1)
+    return tuning.choose("trees.layout", depth=d, steps=steps, complete=True) == "complete"
 
 
 def _takes_packed(flat: Flat, agg: int) -> bool:
