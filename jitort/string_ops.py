@@ -8,7 +8,9 @@ predicted class back to its name. Those ops, where a string tensor is among thei
 outputs, are placed on :data:`~jitort.partition.DYNAMIC` steps (as
 :mod:`jitort.dynamic_ops`'s are) whose flows are numpy array operations and dict lookups made
 once per node: no per-call interpretation, and strict mode accepts them. Everything numeric
-around them compiles as usual.
+around them compiles as usual. The ai.onnx string ops run so too: Equal on strings,
+StringConcat, StringSplit (Python's ``str.split``), RegexFullMatch (Python's ``re`` with ASCII
+classes, as RE2's); the text ops of :mod:`jitort.text_ops` as well.
 
 Classifiers with string labels (:func:`index_labels`, at import) are rewritten to compute the
 class *index* (int64 labels ``0 .. K-1``, compiled with the other numeric ML ops) followed by
@@ -19,8 +21,7 @@ onnxruntime returns them.
 Semantics are onnxruntime's (tests/test_string_ops.py compares every op against it): missing
 keys take the node's default (LabelEncoder / CategoryMapper: ``default_string`` "_Unused",
 ``default_int64`` -1, ``default_float`` -0.0), the first of repeated LabelEncoder keys wins
-(the last of repeated opset-1 ``classes_strings``),
-OneHotEncoder's repeated category takes its last position and, with ``zeros=0``, an unknown
+(the last of repeated opset-1 ``classes_strings``), OneHotEncoder's repeated category takes its last position and, with ``zeros=0``, an unknown
 category is an error.
 """
 from __future__ import annotations
@@ -110,7 +111,8 @@ def claim(graph: Graph, placement: dict) -> tuple[dict, dict]:
             continue
         key = (n.domain, n.op_type)
         make = _FLOWS.get(key)
-        if make is None or not (key in TEXT_OPS or any(map(_is_str, n.inputs + n.outputs))):
+        if make is None or not (key in TEXT_OPS or key in _ANY_TYPE
+                                or any(map(_is_str, n.inputs + n.outputs))):
             continue
         try:
             flow = make(n)
@@ -346,6 +348,78 @@ def _identity(n: Node) -> Callable:
     return lambda args: [np.asarray(args[0])]
 
 
+# --- string comparisons and edits (ai.onnx) --------------------------------------------------
+
+def _obj(a) -> np.ndarray:
+    """A string tensor as an object array of str (unicode arrays converted)."""
+    a = np.asarray(a)
+    return a.astype(object) if a.dtype.kind == "U" else a
+
+
+def _broadcast(n: Node, a, b) -> tuple:
+    try:
+        return np.broadcast_arrays(_obj(a), _obj(b))
+    except ValueError:
+        raise InvalidInput(f"{n.op_type} node {n.label}: shapes {np.shape(a)} and "
+                           f"{np.shape(b)} do not broadcast") from None
+
+
+def _equal(n: Node) -> Callable:
+    if not all(map(_is_str, n.inputs)):
+        raise _Declined("Equal compares two string tensors here")
+
+    def run(args: list) -> list:
+        a, b = _broadcast(n, args[0], args[1])
+        return [np.array([x == y for x, y in zip(a.reshape(-1).tolist(), b.reshape(-1).tolist())],
+                         bool).reshape(a.shape)]
+    return run
+
+
+def _string_concat(n: Node) -> Callable:
+    def run(args: list) -> list:
+        a, b = _broadcast(n, args[0], args[1])
+        return [_str_array([_text(x) + _text(y) for x, y in zip(a.reshape(-1).tolist(),
+                                                                 b.reshape(-1).tolist())],
+                           a.shape)]
+    return run
+
+
+def _string_split(n: Node) -> Callable:
+    """Python's str.split: on ``delimiter``, or on runs of whitespace where it is empty or
+    absent, at most ``maxsplit`` times; Y padded with empty strings to the most pieces, Z the
+    count of each."""
+    delim = _text(n.attrs.get("delimiter", "")) or None
+    maxsplit = n.attrs.get("maxsplit")
+    maxsplit = -1 if maxsplit is None else int(maxsplit)
+
+    def run(args: list) -> list:
+        x = np.asarray(args[0])
+        parts = [s.split(delim, maxsplit) for s in _strings(x)]
+        width = max(map(len, parts), default=0)
+        y = _str_array([p for ps in parts for p in ps + [""] * (width - len(ps))],
+                       x.shape + (width,))
+        return [y, np.array([len(ps) for ps in parts], np.int64).reshape(x.shape)]
+    return run
+
+
+def _regex_full_match(n: Node) -> Callable:
+    """Whether each string matches ``pattern`` whole; ``\\w`` / ``\\d`` / ``\\s`` ASCII-only, as
+    RE2's (onnxruntime's engine)."""
+    import re
+    pattern = _text(n.attrs.get("pattern", ""))
+    try:
+        rx = re.compile(pattern, re.ASCII)
+    except re.error as e:
+        raise InvalidModel(f"RegexFullMatch node {n.label}: pattern {pattern!r} does not "
+                           f"compile: {e}") from None
+
+    def run(args: list) -> list:
+        x = np.asarray(args[0])
+        return [np.array([rx.fullmatch(s) is not None for s in _strings(x)],
+                         bool).reshape(x.shape)]
+    return run
+
+
 #: (domain, op) -> flow factory (``_Declined`` where the node's form is not taken)
 _FLOWS = {
     (_ML, "LabelEncoder"): _label_encoder,
@@ -360,7 +434,14 @@ _FLOWS = {
     ("", "Unsqueeze"): _unsqueeze,
     ("", "Transpose"): _transpose,
     ("", "Identity"): _identity,
+    ("", "Equal"): _equal,
+    ("", "StringConcat"): _string_concat,
+    ("", "StringSplit"): _string_split,
+    ("", "RegexFullMatch"): _regex_full_match,
 }
+#: ops claimed on any element type where they stay interpreted (their flows are plain numpy
+#: data movement): ArrayFeatureExtractor with indices computed at run time
+_ANY_TYPE = frozenset({(_ML, "ArrayFeatureExtractor")})
 
 
 # --- text ops (jitort/text_ops.py) -------------------------------------------------------------

@@ -41,11 +41,13 @@ REASONS = {
             "where a body op is interpreted",
     "Scan": "control flow, bodies compiled as sub-programs (jitort/control_flow.py); the batched "
             "opset-8 form (sequence_lens) is interpreted",
-    "StringConcat": "string tensors: Numba arrays hold no strings",
+    "StringConcat": "not compiled: a string step (jitort/string_ops.py; strict mode accepts it)",
     "StringNormalizer": "not compiled: a string step (jitort/text_ops.py, onnxruntime's case "
                         "mapping; strict mode accepts it)",
-    "StringSplit": "string tensors: Numba arrays hold no strings",
-    "RegexFullMatch": "string tensors: Numba arrays hold no strings",
+    "StringSplit": "not compiled: a string step (jitort/string_ops.py, Python's str.split as "
+                   "onnx.reference; strict mode accepts it)",
+    "RegexFullMatch": "not compiled: a string step (jitort/string_ops.py, Python's re with "
+                      "ASCII classes as RE2's; strict mode accepts it)",
     "ImageDecoder": "decodes image bytes (Pillow): not numeric work",
     # random generators
     "Bernoulli": "random generator: no output to match; the interpreter's numpy draws serve",
