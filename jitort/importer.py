@@ -218,7 +218,7 @@ class GraphBuilder:
                 continue
             v = self._new_value(vi.name)
             kind = vi.type.WhichOneof("value")
-            if v.dtype is None and kind not in ("sequence_type", "optional_type"):
+            if v.dtype is None and kind not in ("sequence_type", "optional_type", "map_type"):
                 raise InvalidModel(f"graph input {vi.name!r} has no tensor type")
             # sequence/optional inputs stay untyped: only the interpreter reads them
             inputs.append(v)

@@ -10,7 +10,8 @@ outputs, are placed on :data:`~jitort.partition.DYNAMIC` steps (as
 once per node: no per-call interpretation, and strict mode accepts them. Everything numeric
 around them compiles as usual. The ai.onnx string ops run so too: Equal on strings,
 StringConcat, StringSplit (Python's ``str.split``), RegexFullMatch (Python's ``re`` with ASCII
-classes, as RE2's); the text ops of :mod:`jitort.text_ops` as well.
+classes, as RE2's); the text ops of :mod:`jitort.text_ops` as well, and DictVectorizer (a
+map input, given as a dict).
 
 Classifiers with string labels (:func:`index_labels`, at import) are rewritten to compute the
 class *index* (int64 labels ``0 .. K-1``, compiled with the other numeric ML ops) followed by
@@ -348,6 +349,28 @@ def _identity(n: Node) -> Callable:
     return lambda args: [np.asarray(args[0])]
 
 
+def _dict_vectorizer(n: Node) -> Callable:
+    """A map input (a dict) as one row ``(1, len(vocabulary))``: each key's value at its
+    vocabulary position, zeros elsewhere, keys outside the vocabulary dropped (onnxruntime's)."""
+    strings = bool(n.attrs.get("string_vocabulary"))
+    vocab = n.attrs.get("string_vocabulary") or n.attrs.get("int64_vocabulary") or []
+    index = {(_text(k) if strings else int(k)): i for i, k in enumerate(vocab)}
+    dt = np.dtype(n.outputs[0].dtype) if n.outputs[0].dtype is not None else np.dtype(np.float32)
+
+    def run(args: list) -> list:
+        m = args[0]
+        if not isinstance(m, dict):
+            raise InvalidInput(f"DictVectorizer node {n.label}: its input is a map (a dict of "
+                               f"{'str' if strings else 'int'} keys), not {type(m).__name__}")
+        out = np.zeros((1, len(vocab)), dt)
+        for k, v in m.items():
+            i = index.get(_text(k) if strings else k)
+            if i is not None:
+                out[0, i] = v
+        return [out]
+    return run
+
+
 # --- string comparisons and edits (ai.onnx) --------------------------------------------------
 
 def _obj(a) -> np.ndarray:
@@ -438,10 +461,12 @@ _FLOWS = {
     ("", "StringConcat"): _string_concat,
     ("", "StringSplit"): _string_split,
     ("", "RegexFullMatch"): _regex_full_match,
+    (_ML, "DictVectorizer"): _dict_vectorizer,
 }
 #: ops claimed on any element type where they stay interpreted (their flows are plain numpy
-#: data movement): ArrayFeatureExtractor with indices computed at run time
-_ANY_TYPE = frozenset({(_ML, "ArrayFeatureExtractor")})
+#: data movement): ArrayFeatureExtractor with indices computed at run time, DictVectorizer (a
+#: map input)
+_ANY_TYPE = frozenset({(_ML, "ArrayFeatureExtractor"), (_ML, "DictVectorizer")})
 
 
 # --- text ops (jitort/text_ops.py) -------------------------------------------------------------

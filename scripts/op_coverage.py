@@ -254,7 +254,8 @@ ML_NOTES = {
                       "compiled segments; strict mode accepts it)",
     "CastMap": "not covered (UnsupportedOp): a map input (not a tensor), no onnx.reference "
                "implementation",
-    "DictVectorizer": "not compiled: a map input (not a tensor); untested",
+    "DictVectorizer": "a step (jitort/string_ops.py): the map input, fed as a dict, to one row "
+                      "over the vocabulary; strict mode accepts it",
 }
 #: The string forms of compiled ai.onnx.ml ops: string steps (jitort/string_ops.py).
 ML_STRINGS = dict.fromkeys(("LinearClassifier", "SVMClassifier", "TreeEnsembleClassifier"),

@@ -323,3 +323,53 @@ def test_array_feature_extractor_with_indices_computed_at_run_time():
     cm, _ = _run_both(m, {"x": x, "i": np.array([3, 0, 3], np.int64)})
     (node,) = cm.graph.nodes
     assert cm.placement[id(node)] == DYNAMIC
+
+
+def _dict_model(key_type, value_type, vocab_attr, vocab):
+    node = helper.make_node("DictVectorizer", ["m"], ["y"], domain="ai.onnx.ml",
+                            **{vocab_attr: vocab})
+    mt = helper.make_map_type_proto(key_type, helper.make_tensor_type_proto(value_type, [1]))
+    g = helper.make_graph([node], "d", [helper.make_value_info("m", mt)],
+                          [helper.make_tensor_value_info("y", value_type, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                            helper.make_opsetid("ai.onnx.ml", 3)])
+    m.ir_version = 9
+    return m
+
+
+@pytest.mark.parametrize("case", [
+    (_S, _F, "string_vocabulary", ["b", "a", "zz"], {"a": 1.5, "zz": -2.0, "unknown": 7.0}),
+    (_I, _F, "int64_vocabulary", [4, 1, 9], {9: 0.25, 1: -1.0, 3: 5.0}),
+])
+def test_dict_vectorizer_map_input(case):
+    """A map graph input, fed as a dict: one row over the vocabulary, unknown keys dropped
+    (onnxruntime's Python binding makes float-valued maps only: the cases compared)."""
+    kt, vt, attr, vocab, feed = case
+    model = _dict_model(kt, vt, attr, vocab)
+    cm, _ = _run_both(model, {"m": feed})
+    (node,) = cm.graph.nodes
+    assert cm.placement[id(node)] == DYNAMIC
+    with pytest.raises(InvalidInput, match="DictVectorizer node .* is a map"):
+        cm.run(None, {"m": np.zeros(3, np.float32)})
+
+
+def test_dict_vectorizer_pipeline_and_session_types():
+    from sklearn.feature_extraction import DictVectorizer
+    from skl2onnx import convert_sklearn
+    from skl2onnx.common.data_types import DictionaryType, FloatTensorType, StringTensorType
+    data = [{"a": 1.0, "b": 2.0}, {"b": 3.0, "c": -1.0}, {"a": 0.5}, {"c": 2.0}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pipe = Pipeline([("dv", DictVectorizer(sparse=False)),
+                         ("lr", LogisticRegression())]).fit(data, [0, 1, 0, 1])
+        model = convert_sklearn(pipe, "dv", [("input", DictionaryType(
+            StringTensorType([1]), FloatTensorType([1])))], options={"zipmap": False})
+    for feed in ({"a": 1.0, "c": 2.0}, {"b": -1.0, "new": 3.0}):
+        _run_both(model, {"input": feed})
+    # an empty dict (onnxruntime refuses it: "Size of dictionary is empty") is a zero row
+    cm = jitort.compile(model, strict=True, tiered=False)
+    for g, w in zip(cm.run(None, {"input": {}}), cm.run(None, {"input": {"new": 1.0}})):
+        np.testing.assert_array_equal(g, w)
+    sess = jitort.InferenceSession(model.SerializeToString())
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert [i.type for i in sess.get_inputs()] == [i.type for i in want.get_inputs()]
