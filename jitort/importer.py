@@ -243,7 +243,8 @@ class GraphBuilder:
         tp = self.types.get(name)
         dtype, shape = _type_info(tp)
         v = Value(name, dtype, shape)
-        if tp is not None and tp.WhichOneof("value") in ("sequence_type", "optional_type"):
+        if tp is not None and tp.WhichOneof("value") in ("sequence_type", "optional_type",
+                                                         "map_type"):
             v.type_proto = tp
         self.values[name] = v
         return v

@@ -352,6 +352,15 @@ def _identity(n: Node) -> Callable:
 def _dict_vectorizer(n: Node) -> Callable:
     """A map input (a dict) as one row ``(1, len(vocabulary))``: each key's value at its
     vocabulary position, zeros elsewhere, keys outside the vocabulary dropped (onnxruntime's)."""
+    tp = n.inputs[0].type_proto if n.inputs[0] is not None else None
+    if tp is not None and tp.HasField("map_type"):
+        from onnx import TensorProto as T
+        kv = (tp.map_type.key_type, tp.map_type.value_type.tensor_type.elem_type)
+        if kv not in {(T.STRING, T.INT64), (T.INT64, T.STRING), (T.INT64, T.FLOAT),
+                      (T.INT64, T.DOUBLE), (T.STRING, T.FLOAT), (T.STRING, T.DOUBLE)}:
+            names = [T.DataType.Name(k).lower() for k in kv]
+            raise InvalidModel(f"DictVectorizer node {n.label}: input type map({names[0]}, "
+                               f"tensor({names[1]})) is not one the op takes")
     strings = bool(n.attrs.get("string_vocabulary"))
     vocab = n.attrs.get("string_vocabulary") or n.attrs.get("int64_vocabulary") or []
     index = {(_text(k) if strings else int(k)): i for i, k in enumerate(vocab)}

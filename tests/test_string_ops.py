@@ -353,6 +353,18 @@ def test_dict_vectorizer_map_input(case):
         cm.run(None, {"m": np.zeros(3, np.float32)})
 
 
+def test_dict_vectorizer_refuses_a_map_type_outside_its_schema():
+    """map(string, bool) is not a DictVectorizer input: onnxruntime refuses the model
+    (InvalidGraph), so does jitort."""
+    model = _dict_model(_S, TensorProto.BOOL, "string_vocabulary", ["a"])
+    with pytest.raises(Exception, match="INVALID_GRAPH|invalid"):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with pytest.raises(jitort.InvalidModel, match=r"map\(string, tensor\(bool\)\)"):
+        jitort.compile(model, tiered=False)
+    with pytest.raises(jitort.session.InvalidGraph):
+        jitort.InferenceSession(model.SerializeToString())
+
+
 def test_dict_vectorizer_pipeline_and_session_types():
     from sklearn.feature_extraction import DictVectorizer
     from skl2onnx import convert_sklearn
