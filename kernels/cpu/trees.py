@@ -315,25 +315,43 @@ def _complete_block(x, r0, r1, cfeat, cthr, cnanv, cleaf, ctarget, dmax, leq, ac
             acc[np.uintp(r0 + r), j] += cleaf[ut, np.uintp(idx[r] - ni)]
 
 
+@njit(cache=True, inline='always', error_model='numpy')
+def _cstep(x, ur, cfeat, cthr, cnanv, u, i):
+    """Tree ``u``'s next position after ``i`` for row ``ur`` in the complete layout; a NaN
+    feature compares as the node's ``cnanv`` (NaN itself where no missing value is tracked,
+    so one branch-free step serves ``leq`` 1 and 2)."""
+    v = x[ur, np.uintp(cfeat[u, i])]
+    w = v if v == v else cnanv[u, i]
+    return np.uintp(2) * i + np.uintp(1) + np.uintp(not w <= cthr[u, i])
+
+
 @njit(cache=True, error_model='numpy')
 def _complete_rows(x, cfeat, cthr, cnanv, cleaf, ctarget, dmax, leq, acc, has):
-    """Row by row, tree by tree, the position in a register: for a handful of rows (the trees'
-    short walks are independent of each other, so they overlap without a row block)."""
+    """Row by row, the position in a register, four trees in lockstep (four independent
+    chains of loads per step for the core to overlap), leaves added in tree order."""
     ni = np.uintp((1 << dmax) - 1)
+    nt = cfeat.shape[0]
+    head = nt - nt % 4
     for r in range(x.shape[0]):
         ur = np.uintp(r)
-        for t in range(cfeat.shape[0]):
+        for t0 in range(0, head, 4):
+            u0, u1 = np.uintp(t0), np.uintp(t0 + 1)
+            u2, u3 = np.uintp(t0 + 2), np.uintp(t0 + 3)
+            i0 = i1 = i2 = i3 = np.uintp(0)
+            for _ in range(dmax):
+                i0 = _cstep(x, ur, cfeat, cthr, cnanv, u0, i0)
+                i1 = _cstep(x, ur, cfeat, cthr, cnanv, u1, i1)
+                i2 = _cstep(x, ur, cfeat, cthr, cnanv, u2, i2)
+                i3 = _cstep(x, ur, cfeat, cthr, cnanv, u3, i3)
+            acc[ur, np.uintp(ctarget[u0])] += cleaf[u0, i0 - ni]
+            acc[ur, np.uintp(ctarget[u1])] += cleaf[u1, i1 - ni]
+            acc[ur, np.uintp(ctarget[u2])] += cleaf[u2, i2 - ni]
+            acc[ur, np.uintp(ctarget[u3])] += cleaf[u3, i3 - ni]
+        for t in range(head, nt):
             ut = np.uintp(t)
             i = np.uintp(0)
-            if leq == 2:
-                for _ in range(dmax):
-                    v = x[ur, np.uintp(cfeat[ut, i])]
-                    w = v if v == v else cnanv[ut, i]
-                    i = np.uintp(2) * i + np.uintp(1) + np.uintp(not w <= cthr[ut, i])
-            else:
-                for _ in range(dmax):
-                    v = x[ur, np.uintp(cfeat[ut, i])]
-                    i = np.uintp(2) * i + np.uintp(1) + np.uintp(not v <= cthr[ut, i])
+            for _ in range(dmax):
+                i = _cstep(x, ur, cfeat, cthr, cnanv, ut, i)
             acc[ur, np.uintp(ctarget[ut])] += cleaf[ut, i - ni]
 
 
