@@ -37,37 +37,20 @@ from .ir import Graph, Node, Value
 from .interpreter.registry import fast
 from .partition import DYNAMIC, INTERP
 from .shapes.core import register_dtypes
+from .strings import STRING
+from .strings import as_text as _text
+from .strings import string_array as _str_array
+from .strings import string_list as _strings
+from .text_ops import TEXT_FLOWS
 
 _ML = "ai.onnx.ml"
-STRING = np.dtype(object)
-
 #: classifier -> the attribute holding its integer labels
 _INT_LABELS = {"TreeEnsembleClassifier": "classlabels_int64s",
                "LinearClassifier": "classlabels_ints", "SVMClassifier": "classlabels_ints"}
 
 
-def _text(v) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 def _is_str(v: Value | None) -> bool:
     return v is not None and v.dtype is not None and np.dtype(v.dtype) == STRING
-
-
-def _strings(a) -> list:
-    """The elements of a string tensor (object or unicode array) as a flat list of str; other
-    objects as their text (a NaN in an object array reads "nan", as onnxruntime's)."""
-    a = np.asarray(a)
-    flat = a.reshape(-1).tolist()
-    if a.dtype.kind == "U":
-        return flat
-    return [s if type(s) is str else _text(s) for s in flat]
-
-
-def _str_array(items: list, shape: tuple) -> np.ndarray:
-    out = np.empty(len(items), object)
-    out[:] = items
-    return out.reshape(shape)
 
 
 # --- classifiers with string labels ------------------------------------------------------------
@@ -487,15 +470,8 @@ TEXT_OPS = frozenset({("", "StringNormalizer"), (_MS, "Tokenizer"), ("", "TfIdfV
                       (_MS, "MurmurHash3")})
 
 
-def _text_flow(key: tuple) -> Callable:
-    def make(n: Node) -> Callable:
-        from .text_ops import TEXT_FLOWS  # it reads this module's helpers
-        return TEXT_FLOWS[key](n)
-    return make
-
-
 for _key in TEXT_OPS:
-    _FLOWS[_key] = _text_flow(_key)
+    _FLOWS[_key] = TEXT_FLOWS[_key]
     fast(_key[1], domain=_key[0])(_FLOWS[_key])
 
 

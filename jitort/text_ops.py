@@ -47,7 +47,10 @@ import numpy as np
 
 from .errors import InvalidInput, InvalidModel
 from .ir import Node
-from .string_ops import STRING, _str_array, _strings, _text
+from .strings import STRING
+from .strings import as_text as _text
+from .strings import string_array as _str_array
+from .strings import string_list as _strings
 
 _MS = "com.microsoft"
 
@@ -235,6 +238,51 @@ def _tokenizer(n: Node) -> Callable:
 
 # --- TfIdfVectorizer ---------------------------------------------------------------------------
 
+def _ngram_trie(grams: list) -> tuple:
+    """The pool's n-grams as a trie over item ids: ``(items, width, keys, child, which)``:
+    ``items`` item -> id, an edge ``node * width + id`` (sorted in ``keys``) leads to
+    ``child``, ``which[node]`` the n-gram ending there (-1 none; a repeated one: its first)."""
+    items = {t: i for i, t in enumerate(dict.fromkeys(t for g in grams for t in g))}
+    width = max(len(items), 1)
+    edges: dict = {}
+    ends = [-1]
+    for p, g in enumerate(grams):
+        node = 0
+        for t in g:
+            key = node * width + items[t]
+            if key not in edges:
+                edges[key] = len(ends)
+                ends.append(-1)
+            node = edges[key]
+        if ends[node] < 0:
+            ends[node] = p
+    keys = np.array(sorted(edges), np.int64)
+    child = np.array([edges[int(key)] for key in keys], np.int64)
+    return items, width, keys, child, np.array(ends, np.int64)
+
+
+def _pool_ids(n: Node, strs: bool, items: dict) -> Callable:
+    """A function from an input array to its items' ids in the pool (-1 outside it)."""
+    int_keys = np.array(sorted(items), np.int64) if not strs and items else None
+    int_ids = np.array([items[v] for v in sorted(items)], np.int64) if int_keys is not None else None
+
+    def ids_of(x: np.ndarray) -> np.ndarray:
+        if strs:
+            if x.dtype != STRING and x.dtype.kind not in "US":
+                raise InvalidInput(f"TfIdfVectorizer node {n.label}: a string pool takes "
+                                   f"strings, not {x.dtype}")
+            return np.array(list(map(items.get, _strings(x), repeat(-1, x.size))), np.int64)
+        if x.dtype.kind not in "iu":
+            raise InvalidInput(f"TfIdfVectorizer node {n.label}: an int64 pool takes int32 or "
+                               f"int64, not {x.dtype}")
+        v = x.reshape(-1).astype(np.int64)
+        if int_keys is None:
+            return np.full(v.size, -1, np.int64)
+        j = np.minimum(np.searchsorted(int_keys, v), int_keys.size - 1)
+        return np.where(int_keys[j] == v, int_ids[j], -1)
+    return ids_of
+
+
 def _tfidf(n: Node) -> Callable:
     from .kernels.cpu import text as k
     mode = _attr_text(n, "mode", "TF")
@@ -263,23 +311,7 @@ def _tfidf(n: Node) -> Callable:
     if weights is not None and weights.size != cols.size:
         raise InvalidModel(f"TfIdfVectorizer node {n.label}: {weights.size} weights for "
                            f"{cols.size} n-grams")
-    items = {t: i for i, t in enumerate(dict.fromkeys(t for g in grams for t in g))}
-    width = max(len(items), 1)
-    edges: dict = {}
-    ends = [-1]
-    for p, g in enumerate(grams):
-        node = 0
-        for t in g:
-            key = node * width + items[t]
-            if key not in edges:
-                edges[key] = len(ends)
-                ends.append(-1)
-            node = edges[key]
-        if ends[node] < 0:
-            ends[node] = p  # a repeated pool n-gram: its first
-    keys = np.array(sorted(edges), np.int64)
-    child = np.array([edges[int(key)] for key in keys], np.int64)
-    which = np.array(ends, np.int64)
+    items, width, keys, child, which = _ngram_trie(grams)
     n_out = int(cols.max()) + 1 if cols.size else 0
     # distinct output columns (skl2onnx's): count straight into the output's columns
     direct = np.unique(cols).size == cols.size
@@ -289,23 +321,7 @@ def _tfidf(n: Node) -> Callable:
             col_w = np.ones(n_out, np.float32)
             col_w[cols] = weights
             weights = col_w
-    int_keys = np.array(sorted(items), np.int64) if not strs and items else None
-    int_ids = np.array([items[v] for v in sorted(items)], np.int64) if int_keys is not None else None
-
-    def ids_of(x: np.ndarray) -> np.ndarray:
-        if strs:
-            if x.dtype != STRING and x.dtype.kind not in "US":
-                raise InvalidInput(f"TfIdfVectorizer node {n.label}: a string pool takes "
-                                   f"strings, not {x.dtype}")
-            return np.array(list(map(items.get, _strings(x), repeat(-1, x.size))), np.int64)
-        if x.dtype.kind not in "iu":
-            raise InvalidInput(f"TfIdfVectorizer node {n.label}: an int64 pool takes int32 or "
-                               f"int64, not {x.dtype}")
-        v = x.reshape(-1).astype(np.int64)
-        if int_keys is None:
-            return np.full(v.size, -1, np.int64)
-        j = np.minimum(np.searchsorted(int_keys, v), int_keys.size - 1)
-        return np.where(int_keys[j] == v, int_ids[j], -1)
+    ids_of = _pool_ids(n, bool(strs), items)
 
     def run(args: list) -> list:
         x = np.asarray(args[0])

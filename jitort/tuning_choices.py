@@ -409,8 +409,6 @@ CONV_ALGORITHM = register(Choice(
 TREE_DEPTHS = (4, 6, 8, 10)
 #: padding classes in percent (bucket keys are ints): up to 125, 200, more
 TREE_STEPS = (100, 150, 250)
-#: the complete layout's tables hold 2**depth positions per tree: never deeper than this
-TREE_COMPLETE_LIMIT = 10
 TREE_COUNT, TREE_FEATURES, TREE_ROWS = 100, 20, 1000
 
 
@@ -437,8 +435,9 @@ def _tree_default(p: dict) -> str:
 
 def _tree_applies(which: str):
     def applies(p: dict) -> bool:
+        from .codegen.lowerings.ml import COMPLETE_LIMIT
         return which == "nodes" or (bool(p.get("complete"))
-                                    and int(p["depth"]) <= TREE_COMPLETE_LIMIT)
+                                    and int(p["depth"]) <= COMPLETE_LIMIT)
     return applies
 
 

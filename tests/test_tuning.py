@@ -540,8 +540,8 @@ def test_trees_layout_buckets_and_default_rule():
     """The default rule is the lowering's before calibration (complete up to
     COMPLETE_MAX_DEPTH levels and COMPLETE_MAX_STEPS padding); the complete layout never
     applies past its depth limit or where the ensemble cannot take it."""
-    from jitort.codegen.lowerings.ml import COMPLETE_MAX_DEPTH, COMPLETE_MAX_STEPS
-    from jitort.tuning_choices import TREE_COMPLETE_LIMIT, TREES_LAYOUT as T
+    from jitort.codegen.lowerings.ml import COMPLETE_LIMIT, COMPLETE_MAX_DEPTH, COMPLETE_MAX_STEPS
+    from jitort.tuning_choices import TREES_LAYOUT as T
     assert T.bucket({"depth": 3, "steps": 1.0}) == (4, 100)
     assert T.bucket({"depth": 7, "steps": 1.6}) == (8, 150)
     assert T.bucket({"depth": 12, "steps": 3.0}) == (10, 250)
@@ -551,7 +551,7 @@ def test_trees_layout_buckets_and_default_rule():
         assert T.default(p) == ("complete" if key[0] <= COMPLETE_MAX_DEPTH
                                 and key[1] / 100 <= COMPLETE_MAX_STEPS else "nodes")
     complete = T.candidate("complete")
-    assert not complete.applies({"depth": TREE_COMPLETE_LIMIT + 1, "steps": 1.0, "complete": True})
+    assert not complete.applies({"depth": COMPLETE_LIMIT + 1, "steps": 1.0, "complete": True})
     assert not complete.applies({"depth": 3, "steps": 1.0, "complete": False})
     assert tuning.choose("trees.layout", depth=3, steps=1.0, complete=True) == "complete"
     assert tuning.choose("trees.layout", depth=3, steps=3.0, complete=True) == "nodes"

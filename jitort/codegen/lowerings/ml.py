@@ -41,6 +41,8 @@ COMPLETE_MAX_DEPTH = 8
 #: ... whose padded walk (every tree ``depth`` steps) takes at most this many times the steps
 #: of each tree walked to its own depth
 COMPLETE_MAX_STEPS = 1.5
+#: the complete layout's tables hold ``2**depth`` positions per tree: never deeper than this
+COMPLETE_LIMIT = 10
 
 
 def _floats(n: Node) -> bool:
@@ -63,11 +65,10 @@ def _takes_complete(flat: Flat, agg: int) -> bool:
     leaves are on one target (gradient boosting's) and no tree is deeper than the layout's
     limit; it does where calibration's ``trees.layout`` picks it for the deepest tree and the
     padding (default rule: ``COMPLETE_MAX_DEPTH``, ``COMPLETE_MAX_STEPS``)."""
-    from ...tuning_choices import TREE_COMPLETE_LIMIT
     if flat.leq == 0 or agg > 1 or not len(flat.roots) or not one_target_trees(flat):
         return False
     d = int(flat.depth.max())
-    if d > TREE_COMPLETE_LIMIT:
+    if d > COMPLETE_LIMIT:
         return False
     steps = len(flat.roots) * d / max(int(flat.depth.sum()), 1)
     return tuning.choose("trees.layout", depth=d, steps=steps, complete=True) == "complete"
