@@ -34,7 +34,7 @@ import numpy as np
 
 from .errors import InvalidInput, InvalidModel
 from .ir import Graph, Node, Value
-from .interpreter.registry import fast
+from .interpreter.registry import Defer, fast, lookup
 from .partition import DYNAMIC, INTERP
 from .shapes.core import register_dtypes
 from .strings import STRING
@@ -224,10 +224,36 @@ def _one_hot_encoder(n: Node) -> Callable:
 
 # --- data movement -----------------------------------------------------------------------------
 
-def _axis(n: Node, axis: int, rank: int) -> int:
-    if not -rank <= axis < max(rank, 1):
-        raise InvalidInput(f"{n.op_type} node {n.label}: axis {axis} out of range for rank {rank}")
-    return axis % max(rank, 1)
+#: ai.onnx data movement on string tensors: the interpreter's numpy fast paths
+#: (jitort/interpreter/numpy_ops.py) run it as it is, every opset form included
+_MOVES = ("Gather", "Reshape", "Concat", "Flatten", "Squeeze", "Unsqueeze", "Transpose",
+          "Identity")
+
+
+def _numpy_move(n: Node) -> Callable:
+    """The interpreter's numpy fast path for data-movement node ``n`` as a flow: unicode
+    arrays fed as object arrays of str (the form string tensors take here), its errors as
+    :class:`InvalidInput` naming the node."""
+    build = lookup(n.domain, n.op_type, n.since_version)
+    if build is None:
+        raise _Declined(f"no numpy {n.op_type} for opset {n.since_version}")
+    run = build(n)
+
+    def flow(args: list) -> list:
+        args = [a.astype(object) if isinstance(a, np.ndarray) and a.dtype.kind == "U" else a
+                for a in args]
+        try:
+            return run(args)
+        except Defer:
+            raise InvalidInput(f"{n.op_type} node {n.label}: inputs of types "
+                               f"{[getattr(a, 'dtype', type(a).__name__) for a in args]} "
+                               "it does not take") from None
+        except IndexError as e:
+            raise InvalidInput(f"{n.op_type} node {n.label}: an index is out of range: {e}") \
+                from None
+        except ValueError as e:
+            raise InvalidInput(f"{n.op_type} node {n.label}: {e}") from None
+    return flow
 
 
 def _indices(n: Node, idx, size: int) -> np.ndarray:
@@ -238,14 +264,6 @@ def _indices(n: Node, idx, size: int) -> np.ndarray:
     return np.where(idx < 0, idx + size, idx)
 
 
-def _gather(n: Node) -> Callable:
-    def run(args: list) -> list:
-        x = np.asarray(args[0])
-        ax = _axis(n, int(n.attrs.get("axis", 0)), x.ndim)
-        return [np.take(x, _indices(n, args[1], x.shape[ax]), axis=ax)]
-    return run
-
-
 def _array_feature_extractor(n: Node) -> Callable:
     def run(args: list) -> list:
         x = np.asarray(args[0])
@@ -253,83 +271,6 @@ def _array_feature_extractor(n: Node) -> Callable:
         y = np.take(x, idx, axis=-1)
         return [y.reshape(1, -1) if x.ndim == 1 else y]  # onnxruntime's: 1-D in, (1, k) out
     return run
-
-
-def _reshape(n: Node) -> Callable:
-    allowzero = int(n.attrs.get("allowzero", 0))
-
-    def run(args: list) -> list:
-        x = np.asarray(args[0])
-        shape = [int(d) for d in np.asarray(args[1]).reshape(-1)]
-        if not allowzero:
-            shape = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
-        try:
-            return [x.reshape(shape)]
-        except ValueError:
-            raise InvalidInput(f"Reshape node {n.label}: cannot reshape {x.shape} to "
-                               f"{tuple(shape)}") from None
-    return run
-
-
-def _concat(n: Node) -> Callable:
-    def run(args: list) -> list:
-        xs = [np.asarray(a) for a in args if a is not None]
-        ax = _axis(n, int(n.attrs["axis"]), xs[0].ndim)
-        try:
-            return [np.concatenate(xs, axis=ax).astype(object) if any(
-                x.dtype == STRING for x in xs) else np.concatenate(xs, axis=ax)]
-        except ValueError as e:
-            raise InvalidInput(f"Concat node {n.label}: {e}") from None
-    return run
-
-
-def _flatten(n: Node) -> Callable:
-    def run(args: list) -> list:
-        x = np.asarray(args[0])
-        ax = int(n.attrs.get("axis", 1))
-        ax = ax + x.ndim if ax < 0 else ax
-        lead = int(np.prod(x.shape[:ax], dtype=np.int64))
-        return [x.reshape(lead, -1) if x.size else x.reshape(lead, int(np.prod(x.shape[ax:])))]
-    return run
-
-
-def _axes(n: Node, args: list):
-    a = args[1] if len(args) > 1 and args[1] is not None else n.attrs.get("axes")
-    return None if a is None else [int(v) for v in np.asarray(a).reshape(-1)]
-
-
-def _squeeze(n: Node) -> Callable:
-    def run(args: list) -> list:
-        x = np.asarray(args[0])
-        axes = _axes(n, args)
-        if axes is None:
-            return [x.reshape([d for d in x.shape if d != 1])]
-        axes = [_axis(n, a, x.ndim) for a in axes]
-        if any(x.shape[a] != 1 for a in axes):
-            raise InvalidInput(f"Squeeze node {n.label}: a squeezed axis of {x.shape} is not 1")
-        return [np.squeeze(x, axis=tuple(axes))]
-    return run
-
-
-def _unsqueeze(n: Node) -> Callable:
-    def run(args: list) -> list:
-        x = np.asarray(args[0])
-        axes = _axes(n, args) or []
-        rank = x.ndim + len(axes)
-        return [np.expand_dims(x, tuple(_axis(n, a, rank) for a in axes))]
-    return run
-
-
-def _transpose(n: Node) -> Callable:
-    def run(args: list) -> list:
-        x = np.asarray(args[0])
-        perm = n.attrs.get("perm")
-        return [np.ascontiguousarray(np.transpose(x, None if perm is None else list(perm)))]
-    return run
-
-
-def _identity(n: Node) -> Callable:
-    return lambda args: [np.asarray(args[0])]
 
 
 def _dict_vectorizer(n: Node) -> Callable:
@@ -379,23 +320,26 @@ def _broadcast(n: Node, a, b) -> tuple:
                            f"{np.shape(b)} do not broadcast") from None
 
 
+def _pairs(n: Node, args: list) -> tuple:
+    """The two inputs broadcast: ``(pairs of their elements in order, the shape)``."""
+    a, b = _broadcast(n, args[0], args[1])
+    return zip(a.reshape(-1).tolist(), b.reshape(-1).tolist()), a.shape
+
+
 def _equal(n: Node) -> Callable:
     if not all(map(_is_str, n.inputs)):
         raise _Declined("Equal compares two string tensors here")
 
     def run(args: list) -> list:
-        a, b = _broadcast(n, args[0], args[1])
-        return [np.array([x == y for x, y in zip(a.reshape(-1).tolist(), b.reshape(-1).tolist())],
-                         bool).reshape(a.shape)]
+        pairs, shape = _pairs(n, args)
+        return [np.array([x == y for x, y in pairs], bool).reshape(shape)]
     return run
 
 
 def _string_concat(n: Node) -> Callable:
     def run(args: list) -> list:
-        a, b = _broadcast(n, args[0], args[1])
-        return [_str_array([_text(x) + _text(y) for x, y in zip(a.reshape(-1).tolist(),
-                                                                 b.reshape(-1).tolist())],
-                           a.shape)]
+        pairs, shape = _pairs(n, args)
+        return [_str_array([_text(x) + _text(y) for x, y in pairs], shape)]
     return run
 
 
@@ -441,14 +385,7 @@ _FLOWS = {
     (_ML, "CategoryMapper"): _category_mapper,
     (_ML, "OneHotEncoder"): _one_hot_encoder,
     (_ML, "ArrayFeatureExtractor"): _array_feature_extractor,
-    ("", "Gather"): _gather,
-    ("", "Reshape"): _reshape,
-    ("", "Concat"): _concat,
-    ("", "Flatten"): _flatten,
-    ("", "Squeeze"): _squeeze,
-    ("", "Unsqueeze"): _unsqueeze,
-    ("", "Transpose"): _transpose,
-    ("", "Identity"): _identity,
+    **{("", op): _numpy_move for op in _MOVES},
     ("", "Equal"): _equal,
     ("", "StringConcat"): _string_concat,
     ("", "StringSplit"): _string_split,
