@@ -326,7 +326,7 @@ def _cstep(x, ur, cfeat, cthr, cnanv, u, i):
 
 
 @njit(cache=True, error_model='numpy')
-def _complete_rows(x, cfeat, cthr, cnanv, cleaf, ctarget, dmax, leq, acc, has):
+def _complete_rows(x, cfeat, cthr, cnanv, cleaf, ctarget, dmax, acc):
     """Row by row, the position in a register, four trees in lockstep (four independent
     chains of loads per step for the core to overlap), leaves added in tree order."""
     ni = np.uintp((1 << dmax) - 1)
@@ -369,7 +369,7 @@ def walk_complete(x, cfeat, cthr, cnanv, cleaf, ctarget, dmax, leq, acc, has, ro
         has[:, ctarget[t]] = 1
     n = x.shape[0]
     if n < rows_below:
-        _complete_rows(x, cfeat, cthr, cnanv, cleaf, ctarget, dmax, leq, acc, has)
+        _complete_rows(x, cfeat, cthr, cnanv, cleaf, ctarget, dmax, acc)
     elif par:
         _complete_par(x, cfeat, cthr, cnanv, cleaf, ctarget, dmax, leq, acc, has)
     else:
