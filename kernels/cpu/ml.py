@@ -9,7 +9,9 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .linear_tile import TW, scores_tiles
 from .mathfn import exp32, expneg32, sigmoid32
+from .ptr import eptr
 from .trees import _probit, transform_row
 
 
@@ -501,24 +503,30 @@ def _linear_block(nt, x, r0, m, p, scr, z, y):
     parameters, ``scr``: scratch) with ``nt`` (== b.shape[0]) classes or targets: a constant
     where it is inlined, so that the loops over the classes unroll and those over the rows
     vectorize."""
-    off, scale, w4, b, post, labels, mode, norm = p
+    off, scale, w, tiles, b, post, labels, mode, norm = p
     sb, st, mx, bi = scr
-    _scores(x, r0, m, off, scale, w4, b, nt, st)
+    if tiles:
+        scores_tiles(x, r0, m, off, scale, w, b, st)
+    else:
+        _scores(x, r0, m, off, scale, w, b, nt, st)
     if mode == 2:
         _binary_rows(st, r0, m, post, labels, z, y)
         return
     if mode == 1 or post == 1 or post == 3:
+        mp, bp, lds = eptr(mx, 0), eptr(bi, 0), st.shape[1]
         for r in range(m):
-            mx[r] = st[0, r]
-            bi[r] = 0
+            mp[r] = st[0, r]
+            bp[r] = 0
         for j in range(1, nt):
+            sp = eptr(st, j * lds)
             for r in range(m):
-                v = st[j, r]
-                bi[r] = j if v > mx[r] else bi[r]  # the first greatest, as onnxruntime's
-                mx[r] = v if v > mx[r] else mx[r]
+                v = sp[r]
+                bp[r] = np.int32(j) if v > mp[r] else bp[r]  # the first greatest, as onnxruntime's
+                mp[r] = v if v > mp[r] else mp[r]
     if mode == 1:
+        yp, bp, lp = eptr(y, r0), eptr(bi, 0), eptr(labels, 0)
         for r in range(m):
-            y[r0 + r] = labels[bi[r]]
+            yp[r] = lp[bp[r]]
     if nt > 1 or post == 4:
         if post == 1 or post == 3:
             _softmax_cols(st, nt, m, post == 3, mx, sb)
@@ -528,16 +536,17 @@ def _linear_block(nt, x, r0, m, p, scr, z, y):
             _probit_cols(st, m)
     if norm >= 0:
         _normalize_cols(st, nt, m, norm, mx)
-    for r in range(m):
+    zp, sp, lds = eptr(z, r0 * nt), eptr(st, 0), st.shape[1]
+    for r in range(m):     # raw pointers: vectorized as interleaved stores
         for j in range(nt):
-            z[r0 + r, j] = st[j, r]
+            zp[r * nt + j] = sp[j * lds + r]
 
 
 @njit(cache=True, error_model='numpy', fastmath=_FM)
-def _block(x, r0, m, off, scale, w4, b, post, labels, mode, norm, sb, st, mx, bi, z, y):
+def _block(x, r0, m, p, sb, st, mx, bi, z, y):
     """:func:`_linear_block` with the class count a constant for 1 to 4 classes."""
-    nt = b.shape[0]
-    p, scr = (off, scale, w4, b, post, labels, mode, norm), (sb, st, mx, bi)
+    nt = p[4].shape[0]
+    scr = (sb, st, mx, bi)
     if nt == 1:
         _linear_block(1, x, r0, m, p, scr, z, y)
     elif nt == 2:
@@ -552,35 +561,49 @@ def _block(x, r0, m, off, scale, w4, b, post, labels, mode, norm, sb, st, mx, bi
 
 @njit(cache=True, error_model='numpy')
 def _scratch(m, nt):
-    return (np.empty(m, np.float32), np.empty((nt, m), np.float32), np.empty(m, np.float32),
-            np.empty(m, np.int64))
+    """Per-block scratch: st (classes x rows) holds whole tiles of TW rows for
+    :func:`scores_tiles`."""
+    return (np.empty(m, np.float32), np.empty((nt, (m + TW - 1) // TW * TW), np.float32),
+            np.empty(m, np.float32), np.empty(m, np.int32))
 
 
 @njit(cache=True, parallel=True, error_model='numpy')
-def _linear_rows_par(x, off, scale, w4, b, post, labels, mode, norm, z, y):
+def _linear_rows_par(x, p, z, y):
     n = x.shape[0]
     for blk in prange((n + BLOCK - 1) // BLOCK):
         r0 = blk * BLOCK
         m = min(BLOCK, n - r0)
-        sb, st, mx, bi = _scratch(m, b.shape[0])
-        _block(x, r0, m, off, scale, w4, b, post, labels, mode, norm, sb, st, mx, bi, z, y)
+        sb, st, mx, bi = _scratch(m, p[4].shape[0])
+        _block(x, r0, m, p, sb, st, mx, bi, z, y)
+
+
+@njit(cache=True, error_model='numpy')
+def _linear_f32(x, p, par, z, y):
+    n = x.shape[0]
+    if par:
+        _linear_rows_par(x, p, z, y)
+        return
+    sb, st, mx, bi = _scratch(min(BLOCK, n), p[4].shape[0])
+    for r0 in range(0, n, BLOCK):
+        _block(x, r0, min(BLOCK, n - r0), p, sb, st, mx, bi, z, y)
 
 
 @njit(cache=True, error_model='numpy')
 def linear_rows_f32(x, off, scale, w4, b, post, labels, mode, norm, par, z, y):
     """float32 LinearClassifier / LinearRegressor over blocks of ``BLOCK`` rows, each in one
     pass: an optional Scaler (``off`` / ``scale`` per feature, empty for none, float32 as
-    onnxruntime's), the scores ``x @ W.T + b`` (float32 sums; ``w4``: W's rows zero-padded to
-    a multiple of 4), then, per ``mode``: 0 a regressor (no labels), 1 labels of the first
+    onnxruntime's), the scores ``x @ W.T + b`` (float32 sums, a row at a time; ``w4``: W's
+    rows zero-padded to a multiple of 4), then, per ``mode``: 0 a regressor (no labels), 1 labels of the first
     greatest score, 2 one score column for two classes (``labels[1]`` where it is > 0, scores
     ``[1 - p, p]``, p the score or its logistic under LOGISTIC, as onnxruntime 1.32); the
     post transform ``post`` (onnxruntime's, float32; one column: PROBIT only), then a
     Normalizer ``norm`` (-1 none, else 0 MAX, 1 L1, 2 L2). ``par``: blocks over the threads."""
-    n = x.shape[0]
-    if par:
-        _linear_rows_par(x, off, scale, w4, b, post, labels, mode, norm, z, y)
-        return
-    sb, st, mx, bi = _scratch(min(BLOCK, n), b.shape[0])
-    for r0 in range(0, n, BLOCK):
-        _block(x, r0, min(BLOCK, n - r0), off, scale, w4, b, post, labels, mode, norm, sb, st,
-               mx, bi, z, y)
+    _linear_f32(x, (off, scale, w4, False, b, post, labels, mode, norm), par, z, y)
+
+
+@njit(cache=True, error_model='numpy')
+def linear_tiles_f32(x, off, scale, wp, b, post, labels, mode, norm, par, z, y):
+    """:func:`linear_rows_f32` with the scores a tile of rows at a time
+    (:func:`scores_tiles`): ``wp`` is W with its columns zero-padded to a multiple of TW, as
+    ``off`` / ``scale`` where not empty."""
+    _linear_f32(x, (off, scale, wp, True, b, post, labels, mode, norm), par, z, y)
