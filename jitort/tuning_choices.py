@@ -53,6 +53,15 @@ Buckets: the deepest tree (up to 4, 6, 8, 10 levels; deeper ones are never compl
 padding (the complete walk's steps over the node walk's, in percent: up to 125, 200, more). Default rule
 (Zen 4, gradient boosting's shallow trees): complete up to ``COMPLETE_MAX_DEPTH`` levels and
 ``COMPLETE_MAX_STEPS`` padding (jitort/codegen/lowerings/ml.py).
+
+``linear.scores``: a float32 LinearClassifier / LinearRegressor (a Scaler before it and a
+Normalizer after folded in) computes its scores a row at a time (``rows``:
+``ml.linear_rows_f32``, each row's dot product with four classes' weights at a time, then
+horizontal sums) or a tile of rows at a time (``tiles``: ``ml.linear_tiles_f32``, one vector
+of rows transposed in registers, ``kernels.cpu.linear_tile``). Timed as ``conv.winograd`` is:
+a LinearClassifier compiled with the choice forced, 4,096 rows. Buckets: features (up to 4, 8,
+16, 32, 64, more) x score columns (1, 2-4, more). Default rule (Zen 4, AVX-512):
+``TILES_MAX_FEATURES`` (jitort/codegen/lowerings/ml.py).
 """
 from __future__ import annotations
 
@@ -471,26 +480,36 @@ def _synthetic_trees(depth: int, steps: float):
                     at[k].append(v)
     node = helper.make_node("TreeEnsembleRegressor", ["X"], ["Y"], domain="ai.onnx.ml",
                             n_targets=1, **at)
+    return _ml_model(node, TREE_FEATURES, 3, (TensorProto.FLOAT,))
+
+
+def _ml_model(node, features: int, ml_opset: int, types: tuple):
+    """A model of the one ai.onnx.ml ``node`` reading float32 X (rows x ``features``); its
+    outputs of the TensorProto element ``types``."""
+    from onnx import TensorProto, helper
     graph = helper.make_graph(
-        [node], "trees", [helper.make_tensor_value_info("X", TensorProto.FLOAT,
-                                                        [None, TREE_FEATURES])],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+        [node], "ml", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [None, features])],
+        [helper.make_tensor_value_info(o, t, None) for o, t in zip(node.output, types)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                    helper.make_opsetid("ai.onnx.ml", 3)])
+                                                    helper.make_opsetid("ai.onnx.ml", ml_opset)])
     model.ir_version = 8
     return model
 
 
+def _forced_run(name: str, which: str, model, rows: int, features: int):
+    """Calibration's timed call of ``model`` compiled (one thread) with choice ``name`` forced
+    to ``which``, on ``rows`` random float32 rows of ``features``."""
+    feeds = {"X": np.random.default_rng(1).standard_normal((rows, features)).astype(np.float32)}
+    with force(name, which):
+        cm = devices.factory("cpu")(model, threads=1, tiered=False)
+        cm.run(None, feeds)       # lowers and compiles here, inside force
+    return lambda: cm.run(None, feeds)
+
+
 def _prepare_trees(which: str):
     def prepare(p: dict):
-        jit_compile = devices.factory("cpu")
         model = _synthetic_trees(int(p["depth"]), float(p["steps"]))
-        feeds = {"X": np.random.default_rng(1).standard_normal(
-            (TREE_ROWS, TREE_FEATURES)).astype(np.float32)}
-        with force("trees.layout", which):
-            cm = jit_compile(model, threads=1, tiered=False)
-            cm.run(None, feeds)       # lowers and compiles here, inside force
-        return lambda: cm.run(None, feeds)
+        return _forced_run("trees.layout", which, model, TREE_ROWS, TREE_FEATURES)
     return prepare
 
 
@@ -503,3 +522,60 @@ TREES_LAYOUT = register(Choice(
     bucket=_tree_bucket, grid=_tree_grid, problem=_tree_problem, default=_tree_default,
     modules=("trees",),
     work=lambda p: float(TREE_ROWS * TREE_COUNT * int(p["depth"]))))
+
+
+# linear.scores: a float32 linear model's scores a row at a time or a tile of rows at a time
+LINEAR_FEATURES = (4, 8, 16, 32, 64, 128)
+LINEAR_CLASSES = (1, 3, 8)
+LINEAR_ROWS = 4096
+
+
+def _linear_bucket(p: dict) -> tuple:
+    f, nt = int(p["features"]), int(p["classes"])
+    return (LINEAR_FEATURES[min(sum(f > x for x in LINEAR_FEATURES), len(LINEAR_FEATURES) - 1)],
+            LINEAR_CLASSES[(nt > 1) + (nt > 4)])
+
+
+def _linear_grid() -> list:
+    return [(f, nt) for f in LINEAR_FEATURES for nt in LINEAR_CLASSES]
+
+
+def _linear_problem(key: tuple) -> dict:
+    return {"features": key[0], "classes": key[1]}
+
+
+def _linear_default(p: dict) -> str:
+    from .codegen.lowerings.ml import TILES_MAX_FEATURES
+    f, nt = int(p["features"]), int(p["classes"])
+    return "tiles" if nt > 4 or f <= TILES_MAX_FEATURES[nt > 1] else "rows"
+
+
+def _synthetic_linear(f: int, nt: int):
+    """A LinearClassifier over ``f`` float32 features: ``nt`` classes (labels and scores),
+    or one score column for two labels where ``nt`` is 1."""
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(0)
+    node = helper.make_node(
+        "LinearClassifier", ["X"], ["label", "scores"], domain="ai.onnx.ml",
+        coefficients=rng.standard_normal(nt * f).tolist(),
+        intercepts=rng.standard_normal(nt).tolist(),
+        classlabels_ints=list(range(max(nt, 2))))
+    return _ml_model(node, f, 1, (TensorProto.INT64, TensorProto.FLOAT))
+
+
+def _prepare_linear(which: str):
+    def prepare(p: dict):
+        f, nt = int(p["features"]), int(p["classes"])
+        return _forced_run("linear.scores", which, _synthetic_linear(f, nt), LINEAR_ROWS, f)
+    return prepare
+
+
+LINEAR_SCORES = register(Choice(
+    name="linear.scores",
+    doc="a float32 LinearClassifier / LinearRegressor's scores: per row, a dot product with "
+        "each class's weights (horizontal sums), or per tile of rows transposed in registers "
+        "(one multiply-add per feature and class for the whole tile)",
+    candidates=tuple(Candidate(w, lambda p: True, _prepare_linear(w)) for w in ("rows", "tiles")),
+    bucket=_linear_bucket, grid=_linear_grid, problem=_linear_problem, default=_linear_default,
+    modules=("ml", "linear_tile"),
+    work=lambda p: 2.0 * LINEAR_ROWS * int(p["features"]) * int(p["classes"])))

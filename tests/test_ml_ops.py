@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import jitort
+from jitort import tuning
 
 sklearn = pytest.importorskip("sklearn")
 skl2onnx = pytest.importorskip("skl2onnx")
@@ -186,7 +187,7 @@ def test_tree_ensemble_v5_member_and_leaves():
 
 
 # --------------------------------------------------------------------------------------------
-# float32 linear models: the row-blocked kernel (jitort.kernels.cpu.ml.linear_rows_f32)
+# float32 linear models: the row-blocked and the tile kernels (jitort.kernels.cpu.ml.linear_rows_f32, linear_tiles_f32)
 # --------------------------------------------------------------------------------------------
 _POSTS = ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT"]
 
@@ -238,51 +239,63 @@ def _kernel_names(model, feeds):
     return called_names(cm)
 
 
+#: calibration's ``linear.scores`` candidates, each forced in turn: a row or a tile at a time
+_SCORES = ["rows", "tiles"]
+
+
+@pytest.mark.parametrize("scores", _SCORES)
 @pytest.mark.parametrize("post,shape", [(p, s) for p in _POSTS for s in _SHAPES
                                         if (p, s) != ("PROBIT", "binary")])  # half written
-def test_linear_classifier_posts_match_onnxruntime(post, shape):
+def test_linear_classifier_posts_match_onnxruntime(post, shape, scores):
     labels, nt = _SHAPES[shape]
     coef, b = _probit_safe(post, [0.3, -0.1, 0.0, 0.2, -0.2, 0.1])
     a = dict(coefficients=coef[:4 * nt], intercepts=b[:nt], classlabels_ints=labels,
              post_transform=post)
     m = _linear_model("LinearClassifier", a, 2 if shape == "binary" else nt)
-    for rows in (1, 10_000):
-        _check(m, _X4[rows])
-    assert _kernel_names(m, _X4[1]) == ["ml.linear_rows_f32"]
+    with tuning.force("linear.scores", scores):
+        for rows in (1, 10_000):
+            _check(m, _X4[rows])
+        assert _kernel_names(m, _X4[1]) == [f"ml.linear_{scores}_f32"]
 
 
+@pytest.mark.parametrize("scores", _SCORES)
 @pytest.mark.parametrize("targets", [1, 3])
 @pytest.mark.parametrize("post", _POSTS)
-def test_linear_regressor_posts_match_onnxruntime(post, targets):
+def test_linear_regressor_posts_match_onnxruntime(post, targets, scores):
     coef, b = _probit_safe(post, [0.2, 0.3, 0.1])
     a = dict(coefficients=coef[:4 * targets], intercepts=b[:targets], targets=targets,
              post_transform=post)
     m = _linear_model("LinearRegressor", a, targets)
-    for rows in (1, 10_000):
-        _check(m, _X4[rows])
-    assert _kernel_names(m, _X4[1]) == ["ml.linear_rows_f32"]
+    with tuning.force("linear.scores", scores):
+        for rows in (1, 10_000):
+            _check(m, _X4[rows])
+        assert _kernel_names(m, _X4[1]) == [f"ml.linear_{scores}_f32"]
 
 
+@pytest.mark.parametrize("scores", _SCORES)
 @pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
-def test_scaler_linear_normalizer_fold_into_one_kernel(norm):
+def test_scaler_linear_normalizer_fold_into_one_kernel(norm, scores):
     # onnxruntime's Scaler takes one offset / scale for all features or one per feature
     for off, scale in (([0.5], [2.0]), ([0.1, -0.2, 0.3, 0.0], [1.5, 0.5, 2.0, 1.0])):
         m = _linear_model("LinearClassifier", dict(coefficients=_COEF[:12], intercepts=[0.1, 0.2, 0.3],
                                                    classlabels_ints=[0, 1, 2], post_transform="SOFTMAX"),
                           3, pre=dict(offset=off, scale=scale), post=norm)
-        for rows in (1, 10_000):
-            _check(m, _X4[rows])
-        assert _kernel_names(m, _X4[1]) == ["ml.linear_rows_f32"]
+        with tuning.force("linear.scores", scores):
+            for rows in (1, 10_000):
+                _check(m, _X4[rows])
+            assert _kernel_names(m, _X4[1]) == [f"ml.linear_{scores}_f32"]
 
 
+@pytest.mark.parametrize("scores", _SCORES)
 @pytest.mark.parametrize("y", ["binary", "multiclass"])
-def test_sklearn_scaled_logreg_is_one_kernel(y):
+def test_sklearn_scaled_logreg_is_one_kernel(y, scores):
     # StandardScaler + LogisticRegression (ZipMap on: its input is the folded Normalizer's)
     x = np.random.default_rng(3).standard_normal((10_000, 6)).astype(np.float32) * 3 + 1
     for zipmap in (False, True):
         m = _convert(Pipeline([("s", StandardScaler()), ("lr", LogisticRegression())]),
                      _Y2 if y == "binary" else _Y3, zipmap=zipmap)
-        if not zipmap:  # the whole graph is one kernel call (a ZipMap is built at the boundary)
-            assert _kernel_names(m, {"X": x[:1]}) == ["ml.linear_rows_f32"]
-        _check(m, {"X": x})
-        _check(m, {"X": x[:1]})
+        with tuning.force("linear.scores", scores):
+            if not zipmap:  # the whole graph is one kernel call (ZipMap: built at the boundary)
+                assert _kernel_names(m, {"X": x[:1]}) == [f"ml.linear_{scores}_f32"]
+            _check(m, {"X": x})
+            _check(m, {"X": x[:1]})

@@ -607,3 +607,58 @@ def test_trees_layout_calibration_measures_both(tune_dir, monkeypatch):
     (b,) = got["buckets"].values()
     assert set(b["times"]) == {"complete", "nodes"} and b["pick"] == "nodes"
     assert all(0 < t < 1.0 for t in b["times"].values())
+
+
+# linear.scores: a float32 linear model's scores a row or a tile of rows at a time
+def test_linear_scores_buckets_and_default_rule():
+    """Buckets: features x score columns, each grid key its own problem's bucket; the default
+    rule is TILES_MAX_FEATURES (tiles up to 16 features with one column, 64 with 2-4
+    classes, always with more)."""
+    from jitort.codegen.lowerings.ml import TILES_MAX_FEATURES
+    from jitort.tuning_choices import LINEAR_SCORES as L
+    assert L.bucket({"features": 20, "classes": 3}) == (32, 3)
+    assert L.bucket({"features": 1000, "classes": 1}) == (128, 1)
+    assert L.bucket({"features": 3, "classes": 30}) == (4, 8)
+    for key in L.grid():
+        p = L.problem(key)
+        assert L.bucket(p) == key
+        f, nt = key
+        assert L.default(p) == ("tiles" if nt > 4 or f <= TILES_MAX_FEATURES[nt > 1]
+                                else "rows")
+    assert tuning.choose("linear.scores", features=20, classes=3) == "tiles"
+    assert tuning.choose("linear.scores", features=200, classes=1) == "rows"
+
+
+@pytest.mark.parametrize("which", ["rows", "tiles"])
+def test_forced_and_calibrated_linear_scores(tune_dir, which):
+    """linear.scores forced (as calibration times it) or calibrated: the driver calls the
+    row or the tile kernel, with onnxruntime's output."""
+    from jitort.tuning_choices import LINEAR_SCORES as L
+    from jitort.tuning_choices import _synthetic_linear
+    m = _synthetic_linear(20, 3)
+    x = np.random.default_rng(3).standard_normal((40, 20)).astype(np.float32)
+    want = run_onnxruntime(m, {"X": x})
+    with tuning.force("linear.scores", which):
+        cm = jitort.compile(m, threads=1, tiered=False)
+        got = cm(x)
+    assert _calls(cm) == [f"ml.linear_{which}_f32"]
+    _write_pick(L, L.bucket({"features": 20, "classes": 3}), which)
+    cm2 = jitort.compile(m, threads=1, tiered=False)
+    for out in (got, cm2(x)):
+        np.testing.assert_array_equal(out[0], want[0])
+        np.testing.assert_allclose(out[1], want[1], rtol=1e-5, atol=1e-5)
+    assert _calls(cm2) == [f"ml.linear_{which}_f32"]
+
+
+def test_linear_scores_calibration_measures_both(tune_dir, monkeypatch):
+    """Calibrating linear.scores compiles the synthetic classifier each way and times it; a
+    slowed candidate loses."""
+    import dataclasses
+    from jitort.tuning_choices import LINEAR_SCORES as L
+    monkeypatch.setitem(tuning.CHOICES, "linear.scores",
+                        dataclasses.replace(L, grid=lambda: [(8, 3)]))
+    monkeypatch.setenv("JITORT_TUNE_SLOW", "tiles:20")
+    got = tuning.tune(only=["linear.scores"], progress=False)["linear.scores"]
+    (b,) = got["buckets"].values()
+    assert set(b["times"]) == {"rows", "tiles"} and b["pick"] == "rows"
+    assert all(0 < t < 1.0 for t in b["times"].values())

@@ -43,6 +43,13 @@ COMPLETE_MAX_DEPTH = 8
 COMPLETE_MAX_STEPS = 1.5
 #: the complete layout's tables hold ``2**depth`` positions per tree: never deeper than this
 COMPLETE_LIMIT = 10
+#: a linear model's weights for the tile kernel (``linear.scores`` "tiles") are padded to a
+#: multiple of this many features: of the kernel's tile width on any host (8 or 16 lanes)
+TILE_PAD = 16
+#: the default rule of calibration's ``linear.scores``: the tile kernel for up to this many
+#: features with one score column, with 2-4 classes (past them: a row at a time), and for
+#: any number of features with more classes
+TILES_MAX_FEATURES = (16, 64)
 
 
 def _floats(n: Node) -> bool:
@@ -314,10 +321,16 @@ def _lower_linear_f32(em, n: Node) -> bool:
          else em.constant(("ml.nolabels", 0), lambda: np.zeros(1, np.int64)))
     c = em.constant
     par = em.split("linear", n, rows * f * nt, 1 << 16, rows)
-    em.call(_ml.linear_rows_f32, em.shaped(x, (rows, f)), c(("ml.off", id(n)), lambda: off),
-            c(("ml.scale", id(n)), lambda: scale),
-            c(("ml.w4", id(n)), lambda: np.concatenate(
-                [w, np.zeros((-nt % 4, f))]).astype(np.float32)),
+    tiles = tuning.choose("linear.scores", features=f, classes=nt) == "tiles"
+    if tiles:   # tiles read whole vectors of features: columns zero-padded
+        pad = -int(f) % TILE_PAD
+        off, scale, w = (np.pad(a, [(0, 0)] * (a.ndim - 1) + [(0, pad if a.size else 0)])
+                         for a in (off, scale, w))
+    else:       # rows: four classes at a time, rows zero-padded
+        w = np.concatenate([w, np.zeros((-nt % 4, f))])
+    em.call(_ml.linear_tiles_f32 if tiles else _ml.linear_rows_f32, em.shaped(x, (rows, f)),
+            c(("ml.off", id(n), tiles), lambda: off), c(("ml.scale", id(n), tiles), lambda: scale),
+            c(("ml.w", id(n), tiles), lambda: w.astype(np.float32)),
             c(("ml.b32", id(n)), lambda: b.astype(np.float32)), em.size(post),
             c(("ml.labels", id(n)), lambda: labels), em.size(mode),
             em.size(-1 if norm is None else _NORMS[_s(norm.attrs.get("norm", "MAX"))]),
