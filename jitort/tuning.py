@@ -88,15 +88,16 @@ class Choice:
 
 
 CHOICES: dict[str, Choice] = {}
-#: the module defining the choices (it registers them on import and builds on this module, so it
-#: is imported by name on first use rather than here)
-_TABLE_MODULE = "jitort.tuning_choices"
+#: the modules defining the choices (they register them on import and build on this module, so
+#: they are imported by name on first use rather than here): deep learning's, classical ML's
+_TABLE_MODULES = ("jitort.tuning_choices", "jitort.tuning_ml")
 
 
 def choices() -> dict[str, Choice]:
-    """The registered choices, by name (the table module imported on first use)."""
-    if _TABLE_MODULE not in sys.modules:
-        importlib.import_module(_TABLE_MODULE)
+    """The registered choices, by name (the table modules imported on first use)."""
+    for name in _TABLE_MODULES:
+        if name not in sys.modules:
+            importlib.import_module(name)
     return CHOICES
 
 

@@ -3,7 +3,8 @@ branch-free BRANCH_LEQ step with missing-value tracking (a NaN feature compares 
 tracked node, NaN elsewhere) against onnxruntime, on both walks (rows- and trees-major), the
 trees-major walk's deepest-first order (``Flat.order``), and the complete-tree walk
 (``walk_complete``, gradient boosting's shallow trees) and the rule that picks it, and the
-trees-major walk over the packed node table (``walk_trees_packed``)."""
+trees-major walk over the packed node table (``walk_trees_packed``). The bitvector walk is
+forced off here (tests/test_tree_bits.py tests it)."""
 import numpy as np
 import pytest
 from onnx import TensorProto
@@ -18,6 +19,15 @@ from tests.test_ml_ops import (_MODELS, _X, _YR, _Y3, _check, _convert, _kernel_
                                _tree_model, _two_trees)
 
 pytest.importorskip("sklearn")
+
+
+@pytest.fixture(autouse=True)
+def tree_walks():
+    """This module tests the walks: the bitvector walk (tests/test_tree_bits.py), which
+    calibration may pick for deep trees, is kept out."""
+    from jitort import tuning
+    with tuning.force("trees.bitvector", "walk"):
+        yield
 
 
 def _flat(model):

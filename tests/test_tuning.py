@@ -541,7 +541,7 @@ def test_trees_layout_buckets_and_default_rule():
     COMPLETE_MAX_DEPTH levels and COMPLETE_MAX_STEPS padding); the complete layout never
     applies past its depth limit or where the ensemble cannot take it."""
     from jitort.codegen.lowerings.ml import COMPLETE_LIMIT, COMPLETE_MAX_DEPTH, COMPLETE_MAX_STEPS
-    from jitort.tuning_choices import TREES_LAYOUT as T
+    from jitort.tuning_ml import TREES_LAYOUT as T
     assert T.bucket({"depth": 3, "steps": 1.0}) == (4, 100)
     assert T.bucket({"depth": 7, "steps": 1.6}) == (8, 150)
     assert T.bucket({"depth": 12, "steps": 3.0}) == (10, 250)
@@ -563,8 +563,8 @@ def test_synthetic_trees_match_onnxruntime_and_their_bucket(depth, steps):
     stands for, and it computes what onnxruntime computes."""
     from jitort.codegen.tree_tables import flatten_v3
     from jitort.importer import import_model
-    from jitort.tuning_choices import TREES_LAYOUT as T
-    from jitort.tuning_choices import _synthetic_trees
+    from jitort.tuning_ml import TREES_LAYOUT as T
+    from jitort.tuning_ml import _synthetic_trees
     m = _synthetic_trees(depth, steps)
     (node,) = import_model(m).nodes
     flat = flatten_v3(node, "target")
@@ -580,33 +580,46 @@ def test_synthetic_trees_match_onnxruntime_and_their_bucket(depth, steps):
 def test_forced_and_calibrated_tree_layout(tune_dir, which):
     """trees.layout forced (as calibration times it) or calibrated: the driver calls the
     complete-tree walk or the node walk, with the same output."""
-    from jitort.tuning_choices import TREES_LAYOUT as T
-    from jitort.tuning_choices import _synthetic_trees
-    m = _synthetic_trees(4, 1.0)
+    from jitort.tuning_ml import TREES_LAYOUT as T
+    from jitort.tuning_ml import _synthetic_trees
+    _forced_then_calibrated(T, which, _synthetic_trees(4, 1.0), {"depth": 4, "steps": 1.0},
+                            "trees.walk_complete", which == "complete")
+
+
+def _forced_then_calibrated(choice, which, model, problem, kernel, called):
+    """A choice the lowering makes, forced to ``which`` then picked by a decision file for
+    ``problem``'s bucket: onnxruntime's output both times, ``kernel`` called iff ``called``."""
     x = np.random.default_rng(3).standard_normal((40, 20)).astype(np.float32)
-    want = run_onnxruntime(m, {"X": x})[0]
-    with tuning.force("trees.layout", which):
-        cm = jitort.compile(m, threads=1, tiered=False)
+    want = run_onnxruntime(model, {"X": x})[0]
+    with tuning.force(choice.name, which):
+        cm = jitort.compile(model, threads=1, tiered=False)
         np.testing.assert_allclose(cm(x)[0], want, rtol=1e-5, atol=1e-5)
-    assert ("trees.walk_complete" in _calls(cm)) == (which == "complete")
-    _write_pick(T, T.bucket({"depth": 4, "steps": 1.0}), which)
-    cm2 = jitort.compile(m, threads=1, tiered=False)
+    assert (kernel in _calls(cm)) == called
+    _write_pick(choice, choice.bucket(problem), which)
+    cm2 = jitort.compile(model, threads=1, tiered=False)
     np.testing.assert_allclose(cm2(x)[0], want, rtol=1e-5, atol=1e-5)
-    assert ("trees.walk_complete" in _calls(cm2)) == (which == "complete")
+    assert (kernel in _calls(cm2)) == called
+
+
+def _calibration_measures_both(monkeypatch, choice, key, slowed):
+    """Calibrating ``choice`` on the one bucket ``key`` with candidate ``slowed`` slowed 20x:
+    both timed, the other picked."""
+    import dataclasses
+    monkeypatch.setitem(tuning.CHOICES, choice.name,
+                        dataclasses.replace(choice, grid=lambda: [key]))
+    monkeypatch.setenv("JITORT_TUNE_SLOW", f"{slowed}:20")
+    got = tuning.tune(only=[choice.name], progress=False)[choice.name]
+    (b,) = got["buckets"].values()
+    names = {c.name for c in choice.candidates}
+    assert set(b["times"]) == names and b["pick"] == (names - {slowed}).pop()
+    assert all(0 < t < 1.0 for t in b["times"].values())
 
 
 def test_trees_layout_calibration_measures_both(tune_dir, monkeypatch):
     """Calibrating trees.layout compiles the synthetic ensemble each way and times it; a
     slowed candidate loses."""
-    import dataclasses
-    from jitort.tuning_choices import TREES_LAYOUT as T
-    monkeypatch.setitem(tuning.CHOICES, "trees.layout",
-                        dataclasses.replace(T, grid=lambda: [(4, 100)]))
-    monkeypatch.setenv("JITORT_TUNE_SLOW", "complete:20")
-    got = tuning.tune(only=["trees.layout"], progress=False)["trees.layout"]
-    (b,) = got["buckets"].values()
-    assert set(b["times"]) == {"complete", "nodes"} and b["pick"] == "nodes"
-    assert all(0 < t < 1.0 for t in b["times"].values())
+    from jitort.tuning_ml import TREES_LAYOUT as T
+    _calibration_measures_both(monkeypatch, T, (4, 100), "complete")
 
 
 # linear.scores: a float32 linear model's scores a row or a tile of rows at a time
@@ -615,7 +628,7 @@ def test_linear_scores_buckets_and_default_rule():
     rule is TILES_MAX_FEATURES (tiles up to 16 features with one column, 64 with 2-4
     classes, always with more)."""
     from jitort.codegen.lowerings.ml import TILES_MAX_FEATURES
-    from jitort.tuning_choices import LINEAR_SCORES as L
+    from jitort.tuning_ml import LINEAR_SCORES as L
     assert L.bucket({"features": 20, "classes": 3}) == (32, 3)
     assert L.bucket({"features": 1000, "classes": 1}) == (128, 1)
     assert L.bucket({"features": 3, "classes": 30}) == (4, 8)
@@ -633,8 +646,8 @@ def test_linear_scores_buckets_and_default_rule():
 def test_forced_and_calibrated_linear_scores(tune_dir, which):
     """linear.scores forced (as calibration times it) or calibrated: the driver calls the
     row or the tile kernel, with onnxruntime's output."""
-    from jitort.tuning_choices import LINEAR_SCORES as L
-    from jitort.tuning_choices import _synthetic_linear
+    from jitort.tuning_ml import LINEAR_SCORES as L
+    from jitort.tuning_ml import _synthetic_linear
     m = _synthetic_linear(20, 3)
     x = np.random.default_rng(3).standard_normal((40, 20)).astype(np.float32)
     want = run_onnxruntime(m, {"X": x})
@@ -653,12 +666,62 @@ def test_forced_and_calibrated_linear_scores(tune_dir, which):
 def test_linear_scores_calibration_measures_both(tune_dir, monkeypatch):
     """Calibrating linear.scores compiles the synthetic classifier each way and times it; a
     slowed candidate loses."""
-    import dataclasses
-    from jitort.tuning_choices import LINEAR_SCORES as L
-    monkeypatch.setitem(tuning.CHOICES, "linear.scores",
-                        dataclasses.replace(L, grid=lambda: [(8, 3)]))
-    monkeypatch.setenv("JITORT_TUNE_SLOW", "tiles:20")
-    got = tuning.tune(only=["linear.scores"], progress=False)["linear.scores"]
-    (b,) = got["buckets"].values()
-    assert set(b["times"]) == {"rows", "tiles"} and b["pick"] == "rows"
-    assert all(0 < t < 1.0 for t in b["times"].values())
+    from jitort.tuning_ml import LINEAR_SCORES as L
+    _calibration_measures_both(monkeypatch, L, (8, 3), "tiles")
+
+
+# trees.bitvector: the bitvector walk or the walk trees.layout picks
+def test_trees_bitvector_buckets_and_default_rule():
+    """Buckets: interior nodes over depth (percent classes) x depth class, each grid key its
+    own problem's bucket (trees of at most 64 leaves: infeasible keys left out); the default
+    rule is BITVECTOR_MIN_DEPTH / BITVECTOR_MAX_RATIO."""
+    from jitort.codegen.lowerings.ml import BITVECTOR_MAX_RATIO, BITVECTOR_MIN_DEPTH
+    from jitort.tuning_ml import TREES_BITVECTOR as B
+    assert B.bucket({"nodes": 28.2, "depth": 10.7}) == (250, 11)    # HistGB's 31 leaves
+    assert B.bucket({"nodes": 7, "depth": 3}) == (250, 3)           # depth-3 boosting
+    assert B.bucket({"nodes": 63, "depth": 6}) == (600, 6)          # complete, 64 leaves
+    grid = B.grid()
+    assert (600, 3) not in grid and len(grid) == 18
+    for key in grid:
+        p = B.problem(key)
+        assert B.bucket(p) == key and p["nodes"] <= 63
+        r, d = p["nodes"] / p["depth"], p["depth"]
+        assert B.default(p) == ("bitvector" if d >= BITVECTOR_MIN_DEPTH
+                                and r <= BITVECTOR_MAX_RATIO else "walk")
+    assert tuning.choose("trees.bitvector", nodes=28.2, depth=10.7) == "bitvector"
+    assert tuning.choose("trees.bitvector", nodes=7, depth=3) == "walk"
+
+
+def test_synthetic_bitvector_trees_have_their_shape():
+    """The ensemble calibration times: every tree of the asked leaves and depth, so the
+    ensemble falls in the bucket it stands for; it computes what onnxruntime computes."""
+    from jitort.codegen.tree_tables import flatten_v3, tree_leaves
+    from jitort.importer import import_model
+    from jitort.tuning_ml import TREES_BITVECTOR as B
+    from jitort.tuning_ml import _synthetic_bits
+    m = _synthetic_bits(19, 6)
+    (node,) = import_model(m).nodes
+    flat = flatten_v3(node, "target")
+    assert set(tree_leaves(flat)) == {19} and set(flat.depth) == {6} and flat.leq == 2
+    assert B.bucket({"nodes": 18, "depth": 6}) == (300, 6)
+    x = np.random.default_rng(2).standard_normal((33, 20)).astype(np.float32)
+    x[::4, 0] = np.nan
+    np.testing.assert_allclose(jitort.compile(m, threads=1, tiered=False)(x)[0],
+                               run_onnxruntime(m, {"X": x})[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("which", ["bitvector", "walk"])
+def test_forced_and_calibrated_trees_bitvector(tune_dir, which):
+    """trees.bitvector forced (as calibration times it) or calibrated: the driver calls the
+    bitvector walk or a tree walk, with the same output."""
+    from jitort.tuning_ml import TREES_BITVECTOR as B
+    from jitort.tuning_ml import _synthetic_bits
+    _forced_then_calibrated(B, which, _synthetic_bits(19, 6), {"nodes": 18, "depth": 6},
+                            "tree_bits.walk_bits", which == "bitvector")
+
+
+def test_trees_bitvector_calibration_measures_both(tune_dir, monkeypatch):
+    """Calibrating trees.bitvector compiles the synthetic ensemble each way and times it; a
+    slowed candidate loses."""
+    from jitort.tuning_ml import TREES_BITVECTOR as B
+    _calibration_measures_both(monkeypatch, B, (150, 6), "bitvector")

@@ -126,6 +126,96 @@ def packed_nodes(flat: Flat, dtype) -> np.ndarray:
     return p.reshape(-1)
 
 
+#: the bitvector walk's leaf sets are one uint64 per tree
+BITVECTOR_LEAVES = 64
+
+
+def fits_bitvectors(flat: Flat) -> bool:
+    """Whether the bitvector walk (:class:`Bitvectors`) can evaluate the ensemble: every node
+    BRANCH_LEQ (``leq`` 1 or 2), leaves of one weight, at most BITVECTOR_LEAVES leaves a
+    tree."""
+    if flat.leq == 0 or not len(flat.roots) or not one_weight_leaves(flat):
+        return False
+    return int(tree_leaves(flat).max()) <= BITVECTOR_LEAVES
+
+
+def tree_leaves(flat: Flat) -> np.ndarray:
+    """The number of leaves of each tree."""
+    nn = len(flat.tch)
+    leaf = flat.tch == np.arange(nn)
+    counts = np.zeros(len(flat.roots), np.int64)
+    cur = flat.roots.astype(np.int64)
+    tree = np.arange(len(cur))
+    while len(cur):            # level by level, a leaf counted where it is reached
+        at = leaf[cur]
+        np.add.at(counts, tree[at], 1)
+        cur, tree = cur[~at], tree[~at]
+        cur, tree = np.concatenate([flat.tch[cur], flat.fch[cur]]), np.concatenate([tree, tree])
+    return counts
+
+
+class Bitvectors:
+    """The tables of the bitvector walk (``kernels.cpu.tree_bits``, after Lucchese et al.'s
+    QuickScorer) of a :class:`Flat` ensemble that :func:`fits_bitvectors`. A tree's leaves are
+    numbered left (true) to right; a row's exit leaf is the first leaf of its tree's set once
+    every node whose test is false for the row has removed the leaves of its true subtree
+    (``mask``: all bits but those). A BRANCH_LEQ test is false where the threshold < the
+    value, so with each feature's nodes sorted by threshold a row visits a prefix of them;
+    a NaN value (false for BRANCH_LEQ unless missing values are tracked, then true) visits
+    the feature's list of nodes a NaN sends false (``nan*``); a NaN threshold (always false)
+    is folded into the tree's starting set ``lv0``. Leaf ``k`` of tree ``t`` scores target
+    ``leaft[t, k]`` with weight ``leafw[t, k]``. Thresholds sorted as ``dtype`` values, the
+    kernels' comparison type."""
+
+    def __init__(self, flat: Flat, dtype, features: int):
+        dt = np.dtype(dtype)
+        nt = len(flat.roots)
+        full = np.uint64(0xFFFFFFFFFFFFFFFF)
+        self.lv0 = np.full(nt, full, np.uint64)
+        self.leafw = np.zeros((nt, BITVECTOR_LEAVES), dt)
+        self.leaft = np.zeros((nt, BITVECTOR_LEAVES), np.int32)
+        rows = []                  # (feature, threshold, tree, mask, a NaN goes false)
+        thr = flat.thr.astype(dt)
+        for t, root in enumerate(flat.roots):
+            for nd, lo, mid in self._inner(flat, t, int(root)):
+                m = full ^ np.uint64(((1 << (mid - lo)) - 1) << lo)
+                if np.isnan(thr[nd]):
+                    self.lv0[t] &= m
+                else:
+                    rows.append((int(flat.feat[nd]), thr[nd], t, m, flat.miss[nd] == 0))
+        rows.sort(key=lambda e: (e[0], e[1]))
+        self.nthr = np.array([e[1] for e in rows], dt)
+        self.ntree = np.array([e[2] for e in rows], np.int32)
+        self.nmask = np.array([e[3] for e in rows], np.uint64)
+        self.fstart = np.searchsorted(np.array([e[0] for e in rows], np.int64),
+                                      np.arange(features + 1)).astype(np.int32)
+        nan = [e for e in rows if e[4] or flat.leq == 1]
+        self.nantree = np.array([e[2] for e in nan], np.int32)
+        self.nanmask = np.array([e[3] for e in nan], np.uint64)
+        self.nanstart = np.searchsorted(np.array([e[0] for e in nan], np.int64),
+                                        np.arange(features + 1)).astype(np.int32)
+
+    def _inner(self, flat: Flat, t: int, root: int) -> list:
+        """Tree t's interior nodes with the range [lo, mid) of their true subtree's leaves
+        (numbered in order); its leaves' weights and targets go into the leaf tables."""
+        out, nleaf = [], 0
+        stack = [(root, False)]        # (node, its true subtree's leaves are numbered)
+        starts = {}
+        while stack:
+            i, done = stack.pop()
+            if flat.tch[i] == i:
+                k = flat.lstart[i]
+                self.leafw[t, nleaf], self.leaft[t, nleaf] = flat.lweight[k], flat.ltarget[k]
+                nleaf += 1
+            elif not done:
+                starts[i] = nleaf
+                stack += [(i, True), (int(flat.tch[i]), False)]
+            else:
+                out.append((i, starts[i], nleaf))
+                stack.append((int(flat.fch[i]), False))
+        return out
+
+
 def one_weight_leaves(flat: Flat) -> bool:
     """Whether every leaf (a node that is its own true child) holds exactly one weight."""
     leaves = flat.tch == np.arange(len(flat.tch))

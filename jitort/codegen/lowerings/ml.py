@@ -18,14 +18,16 @@ from ... import tuning
 from ...ir import Node
 from ..calls import KernelModule
 from ..registry import Unlowerable, lowering
-from ..tree_tables import (Complete, Flat, _attr_values, _s, flatten_v3, flatten_v5,
-                           one_target_trees, one_weight_leaves, packed_nodes)
+from ..tree_tables import (Bitvectors, Complete, Flat, _attr_values, _s, fits_bitvectors,
+                           flatten_v3, flatten_v5, one_target_trees, one_weight_leaves,
+                           packed_nodes, tree_leaves)
 from .common import _F
 
 if TYPE_CHECKING:
     from ..emitter import Emitter
 
 _trees = KernelModule("trees")
+_bits = KernelModule("tree_bits")
 _ml = KernelModule("ml")
 _ML = "ai.onnx.ml"
 
@@ -43,6 +45,11 @@ COMPLETE_MAX_DEPTH = 8
 COMPLETE_MAX_STEPS = 1.5
 #: the complete layout's tables hold ``2**depth`` positions per tree: never deeper than this
 COMPLETE_LIMIT = 10
+#: the default rule of calibration's ``trees.bitvector``: the bitvector walk where the trees
+#: are at least this deep and their interior nodes over their depth (means over the trees)
+#: at most the ratio: deep, lean trees -- LightGBM's, HistGradientBoosting's, XGBoost's --
+#: whose walks pay for levels the bitvectors skip
+BITVECTOR_MIN_DEPTH, BITVECTOR_MAX_RATIO = 4.0, 3.0
 #: a linear model's weights for the tile kernel (``linear.scores`` "tiles") are padded to a
 #: multiple of this many features: of the kernel's tile width on any host (8 or 16 lanes)
 TILE_PAD = 16
@@ -81,6 +88,29 @@ def _takes_complete(flat: Flat, agg: int) -> bool:
     return tuning.choose("trees.layout", depth=d, steps=steps, complete=True) == "complete"
 
 
+def _takes_bitvectors(flat: Flat, agg: int) -> bool:
+    """Whether the ensemble takes the bitvector walk (``tree_bits.walk_bits``): it can where
+    leaves add up (SUM / AVERAGE) and :func:`fits_bitvectors`; it does where calibration's
+    ``trees.bitvector`` picks it for the trees' interior nodes over their depth and their
+    depth (default rule: ``BITVECTOR_MIN_DEPTH``, ``BITVECTOR_MAX_RATIO``)."""
+    if agg > 1 or not fits_bitvectors(flat):
+        return False
+    nodes = float(np.mean(tree_leaves(flat))) - 1.0
+    return tuning.choose("trees.bitvector", nodes=nodes,
+                         depth=float(flat.depth.mean())) == "bitvector"
+
+
+def _walk_bits(em, n: Node, flat: Flat, x, rows, feats, acc, has, par) -> None:
+    key = ("ml.bits", id(n))
+    if key not in em.memo:
+        em.memo[key] = Bitvectors(flat, x.dtype, int(feats))
+    bv = em.memo[key]
+    em.call(_bits.walk_bits, em.shaped(x, (rows, feats)),
+            *(em.constant(key + (a,), lambda a=a: getattr(bv, a)) for a in (
+                "fstart", "nthr", "ntree", "nmask", "nanstart", "nantree", "nanmask", "lv0",
+                "leafw", "leaft")), acc, has, em.size(int(par)))
+
+
 def _takes_packed(flat: Flat, agg: int) -> bool:
     """Whether the trees-major walk (below ``TREES_MAJOR_BELOW`` rows) takes the packed node
     table (``walk_trees_packed``): every node BRANCH_LEQ, leaves of one weight adding up."""
@@ -105,6 +135,9 @@ def _walk(em: Emitter, n: Node, flat: Flat, agg: int, ntargets: int):
     acc = em.temp(rows * ntargets, dt).reshape(em.sizes((rows, ntargets)))
     has = em.temp(rows * ntargets, np.uint8).reshape(em.sizes((rows, ntargets)))
     par = em.split("trees", n, rows * len(flat.roots), 1 << 14, rows)
+    if _takes_bitvectors(flat, agg):
+        _walk_bits(em, n, flat, x, rows, feats, acc, has, par)
+        return acc, has, rows
     if _takes_complete(flat, agg):
         key = ("ml.complete", id(n))
         if key not in em.memo:
