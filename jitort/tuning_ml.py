@@ -12,7 +12,7 @@ is: a 100-tree regressor over 20 features compiled with the choice forced, 1,000
 Buckets: the deepest tree (up to 4, 6, 8, 10 levels; deeper ones are never complete) x the
 padding (the complete walk's steps over the node walk's, in percent: up to 125, 200, more). Default rule
 (Zen 4, gradient boosting's shallow trees): complete up to ``COMPLETE_MAX_DEPTH`` levels and
-``COMPLETE_MAX_STEPS`` padding (jitort/codegen/lowerings/ml.py).
+``COMPLETE_MAX_STEPS`` padding (jitort/codegen/lowerings/trees.py).
 
 ``trees.bitvector``: an ensemble whose splits are all BRANCH_LEQ, leaves of one weight adding
 up and at most 64 leaves a tree walks either the bitvector walk (``bitvector``:
@@ -21,7 +21,7 @@ Timed as ``trees.layout`` is, on random trees of a given shape (BITS_TREES of th
 values tracked, few important features). Buckets: the trees' interior nodes over their depth
 (means over the trees; the bitvector walk's work per row and tree over the walk's), percent
 classes, x depth (up to 4, 8, more). Default rule (Zen 4): ``BITVECTOR_MIN_DEPTH`` /
-``BITVECTOR_MAX_RATIO`` (jitort/codegen/lowerings/ml.py).
+``BITVECTOR_MAX_RATIO`` (jitort/codegen/lowerings/trees.py).
 
 ``linear.scores``: a float32 LinearClassifier / LinearRegressor (a Scaler before it and a
 Normalizer after folded in) computes its scores a row at a time (``rows``:
@@ -64,14 +64,14 @@ def _tree_problem(key: tuple) -> dict:
 
 
 def _tree_default(p: dict) -> str:
-    from .codegen.lowerings.ml import COMPLETE_MAX_DEPTH, COMPLETE_MAX_STEPS
+    from .codegen.lowerings.trees import COMPLETE_MAX_DEPTH, COMPLETE_MAX_STEPS
     return ("complete" if p.get("complete") and int(p["depth"]) <= COMPLETE_MAX_DEPTH
             and float(p["steps"]) <= COMPLETE_MAX_STEPS else "nodes")
 
 
 def _tree_applies(which: str):
     def applies(p: dict) -> bool:
-        from .codegen.lowerings.ml import COMPLETE_LIMIT
+        from .codegen.lowerings.trees import COMPLETE_LIMIT
         return which == "nodes" or (bool(p.get("complete"))
                                     and int(p["depth"]) <= COMPLETE_LIMIT)
     return applies
@@ -259,7 +259,7 @@ def _bits_problem(key: tuple) -> dict:
 
 
 def _bits_default(p: dict) -> str:
-    from .codegen.lowerings.ml import BITVECTOR_MAX_RATIO, BITVECTOR_MIN_DEPTH
+    from .codegen.lowerings.trees import BITVECTOR_MAX_RATIO, BITVECTOR_MIN_DEPTH
     d = float(p["depth"])
     return ("bitvector" if d >= BITVECTOR_MIN_DEPTH and float(p["nodes"]) / d
             <= BITVECTOR_MAX_RATIO else "walk")

@@ -40,8 +40,6 @@ OTHER_KERNELS = {
     "gather_scatter": {"data"},
     # no kernels of its own: MatMul, Gemm and MatMulBias are gemm calls
     "matmul": {"gemm"},
-    # the tree ensembles' walk and aggregation are a module of their own
-    "ml": {"trees"},
     # QuantizeLinear / DequantizeLinear to and from float8 / float4 / int4 / int2 convert
     # through the low-precision types' shared conversions (kernels/cpu/lowprec.py, which the
     # fused loops' Cast uses too)
@@ -51,6 +49,8 @@ OTHER_KERNELS = {
     "norm": {"data", "softmax"},
     # a resize that changes no axis is data's copy
     "resize": {"data"},
+    # the bitvector walk of tree ensembles (QuickScorer's tables) is a module of its own
+    "trees": {"tree_bits"},
 }
 #: Lowering families with no kernel module of their own name (see OTHER_KERNELS).
 NO_OWN_KERNELS = {"einsum", "matmul"}

@@ -11,7 +11,7 @@ from onnx import TensorProto
 
 import jitort
 
-from jitort.codegen.lowerings.ml import TREES_MAJOR_BELOW, _takes_complete, _takes_packed
+from jitort.codegen.lowerings.trees import TREES_MAJOR_BELOW, _takes_complete, _takes_packed
 from jitort.codegen.tree_tables import Complete, flatten_v3, packed_nodes
 from jitort.importer import import_model
 from jitort.kernels.cpu.trees import _one_weight_sum
@@ -61,7 +61,7 @@ def test_sklearn_ensembles_take_the_leq_step(name, leq):
 @pytest.fixture
 def node_walks(monkeypatch):
     """Shallow ensembles walk the node arrays (``walk``), not the complete layout."""
-    import jitort.codegen.lowerings.ml as ml
+    import jitort.codegen.lowerings.trees as ml
     monkeypatch.setattr(ml, "COMPLETE_MAX_DEPTH", -1)
 
 
@@ -95,7 +95,7 @@ def test_trees_major_walk_stops_each_tree_at_its_depth(node_walks):
 def test_leq_step_with_missing_values_matches_onnxruntime(values, miss, modes, leq, walk,
                                                           monkeypatch):
     if walk == "nodes":
-        import jitort.codegen.lowerings.ml as ml
+        import jitort.codegen.lowerings.trees as ml
         monkeypatch.setattr(ml, "COMPLETE_MAX_DEPTH", -1)
     model = _regressor(values, miss, modes)
     assert _flat(model).leq == leq
@@ -190,7 +190,7 @@ def test_complete_walk_rule(name, agg, complete):
 def test_complete_walk_rule_steps(monkeypatch):
     # histgb_classifier3's trees are 3 to 8 deep: padded to 8 they take more steps than
     # walked to their own depths, within COMPLETE_MAX_STEPS but not within 1
-    import jitort.codegen.lowerings.ml as ml
+    import jitort.codegen.lowerings.trees as ml
     flat = _flat(_MODELS["histgb_classifier3"]())
     steps = len(flat.roots) * flat.depth.max() / flat.depth.sum()
     assert 1 < steps <= ml.COMPLETE_MAX_STEPS and _takes_complete(flat, 0)

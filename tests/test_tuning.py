@@ -540,7 +540,7 @@ def test_trees_layout_buckets_and_default_rule():
     """The default rule is the lowering's before calibration (complete up to
     COMPLETE_MAX_DEPTH levels and COMPLETE_MAX_STEPS padding); the complete layout never
     applies past its depth limit or where the ensemble cannot take it."""
-    from jitort.codegen.lowerings.ml import COMPLETE_LIMIT, COMPLETE_MAX_DEPTH, COMPLETE_MAX_STEPS
+    from jitort.codegen.lowerings.trees import COMPLETE_LIMIT, COMPLETE_MAX_DEPTH, COMPLETE_MAX_STEPS
     from jitort.tuning_ml import TREES_LAYOUT as T
     assert T.bucket({"depth": 3, "steps": 1.0}) == (4, 100)
     assert T.bucket({"depth": 7, "steps": 1.6}) == (8, 150)
@@ -675,7 +675,7 @@ def test_trees_bitvector_buckets_and_default_rule():
     """Buckets: interior nodes over depth (percent classes) x depth class, each grid key its
     own problem's bucket (trees of at most 64 leaves: infeasible keys left out); the default
     rule is BITVECTOR_MIN_DEPTH / BITVECTOR_MAX_RATIO."""
-    from jitort.codegen.lowerings.ml import BITVECTOR_MAX_RATIO, BITVECTOR_MIN_DEPTH
+    from jitort.codegen.lowerings.trees import BITVECTOR_MAX_RATIO, BITVECTOR_MIN_DEPTH
     from jitort.tuning_ml import TREES_BITVECTOR as B
     assert B.bucket({"nodes": 28.2, "depth": 10.7}) == (250, 11)    # HistGB's 31 leaves
     assert B.bucket({"nodes": 7, "depth": 3}) == (250, 3)           # depth-3 boosting

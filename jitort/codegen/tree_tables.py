@@ -1,7 +1,7 @@
 """Tree ensembles of the ai.onnx.ml domain flattened into the node arrays the kernels walk
 (``jitort.kernels.cpu.trees``): TreeEnsembleClassifier / Regressor (ai.onnx.ml 1-3, per-node
 attribute lists, :func:`flatten_v3`) and TreeEnsemble (5, :func:`flatten_v5`). Plain Python and
-numpy, run once per segment at compile time by the ml lowerings (jitort/codegen/lowerings/ml.py).
+numpy, run once per segment at compile time by the tree lowerings (jitort/codegen/lowerings/trees.py).
 """
 from __future__ import annotations
 

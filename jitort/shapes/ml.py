@@ -1,4 +1,5 @@
-"""Shape functions: the ai.onnx.ml domain (scikit-learn converters' ops)."""
+"""Shape functions: the ai.onnx.ml domain (scikit-learn converters' ops) but its tree
+ensembles (``trees``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -19,17 +20,6 @@ def _nclasses(node) -> int:
     at = node.attrs
     return len(at.get("classlabels_int64s") or at.get("classlabels_ints")
                or at.get("classlabels_strings") or [])
-
-
-@register("TreeEnsembleClassifier", domain=_ML)
-def _tree_classifier(node, shapes, values):
-    n = _rows(node, shapes)
-    return [(n,), (n, _nclasses(node))]
-
-
-@register("TreeEnsembleRegressor", "TreeEnsemble", domain=_ML)
-def _tree_regressor(node, shapes, values):
-    return [(_rows(node, shapes), int(node.attrs.get("n_targets", 1)))]
 
 
 @register("LinearClassifier", domain=_ML)
@@ -67,11 +57,6 @@ def _xdt(in_dtypes):
 @register_dtypes("TreeEnsembleClassifier", "LinearClassifier", domain=_ML)
 def _classifier_dtypes(in_dtypes):
     return [np.dtype(np.int64), _xdt(in_dtypes)]
-
-
-@register_dtypes("TreeEnsembleRegressor", "TreeEnsemble", domain=_ML)
-def _regressor_dtypes(in_dtypes):
-    return [_xdt(in_dtypes)]
 
 
 @register_dtypes("LinearRegressor", "Scaler", "Normalizer", domain=_ML)

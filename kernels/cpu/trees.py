@@ -1,6 +1,6 @@
 """Tree-ensemble kernels (ai.onnx.ml TreeEnsembleClassifier / Regressor, TreeEnsemble v5).
 
-An ensemble arrives flattened (``jitort.codegen.lowerings.ml.flatten_*``): one node array over
+An ensemble arrives flattened (``jitort.codegen.tree_tables.flatten_*``): one node array over
 all trees, each node with a feature, a threshold, a true and a false child (global indices),
 and a leaf's children point at itself, so a walk of ``depth[t]`` steps from ``roots[t]`` ends
 on tree t's leaf whatever the path. The walk is branch-free and its steps are independent
