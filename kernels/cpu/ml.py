@@ -605,5 +605,7 @@ def linear_rows_f32(x, off, scale, w4, b, post, labels, mode, norm, par, z, y):
 def linear_tiles_f32(x, off, scale, wp, b, post, labels, mode, norm, par, z, y):
     """:func:`linear_rows_f32` with the scores a tile of rows at a time
     (:func:`scores_tiles`): ``wp`` is W with its columns zero-padded to a multiple of TW, as
-    ``off`` / ``scale`` where not empty."""
-    _linear_f32(x, (off, scale, wp, True, b, post, labels, mode, norm), par, z, y)
+    ``off`` / ``scale`` where not empty. The tiles address x's rows as one contiguous block:
+    a strided x is copied first."""
+    xc = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+    _linear_f32(xc, (off, scale, wp, True, b, post, labels, mode, norm), par, z, y)

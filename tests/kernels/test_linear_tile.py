@@ -98,3 +98,17 @@ def test_scores_tiles_reads_rows_from_an_offset():
     empty = np.zeros(0, np.float32)
     scores_tiles(x, 37, 41, empty, empty, _padded(w, f, 32), b, st)
     np.testing.assert_allclose(st[:, :41], _want(x[37:78], w, b), rtol=1e-4, atol=1e-4)
+
+
+def test_the_tile_kernel_copies_a_strided_input():
+    """``ml.linear_tiles_f32`` on a column-strided view: the scores of its values."""
+    from jitort.kernels.cpu.ml import linear_tiles_f32
+    f, nt, rows = 20, 3, 37
+    big, w, b, _, _ = _problem(rows, 2 * f, nt, seed=13)
+    x = big[:, ::2]
+    w = w[:, :f]
+    empty = np.zeros(0, np.float32)
+    z, y = np.zeros((rows, nt), np.float32), np.zeros(1, np.int64)
+    linear_tiles_f32(x, empty, empty, _padded(w, f, 32), b, 0, np.zeros(2, np.int64), 0, -1,
+                     False, z, y)
+    np.testing.assert_allclose(z, _want(x, w, b).T, rtol=1e-4, atol=1e-4)
