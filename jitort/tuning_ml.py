@@ -29,7 +29,7 @@ Normalizer after folded in) computes its scores a row at a time (``rows``:
 horizontal sums) or a tile of rows at a time (``tiles``: ``ml.linear_tiles_f32``, one vector
 of rows transposed in registers, ``kernels.cpu.linear_tile``). Timed as ``conv.winograd`` is:
 a LinearClassifier compiled with the choice forced, 4,096 rows. Buckets: features (up to 4, 8,
-16, 32, 64, more) x score columns (1, 2-4, more). Default rule (Zen 4, AVX-512):
+16, 24, 32, 48, 64, more) x score columns (1, 2-4, more). Default rule (Zen 4, AVX-512):
 ``TILES_MAX_FEATURES`` (jitort/codegen/lowerings/ml.py).
 """
 from __future__ import annotations
@@ -167,7 +167,9 @@ TREES_LAYOUT = register(Choice(
 
 
 # linear.scores: a float32 linear model's scores a row at a time or a tile of rows at a time
-LINEAR_FEATURES = (4, 8, 16, 32, 64, 128)
+#: feature classes (a bucket: the smallest class at least the features): the tile kernel's cost
+#: steps with whole chunks of 16 features and the width of the last one
+LINEAR_FEATURES = (4, 8, 16, 24, 32, 48, 64, 128)
 LINEAR_CLASSES = (1, 3, 8)
 LINEAR_ROWS = 4096
 

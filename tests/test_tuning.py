@@ -625,11 +625,12 @@ def test_trees_layout_calibration_measures_both(tune_dir, monkeypatch):
 # linear.scores: a float32 linear model's scores a row or a tile of rows at a time
 def test_linear_scores_buckets_and_default_rule():
     """Buckets: features x score columns, each grid key its own problem's bucket; the default
-    rule is TILES_MAX_FEATURES (tiles up to 16 features with one column, 64 with 2-4
+    rule is TILES_MAX_FEATURES (tiles up to 16 features with one column, 32 with 2-4
     classes, always with more)."""
     from jitort.codegen.lowerings.ml import TILES_MAX_FEATURES
     from jitort.tuning_ml import LINEAR_SCORES as L
-    assert L.bucket({"features": 20, "classes": 3}) == (32, 3)
+    assert L.bucket({"features": 20, "classes": 3}) == (24, 3)
+    assert L.bucket({"features": 25, "classes": 3}) == (32, 3)
     assert L.bucket({"features": 1000, "classes": 1}) == (128, 1)
     assert L.bucket({"features": 3, "classes": 30}) == (4, 8)
     for key in L.grid():

@@ -27,7 +27,7 @@ TILE_PAD = 16
 #: the default rule of calibration's ``linear.scores``: the tile kernel for up to this many
 #: features with one score column, with 2-4 classes (past them: a row at a time), and for
 #: any number of features with more classes
-TILES_MAX_FEATURES = (16, 64)
+TILES_MAX_FEATURES = (16, 32)
 
 
 def _rows2d(em, n: Node):
