@@ -264,7 +264,7 @@ def _bits_default(p: dict) -> str:
     from .codegen.lowerings.trees import BITVECTOR_MAX_RATIO, BITVECTOR_MIN_DEPTH
     d = float(p["depth"])
     return ("bitvector" if d >= BITVECTOR_MIN_DEPTH and float(p["nodes"]) / d
-            <= BITVECTOR_MAX_RATIO else "walk")
+            <= BITVECTOR_MAX_RATIO[d > 8] else "walk")
 
 
 def _random_tree(rng, leaves: int, depth: int) -> tuple:

@@ -688,7 +688,7 @@ def test_trees_bitvector_buckets_and_default_rule():
         assert B.bucket(p) == key and p["nodes"] <= 63
         r, d = p["nodes"] / p["depth"], p["depth"]
         assert B.default(p) == ("bitvector" if d >= BITVECTOR_MIN_DEPTH
-                                and r <= BITVECTOR_MAX_RATIO else "walk")
+                                and r <= BITVECTOR_MAX_RATIO[d > 8] else "walk")
     assert tuning.choose("trees.bitvector", nodes=28.2, depth=10.7) == "bitvector"
     assert tuning.choose("trees.bitvector", nodes=7, depth=3) == "walk"
 

@@ -44,9 +44,10 @@ COMPLETE_MAX_STEPS = 1.5
 COMPLETE_LIMIT = 10
 #: the default rule of calibration's ``trees.bitvector``: the bitvector walk where the trees
 #: are at least this deep and their interior nodes over their depth (means over the trees)
-#: at most the ratio: deep, lean trees -- LightGBM's, HistGradientBoosting's, XGBoost's --
-#: whose walks pay for levels the bitvectors skip
-BITVECTOR_MIN_DEPTH, BITVECTOR_MAX_RATIO = 4.0, 3.0
+#: at most the ratio (for trees up to 8 levels deep, deeper): deep, lean trees --
+#: LightGBM's, HistGradientBoosting's, XGBoost's -- whose walks pay for levels the
+#: bitvectors skip
+BITVECTOR_MIN_DEPTH, BITVECTOR_MAX_RATIO = 4.0, (2.25, 3.5)
 
 def _floats(n: Node) -> bool:
     x = n.inputs[0]
