@@ -88,6 +88,7 @@ class CompiledModel(Executor):
         self.output_names = [v.name for v in self.graph.outputs]
         #: ZipMap outputs, built as lists of dicts after each call (jitort/zipmap.py)
         self._zipmaps = zipmap.split(self.graph)
+        self._all_outputs = list(range(len(self.graph.outputs)))
         # classifiers with string labels compute class indices, named by a string step
         string_ops.index_labels(self.graph)
         self.inputs = [InputInfo(v.name, v.dtype, v.shape if v.shape is not None else ())
@@ -212,9 +213,9 @@ class CompiledModel(Executor):
         out = t.call(feeds, output_names) if t is not None else self._execute_compiled(
             feeds, output_names)
         if self._zipmaps:
-            wanted = (range(len(self.output_names)) if output_names is None
+            wanted = (self._all_outputs if output_names is None
                       else [self.output_names.index(o) for o in output_names])
-            out = zipmap.wrap(out, list(wanted), self._zipmaps)
+            out = zipmap.wrap(out, wanted, self._zipmaps)
         return out
 
     def end_profiling(self, path=None) -> str:

@@ -77,5 +77,8 @@ def wrap(result: list, wanted: list[int], zipmaps: dict[int, Labels]) -> list:
     for k, i in enumerate(wanted):
         labels = zipmaps.get(i)
         if labels is not None:
-            out[k] = _dicts(out[k].reshape(-1, labels.count), labels)
+            a = out[k]
+            if a.ndim != 2 or a.shape[1] != labels.count:
+                a = a.reshape(-1, labels.count)
+            out[k] = _dicts(a, labels)
     return out
