@@ -16,7 +16,8 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-#: rows per block of the threads' split
+#: rows per block: a block's exit leaves are found, then added tree by tree across its rows;
+#: the threads split the rows by blocks
 _BLOCK = 64
 
 
