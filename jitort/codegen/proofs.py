@@ -41,6 +41,21 @@ def _const(c: int) -> dict:
     return {(): c} if c else {}
 
 
+def _nonneg(p: dict, atoms: set) -> bool:
+    """``p`` >= 0 for every size: its coefficients are, and its atoms are in ``atoms``."""
+    return all(c >= 0 and all(x in atoms for x in m) for m, c in p.items())
+
+
+def _product(polys) -> dict | None:
+    """The product of ``polys``, None where it grows past _MAX_TERMS terms."""
+    r: dict | None = {(): 1}
+    for q in polys:
+        r = _pmul(r, q)
+        if r is None:
+            return None
+    return r
+
+
 def substitute(p: dict, subst: dict) -> dict:
     """``p`` with every atom in ``subst`` replaced by its polynomial there (whose atoms are
     not in ``subst``); ``p`` as it is where a product grows too big."""
@@ -144,7 +159,7 @@ class Polys:
         return self._atom(i, op[0] in ("//", "%") and self.nonneg(a) and self.nonneg(b))
 
     def nonneg(self, p: dict) -> bool:
-        return all(c >= 0 and all(x in self.atoms_nonneg for x in m) for m, c in p.items())
+        return _nonneg(p, self.atoms_nonneg)
 
 
 class Known:
@@ -158,7 +173,8 @@ class Known:
         ws = {i: k for k, i in enumerate(i for i, r in enumerate(rows) if r.kind == "ws")}
         # the workspace offsets (maxima of offsets plus aligned sizes) are >= 0 when no
         # workspace row's size can be negative
-        self.sizes_nonneg = w_nonneg = all(self._nonneg(sizes[n_dims + i]) for i in ws)
+        self.sizes_nonneg = w_nonneg = all(_nonneg(sizes[n_dims + i], self.nonneg_atoms)
+                                           for i in ws)
         self.slot: list = list(sizes[:n_dims])  # every slot of d as a polynomial
         self.row_of_w: dict = {}  # a workspace row's offset atom -> its byte size
         for i, r in enumerate(rows):
@@ -174,9 +190,6 @@ class Known:
             else:
                 self.slot += [_const(int(x)) for x in r.fixed]
 
-    def _nonneg(self, p: dict) -> bool:
-        return all(c >= 0 and all(x in self.nonneg_atoms for x in m) for m, c in p.items())
-
     def _sum(self, slots) -> dict:
         r: dict = {}
         for i in slots:
@@ -184,16 +197,11 @@ class Known:
         return r
 
     def _prod(self, slots) -> dict | None:
-        r: dict | None = {(): 1}
-        for i in slots:
-            r = _pmul(r, self.slot[i])
-            if r is None:
-                return None
-        return r
+        return _product(self.slot[i] for i in slots)
 
     def nonneg(self, start) -> bool:
         """``sum(d[start]) >= 0`` for every size."""
-        return self._nonneg(self._sum(start))
+        return _nonneg(self._sum(start), self.nonneg_atoms)
 
     def spans(self, start, end, count, item: int) -> bool:
         """``sum(d[end]) - sum(d[start]) == prod(d[count]) * item`` for every size."""
@@ -217,9 +225,5 @@ class Known:
         c = self._prod(count)
         if shape is None or c is None:
             return False
-        r: dict | None = {(): 1}
-        for q in shape:
-            r = _pmul(r, q)
-            if r is None:
-                return False
-        return r == c
+        r = _product(shape)
+        return r is not None and r == c

@@ -16,7 +16,7 @@ from numba.np.arrayobj import make_array
 
 from .ptr import loop_begin, loop_end
 from .qgemm import masked_load, splat
-from .transpose import _TW
+from .transpose import _TW, shuffle_rounds
 
 #: rows per tile and features per chunk: float32 lanes of one vector on this host
 TW = _TW
@@ -73,7 +73,7 @@ class _Tile:
             else:
                 rows.append(bld.call(self.mload, [ptr, ir.Constant(ir.IntType(32), 4),
                                                   masks[0][i], ir.Constant(vt, None)]))
-        self.classes(_rounds(bld, rows, self.tw // 2), self.tw, c0, sb, first)
+        self.classes(shuffle_rounds(bld, rows, self.tw // 2), self.tw, c0, sb, first)
 
     def narrow(self, row0, c0, sb, first, w, ctail):
         """The last ``ctail`` (<= w, w < tw a power of two) features, from c0, of the tile's
@@ -102,7 +102,7 @@ class _Tile:
                 pieces = [bld.shuffle_vector(a, b, idx)
                           for a, b in zip(pieces[::2], pieces[1::2])]
             vecs.append(pieces[0])
-        self.classes(_rounds(bld, vecs, w // 2), w, c0, sb, first)
+        self.classes(shuffle_rounds(bld, vecs, w // 2), w, c0, sb, first)
 
     def classes(self, t, nk, c0, sb, first):
         """st[j, sb:sb + tw] (+)= the sum over k < nk of t[k] * wp[j, c0 + k] for every class
@@ -126,25 +126,6 @@ class _Tile:
                            flags=('contract',))
         bld.store(acc, dst, align=4)
         loop_end(bld, j, 1, p["nt"], jloop, jdone)
-
-
-def _rounds(builder, v, k):
-    """The shuffle rounds k, k/2, .., 1 of :mod:`.transpose`'s register transpose on the
-    vectors v (2k of them, n lanes each): round k swaps the off-diagonal k x k blocks of every
-    2k x 2k block, so that each group of 2k lanes ends transposed across the vectors (k = n/2:
-    the whole square)."""
-    v = list(v)
-    n = v[0].type.count
-    i32 = ir.VectorType(ir.IntType(32), n)
-    while k >= 1:
-        lo = ir.Constant(i32, [j if j & k == 0 else n + j - k for j in range(n)])
-        hi = ir.Constant(i32, [j + k if j & k == 0 else n + j for j in range(n)])
-        for i in range(len(v)):
-            if i & k == 0:
-                a, b = v[i], v[i + k]
-                v[i], v[i + k] = builder.shuffle_vector(a, b, lo), builder.shuffle_vector(a, b, hi)
-        k //= 2
-    return v
 
 
 def _emit_block(context, builder, sig, args, tile):

@@ -19,23 +19,29 @@ from .qgemm import masked_load, masked_store, splat
 _TW = 16 if llb.get_host_cpu_features().get('avx512f') else 8  # float32 lanes per vector
 
 
-def _shuffle_t(builder, v):
-    """The _TW vectors v (rows of a square tile) transposed in registers: log2(_TW) rounds of
-    two-source shuffles, round k swapping the off-diagonal k x k blocks of every 2k x 2k
-    block."""
+def shuffle_rounds(builder, v, k):
+    """The two-source shuffle rounds k, k/2, .., 1 on the 2k vectors v (n lanes each): round k
+    swaps the off-diagonal k x k blocks of every 2k x 2k block, so that each group of 2k lanes
+    ends transposed across the vectors (k = n/2: the whole square tile)."""
     v = list(v)
-    i32 = ir.VectorType(ir.IntType(32), _TW)
-    k = _TW // 2
+    n = v[0].type.count
+    i32 = ir.VectorType(ir.IntType(32), n)
     while k >= 1:
-        lo = ir.Constant(i32, [j if j & k == 0 else _TW + j - k for j in range(_TW)])
-        hi = ir.Constant(i32, [j + k if j & k == 0 else _TW + j for j in range(_TW)])
-        for i in range(_TW):
+        lo = ir.Constant(i32, [j if j & k == 0 else n + j - k for j in range(n)])
+        hi = ir.Constant(i32, [j + k if j & k == 0 else n + j for j in range(n)])
+        for i in range(len(v)):
             if i & k == 0:
                 a, b = v[i], v[i + k]
                 v[i] = builder.shuffle_vector(a, b, lo)
                 v[i + k] = builder.shuffle_vector(a, b, hi)
         k //= 2
     return v
+
+
+def _shuffle_t(builder, v):
+    """The _TW vectors v (rows of a square tile) transposed in registers: log2(_TW) rounds of
+    :func:`shuffle_rounds`."""
+    return shuffle_rounds(builder, v, _TW // 2)
 
 
 @intrinsic

@@ -66,11 +66,17 @@ def _rows(x, r0, r1, tb, lv, ex, acc, has):
             has[r, j] = 1
 
 
+@njit(cache=True, error_model='numpy')
+def _scratch(nt):
+    """A block's scratch for :func:`_rows`: the leaf sets of ``nt`` trees, their exit leaves."""
+    return np.empty(nt, np.uint64), np.empty((nt, _BLOCK), np.uint8)
+
+
 @njit(cache=True, parallel=True, error_model='numpy')
 def _walk_par(x, tb, acc, has):
     n = x.shape[0]
     for b in prange((n + _BLOCK - 1) // _BLOCK):
-        lv, ex = np.empty(tb[7].shape[0], np.uint64), np.empty((tb[7].shape[0], _BLOCK), np.uint8)
+        lv, ex = _scratch(tb[7].shape[0])
         _rows(x, b * _BLOCK, min(n, (b + 1) * _BLOCK), tb, lv, ex, acc, has)
 
 
@@ -89,6 +95,6 @@ def walk_bits(x, fstart, nthr, ntree, nmask, nanstart, nantree, nanmask, lv0, le
     if par:
         _walk_par(x, tb, acc, has)
         return
-    lv, ex = np.empty(lv0.shape[0], np.uint64), np.empty((lv0.shape[0], _BLOCK), np.uint8)
+    lv, ex = _scratch(lv0.shape[0])
     for r0 in range(0, x.shape[0], _BLOCK):
         _rows(x, r0, min(x.shape[0], r0 + _BLOCK), tb, lv, ex, acc, has)
