@@ -237,17 +237,20 @@ BITS_DEPTHS = (3, 6, 11)
 BITS_TREES, BITS_FEATURES, BITS_ROWS = 300, 20, 1000
 
 
+_BITS_BOUNDS = [(a + b) / 2 for a, b in zip(BITS_RATIOS, BITS_RATIOS[1:])]
+
+
 def _bits_bucket(p: dict) -> tuple:
     d = max(float(p["depth"]), 1.0)
     r = 100 * float(p["nodes"]) / d
-    bounds = [(a + b) / 2 for a, b in zip(BITS_RATIOS, BITS_RATIOS[1:])]
-    return (BITS_RATIOS[sum(r > x for x in bounds)], BITS_DEPTHS[(d > 4) + (d > 8)])
+    return (BITS_RATIOS[sum(r > x for x in _BITS_BOUNDS)], BITS_DEPTHS[(d > 4) + (d > 8)])
 
 
 def _bits_nodes(pct: int, d: int) -> int:
     """The representative interior nodes of ratio class ``pct`` at depth d, within what a tree
-    of d levels and at most 64 leaves holds."""
-    return min(round(pct * d / 100), 2 ** d - 1, 63)
+    of d levels and at most BITVECTOR_LEAVES leaves holds."""
+    from .codegen.tree_tables import BITVECTOR_LEAVES
+    return min(round(pct * d / 100), 2 ** d - 1, BITVECTOR_LEAVES - 1)
 
 
 def _bits_grid() -> list:
@@ -268,9 +271,9 @@ def _bits_default(p: dict) -> str:
 
 
 def _random_tree(rng, leaves: int, depth: int) -> tuple:
-    """(true child, false child, node depth) lists of a binary tree of ``leaves`` leaves and
-    exactly ``depth`` levels (leaves <= 2**depth, depth < leaves): a chain down to ``depth``,
-    then leaves above it split at random (-1: a leaf's children)."""
+    """(true child, false child) lists of a binary tree of ``leaves`` leaves and exactly
+    ``depth`` levels (leaves <= 2**depth, depth < leaves): a chain down to ``depth``, then
+    leaves above it split at random (-1: a leaf's children)."""
     tch, fch, dep = [-1], [-1], [0]
 
     def split(i):
@@ -284,20 +287,20 @@ def _random_tree(rng, leaves: int, depth: int) -> tuple:
         cur = tch[cur] if rng.random() < 0.5 else fch[cur]
     while (len(dep) + 1) // 2 < leaves:
         split(int(rng.choice([i for i in range(len(dep)) if tch[i] < 0 and dep[i] < depth])))
-    return tch, fch, dep
+    return tch, fch
 
 
-def _synthetic_bits(leaves: int, depth: int, missing: bool = True):
+def _synthetic_bits(leaves: int, depth: int):
     """A TreeEnsembleRegressor of BITS_TREES random trees of ``leaves`` leaves and ``depth``
     levels over BITS_FEATURES features (gradient boosting's shape: one weight per leaf),
-    feature k split on with odds 1 / (k + 1) (a trained model's few important features); with
-    ``missing``, each split sends a NaN to a random side (tracked missing values, as
-    HistGradientBoosting's and LightGBM's trees)."""
+    feature k split on with odds 1 / (k + 1) (a trained model's few important features), each
+    split sending a NaN to a random side (tracked missing values, as HistGradientBoosting's
+    and LightGBM's trees)."""
     rng = np.random.default_rng(0)
     odds = 1.0 / np.arange(1, BITS_FEATURES + 1)
-    trees = (_random_tree(rng, leaves, depth)[:2] for _ in range(BITS_TREES))
+    trees = (_random_tree(rng, leaves, depth) for _ in range(BITS_TREES))
     return _regressor(trees, BITS_FEATURES,
-                      lambda: int(rng.choice(BITS_FEATURES, p=odds / odds.sum())), missing, rng)
+                      lambda: int(rng.choice(BITS_FEATURES, p=odds / odds.sum())), True, rng)
 
 
 def _prepare_bits(which: str):

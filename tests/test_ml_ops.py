@@ -187,7 +187,8 @@ def test_tree_ensemble_v5_member_and_leaves():
 
 
 # --------------------------------------------------------------------------------------------
-# float32 linear models: the row-blocked and the tile kernels (jitort.kernels.cpu.ml.linear_rows_f32, linear_tiles_f32)
+# float32 linear models: the row-blocked and the tile kernels (jitort.kernels.cpu.ml:
+# linear_rows_f32, linear_tiles_f32)
 # --------------------------------------------------------------------------------------------
 _POSTS = ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT"]
 

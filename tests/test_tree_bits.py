@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from jitort import tuning
-from jitort.codegen.tree_tables import (BITVECTOR_LEAVES, Bitvectors, Flat, fits_bitvectors,
-                                        tree_leaves)
+from jitort.codegen.tree_tables import BITVECTOR_LEAVES, Bitvectors, Flat, fits_bitvectors
 from jitort.kernels.cpu.tree_bits import walk_bits
 from jitort.kernels.cpu.trees import walk_rows
 from tests.test_ml_ops import _MODELS, _check, _kernel_names
@@ -28,7 +27,7 @@ def test_tables_of_a_small_tree():
     flat = Flat(feat=[0, 1, 0, 0, 0], thr=[0.5, -1.0, 0, 0, 0], tch=[1, 3, 2, 3, 4],
                 fch=[2, 4, 2, 3, 4], mode=[0] * 5, miss=[0, 1, 0, 0, 0], roots=[0],
                 lstart=[0, 0, 0, 1, 2, 3], ltarget=[0, 0, 0], lweight=[3.0, 1.0, 2.0])
-    assert flat.leq == 2 and fits_bitvectors(flat) and list(tree_leaves(flat)) == [3]
+    assert flat.leq == 2 and fits_bitvectors(flat) and list(flat.leaves) == [3]
     bv = Bitvectors(flat, np.float32, 2)
     full = 0xFFFFFFFFFFFFFFFF
     assert list(bv.fstart) == [0, 1, 2] and list(bv.nthr) == [0.5, -1.0]
@@ -123,7 +122,7 @@ def test_what_fits_the_bitvectors():
                  fch=[2 * i + 2 if i < 64 else i for i in range(129)], mode=[0] * 129,
                  miss=[0] * 129, roots=[0], lstart=[0] * 64 + list(range(66)),
                  ltarget=[0] * 65, lweight=[1.0] * 65)
-    assert list(tree_leaves(chain)) == [BITVECTOR_LEAVES + 1] and not fits_bitvectors(chain)
+    assert list(chain.leaves) == [BITVECTOR_LEAVES + 1] and not fits_bitvectors(chain)
     assert not fits_bitvectors(_flat(_MODELS["random_forest3"]()))  # leaves of 3 weights
 
 

@@ -696,14 +696,14 @@ def test_trees_bitvector_buckets_and_default_rule():
 def test_synthetic_bitvector_trees_have_their_shape():
     """The ensemble calibration times: every tree of the asked leaves and depth, so the
     ensemble falls in the bucket it stands for; it computes what onnxruntime computes."""
-    from jitort.codegen.tree_tables import flatten_v3, tree_leaves
+    from jitort.codegen.tree_tables import flatten_v3
     from jitort.importer import import_model
     from jitort.tuning_ml import TREES_BITVECTOR as B
     from jitort.tuning_ml import _synthetic_bits
     m = _synthetic_bits(19, 6)
     (node,) = import_model(m).nodes
     flat = flatten_v3(node, "target")
-    assert set(tree_leaves(flat)) == {19} and set(flat.depth) == {6} and flat.leq == 2
+    assert set(flat.leaves) == {19} and set(flat.depth) == {6} and flat.leq == 2
     assert B.bucket({"nodes": 18, "depth": 6}) == (300, 6)
     x = np.random.default_rng(2).standard_normal((33, 20)).astype(np.float32)
     x[::4, 0] = np.nan

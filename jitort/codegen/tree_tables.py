@@ -5,6 +5,8 @@ numpy, run once per segment at compile time by the tree lowerings (jitort/codege
 """
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
 from ..ir import Node
@@ -54,6 +56,20 @@ class Flat:
             self.leq = 0
         else:
             self.leq = 2 if self.miss.any() else 1
+
+    @cached_property
+    def leaves(self) -> np.ndarray:
+        """The number of leaves of each tree (counted once: the bitvector rules read it)."""
+        leaf = self.tch == np.arange(len(self.tch))
+        counts = np.zeros(len(self.roots), np.int64)
+        cur = self.roots.astype(np.int64)
+        tree = np.arange(len(cur))
+        while len(cur):            # level by level, a leaf counted where it is reached
+            at = leaf[cur]
+            np.add.at(counts, tree[at], 1)
+            cur, tree = cur[~at], tree[~at]
+            cur, tree = np.concatenate([self.tch[cur], self.fch[cur]]), np.concatenate([tree, tree])
+        return counts
 
     def _depths(self) -> np.ndarray:
         depth = np.zeros(len(self.roots), np.int32)
@@ -136,22 +152,7 @@ def fits_bitvectors(flat: Flat) -> bool:
     tree."""
     if flat.leq == 0 or not len(flat.roots) or not one_weight_leaves(flat):
         return False
-    return int(tree_leaves(flat).max()) <= BITVECTOR_LEAVES
-
-
-def tree_leaves(flat: Flat) -> np.ndarray:
-    """The number of leaves of each tree."""
-    nn = len(flat.tch)
-    leaf = flat.tch == np.arange(nn)
-    counts = np.zeros(len(flat.roots), np.int64)
-    cur = flat.roots.astype(np.int64)
-    tree = np.arange(len(cur))
-    while len(cur):            # level by level, a leaf counted where it is reached
-        at = leaf[cur]
-        np.add.at(counts, tree[at], 1)
-        cur, tree = cur[~at], tree[~at]
-        cur, tree = np.concatenate([flat.tch[cur], flat.fch[cur]]), np.concatenate([tree, tree])
-    return counts
+    return int(flat.leaves.max()) <= BITVECTOR_LEAVES
 
 
 class Bitvectors:
@@ -189,7 +190,7 @@ class Bitvectors:
         self.nmask = np.array([e[3] for e in rows], np.uint64)
         self.fstart = np.searchsorted(np.array([e[0] for e in rows], np.int64),
                                       np.arange(features + 1)).astype(np.int32)
-        nan = [e for e in rows if e[4] or flat.leq == 1]
+        nan = [e for e in rows if e[4]]
         self.nantree = np.array([e[2] for e in nan], np.int32)
         self.nanmask = np.array([e[3] for e in nan], np.uint64)
         self.nanstart = np.searchsorted(np.array([e[0] for e in nan], np.int64),

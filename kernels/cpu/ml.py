@@ -593,11 +593,12 @@ def linear_rows_f32(x, off, scale, w4, b, post, labels, mode, norm, par, z, y):
     """float32 LinearClassifier / LinearRegressor over blocks of ``BLOCK`` rows, each in one
     pass: an optional Scaler (``off`` / ``scale`` per feature, empty for none, float32 as
     onnxruntime's), the scores ``x @ W.T + b`` (float32 sums, a row at a time; ``w4``: W's
-    rows zero-padded to a multiple of 4), then, per ``mode``: 0 a regressor (no labels), 1 labels of the first
-    greatest score, 2 one score column for two classes (``labels[1]`` where it is > 0, scores
-    ``[1 - p, p]``, p the score or its logistic under LOGISTIC, as onnxruntime 1.32); the
-    post transform ``post`` (onnxruntime's, float32; one column: PROBIT only), then a
-    Normalizer ``norm`` (-1 none, else 0 MAX, 1 L1, 2 L2). ``par``: blocks over the threads."""
+    rows zero-padded to a multiple of 4), then, per ``mode``: 0 a regressor (no labels), 1
+    labels of the first greatest score, 2 one score column for two classes (``labels[1]``
+    where it is > 0, scores ``[1 - p, p]``, p the score or its logistic under LOGISTIC, as
+    onnxruntime 1.32); the post transform ``post`` (onnxruntime's, float32; one column:
+    PROBIT only), then a Normalizer ``norm`` (-1 none, else 0 MAX, 1 L1, 2 L2). ``par``:
+    blocks over the threads."""
     _linear_f32(x, (off, scale, w4, False, b, post, labels, mode, norm), par, z, y)
 
 

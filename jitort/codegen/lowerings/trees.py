@@ -19,7 +19,7 @@ from ..calls import KernelModule
 from ..registry import Unlowerable, lowering
 from ..tree_tables import (Bitvectors, Complete, Flat, _attr_values, _s, fits_bitvectors,
                            flatten_v3, flatten_v5, one_target_trees, one_weight_leaves,
-                           packed_nodes, tree_leaves)
+                           packed_nodes)
 from .common import _F
 from .ml import _ML, _POST
 
@@ -85,7 +85,7 @@ def _takes_bitvectors(flat: Flat, agg: int) -> bool:
     depth (default rule: ``BITVECTOR_MIN_DEPTH``, ``BITVECTOR_MAX_RATIO``)."""
     if agg > 1 or not fits_bitvectors(flat):
         return False
-    nodes = float(np.mean(tree_leaves(flat))) - 1.0
+    nodes = float(np.mean(flat.leaves)) - 1.0
     return tuning.choose("trees.bitvector", nodes=nodes,
                          depth=float(flat.depth.mean())) == "bitvector"
 
