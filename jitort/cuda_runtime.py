@@ -5,15 +5,17 @@ then the CPU backend, then the interpreter; shape computations stay host nodes. 
 
 * CUDA segments: generated drivers (:mod:`jitort.codegen.cuda`) over one device workspace
   per thread, planned by :func:`jitort.planner.plan_memory` like the CPU's; weights are
-  uploaded once per model.
+  uploaded once per model. A driver runs once per plan and thread, recording its launches;
+  calls replay them over the plan's staging arrays on the thread's stream, as a CUDA graph
+  from the second call where the GPU allows (:mod:`jitort.cuda_replay`).
 * CPU segments and interpreter steps: exactly the CPU runtime's.
 
 Values live where they were produced. A step that needs a value on the other side gets a copy
 made once per call (``copies`` counts them; ``transfer_plan()`` lists the boundary crossings
 the schedule implies). Inputs may be numpy arrays (copied to the device when a CUDA step reads
 them) or device arrays (anything with ``__cuda_array_interface__``, or a simulator array:
-used in place, zero-copy). ``__call__``/``run`` return numpy arrays; ``run_on_device`` returns
-device arrays for outputs produced on the device.
+no host copy; a CUDA segment copies it device to device into its staging array). ``__call__``/``run`` return numpy arrays; ``run_on_device`` returns
+device arrays of their own (copies of the staging arrays the next call overwrites).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import numpy as np
 from . import devices
 from .codegen.cpu import CpuBackend
 from .codegen.cuda import CudaBackend, CudaPlan, CudaSegmentCompiler
+from .cuda_replay import Bound, graph_support
 from .errors import ExecutionError, InvalidInput, JitortError
 from .executor import infer_shapes, value_key
 from .partition import HOST, INTERP, InterpStep, Segment, assign, schedule
@@ -189,7 +192,8 @@ class CudaCompiledModel(CompiledModel):
 
     # --- calling ---------------------------------------------------------------------------
     def run_on_device(self, output_names: Sequence[str] | None, feeds: dict[str, Any]) -> list:
-        """Like :meth:`run`, but outputs stay device arrays (zero-copy when made on the device)."""
+        """Like :meth:`run`, but outputs stay device arrays (no host copy when made on the
+        device: a device-to-device copy of the plan's staging array)."""
         if not isinstance(feeds, dict):
             raise InvalidInput("feeds must be a dict mapping input names to arrays")
         return self._execute(feeds, output_names, on_device=True)
@@ -236,22 +240,30 @@ class CudaCompiledModel(CompiledModel):
                 out.append(self.cuda.to_device(v.const))
                 self.copies["h2d"] += 1
             else:
-                out.append(self._dev(id(v), env))
+                out.append(self._device_copy(id(v), env))
+        self._stream().synchronize()
+        return out
+
+    def _device_copy(self, key: int, env: _Env):
+        """A device array of its own holding the value (a staging array is the next call's)."""
+        src = env.dev.get(key)
+        stream = self._stream()
+        if src is None:
+            self.copies["h2d"] += 1
+            return self.cuda.to_device(np.ascontiguousarray(env[key]), stream=stream)
+        out = self.cuda.device_array(src.shape, src.dtype, stream=stream)
+        if src.size:
+            out.copy_to_device(src, stream=stream)
         return out
 
     # --- moving values ---------------------------------------------------------------------
     def _host(self, key: int, env: _Env):
         a = env.get(key)
         if a is None and key in env.dev:
-            a = env[key] = env.dev[key].copy_to_host()
+            stream = self._stream()
+            a = env[key] = env.dev[key].copy_to_host(stream=stream)
+            stream.synchronize()
             self.copies["d2h"] += 1
-        return a
-
-    def _dev(self, key: int, env: _Env):
-        a = env.dev.get(key)
-        if a is None:
-            a = env.dev[key] = self.cuda.to_device(np.ascontiguousarray(env[key]))
-            self.copies["h2d"] += 1
         return a
 
     def _interp_step(self, step: InterpStep, env: _Env) -> None:
@@ -284,27 +296,55 @@ class CudaCompiledModel(CompiledModel):
                 plans[key] = plan
                 if len(plans) > self.plan_cache_size:
                     plans.popitem(last=False)
-        cuda = self.cuda
-        W = self._workspace_views(plan.ws_bytes)
-        X = [self._dev(i, env).reshape(-1) for i in seg.arg_ids]
-        Y = [cuda.device_array(max(1, int(np.prod(s, dtype=np.int64))), dt)
-             for s, dt in zip(plan.out_shapes, seg.output_dtypes)]
-        E = None
-        if plan.uses_err:
-            E = cuda.to_device(np.zeros(1, np.int32))
         try:
-            plan.driver(W, plan.device_consts, X, Y, E, plan.d, plan.o)
+            bound = self._bound(plan, seg, arrays)
+            stream = bound.stream
+            for i, x, n, view in zip(seg.arg_ids, bound.X, bound.in_sizes, bound.inputs):
+                src = env.dev.get(i)
+                if src is None:  # a host value: uploaded straight into the staging array
+                    if n:
+                        x.copy_to_device(np.ascontiguousarray(env[i]).reshape(-1), stream=stream)
+                    self.copies["h2d"] += 1
+                    env.dev[i] = view
+                elif n:
+                    x.copy_to_device(src.reshape(-1), stream=stream)
+            bound.run()
         except JitortError:
             raise
         except Exception as e:
             raise ExecutionError(f"CUDA segment failed: {type(e).__name__}: {e}") from e
-        if E is not None and E.copy_to_host()[0]:
+        if bound.failed():
             raise InvalidInput("an index input of Gather is out of range")
-        for i, y, s in zip(seg.output_ids, Y, plan.out_shapes):
-            n = int(np.prod(s, dtype=np.int64))
-            env.dev[i] = (y if n else y[:0]).reshape(s)
+        for i, y in zip(seg.output_ids, bound.outputs):
+            env.dev[i] = y
         if plan.exports:
             env.update(plan.exports)
+
+    def _bound(self, plan: CudaPlan, seg: Segment, arrays: dict) -> Bound:
+        """``plan`` bound to this thread's workspace and stream (see :mod:`jitort.cuda_replay`);
+        bound again when the workspace has grown since."""
+        ws = self._workspace_views(plan.ws_bytes)
+        bound = getattr(plan.local, "bound", None)
+        if bound is None or bound.ws is not ws:
+            stream = self._stream()
+            why = None if self.options.cuda_graphs else "cuda_graphs is off"
+            bound = plan.local.bound = Bound(
+                self.cuda, plan, ws, [arrays[i].shape for i in seg.arg_ids],
+                [np.dtype(arrays[i].dtype) for i in seg.arg_ids], seg.output_dtypes, stream,
+                why or graph_support(stream))
+        return bound
+
+    def _stream(self):
+        """The calling thread's stream: every launch and copy of its calls, in order."""
+        s = getattr(self._tls, "stream", None)
+        if s is None:
+            s = self._tls.stream = self.cuda.stream()
+        return s
+
+    def replay_engines(self) -> Counter:
+        """Bound plans of the calling thread per replay engine (``launches``, ``graph``)."""
+        return Counter(b.engine.kind for p in self.plans()
+                       if (b := getattr(p.local, "bound", None)) is not None)
 
     def _upload(self, host: np.ndarray):
         """One device copy per constant for the model's lifetime (weights are uploaded once)."""
@@ -324,7 +364,7 @@ class CudaCompiledModel(CompiledModel):
         return views
 
     def release(self) -> None:
-        super().release()
+        super().release()  # drops the plans, and with them their bound arrays
         self._tls.dws = None
 
     def placement_counts(self) -> Counter:

@@ -136,6 +136,10 @@ class Options:
         True, "JITORT_PACKED_GEMM", "prepack constant float32 weights for jitort's gemm "
         "where calibration says so", _flag, scope=COMPILE,
         reader="jitort/codegen/lowerings/matmul.py")
+    cuda_graphs: bool = _option(
+        True, "JITORT_CUDA_GRAPHS", "`device=\"cuda\"`: capture each plan's launches as a CUDA "
+        "graph at its second call; off: replay them one by one", _flag, scope=COMPILE,
+        reader="jitort/cuda_runtime.py")
     debug_passes: int = _option(
         0, "JITORT_DEBUG", "`2`: verify the IR after every pass that rewrote it", _count,
         scope=COMPILE, reader="jitort/passes/__init__.py", values="an int >= 0")

@@ -22,7 +22,8 @@ Lowerings emit kernel-call objects (``em.call(_gemm.gemm, ...)``, :mod:`jitort.c
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -615,6 +616,8 @@ class CudaPlan:
     source_path: str
     calls: list[Call]  # the driver's kernel calls, in order
     device_consts: list | None = None
+    #: per calling thread, the plan bound to that thread's arrays (a ``jitort.cuda_replay.Bound``)
+    local: threading.local = field(default_factory=threading.local, repr=False, compare=False)
 
 
 _PRELUDE = """import math
@@ -648,6 +651,8 @@ class CudaSegmentCompiler(SegmentCompiler):
 
     def _finish(self, em: CudaEmitter, shapes, exports) -> CudaPlan:
         calls = [c for _, c in em.calls]
+        if em.uses_err:  # the flag is cleared by the driver, on its stream, not by the caller
+            calls.insert(0, Call(_data.clear_flag, (ERR,)))
         src = driver_source(calls, em.dtypes)
         names = sorted(em.kernels)
         for name in names:

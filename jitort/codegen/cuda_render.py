@@ -9,8 +9,10 @@ into the driver::
     def call(W, C, X, Y, E, d, o):
         w_float32 = W['float32']
         _gemm.matmul3d_bias_act(X[0], 0, d[0], C[0], 0, d[1], ...)
-        kc_relu_...[d[7], 128](w_float32, o[0], Y[0], 0, d[5], d[6])
+        _launch(kc_relu_..., d[7], 128, w_float32, o[0], Y[0], 0, d[5], d[6])
 
+Generated kernels launch through ``jitort.kernels.cuda.launch.launch``, as the library's do, so
+that the runtime can record a driver's launches once and replay them (:mod:`jitort.cuda_replay`).
 Nothing parses the text back.
 """
 from __future__ import annotations
@@ -54,15 +56,17 @@ def arg_text(a) -> str:
 def callee_text(callee) -> str:
     if isinstance(callee, Kernel):
         return f"{alias(callee.module)}.{callee.name}"
-    if isinstance(callee, Launch):
-        return f"{callee.kernel.name}[{callee.grid!r}, {callee.block}]"
     if isinstance(callee, Generated):
         return callee.name
     raise TypeError(f"CUDA callee of type {type(callee).__name__}: {callee!r}")
 
 
 def render_call(call: Call) -> str:
-    return f"{callee_text(call.callee)}({', '.join(arg_text(a) for a in call.args)})"
+    args = [arg_text(a) for a in call.args]
+    if isinstance(call.callee, Launch):
+        k = call.callee
+        return f"_launch({', '.join([k.kernel.name, repr(k.grid), str(k.block), *args])})"
+    return f"{callee_text(call.callee)}({', '.join(args)})"
 
 
 def generated_names(calls: list[Call]) -> list[str]:
@@ -83,6 +87,8 @@ def driver_source(calls: list[Call], dtypes) -> str:
     return "\n".join([
         modmgr.header().rstrip(),
         "import numpy as np",
+        *(["from jitort.kernels.cuda.launch import launch as _launch"]
+          if any(isinstance(c.callee, Launch) for c in calls) else []),
         *([f"from jitort.kernels.cuda import {', '.join(f'{m} as {alias(m)}' for m in libs)}"]
           if libs else []),
         *[f"from {modmgr.PACKAGE}.{k} import {k}" for k in generated_names(calls)],

@@ -8,5 +8,6 @@ through shared memory and ``syncthreads``.
 Calling convention: a tensor is a flat, typed device array plus an element offset into it (the
 workspace, a weight, an input), so one workspace array and integer offsets replace many array
 arguments (each array argument costs ~3.5 us per launch on a real GPU). Every public function
-here is a host-side launcher: it picks the grid and launches the ``_k`` kernel behind it.
+here is a host-side launcher: it picks the grid and launches the ``_k`` kernel behind it, through
+``launch.launch`` (so that a caller can record the launches and replay them).
 """

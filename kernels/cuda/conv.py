@@ -6,6 +6,7 @@ shared memory. ``conv2d_bias_act`` fuses a bias and an activation (codes as in `
 """
 from numba import cuda
 
+from .launch import launch
 from .mathfn import act, grid1, split2
 
 BLOCK = 128
@@ -47,9 +48,9 @@ def conv2d_bias_add_act(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh
     total = n * kout * oh * ow
     if total:
         dt = y.dtype.type
-        _conv_k[grid1(total, BLOCK), BLOCK](x, xo, w, wo, b, bo, r, ro, y, yo, c, h, wd, kout,
-                                            kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group,
-                                            has_bias, has_res, code, dt(alpha), dt(beta), total)
+        launch(_conv_k, grid1(total, BLOCK), BLOCK, x, xo, w, wo, b, bo, r, ro, y, yo, c, h, wd,
+               kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group, has_bias, has_res, code,
+               dt(alpha), dt(beta), total)
 
 
 def conv2d_bias_act(x, xo, w, wo, b, bo, y, yo, n, c, h, wd, kout, kh, kw, oh, ow,

@@ -1,6 +1,7 @@
 """Data movement: strided N-d copies (Transpose, Slice, Concat, Split) and Gather."""
 from numba import cuda
 
+from .launch import launch
 from .mathfn import grid1, split2
 
 BLOCK = 128
@@ -36,8 +37,8 @@ def copy_nd(x, xo, xstrides, y, yo, ystrides, shape):
     for s in shape:
         total *= int(s)
     if total:
-        _copy_k[grid1(total, BLOCK), BLOCK](x, xo, _pad(xstrides, 0), y, yo, _pad(ystrides, 0),
-                                            _pad(shape, 1), total)
+        launch(_copy_k, grid1(total, BLOCK), BLOCK, x, xo, _pad(xstrides, 0), y, yo,
+               _pad(ystrides, 0), _pad(shape, 1), total)
 
 
 @cuda.jit
@@ -61,4 +62,15 @@ def gather3(data, do, idx, io, y, yo, outer, a, k, inner, err):
     out of ``[-a, a)`` sets ``err[0] = 1`` (a device int32 flag) and writes 0."""
     total = outer * k * inner
     if total:
-        _gather_k[grid1(total, BLOCK), BLOCK](data, do, idx, io, y, yo, a, k, inner, total, err)
+        launch(_gather_k, grid1(total, BLOCK), BLOCK, data, do, idx, io, y, yo, a, k, inner, total,
+               err)
+
+
+@cuda.jit
+def _clear_k(err):
+    err[0] = 0
+
+
+def clear_flag(err):
+    """``err[0] = 0``: a driver that checks indices clears its flag first, on its stream."""
+    launch(_clear_k, 1, 1, err)

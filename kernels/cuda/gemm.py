@@ -7,6 +7,7 @@ broadcasts with strides of 0).
 import numpy as np
 from numba import cuda
 
+from .launch import launch
 from .mathfn import act
 
 TILE = 16
@@ -52,37 +53,37 @@ def _body(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio
         y[yo + (z * m + i) * n + j] = act(v, code, act_alpha, act_beta)
 
 
-def _launch(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
-            y, yo, nb, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha, act_beta=0.0):
+def _run(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
+         y, yo, nb, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha, act_beta=0.0):
     if nb * m * n == 0:
         return
     grid = ((n + TILE - 1) // TILE, (m + TILE - 1) // TILE, nb)
     dt = y.dtype.type
-    _KERNELS[y.dtype][grid, (TILE, TILE)](a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj,
-                                bias, bio, y, yo, m, n, k, dt(alpha), dt(beta), has_c, has_bias,
-                                code, dt(act_alpha), dt(act_beta))
+    launch(_KERNELS[y.dtype], grid, (TILE, TILE), a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c,
+           co, csi, csj, bias, bio, y, yo, m, n, k, dt(alpha), dt(beta), has_c, has_bias, code,
+           dt(act_alpha), dt(act_beta))
 
 
 def matmul3d(a, ao, sab, b, bo, sbb, y, yo, nb, m, n, k):
     """``y[z] = a[z] @ b[z]`` for row-major (m, k) and (k, n) matrices; ``sab``/``sbb`` are the
     batch strides in elements (0: the same matrix for every batch)."""
-    _launch(a, ao, sab, k, 1, b, bo, sbb, n, 1, y, 0, 0, 0, y, 0, y, yo, nb, m, n, k,
-            1.0, 0.0, False, False, 0, 0.0)
+    _run(a, ao, sab, k, 1, b, bo, sbb, n, 1, y, 0, 0, 0, y, 0, y, yo, nb, m, n, k,
+         1.0, 0.0, False, False, 0, 0.0)
 
 
 def matmul3d_bias_act(a, ao, sab, b, bo, sbb, bias, bio, y, yo, nb, m, n, k, code, act_alpha,
                       act_beta=0.0):
     """``matmul3d`` plus a bias row and an activation (codes and params as in ``mathfn.act``)."""
-    _launch(a, ao, sab, k, 1, b, bo, sbb, n, 1, y, 0, 0, 0, bias, bio, y, yo, nb, m, n, k,
-            1.0, 0.0, False, True, code, act_alpha, act_beta)
+    _run(a, ao, sab, k, 1, b, bo, sbb, n, 1, y, 0, 0, 0, bias, bio, y, yo, nb, m, n, k,
+         1.0, 0.0, False, True, code, act_alpha, act_beta)
 
 
 def gemm(a, ao, b, bo, c, co, csi, csj, y, yo, m, n, k, alpha, beta, trans_a, trans_b, has_c):
     """ONNX Gemm: ``alpha * op(a) @ op(b) + beta * c`` with c broadcast through its strides."""
     asi, asp = (1, m) if trans_a else (k, 1)
     bsp, bsj = (1, k) if trans_b else (n, 1)
-    _launch(a, ao, 0, asi, asp, b, bo, 0, bsp, bsj, c, co, csi, csj, y, 0, y, yo, 1, m, n, k,
-            alpha, beta, has_c, False, 0, 0.0)
+    _run(a, ao, 0, asi, asp, b, bo, 0, bsp, bsj, c, co, csi, csj, y, 0, y, yo, 1, m, n, k,
+         alpha, beta, has_c, False, 0, 0.0)
 
 
 _KERNELS = {np.dtype(t): _make(t) for t in (np.float32, np.float64)}

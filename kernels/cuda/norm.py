@@ -6,6 +6,7 @@ from numba import cuda
 
 from . import block
 from .block import BLOCK, SUM
+from .launch import launch
 from .mathfn import grid1
 
 
@@ -37,8 +38,8 @@ _LN = {np.dtype(t): _make_ln(t) for t in (np.float32, np.float64)}
 def layernorm2d(x, xo, scale, so, bias, bo, y, yo, outer, inner, eps, has_bias):
     """Normalize each of ``outer`` rows of ``inner`` elements; scale/bias have ``inner``."""
     if outer * inner:
-        _LN[y.dtype][outer, BLOCK](x, xo, scale, so, bias, bo, y, yo, inner,
-                                   y.dtype.type(eps), has_bias)
+        launch(_LN[y.dtype], outer, BLOCK, x, xo, scale, so, bias, bo, y, yo, inner,
+               y.dtype.type(eps), has_bias)
 
 
 @cuda.jit
@@ -54,5 +55,5 @@ def _bn_k(x, xo, sc, so, b, bo, mu, mo, var, vo, y, yo, c, inner, total, eps):
 def batchnorm3d(x, xo, scale, so, bias, bo, mean, mo, var, vo, y, yo, n, c, inner, eps):
     total = n * c * inner
     if total:
-        _bn_k[grid1(total, 128), 128](x, xo, scale, so, bias, bo, mean, mo, var, vo, y, yo, c,
-                                      inner, total, y.dtype.type(eps))
+        launch(_bn_k, grid1(total, 128), 128, x, xo, scale, so, bias, bo, mean, mo, var, vo, y, yo,
+               c, inner, total, y.dtype.type(eps))

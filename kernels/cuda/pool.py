@@ -4,6 +4,7 @@ import math
 from numba import cuda
 
 from . import reduce as _reduce
+from .launch import launch
 from .mathfn import grid1, split2
 
 BLOCK = 128
@@ -52,17 +53,16 @@ def _pool_k(x, xo, y, yo, h, wd, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, is_max,
 def maxpool2d(x, xo, y, yo, nc, h, wd, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw):
     total = nc * oh * ow
     if total:
-        _pool_k[grid1(total, BLOCK), BLOCK](x, xo, y, yo, h, wd, oh, ow, kh, kw, sh, sw, ph, pw,
-                                            dh, dw, True, False, 0, 0, total)
+        launch(_pool_k, grid1(total, BLOCK), BLOCK, x, xo, y, yo, h, wd, oh, ow, kh, kw, sh, sw,
+               ph, pw, dh, dw, True, False, 0, 0, total)
 
 
 def avgpool2d(x, xo, y, yo, nc, h, wd, oh, ow, kh, kw, sh, sw, ph, pw, count_include_pad,
               pad_h_end, pad_w_end):
     total = nc * oh * ow
     if total:
-        _pool_k[grid1(total, BLOCK), BLOCK](x, xo, y, yo, h, wd, oh, ow, kh, kw, sh, sw, ph, pw,
-                                            1, 1, False, count_include_pad, pad_h_end, pad_w_end,
-                                            total)
+        launch(_pool_k, grid1(total, BLOCK), BLOCK, x, xo, y, yo, h, wd, oh, ow, kh, kw, sh, sw,
+               ph, pw, 1, 1, False, count_include_pad, pad_h_end, pad_w_end, total)
 
 
 def global_avgpool(x, xo, y, yo, nc, hw):

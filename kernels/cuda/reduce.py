@@ -10,6 +10,7 @@ from numba import cuda
 
 from . import block
 from .block import BLOCK, MAX, MIN, PROD, SUM
+from .launch import launch
 
 
 @cuda.jit(device=True)
@@ -72,4 +73,4 @@ _KERNELS = {np.dtype(t): _make(t) for t in (np.float32, np.float64)}
 
 def reduce3d(x, xo, y, yo, outer, r, inner, kind):
     if outer * inner:
-        _KERNELS[y.dtype][outer * inner, BLOCK](x, xo, y, yo, r, inner, kind)
+        launch(_KERNELS[y.dtype], outer * inner, BLOCK, x, xo, y, yo, r, inner, kind)

@@ -6,6 +6,7 @@ from numba import cuda
 
 from . import block
 from .block import BLOCK, MAX, SUM
+from .launch import launch
 
 
 def _make(dt):
@@ -34,9 +35,9 @@ _KERNELS = {np.dtype(t): _make(t) for t in (np.float32, np.float64)}
 
 def softmax3d(x, xo, y, yo, outer, a, inner):
     if outer * a * inner:
-        _KERNELS[y.dtype][outer * inner, BLOCK](x, xo, y, yo, a, inner, False)
+        launch(_KERNELS[y.dtype], outer * inner, BLOCK, x, xo, y, yo, a, inner, False)
 
 
 def logsoftmax3d(x, xo, y, yo, outer, a, inner):
     if outer * a * inner:
-        _KERNELS[y.dtype][outer * inner, BLOCK](x, xo, y, yo, a, inner, True)
+        launch(_KERNELS[y.dtype], outer * inner, BLOCK, x, xo, y, yo, a, inner, True)

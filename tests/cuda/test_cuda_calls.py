@@ -84,8 +84,8 @@ def test_every_cuda_kernel_reference_resolves(cuda):
 def test_cuda_calls_render_as_driver_text():
     launch = Call(Launch(Generated("kc_relu_0"), Dim(3), 128),
                   (DeviceView("w_float32", 2, (Dim(5),)), DeviceView("X[0]"), Dim(1), Dim(2)))
-    assert render_call(launch) == ("kc_relu_0[d[3], 128]"
-                                   "(w_float32, o[2] + d[5], X[0], 0, d[1], d[2])")
+    assert render_call(launch) == ("_launch(kc_relu_0, d[3], 128, "
+                                   "w_float32, o[2] + d[5], X[0], 0, d[1], d[2])")
     copy = Call(cg._data.copy_nd, (DeviceView("C[1]").at(Dim(4)), (Dim(0), 1), DeviceView("Y[0]"),
                                    (Dim(1),), (Dim(2),)))
     assert render_call(copy) == ("_data.copy_nd"
@@ -95,6 +95,7 @@ def test_cuda_calls_render_as_driver_text():
     src = driver_source([copy, launch], {"float32"})
     assert "from jitort.kernels.cuda import data as _data\n" in src
     assert "from jitort_gen.kc_relu_0 import kc_relu_0\n" in src
+    assert "from jitort.kernels.cuda.launch import launch as _launch\n" in src
     assert "def call(W, C, X, Y, E, d, o):\n    w_float32 = W['float32']\n    _data.copy_nd(" in src
 
 
