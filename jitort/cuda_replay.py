@@ -29,7 +29,8 @@ from .kernels.cuda.launch import recording
 
 
 class Launches:
-    """Replays recorded launches through numba's launch path on ``stream``.
+    """Replays recorded work (``jitort.kernels.cuda.launch``'s ``Launch`` and
+    ``LibraryCall`` records) on ``stream``, record by record.
 
     Each launch is configured when it is made, not once ahead: numba caches configurations
     on a GPU, but the simulator's ``kernel[grid, block]`` sets the kernel's one configuration
@@ -42,8 +43,8 @@ class Launches:
 
     def __call__(self) -> None:
         stream = self.stream
-        for kernel, grid, block, args in self.launches:
-            kernel[grid, block, stream](*args)
+        for record in self.launches:
+            record.run(stream)
 
 
 def graph_support(stream) -> str | None:

@@ -201,6 +201,10 @@ class Options:
     thread_pool: bool = _option(
         True, "JITORT_THREAD_POOL", "jitort's worker pool runs parallel regions; off: Numba's "
         "threading layer", _zero_or_one, scope=KERNELS, reader="kernels/cpu/workers.py")
+    cuda_blas: str = _option(
+        "cublas", "JITORT_CUDA_BLAS", "`device=\"cuda\"` products: `cublas` through CuPy where "
+        "it can run, `own`: jitort's tiled kernel", _choice("cublas", "own"), scope=KERNELS,
+        reader="kernels/cuda/blas.py")
     spin_us: float = _option(
         100.0, "JITORT_SPIN_US", "microseconds a worker spins after its last chunk before "
         "sleeping", _microseconds, scope=KERNELS, reader="kernels/cpu/workers.py",

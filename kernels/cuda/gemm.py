@@ -1,14 +1,17 @@
-"""Batched GEMM: 16x16 tiles staged through shared memory, fused bias/C/activation epilogue.
+"""Batched GEMM for MatMul, MatMulBias and Gemm: cuBLAS where it serves, else jitort's own.
 
-One kernel serves MatMul, MatMulBias and Gemm: operands are addressed through strides, so a
-transposed or batch-broadcast operand needs no copy (a batch stride of 0 broadcasts; Gemm's C
-broadcasts with strides of 0).
+Operands are addressed through strides, so a transposed or batch-broadcast operand needs no
+copy (a batch stride of 0 broadcasts; Gemm's C broadcasts with strides of 0). Where CuPy can
+run (a real GPU; kernels/cuda/blas.py) and the batches allow, the product is cuBLAS's and one
+elementwise kernel applies alpha, C, the bias and the activation; otherwise one kernel of 16x16
+tiles staged through shared memory does all of it.
 """
 import numpy as np
 from numba import cuda
 
-from .launch import launch
-from .mathfn import act
+from . import blas
+from .launch import call, launch
+from .mathfn import act, grid1
 
 TILE = 16
 
@@ -53,12 +56,44 @@ def _body(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio
         y[yo + (z * m + i) * n + j] = act(v, code, act_alpha, act_beta)
 
 
+EPI_BLOCK = 128
+
+
+@cuda.jit
+def _epilogue_k(y, yo, c, co, csi, csj, bias, bio, m, n, total, alpha, beta, has_c, has_bias,
+                code, act_alpha, act_beta):
+    """``y = act(alpha * y + beta * C + bias)`` over (batches, m, n), after cuBLAS's product
+    (the same order of operations as the tiled kernel's store)."""
+    i = cuda.grid(1)
+    if i >= total:
+        return
+    j = i % n
+    v = alpha * y[yo + i]
+    if has_c:
+        v += beta * c[co + ((i // n) % m) * csi + j * csj]
+    if has_bias:
+        v += bias[bio + j]
+    y[yo + i] = act(v, code, act_alpha, act_beta)
+
+
 def _run(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
          y, yo, nb, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha, act_beta=0.0):
     if nb * m * n == 0:
         return
-    grid = ((n + TILE - 1) // TILE, (m + TILE - 1) // TILE, nb)
     dt = y.dtype.type
+    cp = blas.cupy_or_none()
+    if cp is not None and blas.serves(nb, sab, sbb):
+        lead = (nb,) if nb > 1 else ()
+        call(blas.matmul_into, blas.view(cp, a, ao, lead + (m, k), (sab,)[:len(lead)] + (asi, asp)),
+             blas.view(cp, b, bo, lead + (k, n), (sbb,)[:len(lead)] + (bsp, bsj)),
+             blas.view(cp, y, yo, lead + (m, n), (m * n,)[:len(lead)] + (n, 1)))
+        if has_c or has_bias or code or alpha != 1:
+            total = nb * m * n
+            launch(_epilogue_k, grid1(total, EPI_BLOCK), EPI_BLOCK, y, yo, c, co, csi, csj, bias,
+                   bio, m, n, total, dt(alpha), dt(beta), has_c, has_bias, code, dt(act_alpha),
+                   dt(act_beta))
+        return
+    grid = ((n + TILE - 1) // TILE, (m + TILE - 1) // TILE, nb)
     launch(_KERNELS[y.dtype], grid, (TILE, TILE), a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c,
            co, csi, csj, bias, bio, y, yo, m, n, k, dt(alpha), dt(beta), has_c, has_bias, code,
            dt(act_alpha), dt(act_beta))
