@@ -71,12 +71,16 @@ def test_every_cuda_kernel_reference_resolves(cuda):
     """The CUDA lowerings' ``_gemm.gemm``-style references name functions of the CUDA library
     (``jitort.kernels.cuda``), which the CPU library's reference check does not read."""
     from jitort.codegen import cuda_emit
-    handles = {name: h for name, h in vars(cuda_emit).items() if isinstance(h, KernelModule)}
-    assert {h.package for h in handles.values()} == {"cuda"} and len(handles) >= 7
-    files = [Path(cg.__file__), Path(cuda_emit.__file__),
-             *sorted(Path(cg.__file__).with_name("cuda_ops").glob("*.py"))]
-    refs = {getattr(handles[a.value.id], a.attr) for f in files for a in ast.walk(ast.parse(
-        f.read_text())) if isinstance(a, ast.Attribute) and getattr(a.value, "id", None) in handles}
+    modules = [cg, cuda_emit, *(importlib.import_module(f"jitort.codegen.cuda_ops.{f}")
+                                for f in cg.FAMILIES)]
+    refs = set()
+    for mod in modules:  # a family module may hold handles of its own
+        handles = {**{n: h for n, h in vars(cuda_emit).items() if isinstance(h, KernelModule)},
+                   **{n: h for n, h in vars(mod).items() if isinstance(h, KernelModule)}}
+        assert {h.package for h in handles.values()} == {"cuda"}
+        refs |= {getattr(handles[a.value.id], a.attr) for a in ast.walk(ast.parse(
+            Path(mod.__file__).read_text())) if isinstance(a, ast.Attribute)
+            and getattr(a.value, "id", None) in handles}
     assert len(refs) >= 15, refs
     missing = [k for k in refs
                if not callable(getattr(importlib.import_module(k.path), k.name, None))]
