@@ -1,15 +1,53 @@
-"""Direct 2-D convolution (NCHW, groups, strides, pads, dilations): one thread per output.
+"""2-D convolution (NCHW, groups, strides, pads, dilations) with a fused epilogue.
 
-Simple and correct rather than fast: a tiled im2col + GEMM would reuse input rows through
-shared memory. ``conv2d_bias_act`` fuses a bias and an activation (codes as in ``mathfn.act``),
+Two kernels, one result. The direct kernel (``_conv_k``) runs one thread per output element
+and reads every input and weight from global memory. The tiled kernel (``_KERNELS``) is an
+implicit GEMM per group, ``Y[k, p] = sum_r W[k, r] * X_col[r, p]`` (k an output channel of the
+group, p a flat (n, oy, ox) position, r a flat (channel, u, v) tap): a block stages a
+``TILE_K x TILE_R`` weight tile and the gathered ``TILE_R x TILE_P`` input tile in shared
+memory and each thread accumulates a ``REG x REG`` block of outputs in registers, so every
+staged value is reused ``REG`` times per thread and ``TILE_K`` / ``TILE_P`` times per block.
+:func:`use_tiled` picks it when each output sums at least one chunk of products
+(``C / group * KH * KW >= 16``) and a group has at least 8 output channels; below that the
+tiles would be mostly padding, so depthwise and tiny convolutions stay direct.
+
+``conv2d_bias_act`` fuses a bias and an activation (codes as in ``mathfn.act``),
 ``conv2d_bias_add_act`` a bias, a residual of the output's shape and an activation.
 """
+import numpy as np
 from numba import cuda
 
 from .launch import launch
 from .mathfn import act, grid1, split2
 
 BLOCK = 128
+
+# The tiled kernel: THREADS x THREADS threads, each computing REG x REG outputs (output channel
+# k0 + ty + i * THREADS, position p0 + tx + j * THREADS: a warp's stores and shared reads are
+# consecutive), over chunks of TILE_R taps.
+THREADS = 16
+REG = 4
+TILE_K = THREADS * REG  # output channels per block
+TILE_P = THREADS * REG  # output positions per block
+TILE_R = 16  # taps per shared-memory chunk
+NT = THREADS * THREADS
+SW_COLS = TILE_K + 1  # the weight tile is stored [r][k]; +1 column spreads its stores' banks
+W_LOADS = TILE_K * TILE_R // NT  # weight elements each thread stages per chunk
+X_LOADS = TILE_R * TILE_P // NT  # input elements each thread stages per chunk
+assert NT % TILE_R == 0 and NT % TILE_P == 0 and W_LOADS * NT == TILE_K * TILE_R
+
+# Tiled when every output sums at least a full chunk of products and a group fills an eighth of
+# a tile's channels: below that the tiles are mostly padding and the direct kernel wastes less.
+TILED_MIN_TAPS = TILE_R
+TILED_MIN_KOUT = 8
+MAX_GRID_Z = 65535  # the groups run on the grid's z dimension
+
+
+def use_tiled(c, kout, kh, kw, group) -> bool:
+    """Whether ``conv2d_bias_add_act`` runs the tiled kernel (float32/float64 operands of one
+    dtype) rather than the direct one, from the geometry alone."""
+    return ((c // group) * kh * kw >= TILED_MIN_TAPS and kout // group >= TILED_MIN_KOUT
+            and group <= MAX_GRID_Z)
 
 
 @cuda.jit
@@ -34,7 +72,8 @@ def _conv_k(x, xo, w, wo, b, bo, r, ro, y, yo, c, h, wd, kout, kh, kw, oh, ow, s
                 ix = ox * sw - pw + v * dw
                 if ix < 0 or ix >= wd:
                     continue
-                acc += x[xo + ((n * c + ch) * h + iy) * wd + ix] * w[wo + ((k * cg + cc) * kh + u) * kw + v]
+                acc += (x[xo + ((n * c + ch) * h + iy) * wd + ix]
+                        * w[wo + ((k * cg + cc) * kh + u) * kw + v])
     if has_bias:
         acc += b[bo + k]
     if has_res:  # each thread reads its residual element before writing the same position
@@ -42,12 +81,145 @@ def _conv_k(x, xo, w, wo, b, bo, r, ro, y, yo, c, h, wd, kout, kh, kw, oh, ow, s
     y[yo + i] = act(acc, code, alpha, beta)
 
 
+def _make(dt):
+    """The tiled kernel for one dtype (shared arrays need a dtype known when it compiles).
+    Grid: (position tiles, channel tiles of a group, groups); block: (THREADS, THREADS)."""
+    @cuda.jit
+    def kern(x, xo, w, wo, b, bo, r, ro, y, yo, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw,
+             dh, dw, group, has_bias, has_res, code, alpha, beta, npos):
+        # one allocation per line: the simulator tells shared arrays apart by source line
+        s_w = cuda.shared.array((TILE_R, SW_COLS), dtype=dt)
+        s_x = cuda.shared.array((TILE_R, TILE_P), dtype=dt)
+        s_tap = cuda.shared.array((2, 3, TILE_R), dtype=np.int64)
+        acc = cuda.local.array((REG, REG), dtype=dt)
+        ra = cuda.local.array(REG, dtype=dt)
+        rb = cuda.local.array(REG, dtype=dt)
+        _tiled(x, xo, w, wo, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group, npos,
+               s_w, s_x, s_tap, acc, ra, rb)
+        _store(b, bo, r, ro, y, yo, kout, oh * ow, group, has_bias, has_res, code, alpha, beta,
+               npos, acc)
+    return kern
+
+
+@cuda.jit(device=True)
+def _taps(s_tap, buf, r0, red, t, kw, khw, h, wd, dh, dw):
+    """Threads 0..TILE_R-1 tabulate taps ``r0 + t`` = (cc, u, v) into ``s_tap[buf]``: the
+    input's offset from the window's corner, its row shift and its column shift (the gathers
+    then divide nothing)."""
+    rr = r0 + t
+    if t < TILE_R and rr < red:
+        cc = rr // khw
+        u = (rr - cc * khw) // kw
+        v = rr - cc * khw - u * kw
+        s_tap[buf, 0, t] = (cc * h + u * dh) * wd + v * dw
+        s_tap[buf, 1, t] = u * dh
+        s_tap[buf, 2, t] = v * dw
+
+
+@cuda.jit(device=True)
+def _tiled(x, xo, w, wo, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group, npos,
+           s_w, s_x, s_tap, acc, ra, rb):
+    """This block's tile of ``W @ X_col`` for group ``blockIdx.z``, into each thread's ``acc``.
+    Every thread reaches every ``syncthreads``: out-of-range loads stage zeros instead."""
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    t = ty * THREADS + tx
+    g = cuda.blockIdx.z
+    kpg, cg, khw = kout // group, c // group, kh * kw
+    red = cg * khw
+    # the weights this thread stages: tap r0 + rw of the block's channels kk0 + it * NT/TILE_R
+    k0 = cuda.blockIdx.y * TILE_K
+    rw, kk0 = t % TILE_R, t // TILE_R
+    wrow = wo + (g * kpg + k0) * red + rw
+    # the inputs: taps r0 + rx0 + it * NT/TILE_P of position p, the same p for every chunk
+    px, rx0 = t % TILE_P, t // TILE_P
+    p = cuda.blockIdx.x * TILE_P + px
+    ohw = oh * ow
+    nn = p // ohw
+    oy = (p - nn * ohw) // ow
+    iy0 = oy * sh - ph
+    ix0 = (p - nn * ohw - oy * ow) * sw - pw
+    xcorner = xo + ((nn * c + g * cg) * h + iy0) * wd + ix0  # x's index at tap (0, 0, 0)
+    for i in range(REG):
+        for j in range(REG):
+            acc[i, j] = 0
+    _taps(s_tap, 0, 0, red, t, kw, khw, h, wd, dh, dw)
+    cuda.syncthreads()
+    buf = 0
+    for r0 in range(0, red, TILE_R):
+        for it in range(W_LOADS):
+            kk = kk0 + it * (NT // TILE_R)
+            if k0 + kk < kpg and r0 + rw < red:
+                s_w[rw, kk] = w[wrow + kk * red + r0]
+            else:
+                s_w[rw, kk] = 0
+        for it in range(X_LOADS):
+            rx = rx0 + it * (NT // TILE_P)
+            iy = iy0 + s_tap[buf, 1, rx]
+            ix = ix0 + s_tap[buf, 2, rx]
+            if p < npos and r0 + rx < red and 0 <= iy < h and 0 <= ix < wd:
+                s_x[rx, px] = x[xcorner + s_tap[buf, 0, rx]]
+            else:
+                s_x[rx, px] = 0
+        # the next chunk's taps, into the other buffer: its last readers passed the last sync
+        _taps(s_tap, 1 - buf, r0 + TILE_R, red, t, kw, khw, h, wd, dh, dw)
+        cuda.syncthreads()
+        for q in range(TILE_R):
+            for i in range(REG):
+                ra[i] = s_w[q, ty + i * THREADS]
+                rb[i] = s_x[q, tx + i * THREADS]
+            for i in range(REG):
+                for j in range(REG):
+                    acc[i, j] += ra[i] * rb[j]
+        cuda.syncthreads()
+        buf = 1 - buf
+
+
+@cuda.jit(device=True)
+def _store(b, bo, r, ro, y, yo, kout, ohw, group, has_bias, has_res, code, alpha, beta, npos,
+           acc):
+    """``_conv_k``'s epilogue on this thread's outputs (channel ``k0 + ty + i * THREADS`` of the
+    group, position ``p0 + tx + j * THREADS``), stored NCHW."""
+    kpg = kout // group
+    kb = cuda.blockIdx.z * kpg
+    k0 = cuda.blockIdx.y * TILE_K + cuda.threadIdx.y
+    p0 = cuda.blockIdx.x * TILE_P + cuda.threadIdx.x
+    for j in range(REG):
+        p = p0 + j * THREADS
+        if p < npos:
+            nn = p // ohw
+            base = (nn * kout + kb) * ohw + p - nn * ohw  # y's index at channel kb, position p
+            for i in range(REG):
+                k = k0 + i * THREADS
+                if k < kpg:
+                    o = base + k * ohw
+                    v = acc[i, j]
+                    if has_bias:
+                        v += b[bo + kb + k]
+                    if has_res:  # read before the same thread writes the same position
+                        v += r[ro + o]
+                    y[yo + o] = act(v, code, alpha, beta)
+
+
+_KERNELS = {np.dtype(t): _make(t) for t in (np.float32, np.float64)}
+
+
 def conv2d_bias_add_act(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh, kw, oh, ow,
                         sh, sw, ph, pw, dh, dw, group, has_bias, has_res, code, alpha, beta):
-    """``y = act(conv(x, w) + b + r)``; ``r`` (used when ``has_res``) has ``y``'s shape."""
+    """``y = act(conv(x, w) + b + r)``; ``r`` (used when ``has_res``) has ``y``'s shape. The
+    tiled kernel where :func:`use_tiled` says so and x, w and y share a float dtype, else the
+    direct one."""
     total = n * kout * oh * ow
-    if total:
-        dt = y.dtype.type
+    if not total:
+        return
+    dt = y.dtype.type
+    tiled = _KERNELS.get(y.dtype)
+    if tiled is not None and x.dtype == w.dtype == y.dtype and use_tiled(c, kout, kh, kw, group):
+        npos = n * oh * ow
+        grid = ((npos + TILE_P - 1) // TILE_P, (kout // group + TILE_K - 1) // TILE_K, group)
+        launch(tiled, grid, (THREADS, THREADS), x, xo, w, wo, b, bo, r, ro, y, yo, c, h, wd,
+               kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group, has_bias, has_res, code,
+               dt(alpha), dt(beta), npos)
+    else:
         launch(_conv_k, grid1(total, BLOCK), BLOCK, x, xo, w, wo, b, bo, r, ro, y, yo, c, h, wd,
                kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group, has_bias, has_res, code,
                dt(alpha), dt(beta), total)
