@@ -314,7 +314,7 @@ class CudaCompiledModel(CompiledModel):
         except Exception as e:
             raise ExecutionError(f"CUDA segment failed: {type(e).__name__}: {e}") from e
         if bound.failed():
-            raise InvalidInput("an index input of Gather is out of range")
+            raise InvalidInput("an index input (of Gather or GatherElements) is out of range")
         for i, y in zip(seg.output_ids, bound.outputs):
             env.dev[i] = y
         if plan.exports:
