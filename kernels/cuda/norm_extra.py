@@ -65,8 +65,13 @@ def _lrn_k(x, xo, y, yo, c, inner, size, coef, beta, bias, total):
     s = i % inner
     ch = (i // inner) % c
     base = xo + (i // inner // c) * c * inner + s
-    lo = max(0, ch - (size - 1) // 2)
-    hi = min(c - 1, ch + size // 2)
+    # the window clipped to the channels (no builtin min/max: Numba's CUDA target lacks them)
+    lo = ch - (size - 1) // 2
+    if lo < 0:
+        lo = 0
+    hi = ch + size // 2
+    if hi > c - 1:
+        hi = c - 1
     acc = bias * 0
     for cc in range(lo, hi + 1):
         e = x[base + cc * inner]
