@@ -396,7 +396,7 @@ def _celu(n, a, d, o):
 def _mish(n, a, d, o):
     # tanh(softplus(x)) = w / (w + 2), w = e^x (e^x + 2); e^x clamped (the ratio is 1 by then)
     x = a[0]
-    e = _exp(n, [f"min({x}, {lit(20, o)})"], d, o)
+    e = _exp(n, [_min(x, lit(20, o))], d, o)  # no builtin min: the CUDA target lacks it
     return f"({x} * (({e}) * (({e}) + {lit(2, o)})) / (({e}) * (({e}) + {lit(2, o)}) + {lit(2, o)}))"
 
 
