@@ -18,7 +18,8 @@ of 1 is made symbolic for other batches):
   synchronizing before its call returns, engines taking turns round by round (medians):
   jitort (``run_on_device``), onnxruntime's CUDA provider where ``onnxruntime-gpu`` is
   installed (I/O bound on the device), PyTorch on the graph converted by ``onnx2torch``,
-  eager and under ``torch.compile`` (Inductor; ``--no-compile`` skips it);
+  eager and under ``torch.compile`` (Inductor; ``--no-compile`` skips it), TF32 off (exact
+  float32, as jitort and onnxruntime's default);
 * ``ratio``: jitort / the reference -- onnxruntime's CUDA provider if present, else PyTorch
   eager -- and ``vs_compile``: jitort / torch.compile.
 
@@ -110,6 +111,9 @@ def _torch_engines(model, feeds: dict, truth, compile_too: bool, rec: dict) -> d
     except ImportError as e:
         rec["torch"] = f"not run: {e}"
         return {}
+    # exact float32 on both sides, as jitort computes (PyTorch's cuDNN default allows TF32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     try:
         module = onnx2torch.convert(model).cuda().eval()
     except Exception as e:  # an op onnx2torch does not convert
