@@ -27,7 +27,7 @@ import numpy as np
 from . import devices
 from .codegen.cpu import CpuBackend
 from .codegen.cuda import CudaBackend, CudaPlan, CudaSegmentCompiler
-from .cuda_replay import Bound, graph_support
+from .cuda_replay import Bound, copy_device, graph_support
 from .errors import ExecutionError, InvalidInput, JitortError
 from .executor import infer_shapes, value_key
 from .partition import HOST, INTERP, InterpStep, Segment, assign, schedule
@@ -252,8 +252,7 @@ class CudaCompiledModel(CompiledModel):
             self.copies["h2d"] += 1
             return self.cuda.to_device(np.ascontiguousarray(env[key]), stream=stream)
         out = self.cuda.device_array(src.shape, src.dtype, stream=stream)
-        if src.size:
-            out.copy_to_device(src, stream=stream)
+        copy_device(out, src, src.size * np.dtype(src.dtype).itemsize, stream)
         return out
 
     # --- moving values ---------------------------------------------------------------------
@@ -306,8 +305,8 @@ class CudaCompiledModel(CompiledModel):
                         x.copy_to_device(np.ascontiguousarray(env[i]).reshape(-1), stream=stream)
                     self.copies["h2d"] += 1
                     env.dev[i] = view
-                elif n:
-                    x.copy_to_device(src.reshape(-1), stream=stream)
+                else:
+                    copy_device(x, src, n * x.dtype.itemsize, stream)
             bound.run()
         except JitortError:
             raise

@@ -182,12 +182,14 @@ class _FakeDriver(types.ModuleType):
         self.log, self.fail = [], fail_instantiate
         self.CUstream = lambda h: ("stream", h)
         for name in ("cuStreamBeginCapture", "cuStreamEndCapture", "cuGraphInstantiate",
-                     "cuGraphLaunch", "cuGraphExecDestroy", "cuGraphDestroy"):
+                     "cuGraphLaunch", "cuGraphExecDestroy", "cuGraphDestroy",
+                     "cuMemcpyDtoDAsync"):
             setattr(self, name, self._logged(name))
 
     def _logged(self, name):
         def call(*args):
             self.log.append(name)
+            self.args = args
             if name == "cuStreamEndCapture":
                 return 0, "graph"
             if name == "cuGraphInstantiate":
@@ -237,6 +239,20 @@ def test_a_failed_capture_ends_it_and_keeps_launches(fake_driver):
     with pytest.raises(RuntimeError, match="cuGraphInstantiate failed: 700"):
         cuda_replay.Graph(lambda: None, _Stream())
     assert drv.log[-1] == "cuGraphDestroy"
+
+
+def test_device_copies_on_a_gpu_are_one_driver_call(fake_driver):
+    """Outside the simulator a device-to-device copy is one cuMemcpyDtoDAsync of the two
+    arrays' pointers on the stream (numba's copy re-slices both arrays first)."""
+    drv = fake_driver()
+
+    class Dev:
+        def __init__(self, ptr):
+            self.__cuda_array_interface__ = {"data": (ptr, False)}
+    cuda_replay.copy_device(Dev(4096), Dev(8192), 64, _Stream())
+    assert drv.log == ["cuMemcpyDtoDAsync"] and drv.args == (4096, 8192, 64, ("stream", 42))
+    cuda_replay.copy_device(Dev(4096), Dev(8192), 0, _Stream())  # nothing to copy
+    assert drv.log == ["cuMemcpyDtoDAsync"]
 
 
 def test_bound_falls_back_when_the_capture_fails(cuda, fake_driver, monkeypatch):
