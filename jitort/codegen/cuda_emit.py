@@ -123,6 +123,14 @@ class CudaEmitter:
         self.views[id(v)] = got
         return got
 
+    def temp(self, nelems: int, dtype) -> DeviceView:
+        """Scratch of ``nelems`` elements in the workspace, live at this step only (a kernel's
+        intermediate, not an ONNX value)."""
+        dt = np.dtype(dtype)
+        self.rows.append(_Row(max(1, int(nelems)) * dt.itemsize, dt, self.step, self.step))
+        self.dtypes.add(dt.name)
+        return DeviceView(f"w_{dt.name}", len(self.rows) - 1)
+
     def alias(self, dst: Value, src: Value) -> None:
         """``dst`` is ``src`` reshaped: the same array and offset (a copy if ``dst`` is an output)."""
         s = self.read(src)

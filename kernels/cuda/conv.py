@@ -17,7 +17,9 @@ tiles would be mostly padding, so depthwise and tiny convolutions stay direct.
 import numpy as np
 from numba import cuda
 
-from .launch import launch
+from . import blas
+from .gemm import epilogue
+from .launch import call, launch
 from .mathfn import act, grid1, split2
 
 BLOCK = 128
@@ -203,17 +205,79 @@ def _store(b, bo, r, ro, y, yo, kout, ohw, group, has_bias, has_res, code, alpha
 _KERNELS = {np.dtype(t): _make(t) for t in (np.float32, np.float64)}
 
 
+@cuda.jit
+def _im2col_k(x, xo, col, co, h, wd, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, total):
+    """``col[(cc, u, v), (oy, ox)] = x[cc, oy*sh - ph + u*dh, ox*sw - pw + v*dw]`` (0 outside)
+    for one image: the (C*KH*KW, OH*OW) matrix a convolution is the product of W with."""
+    i = cuda.grid(1)
+    if i >= total:
+        return
+    ohw = oh * ow
+    p = i % ohw
+    r = i // ohw
+    v = r % kw
+    u = (r // kw) % kh
+    cc = r // (kh * kw)
+    oy = p // ow
+    iy = oy * sh - ph + u * dh
+    ix = (p - oy * ow) * sw - pw + v * dw
+    if 0 <= iy < h and 0 <= ix < wd:
+        col[co + i] = x[xo + (cc * h + iy) * wd + ix]
+    else:
+        col[co + i] = 0
+
+
+def pointwise(h, wd, kh, kw, oh, ow, sh, sw, ph, pw) -> bool:
+    """A 1x1 convolution of stride 1 without padding: each image's input is already the
+    (C, H*W) matrix of the product, no im2col needed."""
+    return kh == kw == 1 and sh == sw == 1 and ph == pw == 0 and oh == h and ow == wd
+
+
+def _cublas(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph,
+            pw, dh, dw, has_bias, has_res, code, alpha, beta, col, colo):
+    """Per image ``Y (K, OH*OW) = W (K, C*KH*KW) @ X_col``: cuBLAS through CuPy, the columns
+    made by ``_im2col_k`` in ``col`` (the caller's scratch) unless the convolution is
+    pointwise; then one epilogue kernel over every image (bias per row, residual, act)."""
+    cp = blas.cupy_or_none()
+    red, ohw = c * kh * kw, oh * ow
+    wv = blas.view(cp, w, wo, (kout, red), (red, 1))
+    flat = pointwise(h, wd, kh, kw, oh, ow, sh, sw, ph, pw)
+    if not flat:
+        cols = blas.view(cp, col, colo, (red, ohw), (ohw, 1))
+    for img in range(n):
+        xi = xo + img * c * h * wd
+        if flat:
+            cols = blas.view(cp, x, xi, (red, ohw), (ohw, 1))
+        else:
+            launch(_im2col_k, grid1(red * ohw, BLOCK), BLOCK, x, xi, col, colo, h, wd, kh, kw,
+                   oh, ow, sh, sw, ph, pw, dh, dw, red * ohw)
+        call(blas.matmul_into, wv, cols, blas.view(cp, y, yo + img * kout * ohw, (kout, ohw),
+                                                    (ohw, 1)))
+    epilogue(y, yo, r, ro, kout * ohw, ohw, 1, b, bo, n, kout, ohw, 1.0, 1.0, has_res, has_bias,
+             True, code, alpha, beta)
+
+
 def conv2d_bias_add_act(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh, kw, oh, ow,
-                        sh, sw, ph, pw, dh, dw, group, has_bias, has_res, code, alpha, beta):
-    """``y = act(conv(x, w) + b + r)``; ``r`` (used when ``has_res``) has ``y``'s shape. The
-    tiled kernel where :func:`use_tiled` says so and x, w and y share a float dtype, else the
-    direct one."""
+                        sh, sw, ph, pw, dh, dw, group, has_bias, has_res, code, alpha, beta,
+                        col=None, colo=0):
+    """``y = act(conv(x, w) + b + r)``; ``r`` (used when ``has_res``) has ``y``'s shape.
+
+    Where cuBLAS serves (kernels/cuda/blas.py), an ungrouped convolution the tiled kernel
+    would take is a product per image through cuBLAS (``col``: scratch of C*KH*KW*OH*OW
+    elements for the im2col columns, unused by a pointwise convolution); otherwise the tiled
+    kernel where :func:`use_tiled` says so and x, w and y share a float dtype, else the direct
+    one."""
     total = n * kout * oh * ow
     if not total:
         return
     dt = y.dtype.type
     tiled = _KERNELS.get(y.dtype)
-    if tiled is not None and x.dtype == w.dtype == y.dtype and use_tiled(c, kout, kh, kw, group):
+    same = x.dtype == w.dtype == y.dtype
+    if (same and group == 1 and blas.cupy_or_none() is not None and use_tiled(c, kout, kh, kw, 1)
+            and (col is not None or pointwise(h, wd, kh, kw, oh, ow, sh, sw, ph, pw))):
+        _cublas(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph,
+                pw, dh, dw, has_bias, has_res, code, alpha, beta, col, colo)
+    elif tiled is not None and same and use_tiled(c, kout, kh, kw, group):
         npos = n * oh * ow
         grid = ((npos + TILE_P - 1) // TILE_P, (kout // group + TILE_K - 1) // TILE_K, group)
         launch(tiled, grid, (THREADS, THREADS), x, xo, w, wo, b, bo, r, ro, y, yo, c, h, wd,
@@ -226,12 +290,14 @@ def conv2d_bias_add_act(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh
 
 
 def conv2d_bias_act(x, xo, w, wo, b, bo, y, yo, n, c, h, wd, kout, kh, kw, oh, ow,
-                    sh, sw, ph, pw, dh, dw, group, has_bias, code, alpha, beta=0.0):
+                    sh, sw, ph, pw, dh, dw, group, has_bias, code, alpha, beta=0.0, col=None,
+                    colo=0):
     conv2d_bias_add_act(x, xo, w, wo, b, bo, y, yo, y, yo, n, c, h, wd, kout, kh, kw, oh, ow,
-                        sh, sw, ph, pw, dh, dw, group, has_bias, False, code, alpha, beta)
+                        sh, sw, ph, pw, dh, dw, group, has_bias, False, code, alpha, beta, col,
+                        colo)
 
 
 def conv2d(x, xo, w, wo, b, bo, y, yo, n, c, h, wd, kout, kh, kw, oh, ow,
-           sh, sw, ph, pw, dh, dw, group, has_bias):
+           sh, sw, ph, pw, dh, dw, group, has_bias, col=None, colo=0):
     conv2d_bias_act(x, xo, w, wo, b, bo, y, yo, n, c, h, wd, kout, kh, kw, oh, ow,
-                    sh, sw, ph, pw, dh, dw, group, has_bias, 0, 0.0)
+                    sh, sw, ph, pw, dh, dw, group, has_bias, 0, 0.0, 0.0, col, colo)

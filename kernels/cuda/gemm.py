@@ -60,20 +60,34 @@ EPI_BLOCK = 128
 
 
 @cuda.jit
-def _epilogue_k(y, yo, c, co, csi, csj, bias, bio, m, n, total, alpha, beta, has_c, has_bias,
-                code, act_alpha, act_beta):
+def _epilogue_k(y, yo, c, co, csb, csi, csj, bias, bio, m, n, total, alpha, beta, has_c,
+                has_bias, bias_rows, code, act_alpha, act_beta):
     """``y = act(alpha * y + beta * C + bias)`` over (batches, m, n), after cuBLAS's product
-    (the same order of operations as the tiled kernel's store)."""
+    (the same order of operations as the tiled kernel's store); C's batch stride ``csb``; the
+    bias indexed by column (a GEMM's) or by row (``bias_rows``: a convolution's channels)."""
     i = cuda.grid(1)
     if i >= total:
         return
     j = i % n
+    row = (i // n) % m
     v = alpha * y[yo + i]
     if has_c:
-        v += beta * c[co + ((i // n) % m) * csi + j * csj]
+        v += beta * c[co + (i // (m * n)) * csb + row * csi + j * csj]
     if has_bias:
-        v += bias[bio + j]
+        v += bias[bio + (row if bias_rows else j)]
     y[yo + i] = act(v, code, act_alpha, act_beta)
+
+
+def epilogue(y, yo, c, co, csb, csi, csj, bias, bio, nb, m, n, alpha, beta, has_c, has_bias,
+             bias_rows, code, act_alpha, act_beta):
+    """The elementwise epilogue of a cuBLAS product (see ``_epilogue_k``); nothing when it
+    would change nothing."""
+    total = nb * m * n
+    if total and (has_c or has_bias or code or alpha != 1):
+        dt = y.dtype.type
+        launch(_epilogue_k, grid1(total, EPI_BLOCK), EPI_BLOCK, y, yo, c, co, csb, csi, csj,
+               bias, bio, m, n, total, dt(alpha), dt(beta), has_c, has_bias, bias_rows, code,
+               dt(act_alpha), dt(act_beta))
 
 
 def _run(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
@@ -87,11 +101,8 @@ def _run(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
         call(blas.matmul_into, blas.view(cp, a, ao, lead + (m, k), (sab,)[:len(lead)] + (asi, asp)),
              blas.view(cp, b, bo, lead + (k, n), (sbb,)[:len(lead)] + (bsp, bsj)),
              blas.view(cp, y, yo, lead + (m, n), (m * n,)[:len(lead)] + (n, 1)))
-        if has_c or has_bias or code or alpha != 1:
-            total = nb * m * n
-            launch(_epilogue_k, grid1(total, EPI_BLOCK), EPI_BLOCK, y, yo, c, co, csi, csj, bias,
-                   bio, m, n, total, dt(alpha), dt(beta), has_c, has_bias, code, dt(act_alpha),
-                   dt(act_beta))
+        epilogue(y, yo, c, co, 0, csi, csj, bias, bio, nb, m, n, alpha, beta, has_c, has_bias,
+                 False, code, act_alpha, act_beta)
         return
     grid = ((n + TILE - 1) // TILE, (m + TILE - 1) // TILE, nb)
     launch(_KERNELS[y.dtype], grid, (TILE, TILE), a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c,

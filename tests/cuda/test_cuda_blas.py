@@ -121,3 +121,36 @@ def test_own_kernel_when_asked(cuda, monkeypatch):
         monkeypatch.delenv("JITORT_CUDA_BLAS")
         assert blas.cupy_or_none() is None
     assert blas.serves(1, 0, 0) and blas.serves(4, 20, 30) and not blas.serves(4, 0, 30)
+
+
+def _conv_model(k, c, kh, residual, **attrs):
+    """Conv (+ residual Add) + Relu: one jitort.FusedConv on (2, c, 5, 5) inputs."""
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["h"], **attrs)]
+    ins = [("x", F32, [2, c, 5, 5])]
+    out = "h"
+    if residual:
+        nodes.append(helper.make_node("Add", ["h", "z"], ["s"]))
+        out = "s"
+    nodes.append(helper.make_node("Relu", [out], ["y"]))
+    return make_model(nodes, ins + ([("z", F32, [2, k, 5, 5])] if residual else []),
+                      [("y", F32, None)],
+                      {"w": _w(k, c, kh, kh), "b": _w(k)})
+
+
+@pytest.mark.parametrize("c,kh,attrs,residual", [
+    (2, 3, {"pads": [1, 1, 1, 1]}, True),  # im2col columns, residual and bias per channel
+    (2, 3, {"strides": [2, 2], "dilations": [1, 1]}, False),  # strided, no padding
+    (16, 1, {}, True),  # pointwise: each image's input is the product's matrix
+])
+def test_convolution_is_cublas_per_image_then_the_epilogue(fake_cupy, c, kh, attrs, residual):
+    m = _conv_model(8, c, kh, residual, **attrs)
+    x = _w(2, c, 5, 5)
+    from jitort.kernels.cuda import conv
+    feeds = {"x": x, **({"z": _w(2, 8, 5, 5)} if residual else {})}
+    cm = jitort.compile(m, device="cuda")
+    np.testing.assert_allclose(cm(*feeds.values())[0], _ort(m, feeds)[0], rtol=1e-5, atol=1e-5)
+    records = _records(cm)
+    kinds = [getattr(r, "kernel", getattr(r, "fn", None)) for r in records]
+    per_image = [blas.matmul_into] if kh == 1 else [conv._im2col_k, blas.matmul_into]
+    assert kinds == per_image * 2 + [gemm._epilogue_k], kinds
+    assert all(p[:2] == ((8, c * kh * kh), (c * kh * kh, p[1][1])) for p in fake_cupy.products)

@@ -65,11 +65,12 @@ with recording() as work:
         gemm.matmul3d(A, 0, 0, A, 0, 0, A, 0, 2, 3, 4, 5)
         gemm.matmul3d_bias_act(A, 0, 6, A, 0, 0, A, 0, A, 0, 2, 3, 4, 5, 2, 0.0)
         gemm.gemm(A, 0, A, 0, A, 0, 1, 0, A, 0, 3, 4, 5, 0.5, 2.0, True, False, True)
-        gemm.launch(gemm._epilogue_k, 1, 128, A, 0, A, 0, 1, 0, A, 0, 3, 4, 12, dt(1), dt(1),
-                    True, True, 1, dt(0), dt(0))
+        gemm.epilogue(A, 0, A, 0, 12, 4, 1, A, 0, 2, 3, 4, 0.5, 1.0, True, True, True, 1, 0.0,
+                      0.0)
         for c, k in ((16, 16), (3, 4)):  # tiled, direct
             conv.conv2d_bias_add_act(A, 0, A, 0, A, 0, A, 0, A, 0, 1, c, 5, 5, k, 3, 3, 5, 5,
                                      1, 1, 1, 1, 1, 1, 1, True, True, 1, 0.0, 0.0)
+        conv.launch(conv._im2col_k, 2, 128, A, 0, A, 0, 5, 5, 3, 3, 5, 5, 1, 1, 1, 1, 1, 1, 225)
         conv_transpose.conv_transpose2d(A, 0, A, 0, A, 0, A, 0, 1, 2, 3, 3, 2, 3, 3, 6, 6, 2, 2,
                                         1, 1, 1, 1, 1, True)
         data.copy_nd(A, 0, (3, 1), A, 0, (1, 3), (3, 3))

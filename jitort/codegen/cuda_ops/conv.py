@@ -8,8 +8,10 @@ from ..registry import Unlowerable
 
 
 def _lower_conv(em: CudaEmitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> None:
-    """One launch of the direct conv kernel for a Conv or FusedConv (bias, optional residual of
-    the output's shape and activation applied by each thread to its output element)."""
+    """One call of the conv launcher for a Conv or FusedConv (bias, optional residual of the
+    output's shape and activation in its epilogue). An ungrouped, not pointwise convolution
+    gets scratch for im2col columns, which the launcher uses where cuBLAS serves (a GPU with
+    CuPy) and ignores elsewhere."""
     x, w, b, y = n.inputs[0], n.inputs[1], n.input(2), n.outputs[0]
     xs, ws, ys, strides, dil, pads, group = _conv_geometry(em, n)
     xv, wv = em.read(x), em.read(w)
@@ -17,17 +19,21 @@ def _lower_conv(em: CudaEmitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> N
     geo = (xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], ys[2], ys[3], strides[0], strides[1],
            pads[0], pads[1], dil[0], dil[1], group)
     dims = em.sizes(geo)
-    if n.op_type == "Conv":
-        em.call(_conv.conv2d, xv, wv, bv, em.write(y), *dims, b is not None)
-        return
     rv = em.read(residual) if residual is not None else None
     yv = em.write(y)  # a fresh row, live with the residual's at this step: never the same memory
+    pointwise = ws[2] == ws[3] == 1 and list(strides) == [1, 1] and ys[2:] == xs[2:]
+    col = () if group != 1 or pointwise else (
+        em.temp(ws[1] * ws[2] * ws[3] * ys[2] * ys[3], y.dtype),)
+    if n.op_type == "Conv":
+        em.call(_conv.conv2d, xv, wv, bv, yv, *dims, b is not None, *col)
+        return
     code, alpha, beta = act
     epi = (code, float(alpha), float(beta))
     if residual is None:
-        em.call(_conv.conv2d_bias_act, xv, wv, bv, yv, *dims, b is not None, *epi)
+        em.call(_conv.conv2d_bias_act, xv, wv, bv, yv, *dims, b is not None, *epi, *col)
     else:
-        em.call(_conv.conv2d_bias_add_act, xv, wv, bv, rv, yv, *dims, b is not None, True, *epi)
+        em.call(_conv.conv2d_bias_add_act, xv, wv, bv, rv, yv, *dims, b is not None, True, *epi,
+                *col)
 
 
 @lowering("Conv", supports=_same_float)
