@@ -17,6 +17,9 @@ also reach If/Loop/Scan bodies). Each class names the reference behaviour it cor
   reference: its largest magnitude), L2 is ``sign(x) * sqrt(x * x / sum(x * x))``, a row whose
   norm is 0 is left as it is, and an integer input works (the reference's in-place square root
   fails on it).
+* ``Resize`` with ``coordinate_transformation_mode="tf_half_pixel_for_nn"`` (opset 11, nearest
+  only): the reference rejects the mode; the source position is ``(i + 0.5) / scale`` rounded
+  by ``nearest_mode`` and clamped, an axis of scale 1 keeping its positions (onnxruntime's).
 * ``Scaler`` (ai.onnx.ml): the output is float (``(x - offset) * scale`` in float32, as
   onnxruntime's); the reference casts it back to the input type, truncating an integer input's.
 """
@@ -26,6 +29,7 @@ import numpy as np
 from onnx.reference.op_run import OpRun
 from onnx.reference.ops.aionnxml._op_run_aionnxml import OpRunAiOnnxMl
 from onnx.reference.ops.op_loop import Loop as _RefLoop
+from onnx.reference.ops.op_resize import Resize as _RefResize
 from onnx.reference.ops.op_scan import Scan as _RefScan
 from onnx.reference.ops.op_scatter_elements import ScatterElements as _RefScatterElements
 
@@ -126,6 +130,30 @@ class Scan(_RefScan):
                      for i in range(len(per_batch[0]))) if batch else tuple()
 
 
+_ROUND = {"round_prefer_floor": lambda c: np.ceil(c - 0.5), "floor": np.floor, "ceil": np.ceil,
+          "round_prefer_ceil": lambda c: np.floor(c + 0.5)}
+
+
+class Resize(_RefResize):
+    def _run(self, X, roi, scales=None, sizes=None, **attrs):  # type: ignore[override]
+        if attrs.get("coordinate_transformation_mode") != "tf_half_pixel_for_nn":
+            return super()._run(X, roi, scales, sizes, **attrs)
+        if (attrs.get("mode") or "nearest") != "nearest":
+            raise ValueError("tf_half_pixel_for_nn is a mode of nearest resizing")
+        X = np.asarray(X)
+        if sizes is not None and len(sizes):
+            out = [int(v) for v in sizes]
+            sc = [o / i if i else 1.0 for o, i in zip(out, X.shape)]
+        else:
+            sc = [float(v) for v in np.asarray(scales, np.float32)]
+            out = [int(np.floor(i * s)) for i, s in zip(X.shape, sc)]
+        rnd = _ROUND[attrs.get("nearest_mode") or "round_prefer_floor"]
+        idx = [np.arange(i) if (o == i and s == 1.0) else
+               np.clip(rnd((np.arange(o) + 0.5) / np.float32(s)), 0, i - 1).astype(np.int64)
+               for i, o, s in zip(X.shape, out, sc)]
+        return (X[np.ix_(*idx)],)
+
+
 class Scaler(OpRunAiOnnxMl):
     def _run(self, x, offset=None, scale=None):  # type: ignore[override]
         off = np.asarray(offset if offset is not None else [0.0], np.float32)
@@ -150,4 +178,4 @@ class Normalizer(OpRunAiOnnxMl):
         return (np.where(d == 0, x2, y).astype(np.float32).reshape(x.shape),)
 
 
-FIXED_OPS = [Loop, Optional, Scatter, Scan, Scaler, Normalizer]
+FIXED_OPS = [Loop, Optional, Scatter, Scan, Resize, Scaler, Normalizer]

@@ -10,7 +10,7 @@ agree at ties.
 
 Codes: mode 0 nearest, 1 linear, 2 cubic. Coordinate transformation 0 half_pixel,
 1 half_pixel_symmetric, 2 pytorch_half_pixel, 3 align_corners, 4 asymmetric,
-5 tf_half_pixel_for_nearest, 6 tf_crop_and_resize. Nearest rounding 0 round_prefer_floor,
+5 tf_half_pixel_for_nn, 6 tf_crop_and_resize. Nearest rounding 0 round_prefer_floor,
 1 round_prefer_ceil, 2 floor, 3 ceil, 4 "simple" (opset < 11: floor up, ceil down).
 """
 import math

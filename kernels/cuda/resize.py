@@ -10,7 +10,7 @@ scale 1 maps i to i whatever the coordinate mode (onnxruntime skips its transfor
 lowering passes such axes as identities.
 
 Codes (as the CPU kernels): coordinate transformation 0 half_pixel, 1 half_pixel_symmetric,
-2 pytorch_half_pixel, 3 align_corners, 4 asymmetric, 5 tf_half_pixel_for_nearest; nearest
+2 pytorch_half_pixel, 3 align_corners, 4 asymmetric, 5 tf_half_pixel_for_nn; nearest
 rounding 0 round_prefer_floor, 1 round_prefer_ceil, 2 floor, 3 ceil; pad mode 0 constant,
 1 reflect, 2 edge, 3 wrap. A scale < 0 means out/in (a Resize by sizes).
 """

@@ -176,22 +176,26 @@ def test_antialias(mode):
         _check(X3, scales=[1, 1, 0.45], mode=mode, antialias=1)
 
 
-def test_tf_half_pixel_for_nearest():
-    """Gone from onnxruntime and onnx.reference: checked against its formula,
-    index = round((i + 0.5) / scale) clamped."""
-    m = _model(X4, 'Resize', 11, [1, 1, 1.5, 0.7], None, None,
-               dict(mode='nearest', coordinate_transformation_mode='tf_half_pixel_for_nearest'))
-    cm = jitort.compile(m)
-    assert cm.fallback_nodes() == []
-    got = cm.run(None, {'x': X4})[0]
-
-    def idx(n_in, n_out, s):
-        c = (np.arange(n_out, dtype=np.float32) + np.float32(0.5)) / np.float32(s)
-        f = np.floor(c)
-        r = np.where(c - f > 0.5, f + 1, f)  # round_prefer_floor
-        return np.clip(r.astype(np.int64), 0, n_in - 1)
-    ref = X4[:, :, idx(5, 7, 1.5)][:, :, :, idx(6, 4, 0.7)]
-    np.testing.assert_array_equal(got, ref)
+@pytest.mark.parametrize('nearest', ['round_prefer_floor', 'round_prefer_ceil', 'floor', 'ceil'])
+def test_tf_half_pixel_for_nn(nearest):
+    """Opset 11's mode (index = round((i + 0.5) / scale), clamped), compiled and interpreted,
+    against onnxruntime; an axis of scale 1 keeps its positions (a ceil rounding would move
+    them by the formula, not in onnxruntime). onnx.reference rejects the mode: the
+    interpreter's fix implements it."""
+    import onnxruntime as ort
+    from onnx.reference import ReferenceEvaluator
+    from jitort.interpreter.reference_fixes import FIXED_OPS
+    for scales in ([1, 1, 1.5, 0.7], [1, 1, 2, 2]):
+        m = _model(X4, 'Resize', 11, scales, None, None,
+                   dict(mode='nearest', coordinate_transformation_mode='tf_half_pixel_for_nn',
+                        nearest_mode=nearest))
+        want = ort.InferenceSession(m.SerializeToString(),
+                                    providers=['CPUExecutionProvider']).run(None, {'x': X4})[0]
+        cm = jitort.compile(m)
+        np.testing.assert_array_equal(cm.run(None, {'x': X4})[0], want)
+        assert cm.fallback_nodes() == []
+        interpreted = ReferenceEvaluator(m, new_ops=FIXED_OPS).run(None, {'x': X4})[0]
+        np.testing.assert_array_equal(interpreted, want)
 
 
 def _run_both(nodes_model, feeds):

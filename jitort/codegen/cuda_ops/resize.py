@@ -34,13 +34,8 @@ _resize = KernelModule("resize", package="cuda")
 #: kernel rank (``jitort.kernels.cuda.resize.RANK``; not imported: that imports numba.cuda)
 _RANK = 6
 _PAD_MODES = {"constant": 0, "reflect": 1, "edge": 2, "wrap": 3}
-#: coordinate transformations the kernels compute: the CPU's but tf_crop_and_resize, and the
-#: opset-11 one under its ONNX name, tf_half_pixel_for_nn (the CPU's table knows it as
-#: tf_half_pixel_for_nearest, a name onnxruntime rejects, and treats its scale-1 axes unlike
-#: onnxruntime: that name is left to the CPU)
-_DEVICE_COORDS = {**{k: v for k, v in _COORDS.items()
-                     if k not in ("tf_crop_and_resize", "tf_half_pixel_for_nearest")},
-                  "tf_half_pixel_for_nn": 5}
+#: coordinate transformations the kernels compute: the CPU's but tf_crop_and_resize
+_DEVICE_COORDS = {k: v for k, v in _COORDS.items() if k != "tf_crop_and_resize"}
 
 
 # --- Pad ---------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ _resize = KernelModule("resize")
 
 _MODES = {"nearest": 0, "linear": 1, "bilinear": 1, "trilinear": 1, "cubic": 2, "bicubic": 2}
 _COORDS = {"half_pixel": 0, "half_pixel_symmetric": 1, "pytorch_half_pixel": 2,
-           "align_corners": 3, "asymmetric": 4, "tf_half_pixel_for_nearest": 5,
+           "align_corners": 3, "asymmetric": 4, "tf_half_pixel_for_nn": 5,
            "tf_crop_and_resize": 6}
 _NEAREST = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "ceil": 3}
 #: output elements from which the prange variants run, and the same for nearest (both 4x
@@ -135,8 +135,9 @@ def lower_resize(em: Emitter, n: Node) -> None:
             continue
         if xs[a] == 0 and ys[a] != 0:
             raise Unlowerable(n, f"axis {a}: resizing an empty axis to {ys[a]}")
-        ident = (xs[a] == ys[a] and s in (1.0, -1.0) and coord != 6
-                 and not (mode == 0 and coord == 5 and nearest in (1, 3)))
+        # an axis of scale 1 keeps its positions in every mode but tf_crop_and_resize (as
+        # onnxruntime: under tf_half_pixel_for_nn with a ceil rounding the formula would shift)
+        ident = xs[a] == ys[a] and s in (1.0, -1.0) and coord != 6
         if not ident:
             active.append(a)
     if not active or _prod(ys) == 0:
