@@ -9,9 +9,9 @@ gate rows, each computing one pre-activation, ``Wb + Rb + W[row] . x[t] + R[row]
 shared memory; then thread ``j < H`` updates hidden unit ``j`` (its cell state ``c`` stays in
 that thread's register for the whole sequence) and writes ``h`` to shared memory and ``Y``.
 
-The input projection is computed inside the recurrence (not as one GEMM over all steps
-beforehand): that GEMM would need a (seq, batch, 4H) scratch buffer of the workspace, which
-the CUDA emitter offers only for ONNX values. ``h`` and the gate row live in shared memory,
+The input projection ``W x_t`` of every step may come precomputed (``g``: one GEMM over all
+steps before the recurrence, which then only adds ``R h`` per step on its sequential path);
+without ``g`` the recurrence computes it. ``h`` and the gate row live in shared memory,
 whose size is fixed when the kernel compiles: hence the :data:`HMAX` bound on the hidden
 size (the lowering leaves larger LSTMs to the CPU backend). Blocks have at least ``H``
 threads, so each hidden unit has its own thread.
@@ -44,8 +44,9 @@ def _pre(x, xb, w, wb, r, rb, hs, nin, hd, acc):
 def _make(dt):
     """The kernel for one dtype (shared arrays need a dtype known when the kernel compiles)."""
     @cuda.jit
-    def kern(x, xo, w, wo, r, ro, bias, bo, h0, h0o, c0, c0o, y, yo, yh, yho, yc, yco,
-             seq, batch, nin, hd, nd, reverse, has_b, has_h0, has_c0, has_y, has_yh, has_yc):
+    def kern(x, xo, w, wo, r, ro, bias, bo, h0, h0o, c0, c0o, y, yo, yh, yho, yc, yco, g, go,
+             seq, batch, nin, hd, nd, reverse, has_b, has_h0, has_c0, has_y, has_yh, has_yc,
+             has_g):
         # one allocation per line: the simulator tells shared arrays apart by source line
         gs = cuda.shared.array(GMAX, dtype=dt)
         hs = cuda.shared.array(HMAX, dtype=dt)
@@ -64,12 +65,15 @@ def _make(dt):
         for s in range(seq):
             t = seq - 1 - s if rev else s
             xb = xo + (t * batch + b) * nin
+            gb = go + ((d * seq + t) * batch + b) * g4  # this step's row of g
             for q in range(tid, g4, nt):
                 acc = zero
                 if has_b:
                     acc = bias[bo + d * 2 * g4 + q] + bias[bo + d * 2 * g4 + g4 + q]
+                if has_g:
+                    acc += g[gb + q]
                 gs[q] = _pre(x, xb, w, wo + (d * g4 + q) * nin, r, ro + (d * g4 + q) * hd,
-                             hs, nin, hd, acc)
+                             hs, 0 if has_g else nin, hd, acc)
             cuda.syncthreads()
             if tid < hd:
                 ig = one / (one + math.exp(-gs[tid]))
@@ -102,18 +106,22 @@ def block_for(hd: int) -> int:
 
 
 def lstm(x, xo, w, wo, r, ro, bias, bo, h0, h0o, c0, c0o, y, yo, yh, yho, yc, yco,
-         seq, batch, nin, hd, nd, reverse, has_b, has_h0, has_c0, has_y, has_yh, has_yc):
+         seq, batch, nin, hd, nd, reverse, has_b, has_h0, has_c0, has_y, has_yh, has_yc,
+         g=None, go=0):
     """ONNX LSTM, layout 0, default activations, no clip, peepholes or sequence_lens.
 
     x (seq, batch, nin); w (nd, 4hd, nin); r (nd, 4hd, hd); bias (nd, 8hd) = Wb then Rb;
     h0, c0 (nd, batch, hd); y (seq, nd, batch, hd); yh, yc (nd, batch, hd). ``nd`` 2:
     bidirectional (direction 1 runs backwards); ``reverse``: a one-direction LSTM running
     backwards. An absent operand or output (``has_*`` False) may be any array of the dtype;
-    it is not touched. Needs ``hd <= HMAX``."""
+    it is not touched. ``g`` (nd, seq, batch, 4hd), when given: ``x @ w[d].T`` for every
+    direction, computed before (the recurrence then reads it instead of ``w`` and ``x``).
+    Needs ``hd <= HMAX``."""
     if not (has_y or has_yh or has_yc) or nd * batch * hd == 0:
         return
     if hd > HMAX:
         raise ValueError(f"LSTM hidden size {hd} > {HMAX}")
     launch(_KERNELS[x.dtype], nd * batch, block_for(hd), x, xo, w, wo, r, ro, bias, bo,
-           h0, h0o, c0, c0o, y, yo, yh, yho, yc, yco, seq, batch, nin, hd, nd, bool(reverse),
-           bool(has_b), bool(has_h0), bool(has_c0), bool(has_y), bool(has_yh), bool(has_yc))
+           h0, h0o, c0, c0o, y, yo, yh, yho, yc, yco, x if g is None else g, go, seq, batch,
+           nin, hd, nd, bool(reverse), bool(has_b), bool(has_h0), bool(has_c0), bool(has_y),
+           bool(has_yh), bool(has_yc), g is not None)

@@ -20,7 +20,7 @@ import numpy as np
 
 from ...ir import Node
 from ..calls import KernelModule
-from ..cuda_emit import CudaEmitter, lowering
+from ..cuda_emit import CudaEmitter, _gemm, lowering
 from ..lowerings.rnn import _activations, _directions, _name, _rnn_ok, _wanted
 from ..registry import Unlowerable
 
@@ -89,5 +89,15 @@ def lower_lstm(em: CudaEmitter, n: Node) -> None:
     outs = [o if _wanted(o) else None for o in n.outputs] + [None] * (3 - len(n.outputs))
     for o in outs[:3]:
         args.append(em.write(o) if o is not None else xv)  # an absent one is not written
+    # the input projection of every step first, one GEMM per direction into scratch: the
+    # recurrence's sequential steps then only add R h
+    proj = ()
+    if seq * batch * nin:
+        g = em.temp(nd * seq * batch * 4 * hd, x.dtype)
+        for d in range(nd):
+            em.call(_gemm.gemm, xv, args[1].at(em.size(d * 4 * hd * nin)), xv, em.size(0),
+                    em.size(0), g.at(em.size(d * seq * batch * 4 * hd)),
+                    *em.sizes((seq * batch, 4 * hd, nin)), 1.0, 0.0, False, True, False)
+        proj = (g,)
     em.call(_rnn.lstm, *args, *em.sizes((seq, batch, nin, hd, nd)), reverse, *present,
-            *(o is not None for o in outs[:3]))
+            *(o is not None for o in outs[:3]), *proj)
