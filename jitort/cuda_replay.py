@@ -5,11 +5,12 @@ signature, the same kernels with the same arguments on every call, provided the 
 given stay put. :class:`Bound` makes them stay put: one plan bound to one thread's workspace,
 the model's constants on the device and staging arrays of its own for the segment's inputs,
 outputs and error flag. The driver runs once, inside ``jitort.kernels.cuda.launch.recording``,
-and lists its launches; each call then copies the inputs into the staging arrays and replays the
-list on the thread's stream with one of two engines:
+and lists its kernel launches and library calls (cuBLAS through CuPy); each call then copies the
+inputs into the staging arrays and replays the list on the thread's stream with one of two
+engines:
 
-* :class:`Launches` -- every launch through numba's launch path (portable; the only engine
-  of the CUDA simulator);
+* :class:`Launches` -- record by record: launches through numba's launch path, library calls
+  on the stream (portable; the only engine of the CUDA simulator);
 * :class:`Graph` -- the list captured once into a CUDA graph by stream capture
   (``cuStreamBeginCapture`` .. ``cuStreamEndCapture`` through the NVIDIA bindings numba-cuda
   runs on), then one ``cuGraphLaunch`` a call: the host cost of a call no longer grows with the
