@@ -1,29 +1,45 @@
-"""Matrix products through cuBLAS, by CuPy's ``matmul``, where CuPy can run here.
+"""Matrix products through cuBLAS, called directly by device address (CuPy's thin binding).
 
-jitort's tensors are flat device arrays with element offsets; :func:`view` makes a CuPy array
-of one operand over the same memory (``__cuda_array_interface__``, strides in elements: no
-copy), and :func:`matmul_into` enqueues ``out = a @ b`` on the caller's stream. The views are
-made once, when a plan's work is recorded (``launch.call``), so a replay, or the CUDA graph
-captured from it, holds only the cuBLAS kernels.
+jitort's tensors are flat device arrays with element offsets, and a product's operands are
+addressed through strides (a transposed operand, a batch stride of 0 for a matrix shared by
+every batch). :func:`strided` turns such a row-major product into the arguments of one
+strided-batched cuBLAS GEMM (column-major: ``Y^T = B^T A^T``, transposes and leading dimensions
+from the strides), or None where an operand has no unit stride; :func:`gemm_strided` enqueues
+it on the caller's stream. Nothing is allocated and nothing copied: the call names device
+addresses fixed when a plan's work is recorded (``launch.call``), so a replay, or the CUDA
+graph captured from it, holds only cuBLAS's kernels, and a batch-broadcast weight (a
+convolution's, over its images) is read in place.
 
-Float32 stays exact float32: CuPy computes with TF32 only when ``CUPY_TF32=1`` is set before
-it is imported (onnxruntime's ``use_tf32`` analog; off by default, as jitort's CPU results).
+The binding is CuPy's (``cupy_backends.cuda.libs.cublas``); each thread has a cuBLAS handle of
+its own, set to the caller's stream before each call. Float32 stays exact float32: the handle's
+math mode is cuBLAS's default, which never rounds float32 inputs to TF32;
+``JITORT_CUDA_TF32=1`` allows TF32 tensor cores (onnxruntime's ``use_tf32``).
 ``JITORT_CUDA_BLAS=own`` keeps jitort's own GEMM kernel (kernels/cuda/gemm.py); under Numba's
 CUDA simulator, or without CuPy, that kernel is the only one.
 """
 import os
+import threading
+
+import numpy as np
+
+# cublas_api.h: cublasOperation_t and cublasMath_t
+OP_N, OP_T = 0, 1
+DEFAULT_MATH, TF32_TENSOR_OP_MATH = 0, 3
 
 _UNSET = object()
-_cupy = _UNSET
-_streams: dict = {}
+_lib = _UNSET
+_local = threading.local()
+_ROUTINES = {np.dtype(np.float32): ("sgemm", "sgemmStridedBatched"),
+             np.dtype(np.float64): ("dgemm", "dgemmStridedBatched")}
+DTYPES = frozenset(_ROUTINES)  # the dtypes whose products cuBLAS takes here
 
 
-def cupy_or_none():
-    """The ``cupy`` module if cuBLAS can serve here, else None (decided once)."""
-    global _cupy
-    if _cupy is _UNSET:
-        _cupy = _load()
-    return _cupy
+def library():
+    """CuPy's cuBLAS binding if cuBLAS can serve here, else None (decided once)."""
+    global _lib
+    if _lib is _UNSET:
+        _lib = _load()
+    return _lib
 
 
 def _load():
@@ -34,42 +50,83 @@ def _load():
         return None
     try:
         import cupy
+        from cupy_backends.cuda.libs import cublas
         cupy.cuda.runtime.getDeviceCount()
     except Exception:  # not installed, or no driver / device it can use
         return None
-    return cupy
+    return cublas
 
 
-def serves(nb: int, sab: int, sbb: int) -> bool:
-    """Whether :func:`matmul_into` takes a product of ``nb`` batches with these batch strides
-    (a batch stride of 0 broadcasts one matrix): one matrix pair, or batches on both sides
-    (a broadcast batch would make CuPy copy the operand, which a captured graph cannot)."""
-    return nb == 1 or (sab != 0 and sbb != 0)
+def tf32() -> bool:
+    """Whether float32 products may use TF32 tensor cores (``JITORT_CUDA_TF32``)."""
+    return os.environ.get("JITORT_CUDA_TF32", "0").strip().lower() in ("1", "true", "yes", "on")
 
 
-def view(cp, flat, offset: int, shape, strides):
-    """A CuPy array over ``flat[offset:]`` with ``shape`` and ``strides`` (in elements)."""
-    base = cp.asarray(flat)[offset:]
-    item = base.dtype.itemsize
-    return cp.lib.stride_tricks.as_strided(base, shape=tuple(shape),
-                                           strides=tuple(s * item for s in strides))
+def address(arr, offset: int) -> int:
+    """The device address of element ``offset`` of a flat device array."""
+    return arr.__cuda_array_interface__["data"][0] + offset * arr.dtype.itemsize
 
 
-def _cupy_stream(cp, stream):
-    """CuPy's view of a numba stream (0, or the simulator's stream without a handle: the
-    default stream)."""
+def _operand(s_outer: int, s_inner: int, outer: int, inner: int):
+    """How cuBLAS reads an (outer x inner) row-major-indexed operand whose element (i, p)
+    lies at ``i * s_outer + p * s_inner``: ``(OP_N, ld)`` when the inner index is contiguous
+    (column-major, it is the (inner x outer) matrix of leading dimension ``s_outer``),
+    ``(OP_T, ld)`` when the outer one is, None otherwise. A dimension of 1 may carry any
+    stride; the leading dimension then is the smallest cuBLAS accepts."""
+    if inner == 1:
+        s_inner = 1
+    if s_inner == 1:
+        ld = s_outer if outer > 1 else max(inner, 1)
+        return (OP_N, ld) if ld >= max(inner, 1) else None
+    if outer == 1 or s_outer == 1:
+        return (OP_T, s_inner) if s_inner >= max(outer, 1) else None
+    return None
+
+
+def strided(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, y, yo, nb, m, n, k, alpha=1.0):
+    """The arguments of :func:`gemm_strided` for ``y[z] = alpha * a[z] @ b[z]``, z < nb: a (m, k)
+    with element (i, p) at ``ao + z*sab + i*asi + p*asp``, b (k, n) likewise, y row-major
+    contiguous from ``yo``; None when cuBLAS cannot take it (a dtype it lacks here, mixed
+    dtypes, an operand without a unit stride, a negative batch stride)."""
+    dt = y.dtype
+    if dt not in _ROUTINES or a.dtype != dt or b.dtype != dt or min(sab, sbb) < 0:
+        return None
+    ra = _operand(asi, asp, m, k)
+    rb = _operand(bsp, bsj, k, n)
+    if ra is None or rb is None:
+        return None
+    # row-major Y (m, n) is column-major Y^T (n, m) = op(B) @ op(A), leading dimension n
+    return (dt.str, rb[0], ra[0], n, m, k, float(alpha), address(b, bo), rb[1], sbb,
+            address(a, ao), ra[1], sab, address(y, yo), max(n, 1), m * n, nb)
+
+
+def _handle(lib) -> int:
+    """This thread's cuBLAS handle (created on first use, in the math mode the options ask)."""
+    h = getattr(_local, "handle", None)
+    if h is None:
+        h = lib.create()
+        lib.setMathMode(h, TF32_TENSOR_OP_MATH if tf32() else DEFAULT_MATH)
+        _local.handle = h
+    return h
+
+
+def _stream_handle(stream) -> int:
+    """The CUDA stream of a numba stream (0, or no handle: the default stream)."""
     handle = getattr(stream, "handle", None) if stream else None
-    handle = int(getattr(handle, "value", handle) or 0)
-    if not handle:
-        return cp.cuda.Stream.null
-    got = _streams.get(handle)
-    if got is None:
-        got = _streams[handle] = cp.cuda.ExternalStream(handle)
-    return got
+    return int(getattr(handle, "value", handle) or 0)
 
 
-def matmul_into(a, b, out, stream=0):
-    """``out = a @ b`` (CuPy arrays from :func:`view`) on ``stream`` (a numba stream, or 0)."""
-    cp = cupy_or_none()
-    with _cupy_stream(cp, stream):
-        cp.matmul(a, b, out=out)
+def gemm_strided(dtype, op1, op2, m, n, k, alpha, p1, ld1, s1, p2, ld2, s2, py, ldy, sy, count,
+                 stream=0):
+    """One column-major cuBLAS GEMM, ``Y[z] = alpha * op1(M1[z]) @ op2(M2[z])`` for z < count
+    (batch strides in elements; 0 repeats a matrix), enqueued on ``stream`` (a numba stream,
+    or 0): the arguments :func:`strided` makes."""
+    lib = library()
+    h = _handle(lib)
+    lib.setStream(h, _stream_handle(stream))
+    single, batched = _ROUTINES[np.dtype(dtype)]
+    if count == 1:
+        getattr(lib, single)(h, op1, op2, m, n, k, alpha, p1, ld1, p2, ld2, 0.0, py, ldy)
+    else:
+        getattr(lib, batched)(h, op1, op2, m, n, k, alpha, p1, ld1, s1, p2, ld2, s2, 0.0, py,
+                              ldy, sy, count)

@@ -206,15 +206,19 @@ _KERNELS = {np.dtype(t): _make(t) for t in (np.float32, np.float64)}
 
 
 @cuda.jit
-def _im2col_k(x, xo, col, co, h, wd, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, total):
-    """``col[(cc, u, v), (oy, ox)] = x[cc, oy*sh - ph + u*dh, ox*sw - pw + v*dw]`` (0 outside)
-    for one image: the (C*KH*KW, OH*OW) matrix a convolution is the product of W with."""
+def _im2col_k(x, xo, col, co, chw, h, wd, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, per_img,
+              total):
+    """``col[img, (cc, u, v), (oy, ox)] = x[img, cc, oy*sh - ph + u*dh, ox*sw - pw + v*dw]``
+    (0 outside) for consecutive images (``chw`` input and ``per_img`` column elements each):
+    per image, the (C*KH*KW, OH*OW) matrix a convolution is the product of W with."""
     i = cuda.grid(1)
     if i >= total:
         return
+    img = i // per_img
+    j = i - img * per_img
     ohw = oh * ow
-    p = i % ohw
-    r = i // ohw
+    p = j % ohw
+    r = j // ohw
     v = r % kw
     u = (r // kw) % kh
     cc = r // (kh * kw)
@@ -222,7 +226,7 @@ def _im2col_k(x, xo, col, co, h, wd, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, tot
     iy = oy * sh - ph + u * dh
     ix = (p - oy * ow) * sw - pw + v * dw
     if 0 <= iy < h and 0 <= ix < wd:
-        col[co + i] = x[xo + (cc * h + iy) * wd + ix]
+        col[co + i] = x[xo + img * chw + (cc * h + iy) * wd + ix]
     else:
         col[co + i] = 0
 
@@ -234,37 +238,38 @@ def pointwise(h, wd, kh, kw, oh, ow, sh, sw, ph, pw) -> bool:
 
 
 def _cublas(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph,
-            pw, dh, dw, has_bias, has_res, code, alpha, beta, col, colo):
-    """Per image ``Y (K, OH*OW) = W (K, C*KH*KW) @ X_col``: cuBLAS through CuPy, the columns
-    made by ``_im2col_k`` in ``col`` (the caller's scratch) unless the convolution is
-    pointwise; then one epilogue kernel over every image (bias per row, residual, act)."""
-    cp = blas.cupy_or_none()
-    red, ohw = c * kh * kw, oh * ow
-    wv = blas.view(cp, w, wo, (kout, red), (red, 1))
-    flat = pointwise(h, wd, kh, kw, oh, ow, sh, sw, ph, pw)
-    if not flat:
-        cols = blas.view(cp, col, colo, (red, ohw), (ohw, 1))
-    for img in range(n):
-        xi = xo + img * c * h * wd
-        if flat:
-            cols = blas.view(cp, x, xi, (red, ohw), (ohw, 1))
-        else:
-            launch(_im2col_k, grid1(red * ohw, BLOCK), BLOCK, x, xi, col, colo, h, wd, kh, kw,
-                   oh, ow, sh, sw, ph, pw, dh, dw, red * ohw)
-        call(blas.matmul_into, wv, cols, blas.view(cp, y, yo + img * kout * ohw, (kout, ohw),
-                                                    (ohw, 1)))
+            pw, dh, dw, has_bias, has_res, code, alpha, beta, col, colo, col_imgs):
+    """``Y[img] (K, OH*OW) = W (K, C*KH*KW) @ X_col[img]`` for every image in one
+    strided-batched cuBLAS call (W's batch stride 0: read in place for all), the columns made
+    by ``_im2col_k`` in ``col`` (the caller's scratch, ``col_imgs`` images at a time) unless
+    the convolution is pointwise (then the input is the columns); then one epilogue kernel
+    over every image (bias per row, residual, act)."""
+    red, ohw, chw = c * kh * kw, oh * ow, c * h * wd
+    if pointwise(h, wd, kh, kw, oh, ow, sh, sw, ph, pw):
+        call(blas.gemm_strided, *blas.strided(w, wo, 0, red, 1, x, xo, chw, ohw, 1, y, yo, n,
+                                              kout, ohw, red))
+    else:
+        for img0 in range(0, n, col_imgs):
+            g = min(col_imgs, n - img0)
+            launch(_im2col_k, grid1(g * red * ohw, BLOCK), BLOCK, x, xo + img0 * chw, col,
+                   colo, chw, h, wd, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, red * ohw,
+                   g * red * ohw)
+            call(blas.gemm_strided, *blas.strided(w, wo, 0, red, 1, col, colo, red * ohw, ohw,
+                                                  1, y, yo + img0 * kout * ohw, g, kout, ohw,
+                                                  red))
     epilogue(y, yo, r, ro, kout * ohw, ohw, 1, b, bo, n, kout, ohw, 1.0, 1.0, has_res, has_bias,
              True, code, alpha, beta)
 
 
 def conv2d_bias_add_act(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh, kw, oh, ow,
                         sh, sw, ph, pw, dh, dw, group, has_bias, has_res, code, alpha, beta,
-                        col=None, colo=0):
+                        col=None, colo=0, col_imgs=1):
     """``y = act(conv(x, w) + b + r)``; ``r`` (used when ``has_res``) has ``y``'s shape.
 
     Where cuBLAS serves (kernels/cuda/blas.py), an ungrouped convolution the tiled kernel
-    would take is a product per image through cuBLAS (``col``: scratch of C*KH*KW*OH*OW
-    elements for the im2col columns, unused by a pointwise convolution); otherwise the tiled
+    would take is a product through cuBLAS (``col``: scratch for the im2col columns of
+    ``col_imgs`` images, C*KH*KW*OH*OW elements each, unused by a pointwise convolution);
+    otherwise the tiled
     kernel where :func:`use_tiled` says so and x, w and y share a float dtype, else the direct
     one."""
     total = n * kout * oh * ow
@@ -273,10 +278,11 @@ def conv2d_bias_add_act(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh
     dt = y.dtype.type
     tiled = _KERNELS.get(y.dtype)
     same = x.dtype == w.dtype == y.dtype
-    if (same and group == 1 and blas.cupy_or_none() is not None and use_tiled(c, kout, kh, kw, 1)
+    if (same and group == 1 and blas.library() is not None and y.dtype in blas.DTYPES
+            and use_tiled(c, kout, kh, kw, 1)
             and (col is not None or pointwise(h, wd, kh, kw, oh, ow, sh, sw, ph, pw))):
         _cublas(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph,
-                pw, dh, dw, has_bias, has_res, code, alpha, beta, col, colo)
+                pw, dh, dw, has_bias, has_res, code, alpha, beta, col, colo, max(1, col_imgs))
     elif tiled is not None and same and use_tiled(c, kout, kh, kw, group):
         npos = n * oh * ow
         grid = ((npos + TILE_P - 1) // TILE_P, (kout // group + TILE_K - 1) // TILE_K, group)
@@ -291,13 +297,13 @@ def conv2d_bias_add_act(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh
 
 def conv2d_bias_act(x, xo, w, wo, b, bo, y, yo, n, c, h, wd, kout, kh, kw, oh, ow,
                     sh, sw, ph, pw, dh, dw, group, has_bias, code, alpha, beta=0.0, col=None,
-                    colo=0):
+                    colo=0, col_imgs=1):
     conv2d_bias_add_act(x, xo, w, wo, b, bo, y, yo, y, yo, n, c, h, wd, kout, kh, kw, oh, ow,
                         sh, sw, ph, pw, dh, dw, group, has_bias, False, code, alpha, beta, col,
-                        colo)
+                        colo, col_imgs)
 
 
 def conv2d(x, xo, w, wo, b, bo, y, yo, n, c, h, wd, kout, kh, kw, oh, ow,
-           sh, sw, ph, pw, dh, dw, group, has_bias, col=None, colo=0):
+           sh, sw, ph, pw, dh, dw, group, has_bias, col=None, colo=0, col_imgs=1):
     conv2d_bias_act(x, xo, w, wo, b, bo, y, yo, n, c, h, wd, kout, kh, kw, oh, ow,
-                    sh, sw, ph, pw, dh, dw, group, has_bias, 0, 0.0, 0.0, col, colo)
+                    sh, sw, ph, pw, dh, dw, group, has_bias, 0, 0.0, 0.0, col, colo, col_imgs)

@@ -1,10 +1,10 @@
 """Batched GEMM for MatMul, MatMulBias and Gemm: cuBLAS where it serves, else jitort's own.
 
 Operands are addressed through strides, so a transposed or batch-broadcast operand needs no
-copy (a batch stride of 0 broadcasts; Gemm's C broadcasts with strides of 0). Where CuPy can
-run (a real GPU; kernels/cuda/blas.py) and the batches allow, the product is cuBLAS's and one
-elementwise kernel applies alpha, C, the bias and the activation; otherwise one kernel of 16x16
-tiles staged through shared memory does all of it.
+copy (a batch stride of 0 broadcasts; Gemm's C broadcasts with strides of 0). Where cuBLAS
+serves (a real GPU with CuPy; kernels/cuda/blas.py) the product, alpha included, is one
+strided-batched cuBLAS call and one elementwise kernel applies C, the bias and the activation;
+otherwise one kernel of 16x16 tiles staged through shared memory does all of it.
 """
 import numpy as np
 from numba import cuda
@@ -95,15 +95,13 @@ def _run(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
     if nb * m * n == 0:
         return
     dt = y.dtype.type
-    cp = blas.cupy_or_none()
-    if cp is not None and blas.serves(nb, sab, sbb):
-        lead = (nb,) if nb > 1 else ()
-        call(blas.matmul_into, blas.view(cp, a, ao, lead + (m, k), (sab,)[:len(lead)] + (asi, asp)),
-             blas.view(cp, b, bo, lead + (k, n), (sbb,)[:len(lead)] + (bsp, bsj)),
-             blas.view(cp, y, yo, lead + (m, n), (m * n,)[:len(lead)] + (n, 1)))
-        epilogue(y, yo, c, co, 0, csi, csj, bias, bio, nb, m, n, alpha, beta, has_c, has_bias,
-                 False, code, act_alpha, act_beta)
-        return
+    if blas.library() is not None:
+        args = blas.strided(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, y, yo, nb, m, n, k, alpha)
+        if args is not None:
+            call(blas.gemm_strided, *args)
+            epilogue(y, yo, c, co, 0, csi, csj, bias, bio, nb, m, n, 1.0, beta, has_c, has_bias,
+                     False, code, act_alpha, act_beta)
+            return
     grid = ((n + TILE - 1) // TILE, (m + TILE - 1) // TILE, nb)
     launch(_KERNELS[y.dtype], grid, (TILE, TILE), a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c,
            co, csi, csj, bias, bio, y, yo, m, n, k, dt(alpha), dt(beta), has_c, has_bias, code,

@@ -1,49 +1,129 @@
-"""The cuBLAS path of the CUDA GEMM (kernels/cuda/blas.py, gemm._run): the operand views and
-the epilogue kernel after the product.
+"""The cuBLAS path of the CUDA GEMM and convolution (kernels/cuda/blas.py, gemm._run,
+conv._cublas): the column-major call a row-major product becomes, and the epilogue after it.
 
-CuPy cannot run on the simulator, so a stand-in does what the path asks of it with numpy over
-the simulator's arrays (``asarray`` is the array's own memory, ``as_strided`` and ``matmul``
-numpy's): what is checked is jitort's side -- offsets, strides, transposes, batches, which
-products go to cuBLAS and the epilogue's alpha / C / bias / activation -- against onnxruntime.
-On a GPU (JITORT_TEST_CUDA=gpu) CuPy is the real one and every CUDA test goes through it."""
-import contextlib
-import types
+cuBLAS cannot run on the simulator, so a stand-in binding does what cuBLAS's documentation
+says each routine does, over the memory the addresses name (the simulator's device arrays are
+host memory): column-major matrices of the given leading dimensions (a leading dimension
+cuBLAS would refuse fails the call), ``op`` transposes, batches at the given element strides,
+``beta = 0`` never reading C. What is checked is jitort's side -- addresses, transposes,
+leading dimensions, batch strides (0 for a matrix every batch shares), which products go to
+cuBLAS -- and the results against onnxruntime. On a GPU (JITORT_TEST_CUDA=gpu) the same tests
+call CuPy's binding: real cuBLAS, the same calls listed."""
+import ctypes
 
 import numpy as np
 import pytest
 from onnx import helper
 
 import jitort
-from jitort.kernels.cuda import blas, gemm
+from jitort.kernels.cuda import blas, conv, gemm
 from jitort.kernels.cuda.launch import LibraryCall
 from tests.cuda.conftest import SIMULATOR
 from tests.cuda.test_cuda_models import _ort, _w
 from tests.helpers import F32, make_model
 
 
-class _FakeCupy(types.ModuleType):
-    def __init__(self):
-        super().__init__("cupy")
-        self.lib = types.SimpleNamespace(stride_tricks=np.lib.stride_tricks)
-        self.cuda = types.SimpleNamespace(Stream=types.SimpleNamespace(null=contextlib.nullcontext()),
-                                          ExternalStream=lambda handle: contextlib.nullcontext())
-        self.products = []
+class _StandInCublas:
+    """cuBLAS's GEMM routines as documented, on host memory."""
 
-    def asarray(self, a):
-        return a._ary  # the simulator array's memory: views write through
+    def create(self):
+        return 7
 
-    def matmul(self, a, b, out):
-        self.products.append((a.shape, b.shape, a.strides, b.strides))
-        np.matmul(a, b, out=out)
+    def setMathMode(self, handle, mode):
+        pass
+
+    def setStream(self, handle, stream):
+        assert handle == 7
+
+    @staticmethod
+    def _matrix(dt, addr, rows, cols, ld):
+        """The column-major (rows, cols) matrix of leading dimension ``ld`` at ``addr``."""
+        if ld < max(1, rows):
+            raise ValueError(f"CUBLAS_STATUS_INVALID_VALUE: ld {ld} < rows {rows}")
+        item = np.dtype(dt).itemsize
+        span = (cols - 1) * ld + rows
+        flat = np.ctypeslib.as_array((ctypes.c_char * (span * item)).from_address(addr))
+        return np.lib.stride_tricks.as_strided(flat.view(dt), (rows, cols), (item, ld * item))
+
+    def _gemm(self, dt, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, count):
+        item = np.dtype(dt).itemsize
+        for z in range(count):
+            am = self._matrix(dt, a + z * sa * item, *((m, k) if ta == blas.OP_N else (k, m)), lda)
+            bm = self._matrix(dt, b + z * sb * item, *((k, n) if tb == blas.OP_N else (n, k)), ldb)
+            cm = self._matrix(dt, c + z * sc * item, m, n, ldc)
+            prod = alpha * ((am if ta == blas.OP_N else am.T) @ (bm if tb == blas.OP_N else bm.T))
+            cm[...] = prod if beta == 0 else prod + beta * cm
+
+    def sgemm(self, h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+        self._gemm(np.float32, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1)
+
+    def dgemm(self, h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+        self._gemm(np.float64, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1)
+
+    def sgemmStridedBatched(self, h, *args):
+        self._gemm(np.float32, *args)
+
+    def dgemmStridedBatched(self, h, *args):
+        self._gemm(np.float64, *args)
+
+
+class _Listed:
+    """A cuBLAS binding whose GEMM calls (dtype, ops, m, n, k, leading dimensions, batch
+    strides, count) and math modes are listed: CuPy's on a GPU, the stand-in elsewhere."""
+
+    def __init__(self, lib):
+        self.lib, self.calls, self.modes = lib, [], []
+
+    def create(self):
+        return self.lib.create()
+
+    def setMathMode(self, handle, mode):
+        self.modes.append(mode)
+        self.lib.setMathMode(handle, mode)
+
+    def setStream(self, handle, stream):
+        self.lib.setStream(handle, stream)
+
+    def _single(self, name, h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+        self.calls.append((name[0].replace("s", "f"), ta, tb, m, n, k, lda, 0, ldb, 0, ldc, 0, 1))
+        getattr(self.lib, name)(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+
+    def _batched(self, name, h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc,
+                 count):
+        self.calls.append((name[0].replace("s", "f"), ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc,
+                           count))
+        getattr(self.lib, name)(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc,
+                                sc, count)
+
+    def sgemm(self, *args):
+        self._single("sgemm", *args)
+
+    def dgemm(self, *args):
+        self._single("dgemm", *args)
+
+    def sgemmStridedBatched(self, *args):
+        self._batched("sgemmStridedBatched", *args)
+
+    def dgemmStridedBatched(self, *args):
+        self._batched("dgemmStridedBatched", *args)
 
 
 @pytest.fixture
-def fake_cupy(cuda, monkeypatch):
-    if not SIMULATOR:
-        pytest.skip("on a GPU the real CuPy serves")
-    fake = _FakeCupy()
-    monkeypatch.setattr(blas, "_cupy", fake)
-    return fake
+def cublas(cuda, monkeypatch):
+    """The cuBLAS binding jitort calls, its calls listed: the stand-in on the simulator (device
+    addresses are the simulator arrays' host memory), CuPy's on a GPU."""
+    if SIMULATOR:
+        lib = _StandInCublas()
+        monkeypatch.setattr(blas, "address",
+                            lambda arr, off: arr._ary.ctypes.data + off * arr._ary.itemsize)
+    else:
+        lib = blas._load()
+        if lib is None:
+            pytest.skip("cuBLAS cannot run here (CuPy missing, or JITORT_CUDA_BLAS=own)")
+    listed = _Listed(lib)
+    monkeypatch.setattr(blas, "_lib", listed)
+    monkeypatch.setattr(blas, "_local", type(blas._local)())  # a new handle: its mode is listed
+    return listed
 
 
 def _records(cm):
@@ -51,7 +131,12 @@ def _records(cm):
     return plan.local.bound.launches
 
 
-def test_matmul_bias_relu_is_cublas_then_the_epilogue(fake_cupy):
+def _kinds(cm):
+    return [getattr(r, "kernel", getattr(r, "fn", None)) for r in _records(cm)]
+
+
+def test_matmul_bias_relu_is_cublas_then_the_epilogue(cublas):
+    """Row-major (3, 6) @ (6, 5) is column-major Y^T (5, 3) = W^T X^T: both operands N."""
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
              helper.make_node("Add", ["h", "b"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
     m = make_model(nodes, [("x", F32, ["B", 6])], [("y", F32, ["B", 5])],
@@ -60,25 +145,25 @@ def test_matmul_bias_relu_is_cublas_then_the_epilogue(fake_cupy):
     x = _w(3, 6)
     np.testing.assert_allclose(cm(x)[0], _ort(m, {"x": x})[0], rtol=1e-5, atol=1e-6)
     product, epilogue = _records(cm)
-    assert isinstance(product, LibraryCall) and product.fn is blas.matmul_into
+    assert isinstance(product, LibraryCall) and product.fn is blas.gemm_strided
     assert epilogue.kernel is gemm._epilogue_k
-    assert fake_cupy.products == [((3, 6), (6, 5), (24, 4), (20, 4))]
+    assert cublas.calls == [("f", blas.OP_N, blas.OP_N, 5, 3, 6, 5, 0, 6, 0, 5, 0, 1)]
+    assert cublas.modes == [blas.DEFAULT_MATH]  # exact float32: no TF32 unless asked
 
 
-def test_plain_matmul_needs_no_epilogue(fake_cupy):
+def test_plain_matmul_needs_no_epilogue(cublas):
     m = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", F32, ["B", 4, 6])],
                    [("y", F32, ["B", 4, 5])], {"w": _w(6, 5)})
     cm = jitort.compile(m, device="cuda")
     x = _w(2, 4, 6)
     np.testing.assert_allclose(cm(x)[0], _ort(m, {"x": x})[0], rtol=1e-5, atol=1e-6)
-    (product,) = _records(cm)
-    assert product.fn is blas.matmul_into
-    assert fake_cupy.products[0][:2] == ((8, 6), (6, 5))  # the batch folded into the rows
+    assert _kinds(cm) == [blas.gemm_strided]
+    assert cublas.calls[0][3:6] == (5, 8, 6)  # the batch folded into the rows
 
 
-def test_batched_matmul_and_broadcast_batches(fake_cupy):
-    """(B, H, m, k) @ (B, H, k, n): one strided-batched product; (m, k) @ (B, k, n) broadcasts
-    A over the batches, which stays with the tiled kernel (CuPy would copy A)."""
+def test_batched_matmul_and_broadcast_batches(cublas):
+    """(B, H, m, k) @ (B, H, k, n): one strided-batched product; (m, k) @ (B, k, n) reads A in
+    place for every batch (batch stride 0)."""
     nodes = [helper.make_node("MatMul", ["q", "k"], ["s"]),
              helper.make_node("MatMul", ["a", "s"], ["y"])]
     m = make_model(nodes, [("q", F32, [2, 3, 4, 5]), ("k", F32, [2, 3, 5, 4]),
@@ -86,15 +171,16 @@ def test_batched_matmul_and_broadcast_batches(fake_cupy):
     cm = jitort.compile(m, device="cuda")
     feeds = {"q": _w(2, 3, 4, 5), "k": _w(2, 3, 5, 4), "a": _w(4, 4)}
     np.testing.assert_allclose(cm(*feeds.values())[0], _ort(m, feeds)[0], rtol=1e-5, atol=1e-6)
-    batched, broadcast = _records(cm)
-    assert batched.fn is blas.matmul_into and fake_cupy.products == [
-        ((6, 4, 5), (6, 5, 4), (80, 20, 4), (80, 16, 4))]
-    assert broadcast.kernel is gemm._KERNELS[np.dtype(np.float32)]
+    assert _kinds(cm) == [blas.gemm_strided] * 2
+    assert cublas.calls == [("f", blas.OP_N, blas.OP_N, 4, 4, 5, 4, 20, 5, 20, 4, 16, 6),
+                            ("f", blas.OP_N, blas.OP_N, 4, 4, 4, 4, 16, 4, 0, 4, 16, 6)]
 
 
 @pytest.mark.parametrize("trans_a,trans_b,c_shape", [(0, 1, (5,)), (1, 0, (3, 1)),
                                                      (1, 1, (3, 5)), (0, 0, None)])
-def test_gemm_transposes_alpha_beta_and_c(fake_cupy, trans_a, trans_b, c_shape):
+def test_gemm_transposes_alpha_beta_and_c(cublas, trans_a, trans_b, c_shape):
+    """A transposed input is cuBLAS's OP_T on the stored matrix: no copy; alpha goes to cuBLAS,
+    beta * C to the epilogue."""
     a = _w(6, 3) if trans_a else _w(3, 6)
     b = _w(5, 6) if trans_b else _w(6, 5)
     inits = {"b": b, **({"c": _w(*c_shape)} if c_shape else {})}
@@ -103,36 +189,59 @@ def test_gemm_transposes_alpha_beta_and_c(fake_cupy, trans_a, trans_b, c_shape):
     m = make_model([node], [("a", F32, list(a.shape))], [("y", F32, [3, 5])], inits)
     cm = jitort.compile(m, device="cuda")
     np.testing.assert_allclose(cm(a)[0], _ort(m, {"a": a})[0], rtol=1e-5, atol=1e-6)
-    product, epilogue = _records(cm)
-    assert product.fn is blas.matmul_into and epilogue.kernel is gemm._epilogue_k
-    (ashape, bshape, astrides, bstrides), = fake_cupy.products
-    assert (ashape, bshape) == ((3, 6), (6, 5))
-    assert astrides == ((4, 12) if trans_a else (24, 4)) and bstrides == ((4, 24) if trans_b
-                                                                          else (20, 4))
+    kinds = _kinds(cm)
+    assert kinds[0] is blas.gemm_strided
+    assert kinds[1:] == ([gemm._epilogue_k] if c_shape else [])
+    (_, op_b, op_a, mm, nn, kk, ldb, _, lda, _, ldy, _, _), = cublas.calls
+    assert (mm, nn, kk, ldy) == (5, 3, 6, 5)
+    assert (op_b, ldb) == ((blas.OP_T, 6) if trans_b else (blas.OP_N, 5))
+    assert (op_a, lda) == ((blas.OP_T, 3) if trans_a else (blas.OP_N, 6))
+
+
+@pytest.mark.parametrize("s_outer,s_inner,outer,inner,want", [
+    (5, 1, 3, 5, (blas.OP_N, 5)),  # row-major
+    (8, 1, 3, 5, (blas.OP_N, 8)),  # row-major, padded rows
+    (1, 3, 3, 5, (blas.OP_T, 3)),  # column-major (a transposed operand)
+    (0, 1, 1, 5, (blas.OP_N, 5)),  # one row: its stride is free
+    (1, 0, 3, 1, (blas.OP_N, 1)),  # one column: likewise
+    (2, 2, 3, 5, None),  # no unit stride
+    (0, 1, 3, 5, None),  # repeated rows
+    (1, 0, 3, 5, None),  # repeated columns
+    (1, 2, 3, 5, None),  # overlapping columns: a leading dimension below the rows
+])
+def test_operand_layouts(s_outer, s_inner, outer, inner, want):
+    assert blas._operand(s_outer, s_inner, outer, inner) == want
+
+
+def test_tf32_only_when_asked(cublas, monkeypatch):
+    monkeypatch.setenv("JITORT_CUDA_TF32", "1")
+    m = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", F32, [2, 3])],
+                   [("y", F32, [2, 4])], {"w": _w(3, 4)})
+    jitort.compile(m, device="cuda")(_w(2, 3))
+    assert cublas.modes == [blas.TF32_TENSOR_OP_MATH]
 
 
 def test_own_kernel_when_asked(cuda, monkeypatch):
     """JITORT_CUDA_BLAS=own (read once) keeps the tiled kernel; so does the simulator."""
-    monkeypatch.setattr(blas, "_cupy", blas._UNSET)
+    monkeypatch.setattr(blas, "_lib", blas._UNSET)
     monkeypatch.setenv("JITORT_CUDA_BLAS", "own")
-    assert blas.cupy_or_none() is None
+    assert blas.library() is None
     if SIMULATOR:
-        monkeypatch.setattr(blas, "_cupy", blas._UNSET)
+        monkeypatch.setattr(blas, "_lib", blas._UNSET)
         monkeypatch.delenv("JITORT_CUDA_BLAS")
-        assert blas.cupy_or_none() is None
-    assert blas.serves(1, 0, 0) and blas.serves(4, 20, 30) and not blas.serves(4, 0, 30)
+        assert blas.library() is None
 
 
-def _conv_model(k, c, kh, residual, **attrs):
-    """Conv (+ residual Add) + Relu: one jitort.FusedConv on (2, c, 5, 5) inputs."""
+def _conv_model(n, k, c, kh, residual, **attrs):
+    """Conv (+ residual Add) + Relu: one jitort.FusedConv on (n, c, 5, 5) inputs."""
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["h"], **attrs)]
-    ins = [("x", F32, [2, c, 5, 5])]
+    ins = [("x", F32, [n, c, 5, 5])]
     out = "h"
     if residual:
         nodes.append(helper.make_node("Add", ["h", "z"], ["s"]))
         out = "s"
     nodes.append(helper.make_node("Relu", [out], ["y"]))
-    return make_model(nodes, ins + ([("z", F32, [2, k, 5, 5])] if residual else []),
+    return make_model(nodes, ins + ([("z", F32, [n, k, 5, 5])] if residual else []),
                       [("y", F32, None)],
                       {"w": _w(k, c, kh, kh), "b": _w(k)})
 
@@ -142,15 +251,30 @@ def _conv_model(k, c, kh, residual, **attrs):
     (2, 3, {"strides": [2, 2], "dilations": [1, 1]}, False),  # strided, no padding
     (16, 1, {}, True),  # pointwise: each image's input is the product's matrix
 ])
-def test_convolution_is_cublas_per_image_then_the_epilogue(fake_cupy, c, kh, attrs, residual):
-    m = _conv_model(8, c, kh, residual, **attrs)
-    x = _w(2, c, 5, 5)
-    from jitort.kernels.cuda import conv
-    feeds = {"x": x, **({"z": _w(2, 8, 5, 5)} if residual else {})}
+def test_convolution_is_one_cublas_call_for_all_images(cublas, c, kh, attrs, residual):
+    """The images' columns, then one strided-batched product with the weight shared (batch
+    stride 0), then the epilogue."""
+    n = 3
+    m = _conv_model(n, 8, c, kh, residual, **attrs)
+    feeds = {"x": _w(n, c, 5, 5), **({"z": _w(n, 8, 5, 5)} if residual else {})}
     cm = jitort.compile(m, device="cuda")
     np.testing.assert_allclose(cm(*feeds.values())[0], _ort(m, feeds)[0], rtol=1e-5, atol=1e-5)
-    records = _records(cm)
-    kinds = [getattr(r, "kernel", getattr(r, "fn", None)) for r in records]
-    per_image = [blas.matmul_into] if kh == 1 else [conv._im2col_k, blas.matmul_into]
-    assert kinds == per_image * 2 + [gemm._epilogue_k], kinds
-    assert all(p[:2] == ((8, c * kh * kh), (c * kh * kh, p[1][1])) for p in fake_cupy.products)
+    red = c * kh * kh
+    ohw = 25 if attrs.get("pads") or kh == 1 else 4
+    assert _kinds(cm) == ([] if kh == 1 else [conv._im2col_k]) + [blas.gemm_strided,
+                                                                   gemm._epilogue_k]
+    # column-major Y[img]^T (ohw, 8) = cols[img]^T @ W^T
+    assert cublas.calls == [("f", blas.OP_N, blas.OP_N, ohw, 8, red, ohw,
+                             c * 25 if kh == 1 else red * ohw, red, 0, ohw, 8 * ohw, n)]
+
+
+def test_convolution_columns_in_chunks_of_images(cublas, monkeypatch):
+    """Scratch for fewer images than the batch: one im2col and one product per chunk."""
+    from jitort.codegen.cuda_ops import conv as lowering
+    monkeypatch.setattr(lowering, "COL_ELEMS", 2 * 18 * 25)  # two images' columns
+    m = _conv_model(5, 8, 2, 3, False, pads=[1, 1, 1, 1])
+    x = _w(5, 2, 5, 5)
+    cm = jitort.compile(m, device="cuda")
+    np.testing.assert_allclose(cm(x)[0], _ort(m, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    assert _kinds(cm) == [conv._im2col_k, blas.gemm_strided] * 3 + [gemm._epilogue_k]
+    assert [call[-1] for call in cublas.calls] == [2, 2, 1]

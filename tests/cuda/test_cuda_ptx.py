@@ -56,7 +56,7 @@ from jitort.kernels.cuda import (blas, conv, conv_transpose, data, gather_scatte
                                  norm, norm_extra, pool, reduce, resize, rnn, scan, softmax)
 from jitort.kernels.cuda.launch import Launch, recording
 
-blas._cupy = None  # jitort's own GEMM kernel (the cuBLAS path launches only the epilogue)
+blas._lib = None  # jitort's own GEMM kernel (the cuBLAS path launches only the epilogue)
 I = np.zeros(64, np.int64)
 E = np.zeros(1, np.int32)
 with recording() as work:
@@ -70,7 +70,8 @@ with recording() as work:
         for c, k in ((16, 16), (3, 4)):  # tiled, direct
             conv.conv2d_bias_add_act(A, 0, A, 0, A, 0, A, 0, A, 0, 1, c, 5, 5, k, 3, 3, 5, 5,
                                      1, 1, 1, 1, 1, 1, 1, True, True, 1, 0.0, 0.0)
-        conv.launch(conv._im2col_k, 2, 128, A, 0, A, 0, 5, 5, 3, 3, 5, 5, 1, 1, 1, 1, 1, 1, 225)
+        conv.launch(conv._im2col_k, 4, 128, A, 0, A, 0, 75, 5, 5, 3, 3, 5, 5, 1, 1, 1, 1, 1, 1,
+                    225, 450)
         conv_transpose.conv_transpose2d(A, 0, A, 0, A, 0, A, 0, 1, 2, 3, 3, 2, 3, 3, 6, 6, 2, 2,
                                         1, 1, 1, 1, 1, True)
         data.copy_nd(A, 0, (3, 1), A, 0, (1, 3), (3, 3))

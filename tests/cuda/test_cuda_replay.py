@@ -76,7 +76,7 @@ def test_recording_lists_launches_and_runs_none(cuda):
 
 def test_a_plan_records_once_and_replays_every_call(cuda, monkeypatch):
     from jitort.kernels.cuda import blas
-    monkeypatch.setattr(blas, "_cupy", None)  # jitort's GEMM kernel, on a GPU too
+    monkeypatch.setattr(blas, "_lib", None)  # jitort's GEMM kernel, on a GPU too
     m = mlp()
     cm = jitort.compile(m, device="cuda")
     xs = [RNG.standard_normal((3, 8)).astype(np.float32) for _ in range(3)]
