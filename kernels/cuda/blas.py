@@ -83,11 +83,13 @@ def _operand(s_outer: int, s_inner: int, outer: int, inner: int):
     return None
 
 
-def strided(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, y, yo, nb, m, n, k, alpha=1.0):
+def strided(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, y, yo, nb, m, n, k, alpha=1.0,
+            syb=None):
     """The arguments of :func:`gemm_strided` for ``y[z] = alpha * a[z] @ b[z]``, z < nb: a (m, k)
-    with element (i, p) at ``ao + z*sab + i*asi + p*asp``, b (k, n) likewise, y row-major
-    contiguous from ``yo``; None when cuBLAS cannot take it (a dtype it lacks here, mixed
-    dtypes, an operand without a unit stride, a negative batch stride)."""
+    with element (i, p) at ``ao + z*sab + i*asi + p*asp``, b (k, n) likewise, y[z] a row-major
+    (m, n) matrix at ``yo + z*syb`` (default ``m*n``: the batches consecutive); None when
+    cuBLAS cannot take it (a dtype it lacks here, mixed dtypes, an operand without a unit
+    stride, a negative batch stride)."""
     dt = y.dtype
     if dt not in _ROUTINES or a.dtype != dt or b.dtype != dt or min(sab, sbb) < 0:
         return None
@@ -97,7 +99,8 @@ def strided(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, y, yo, nb, m, n, k, alph
         return None
     # row-major Y (m, n) is column-major Y^T (n, m) = op(B) @ op(A), leading dimension n
     return (dt.str, rb[0], ra[0], n, m, k, float(alpha), address(b, bo), rb[1], sbb,
-            address(a, ao), ra[1], sab, address(y, yo), max(n, 1), m * n, nb)
+            address(a, ao), ra[1], sab, address(y, yo), max(n, 1), m * n if syb is None else syb,
+            nb)
 
 
 def _handle(lib) -> int:

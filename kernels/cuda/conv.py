@@ -237,26 +237,42 @@ def pointwise(h, wd, kh, kw, oh, ow, sh, sw, ph, pw) -> bool:
     return kh == kw == 1 and sh == sw == 1 and ph == pw == 0 and oh == h and ow == wd
 
 
+def _products(w, wo, src, so, y, yo, imgs, group, kg, red_g, ohw):
+    """``Y[i, g] (kg, OH*OW) = W[g] (kg, red_g) @ S[i, g] (red_g, OH*OW)`` for ``imgs``
+    consecutive images i and the groups g, S the images' (C*KH*KW, OH*OW) column matrices in
+    ``src`` (a group's rows consecutive): strided-batched cuBLAS calls batched over the images
+    (a group's weight shared, batch stride 0) or, where the groups outnumber them, over the
+    groups, one call per item of the other."""
+    per_src, per_y = group * red_g * ohw, group * kg * ohw
+    if imgs >= group:
+        for g in range(group):
+            call(blas.gemm_strided, *blas.strided(
+                w, wo + g * kg * red_g, 0, red_g, 1, src, so + g * red_g * ohw, per_src, ohw, 1,
+                y, yo + g * kg * ohw, imgs, kg, ohw, red_g, syb=per_y))
+    else:
+        for i in range(imgs):
+            call(blas.gemm_strided, *blas.strided(
+                w, wo, kg * red_g, red_g, 1, src, so + i * per_src, red_g * ohw, ohw, 1,
+                y, yo + i * per_y, group, kg, ohw, red_g))
+
+
 def _cublas(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph,
-            pw, dh, dw, has_bias, has_res, code, alpha, beta, col, colo, col_imgs):
-    """``Y[img] (K, OH*OW) = W (K, C*KH*KW) @ X_col[img]`` for every image in one
-    strided-batched cuBLAS call (W's batch stride 0: read in place for all), the columns made
-    by ``_im2col_k`` in ``col`` (the caller's scratch, ``col_imgs`` images at a time) unless
-    the convolution is pointwise (then the input is the columns); then one epilogue kernel
-    over every image (bias per row, residual, act)."""
+            pw, dh, dw, group, has_bias, has_res, code, alpha, beta, col, colo, col_imgs):
+    """A convolution as products through cuBLAS (:func:`_products`) of the weight with the
+    images' im2col columns, made by ``_im2col_k`` in ``col`` (the caller's scratch,
+    ``col_imgs`` images at a time) unless the convolution is pointwise (then each image is its
+    own columns); then one epilogue kernel over every image (bias per row, residual, act)."""
     red, ohw, chw = c * kh * kw, oh * ow, c * h * wd
+    kg, red_g = kout // group, red // group
     if pointwise(h, wd, kh, kw, oh, ow, sh, sw, ph, pw):
-        call(blas.gemm_strided, *blas.strided(w, wo, 0, red, 1, x, xo, chw, ohw, 1, y, yo, n,
-                                              kout, ohw, red))
+        _products(w, wo, x, xo, y, yo, n, group, kg, red_g, ohw)
     else:
         for img0 in range(0, n, col_imgs):
             g = min(col_imgs, n - img0)
             launch(_im2col_k, grid1(g * red * ohw, BLOCK), BLOCK, x, xo + img0 * chw, col,
                    colo, chw, h, wd, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, red * ohw,
                    g * red * ohw)
-            call(blas.gemm_strided, *blas.strided(w, wo, 0, red, 1, col, colo, red * ohw, ohw,
-                                                  1, y, yo + img0 * kout * ohw, g, kout, ohw,
-                                                  red))
+            _products(w, wo, col, colo, y, yo + img0 * kout * ohw, g, group, kg, red_g, ohw)
     epilogue(y, yo, r, ro, kout * ohw, ohw, 1, b, bo, n, kout, ohw, 1.0, 1.0, has_res, has_bias,
              True, code, alpha, beta)
 
@@ -266,33 +282,31 @@ def conv2d_bias_add_act(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh
                         col=None, colo=0, col_imgs=1):
     """``y = act(conv(x, w) + b + r)``; ``r`` (used when ``has_res``) has ``y``'s shape.
 
-    Where cuBLAS serves (kernels/cuda/blas.py), an ungrouped convolution the tiled kernel
-    would take is a product through cuBLAS (``col``: scratch for the im2col columns of
-    ``col_imgs`` images, C*KH*KW*OH*OW elements each, unused by a pointwise convolution);
-    otherwise the tiled
-    kernel where :func:`use_tiled` says so and x, w and y share a float dtype, else the direct
-    one."""
+    Where cuBLAS serves (kernels/cuda/blas.py), a convolution the tiled kernel would take is
+    products through cuBLAS (``col``: scratch for the im2col columns of ``col_imgs`` images,
+    C*KH*KW*OH*OW elements each, unused by a pointwise convolution); otherwise the tiled kernel
+    where :func:`use_tiled` says so and x, w and y share a float dtype, else the direct one."""
     total = n * kout * oh * ow
     if not total:
         return
     dt = y.dtype.type
     tiled = _KERNELS.get(y.dtype)
     same = x.dtype == w.dtype == y.dtype
-    if (same and group == 1 and blas.library() is not None and y.dtype in blas.DTYPES
-            and use_tiled(c, kout, kh, kw, 1)
-            and (col is not None or pointwise(h, wd, kh, kw, oh, ow, sh, sw, ph, pw))):
+    if tiled is None or not same or not use_tiled(c, kout, kh, kw, group):
+        launch(_conv_k, grid1(total, BLOCK), BLOCK, x, xo, w, wo, b, bo, r, ro, y, yo, c, h, wd,
+               kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group, has_bias, has_res, code,
+               dt(alpha), dt(beta), total)
+    elif (blas.library() is not None and y.dtype in blas.DTYPES
+          and (col is not None or pointwise(h, wd, kh, kw, oh, ow, sh, sw, ph, pw))):
         _cublas(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph,
-                pw, dh, dw, has_bias, has_res, code, alpha, beta, col, colo, max(1, col_imgs))
-    elif tiled is not None and same and use_tiled(c, kout, kh, kw, group):
+                pw, dh, dw, group, has_bias, has_res, code, alpha, beta, col, colo,
+                max(1, col_imgs))
+    else:
         npos = n * oh * ow
         grid = ((npos + TILE_P - 1) // TILE_P, (kout // group + TILE_K - 1) // TILE_K, group)
         launch(tiled, grid, (THREADS, THREADS), x, xo, w, wo, b, bo, r, ro, y, yo, c, h, wd,
                kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group, has_bias, has_res, code,
                dt(alpha), dt(beta), npos)
-    else:
-        launch(_conv_k, grid1(total, BLOCK), BLOCK, x, xo, w, wo, b, bo, r, ro, y, yo, c, h, wd,
-               kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group, has_bias, has_res, code,
-               dt(alpha), dt(beta), total)
 
 
 def conv2d_bias_act(x, xo, w, wo, b, bo, y, yo, n, c, h, wd, kout, kh, kw, oh, ow,

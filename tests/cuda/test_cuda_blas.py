@@ -278,3 +278,37 @@ def test_convolution_columns_in_chunks_of_images(cublas, monkeypatch):
     np.testing.assert_allclose(cm(x)[0], _ort(m, {"x": x})[0], rtol=1e-5, atol=1e-5)
     assert _kinds(cm) == [conv._im2col_k, blas.gemm_strided] * 3 + [gemm._epilogue_k]
     assert [call[-1] for call in cublas.calls] == [2, 2, 1]
+
+
+@pytest.mark.parametrize("n,c,kout,group,kh", [
+    (3, 16, 16, 2, 3),  # more images than groups: a call per group, batched over the images
+    (3, 16, 32, 4, 3),  # more groups than images: a call per image, batched over the groups
+    (2, 32, 16, 2, 1),  # pointwise: the input is the columns
+])
+def test_grouped_convolution_products(cublas, n, c, kout, group, kh):
+    pads = [kh // 2] * 4
+    m = make_model([helper.make_node("Conv", ["x", "w", "b"], ["y"], group=group, pads=pads)],
+                   [("x", F32, [n, c, 5, 5])], [("y", F32, None)],
+                   {"w": _w(kout, c // group, kh, kh), "b": _w(kout)})
+    x = _w(n, c, 5, 5)
+    cm = jitort.compile(m, device="cuda")
+    np.testing.assert_allclose(cm(x)[0], _ort(m, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    kg, red_g = kout // group, c // group * kh * kh
+    per_src, per_y = c * kh * kh * 25, kout * 25
+    if n >= group:  # (op, op, m, n, k, lda, stride, ldb, stride, ldc, stride, count)
+        want = [("f", 0, 0, 25, kg, red_g, 25, per_src, red_g, 0, 25, per_y, n)] * group
+    else:
+        want = [("f", 0, 0, 25, kg, red_g, 25, red_g * 25, red_g, kg * red_g, 25, kg * 25,
+                 group)] * n
+    assert [call[:13] for call in cublas.calls] == want
+    assert _kinds(cm) == ([] if kh == 1 else [conv._im2col_k]) + [blas.gemm_strided] * len(
+        want) + [gemm._epilogue_k]
+
+
+def test_depthwise_convolution_stays_direct(cublas):
+    m = make_model([helper.make_node("Conv", ["x", "w"], ["y"], group=8, pads=[1, 1, 1, 1])],
+                   [("x", F32, [2, 8, 5, 5])], [("y", F32, None)], {"w": _w(8, 1, 3, 3)})
+    x = _w(2, 8, 5, 5)
+    cm = jitort.compile(m, device="cuda")
+    np.testing.assert_allclose(cm(x)[0], _ort(m, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    assert _kinds(cm) == [conv._conv_k] and cublas.calls == []

@@ -10,6 +10,9 @@ from ..registry import Unlowerable
 # The most im2col elements a convolution's scratch holds (64 MiB of float32): the images whose
 # columns fit go to cuBLAS in one call, the rest in further calls of the same size.
 COL_ELEMS = 1 << 24
+# Fewer output channels per group than this and the launcher runs its direct kernel
+# (kernels/cuda/conv.py, TILED_MIN_KOUT): no scratch for columns it would not use.
+MIN_GROUP_KOUT = 8
 
 
 def col_images(n: int, per_img: int) -> int:
@@ -20,8 +23,8 @@ def col_images(n: int, per_img: int) -> int:
 
 def _lower_conv(em: CudaEmitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> None:
     """One call of the conv launcher for a Conv or FusedConv (bias, optional residual of the
-    output's shape and activation in its epilogue). An ungrouped, not pointwise convolution
-    gets scratch for the im2col columns of as many images as ``col_images`` allows, which the
+    output's shape and activation in its epilogue). A convolution that is not pointwise gets
+    scratch for the im2col columns of as many images as ``col_images`` allows, which the
     launcher uses where cuBLAS serves (a GPU with CuPy) and ignores elsewhere."""
     x, w, b, y = n.inputs[0], n.inputs[1], n.input(2), n.outputs[0]
     xs, ws, ys, strides, dil, pads, group = _conv_geometry(em, n)
@@ -33,9 +36,11 @@ def _lower_conv(em: CudaEmitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> N
     rv = em.read(residual) if residual is not None else None
     yv = em.write(y)  # a fresh row, live with the residual's at this step: never the same memory
     pointwise = ws[2] == ws[3] == 1 and list(strides) == [1, 1] and ys[2:] == xs[2:]
-    per_img = ws[1] * ws[2] * ws[3] * ys[2] * ys[3]
+    per_img = xs[1] * ws[2] * ws[3] * ys[2] * ys[3]
     imgs = col_images(xs[0], per_img)
-    col = () if group != 1 or pointwise else (em.temp(per_img * imgs, y.dtype), em.size(imgs))
+    # no columns where a group has few output channels (depthwise): the direct kernel runs
+    col = () if pointwise or ws[0] // group < MIN_GROUP_KOUT else (
+        em.temp(per_img * imgs, y.dtype), em.size(imgs))
     if n.op_type == "Conv":
         em.call(_conv.conv2d, xv, wv, bv, yv, *dims, b is not None, *col)
         return
