@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import numpy as np
@@ -111,8 +112,12 @@ print("RESULT " + json.dumps({"failed": failed, "kernels": len(names)}))
 
 def _run(script: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    got = subprocess.run([sys.executable, "-c", "import json\n" + _PRELUDE + script], env=env,
-                         capture_output=True, text=True, timeout=600)
+    with tempfile.TemporaryDirectory() as tmp:  # a file: the script may outgrow a command line
+        path = os.path.join(tmp, "ptx_check.py")
+        with open(path, "w") as f:
+            f.write("import json\n" + _PRELUDE + script)
+        got = subprocess.run([sys.executable, path], env=env, capture_output=True, text=True,
+                             timeout=600, cwd=os.getcwd())
     if got.returncode and "SKIP" in got.stderr:
         pytest.skip(got.stderr.strip().splitlines()[-1])
     lines = [ln for ln in got.stdout.splitlines() if ln.startswith("RESULT ")]
