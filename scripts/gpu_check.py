@@ -204,6 +204,9 @@ def _one(spec: str, batch: int, seq: int, runs: int, compile_too: bool) -> dict:
     engines.update(_torch_engines(model, feeds, truth, compile_too, rec))
     rec["ms"] = _timed(engines, runs)
     rec["replay"] = dict(cm.replay_engines())
+    from jitort.kernels.cuda import blas
+    rec["products"] = ("cublas" + (" tf32" if blas.tf32() else "")
+                       if blas.library() is not None else "own kernels")
     whys = {b.why for p in cm.plans() if (b := getattr(p.local, "bound", None)) and b.why}
     if whys:  # why a plan was not captured as a CUDA graph
         rec["replay_why"] = sorted(whys)
@@ -279,8 +282,8 @@ def _line(rec: dict) -> str:
     tail = f"ratio {rec['ratio']:.2f} vs {rec['reference']}" if "ratio" in rec else "no reference"
     if "vs_compile" in rec:
         tail += f", {rec['vs_compile']:.2f} vs torch.compile"
-    notes = [f"{k}: {rec[k]}" for k in ("torch", "torch.compile", "ort_cuda", "replay_why")
-             if k in rec]
+    notes = [f"{k}: {rec[k]}" for k in ("products", "torch", "torch.compile", "ort_cuda",
+                                         "replay_why") if k in rec]
     return (f"{rec['model']:22s} b{rec['batch']:<2d} {'ok ' if rec['ok'] else 'BAD'} "
             f"diff {rec['diff']:.1e} first {rec['first_s']:5.1f} s  ms: {ms}  {tail}  "
             f"{rec['placement']} replay {rec['replay']} {'; '.join(notes)}")
