@@ -33,8 +33,9 @@ from .executor import infer_shapes, value_key
 from .partition import HOST, INTERP, InterpStep, Segment, assign, schedule
 from .runtime import CompiledModel
 
-_PLAIN = [np.dtype(t) for t in (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
-                                np.uint8, np.uint16, np.uint32, np.uint64, np.bool_)]
+_PLAIN = [np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int8, np.int16,
+                                np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+                                np.bool_)]
 
 
 class CudaUnavailable(JitortError, RuntimeError):

@@ -27,7 +27,7 @@ from .calls import Call, Launch
 from .cpu import SegmentCompiler
 from .cuda_emit import _PRELUDE, ERR, LOWER, SUPPORT, CudaEmitter, _data, _gemm, lowering
 from .cuda_render import driver_source
-from .elementwise import (EXPR, LoopStyle, NoMath, Operand, kernel_source,
+from .elementwise import (EXPR, HALF, LoopStyle, NoMath, Operand, kernel_source,
                           supports_elementwise)
 from .fusion import Group, collapse_group, fused_steps, group_operands
 from .lowerings import _prod
@@ -53,7 +53,11 @@ CUDA_MATH = {**{f: f"math.{f}" for f in ("exp", "log", "log1p", "sqrt", "tanh", 
                                          "cos", "tan", "sinh", "cosh")},
              **{f"arc{f}": f"math.a{f}" for f in ("sin", "cos", "tan", "sinh", "cosh", "tanh")},
              "exp32": "math.exp", "tanh32": "math.tanh", "erf32": "math.erf",
-             "sigmoid32": "_cm.sigmoid"}
+             "sigmoid32": "_cm.sigmoid",
+             # float16 values are numba-cuda float16 arrays on the device (not uint16 words
+             # as on the CPU): the conversions are casts (cvt.f32.f16 / cvt.rn.f16.f32)
+             "f16_to_f32": "np.float32", "f32_to_f16": "np.float16",
+             "round_f16": "_cm.round_f16"}
 #: Ops whose CPU expression has no device equivalent here (math.floor returns an int in Numba).
 _NO_DEVICE = {"Round", "Sign", "Floor", "Ceil"}
 
@@ -68,6 +72,8 @@ def _on_device(fn):
             raise Unlowerable(n, f"no device version of {e.args[0]}") from None
     return render
 
+
+BF16 = HALF[1]
 
 CUDA_EXPR = {op: _on_device(fn) for op, fn in EXPR.items() if op not in _NO_DEVICE}
 
@@ -106,10 +112,12 @@ CUDA_STYLE = CudaStyle()
 
 
 def supports_device_elementwise(n: Node) -> bool:
-    # (the low-precision conversions, kernels/cpu/lowprec.py, have no device version: the
-    # CPU backend takes those nodes)
+    # (bfloat16 and the low-precision conversions, kernels/cpu/lowprec.py, have no device
+    # version: the CPU backend takes those nodes)
     return (n.op_type in CUDA_EXPR and supports_elementwise(n)
-            and not any(v is not None and is_lowp(v.dtype) for v in list(n.inputs) + n.outputs))
+            and not any(v is not None and v.dtype is not None
+                        and (is_lowp(v.dtype) or np.dtype(v.dtype) == BF16)
+                        for v in list(n.inputs) + n.outputs))
 
 
 # --- the backend ----------------------------------------------------------------------------

@@ -178,8 +178,11 @@ from jitort.kernels.cuda import mathfn as _cm
 # --- predicates and helpers of the lowerings ------------------------------------------------
 
 _F = (np.dtype(np.float32), np.dtype(np.float64))
-_PLAIN = tuple(np.dtype(t) for t in (np.float32, np.float64, np.int8, np.int16, np.int32,
-                                     np.int64, np.uint8, np.uint16, np.uint32, np.uint64, np.bool_))
+#: dtypes the device holds as numba-cuda arrays of their own (float16 too: data movement moves
+#: its elements; arithmetic on it converts to float32, in the fused elementwise kernels)
+_PLAIN = tuple(np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int8, np.int16,
+                                     np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+                                     np.bool_))
 
 
 def _is_float(*vals) -> bool:

@@ -1,6 +1,7 @@
 """Device math helpers shared by the CUDA kernels and the generated elementwise kernels."""
 import math
 
+import numpy as np
 from numba import cuda
 
 
@@ -12,6 +13,12 @@ def sigmoid(x):
 @cuda.jit(device=True)
 def gelu(x):
     return 0.5 * x * (1.0 + math.erf(x * 0.7071067811865476))
+
+
+@cuda.jit(device=True)
+def round_f16(x):
+    """A float32 rounded to the nearest float16 (to nearest even), as a float32."""
+    return np.float32(np.float16(x))
 
 
 @cuda.jit(device=True)

@@ -22,10 +22,13 @@ from tests.cuda.test_cuda_ptx import _run
 from tests.models import SHARED, SHARED_MODELS, light_models, light_path, shared_feeds, shared_path
 
 MODELS = [("shared", m) for m in SHARED_MODELS] + [("light", m) for m in light_models()]
+#: float16 variants (onnxruntime's converter, float32 inputs and outputs kept) of a CNN, a
+#: transformer and a hybrid
+HALF_MODELS = [("float16", m) for m in ("resnet18", "bert", "mobilevit_xxs")]
 
 
 def _feeds(kind, name, path):
-    if kind == "shared":
+    if kind != "light":
         return shared_feeds(name, 1, 128)
     model = onnx.load(str(path), load_external_data=False)
     init = {t.name for t in model.graph.initializer}
@@ -77,26 +80,35 @@ def recorded(cuda):
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cuda_replay.Bound, "run", lambda self: None)  # recorded, not run
         mp.setattr(cuda_replay.Bound, "failed", lambda self: False)
-        for kind, name in MODELS:
-            path = shared_path(name) if kind == "shared" else light_path(name)
+        for kind, name in MODELS + HALF_MODELS:
+            label = name if kind != "float16" else f"{name}_fp16"
+            path = light_path(name) if kind == "light" else shared_path(name)
             if not path.exists():
-                out[name] = f"{path} not present ({SHARED}: the shared model corpus is optional)"
+                out[label] = f"{path} not present ({SHARED}: the shared model corpus is optional)"
                 continue
-            cm = jitort.compile(str(path), device="cuda")
+            model = str(path)
+            if kind == "float16":
+                from onnxruntime.transformers.float16 import convert_float_to_float16
+                model = convert_float_to_float16(onnx.load(model), keep_io_types=True)
+            cm = jitort.compile(model, device="cuda")
             cm.run(None, _feeds(kind, name, path))
-            out[name] = cm
+            out[label] = cm
             for p in cm.plans():
                 bound = getattr(p.local, "bound", None)
                 for r in (bound.launches if bound else []):
                     if hasattr(r, "kernel"):
                         key = json.dumps([_locate(r.kernel), [_describe(a) for a in r.args]])
-                        launches.setdefault(key, name)
+                        launches.setdefault(key, label)
     return out, launches
 
 
-@pytest.mark.parametrize("kind,name", MODELS, ids=[m for _, m in MODELS])
+_ALL = MODELS + HALF_MODELS
+
+
+@pytest.mark.parametrize("kind,name", _ALL,
+                         ids=[m if k != "float16" else f"{m}_fp16" for k, m in _ALL])
 def test_model_lowers_completely_to_cuda(recorded, kind, name):
-    cm = recorded[0][name]
+    cm = recorded[0][name if kind != "float16" else f"{name}_fp16"]
     if isinstance(cm, str):
         pytest.skip(cm)
     counts = cm.placement_counts()

@@ -95,8 +95,10 @@ with recording() as work:
                  True, True, True, True, True, True)
     for dt in (np.float32, np.float64, np.int32, np.int64):
         scan.cumsum3(np.zeros(64, dt), 0, np.zeros(64, dt), 0, 2, 3, 4, False, True)
-    for dt in (np.int64, np.bool_):  # data movement of any plain dtype
+    for dt in (np.int64, np.bool_, np.float16):  # data movement of any plain dtype
         A = np.zeros(64, dt)
+        data.copy_nd(A, 0, (3, 1), A, 0, (1, 3), (3, 3))
+        data.gather3(A, 0, I, 0, A, 0, 2, 5, 3, 4, E)
         resize.pad_nd(A, 0, (4, 1), A, 0, (5, 6), (1, 1), (0, 0), (4, 4), A, 0, True, 0)
         resize.resize_nearest(A, 0, A, 0, (2, 3), (4, 6), 0, 0)
     data.clear_flag(E)

@@ -1,0 +1,80 @@
+"""float16 graphs on the CUDA backend: float16 values are numba-cuda float16 arrays on the
+device; data movement moves them, fused elementwise kernels convert each operand to float32 on
+load and round to float16 on store, and the other ops compute in float32 between the Casts the
+precision pass inserts (jitort/passes/precision.py). bfloat16 has no device conversions here:
+its elementwise nodes run on the CPU backend. Results against onnxruntime on the same float16
+model (derived with onnxruntime's own converter)."""
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+from onnxruntime.transformers.float16 import convert_float_to_float16
+
+import jitort
+from tests.cuda.test_cuda_models import _ort, convnet, mlp
+
+RNG = np.random.default_rng(11)
+
+
+def _sources(cm) -> str:
+    """The text of the model's CUDA drivers and of the generated kernels they import."""
+    out = []
+    for path in map(Path, cm.generated_sources()):
+        text = path.read_text()
+        out.append(text)
+        out += [(path.parent / f"{name}.py").read_text()
+                for name in re.findall(r"^from \S+\.(\w+) import \1$", text, re.M)]
+    return "\n".join(out)
+
+
+def _close(got, want):
+    """float16 results: jitort and onnxruntime round at different points (jitort once per
+    fused kernel, onnxruntime per op), so a few float16 ulps apart."""
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2e-2,
+                               atol=2e-2)
+
+
+@pytest.mark.parametrize("make,shape", [(mlp, (3, 8)), (convnet, (2, 3, 6, 6))],
+                         ids=["mlp", "convnet"])
+@pytest.mark.parametrize("keep_io", [False, True], ids=["f16_io", "f32_io"])
+def test_float16_model_runs_on_the_gpu(cuda, make, shape, keep_io):
+    m = convert_float_to_float16(make(), keep_io_types=keep_io)
+    cm = jitort.compile(m, device="cuda")
+    assert set(cm.placement_counts()) == {"cuda"}, cm.summary()
+    x = RNG.standard_normal(shape).astype(np.float32 if keep_io else np.float16)
+    (got,) = cm(x)
+    (want,) = _ort(m, {"x": x})
+    assert got.dtype == want.dtype == (np.float32 if keep_io else np.float16)
+    _close(got, want)
+    # float16 values stay float16 on the device, converted on load and rounded on store by
+    # the fused kernels (the convnet's also live in the workspace between kernels)
+    src = _sources(cm)
+    assert re.search(r"np\.float32\(\w+\[", src)  # a float16 element converted on load
+    assert "np.float16(" in src or "_cm.round_f16(" in src
+    assert ("w_float16" in src) == (make is convnet)
+
+
+def test_float16_device_arrays_in_and_out(cuda):
+    m = convert_float_to_float16(mlp(), keep_io_types=False)
+    cm = jitort.compile(m, device="cuda")
+    x = RNG.standard_normal((2, 8)).astype(np.float16)
+    (dy,) = cm.run_on_device(None, {"x": cuda.to_device(x)})
+    assert dy.dtype == np.float16 and cm.copies == {}
+    _close(dy.copy_to_host(), _ort(m, {"x": x})[0])
+
+
+def test_bfloat16_elementwise_runs_on_the_cpu_backend(cuda):
+    """No device conversions for bfloat16: its nodes go to the CPU backend, results right."""
+    nodes = [helper.make_node("Cast", ["x"], ["b"], to=TensorProto.BFLOAT16),
+             helper.make_node("Cast", ["b"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Relu", ["f"], ["y"])]
+    g = helper.make_graph(nodes, "bf16", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                        [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    cm = jitort.compile(m, device="cuda")
+    x = np.array([1.00390625, -2.5, 3.0078125, 0.1], np.float32)
+    np.testing.assert_array_equal(cm(x)[0], _ort(m, {"x": x})[0])
+    assert cm.placement_counts()["cpu"] >= 1, cm.summary()
