@@ -22,7 +22,7 @@ from .executor import Executor, infer_shapes  # noqa: F401  (infer_shapes: this 
 from .feeds import InputInfo, available_memory  # noqa: F401  (this module's API)
 from .importer import import_model
 from .partition import CONTROL, DYNAMIC, HOST, INTERP, InterpStep, assign
-from .passes import CPU_PIPELINE, PassReport, run_pipeline
+from .passes import CPU_PIPELINE, CUDA_PIPELINE, PassReport, run_pipeline
 from .pinning import check_threads, configure_blas
 from .profiling import Profiler
 
@@ -95,7 +95,7 @@ class CompiledModel(Executor):
                        for v in self.graph.inputs]
         self.original_node_count = len(self.graph.nodes)
         self.pass_report: PassReport = (
-            run_pipeline(self.graph, CPU_PIPELINE if self.device == "cpu" else None,
+            run_pipeline(self.graph, CPU_PIPELINE if self.device == "cpu" else CUDA_PIPELINE,
                          options=self.options)
             if optimize else PassReport())
         self._backends = [CpuBackend()] if "cpu" in backends else []

@@ -20,7 +20,7 @@ from .simplify import (eliminate_dead_code, eliminate_identities, eliminate_comm
                        fold_constants, fold_transposes, sum_as_add, channel_prelu_slope)
 from .expand import expand_other_domains
 from .layout import convert_to_channels_last
-from .precision import compute_16bit_in_float32
+from .precision import compute_16bit_in_float32, keep_half_products
 from .patterns import (fold_conv_affine, fold_conv_batchnorm, fold_pad_into_conv, fuse_epilogues,
                        fuse_matmul_add, subsample_strided_pointwise)
 
@@ -56,6 +56,12 @@ CPU_PIPELINE: list[tuple[str, PassFn]] = (
     DEFAULT_PIPELINE[:-1] + [("convert_to_channels_last", convert_to_channels_last),
                              ("subsample_strided_pointwise", subsample_strided_pointwise)]
     + DEFAULT_PIPELINE[-1:])
+
+#: The CUDA backend's recipe: the default one, float16 matrix products left in float16 (its
+#: GEMM takes them: cuBLAS on tensor cores, float32 accumulation).
+CUDA_PIPELINE: list[tuple[str, PassFn]] = [
+    (name, keep_half_products if name == "compute_16bit_in_float32" else fn)
+    for name, fn in DEFAULT_PIPELINE]
 
 
 @dataclass

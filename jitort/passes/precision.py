@@ -46,10 +46,22 @@ def _half(v: Value | None) -> bool:
     return v is not None and v.dtype is not None and np.dtype(v.dtype) in HALF
 
 
-def _needs_float32(n: Node) -> bool:
+#: matrix products the CUDA backend computes on float16 operands itself (cuBLAS on tensor
+#: cores, float32 accumulation): its pipeline keeps them (:func:`keep_half_products`)
+HALF_PRODUCTS = frozenset({("", "MatMul"), ("", "Gemm"), ("jitort", "MatMulBias")})
+
+
+def _all_float16(n: Node) -> bool:
+    vals = [v for v in list(n.inputs) + list(n.outputs) if v is not None]
+    return all(v.dtype is not None and np.dtype(v.dtype) == np.float16 for v in vals)
+
+
+def _needs_float32(n: Node, keep=frozenset()) -> bool:
     if n.domain not in ("", "jitort") or n.op_type in KEEP or n.implicit:
         return False
     if not any(_half(v) for v in list(n.inputs) + list(n.outputs)):
+        return False
+    if (n.domain, n.op_type) in keep and _all_float16(n):
         return False
     return not supports_elementwise(n)
 
@@ -65,15 +77,16 @@ def _cast(graph: Graph, x: Value, to: np.dtype, y: Value | None = None) -> Node:
     return node
 
 
-def compute_16bit_in_float32(graph: Graph) -> int:
+def compute_16bit_in_float32(graph: Graph, keep=frozenset()) -> int:
     """Rewrite each node computing on 16-bit floats without a 16-bit lowering to compute in
-    float32 between Casts (see the module docstring). Returns the nodes rewritten."""
+    float32 between Casts (see the module docstring); ``keep``: (domain, op) pairs left on
+    their float16 operands when every operand is float16. Returns the nodes rewritten."""
     f32 = np.dtype(np.float32)
     widened: dict[int, Value] = {}  # id(16-bit value) -> its float32 copy (one per value)
     out: list[Node] = []
     count = 0
     for n in graph.nodes:
-        if not _needs_float32(n):
+        if not _needs_float32(n, keep):
             out.append(n)
             continue
         count += 1
@@ -104,3 +117,9 @@ def compute_16bit_in_float32(graph: Graph) -> int:
         graph.nodes = out
         graph.relink()
     return count
+
+
+def keep_half_products(graph: Graph) -> int:
+    """:func:`compute_16bit_in_float32` for the CUDA backend: float16 matrix products stay
+    float16 (``HALF_PRODUCTS``)."""
+    return compute_16bit_in_float32(graph, HALF_PRODUCTS)

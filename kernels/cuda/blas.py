@@ -11,8 +11,10 @@ graph captured from it, holds only cuBLAS's kernels, and a batch-broadcast weigh
 convolution's, over its images) is read in place.
 
 The binding is CuPy's (``cupy_backends.cuda.libs.cublas``); each thread has a cuBLAS handle of
-its own, set to the caller's stream before each call. Float32 stays exact float32: the handle's
-math mode is cuBLAS's default, which never rounds float32 inputs to TF32;
+its own, set to the caller's stream before each call. float16 products (the CUDA pipeline keeps
+them float16) go through ``cublasGemm[StridedBatched]Ex`` with float32 accumulation, on tensor
+cores. Float32 stays exact float32: the handle's math mode is cuBLAS's default, which never
+rounds float32 inputs to TF32;
 ``JITORT_CUDA_TF32=1`` allows TF32 tensor cores (onnxruntime's ``use_tf32``).
 ``JITORT_CUDA_BLAS=own`` keeps jitort's own GEMM kernel (kernels/cuda/gemm.py); under Numba's
 CUDA simulator, or without CuPy, that kernel is the only one.
@@ -30,8 +32,16 @@ _UNSET = object()
 _lib = _UNSET
 _local = threading.local()
 _ROUTINES = {np.dtype(np.float32): ("sgemm", "sgemmStridedBatched"),
-             np.dtype(np.float64): ("dgemm", "dgemmStridedBatched")}
+             np.dtype(np.float64): ("dgemm", "dgemmStridedBatched"),
+             # float16 operands and result, float32 accumulation and scalars (tensor cores)
+             np.dtype(np.float16): ("gemmEx", "gemmStridedBatchedEx")}
 DTYPES = frozenset(_ROUTINES)  # the dtypes whose products cuBLAS takes here
+# library_types.h / cublas_api.h: cudaDataType CUDA_R_16F, cublasComputeType_t
+# CUBLAS_COMPUTE_32F, cublasGemmAlgo_t CUBLAS_GEMM_DEFAULT
+R_16F, COMPUTE_32F, GEMM_DEFAULT = 2, 68, -1
+# host scalars the Ex routines read alpha and beta through (host pointer mode: read when the
+# call is enqueued, so a captured graph holds the values)
+_ONE_ZERO = np.array([1.0, 0.0], np.float32)
 
 
 def library():
@@ -127,9 +137,25 @@ def gemm_strided(dtype, op1, op2, m, n, k, alpha, p1, ld1, s1, p2, ld2, s2, py, 
     lib = library()
     h = _handle(lib)
     lib.setStream(h, _stream_handle(stream))
-    single, batched = _ROUTINES[np.dtype(dtype)]
-    if count == 1:
+    dt = np.dtype(dtype)
+    single, batched = _ROUTINES[dt]
+    if dt == np.float16:
+        _half(lib, h, op1, op2, m, n, k, alpha, p1, ld1, s1, p2, ld2, s2, py, ldy, sy, count)
+    elif count == 1:
         getattr(lib, single)(h, op1, op2, m, n, k, alpha, p1, ld1, p2, ld2, 0.0, py, ldy)
     else:
         getattr(lib, batched)(h, op1, op2, m, n, k, alpha, p1, ld1, s1, p2, ld2, s2, 0.0, py,
                               ldy, sy, count)
+
+
+def _half(lib, h, op1, op2, m, n, k, alpha, p1, ld1, s1, p2, ld2, s2, py, ldy, sy, count):
+    """:func:`gemm_strided` on float16 matrices: ``cublasGemm[StridedBatched]Ex`` with float32
+    compute (alpha and beta as host float32 scalars)."""
+    scalars = _ONE_ZERO if alpha == 1 else np.array([alpha, 0.0], np.float32)
+    pa, pb = scalars.ctypes.data, scalars.ctypes.data + 4
+    if count == 1:
+        lib.gemmEx(h, op1, op2, m, n, k, pa, p1, R_16F, ld1, p2, R_16F, ld2, pb, py, R_16F,
+                   ldy, COMPUTE_32F, GEMM_DEFAULT)
+    else:
+        lib.gemmStridedBatchedEx(h, op1, op2, m, n, k, pa, p1, R_16F, ld1, s1, p2, R_16F, ld2,
+                                 s2, pb, py, R_16F, ldy, sy, count, COMPUTE_32F, GEMM_DEFAULT)

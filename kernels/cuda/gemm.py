@@ -16,8 +16,17 @@ from .mathfn import act, grid1
 TILE = 16
 
 
+def compute_type(dtype):
+    """The scalar type a product of ``dtype`` operands accumulates and takes its scalars in:
+    float32 for float16 (as cuBLAS's float16 GEMMs with float32 compute), else the dtype."""
+    return np.float32 if np.dtype(dtype) == np.float16 else np.dtype(dtype).type
+
+
 def _make(dt):
-    """The kernel for one dtype (shared arrays need a dtype known when the kernel compiles)."""
+    """The kernel for one dtype (shared arrays need a dtype known when the kernel compiles;
+    float16 operands are staged and accumulated in float32)."""
+    dt = compute_type(dt)
+
     @cuda.jit
     def kern(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
           y, yo, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha, act_beta):
@@ -37,7 +46,7 @@ def _body(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio
     i = cuda.blockIdx.y * TILE + ty
     z = cuda.blockIdx.z
     abase, bbase = ao + z * sab, bo + z * sbb
-    acc = alpha * 0  # a zero of y's dtype (alpha is passed typed)
+    acc = alpha * 0  # a zero of the compute type (alpha is passed typed)
     for t0 in range(0, k, TILE):
         p = t0 + tx
         sa[ty, tx] = a[abase + i * asi + p * asp] if (i < m and p < k) else 0
@@ -64,7 +73,8 @@ def _epilogue_k(y, yo, c, co, csb, csi, csj, bias, bio, m, n, total, alpha, beta
                 has_bias, bias_rows, code, act_alpha, act_beta):
     """``y = act(alpha * y + beta * C + bias)`` over (batches, m, n), after cuBLAS's product
     (the same order of operations as the tiled kernel's store); C's batch stride ``csb``; the
-    bias indexed by column (a GEMM's) or by row (``bias_rows``: a convolution's channels)."""
+    bias indexed by column (a GEMM's) or by row (``bias_rows``: a convolution's channels).
+    Scalars in the compute type (float32 for a float16 ``y``: one rounding, at the store)."""
     i = cuda.grid(1)
     if i >= total:
         return
@@ -84,7 +94,7 @@ def epilogue(y, yo, c, co, csb, csi, csj, bias, bio, nb, m, n, alpha, beta, has_
     would change nothing."""
     total = nb * m * n
     if total and (has_c or has_bias or code or alpha != 1):
-        dt = y.dtype.type
+        dt = compute_type(y.dtype)
         launch(_epilogue_k, grid1(total, EPI_BLOCK), EPI_BLOCK, y, yo, c, co, csb, csi, csj,
                bias, bio, m, n, total, dt(alpha), dt(beta), has_c, has_bias, bias_rows, code,
                dt(act_alpha), dt(act_beta))
@@ -94,7 +104,7 @@ def _run(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
          y, yo, nb, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha, act_beta=0.0):
     if nb * m * n == 0:
         return
-    dt = y.dtype.type
+    dt = compute_type(y.dtype)
     if blas.library() is not None:
         args = blas.strided(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, y, yo, nb, m, n, k, alpha)
         if args is not None:
@@ -130,4 +140,4 @@ def gemm(a, ao, b, bo, c, co, csi, csj, y, yo, m, n, k, alpha, beta, trans_a, tr
          alpha, beta, has_c, False, 0, 0.0)
 
 
-_KERNELS = {np.dtype(t): _make(t) for t in (np.float32, np.float64)}
+_KERNELS = {np.dtype(t): _make(t) for t in (np.float16, np.float32, np.float64)}

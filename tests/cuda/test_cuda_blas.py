@@ -47,10 +47,12 @@ class _StandInCublas:
 
     def _gemm(self, dt, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, count):
         item = np.dtype(dt).itemsize
+        ct = np.float32 if dt == np.float16 else dt  # the Ex routines' float32 compute
         for z in range(count):
             am = self._matrix(dt, a + z * sa * item, *((m, k) if ta == blas.OP_N else (k, m)), lda)
             bm = self._matrix(dt, b + z * sb * item, *((k, n) if tb == blas.OP_N else (n, k)), ldb)
             cm = self._matrix(dt, c + z * sc * item, m, n, ldc)
+            am, bm = am.astype(ct), bm.astype(ct)
             prod = alpha * ((am if ta == blas.OP_N else am.T) @ (bm if tb == blas.OP_N else bm.T))
             cm[...] = prod if beta == 0 else prod + beta * cm
 
@@ -65,6 +67,20 @@ class _StandInCublas:
 
     def dgemmStridedBatched(self, h, *args):
         self._gemm(np.float64, *args)
+
+    @staticmethod
+    def _scalar(addr):
+        return float(np.ctypeslib.as_array((ctypes.c_float * 1).from_address(addr))[0])
+
+    def gemmEx(self, h, ta, tb, m, n, k, pa, a, at, lda, b, bt, ldb, pb, c, ct, ldc, comp, algo):
+        self.gemmStridedBatchedEx(h, ta, tb, m, n, k, pa, a, at, lda, 0, b, bt, ldb, 0, pb, c, ct,
+                                  ldc, 0, 1, comp, algo)
+
+    def gemmStridedBatchedEx(self, h, ta, tb, m, n, k, pa, a, at, lda, sa, b, bt, ldb, sb, pb,
+                             c, ct, ldc, sc, count, comp, algo):
+        assert (at, bt, ct, comp) == (blas.R_16F, blas.R_16F, blas.R_16F, blas.COMPUTE_32F)
+        self._gemm(np.float16, ta, tb, m, n, k, self._scalar(pa), a, lda, sa, b, ldb, sb,
+                   self._scalar(pb), c, ldc, sc, count)
 
 
 class _Listed:
@@ -94,6 +110,16 @@ class _Listed:
                            count))
         getattr(self.lib, name)(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc,
                                 sc, count)
+
+    def gemmEx(self, h, ta, tb, m, n, k, pa, a, at, lda, b, bt, ldb, pb, c, ct, ldc, *rest):
+        self.calls.append(("e", ta, tb, m, n, k, lda, 0, ldb, 0, ldc, 0, 1))
+        self.lib.gemmEx(h, ta, tb, m, n, k, pa, a, at, lda, b, bt, ldb, pb, c, ct, ldc, *rest)
+
+    def gemmStridedBatchedEx(self, h, ta, tb, m, n, k, pa, a, at, lda, sa, b, bt, ldb, sb, pb,
+                             c, ct, ldc, sc, count, *rest):
+        self.calls.append(("e", ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, count))
+        self.lib.gemmStridedBatchedEx(h, ta, tb, m, n, k, pa, a, at, lda, sa, b, bt, ldb, sb, pb,
+                                      c, ct, ldc, sc, count, *rest)
 
     def sgemm(self, *args):
         self._single("sgemm", *args)
@@ -312,3 +338,18 @@ def test_depthwise_convolution_stays_direct(cublas):
     cm = jitort.compile(m, device="cuda")
     np.testing.assert_allclose(cm(x)[0], _ort(m, {"x": x})[0], rtol=1e-5, atol=1e-5)
     assert _kinds(cm) == [conv._conv_k] and cublas.calls == []
+
+
+def test_float16_products_are_cublas_ex_calls(cublas):
+    """A float16 MLP's products: cuBLAS's float16 GEMM (gemmEx, float32 compute) on float16
+    operands, then the epilogue in float32 rounding once to float16."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+    from tests.cuda.test_cuda_models import mlp
+    m = convert_float_to_float16(mlp(), keep_io_types=False)
+    cm = jitort.compile(m, device="cuda")
+    x = _w(5, 8).astype(np.float16)
+    (got,) = cm(x)
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), _ort(m, {"x": x})[0].astype(np.float32),
+                               rtol=2e-2, atol=2e-2)
+    assert [c[:6] for c in cublas.calls] == [("e", 0, 0, 16, 5, 8), ("e", 0, 0, 4, 5, 16)]

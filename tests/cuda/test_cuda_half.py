@@ -1,7 +1,9 @@
 """float16 graphs on the CUDA backend: float16 values are numba-cuda float16 arrays on the
 device; data movement moves them, fused elementwise kernels convert each operand to float32 on
-load and round to float16 on store, and the other ops compute in float32 between the Casts the
-precision pass inserts (jitort/passes/precision.py). bfloat16 has no device conversions here:
+load and round to float16 on store, matrix products take float16 operands (cuBLAS's float16
+GEMM on a GPU, float32 accumulation; jitort's tiled kernel stages and accumulates them in
+float32), and the other ops compute in float32 between the Casts the precision pass inserts
+(jitort/passes/precision.py). bfloat16 has no device conversions here:
 its elementwise nodes run on the CPU backend. Results against onnxruntime on the same float16
 model (derived with onnxruntime's own converter)."""
 import re
@@ -48,12 +50,12 @@ def test_float16_model_runs_on_the_gpu(cuda, make, shape, keep_io):
     (want,) = _ort(m, {"x": x})
     assert got.dtype == want.dtype == (np.float32 if keep_io else np.float16)
     _close(got, want)
-    # float16 values stay float16 on the device, converted on load and rounded on store by
-    # the fused kernels (the convnet's also live in the workspace between kernels)
+    # float16 values stay float16 on the device, between kernels too, converted on load and
+    # rounded on store by the fused kernels; the products take float16 operands
     src = _sources(cm)
-    assert re.search(r"np\.float32\(\w+\[", src)  # a float16 element converted on load
+    assert "w_float16" in src and re.search(r"np\.float32\(\w+\[", src)
     assert "np.float16(" in src or "_cm.round_f16(" in src
-    assert ("w_float16" in src) == (make is convnet)
+    assert re.search(r"_gemm\.\w+\((X\[0\]|w_float16)", src), src
 
 
 def test_float16_device_arrays_in_and_out(cuda):
@@ -78,3 +80,19 @@ def test_bfloat16_elementwise_runs_on_the_cpu_backend(cuda):
     x = np.array([1.00390625, -2.5, 3.0078125, 0.1], np.float32)
     np.testing.assert_array_equal(cm(x)[0], _ort(m, {"x": x})[0])
     assert cm.placement_counts()["cpu"] >= 1, cm.summary()
+
+
+def test_cuda_pipeline_keeps_float16_products():
+    """The CUDA pipeline leaves an all-float16 MatMul / Gemm alone; the CPU's computes it in
+    float32 between Casts."""
+    from jitort.importer import import_model
+    from jitort.passes import CPU_PIPELINE, CUDA_PIPELINE, run_pipeline
+    m = convert_float_to_float16(mlp(), keep_io_types=False)
+    ops = {}
+    for name, pipeline in (("cpu", CPU_PIPELINE), ("cuda", CUDA_PIPELINE)):
+        g = import_model(m)
+        run_pipeline(g, pipeline)
+        ops[name] = [(n.op_type, str(n.outputs[0].dtype)) for n in g.nodes
+                     if n.op_type in ("MatMul", "MatMulBias", "Gemm")]
+    assert ops["cuda"] and all(dt == "float16" for _, dt in ops["cuda"]), ops
+    assert ops["cpu"] and all(dt == "float32" for _, dt in ops["cpu"]), ops

@@ -93,6 +93,11 @@ with recording() as work:
         resize.resize_linear2d(A, 0, A, 0, 1, 2, 3, 1, 4, 6, 2.0, 2.0, 0, False, False)
         rnn.lstm(A, 0, A, 0, A, 0, A, 0, A, 0, A, 0, A, 0, A, 0, A, 0, 3, 2, 3, 4, 2, False,
                  True, True, True, True, True, True)
+    A = np.zeros(4096, np.float16)  # float16 products: float32 staging and accumulation
+    gemm.matmul3d(A, 0, 0, A, 0, 0, A, 0, 2, 3, 4, 5)
+    gemm.matmul3d_bias_act(A, 0, 6, A, 0, 0, A, 0, A, 0, 2, 3, 4, 5, 2, 0.0)
+    gemm.gemm(A, 0, A, 0, A, 0, 1, 0, A, 0, 3, 4, 5, 0.5, 2.0, True, False, True)
+    gemm.epilogue(A, 0, A, 0, 12, 4, 1, A, 0, 2, 3, 4, 0.5, 1.0, True, True, True, 1, 0.0, 0.0)
     for dt in (np.float32, np.float64, np.int32, np.int64):
         scan.cumsum3(np.zeros(64, dt), 0, np.zeros(64, dt), 0, 2, 3, 4, False, True)
     for dt in (np.int64, np.bool_, np.float16):  # data movement of any plain dtype
