@@ -195,6 +195,17 @@ def _same_float(n: Node) -> bool:
     return _is_float(*vals) and len({np.dtype(v.dtype) for v in vals}) == 1
 
 
+#: the dtypes of matrix products and convolutions: float16 too (kept by the CUDA pipeline's
+#: precision pass; cuBLAS and the kernels accumulate it in float32)
+_PRODUCT_DTYPES = (np.dtype(np.float16),) + _F
+
+
+def _one_product_dtype(*vals) -> bool:
+    """The values (None: absent, skipped) share one dtype of ``_PRODUCT_DTYPES``."""
+    dts = {np.dtype(v.dtype) if v.dtype is not None else None for v in vals if v is not None}
+    return len(dts) == 1 and dts.pop() in _PRODUCT_DTYPES
+
+
 def _plain(n: Node) -> bool:
     return all(v.dtype is not None and np.dtype(v.dtype) in _PLAIN
                for v in list(n.all_inputs()) + list(n.outputs) if v is not None)

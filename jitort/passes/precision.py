@@ -46,9 +46,11 @@ def _half(v: Value | None) -> bool:
     return v is not None and v.dtype is not None and np.dtype(v.dtype) in HALF
 
 
-#: matrix products the CUDA backend computes on float16 operands itself (cuBLAS on tensor
-#: cores, float32 accumulation): its pipeline keeps them (:func:`keep_half_products`)
-HALF_PRODUCTS = frozenset({("", "MatMul"), ("", "Gemm"), ("jitort", "MatMulBias")})
+#: matrix products and convolutions the CUDA backend computes on float16 operands itself
+#: (cuBLAS on tensor cores, float32 accumulation): its pipeline keeps them
+#: (:func:`keep_half_products`)
+HALF_PRODUCTS = frozenset({("", "MatMul"), ("", "Gemm"), ("jitort", "MatMulBias"),
+                           ("", "Conv"), ("jitort", "FusedConv")})
 
 
 def _all_float16(n: Node) -> bool:
@@ -120,6 +122,6 @@ def compute_16bit_in_float32(graph: Graph, keep=frozenset()) -> int:
 
 
 def keep_half_products(graph: Graph) -> int:
-    """:func:`compute_16bit_in_float32` for the CUDA backend: float16 matrix products stay
-    float16 (``HALF_PRODUCTS``)."""
+    """:func:`compute_16bit_in_float32` for the CUDA backend: float16 matrix products and
+    convolutions stay float16 (``HALF_PRODUCTS``)."""
     return compute_16bit_in_float32(graph, HALF_PRODUCTS)

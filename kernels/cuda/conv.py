@@ -18,7 +18,7 @@ import numpy as np
 from numba import cuda
 
 from . import blas
-from .gemm import epilogue
+from .gemm import compute_type, epilogue
 from .launch import call, launch
 from .mathfn import act, grid1, split2
 
@@ -63,7 +63,7 @@ def _conv_k(x, xo, w, wo, b, bo, r, ro, y, yo, c, h, wd, kout, kh, kw, oh, ow, s
     n = rr // kout
     cg = c // group
     g = k // (kout // group)
-    acc = w[wo] * 0
+    acc = alpha * 0  # in the compute type (alpha is passed typed: float32 for float16)
     for cc in range(cg):
         ch = g * cg + cc
         for u in range(kh):
@@ -84,8 +84,11 @@ def _conv_k(x, xo, w, wo, b, bo, r, ro, y, yo, c, h, wd, kout, kh, kw, oh, ow, s
 
 
 def _make(dt):
-    """The tiled kernel for one dtype (shared arrays need a dtype known when it compiles).
+    """The tiled kernel for one dtype (shared arrays need a dtype known when it compiles;
+    float16 operands are staged and accumulated in float32).
     Grid: (position tiles, channel tiles of a group, groups); block: (THREADS, THREADS)."""
+    dt = compute_type(dt)
+
     @cuda.jit
     def kern(x, xo, w, wo, b, bo, r, ro, y, yo, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw,
              dh, dw, group, has_bias, has_res, code, alpha, beta, npos):
@@ -202,7 +205,7 @@ def _store(b, bo, r, ro, y, yo, kout, ohw, group, has_bias, has_res, code, alpha
                     y[yo + o] = act(v, code, alpha, beta)
 
 
-_KERNELS = {np.dtype(t): _make(t) for t in (np.float32, np.float64)}
+_KERNELS = {np.dtype(t): _make(t) for t in (np.float16, np.float32, np.float64)}
 
 
 @cuda.jit
@@ -289,7 +292,7 @@ def conv2d_bias_add_act(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh
     total = n * kout * oh * ow
     if not total:
         return
-    dt = y.dtype.type
+    dt = compute_type(y.dtype)
     tiled = _KERNELS.get(y.dtype)
     same = x.dtype == w.dtype == y.dtype
     if tiled is None or not same or not use_tiled(c, kout, kh, kw, group):

@@ -353,3 +353,18 @@ def test_float16_products_are_cublas_ex_calls(cublas):
     np.testing.assert_allclose(got.astype(np.float32), _ort(m, {"x": x})[0].astype(np.float32),
                                rtol=2e-2, atol=2e-2)
     assert [c[:6] for c in cublas.calls] == [("e", 0, 0, 16, 5, 8), ("e", 0, 0, 4, 5, 16)]
+
+
+def test_float16_convolution_is_a_cublas_ex_call(cublas):
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+    m = convert_float_to_float16(_conv_model(2, 8, 4, 3, True, pads=[1, 1, 1, 1]),
+                                 keep_io_types=False)
+    feeds = {"x": _w(2, 4, 5, 5).astype(np.float16), "z": _w(2, 8, 5, 5).astype(np.float16)}
+    cm = jitort.compile(m, device="cuda")
+    (got,) = cm(*feeds.values())
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), _ort(m, feeds)[0].astype(np.float32),
+                               rtol=2e-2, atol=2e-2)
+    # (the residual Add and Relu stay a float16 elementwise kernel: no epilogue fusion in 16 bits)
+    assert _kinds(cm)[:3] == [conv._im2col_k, blas.gemm_strided, gemm._epilogue_k]
+    assert [c[:6] for c in cublas.calls] == [("e", 0, 0, 25, 8, 36)]

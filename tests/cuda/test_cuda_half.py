@@ -1,9 +1,9 @@
 """float16 graphs on the CUDA backend: float16 values are numba-cuda float16 arrays on the
 device; data movement moves them, fused elementwise kernels convert each operand to float32 on
-load and round to float16 on store, matrix products take float16 operands (cuBLAS's float16
-GEMM on a GPU, float32 accumulation; jitort's tiled kernel stages and accumulates them in
-float32), and the other ops compute in float32 between the Casts the precision pass inserts
-(jitort/passes/precision.py). bfloat16 has no device conversions here:
+load and round to float16 on store, matrix products and convolutions take float16 operands
+(cuBLAS's float16 GEMM on a GPU, float32 accumulation; jitort's kernels stage and accumulate
+them in float32), and the other ops compute in float32 between the Casts the precision pass
+inserts (jitort/passes/precision.py). bfloat16 has no device conversions here:
 its elementwise nodes run on the CPU backend. Results against onnxruntime on the same float16
 model (derived with onnxruntime's own converter)."""
 import re
@@ -56,6 +56,8 @@ def test_float16_model_runs_on_the_gpu(cuda, make, shape, keep_io):
     assert "w_float16" in src and re.search(r"np\.float32\(\w+\[", src)
     assert "np.float16(" in src or "_cm.round_f16(" in src
     assert re.search(r"_gemm\.\w+\((X\[0\]|w_float16)", src), src
+    if make is convnet:  # and the convolutions
+        assert re.search(r"_conv\.\w+\((X\[0\]|w_float16)", src), src
 
 
 def test_float16_device_arrays_in_and_out(cuda):
@@ -84,7 +86,7 @@ def test_bfloat16_elementwise_runs_on_the_cpu_backend(cuda):
 
 def test_cuda_pipeline_keeps_float16_products():
     """The CUDA pipeline leaves an all-float16 MatMul / Gemm alone; the CPU's computes it in
-    float32 between Casts."""
+    float32 between Casts. (Conv likewise: test_float16_model_runs_on_the_gpu.)"""
     from jitort.importer import import_model
     from jitort.passes import CPU_PIPELINE, CUDA_PIPELINE, run_pipeline
     m = convert_float_to_float16(mlp(), keep_io_types=False)

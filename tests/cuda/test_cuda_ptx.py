@@ -98,6 +98,11 @@ with recording() as work:
     gemm.matmul3d_bias_act(A, 0, 6, A, 0, 0, A, 0, A, 0, 2, 3, 4, 5, 2, 0.0)
     gemm.gemm(A, 0, A, 0, A, 0, 1, 0, A, 0, 3, 4, 5, 0.5, 2.0, True, False, True)
     gemm.epilogue(A, 0, A, 0, 12, 4, 1, A, 0, 2, 3, 4, 0.5, 1.0, True, True, True, 1, 0.0, 0.0)
+    for c, k in ((16, 16), (3, 4)):  # float16 convolutions: tiled, direct
+        conv.conv2d_bias_add_act(A, 0, A, 0, A, 0, A, 0, A, 0, 1, c, 5, 5, k, 3, 3, 5, 5,
+                                 1, 1, 1, 1, 1, 1, 1, True, True, 1, 0.0, 0.0)
+    conv.launch(conv._im2col_k, 4, 128, A, 0, A, 0, 75, 5, 5, 3, 3, 5, 5, 1, 1, 1, 1, 1, 1,
+                225, 450)
     for dt in (np.float32, np.float64, np.int32, np.int64):
         scan.cumsum3(np.zeros(64, dt), 0, np.zeros(64, dt), 0, 2, 3, 4, False, True)
     for dt in (np.int64, np.bool_, np.float16):  # data movement of any plain dtype

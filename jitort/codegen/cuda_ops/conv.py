@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ...ir import Node
-from ..cuda_emit import CudaEmitter, _conv, _is_float, _pool, _same_float, lowering
+from ..cuda_emit import CudaEmitter, _conv, _is_float, _one_product_dtype, _pool, lowering
 from ..lowerings import ACT_CODES, _conv_geometry, _conv_pads, _prod, act_args
 from ..registry import Unlowerable
 
@@ -53,12 +53,16 @@ def _lower_conv(em: CudaEmitter, n: Node, residual=None, act=(0, 0.0, 0.0)) -> N
                 *col)
 
 
-@lowering("Conv", supports=_same_float)
+def _conv_dtypes(n: Node) -> bool:
+    return _one_product_dtype(*n.inputs, n.outputs[0])
+
+
+@lowering("Conv", supports=_conv_dtypes)
 def lower_conv(em: CudaEmitter, n: Node) -> None:
     _lower_conv(em, n)
 
 
-@lowering("FusedConv", domain="jitort", supports=lambda n: _same_float(n)
+@lowering("FusedConv", domain="jitort", supports=lambda n: _conv_dtypes(n)
           and n.attrs.get("activation", "") in ACT_CODES)
 def lower_fused_conv(em: CudaEmitter, n: Node) -> None:
     """jitort.FusedConv: ``act(conv(x, W) + B [+ residual])`` in the conv kernel's store (the

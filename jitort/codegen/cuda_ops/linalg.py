@@ -1,10 +1,8 @@
 """CUDA lowerings of matrix products: MatMul, jitort.MatMulBias, Gemm."""
 from __future__ import annotations
 
-import numpy as np
-
 from ...ir import Node
-from ..cuda_emit import CudaEmitter, _gemm, lowering
+from ..cuda_emit import CudaEmitter, _gemm, _one_product_dtype, lowering
 from ..lowerings import _prod, act_args, ACT_CODES
 from ..registry import Unlowerable
 
@@ -29,18 +27,8 @@ def _mm_geometry(em: CudaEmitter, n: Node):
     raise Unlowerable(n, f"MatMul batch broadcast {sa} x {sb}")
 
 
-_GEMM_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _one_gemm_dtype(*vals) -> bool:
-    """The values share one dtype the GEMM takes: float32, float64, or float16 (kept by the
-    CUDA pipeline's precision pass; computed with float32 accumulation)."""
-    dts = {np.dtype(v.dtype) if v is not None and v.dtype is not None else None for v in vals}
-    return len(dts) == 1 and dts.pop() in _GEMM_DTYPES
-
-
 def _mm_ok(n: Node) -> bool:
-    return _one_gemm_dtype(n.inputs[0], n.inputs[1], n.outputs[0])
+    return _one_product_dtype(n.inputs[0], n.inputs[1], n.outputs[0])
 
 
 @lowering("MatMul", supports=_mm_ok)
@@ -51,8 +39,8 @@ def lower_matmul(em: CudaEmitter, n: Node) -> None:
     em.call(_gemm.matmul3d, a, em.size(sab), b, em.size(sbb), y, *em.sizes((nb, m, nn, k)))
 
 
-@lowering("MatMulBias", domain="jitort", supports=lambda n: _one_gemm_dtype(*n.inputs[:3],
-                                                                          n.outputs[0])
+@lowering("MatMulBias", domain="jitort",
+          supports=lambda n: _one_product_dtype(*n.inputs[:3], n.outputs[0])
           and n.attrs.get("activation", "") in ACT_CODES)
 def lower_matmul_bias(em: CudaEmitter, n: Node) -> None:
     nb, m, nn, k, sab, sbb = _mm_geometry(em, n)
@@ -65,8 +53,7 @@ def lower_matmul_bias(em: CudaEmitter, n: Node) -> None:
             *em.sizes((nb, m, nn, k)), act, float(alpha), float(beta))
 
 
-@lowering("Gemm", supports=lambda n: _one_gemm_dtype(*[v for v in n.inputs if v is not None],
-                                                     n.outputs[0]))
+@lowering("Gemm", supports=lambda n: _one_product_dtype(*n.inputs, n.outputs[0]))
 def lower_gemm(em: CudaEmitter, n: Node) -> None:
     a, b, c, y = n.inputs[0], n.inputs[1], n.input(2), n.outputs[0]
     m, nn = em.shape(y)
