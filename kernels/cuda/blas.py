@@ -19,6 +19,7 @@ rounds float32 inputs to TF32;
 ``JITORT_CUDA_BLAS=own`` keeps jitort's own GEMM kernel (kernels/cuda/gemm.py); under Numba's
 CUDA simulator, or without CuPy, that kernel is the only one.
 """
+import contextlib
 import os
 import threading
 
@@ -30,6 +31,8 @@ DEFAULT_MATH, TF32_TENSOR_OP_MATH = 0, 3
 
 _UNSET = object()
 _lib = _UNSET
+_cupy = None  # the cupy module, once library() found it usable
+_streams: dict = {}  # stream handle -> CuPy's ExternalStream of it
 _local = threading.local()
 _ROUTINES = {np.dtype(np.float32): ("sgemm", "sgemmStridedBatched"),
              np.dtype(np.float64): ("dgemm", "dgemmStridedBatched"),
@@ -58,12 +61,14 @@ def _load():
     from numba.core import config
     if config.ENABLE_CUDASIM:
         return None
+    global _cupy
     try:
         import cupy
         from cupy_backends.cuda.libs import cublas
         cupy.cuda.runtime.getDeviceCount()
     except Exception:  # not installed, or no driver / device it can use
         return None
+    _cupy = cupy
     return cublas
 
 
@@ -136,16 +141,32 @@ def gemm_strided(dtype, op1, op2, m, n, k, alpha, p1, ld1, s1, p2, ld2, s2, py, 
     or 0): the arguments :func:`strided` makes."""
     lib = library()
     h = _handle(lib)
-    lib.setStream(h, _stream_handle(stream))
+    sh = _stream_handle(stream)
+    lib.setStream(h, sh)
     dt = np.dtype(dtype)
     single, batched = _ROUTINES[dt]
-    if dt == np.float16:
-        _half(lib, h, op1, op2, m, n, k, alpha, p1, ld1, s1, p2, ld2, s2, py, ldy, sy, count)
-    elif count == 1:
-        getattr(lib, single)(h, op1, op2, m, n, k, alpha, p1, ld1, p2, ld2, 0.0, py, ldy)
-    else:
-        getattr(lib, batched)(h, op1, op2, m, n, k, alpha, p1, ld1, s1, p2, ld2, s2, 0.0, py,
-                              ldy, sy, count)
+    with _current_stream(sh):
+        if dt == np.float16:
+            _half(lib, h, op1, op2, m, n, k, alpha, p1, ld1, s1, p2, ld2, s2, py, ldy, sy, count)
+        elif count == 1:
+            getattr(lib, single)(h, op1, op2, m, n, k, alpha, p1, ld1, p2, ld2, 0.0, py, ldy)
+        else:
+            getattr(lib, batched)(h, op1, op2, m, n, k, alpha, p1, ld1, s1, p2, ld2, s2, 0.0, py,
+                                  ldy, sy, count)
+
+
+def _current_stream(handle: int):
+    """CuPy's current stream made ``handle`` for a call: once any CuPy stream has been made
+    current in the process, CuPy's binding sets a handle's stream to CuPy's current one before
+    each routine, over :func:`gemm_strided`'s ``setStream``."""
+    if _cupy is None:  # a stand-in binding (tests)
+        return contextlib.nullcontext()
+    if not handle:
+        return _cupy.cuda.Stream.null
+    got = _streams.get(handle)
+    if got is None:
+        got = _streams[handle] = _cupy.cuda.ExternalStream(handle)
+    return got
 
 
 def _half(lib, h, op1, op2, m, n, k, alpha, p1, ld1, s1, p2, ld2, s2, py, ldy, sy, count):
