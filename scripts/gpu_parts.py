@@ -4,17 +4,16 @@
     python scripts/gpu_parts.py [--dest .gpu_models] [--limit-mb 58]
 
 A device call carries the working tree and at most 64 MiB in all (benchmarks/README.md, "On a
-lent GPU"), and the shared models are ~185 MB: this links them (hard links where possible, else
-copies) into ``DEST/p1``, ``DEST/p2``, ... of at most ``--limit-mb`` each (the checkout's own
-files take the rest; a model and its external data stay together), largest first, and prints
-for each part the ``carry`` entry and the line that makes one model folder of all the parts
-carried so far on the warm machine (``JITORT_MODEL_DIR``, read by tests/models.py). ``DEST`` is
-ignored by git (.gitignore).
+lent GPU"), and the shared models are ~185 MB: this copies them (not hard links: onnx refuses
+external data with several links) into ``DEST/p1``, ``DEST/p2``, ... of at most ``--limit-mb``
+each (the checkout's own files take the rest; a model and its external data stay together),
+largest first, and prints for each part the ``carry`` entry, then the line that gathers the
+parts carried so far into one model folder on the warm machine (``JITORT_MODEL_DIR``, read by
+tests/models.py). ``DEST`` is ignored by git (.gitignore).
 """
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -48,14 +47,6 @@ def split(groups: list[list[Path]], limit: int) -> list[list[Path]]:
     return parts
 
 
-def _link(src: Path, dst: Path) -> None:
-    dst.unlink(missing_ok=True)
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-
-
 def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     from tests.models import SHARED
@@ -74,12 +65,13 @@ def main(argv=None) -> int:
         folder = dest / f"p{i}"
         folder.mkdir(parents=True)
         for f in files:
-            _link(f, folder / f.name)
+            shutil.copy2(f, folder / f.name)
         mb = sum(f.stat().st_size for f in files) / 1e6
         names = ", ".join(f.name for f in files if f.suffix == ".onnx")
         print(f"part {i}: {mb:5.1f} MB  carry {a.dest}/p{i}  ({names})")
+    # copies, not links: onnx refuses external data behind a link
     print(f"on the machine, after the parts arrived: mkdir -p /tmp/models && "
-          f"ln -sf $PWD/{a.dest}/p*/* /tmp/models/ && export JITORT_MODEL_DIR=/tmp/models")
+          f"cp -n {a.dest}/p*/* /tmp/models/ && export JITORT_MODEL_DIR=/tmp/models")
     return 0
 
 

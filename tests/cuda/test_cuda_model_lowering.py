@@ -42,6 +42,8 @@ def _describe(a):
     the compiling process (an array by dtype, rank and layout; a scalar by its type: launches
     that differ in values alone compile once)."""
     a = getattr(a, "_ary", a)  # a simulator device array: its numpy memory
+    if hasattr(a, "__cuda_array_interface__"):  # a device array (JITORT_TEST_CUDA=gpu)
+        return ["a", a.dtype.str, a.ndim, "C" if a.is_c_contiguous() else "A"]
     if isinstance(a, np.ndarray):
         return ["a", a.dtype.str, a.ndim, "C" if a.flags.c_contiguous else "A"]
     if isinstance(a, tuple):
@@ -58,7 +60,7 @@ def _describe(a):
 def _locate(kernel):
     """Where the compiling process finds a recorded kernel: a generated module's file and the
     kernel's name, or a library module and the global (and dict key) holding it."""
-    fn = kernel.fn
+    fn = getattr(kernel, "py_func", None) or kernel.fn  # numba's kernel, or the simulator's
     mod = sys.modules[fn.__module__]
     if not fn.__module__.startswith("jitort.kernels.cuda"):
         return ["gen", mod.__file__, fn.__name__]
