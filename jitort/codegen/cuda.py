@@ -53,7 +53,7 @@ CUDA_MATH = {**{f: f"math.{f}" for f in ("exp", "log", "log1p", "sqrt", "tanh", 
                                          "cos", "tan", "sinh", "cosh")},
              **{f"arc{f}": f"math.a{f}" for f in ("sin", "cos", "tan", "sinh", "cosh", "tanh")},
              "exp32": "math.exp", "tanh32": "math.tanh", "erf32": "math.erf",
-             "sigmoid32": "_cm.sigmoid",
+             "sigmoid32": "_cm.sigmoid32",
              # float16 values are numba-cuda float16 arrays on the device (not uint16 words
              # as on the CPU): the conversions are casts (cvt.f32.f16 / cvt.rn.f16.f32)
              "f16_to_f32": "np.float32", "f32_to_f16": "np.float16",

@@ -1,6 +1,4 @@
 """Block-wide reductions through shared memory (no warp shuffles: the simulator lacks them)."""
-import math
-
 from numba import cuda
 
 #: Threads per block of the row-reduction kernels (a power of two).
@@ -35,12 +33,6 @@ def reduce(buf, v, op):
     r = buf[0]
     cuda.syncthreads()  # buf is reused by the next reduction
     return r
-
-
-@cuda.jit(device=True)
-def neg_inf(x):
-    """-inf of ``x``'s type."""
-    return x * 0 - math.inf
 
 
 @cuda.jit(device=True)

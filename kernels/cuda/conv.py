@@ -20,7 +20,7 @@ from numba import cuda
 from . import blas
 from .gemm import compute_type, epilogue
 from .launch import call, launch
-from .mathfn import act, grid1, split2
+from .mathfn import act_for, conv_position, grid1
 
 BLOCK = 128
 
@@ -52,35 +52,42 @@ def use_tiled(c, kout, kh, kw, group) -> bool:
             and group <= MAX_GRID_Z)
 
 
-@cuda.jit
-def _conv_k(x, xo, w, wo, b, bo, r, ro, y, yo, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw,
-            dh, dw, group, has_bias, has_res, code, alpha, beta, total):
-    i = cuda.grid(1)
-    if i >= total:
-        return
-    ox, oy, rr = split2(i, ow, oh)
-    k = rr % kout
-    n = rr // kout
-    cg = c // group
-    g = k // (kout // group)
-    acc = alpha * 0  # in the compute type (alpha is passed typed: float32 for float16)
-    for cc in range(cg):
-        ch = g * cg + cc
-        for u in range(kh):
-            iy = oy * sh - ph + u * dh
-            if iy < 0 or iy >= h:
-                continue
-            for v in range(kw):
-                ix = ox * sw - pw + v * dw
-                if ix < 0 or ix >= wd:
+def _make_direct(ft):
+    """The direct kernel computing in ``ft`` (its activations' constants of that type)."""
+    act = act_for(ft)
+    zero = ft(0)  # the accumulator's start, typed (an int would promote it to float64)
+
+    @cuda.jit
+    def _conv_k(x, xo, w, wo, b, bo, r, ro, y, yo, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph,
+                pw, dh, dw, group, has_bias, has_res, code, alpha, beta, total):
+        i = cuda.grid(1)
+        if i >= total:
+            return
+        ox, oy, k, n, cg, kg = conv_position(i, ow, oh, kout, c, group)
+        g = k // kg
+        acc = zero
+        for cc in range(cg):
+            ch = g * cg + cc
+            for u in range(kh):
+                iy = oy * sh - ph + u * dh
+                if iy < 0 or iy >= h:
                     continue
-                acc += (x[xo + ((n * c + ch) * h + iy) * wd + ix]
-                        * w[wo + ((k * cg + cc) * kh + u) * kw + v])
-    if has_bias:
-        acc += b[bo + k]
-    if has_res:  # each thread reads its residual element before writing the same position
-        acc += r[ro + i]
-    y[yo + i] = act(acc, code, alpha, beta)
+                for v in range(kw):
+                    ix = ox * sw - pw + v * dw
+                    if ix < 0 or ix >= wd:
+                        continue
+                    acc += (x[xo + ((n * c + ch) * h + iy) * wd + ix]
+                            * w[wo + ((k * cg + cc) * kh + u) * kw + v])
+        if has_bias:
+            acc += b[bo + k]
+        if has_res:  # each thread reads its residual element before writing the same position
+            acc += r[ro + i]
+        y[yo + i] = act(acc, code, alpha, beta)
+    return _conv_k
+
+
+#: the direct kernel per compute type
+_DIRECT = {np.dtype(t): _make_direct(t) for t in (np.float32, np.float64)}
 
 
 def _make(dt):
@@ -88,6 +95,7 @@ def _make(dt):
     float16 operands are staged and accumulated in float32).
     Grid: (position tiles, channel tiles of a group, groups); block: (THREADS, THREADS)."""
     dt = compute_type(dt)
+    store = _make_store(act_for(dt))
 
     @cuda.jit
     def kern(x, xo, w, wo, b, bo, r, ro, y, yo, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw,
@@ -101,8 +109,8 @@ def _make(dt):
         rb = cuda.local.array(REG, dtype=dt)
         _tiled(x, xo, w, wo, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group, npos,
                s_w, s_x, s_tap, acc, ra, rb)
-        _store(b, bo, r, ro, y, yo, kout, oh * ow, group, has_bias, has_res, code, alpha, beta,
-               npos, acc)
+        store(b, bo, r, ro, y, yo, kout, oh * ow, group, has_bias, has_res, code, alpha, beta,
+              npos, acc)
     return kern
 
 
@@ -179,30 +187,33 @@ def _tiled(x, xo, w, wo, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw,
         buf = 1 - buf
 
 
-@cuda.jit(device=True)
-def _store(b, bo, r, ro, y, yo, kout, ohw, group, has_bias, has_res, code, alpha, beta, npos,
-           acc):
-    """``_conv_k``'s epilogue on this thread's outputs (channel ``k0 + ty + i * THREADS`` of the
-    group, position ``p0 + tx + j * THREADS``), stored NCHW."""
-    kpg = kout // group
-    kb = cuda.blockIdx.z * kpg
-    k0 = cuda.blockIdx.y * TILE_K + cuda.threadIdx.y
-    p0 = cuda.blockIdx.x * TILE_P + cuda.threadIdx.x
-    for j in range(REG):
-        p = p0 + j * THREADS
-        if p < npos:
-            nn = p // ohw
-            base = (nn * kout + kb) * ohw + p - nn * ohw  # y's index at channel kb, position p
-            for i in range(REG):
-                k = k0 + i * THREADS
-                if k < kpg:
-                    o = base + k * ohw
-                    v = acc[i, j]
-                    if has_bias:
-                        v += b[bo + kb + k]
-                    if has_res:  # read before the same thread writes the same position
-                        v += r[ro + o]
-                    y[yo + o] = act(v, code, alpha, beta)
+def _make_store(act):
+    """The tiled kernel's store, applying ``act`` (one of ``mathfn.activations``)."""
+    @cuda.jit(device=True)
+    def _store(b, bo, r, ro, y, yo, kout, ohw, group, has_bias, has_res, code, alpha, beta, npos,
+               acc):
+        """The direct kernel's epilogue on this thread's outputs (channel
+        ``k0 + ty + i * THREADS`` of the group, position ``p0 + tx + j * THREADS``), NCHW."""
+        kpg = kout // group
+        kb = cuda.blockIdx.z * kpg
+        k0 = cuda.blockIdx.y * TILE_K + cuda.threadIdx.y
+        p0 = cuda.blockIdx.x * TILE_P + cuda.threadIdx.x
+        for j in range(REG):
+            p = p0 + j * THREADS
+            if p < npos:
+                nn = p // ohw
+                base = (nn * kout + kb) * ohw + p - nn * ohw  # y's index at channel kb, position p
+                for i in range(REG):
+                    k = k0 + i * THREADS
+                    if k < kpg:
+                        o = base + k * ohw
+                        v = acc[i, j]
+                        if has_bias:
+                            v += b[bo + kb + k]
+                        if has_res:  # read before the same thread writes the same position
+                            v += r[ro + o]
+                        y[yo + o] = act(v, code, alpha, beta)
+    return _store
 
 
 _KERNELS = {np.dtype(t): _make(t) for t in (np.float16, np.float32, np.float64)}
@@ -296,9 +307,9 @@ def conv2d_bias_add_act(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh
     tiled = _KERNELS.get(y.dtype)
     same = x.dtype == w.dtype == y.dtype
     if tiled is None or not same or not use_tiled(c, kout, kh, kw, group):
-        launch(_conv_k, grid1(total, BLOCK), BLOCK, x, xo, w, wo, b, bo, r, ro, y, yo, c, h, wd,
-               kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group, has_bias, has_res, code,
-               dt(alpha), dt(beta), total)
+        launch(_DIRECT[np.dtype(dt)], grid1(total, BLOCK), BLOCK, x, xo, w, wo, b, bo, r, ro, y,
+               yo, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group, has_bias,
+               has_res, code, dt(alpha), dt(beta), total)
     elif (blas.library() is not None and y.dtype in blas.DTYPES
           and (col is not None or pointwise(h, wd, kh, kw, oh, ow, sh, sw, ph, pw))):
         _cublas(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph,

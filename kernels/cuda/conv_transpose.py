@@ -12,7 +12,7 @@ ONNX's layout (C_in, C_out / group, KH, KW).
 from numba import cuda
 
 from .launch import launch
-from .mathfn import grid1, split2
+from .mathfn import conv_position, grid1
 
 BLOCK = 128
 
@@ -23,11 +23,7 @@ def _convt_k(x, xo, w, wo, b, bo, y, yo, c, h, wd, kout, kh, kw, oh, ow, sh, sw,
     i = cuda.grid(1)
     if i >= total:
         return
-    ox, oy, rr = split2(i, ow, oh)
-    k = rr % kout
-    n = rr // kout
-    cg = c // group
-    kg = kout // group
+    ox, oy, k, n, cg, kg = conv_position(i, ow, oh, kout, c, group)
     g = k // kg
     kk = k % kg
     acc = zero  # not w[wo] * 0: w is empty when C is

@@ -11,7 +11,7 @@ from numba import cuda
 
 from . import blas
 from .launch import call, launch
-from .mathfn import act, grid1
+from .mathfn import act_for, grid1
 
 TILE = 16
 
@@ -26,78 +26,102 @@ def _make(dt):
     """The kernel for one dtype (shared arrays need a dtype known when the kernel compiles;
     float16 operands are staged and accumulated in float32)."""
     dt = compute_type(dt)
+    act = act_for(dt)
+    zero = dt(0)  # the accumulator's start, typed (an int would promote it to float64)
 
     @cuda.jit
     def kern(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
-          y, yo, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha, act_beta):
+             y, yo, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha, act_beta):
         # one allocation per line: the simulator tells shared arrays apart by source line
         sa = cuda.shared.array((TILE, TILE), dtype=dt)
         sb = cuda.shared.array((TILE, TILE), dtype=dt)
-        _body(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
-              y, yo, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha, act_beta, sa, sb)
+        v = _product(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
+                     m, n, k, alpha, beta, has_c, has_bias, sa, sb, zero)
+        i = cuda.blockIdx.y * TILE + cuda.threadIdx.y
+        j = cuda.blockIdx.x * TILE + cuda.threadIdx.x
+        if i < m and j < n:
+            y[yo + (cuda.blockIdx.z * m + i) * n + j] = act(v, code, act_alpha, act_beta)
     return kern
 
 
 @cuda.jit(device=True)
-def _body(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
-          y, yo, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha, act_beta, sa, sb):
+def _product(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
+             m, n, k, alpha, beta, has_c, has_bias, sa, sb, zero):
+    """``alpha * (A @ B) + beta * C + bias`` at this thread's (i, j) of batch ``blockIdx.z``
+    (the bare accumulator outside the matrix), accumulated from ``zero`` (its type the compute
+    type); every thread reaches every ``syncthreads``."""
     tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
     j = cuda.blockIdx.x * TILE + tx
     i = cuda.blockIdx.y * TILE + ty
     z = cuda.blockIdx.z
     abase, bbase = ao + z * sab, bo + z * sbb
-    acc = alpha * 0  # a zero of the compute type (alpha is passed typed)
+    acc = zero
     for t0 in range(0, k, TILE):
         p = t0 + tx
-        sa[ty, tx] = a[abase + i * asi + p * asp] if (i < m and p < k) else 0
+        sa[ty, tx] = a[abase + i * asi + p * asp] if (i < m and p < k) else zero
         p = t0 + ty
-        sb[ty, tx] = b[bbase + p * bsp + j * bsj] if (p < k and j < n) else 0
+        sb[ty, tx] = b[bbase + p * bsp + j * bsj] if (p < k and j < n) else zero
         cuda.syncthreads()
         for q in range(TILE):
             acc += sa[ty, q] * sb[q, tx]
         cuda.syncthreads()
-    if i < m and j < n:
-        v = alpha * acc
-        if has_c:
-            v += beta * c[co + i * csi + j * csj]
-        if has_bias:
-            v += bias[bio + j]
-        y[yo + (z * m + i) * n + j] = act(v, code, act_alpha, act_beta)
+    if i >= m or j >= n:
+        return acc
+    v = alpha * acc
+    if has_c:
+        v += beta * c[co + i * csi + j * csj]
+    if has_bias:
+        v += bias[bio + j]
+    return v
 
 
 EPI_BLOCK = 128
 
 
-@cuda.jit
-def _epilogue_k(y, yo, c, co, csb, csi, csj, bias, bio, m, n, total, alpha, beta, has_c,
-                has_bias, bias_rows, code, act_alpha, act_beta):
-    """``y = act(alpha * y + beta * C + bias)`` over (batches, m, n), after cuBLAS's product
-    (the same order of operations as the tiled kernel's store); C's batch stride ``csb``; the
-    bias indexed by column (a GEMM's) or by row (``bias_rows``: a convolution's channels).
-    Scalars in the compute type (float32 for a float16 ``y``: one rounding, at the store)."""
-    i = cuda.grid(1)
-    if i >= total:
-        return
-    j = i % n
-    row = (i // n) % m
-    v = alpha * y[yo + i]
-    if has_c:
-        v += beta * c[co + (i // (m * n)) * csb + row * csi + j * csj]
-    if has_bias:
-        v += bias[bio + (row if bias_rows else j)]
-    y[yo + i] = act(v, code, act_alpha, act_beta)
+def _make_epilogue(ft):
+    act = act_for(ft)
+
+    @cuda.jit
+    def _epilogue_k(y, yo, c, co, csb, csi, csj, bias, bio, m, n, total, alpha, beta, has_c,
+                    has_bias, bias_rows, code, act_alpha, act_beta):
+        """``y = act(alpha * y + beta * C + bias)`` over (batches, m, n), after cuBLAS's
+        product (the same order of operations as the tiled kernel's store); C's batch stride
+        ``csb``; the bias indexed by column (a GEMM's) or by row (``bias_rows``: a
+        convolution's channels). Scalars in the compute type (float32 for a float16 ``y``:
+        one rounding, at the store)."""
+        i = cuda.grid(1)
+        if i >= total:
+            return
+        j = i % n
+        row = (i // n) % m
+        v = alpha * y[yo + i]
+        if has_c:
+            v += beta * c[co + (i // (m * n)) * csb + row * csi + j * csj]
+        if has_bias:
+            v += bias[bio + (row if bias_rows else j)]
+        y[yo + i] = act(v, code, act_alpha, act_beta)
+    return _epilogue_k
+
+
+#: the epilogue kernel per compute type
+_EPILOGUES = {np.dtype(t): _make_epilogue(t) for t in (np.float32, np.float64)}
+
+
+def epilogue_kernel(dtype):
+    """The epilogue kernel a ``dtype`` output runs (float16 computes in float32)."""
+    return _EPILOGUES[np.dtype(compute_type(dtype))]
 
 
 def epilogue(y, yo, c, co, csb, csi, csj, bias, bio, nb, m, n, alpha, beta, has_c, has_bias,
              bias_rows, code, act_alpha, act_beta):
-    """The elementwise epilogue of a cuBLAS product (see ``_epilogue_k``); nothing when it
+    """The elementwise epilogue of a cuBLAS product (see ``_make_epilogue``); nothing when it
     would change nothing."""
     total = nb * m * n
     if total and (has_c or has_bias or code or alpha != 1):
         dt = compute_type(y.dtype)
-        launch(_epilogue_k, grid1(total, EPI_BLOCK), EPI_BLOCK, y, yo, c, co, csb, csi, csj,
-               bias, bio, m, n, total, dt(alpha), dt(beta), has_c, has_bias, bias_rows, code,
-               dt(act_alpha), dt(act_beta))
+        launch(epilogue_kernel(y.dtype), grid1(total, EPI_BLOCK), EPI_BLOCK, y, yo, c, co, csb,
+               csi, csj, bias, bio, m, n, total, dt(alpha), dt(beta), has_c, has_bias,
+               bias_rows, code, dt(act_alpha), dt(act_beta))
 
 
 def _run(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,

@@ -5,14 +5,52 @@ import numpy as np
 from numba import cuda
 
 
-@cuda.jit(device=True)
-def sigmoid(x):
-    return 1.0 / (1.0 + math.exp(-x))
+def activations(ft):
+    """``(sigmoid, gelu, act)`` computing in the float type ``ft``: their constants are of that
+    type, so float32 math stays float32 on the device (a float64 literal would promote it: the
+    GELU epilogue's erf ran in double).
+
+    ``act`` applies the epilogue activations, coded as in
+    ``jitort.codegen.lowerings.ACT_CODES``: 1 relu, 2 gelu (erf), 3 sigmoid, 4 tanh, 5 leaky
+    relu (slope ``alpha``), 6 clip to [``alpha``, ``beta``]. NaN stays NaN."""
+    zero, half, one = ft(0.0), ft(0.5), ft(1.0)
+    rsqrt2 = ft(0.7071067811865476)
+
+    @cuda.jit(device=True)
+    def sigmoid(x):
+        return one / (one + math.exp(-x))
+
+    @cuda.jit(device=True)
+    def gelu(x):
+        return half * x * (one + math.erf(x * rsqrt2))
+
+    @cuda.jit(device=True)
+    def act(x, code, alpha, beta):
+        if code == 1:  # NaN stays NaN, -inf gives 0
+            return x if (x > zero or x != x) else zero
+        if code == 2:
+            return gelu(x)
+        if code == 3:
+            return sigmoid(x)
+        if code == 4:
+            return math.tanh(x)
+        if code == 5:
+            return x if x >= zero else alpha * x
+        if code == 6:
+            v = alpha if x < alpha else x
+            return beta if v > beta else v
+        return x
+
+    return sigmoid, gelu, act
 
 
-@cuda.jit(device=True)
-def gelu(x):
-    return 0.5 * x * (1.0 + math.erf(x * 0.7071067811865476))
+sigmoid32, gelu32, act32 = activations(np.float32)
+sigmoid, gelu, act = activations(np.float64)
+
+
+def act_for(dtype):
+    """The ``act`` of the type a kernel of ``dtype`` values computes in (float32 for float16)."""
+    return act if np.dtype(dtype) == np.float64 else act32
 
 
 @cuda.jit(device=True)
@@ -22,32 +60,20 @@ def round_f16(x):
 
 
 @cuda.jit(device=True)
-def act(x, code, alpha, beta):
-    """The epilogue activations, coded as in ``jitort.codegen.lowerings.ACT_CODES``: 1 relu,
-    2 gelu (erf), 3 sigmoid, 4 tanh, 5 leaky relu (slope ``alpha``), 6 clip to
-    [``alpha``, ``beta``]. NaN stays NaN."""
-    if code == 1:
-        return x if x > 0 else x * 0
-    if code == 2:
-        return gelu(x)
-    if code == 3:
-        return sigmoid(x)
-    if code == 4:
-        return math.tanh(x)
-    if code == 5:
-        return x if x >= 0 else alpha * x
-    if code == 6:
-        v = alpha if x < alpha else x
-        return beta if v > beta else v
-    return x
-
-
-@cuda.jit(device=True)
 def split2(i, a, b):
     """(i % a, i // a % b, i // a // b): the two innermost coordinates of the flat index i of
     a C-ordered (..., b, a) array, and the flat index of the rest."""
     q = i // a
     return i % a, q % b, q // b
+
+
+@cuda.jit(device=True)
+def conv_position(i, ow, oh, kout, c, group):
+    """(ox, oy, k, n, cg, kg) of flat output element ``i`` of an NCHW convolution's
+    (N, KOUT, OH, OW) output: its column, row, channel and image, then the input and output
+    channels per group."""
+    ox, oy, rr = split2(i, ow, oh)
+    return ox, oy, rr % kout, rr // kout, c // group, kout // group
 
 
 def grid1(n: int, block: int) -> int:

@@ -16,16 +16,16 @@ def _make_ln(dt):
         buf = cuda.shared.array(BLOCK, dtype=dt)
         base = cuda.blockIdx.x * inner
         t = cuda.threadIdx.x
-        zero = eps * 0
+        zero, n = dt(0), dt(inner)  # typed: an int in the arithmetic would promote it
         s = zero
         for r in range(t, inner, BLOCK):
             s += x[xo + base + r]
-        mean = block.reduce(buf, s, SUM) / inner
+        mean = block.reduce(buf, s, SUM) / n
         s = zero
         for r in range(t, inner, BLOCK):
             d = x[xo + base + r] - mean
             s += d * d
-        inv = 1 / math.sqrt(block.reduce(buf, s, SUM) / inner + eps)
+        inv = dt(1) / math.sqrt(block.reduce(buf, s, SUM) / n + eps)
         for r in range(t, inner, BLOCK):
             v = (x[xo + base + r] - mean) * inv * sc[so + r]
             y[yo + base + r] = v + b[bo + r] if has_bias else v

@@ -30,16 +30,16 @@ def _make_in(dt):
         base = row * inner
         ch = row % c
         t = cuda.threadIdx.x
-        zero = eps * 0
+        zero, n = dt(0), dt(inner)  # typed: an int in the arithmetic would promote it
         s = zero
         for r in range(t, inner, BLOCK):
             s += x[xo + base + r]
-        mean = block.reduce(buf, s, SUM) / inner
+        mean = block.reduce(buf, s, SUM) / n
         s = zero
         for r in range(t, inner, BLOCK):
             d = x[xo + base + r] - mean
             s += d * d
-        a = sc[so + ch] / math.sqrt(block.reduce(buf, s, SUM) / inner + eps)
+        a = sc[so + ch] / math.sqrt(block.reduce(buf, s, SUM) / n + eps)
         sh = b[bo + ch]
         for r in range(t, inner, BLOCK):
             y[yo + base + r] = (x[xo + base + r] - mean) * a + sh
@@ -72,7 +72,7 @@ def _lrn_k(x, xo, y, yo, c, inner, size, coef, beta, bias, total):
     hi = ch + size // 2
     if hi > c - 1:
         hi = c - 1
-    acc = bias * 0
+    acc = bias - bias  # a zero of the value type (bias is finite, passed typed)
     for cc in range(lo, hi + 1):
         e = x[base + cc * inner]
         acc += e * e

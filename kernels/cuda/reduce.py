@@ -36,28 +36,29 @@ def _pre(v, kind, m):
 
 
 def _make(dt):
+    # typed constants: an int or a float64 literal in the arithmetic would promote it
+    zero, one, ninf, pinf = dt(0), dt(1), dt(-math.inf), dt(math.inf)
+
     @cuda.jit
     def kern(x, xo, y, yo, r, inner, kind):
         buf = cuda.shared.array(BLOCK, dtype=dt)
         o = cuda.blockIdx.x
         base = block.row_base(inner, r)
         t = cuda.threadIdx.x
-        zero = x[xo] * 0
         m = zero
         if kind == 8:  # log-sum-exp: subtract the max first
-            m = block.neg_inf(zero)
+            m = ninf
             for q in range(t, r, BLOCK):
                 m = block.combine(m, x[xo + base + q * inner], MAX)
             m = block.reduce(buf, m, MAX)
         op = _op(kind)
-        acc = zero + 1 if op == PROD else (block.neg_inf(zero) if op == MAX else (
-            -block.neg_inf(zero) if op == MIN else zero))
+        acc = one if op == PROD else (ninf if op == MAX else (pinf if op == MIN else zero))
         for q in range(t, r, BLOCK):
             acc = block.combine(acc, _pre(x[xo + base + q * inner], kind, m), op)
         acc = block.reduce(buf, acc, op)
         if t == 0:
             if kind == 1:
-                acc = acc / r
+                acc = acc / dt(r)
             elif kind == 6:
                 acc = math.sqrt(acc)
             elif kind == 7:

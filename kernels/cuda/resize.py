@@ -185,12 +185,12 @@ def _nearest_k(x, xo, xs, y, yo, ys, sc, coord, nearest, total):
 
 def resize_nearest(x, xo, y, yo, xshape, yshape, coord, nearest, *scales):
     """Nearest Resize of ``x`` (``xshape``, C order) into ``y`` (``yshape``); one float scale
-    per axis (< 0: out/in; 0: the identity). Rank at most ``RANK``; no input axis
-    empty."""
+    per axis (< 0: out/in; 0: the identity), passed as float32 as the coordinate formulas
+    compute. Rank at most ``RANK``; no input axis empty."""
     total = _total(yshape)
     if total:
         launch(_nearest_k, grid1(total, BLOCK), BLOCK, x, xo, _lead(xshape, 1), y, yo,
-               _lead(yshape, 1), _lead(scales, 0.0, float), coord, nearest, total)
+               _lead(yshape, 1), _lead(scales, 0.0, np.float32), coord, nearest, total)
 
 
 @cuda.jit(device=True)
@@ -237,5 +237,5 @@ def resize_linear2d(x, xo, y, yo, p, h, w, inner, oh, ow, sh, sw, coord, ident_h
     kernel's order); ``h`` and ``w`` > 0."""
     total = p * oh * ow * inner
     if total:
-        launch(_linear_k, grid1(total, BLOCK), BLOCK, x, xo, y, yo, h, w, inner, oh, ow, sh,
-               sw, coord, ident_h, ident_w, total)
+        launch(_linear_k, grid1(total, BLOCK), BLOCK, x, xo, y, yo, h, w, inner, oh, ow,
+               np.float32(sh), np.float32(sw), coord, ident_h, ident_w, total)

@@ -10,13 +10,14 @@ from .launch import launch
 
 
 def _make(dt):
+    zero, ninf = dt(0), dt(-math.inf)  # typed: a float64 literal would promote the arithmetic
+
     @cuda.jit
     def kern(x, xo, y, yo, a, inner, log):
         buf = cuda.shared.array(BLOCK, dtype=dt)
         base = block.row_base(inner, a)
         t = cuda.threadIdx.x
-        zero = x[xo + base] * 0
-        m = block.neg_inf(zero)
+        m = ninf
         for r in range(t, a, BLOCK):
             m = block.combine(m, x[xo + base + r * inner], MAX)
         m = block.reduce(buf, m, MAX)

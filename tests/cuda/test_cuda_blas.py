@@ -172,7 +172,7 @@ def test_matmul_bias_relu_is_cublas_then_the_epilogue(cublas):
     np.testing.assert_allclose(cm(x)[0], _ort(m, {"x": x})[0], rtol=1e-5, atol=1e-6)
     product, epilogue = _records(cm)
     assert isinstance(product, LibraryCall) and product.fn is blas.gemm_strided
-    assert epilogue.kernel is gemm._epilogue_k
+    assert epilogue.kernel is gemm.epilogue_kernel(np.float32)
     assert cublas.calls == [("f", blas.OP_N, blas.OP_N, 5, 3, 6, 5, 0, 6, 0, 5, 0, 1)]
     assert cublas.modes == [blas.DEFAULT_MATH]  # exact float32: no TF32 unless asked
 
@@ -217,7 +217,7 @@ def test_gemm_transposes_alpha_beta_and_c(cublas, trans_a, trans_b, c_shape):
     np.testing.assert_allclose(cm(a)[0], _ort(m, {"a": a})[0], rtol=1e-5, atol=1e-6)
     kinds = _kinds(cm)
     assert kinds[0] is blas.gemm_strided
-    assert kinds[1:] == ([gemm._epilogue_k] if c_shape else [])
+    assert kinds[1:] == ([gemm.epilogue_kernel(np.float32)] if c_shape else [])
     (_, op_b, op_a, mm, nn, kk, ldb, _, lda, _, ldy, _, _), = cublas.calls
     assert (mm, nn, kk, ldy) == (5, 3, 6, 5)
     assert (op_b, ldb) == ((blas.OP_T, 6) if trans_b else (blas.OP_N, 5))
@@ -288,7 +288,7 @@ def test_convolution_is_one_cublas_call_for_all_images(cublas, c, kh, attrs, res
     red = c * kh * kh
     ohw = 25 if attrs.get("pads") or kh == 1 else 4
     assert _kinds(cm) == ([] if kh == 1 else [conv._im2col_k]) + [blas.gemm_strided,
-                                                                   gemm._epilogue_k]
+                                                                   gemm.epilogue_kernel(np.float32)]
     # column-major Y[img]^T (ohw, 8) = cols[img]^T @ W^T
     assert cublas.calls == [("f", blas.OP_N, blas.OP_N, ohw, 8, red, ohw,
                              c * 25 if kh == 1 else red * ohw, red, 0, ohw, 8 * ohw, n)]
@@ -302,7 +302,7 @@ def test_convolution_columns_in_chunks_of_images(cublas, monkeypatch):
     x = _w(5, 2, 5, 5)
     cm = jitort.compile(m, device="cuda")
     np.testing.assert_allclose(cm(x)[0], _ort(m, {"x": x})[0], rtol=1e-5, atol=1e-5)
-    assert _kinds(cm) == [conv._im2col_k, blas.gemm_strided] * 3 + [gemm._epilogue_k]
+    assert _kinds(cm) == [conv._im2col_k, blas.gemm_strided] * 3 + [gemm.epilogue_kernel(np.float32)]
     assert [call[-1] for call in cublas.calls] == [2, 2, 1]
 
 
@@ -328,7 +328,7 @@ def test_grouped_convolution_products(cublas, n, c, kout, group, kh):
                  group)] * n
     assert [call[:13] for call in cublas.calls] == want
     assert _kinds(cm) == ([] if kh == 1 else [conv._im2col_k]) + [blas.gemm_strided] * len(
-        want) + [gemm._epilogue_k]
+        want) + [gemm.epilogue_kernel(np.float32)]
 
 
 def test_depthwise_convolution_stays_direct(cublas):
@@ -337,7 +337,7 @@ def test_depthwise_convolution_stays_direct(cublas):
     x = _w(2, 8, 5, 5)
     cm = jitort.compile(m, device="cuda")
     np.testing.assert_allclose(cm(x)[0], _ort(m, {"x": x})[0], rtol=1e-5, atol=1e-5)
-    assert _kinds(cm) == [conv._conv_k] and cublas.calls == []
+    assert _kinds(cm) == [conv._DIRECT[np.dtype(np.float32)]] and cublas.calls == []
 
 
 def test_float16_products_are_cublas_ex_calls(cublas):
@@ -366,5 +366,5 @@ def test_float16_convolution_is_a_cublas_ex_call(cublas):
     np.testing.assert_allclose(got.astype(np.float32), _ort(m, feeds)[0].astype(np.float32),
                                rtol=2e-2, atol=2e-2)
     # (the residual Add and Relu stay a float16 elementwise kernel: no epilogue fusion in 16 bits)
-    assert _kinds(cm)[:3] == [conv._im2col_k, blas.gemm_strided, gemm._epilogue_k]
+    assert _kinds(cm)[:3] == [conv._im2col_k, blas.gemm_strided, gemm.epilogue_kernel(np.float32)]
     assert [c[:6] for c in cublas.calls] == [("e", 0, 0, 25, 8, 36)]

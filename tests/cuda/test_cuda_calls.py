@@ -130,9 +130,9 @@ def _cuda_kernel(node):
 
 def test_elementwise_templates_spell_math_per_backend():
     """The CPU table's math functions become device math by the style's table, not by
-    rewriting text: float32 Sigmoid is mathfn's sigmoid, Exp is math.exp; a function without a
+    rewriting text: float32 Sigmoid is mathfn's float32 sigmoid, Exp is math.exp; a function without a
     device version (Mod's np.fmod) makes the node fall back."""
-    assert "t0 = _cm.sigmoid(a0)" in _cuda_kernel(_one("Sigmoid"))
+    assert "t0 = _cm.sigmoid32(a0)" in _cuda_kernel(_one("Sigmoid"))
     assert "t0 = math.exp(a0)" in _cuda_kernel(_one("Exp"))
     cpu = kernel_source("k", [(_one("Exp"), [-1], 0)], [Operand(F, (False,))], [0], 1, False, [F])
     assert "t0 = _m.exp32(a0)" in cpu

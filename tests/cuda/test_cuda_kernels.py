@@ -237,3 +237,30 @@ def test_reshape_is_a_view_and_output_copy(cuda):
     m = make_model(nodes, [("x", F32, [2, 6])], [("y", F32, None), ("r", F32, None)],
                    {"s": np.array([3, 4], np.int64)})
     check(m, {"x": x})
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_epilogue_activations_keep_their_type_and_onnx_edges(cuda, dtype):
+    """mathfn.activations: each code in the value's own float type; Relu of -inf is 0 and NaN
+    stays NaN; GELU and Sigmoid against their float64 formulas."""
+    import math
+
+    from jitort.kernels.cuda import mathfn
+    # the kernel's globals name numba.cuda as ``cuda`` (the simulator swaps that module)
+    space = {"cuda": cuda, "act": mathfn.act_for(dtype), "dt": dtype}
+    exec("def apply(x, y, code):\n    i = cuda.grid(1)\n    if i < x.size:\n"
+         "        y[i] = act(x[i], code, dt(0.1), dt(0.5))\n", space)
+    apply = cuda.jit(space["apply"])
+    x = np.array([-np.inf, np.nan, -1.5, 0.0, 0.25, 2.0], dtype)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = {1: np.where(np.isnan(x), np.nan, np.maximum(np.nan_to_num(x, nan=0.0), 0)),
+                2: np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x.astype(float)]),
+                3: 1 / (1 + np.exp(-x.astype(float))), 5: np.where(x >= 0, x, 0.1 * x),
+                6: np.clip(x, 0.1, 0.5)}
+    for code, w in want.items():
+        dx, dy = cuda.to_device(x), cuda.device_array(x.shape, dtype)
+        apply[1, 32](dx, dy, code)
+        got = dy.copy_to_host()
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got, w, rtol=1e-6 if dtype == np.float32 else 1e-12,
+                                   atol=1e-7, err_msg=f"code {code}")

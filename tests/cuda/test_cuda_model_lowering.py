@@ -150,6 +150,7 @@ def kernel(where):
     return {str(k): v for k, v in held.items()}[where[3]]
 
 
+promoted = set()
 for key, model in LAUNCHES.items():
     where, args = json.loads(key)
     try:
@@ -157,8 +158,13 @@ for key, model in LAUNCHES.items():
     except Exception as e:
         failed.append(f"{model}: {where}: {type(e).__name__}: {e}")
         continue
-    ptx(f"{model}: {where[-2]}.{where[-1]}", k.py_func, [value(a) for a in args])
-print("RESULT " + json.dumps({"failed": failed, "kernels": len(LAUNCHES)}))
+    values = [value(a) for a in args]
+    label = f"{model}: " + ".".join(str(w).rsplit("/", 1)[-1] for w in where[1:] if w)
+    text = ptx(label, k.py_func, values)
+    if text is not None and float32_only(values) and f64_ops(text):
+        promoted.add(f"{label}: {f64_ops(text)} float64 instructions")
+print("RESULT " + json.dumps({"failed": failed, "kernels": len(LAUNCHES),
+                              "promoted": sorted(promoted)}))
 """
 
 
@@ -169,3 +175,5 @@ def test_every_kernel_the_models_launch_compiles_for_a_gpu(recorded):
     out = _run(f"LAUNCHES = {json.dumps(launches)}\n" + _COMPILE)
     assert not out["failed"], "\n".join(out["failed"])
     assert out["kernels"] == len(launches) >= 30, out
+    # float32 work stays float32 on the device (tests/cuda/test_cuda_ptx.py says why)
+    assert not out["promoted"], "\n".join(out["promoted"])
