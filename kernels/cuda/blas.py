@@ -64,8 +64,10 @@ def _load():
     global _cupy
     try:
         import cupy
-        from cupy_backends.cuda.libs import cublas
         cupy.cuda.runtime.getDeviceCount()
+        cublas = getattr(cupy.cuda, "cublas", None)  # the binding, as CuPy exposes it
+        if cublas is None:
+            from cupy_backends.cuda.libs import cublas
     except Exception:  # not installed, or no driver / device it can use
         return None
     _cupy = cupy

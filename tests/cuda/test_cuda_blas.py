@@ -368,3 +368,27 @@ def test_float16_convolution_is_a_cublas_ex_call(cublas):
     # (the residual Add and Relu stay a float16 elementwise kernel: no epilogue fusion in 16 bits)
     assert _kinds(cm)[:3] == [conv._im2col_k, blas.gemm_strided, gemm.epilogue_kernel(np.float32)]
     assert [c[:6] for c in cublas.calls] == [("e", 0, 0, 25, 8, 36)]
+
+
+def test_the_binding_is_found_through_cupy(monkeypatch):
+    """library(): CuPy's cuBLAS binding where CuPy runs (``cupy.cuda.cublas``, else
+    ``cupy_backends``); None without a device or with JITORT_CUDA_BLAS=own."""
+    import sys
+    import types
+
+    from numba.core import config
+    binding = types.SimpleNamespace(name="cublas binding")
+    runtime = types.SimpleNamespace(getDeviceCount=lambda: 1)
+    fake = types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=runtime, cublas=binding))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(config, "ENABLE_CUDASIM", 0)
+    monkeypatch.delenv("JITORT_CUDA_BLAS", raising=False)
+    monkeypatch.setattr(blas, "_cupy", None)
+    assert blas._load() is binding and blas._cupy is fake
+
+    def no_device():
+        raise RuntimeError("cudaErrorNoDevice")
+    monkeypatch.setattr(runtime, "getDeviceCount", no_device)
+    assert blas._load() is None
+    monkeypatch.setenv("JITORT_CUDA_BLAS", "own")
+    assert blas._load() is None
