@@ -27,15 +27,13 @@ import numpy as np
 from . import devices
 from .codegen.cpu import CpuBackend
 from .codegen.cuda import CudaBackend, CudaPlan, CudaSegmentCompiler
+from .codegen.cuda_emit import _PLAIN  # the dtypes the workspace is viewed as
 from .cuda_replay import Bound, copy_device, graph_support
 from .errors import ExecutionError, InvalidInput, JitortError
 from .executor import infer_shapes, value_key
 from .partition import HOST, INTERP, InterpStep, Segment, assign, schedule
 from .runtime import CompiledModel
 
-_PLAIN = [np.dtype(t) for t in (np.float16, np.float32, np.float64, np.int8, np.int16,
-                                np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
-                                np.bool_)]
 
 
 class CudaUnavailable(JitortError, RuntimeError):

@@ -189,10 +189,15 @@ def _is_float(*vals) -> bool:
     return all(v is not None and v.dtype is not None and np.dtype(v.dtype) in _F for v in vals)
 
 
+def _one_dtype_of(vals, dtypes) -> bool:
+    """The values (None: absent, skipped) share one dtype, one of ``dtypes``."""
+    dts = {np.dtype(v.dtype) if v.dtype is not None else None for v in vals if v is not None}
+    return len(dts) == 1 and dts.pop() in dtypes
+
+
 def _same_float(n: Node) -> bool:
     """Every present input and the first output share one float dtype."""
-    vals = [v for v in n.inputs if v is not None] + n.outputs[:1]
-    return _is_float(*vals) and len({np.dtype(v.dtype) for v in vals}) == 1
+    return _one_dtype_of(list(n.inputs) + n.outputs[:1], _F)
 
 
 #: the dtypes of matrix products and convolutions: float16 too (kept by the CUDA pipeline's
@@ -202,8 +207,7 @@ _PRODUCT_DTYPES = (np.dtype(np.float16),) + _F
 
 def _one_product_dtype(*vals) -> bool:
     """The values (None: absent, skipped) share one dtype of ``_PRODUCT_DTYPES``."""
-    dts = {np.dtype(v.dtype) if v.dtype is not None else None for v in vals if v is not None}
-    return len(dts) == 1 and dts.pop() in _PRODUCT_DTYPES
+    return _one_dtype_of(vals, _PRODUCT_DTYPES)
 
 
 def _plain(n: Node) -> bool:

@@ -11,16 +11,16 @@ staged value is reused ``REG`` times per thread and ``TILE_K`` / ``TILE_P`` time
 (``C / group * KH * KW >= 16``) and a group has at least 8 output channels; below that the
 tiles would be mostly padding, so depthwise and tiny convolutions stay direct.
 
-``conv2d_bias_act`` fuses a bias and an activation (codes as in ``mathfn.act``),
+``conv2d_bias_act`` fuses a bias and an activation (codes as ``mathfn.activations``'s ``act``),
 ``conv2d_bias_add_act`` a bias, a residual of the output's shape and an activation.
 """
 import numpy as np
 from numba import cuda
 
 from . import blas
-from .gemm import compute_type, epilogue
+from .gemm import epilogue
 from .launch import call, launch
-from .mathfn import act_for, conv_position, grid1
+from .mathfn import act_for, compute_type, conv_position, grid1
 
 BLOCK = 128
 
@@ -192,8 +192,9 @@ def _make_store(act):
     @cuda.jit(device=True)
     def _store(b, bo, r, ro, y, yo, kout, ohw, group, has_bias, has_res, code, alpha, beta, npos,
                acc):
-        """The direct kernel's epilogue on this thread's outputs (channel
-        ``k0 + ty + i * THREADS`` of the group, position ``p0 + tx + j * THREADS``), NCHW."""
+        """The direct kernel's epilogue (bias, residual, act), on this thread's tile outputs
+        (channel ``k0 + ty + i * THREADS`` of the group, position ``p0 + tx + j * THREADS``),
+        stored NCHW."""
         kpg = kout // group
         kb = cuda.blockIdx.z * kpg
         k0 = cuda.blockIdx.y * TILE_K + cuda.threadIdx.y

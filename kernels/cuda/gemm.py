@@ -11,15 +11,9 @@ from numba import cuda
 
 from . import blas
 from .launch import call, launch
-from .mathfn import act_for, grid1
+from .mathfn import act_for, compute_type, grid1
 
 TILE = 16
-
-
-def compute_type(dtype):
-    """The scalar type a product of ``dtype`` operands accumulates and takes its scalars in:
-    float32 for float16 (as cuBLAS's float16 GEMMs with float32 compute), else the dtype."""
-    return np.float32 if np.dtype(dtype) == np.float16 else np.dtype(dtype).type
 
 
 def _make(dt):
@@ -151,7 +145,8 @@ def matmul3d(a, ao, sab, b, bo, sbb, y, yo, nb, m, n, k):
 
 def matmul3d_bias_act(a, ao, sab, b, bo, sbb, bias, bio, y, yo, nb, m, n, k, code, act_alpha,
                       act_beta=0.0):
-    """``matmul3d`` plus a bias row and an activation (codes and params as in ``mathfn.act``)."""
+    """``matmul3d`` plus a bias row and an activation (codes and params: the ``act`` of
+    ``mathfn.activations``)."""
     _run(a, ao, sab, k, 1, b, bo, sbb, n, 1, y, 0, 0, 0, bias, bio, y, yo, nb, m, n, k,
          1.0, 0.0, False, True, code, act_alpha, act_beta)
 

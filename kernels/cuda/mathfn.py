@@ -44,13 +44,19 @@ def activations(ft):
     return sigmoid, gelu, act
 
 
-sigmoid32, gelu32, act32 = activations(np.float32)
-sigmoid, gelu, act = activations(np.float64)
+def compute_type(dtype):
+    """The scalar type a kernel of ``dtype`` values computes and takes its scalars in: float32
+    for float16 (as cuBLAS's float16 GEMMs with float32 compute), else the dtype."""
+    return np.float32 if np.dtype(dtype) == np.float16 else np.dtype(dtype).type
+
+
+sigmoid32, _, _act32 = activations(np.float32)  # sigmoid32: the float32 elementwise Sigmoid
+_ACT = {np.dtype(np.float32): _act32, np.dtype(np.float64): activations(np.float64)[2]}
 
 
 def act_for(dtype):
-    """The ``act`` of the type a kernel of ``dtype`` values computes in (float32 for float16)."""
-    return act if np.dtype(dtype) == np.float64 else act32
+    """The ``act`` of ``compute_type(dtype)``."""
+    return _ACT[np.dtype(compute_type(dtype))]
 
 
 @cuda.jit(device=True)
