@@ -7,8 +7,8 @@ from numba import cuda
 
 def activations(ft):
     """``(sigmoid, gelu, act)`` computing in the float type ``ft``: their constants are of that
-    type, so float32 math stays float32 on the device (a float64 literal would promote it: the
-    GELU epilogue's erf ran in double).
+    type, so float32 math stays float32 on the device (a float64 literal would promote it, and
+    erf or exp would run in double).
 
     ``act`` applies the epilogue activations, coded as in
     ``jitort.codegen.lowerings.ACT_CODES``: 1 relu, 2 gelu (erf), 3 sigmoid, 4 tanh, 5 leaky
