@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import devices
+from . import devices, tuning
 from .codegen.cpu import CpuBackend
 from .codegen.cuda import CudaBackend, CudaPlan, CudaSegmentCompiler
 from .codegen.cuda_emit import _PLAIN  # the dtypes the workspace is viewed as
@@ -377,7 +377,15 @@ class CudaCompiledModel(CompiledModel):
                 f"{len(self.transfer_plan())}")
 
 
-devices.register("cuda", CudaCompiledModel)
+def _compile_cuda(model: Any, **options) -> CudaCompiledModel:
+    cuda_module()              # CudaUnavailable before anything else where there is no CUDA
+    for device in ("cpu", "cuda"):  # its CPU segments run the CPU's kernels
+        tuning.ensure_background(device)  # first use on this CPU / GPU: calibrate, detached
+        tuning.apply_runtime(device)      # the launchers' and kernels' run-time decisions
+    return CudaCompiledModel(model, **options)
+
+
+devices.register("cuda", _compile_cuda)
 
 __all__ = ["CudaCompiledModel", "CudaUnavailable", "cuda_module", "is_device_array",
            "mixed_schedule"]

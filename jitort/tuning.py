@@ -20,6 +20,10 @@ compile starts ``jitort tune --background`` in a detached, low-priority process 
 blocking a call; ``JITORT_TUNE=0`` turns both the background run and the use of decisions
 off, which the test suite does for reproducible code).
 
+Choices of device ``cuda`` (``jitort.tuning_cuda``: the CUDA launchers') are measured per GPU
+(``jitort tune --device cuda``) into a file of their own, named by the GPU's identity; a CPU's
+``jitort tune`` leaves them alone.
+
 Safety net: a candidate that took more than :data:`DEMOTE` times the best candidate's time in
 most of the buckets where both ran (at least :data:`DEMOTE_MIN_BUCKETS` of them, tiny ones
 left out) is *demoted* for the whole choice -- the default rule no
@@ -82,6 +86,9 @@ class Choice:
     #: for a choice compiled kernels make at run time: ``apply(decisions)`` writes its picks
     #: (``choose`` over its grid) where the kernels read them (``kernels.cpu.tunables``)
     apply: Callable[[dict], None] | None = None
+    #: where its candidates run: ``cpu`` (decisions per CPU) or ``cuda`` (per GPU: its own file,
+    #: ``jitort tune --device cuda``)
+    device: str = "cpu"
 
     def candidate(self, name: str) -> Candidate:
         return next(c for c in self.candidates if c.name == name)
@@ -89,16 +96,20 @@ class Choice:
 
 CHOICES: dict[str, Choice] = {}
 #: the modules defining the choices (they register them on import and build on this module, so
-#: they are imported by name on first use rather than here): deep learning's, classical ML's
-_TABLE_MODULES = ("jitort.tuning_choices", "jitort.tuning_ml")
+#: they are imported by name on first use rather than here): deep learning's, classical ML's,
+#: the CUDA launchers'
+_TABLE_MODULES = ("jitort.tuning_choices", "jitort.tuning_ml", "jitort.tuning_cuda")
 
 
-def choices() -> dict[str, Choice]:
-    """The registered choices, by name (the table modules imported on first use)."""
+def choices(device: str | None = None) -> dict[str, Choice]:
+    """The registered choices, by name (the table modules imported on first use); those whose
+    candidates run on ``device`` when it is given."""
     for name in _TABLE_MODULES:
         if name not in sys.modules:
             importlib.import_module(name)
-    return CHOICES
+    if device is None:
+        return CHOICES
+    return {name: c for name, c in CHOICES.items() if c.device == device}
 
 
 def register(choice: Choice) -> Choice:
@@ -122,9 +133,25 @@ def _machine() -> dict:
             "blas": f"{blas.BLAS} {blas.CORE}".strip()}
 
 
-def machine() -> dict:
+def _gpu() -> dict | None:
+    """The GPU the CUDA choices run on (``kernels.cuda.tunables.gpu_identity``: name, compute
+    capability, multiprocessors, memory, driver, cuBLAS, TF32), or None where numba's CUDA
+    target cannot run; once per process."""
+    if "gpu" not in _gpu_memo:
+        from .kernels.cuda.tunables import gpu_identity
+        _gpu_memo["gpu"] = gpu_identity()
+    return _gpu_memo["gpu"]
+
+
+_gpu_memo: dict = {}
+
+
+def machine(device: str = "cpu") -> dict:
     """This machine's identity as calibration sees it (decisions measured under another one
-    are not applied); computed once per process: every lowering decision asks for it."""
+    are not applied); computed once per process: every lowering decision asks for it. For
+    ``device="cuda"``: the GPU's (:func:`_gpu`), an empty dict where there is none."""
+    if device == "cuda":
+        return dict(_gpu() or {})
     return dict(_machine())
 
 
@@ -138,13 +165,28 @@ def decisions_dir() -> Path:
     return cache_root() / "tuning"
 
 
-def decisions_path() -> Path:
+def decisions_path(device: str = "cpu") -> Path:
+    """The decision file of this CPU, or of this GPU (``device="cuda"``)."""
+    if device == "cuda":
+        return decisions_dir() / f"decisions-cuda-{machine_key(machine('cuda'))}.json"
     return decisions_dir() / f"decisions-{machine_key()}.json"
 
 
 def library_hash(choice: Choice) -> str:
+    """The hash of the kernel sources a choice's candidates run (decisions measured on other
+    sources are dropped): its CPU kernel modules with what they import, or its CUDA ones."""
+    if not choice.modules:
+        return "-"
+    if choice.device == "cuda":
+        import numba
+        from .kernels import cuda as cuda_kernels
+        h = hashlib.sha256(f"numba {numba.__version__}".encode())
+        for name in sorted(choice.modules):
+            h.update(name.encode())
+            h.update((Path(cuda_kernels.__file__).parent / f"{name}.py").read_bytes())
+        return h.hexdigest()[:16]
     from .kernels._cache import modules_hash
-    return modules_hash(list(choice.modules)) if choice.modules else "-"
+    return modules_hash(list(choice.modules))
 
 
 def enabled() -> bool:
@@ -152,30 +194,33 @@ def enabled() -> bool:
 
 
 _lock = threading.Lock()
-_loaded: dict = {"path": None, "stamp": None, "data": None}
+_loaded: dict = {}   # device -> {"path", "stamp", "data"}: the file last read for it
 
 
-def load(path: Path | None = None) -> dict:
-    """The decisions that apply on this machine: ``{choice: entry}`` (entry: ``buckets`` ->
-    {bucket text: {pick, times}}, ``demoted``). A corrupt file or another machine's is
-    ignored with a :class:`TuningWarning`; entries measured on other kernel sources are
-    dropped. Re-read when the file changes."""
-    path = Path(path) if path is not None else decisions_path()
+def load(path: Path | None = None, device: str = "cpu") -> dict:
+    """The decisions that apply on this machine (``device``: its CPU's, or its GPU's):
+    ``{choice: entry}`` (entry: ``buckets`` -> {bucket text: {pick, times}}, ``demoted``). A
+    corrupt file or another machine's is ignored with a :class:`TuningWarning`; entries
+    measured on other kernel sources are dropped. Re-read when the file changes."""
+    if device == "cuda" and path is None and _gpu() is None:
+        return {}
+    path = Path(path) if path is not None else decisions_path(device)
     try:
         st = path.stat()
     except OSError:
         return {}
     stamp = (st.st_mtime_ns, st.st_size)
     with _lock:
-        if _loaded["path"] == str(path) and _loaded["stamp"] == stamp:
-            return _loaded["data"]
-    data = _read(path)
+        seen = _loaded.get(device)
+        if seen and seen["path"] == str(path) and seen["stamp"] == stamp:
+            return seen["data"]
+    data = _read(path, device)
     with _lock:
-        _loaded.update(path=str(path), stamp=stamp, data=data)
+        _loaded[device] = {"path": str(path), "stamp": stamp, "data": data}
     return data
 
 
-def _read(path: Path) -> dict:
+def _read(path: Path, device: str = "cpu") -> dict:
     def refuse(why: str) -> dict:
         warnings.warn(f"jitort: ignoring the calibration file {path}: {why}", TuningWarning,
                       stacklevel=4)
@@ -187,16 +232,14 @@ def _read(path: Path) -> dict:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or \
             not isinstance(doc.get("choices"), dict):
         return refuse("not a jitort decision file of this version")
-    here = machine()
+    here = machine(device)
     if doc.get("machine") != here:
         theirs = doc.get("machine") if isinstance(doc.get("machine"), dict) else {}
-        return refuse(f"measured on another machine ({theirs.get('model', '?')}, "
-                      f"{theirs.get('llvm_cpu', '?')}, {theirs.get('cores', '?')} cores, "
-                      f"BLAS {theirs.get('blas', '?')}; this one: {here['model']}, "
-                      f"{here['llvm_cpu']}, {here['cores']} cores, BLAS {here['blas']})")
+        return refuse(f"measured on another machine ({_describe(theirs, device)}; this one: "
+                      f"{_describe(here, device)})")
     out = {}
     for name, entry in doc["choices"].items():
-        choice = choices().get(name)
+        choice = choices(device).get(name)
         if choice is None or not isinstance(entry, dict):
             continue
         if entry.get("library") != library_hash(choice):
@@ -205,6 +248,15 @@ def _read(path: Path) -> dict:
             return refuse(f"choice {name!r} has no bucket table")
         out[name] = entry
     return out
+
+
+def _describe(ident: dict, device: str) -> str:
+    if device == "cuda":
+        return (f"{ident.get('gpu', '?')}, compute capability {ident.get('cc', '?')}, "
+                f"cuBLAS {'through CuPy ' + str(ident['cublas']) if ident.get('cublas') else 'no'}"
+                f", TF32 {'on' if ident.get('tf32') else 'off'}")
+    return (f"{ident.get('model', '?')}, {ident.get('llvm_cpu', '?')}, "
+            f"{ident.get('cores', '?')} cores, BLAS {ident.get('blas', '?')}")
 
 
 def _bucket_text(key: tuple) -> str:
@@ -216,19 +268,21 @@ def _bucket_key(text: str) -> tuple:
     return tuple(int(x) for x in text.split("x"))
 
 
-def apply_runtime() -> None:
+def apply_runtime(device: str = "cpu") -> None:
     """Hand the decisions of the choices kernels make at run time to the kernels (cheap when
-    nothing changed: ``load`` is cached by the file's stamp). Called by ``compile()``."""
+    nothing changed: ``load`` is cached by the file's stamp). Called by ``compile()`` (the
+    CUDA choices' by a ``device="cuda"`` compile)."""
     if not enabled():
         return
-    data = load()
-    key = (_loaded["path"], _loaded["stamp"]) if data else None
-    if "key" in _applied and _applied["key"] == key:
+    data = load(device=device)
+    seen = _loaded.get(device)
+    key = (seen["path"], seen["stamp"]) if data and seen else None
+    if device in _applied and _applied[device] == key:
         return
-    for choice in choices().values():
+    for choice in choices(device).values():
         if choice.apply is not None:
             choice.apply(data)
-    _applied["key"] = key
+    _applied[device] = key
 
 
 _applied: dict = {}
@@ -243,7 +297,7 @@ def choose(name: str, decisions: dict | None = None, **problem) -> str:
     if forced is not None and choice.candidate(forced).applies(problem):
         return forced
     if decisions is None:
-        decisions = load() if enabled() else {}
+        decisions = load(device=choice.device) if enabled() else {}
     entry = decisions.get(name)
     if entry:
         hit = entry["buckets"].get(_bucket_text(choice.bucket(problem)))
@@ -313,8 +367,12 @@ def measure_bucket(choice: Choice, key: tuple, slow: dict | None = None) -> dict
     (``time_calls``). ``slow`` multiplies a candidate's time (``JITORT_TUNE_SLOW=name:factor``:
     tests of the safety net and of calibration itself)."""
     prob = choice.problem(key)
-    best = time_calls({c.name: c.prepare(prob) for c in choice.candidates if c.applies(prob)})
-    return {name: t * (slow or {}).get(name, 1.0) for name, t in best.items()}
+    fns = {c.name: c.prepare(prob) for c in choice.candidates if c.applies(prob)}
+    best = time_calls(fns)
+    # a prepared callable may run its candidate ``reps`` times a call (GPU work: queued
+    # back to back, waited for once)
+    return {name: t / getattr(fns[name], "reps", 1) * (slow or {}).get(name, 1.0)
+            for name, t in best.items()}
 
 
 def _slow_factors() -> dict:
@@ -347,18 +405,23 @@ def _pick(times: dict, default: str) -> str:
     return default if times.get(default, math.inf) <= KEEP_DEFAULT * times[best] else best
 
 
-def tune(only=None, budget_s: float = 55.0, progress=None, path: Path | None = None) -> dict:
-    """Measure every choice's grid (or the choices named in ``only``) on this machine within
-    about ``budget_s`` seconds and persist the decisions; returns the file's ``choices``.
-    Buckets never measured go first, then those measured longest ago; buckets not reached in
-    time keep their earlier decision, or the default rule, and the next run starts there."""
+def tune(only=None, budget_s: float = 55.0, progress=None, path: Path | None = None,
+         device: str = "cpu") -> dict:
+    """Measure every choice's grid (or the choices named in ``only``) of ``device`` (this
+    CPU's, or this GPU's: ``cuda``) within about ``budget_s`` seconds and persist the
+    decisions; returns the file's ``choices``. Buckets never measured go first, then those
+    measured longest ago; buckets not reached in time keep their earlier decision, or the
+    default rule, and the next run starts there."""
     import numba
     from tqdm import tqdm
     from .kernels.cpu import blas
-    path = Path(path) if path is not None else decisions_path()
+    if device == "cuda" and _gpu() is None:
+        raise RuntimeError("jitort tune --device cuda: no CUDA GPU here (numba's CUDA target "
+                           "cannot run)")
+    path = Path(path) if path is not None else decisions_path(device)
     slow = _slow_factors()
-    todo = [c for c in choices().values() if not only or c.name in only]
-    old = load(path) if path.exists() else {}
+    todo = [c for c in choices(device).values() if not only or c.name in only]
+    old = load(path, device) if path.exists() else {}
     doc_choices = {}
     deadline = time.monotonic() + budget_s
     total = sum(len(c.grid()) for c in todo)
@@ -410,7 +473,7 @@ def tune(only=None, budget_s: float = 55.0, progress=None, path: Path | None = N
         if left:
             print(f"jitort tune: the {budget_s:.0f} s budget ran out with {left} buckets never "
                   f"measured; run it again to go on", file=sys.stderr)
-    doc = {"format": FORMAT, "machine": machine(), "written": time.time(),
+    doc = {"format": FORMAT, "machine": machine(device), "written": time.time(),
            "choices": doc_choices}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
@@ -419,18 +482,24 @@ def tune(only=None, budget_s: float = 55.0, progress=None, path: Path | None = N
     return doc_choices
 
 
-def show(path: Path | None = None) -> str:
+def show(path: Path | None = None, device: str = "cpu") -> str:
     """The decisions as text (``jitort tune --show``)."""
-    path = Path(path) if path is not None else decisions_path()
-    ident = machine()
-    lines = [f"machine: {ident['model']} ({ident['vendor']}, LLVM {ident['llvm_cpu']}, "
-             f"{'AVX-512' if ident['avx512'] else 'no AVX-512'}, {ident['cores']} cores, "
-             f"BLAS {ident['blas']})", f"decisions: {path}"]
-    data = load(path) if path.exists() else {}
+    if device == "cuda" and _gpu() is None:
+        return "no CUDA GPU here: the CUDA choices follow their default rules"
+    path = Path(path) if path is not None else decisions_path(device)
+    ident = machine(device)
+    if device == "cuda":
+        lines = [f"GPU: {_describe(ident, device)}"]
+    else:
+        lines = [f"machine: {ident['model']} ({ident['vendor']}, LLVM {ident['llvm_cpu']}, "
+                 f"{'AVX-512' if ident['avx512'] else 'no AVX-512'}, {ident['cores']} cores, "
+                 f"BLAS {ident['blas']})"]
+    lines.append(f"decisions: {path}")
+    data = load(path, device) if path.exists() else {}
+    run = "jitort tune" + (" --device cuda" if device == "cuda" else "")
     if not data:
-        lines.append("not calibrated: every choice follows its default rule "
-                     "(run `jitort tune`)")
-    for name, choice in choices().items():
+        lines.append(f"not calibrated: every choice follows its default rule (run `{run}`)")
+    for name, choice in choices(device).items():
         entry = data.get(name)
         lines.append("")
         lines.append(f"{name}: {choice.doc}")
@@ -442,7 +511,7 @@ def show(path: Path | None = None) -> str:
                          f"{DEMOTE}x the best in most buckets; the default rule avoids it)")
         if not entry.get("complete", True):
             lines.append("  cut short by the budget: buckets not listed follow the default "
-                         "rule (`jitort tune` again goes on)")
+                         f"rule (`{run}` again goes on)")
         cands = [c.name for c in choice.candidates]
         lines.append(f"  {'bucket':<22}{'pick':>10}{'default':>10}" +
                      "".join(f"{c + ' GF/s':>14}" for c in cands))
@@ -458,11 +527,12 @@ def show(path: Path | None = None) -> str:
     return "\n".join(lines)
 
 
-def summary_lines() -> list:
-    """One line per choice for ``jitort explain``: calibrated or default, and demotions."""
-    data = load() if enabled() else {}
+def summary_lines(device: str = "cpu") -> list:
+    """One line per choice of ``device`` for ``jitort explain``: calibrated or default, and
+    demotions."""
+    data = load(device=device) if enabled() else {}
     out = []
-    for name in choices():
+    for name in choices(device):
         e = data.get(name)
         if not e:
             out.append(f"{name}: default rule (not calibrated on this machine)")
@@ -474,27 +544,29 @@ def summary_lines() -> list:
 
 # --- calibration on first use ----------------------------------------------------------------
 
-_started = False
+_started: dict = {}   # device -> whether this process already looked (started or not)
 
 
-def _calibrated(data: dict) -> bool:
+def _calibrated(data: dict, device: str = "cpu") -> bool:
     """Whether every choice has decisions here and its last run reached all of its buckets (a
     run cut by its budget leaves a choice ``complete: false``: the next one goes on)."""
-    return all(name in data and data[name].get("complete", True) for name in choices())
+    return all(name in data and data[name].get("complete", True) for name in choices(device))
 
 
-def ensure_background() -> None:
+def ensure_background(device: str = "cpu") -> None:
     """Start ``jitort tune --background`` when a choice has no decisions for this machine and
     these kernel sources (first use, or an update that changed a kernel a choice measured): a
     detached process at the lowest priority; models compiled meanwhile use the default rules,
-    those compiled after it wrote the file its decisions. Never blocks or fails a caller."""
-    global _started
-    if _started or not enabled() or not options.read("tune_background"):
+    those compiled after it wrote the file its decisions. Never blocks or fails a caller.
+    ``device="cuda"``: the GPU's choices, on a real GPU only (never the simulator's)."""
+    if _started.get(device) or not enabled() or not options.read("tune_background"):
         return
-    _started = True
+    _started[device] = True
     try:
-        path = decisions_path()
-        if path.exists() and _calibrated(load(path)):
+        if device == "cuda" and ((_gpu() or {}).get("sms") is None):
+            return        # no GPU, or the simulator: nothing worth measuring
+        path = decisions_path(device)
+        if path.exists() and _calibrated(load(path, device), device):
             return        # every choice calibrated here, on these kernel sources
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = path.with_suffix(".running")
@@ -505,6 +577,8 @@ def ensure_background() -> None:
             pass
         lock.write_text(str(os.getpid()))
         cmd = [sys.executable, "-m", "jitort", "tune", "--background", "--quiet"]
+        if device != "cpu":
+            cmd += ["--device", device]
         subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True,
                          preexec_fn=(lambda: os.nice(19)) if hasattr(os, "nice") else None)

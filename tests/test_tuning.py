@@ -206,7 +206,7 @@ def test_machine_identity_names_the_cpu():
 def test_first_use_starts_one_background_calibration(tune_dir, monkeypatch):
     started = []
     monkeypatch.setenv("JITORT_TUNE_BACKGROUND", "1")
-    monkeypatch.setattr(tuning, "_started", False)
+    monkeypatch.setattr(tuning, "_started", {})
     monkeypatch.setattr(tuning.subprocess, "Popen", lambda cmd, **kw: started.append((cmd, kw)))
     tuning.ensure_background()
     tuning.ensure_background()
@@ -216,18 +216,18 @@ def test_first_use_starts_one_background_calibration(tune_dir, monkeypatch):
     assert kw["start_new_session"] and kw["stdin"] == subprocess.DEVNULL
     assert tuning.decisions_path().with_suffix(".running").exists()
     # while that one runs (its lock is fresh) no other starts
-    monkeypatch.setattr(tuning, "_started", False)
+    monkeypatch.setattr(tuning, "_started", {})
     tuning.ensure_background()
     assert len(started) == 1
     # it ended, leaving decisions for some choices only (or a kernel a choice measured
     # changed since): another one starts
     tuning.decisions_path().with_suffix(".running").unlink()
-    monkeypatch.setattr(tuning, "_started", False)
+    monkeypatch.setattr(tuning, "_started", {})
     _write(tuning.decisions_path(), {})
     tuning.ensure_background()
     assert len(started) == 2
     # a machine with decisions for every choice starts none
-    monkeypatch.setattr(tuning, "_started", False)
+    monkeypatch.setattr(tuning, "_started", {})
     doc = json.loads(tuning.decisions_path().read_text())
     for name, choice in tuning.choices().items():
         doc["choices"][name] = {"library": tuning.library_hash(choice), "demoted": [],
@@ -240,7 +240,7 @@ def test_first_use_starts_one_background_calibration(tune_dir, monkeypatch):
     doc["choices"][some]["complete"] = False
     tuning.decisions_path().write_text(json.dumps(doc))
     tuning.decisions_path().with_suffix(".running").unlink()   # the last one ended
-    monkeypatch.setattr(tuning, "_started", False)
+    monkeypatch.setattr(tuning, "_started", {})
     tuning.ensure_background()
     assert len(started) == 3
 

@@ -176,6 +176,8 @@ def explain_report(cm, first_s: float, per_run_s: float, peak: float) -> str:
     from jitort import tuning
     out = [cm.summary()]
     out += ["choices: " + line for line in tuning.summary_lines()]
+    if getattr(cm, "device", "cpu") == "cuda":
+        out += ["choices: " + line for line in tuning.summary_lines("cuda")]
     applied = [f"{k} x{v}" for k, v in cm.pass_report.rewrites.items() if v]
     out.append("passes applied: " + (", ".join(applied) or "none"))
     out.append("pass seconds: " + ", ".join(f"{k} {v:.4f}" for k, v in
@@ -320,26 +322,31 @@ def cmd_warmup_library(args) -> int:
 def cmd_tune(args) -> int:
     """``jitort tune``: measure the implementation choices on this machine (``jitort.tuning``)."""
     from jitort import tuning
+    device = args.device
     if args.show:
-        print(tuning.show())
+        print(tuning.show(device=device))
         return 0
     only = [o for item in args.only or [] for o in item.split(",") if o]
-    unknown = [o for o in only if o not in tuning.choices()]
+    known = tuning.choices(device)
+    unknown = [o for o in only if o not in known]
     if unknown:
-        print(f"unknown choices {unknown}; known: {sorted(tuning.choices())}")
+        print(f"unknown {device} choices {unknown}; known: {sorted(known)}")
+        return 1
+    if device == "cuda" and tuning.machine("cuda") == {}:
+        print("jitort tune --device cuda: no CUDA GPU here (numba's CUDA target cannot run)")
         return 1
     t = time.perf_counter()
     try:
         got = tuning.tune(only=only or None, budget_s=args.budget,
-                          progress=False if args.quiet else None)
+                          progress=False if args.quiet else None, device=device)
     finally:
         if args.background:
-            tuning.decisions_path().with_suffix(".running").unlink(missing_ok=True)
+            tuning.decisions_path(device).with_suffix(".running").unlink(missing_ok=True)
     if not args.quiet:
         n = sum(len(e["buckets"]) for e in got.values())
         print(f"calibrated {n} buckets of {len(got)} choices in {time.perf_counter() - t:.1f} s:"
-              f" {tuning.decisions_path()}")
-        print(tuning.show())
+              f" {tuning.decisions_path(device)}")
+        print(tuning.show(device=device))
     return 0
 
 
@@ -517,6 +524,8 @@ def _add_tune(sub) -> None:
                    help="seconds of measurement at most (default 55); buckets not reached "
                         "keep their previous decision or the default rule")
     t.add_argument("--quiet", "-q", action="store_true", help="no progress bar or report")
+    t.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="the choices of this CPU (default) or of this GPU (cuda)")
     t.add_argument("--background", action="store_true", help=argparse.SUPPRESS)
     t.set_defaults(fn=cmd_tune)
 

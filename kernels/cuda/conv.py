@@ -7,8 +7,14 @@ group, p a flat (n, oy, ox) position, r a flat (channel, u, v) tap): a block sta
 ``TILE_K x TILE_R`` weight tile and the gathered ``TILE_R x TILE_P`` input tile in shared
 memory and each thread accumulates a ``REG x REG`` block of outputs in registers, so every
 staged value is reused ``REG`` times per thread and ``TILE_K`` / ``TILE_P`` times per block.
-:func:`use_tiled` picks it when each output sums at least one chunk of products
-(``C / group * KH * KW >= 16``) and a group has at least 8 output channels; below that the
+Where cuBLAS serves, a third way: the images' im2col columns times the weight, as
+strided-batched cuBLAS products, then an epilogue kernel.
+
+Which one runs is the choice ``cuda.conv`` (:func:`algorithm`): calibrated per shape bucket
+on the GPU (``kernels.cuda.tunables``; ``jitort tune --device cuda``), else the default rule
+:func:`default_algorithm`: where :func:`use_tiled` says a convolution is big enough for tiles
+(each output sums at least one chunk of products, ``C / group * KH * KW >= 16``, and a group
+has at least 8 output channels), cuBLAS where it serves, else the tiled kernel; below that the
 tiles would be mostly padding, so depthwise and tiny convolutions stay direct.
 
 ``conv2d_bias_act`` fuses a bias and an activation (codes as ``mathfn.activations``'s ``act``),
@@ -17,7 +23,7 @@ tiles would be mostly padding, so depthwise and tiny convolutions stay direct.
 import numpy as np
 from numba import cuda
 
-from . import blas
+from . import blas, tunables
 from .gemm import epilogue
 from .launch import call, launch
 from .mathfn import act_for, compute_type, conv_position, grid1
@@ -292,36 +298,79 @@ def _cublas(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh, kw, oh, ow
              True, code, alpha, beta)
 
 
+ALGORITHMS = ("cublas", "tiled", "direct")
+
+
+def algorithms(x, w, y, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, col) -> tuple:
+    """The ways this convolution can run here, in :data:`ALGORITHMS`' order: ``cublas`` where
+    cuBLAS serves the dtype, a group has at least ``TILED_MIN_KOUT`` output channels (the
+    lowering gives scratch for columns only then) and there is scratch for the columns or the
+    convolution is pointwise; ``tiled`` where x, w and y share a float dtype it has a kernel
+    for and the groups fit the grid; ``direct`` always."""
+    same = x.dtype == w.dtype == y.dtype
+    out = []
+    if (same and blas.library() is not None and y.dtype in blas.DTYPES
+            and kout // group >= TILED_MIN_KOUT
+            and (col is not None or pointwise(h, wd, kh, kw, oh, ow, sh, sw, ph, pw))):
+        out.append("cublas")
+    if same and y.dtype in _KERNELS and group <= MAX_GRID_Z:
+        out.append("tiled")
+    out.append("direct")
+    return tuple(out)
+
+
+def default_algorithm(applicable: tuple, c, kout, kh, kw, group) -> str:
+    """The rule before calibration: tiles (cuBLAS where it serves, else the tiled kernel)
+    where :func:`use_tiled` says so, else the direct kernel."""
+    if use_tiled(c, kout, kh, kw, group):
+        for name in ("cublas", "tiled"):
+            if name in applicable:
+                return name
+    return "direct"
+
+
+def algorithm(x, w, y, n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, col) -> str:
+    """The choice ``cuda.conv`` for this convolution: calibrated (float32, the dtype it is
+    measured in), else the default rule."""
+    can = algorithms(x, w, y, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, col)
+    default = default_algorithm(can, c, kout, kh, kw, group)
+    if y.dtype != np.float32:
+        return default
+    bucket = tunables.conv_bucket(n, c, kout, kh, kw, oh, ow, sh, group)
+    return tunables.decide("cuda.conv", bucket, can, default)
+
+
 def conv2d_bias_add_act(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh, kw, oh, ow,
                         sh, sw, ph, pw, dh, dw, group, has_bias, has_res, code, alpha, beta,
-                        col=None, colo=0, col_imgs=1):
+                        col=None, colo=0, col_imgs=1, algo=None):
     """``y = act(conv(x, w) + b + r)``; ``r`` (used when ``has_res``) has ``y``'s shape.
 
-    Where cuBLAS serves (kernels/cuda/blas.py), a convolution the tiled kernel would take is
+    ``algo`` (one of :data:`ALGORITHMS`; calibration names it) or :func:`algorithm`'s pick:
     products through cuBLAS (``col``: scratch for the im2col columns of ``col_imgs`` images,
-    C*KH*KW*OH*OW elements each, unused by a pointwise convolution); otherwise the tiled kernel
-    where :func:`use_tiled` says so and x, w and y share a float dtype, else the direct one."""
+    C*KH*KW*OH*OW elements each, unused by a pointwise convolution), the tiled kernel, or the
+    direct one."""
     total = n * kout * oh * ow
     if not total:
         return
+    if algo is None:
+        algo = algorithm(x, w, y, n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, col)
     dt = compute_type(y.dtype)
-    tiled = _KERNELS.get(y.dtype)
-    same = x.dtype == w.dtype == y.dtype
-    if tiled is None or not same or not use_tiled(c, kout, kh, kw, group):
+    if algo == "direct":
         launch(_DIRECT[np.dtype(dt)], grid1(total, BLOCK), BLOCK, x, xo, w, wo, b, bo, r, ro, y,
                yo, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group, has_bias,
                has_res, code, dt(alpha), dt(beta), total)
-    elif (blas.library() is not None and y.dtype in blas.DTYPES
-          and (col is not None or pointwise(h, wd, kh, kw, oh, ow, sh, sw, ph, pw))):
+    elif algo == "cublas":
         _cublas(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph,
                 pw, dh, dw, group, has_bias, has_res, code, alpha, beta, col, colo,
                 max(1, col_imgs))
-    else:
+    elif algo == "tiled":
         npos = n * oh * ow
         grid = ((npos + TILE_P - 1) // TILE_P, (kout // group + TILE_K - 1) // TILE_K, group)
-        launch(tiled, grid, (THREADS, THREADS), x, xo, w, wo, b, bo, r, ro, y, yo, c, h, wd,
-               kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group, has_bias, has_res, code,
-               dt(alpha), dt(beta), npos)
+        launch(_KERNELS[y.dtype], grid, (THREADS, THREADS), x, xo, w, wo, b, bo, r, ro, y, yo, c,
+               h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group, has_bias, has_res,
+               code, dt(alpha), dt(beta), npos)
+    else:
+        raise ValueError(f"unknown convolution algorithm {algo!r}; known: {ALGORITHMS}")
 
 
 def conv2d_bias_act(x, xo, w, wo, b, bo, y, yo, n, c, h, wd, kout, kh, kw, oh, ow,

@@ -4,12 +4,14 @@ Operands are addressed through strides, so a transposed or batch-broadcast opera
 copy (a batch stride of 0 broadcasts; Gemm's C broadcasts with strides of 0). Where cuBLAS
 serves (a real GPU with CuPy; kernels/cuda/blas.py) the product, alpha included, is one
 strided-batched cuBLAS call and one elementwise kernel applies C, the bias and the activation;
-otherwise one kernel of 16x16 tiles staged through shared memory does all of it.
+otherwise one kernel of 16x16 tiles staged through shared memory does all of it. Where both
+serve, the choice ``cuda.gemm`` (:func:`algorithm`) says which: calibrated per shape bucket on
+the GPU (``jitort tune --device cuda``), else cuBLAS.
 """
 import numpy as np
 from numba import cuda
 
-from . import blas
+from . import blas, tunables
 from .launch import call, launch
 from .mathfn import act_for, compute_type, grid1
 
@@ -118,37 +120,61 @@ def epilogue(y, yo, c, co, csb, csi, csj, bias, bio, nb, m, n, alpha, beta, has_
                bias_rows, code, dt(act_alpha), dt(act_beta))
 
 
+ALGORITHMS = ("cublas", "tiled")
+
+
+def algorithm(dtype, nb, m, n, k, blas_args) -> str:
+    """The choice ``cuda.gemm`` for ``nb`` products of (m, k) @ (k, n): ``cublas`` (one
+    strided-batched cuBLAS call, then the epilogue kernel where there is one) where cuBLAS can
+    take the operands (``blas_args`` not None), or ``tiled`` (jitort's kernel, epilogue fused):
+    calibrated on the GPU for float32 (``kernels.cuda.tunables``), else cuBLAS wherever it
+    serves."""
+    can = ALGORITHMS if blas_args is not None else ("tiled",)
+    if dtype != np.float32:
+        return can[0]
+    return tunables.decide("cuda.gemm", tunables.gemm_bucket(nb, m, n, k), can, can[0])
+
+
 def _run(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c, co, csi, csj, bias, bio,
-         y, yo, nb, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha, act_beta=0.0):
+         y, yo, nb, m, n, k, alpha, beta, has_c, has_bias, code, act_alpha, act_beta=0.0,
+         algo=None):
     if nb * m * n == 0:
         return
     dt = compute_type(y.dtype)
+    args = None
     if blas.library() is not None:
         args = blas.strided(a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, y, yo, nb, m, n, k, alpha)
-        if args is not None:
-            call(blas.gemm_strided, *args)
-            epilogue(y, yo, c, co, 0, csi, csj, bias, bio, nb, m, n, 1.0, beta, has_c, has_bias,
-                     False, code, act_alpha, act_beta)
-            return
+    if algo is None:
+        algo = algorithm(y.dtype, nb, m, n, k, args)
+    if algo == "cublas":
+        if args is None:
+            raise ValueError("cuBLAS cannot take this product here")
+        call(blas.gemm_strided, *args)
+        epilogue(y, yo, c, co, 0, csi, csj, bias, bio, nb, m, n, 1.0, beta, has_c, has_bias,
+                 False, code, act_alpha, act_beta)
+        return
+    if algo != "tiled":
+        raise ValueError(f"unknown product algorithm {algo!r}; known: {ALGORITHMS}")
     grid = ((n + TILE - 1) // TILE, (m + TILE - 1) // TILE, nb)
     launch(_KERNELS[y.dtype], grid, (TILE, TILE), a, ao, sab, asi, asp, b, bo, sbb, bsp, bsj, c,
            co, csi, csj, bias, bio, y, yo, m, n, k, dt(alpha), dt(beta), has_c, has_bias, code,
            dt(act_alpha), dt(act_beta))
 
 
-def matmul3d(a, ao, sab, b, bo, sbb, y, yo, nb, m, n, k):
+def matmul3d(a, ao, sab, b, bo, sbb, y, yo, nb, m, n, k, algo=None):
     """``y[z] = a[z] @ b[z]`` for row-major (m, k) and (k, n) matrices; ``sab``/``sbb`` are the
-    batch strides in elements (0: the same matrix for every batch)."""
+    batch strides in elements (0: the same matrix for every batch). ``algo``: one of
+    :data:`ALGORITHMS` (calibration names it), else :func:`algorithm`'s pick."""
     _run(a, ao, sab, k, 1, b, bo, sbb, n, 1, y, 0, 0, 0, y, 0, y, yo, nb, m, n, k,
-         1.0, 0.0, False, False, 0, 0.0)
+         1.0, 0.0, False, False, 0, 0.0, algo=algo)
 
 
 def matmul3d_bias_act(a, ao, sab, b, bo, sbb, bias, bio, y, yo, nb, m, n, k, code, act_alpha,
-                      act_beta=0.0):
+                      act_beta=0.0, algo=None):
     """``matmul3d`` plus a bias row and an activation (codes and params: the ``act`` of
     ``mathfn.activations``)."""
     _run(a, ao, sab, k, 1, b, bo, sbb, n, 1, y, 0, 0, 0, bias, bio, y, yo, nb, m, n, k,
-         1.0, 0.0, False, True, code, act_alpha, act_beta)
+         1.0, 0.0, False, True, code, act_alpha, act_beta, algo=algo)
 
 
 def gemm(a, ao, b, bo, c, co, csi, csj, y, yo, m, n, k, alpha, beta, trans_a, trans_b, has_c):
