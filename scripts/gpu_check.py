@@ -214,6 +214,10 @@ def _one(spec: str, batch: int, seq: int, runs: int, compile_too: bool,
     from jitort.kernels.cuda import blas
     rec["products"] = ("cublas" + (" tf32" if blas.tf32() else "")
                        if blas.library() is not None else "own kernels")
+    from jitort import tuning  # the launchers' choices: this GPU's calibration, or the rules
+    cal = tuning.load(device="cuda") if tuning.enabled() else {}
+    rec["gpu_choices"] = (f"calibrated ({sum(len(e['buckets']) for e in cal.values())} buckets)"
+                          if cal else "default rules")
     whys = {b.why for p in cm.plans() if (b := getattr(p.local, "bound", None)) and b.why}
     if whys:  # why a plan was not captured as a CUDA graph
         rec["replay_why"] = sorted(whys)
@@ -289,8 +293,8 @@ def _line(rec: dict) -> str:
     tail = f"ratio {rec['ratio']:.2f} vs {rec['reference']}" if "ratio" in rec else "no reference"
     if "vs_compile" in rec:
         tail += f", {rec['vs_compile']:.2f} vs torch.compile"
-    notes = [f"{k}: {rec[k]}" for k in ("products", "torch", "torch.compile", "ort_cuda",
-                                         "replay_why") if k in rec]
+    notes = [f"{k}: {rec[k]}" for k in ("products", "gpu_choices", "torch", "torch.compile",
+                                         "ort_cuda", "replay_why") if k in rec]
     dtype = " float16" if rec.get("dtype") else ""
     return (f"{rec['model']:22s} b{rec['batch']:<2d}{dtype} {'ok ' if rec['ok'] else 'BAD'} "
             f"diff {rec['diff']:.1e} first {rec['first_s']:5.1f} s  ms: {ms}  {tail}  "
@@ -322,6 +326,8 @@ def main(argv=None):
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    # no calibration started in the background while engines are timed (`jitort tune` first)
+    os.environ.setdefault("JITORT_TUNE_BACKGROUND", "0")
     if a.overhead:
         return overhead(a.calls)
     if a.one:
