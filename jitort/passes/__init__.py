@@ -22,7 +22,8 @@ from .expand import expand_other_domains
 from .layout import convert_to_channels_last
 from .precision import compute_16bit_in_float32, keep_half_products
 from .patterns import (fold_conv_affine, fold_conv_batchnorm, fold_pad_into_conv, fuse_epilogues,
-                       fuse_matmul_add, subsample_strided_pointwise)
+                       fuse_epilogues_half, fuse_matmul_add, fuse_matmul_add_half,
+                       subsample_strided_pointwise)
 
 log = logging.getLogger("jitort.passes")
 
@@ -58,10 +59,12 @@ CPU_PIPELINE: list[tuple[str, PassFn]] = (
     + DEFAULT_PIPELINE[-1:])
 
 #: The CUDA backend's recipe: the default one, float16 matrix products left in float16 (its
-#: GEMM takes them: cuBLAS on tensor cores, float32 accumulation).
+#: GEMM takes them: cuBLAS on tensor cores, float32 accumulation), their biases, residuals and
+#: activations fused in float16 too (its epilogues compute in float32 and round once).
+_CUDA_PASSES = {"compute_16bit_in_float32": keep_half_products,
+                "fuse_matmul_add": fuse_matmul_add_half, "fuse_epilogues": fuse_epilogues_half}
 CUDA_PIPELINE: list[tuple[str, PassFn]] = [
-    (name, keep_half_products if name == "compute_16bit_in_float32" else fn)
-    for name, fn in DEFAULT_PIPELINE]
+    (name, _CUDA_PASSES.get(name, fn)) for name, fn in DEFAULT_PIPELINE]
 
 
 @dataclass

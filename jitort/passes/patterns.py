@@ -244,12 +244,14 @@ def fold_conv_affine(g: Graph) -> int:
     return count
 
 
-def fuse_matmul_add(g: Graph) -> int:
+def fuse_matmul_add(g: Graph, floats: tuple = None) -> int:
     """MatMul(x, W) + bias (bias broadcast over the last axis only) -> jitort.MatMulBias.
 
     ``W`` is a 2-D weight and ``bias`` a constant of shape (N,) (or (1, .., N)); the result has
-    the MatMul's shape, so the rewrite is shape-safe for any batch dims of ``x``.
+    the MatMul's shape, so the rewrite is shape-safe for any batch dims of ``x``. ``floats``:
+    the dtypes fused (float32 and float64; :func:`fuse_matmul_add_half` adds float16).
     """
+    floats = _FLOATS if floats is None else floats
     consumers = g.consumers()
     drop: set[int] = set()
     count = 0
@@ -257,7 +259,7 @@ def fuse_matmul_add(g: Graph) -> int:
         if mm.op_type != "MatMul" or mm.domain or id(mm) in drop:
             continue
         w = mm.input(1)
-        if w is None or w.shape is None or len(w.shape) != 2 or w.dtype not in (np.float32, np.float64):
+        if w is None or w.shape is None or len(w.shape) != 2 or w.dtype not in floats:
             continue
         add = _single_use(g, mm.outputs[0], consumers)
         if add is None or add.op_type != "Add" or add.domain or len(add.inputs) != 2:
@@ -284,13 +286,16 @@ def fuse_matmul_add(g: Graph) -> int:
 #: Activations a fused epilogue applies (the kernels' ``epilogue`` codes; Gelu is the erf form).
 EPILOGUE_ACTIVATIONS = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Gelu")
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+#: what the CUDA pipeline fuses: float16 too (its kernels compute a float16 node's epilogue
+#: in float32 and round once, at the store)
+_HALF_FLOATS = (np.dtype(np.float16),) + _FLOATS
 _SQRT2 = 1.4142135623730951
 #: Clip-6's defaults (attributes min/max): the float32 range, not infinity.
 _CLIP6_MAX = float(np.finfo(np.float32).max)
 
 
-def _is_float_value(v: Value | None) -> bool:
-    return v is not None and v.dtype is not None and np.dtype(v.dtype) in _FLOATS
+def _is_float_value(v: Value | None, floats: tuple = _FLOATS) -> bool:
+    return v is not None and v.dtype is not None and np.dtype(v.dtype) in floats
 
 
 def _scalar_const(v: Value | None, ref: Value) -> float | None:
@@ -305,6 +310,12 @@ def _scalar_const(v: Value | None, ref: Value) -> float | None:
 
 def _close(a: float | None, b: float, rtol: float = 1e-6) -> bool:
     return a is not None and abs(a - b) <= rtol * abs(b)
+
+
+def _tolerance(v: Value) -> float:
+    """How close a constant of ``v``'s dtype must be to a formula's constant: 1e-6, or the
+    dtype's rounding where that is coarser (float16's 1/sqrt(2) is 1e-4 off)."""
+    return max(1e-6, float(np.finfo(np.dtype(v.dtype)).eps))
 
 
 def _user(g: Graph, v: Value, consumers, op: str) -> Node | None:
@@ -334,6 +345,7 @@ def _match_gelu_erf(g: Graph, y: Value, consumers) -> tuple[Node, list[Node]] | 
     sqrt(2) or Mul by 1/sqrt(2), Erf, Add 1, then the product of y, that and 0.5 in any
     association and operand order). Returns (last node, every node of the pattern)."""
     users = consumers.get(id(y), [])
+    tol = _tolerance(y)
     if len(users) != 2 or id(y) in g.output_ids():
         return None
     outs = g.output_ids()
@@ -345,17 +357,17 @@ def _match_gelu_erf(g: Graph, y: Value, consumers) -> tuple[Node, list[Node]] | 
         if scale.domain or len(scale.outputs) != 1 or len(scale.inputs) != 2:
             continue
         if scale.op_type == "Div" and scale.inputs[0] is y:
-            if not _close(_scalar_const(scale.inputs[1], y), _SQRT2):
+            if not _close(_scalar_const(scale.inputs[1], y), _SQRT2, tol):
                 continue
         elif scale.op_type == "Mul":
             c = _binary_other(scale, y)
-            if not _close(_scalar_const(c, y), 1 / _SQRT2):
+            if not _close(_scalar_const(c, y), 1 / _SQRT2, tol):
                 continue
         else:
             continue
         erf = _user(g, scale.outputs[0], consumers, "Erf")
         add1 = erf and _user(g, erf.outputs[0], consumers, "Add")
-        if not add1 or not _close(_scalar_const(_binary_other(add1, erf.outputs[0]), y), 1.0):
+        if not add1 or not _close(_scalar_const(_binary_other(add1, erf.outputs[0]), y), 1.0, tol):
             continue
         t = add1.outputs[0]  # 1 + erf(y / sqrt 2)
         if other.op_type != "Mul" or other.domain or len(other.outputs) != 1:
@@ -367,24 +379,26 @@ def _match_gelu_erf(g: Graph, y: Value, consumers) -> tuple[Node, list[Node]] | 
         pre = [scale, erf, add1]
         if o is t:  # (y * t) * 0.5
             last = _user(g, mid, consumers, "Mul")
-            if last and only(t, other) and _close(_scalar_const(_binary_other(last, mid), y), 0.5):
+            if last and only(t, other) and _close(
+                    _scalar_const(_binary_other(last, mid), y), 0.5, tol):
                 return last, pre + [other, last]
-        elif _close(_scalar_const(o, y), 0.5):  # (y * 0.5) * t
+        elif _close(_scalar_const(o, y), 0.5, tol):  # (y * 0.5) * t
             last = _user(g, mid, consumers, "Mul")
             if last and _binary_other(last, mid) is t and only(t, last):
                 return last, pre + [other, last]
         elif o.producer is not None and only(t, o.producer) and only(o, other):  # y * (t * 0.5)
             half = o.producer
             if (half.op_type == "Mul" and not half.domain and half.outputs == [o]
-                    and _close(_scalar_const(_binary_other(half, t), y), 0.5)):
+                    and _close(_scalar_const(_binary_other(half, t), y), 0.5, tol)):
                 return other, pre + [half, other]
     return None
 
 
-def _match_activation(g: Graph, y: Value, consumers) -> tuple[str, list[float], list[Node]] | None:
+def _match_activation(g: Graph, y: Value, consumers, floats: tuple = _FLOATS
+                      ) -> tuple[str, list[float], list[Node]] | None:
     """An activation applied to ``y`` alone that the fused epilogues compute:
     ``(name, [alpha, beta], nodes)``; the last of ``nodes`` produces the activated value."""
-    if not _is_float_value(y):
+    if not _is_float_value(y, floats):
         return None
     gelu = _match_gelu_erf(g, y, consumers)
     if gelu is not None:
@@ -430,19 +444,19 @@ def _same_static_shape(a: Value, b: Value) -> bool:
     return all(x is not None and type(x) is type(y) and x == y for x, y in zip(a.shape, b.shape))
 
 
-def _conv_candidate(n: Node) -> bool:
+def _conv_candidate(n: Node, floats: tuple = _FLOATS) -> bool:
     """A float Conv (1-D or 2-D) the fused CPU/CUDA kernels take."""
     if n.op_type != "Conv" or n.domain or len(n.outputs) != 1 or len(n.inputs) < 2:
         return False
     x, w, b = n.inputs[0], n.inputs[1], n.input(2)
-    if not (_is_float_value(x) and _is_float_value(n.outputs[0])) or w is None:
+    if not (_is_float_value(x, floats) and _is_float_value(n.outputs[0], floats)) or w is None:
         return False
     if w.shape is None or len(w.shape) not in (3, 4):
         return False
     return all(v is None or v.dtype == x.dtype for v in (w, b, n.outputs[0]))
 
 
-def fuse_epilogues(g: Graph) -> int:
+def fuse_epilogues(g: Graph, floats: tuple = _FLOATS) -> int:
     """Fold what follows a GEMM or a convolution into its output pass (the kernels' epilogue).
 
     * ``Conv [-> Add(conv, residual)] [-> activation]`` -> ``jitort.FusedConv(x, W, B,
@@ -456,6 +470,8 @@ def fuse_epilogues(g: Graph) -> int:
     with ``approximate="none"``, or the erf formula torch exports; never the tanh form). Every
     intermediate must have one reader and not be a graph output; the fused node takes the last
     node's place in the order and produces its output value, so output names stay.
+    ``floats``: the dtypes fused (float32 and float64; :func:`fuse_epilogues_half` adds
+    float16).
     """
     consumers = g.consumers()
     claimed: set[int] = set()
@@ -466,7 +482,7 @@ def fuse_epilogues(g: Graph) -> int:
         if n.op_type == "MatMulBias" and n.domain == JITORT_DOMAIN:
             if n.attrs.get("activation", ""):
                 continue
-            act = _match_activation(g, n.outputs[0], consumers)
+            act = _match_activation(g, n.outputs[0], consumers, floats)
             if act is None or any(id(m) in claimed for m in act[2]):
                 continue
             name, params, chain = act
@@ -474,7 +490,8 @@ def fuse_epilogues(g: Graph) -> int:
             fused = Node("MatMulBias", list(n.inputs), [chain[-1].outputs[0]], attrs,
                          JITORT_DOMAIN, n.name, n.since_version)
             chain = [n] + chain
-        elif _conv_candidate(n) or (n.op_type == "FusedConv" and n.domain == JITORT_DOMAIN
+        elif _conv_candidate(n, floats) or (n.op_type == "FusedConv"
+                                            and n.domain == JITORT_DOMAIN
                                     and not n.attrs.get("activation", "")):
             y = n.outputs[0]
             chain = [n]
@@ -487,7 +504,7 @@ def fuse_epilogues(g: Graph) -> int:
                         and add.outputs[0].dtype == y.dtype):
                     residual = other
                     chain.append(add)
-            act = _match_activation(g, chain[-1].outputs[0], consumers)
+            act = _match_activation(g, chain[-1].outputs[0], consumers, floats)
             if act is not None and any(id(m) in claimed for m in act[2]):
                 act = None
             if residual is None and act is None:
@@ -512,6 +529,19 @@ def fuse_epilogues(g: Graph) -> int:
     g.relink()
     log.info("fused epilogues: %d", len(replace))
     return len(replace)
+
+
+def fuse_matmul_add_half(g: Graph) -> int:
+    """:func:`fuse_matmul_add` for the CUDA pipeline: float16 MatMul + Add too (its GEMM
+    takes float16 MatMulBias, the bias added in float32 before the one rounding)."""
+    return fuse_matmul_add(g, _HALF_FLOATS)
+
+
+def fuse_epilogues_half(g: Graph) -> int:
+    """:func:`fuse_epilogues` for the CUDA pipeline: float16 convolutions and products too
+    (bias, residual and activation computed in float32 on the accumulator, one rounding to
+    float16 at the store, where the unfused graph rounds after each op)."""
+    return fuse_epilogues(g, _HALF_FLOATS)
 
 
 def subsample_strided_pointwise(g: Graph) -> int:

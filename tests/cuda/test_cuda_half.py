@@ -98,3 +98,64 @@ def test_cuda_pipeline_keeps_float16_products():
                      if n.op_type in ("MatMul", "MatMulBias", "Gemm")]
     assert ops["cuda"] and all(dt == "float16" for _, dt in ops["cuda"]), ops
     assert ops["cpu"] and all(dt == "float32" for _, dt in ops["cpu"]), ops
+
+
+def _gelu_erf(x: str, y: str) -> list:
+    """torch's nn.GELU as exported: 0.5 * x * (1 + Erf(x / sqrt(2)))."""
+    return [helper.make_node("Div", [x, "sqrt2"], [y + "_d"]),
+            helper.make_node("Erf", [y + "_d"], [y + "_e"]),
+            helper.make_node("Add", [y + "_e", "one"], [y + "_a"]),
+            helper.make_node("Mul", [x, y + "_a"], [y + "_m"]),
+            helper.make_node("Mul", [y + "_m", "half"], [y])]
+
+
+def _epilogue_model():
+    """Conv + residual Add + Relu, then a Linear + GELU (erf form) on the flattened result."""
+    from tests.cuda.test_cuda_models import _w
+    from tests.helpers import F32, make_model
+    nodes = [helper.make_node("Conv", ["x", "cw", "cb"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c", "x"], ["s"]),
+             helper.make_node("Relu", ["s"], ["r"]),
+             helper.make_node("Flatten", ["r"], ["f"]),
+             helper.make_node("MatMul", ["f", "w"], ["h"]),
+             helper.make_node("Add", ["h", "b"], ["hb"])] + _gelu_erf("hb", "y")
+    consts = {"cw": _w(8, 8, 3, 3) / 4, "cb": _w(8), "w": _w(8 * 16, 6) / 8, "b": _w(6),
+              "sqrt2": np.array(np.sqrt(2), np.float32), "one": np.array(1, np.float32),
+              "half": np.array(0.5, np.float32)}
+    return make_model(nodes, [("x", F32, ["N", 8, 4, 4])], [("y", F32, ["N", 6])], consts)
+
+
+def test_cuda_pipeline_fuses_float16_epilogues():
+    """float16 Conv + residual + Relu is one FusedConv and MatMul + Add + GELU one MatMulBias,
+    both float16, on the CUDA pipeline (their kernels compute the epilogue in float32 and round
+    once); the CPU's still computes them in float32 between Casts."""
+    from jitort.importer import import_model
+    from jitort.passes import CPU_PIPELINE, CUDA_PIPELINE, run_pipeline
+    m = convert_float_to_float16(_epilogue_model(), keep_io_types=False)
+    g = import_model(m)
+    run_pipeline(g, CUDA_PIPELINE)
+    fused = {n.op_type: (n.attrs.get("activation"), len(n.inputs), str(n.outputs[0].dtype))
+             for n in g.nodes if n.domain == "jitort"}
+    assert fused == {"FusedConv": ("Relu", 4, "float16"),
+                     "MatMulBias": ("Gelu", 3, "float16")}, fused
+    assert not {"Add", "Relu", "Erf", "Mul", "Div"} & {n.op_type for n in g.nodes}
+    g = import_model(m)
+    run_pipeline(g, CPU_PIPELINE)
+    assert all(str(n.outputs[0].dtype) != "float16" for n in g.nodes
+               if n.op_type in ("FusedConv", "MatMulBias", "Conv", "MatMul"))
+
+
+def test_fused_float16_epilogues_match_onnxruntime(cuda):
+    m = convert_float_to_float16(_epilogue_model(), keep_io_types=False)
+    cm = jitort.compile(m, device="cuda")
+    assert set(cm.placement_counts()) == {"cuda"}, cm.summary()
+    x = RNG.standard_normal((2, 8, 4, 4)).astype(np.float16)
+    (got,) = cm(x)
+    (want,) = _ort(m, {"x": x})
+    assert got.dtype == np.float16
+    _close(got, want)
+    # the whole model: the convolution and the product, one launcher call each (Flatten is a
+    # view), no elementwise kernel after either
+    src = _sources(cm)
+    calls = re.findall(r"^\s+(_\w+\.\w+)\(", src, re.M)
+    assert calls == ["_conv.conv2d_bias_add_act", "_gemm.matmul3d_bias_act"], src
