@@ -332,8 +332,10 @@ def cmd_tune(args) -> int:
     if unknown:
         print(f"unknown {device} choices {unknown}; known: {sorted(known)}")
         return 1
-    if device == "cuda" and tuning.machine("cuda") == {}:
-        print("jitort tune --device cuda: no CUDA GPU here (numba's CUDA target cannot run)")
+    if device == "cuda" and "sms" not in tuning.machine("cuda"):
+        print("jitort tune --device cuda: no CUDA GPU here (" + (
+            "the CUDA simulator's timings would decide nothing a GPU could use"
+            if tuning.machine("cuda") else "numba's CUDA target cannot run") + ")")
         return 1
     t = time.perf_counter()
     try:

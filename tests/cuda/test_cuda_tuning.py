@@ -233,3 +233,13 @@ def test_conv_grid_covers_the_candidates(cuda, cublas):
     assert defaults == {"cublas", "direct"}
     assert any(not CUDA_CONV.candidate("cublas").applies(CUDA_CONV.problem(k))
                for k in CONV_GRID)
+
+
+def test_cli_tune_refuses_to_calibrate_the_simulator(cuda, tune_dir):
+    if not SIMULATOR:
+        pytest.skip("a GPU: jitort tune --device cuda measures it")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    out = subprocess.run([sys.executable, "-m", "jitort", "tune", "--device", "cuda"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1 and "simulator" in out.stdout
+    assert not tuning.decisions_path("cuda").exists()
