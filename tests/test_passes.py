@@ -320,6 +320,17 @@ CONV_CASES = {
     "sigmoid_dilated": dict(tail=[helper.make_node("Sigmoid", ["c"], ["y"])], xs=(1, 3, 9, 9),
                             conv_attrs=dict(dilations=[2, 2])),
     "gelu_op": dict(tail=[helper.make_node("Gelu", ["c"], ["y"])], opset=20),
+    # SiLU as torch exports nn.SiLU (EfficientNet, YOLO, timm's resnext26ts, mobilevit)
+    "silu": dict(tail=[helper.make_node("Sigmoid", ["c"], ["g"]),
+                       helper.make_node("Mul", ["c", "g"], ["y"])]),
+    "residual_silu_swapped": dict(tail=[helper.make_node("Add", ["c", "r"], ["s"]),
+                                        helper.make_node("Sigmoid", ["s"], ["g"]),
+                                        helper.make_node("Mul", ["g", "s"], ["y"])],
+                                  res_shape=(1, 4, 6, 6)),
+    "depthwise_silu": dict(tail=[helper.make_node("Sigmoid", ["c"], ["g"]),
+                                 helper.make_node("Mul", ["c", "g"], ["y"])],
+                           xs=(1, 4, 7, 7), ws=(4, 1, 3, 3),
+                           conv_attrs=dict(group=4, pads=[1, 1, 1, 1])),
     "residual_only": dict(tail=[helper.make_node("Add", ["c", "r"], ["y"])], res_shape=(1, 4, 6, 6)),
     "auto_pad_same_relu": dict(tail=[helper.make_node("Relu", ["c"], ["y"])], xs=(1, 3, 7, 7),
                                conv_attrs=dict(auto_pad="SAME_UPPER", strides=[2, 2])),
@@ -338,9 +349,11 @@ def test_fused_conv_matches_onnxruntime(case):
     assert ops == [("jitort", "FusedConv")]
     if case.startswith("depthwise"):
         # alone in its channels-last region (passes.layout): NCHW, through the staged kernel,
-        # with the residual and the Clip in its epilogue
-        assert cm.graph.nodes[0].attrs["activation"] == "Clip"
+        # with the residual and the Clip (the SiLU) in its epilogue
+        assert cm.graph.nodes[0].attrs["activation"] == ("Swish" if "silu" in case else "Clip")
         assert Kernel("conv_nhwc", "dwconv_staged") in kernels_called(cm)
+    if "silu" in case:
+        assert cm.graph.nodes[0].attrs["activation_params"][0] == 1.0  # Swish's alpha
     assert cm.fallback_nodes() == []
 
 
@@ -411,6 +424,8 @@ def _gelu_nodes(form: str, x: str, y: str) -> list:
                 mk("Mul", [x, "g_h"], [y])]
     if form == "gelu_op":
         return [mk("Gelu", [x], [y])]
+    if form == "silu":  # not a GELU: x * sigmoid(x), the Mul's operands swapped
+        return [mk("Sigmoid", [x], ["g_s"]), mk("Mul", ["g_s", x], [y])]
     if form == "gelu_op_tanh":
         return [mk("Gelu", [x], [y], approximate="tanh")]
     if form == "tanh_formula":  # gpt2: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
@@ -438,7 +453,8 @@ def _mlp_model(form: str, opset: int = 17):
 @pytest.mark.parametrize("form,opset,fused", [
     ("Relu", 17, "Relu"), ("Sigmoid", 17, "Sigmoid"), ("Tanh", 17, "Tanh"),
     ("erf_div", 17, "Gelu"), ("erf_mul_half_first", 17, "Gelu"), ("erf_half_of_sum", 17, "Gelu"),
-    ("gelu_op", 20, "Gelu"), ("gelu_op_tanh", 20, None), ("tanh_formula", 17, None)])
+    ("gelu_op", 20, "Gelu"), ("gelu_op_tanh", 20, None), ("tanh_formula", 17, None),
+    ("silu", 17, "Swish")])
 def test_matmulbias_activation_fusion_matches_onnxruntime(form, opset, fused):
     m = _mlp_model(form, opset)
     g = _optimized(m)

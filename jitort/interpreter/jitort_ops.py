@@ -20,8 +20,9 @@ _SQRT1_2 = 1.0 / math.sqrt(2.0)
 
 
 def activation(y: np.ndarray, name: str, params) -> np.ndarray:
-    """ONNX ``name`` (Relu, LeakyRelu, Clip, Sigmoid, Tanh, Gelu with approximate="none")
-    applied to ``y``; ``params`` are ``[alpha, beta]`` (LeakyRelu's slope, Clip's bounds)."""
+    """ONNX ``name`` (Relu, LeakyRelu, Clip, Sigmoid, Tanh, Gelu with approximate="none",
+    Swish) applied to ``y``; ``params`` are ``[alpha, beta]`` (LeakyRelu's slope, Clip's
+    bounds, Swish's alpha)."""
     p = [float(v) for v in params] + [0.0, 0.0]
     if name == "":
         return y
@@ -38,6 +39,8 @@ def activation(y: np.ndarray, name: str, params) -> np.ndarray:
             r = np.tanh(y)
         elif name == "Gelu":
             r = 0.5 * y * (1.0 + _erf(y * _SQRT1_2))
+        elif name == "Swish":
+            r = y * _sigmoid(y * y.dtype.type(p[0]))
         else:
             raise ValueError(f"unknown fused activation {name!r}")
     return np.asarray(r).astype(y.dtype, copy=False)

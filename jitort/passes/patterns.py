@@ -283,8 +283,9 @@ def fuse_matmul_add(g: Graph, floats: tuple = None) -> int:
 
 # --- epilogue fusion ---------------------------------------------------------------------------
 
-#: Activations a fused epilogue applies (the kernels' ``epilogue`` codes; Gelu is the erf form).
-EPILOGUE_ACTIVATIONS = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Gelu")
+#: Activations a fused epilogue applies (the kernels' ``epilogue`` codes; Gelu is the erf form;
+#: Swish ``x * sigmoid(alpha * x)`` also as the Sigmoid + Mul that SiLU exports to).
+EPILOGUE_ACTIVATIONS = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Gelu", "Swish")
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 #: what the CUDA pipeline fuses: float16 too (its kernels compute a float16 node's epilogue
 #: in float32 and round once, at the store)
@@ -394,6 +395,21 @@ def _match_gelu_erf(g: Graph, y: Value, consumers) -> tuple[Node, list[Node]] | 
     return None
 
 
+def _match_silu(g: Graph, y: Value, consumers) -> list[Node] | None:
+    """``Mul(y, Sigmoid(y))`` (either operand order), as torch exports ``nn.SiLU``: the
+    Sigmoid and the Mul, the Sigmoid's output read by the Mul alone."""
+    users = consumers.get(id(y), [])
+    if len(users) != 2 or id(y) in g.output_ids():
+        return None
+    for sig, mul in (users, users[::-1]):
+        if (sig.op_type == "Sigmoid" and not sig.domain and len(sig.outputs) == 1
+                and _user(g, sig.outputs[0], consumers, "Mul") is mul
+                and _binary_other(mul, y) is sig.outputs[0]
+                and mul.outputs[0].dtype == y.dtype):
+            return [sig, mul]
+    return None
+
+
 def _match_activation(g: Graph, y: Value, consumers, floats: tuple = _FLOATS
                       ) -> tuple[str, list[float], list[Node]] | None:
     """An activation applied to ``y`` alone that the fused epilogues compute:
@@ -403,6 +419,9 @@ def _match_activation(g: Graph, y: Value, consumers, floats: tuple = _FLOATS
     gelu = _match_gelu_erf(g, y, consumers)
     if gelu is not None:
         return "Gelu", [0.0, 0.0], gelu[1]
+    silu = _match_silu(g, y, consumers)
+    if silu is not None:
+        return "Swish", [1.0, 0.0], silu
     a = _single_use(g, y, consumers)
     if (a is None or a.domain or a.op_type not in EPILOGUE_ACTIVATIONS or len(a.outputs) != 1
             or a.inputs[0] is not y or a.outputs[0].dtype != y.dtype):
@@ -410,6 +429,8 @@ def _match_activation(g: Graph, y: Value, consumers, floats: tuple = _FLOATS
     op = a.op_type
     if op in ("Relu", "Sigmoid", "Tanh"):
         return op, [0.0, 0.0], [a]
+    if op == "Swish":
+        return op, [float(a.attrs.get("alpha", 1.0)), 0.0], [a]
     if op == "LeakyRelu":
         return op, [float(a.attrs.get("alpha", 0.01)), 0.0], [a]
     if op == "Gelu":
@@ -467,7 +488,8 @@ def fuse_epilogues(g: Graph, floats: tuple = _FLOATS) -> int:
       ``activation`` set.
 
     Activations: Relu, LeakyRelu, Clip (constant bounds), Sigmoid, Tanh, Gelu (the opset-20 op
-    with ``approximate="none"``, or the erf formula torch exports; never the tanh form). Every
+    with ``approximate="none"``, or the erf formula torch exports; never the tanh form), Swish
+    (the opset-24 op, or SiLU's ``Mul(y, Sigmoid(y))``). Every
     intermediate must have one reader and not be a graph output; the fused node takes the last
     node's place in the order and produces its output value, so output names stay.
     ``floats``: the dtypes fused (float32 and float64; :func:`fuse_epilogues_half` adds

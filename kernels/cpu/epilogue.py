@@ -2,12 +2,12 @@
 
 Activation codes (shared by gemm and conv kernels):
     ACT_NONE = 0, ACT_RELU = 1, ACT_GELU = 2 (erf form), ACT_SIGMOID = 3, ACT_TANH = 4,
-    ACT_LEAKY_RELU = 5 (slope ``alpha``), ACT_CLIP = 6 (``alpha`` = min, ``beta`` = max).
+    ACT_LEAKY_RELU = 5 (slope ``alpha``), ACT_CLIP = 6 (``alpha`` = min, ``beta`` = max),
+    ACT_SWISH = 7 (``x * sigmoid(alpha * x)``; SiLU at ``alpha`` = 1).
 NaN inputs stay NaN for every activation (as in ONNX Relu/Clip/...).
 Arrays are C-contiguous float32 or float64; scalars ``alpha``/``beta`` are converted to the
 array dtype.
 """
-import numpy as np
 from numba import njit
 
 from .mathfn import ferf, fsigmoid, ftanh, wide_vectors
@@ -19,7 +19,8 @@ ACT_SIGMOID = 3
 ACT_TANH = 4
 ACT_LEAKY_RELU = 5
 ACT_CLIP = 6
-NUM_ACTS = 7
+ACT_SWISH = 7
+NUM_ACTS = 8
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
@@ -58,3 +59,8 @@ def act_row(row, act, alpha, beta):
             v = row[j]
             v = lo if v < lo else v
             row[j] = hi if v > hi else v
+    elif act == ACT_SWISH:
+        a = t(alpha)
+        for j in range(n):
+            v = row[j]
+            row[j] = v * fsigmoid(a * v)

@@ -12,7 +12,8 @@ def activations(ft):
 
     ``act`` applies the epilogue activations, coded as in
     ``jitort.codegen.lowerings.ACT_CODES``: 1 relu, 2 gelu (erf), 3 sigmoid, 4 tanh, 5 leaky
-    relu (slope ``alpha``), 6 clip to [``alpha``, ``beta``]. NaN stays NaN."""
+    relu (slope ``alpha``), 6 clip to [``alpha``, ``beta``], 7 swish ``x * sigmoid(alpha * x)``
+    (SiLU at ``alpha`` = 1). NaN stays NaN."""
     zero, half, one = ft(0.0), ft(0.5), ft(1.0)
     rsqrt2 = ft(0.7071067811865476)
 
@@ -39,6 +40,8 @@ def activations(ft):
         if code == 6:
             v = alpha if x < alpha else x
             return beta if v > beta else v
+        if code == 7:
+            return x * sigmoid(alpha * x)
         return x
 
     return sigmoid, gelu, act

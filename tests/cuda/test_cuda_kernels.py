@@ -163,6 +163,30 @@ def test_fused_conv1d_clip_and_matmul_bias_clip(cuda):
     assert [(n.op_type, n.attrs.get("activation")) for n in cm.graph.nodes] == [("MatMulBias", "Clip")]
 
 
+@pytest.mark.parametrize("group,ws", [(1, (8, 2, 3, 3)), (2, (8, 1, 3, 3))],
+                         ids=["tiled", "direct"])
+def test_fused_conv_and_matmul_bias_silu(cuda, group, ws):
+    """SiLU (Sigmoid + Mul, as torch exports it) in the device epilogue: Swish, alpha 1."""
+    x, w, b = _rand(2, 2, 5, 5), _rand(*ws), _rand(8)
+    m = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1],
+                                     group=group),
+                    helper.make_node("Sigmoid", ["c"], ["g"]),
+                    helper.make_node("Mul", ["g", "c"], ["y"])],
+                   [("x", F32, [2, 2, 5, 5])], [("y", F32, None)], {"w": w, "b": b})
+    cm = check(m, {"x": x})
+    assert [(n.op_type, n.attrs.get("activation")) for n in cm.graph.nodes] == [
+        ("FusedConv", "Swish")]
+    a, wm, bm = _rand(3, 5), _rand(5, 4), _rand(4)
+    m = make_model([helper.make_node("MatMul", ["a", "w"], ["t"]),
+                    helper.make_node("Add", ["t", "b"], ["s"]),
+                    helper.make_node("Sigmoid", ["s"], ["g"]),
+                    helper.make_node("Mul", ["s", "g"], ["y"])],
+                   [("a", F32, [3, 5])], [("y", F32, None)], {"w": wm, "b": bm})
+    cm = check(m, {"a": a})
+    assert [(n.op_type, n.attrs.get("activation")) for n in cm.graph.nodes] == [
+        ("MatMulBias", "Swish")]
+
+
 @pytest.mark.parametrize("op,attrs", [
     ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]}),
     ("MaxPool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "dilations": [1, 2]}),
@@ -242,7 +266,7 @@ def test_reshape_is_a_view_and_output_copy(cuda):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_epilogue_activations_keep_their_type_and_onnx_edges(cuda, dtype):
     """mathfn.activations: each code in the value's own float type; Relu of -inf is 0 and NaN
-    stays NaN; GELU and Sigmoid against their float64 formulas."""
+    stays NaN; GELU, Sigmoid and Swish against their float64 formulas."""
     import math
 
     from jitort.kernels.cuda import mathfn
@@ -256,7 +280,8 @@ def test_epilogue_activations_keep_their_type_and_onnx_edges(cuda, dtype):
         want = {1: np.where(np.isnan(x), np.nan, np.maximum(np.nan_to_num(x, nan=0.0), 0)),
                 2: np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x.astype(float)]),
                 3: 1 / (1 + np.exp(-x.astype(float))), 5: np.where(x >= 0, x, 0.1 * x),
-                6: np.clip(x, 0.1, 0.5)}
+                6: np.clip(x, 0.1, 0.5),
+                7: x.astype(float) / (1 + np.exp(-0.1 * x.astype(float)))}  # -inf: NaN, as ONNX
     for code, w in want.items():
         dx, dy = cuda.to_device(x), cuda.device_array(x.shape, dtype)
         apply[1, 32](dx, dy, code)
