@@ -327,6 +327,12 @@ CONV_CASES = {
                                         helper.make_node("Sigmoid", ["s"], ["g"]),
                                         helper.make_node("Mul", ["g", "s"], ["y"])],
                                   res_shape=(1, 4, 6, 6)),
+    # MobileNetV3's activations, GhostNet's squeeze-excitation gate
+    "hardswish": dict(tail=[helper.make_node("HardSwish", ["c"], ["y"])], opset=14),
+    "residual_hardsigmoid": dict(tail=[helper.make_node("Add", ["c", "r"], ["s"]),
+                                       helper.make_node("HardSigmoid", ["s"], ["y"], alpha=0.3,
+                                                        beta=0.4)],
+                                 res_shape=(1, 4, 6, 6)),
     "depthwise_silu": dict(tail=[helper.make_node("Sigmoid", ["c"], ["g"]),
                                  helper.make_node("Mul", ["c", "g"], ["y"])],
                            xs=(1, 4, 7, 7), ws=(4, 1, 3, 3),
@@ -454,7 +460,7 @@ def _mlp_model(form: str, opset: int = 17):
     ("Relu", 17, "Relu"), ("Sigmoid", 17, "Sigmoid"), ("Tanh", 17, "Tanh"),
     ("erf_div", 17, "Gelu"), ("erf_mul_half_first", 17, "Gelu"), ("erf_half_of_sum", 17, "Gelu"),
     ("gelu_op", 20, "Gelu"), ("gelu_op_tanh", 20, None), ("tanh_formula", 17, None),
-    ("silu", 17, "Swish")])
+    ("silu", 17, "Swish"), ("HardSigmoid", 17, "HardSigmoid"), ("HardSwish", 17, "HardSwish")])
 def test_matmulbias_activation_fusion_matches_onnxruntime(form, opset, fused):
     m = _mlp_model(form, opset)
     g = _optimized(m)

@@ -21,8 +21,8 @@ _SQRT1_2 = 1.0 / math.sqrt(2.0)
 
 def activation(y: np.ndarray, name: str, params) -> np.ndarray:
     """ONNX ``name`` (Relu, LeakyRelu, Clip, Sigmoid, Tanh, Gelu with approximate="none",
-    Swish) applied to ``y``; ``params`` are ``[alpha, beta]`` (LeakyRelu's slope, Clip's
-    bounds, Swish's alpha)."""
+    Swish, HardSigmoid, HardSwish) applied to ``y``; ``params`` are ``[alpha, beta]``
+    (LeakyRelu's slope, Clip's bounds, Swish's alpha, HardSigmoid's alpha and beta)."""
     p = [float(v) for v in params] + [0.0, 0.0]
     if name == "":
         return y
@@ -41,6 +41,10 @@ def activation(y: np.ndarray, name: str, params) -> np.ndarray:
             r = 0.5 * y * (1.0 + _erf(y * _SQRT1_2))
         elif name == "Swish":
             r = y * _sigmoid(y * y.dtype.type(p[0]))
+        elif name in ("HardSigmoid", "HardSwish"):
+            a, b = (1 / 6, 0.5) if name == "HardSwish" else (p[0], p[1])
+            h = np.clip(y * y.dtype.type(a) + y.dtype.type(b), 0, 1)
+            r = y * h if name == "HardSwish" else h
         else:
             raise ValueError(f"unknown fused activation {name!r}")
     return np.asarray(r).astype(y.dtype, copy=False)

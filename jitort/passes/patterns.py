@@ -285,7 +285,8 @@ def fuse_matmul_add(g: Graph, floats: tuple = None) -> int:
 
 #: Activations a fused epilogue applies (the kernels' ``epilogue`` codes; Gelu is the erf form;
 #: Swish ``x * sigmoid(alpha * x)`` also as the Sigmoid + Mul that SiLU exports to).
-EPILOGUE_ACTIVATIONS = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Gelu", "Swish")
+EPILOGUE_ACTIVATIONS = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Gelu", "Swish",
+                        "HardSigmoid", "HardSwish")
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 #: what the CUDA pipeline fuses: float16 too (its kernels compute a float16 node's epilogue
 #: in float32 and round once, at the store)
@@ -431,6 +432,10 @@ def _match_activation(g: Graph, y: Value, consumers, floats: tuple = _FLOATS
         return op, [0.0, 0.0], [a]
     if op == "Swish":
         return op, [float(a.attrs.get("alpha", 1.0)), 0.0], [a]
+    if op == "HardSigmoid":
+        return op, [float(a.attrs.get("alpha", 0.2)), float(a.attrs.get("beta", 0.5))], [a]
+    if op == "HardSwish":
+        return op, [0.0, 0.0], [a]
     if op == "LeakyRelu":
         return op, [float(a.attrs.get("alpha", 0.01)), 0.0], [a]
     if op == "Gelu":
@@ -489,7 +494,7 @@ def fuse_epilogues(g: Graph, floats: tuple = _FLOATS) -> int:
 
     Activations: Relu, LeakyRelu, Clip (constant bounds), Sigmoid, Tanh, Gelu (the opset-20 op
     with ``approximate="none"``, or the erf formula torch exports; never the tanh form), Swish
-    (the opset-24 op, or SiLU's ``Mul(y, Sigmoid(y))``). Every
+    (the opset-24 op, or SiLU's ``Mul(y, Sigmoid(y))``), HardSigmoid, HardSwish. Every
     intermediate must have one reader and not be a graph output; the fused node takes the last
     node's place in the order and produces its output value, so output names stay.
     ``floats``: the dtypes fused (float32 and float64; :func:`fuse_epilogues_half` adds

@@ -3,7 +3,9 @@
 Activation codes (shared by gemm and conv kernels):
     ACT_NONE = 0, ACT_RELU = 1, ACT_GELU = 2 (erf form), ACT_SIGMOID = 3, ACT_TANH = 4,
     ACT_LEAKY_RELU = 5 (slope ``alpha``), ACT_CLIP = 6 (``alpha`` = min, ``beta`` = max),
-    ACT_SWISH = 7 (``x * sigmoid(alpha * x)``; SiLU at ``alpha`` = 1).
+    ACT_SWISH = 7 (``x * sigmoid(alpha * x)``; SiLU at ``alpha`` = 1),
+    ACT_HARD_SIGMOID = 8 (``clip(alpha * x + beta, 0, 1)``), ACT_HARD_SWISH = 9
+    (``x * clip(x / 6 + 1 / 2, 0, 1)``).
 NaN inputs stay NaN for every activation (as in ONNX Relu/Clip/...).
 Arrays are C-contiguous float32 or float64; scalars ``alpha``/``beta`` are converted to the
 array dtype.
@@ -20,7 +22,9 @@ ACT_TANH = 4
 ACT_LEAKY_RELU = 5
 ACT_CLIP = 6
 ACT_SWISH = 7
-NUM_ACTS = 8
+ACT_HARD_SIGMOID = 8
+ACT_HARD_SWISH = 9
+NUM_ACTS = 10
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
@@ -64,3 +68,14 @@ def act_row(row, act, alpha, beta):
         for j in range(n):
             v = row[j]
             row[j] = v * fsigmoid(a * v)
+    elif act == ACT_HARD_SIGMOID or act == ACT_HARD_SWISH:
+        swish = act == ACT_HARD_SWISH
+        a = t(1.0 / 6.0) if swish else t(alpha)
+        b = t(0.5) if swish else t(beta)
+        one = t(1.0)
+        for j in range(n):
+            v = row[j]
+            h = a * v + b
+            h = zero if h < zero else h   # NaN passes both tests: stays NaN
+            h = one if h > one else h
+            row[j] = v * h if swish else h

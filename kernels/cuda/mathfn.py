@@ -13,9 +13,10 @@ def activations(ft):
     ``act`` applies the epilogue activations, coded as in
     ``jitort.codegen.lowerings.ACT_CODES``: 1 relu, 2 gelu (erf), 3 sigmoid, 4 tanh, 5 leaky
     relu (slope ``alpha``), 6 clip to [``alpha``, ``beta``], 7 swish ``x * sigmoid(alpha * x)``
-    (SiLU at ``alpha`` = 1). NaN stays NaN."""
+    (SiLU at ``alpha`` = 1), 8 hard sigmoid ``clip(alpha * x + beta, 0, 1)``, 9 hard swish
+    ``x * clip(x / 6 + 1 / 2, 0, 1)``. NaN stays NaN."""
     zero, half, one = ft(0.0), ft(0.5), ft(1.0)
-    rsqrt2 = ft(0.7071067811865476)
+    rsqrt2, sixth = ft(0.7071067811865476), ft(1.0 / 6.0)
 
     @cuda.jit(device=True)
     def sigmoid(x):
@@ -42,6 +43,11 @@ def activations(ft):
             return beta if v > beta else v
         if code == 7:
             return x * sigmoid(alpha * x)
+        if code == 8 or code == 9:
+            h = (sixth * x + half) if code == 9 else (alpha * x + beta)
+            h = zero if h < zero else h  # NaN passes both tests: stays NaN
+            h = one if h > one else h
+            return x * h if code == 9 else h
         return x
 
     return sigmoid, gelu, act

@@ -187,6 +187,24 @@ def test_fused_conv_and_matmul_bias_silu(cuda, group, ws):
         ("MatMulBias", "Swish")]
 
 
+def test_fused_hard_swish_and_hard_sigmoid(cuda):
+    x, w = _rand(2, 2, 5, 5), _rand(8, 2, 3, 3)
+    m = make_model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                    helper.make_node("HardSwish", ["c"], ["y"])],
+                   [("x", F32, [2, 2, 5, 5])], [("y", F32, None)], {"w": w}, opset=14)
+    cm = check(m, {"x": x})
+    assert [(n.op_type, n.attrs.get("activation")) for n in cm.graph.nodes] == [
+        ("FusedConv", "HardSwish")]
+    a, wm, bm = _rand(3, 5), _rand(5, 4), _rand(4)
+    m = make_model([helper.make_node("MatMul", ["a", "w"], ["t"]),
+                    helper.make_node("Add", ["t", "b"], ["s"]),
+                    helper.make_node("HardSigmoid", ["s"], ["y"], alpha=0.3, beta=0.4)],
+                   [("a", F32, [3, 5])], [("y", F32, None)], {"w": wm, "b": bm})
+    cm = check(m, {"a": a})
+    assert [(n.op_type, n.attrs.get("activation")) for n in cm.graph.nodes] == [
+        ("MatMulBias", "HardSigmoid")]
+
+
 @pytest.mark.parametrize("op,attrs", [
     ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2]}),
     ("MaxPool", {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "dilations": [1, 2]}),
@@ -266,7 +284,7 @@ def test_reshape_is_a_view_and_output_copy(cuda):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_epilogue_activations_keep_their_type_and_onnx_edges(cuda, dtype):
     """mathfn.activations: each code in the value's own float type; Relu of -inf is 0 and NaN
-    stays NaN; GELU, Sigmoid and Swish against their float64 formulas."""
+    stays NaN; GELU, Sigmoid, Swish and the hard ones against their float64 formulas."""
     import math
 
     from jitort.kernels.cuda import mathfn
@@ -281,7 +299,8 @@ def test_epilogue_activations_keep_their_type_and_onnx_edges(cuda, dtype):
                 2: np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x.astype(float)]),
                 3: 1 / (1 + np.exp(-x.astype(float))), 5: np.where(x >= 0, x, 0.1 * x),
                 6: np.clip(x, 0.1, 0.5),
-                7: x.astype(float) / (1 + np.exp(-0.1 * x.astype(float)))}  # -inf: NaN, as ONNX
+                7: x.astype(float) / (1 + np.exp(-0.1 * x.astype(float))),  # -inf: NaN, as ONNX
+                8: np.clip(0.1 * x + 0.5, 0, 1), 9: x * np.clip(x / 6 + 0.5, 0, 1)}
     for code, w in want.items():
         dx, dy = cuda.to_device(x), cuda.device_array(x.shape, dtype)
         apply[1, 32](dx, dy, code)
