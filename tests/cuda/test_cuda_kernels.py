@@ -163,46 +163,42 @@ def test_fused_conv1d_clip_and_matmul_bias_clip(cuda):
     assert [(n.op_type, n.attrs.get("activation")) for n in cm.graph.nodes] == [("MatMulBias", "Clip")]
 
 
+def _act_tail(act: str) -> list:
+    """Activation ``act`` of ``c`` into ``y`` as exporters write it (SiLU: torch's nn.SiLU)."""
+    mk = helper.make_node
+    return {"silu": [mk("Sigmoid", ["c"], ["g"]), mk("Mul", ["g", "c"], ["y"])],
+            "hardswish": [mk("HardSwish", ["c"], ["y"])],
+            "hardsigmoid": [mk("HardSigmoid", ["c"], ["y"], alpha=0.3, beta=0.4)]}[act]
+
+
+#: the activation each fuses to
+_FUSED_ACT = {"silu": "Swish", "hardswish": "HardSwish", "hardsigmoid": "HardSigmoid"}
+
+
+@pytest.mark.parametrize("act", sorted(_FUSED_ACT))
 @pytest.mark.parametrize("group,ws", [(1, (8, 2, 3, 3)), (2, (8, 1, 3, 3))],
                          ids=["tiled", "direct"])
-def test_fused_conv_and_matmul_bias_silu(cuda, group, ws):
-    """SiLU (Sigmoid + Mul, as torch exports it) in the device epilogue: Swish, alpha 1."""
+def test_fused_conv_activations(cuda, act, group, ws):
+    """Swish (SiLU's Sigmoid + Mul, alpha 1), HardSwish and HardSigmoid in the device epilogue
+    of the tiled and the direct convolution kernels."""
     x, w, b = _rand(2, 2, 5, 5), _rand(*ws), _rand(8)
     m = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1],
-                                     group=group),
-                    helper.make_node("Sigmoid", ["c"], ["g"]),
-                    helper.make_node("Mul", ["g", "c"], ["y"])],
-                   [("x", F32, [2, 2, 5, 5])], [("y", F32, None)], {"w": w, "b": b})
+                                     group=group)] + _act_tail(act),
+                   [("x", F32, [2, 2, 5, 5])], [("y", F32, None)], {"w": w, "b": b}, opset=14)
     cm = check(m, {"x": x})
     assert [(n.op_type, n.attrs.get("activation")) for n in cm.graph.nodes] == [
-        ("FusedConv", "Swish")]
-    a, wm, bm = _rand(3, 5), _rand(5, 4), _rand(4)
-    m = make_model([helper.make_node("MatMul", ["a", "w"], ["t"]),
-                    helper.make_node("Add", ["t", "b"], ["s"]),
-                    helper.make_node("Sigmoid", ["s"], ["g"]),
-                    helper.make_node("Mul", ["s", "g"], ["y"])],
-                   [("a", F32, [3, 5])], [("y", F32, None)], {"w": wm, "b": bm})
-    cm = check(m, {"a": a})
-    assert [(n.op_type, n.attrs.get("activation")) for n in cm.graph.nodes] == [
-        ("MatMulBias", "Swish")]
+        ("FusedConv", _FUSED_ACT[act])]
 
 
-def test_fused_hard_swish_and_hard_sigmoid(cuda):
-    x, w = _rand(2, 2, 5, 5), _rand(8, 2, 3, 3)
-    m = make_model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-                    helper.make_node("HardSwish", ["c"], ["y"])],
-                   [("x", F32, [2, 2, 5, 5])], [("y", F32, None)], {"w": w}, opset=14)
-    cm = check(m, {"x": x})
-    assert [(n.op_type, n.attrs.get("activation")) for n in cm.graph.nodes] == [
-        ("FusedConv", "HardSwish")]
+@pytest.mark.parametrize("act", sorted(_FUSED_ACT))
+def test_matmul_bias_activations(cuda, act):
     a, wm, bm = _rand(3, 5), _rand(5, 4), _rand(4)
     m = make_model([helper.make_node("MatMul", ["a", "w"], ["t"]),
-                    helper.make_node("Add", ["t", "b"], ["s"]),
-                    helper.make_node("HardSigmoid", ["s"], ["y"], alpha=0.3, beta=0.4)],
-                   [("a", F32, [3, 5])], [("y", F32, None)], {"w": wm, "b": bm})
+                    helper.make_node("Add", ["t", "b"], ["c"])] + _act_tail(act),
+                   [("a", F32, [3, 5])], [("y", F32, None)], {"w": wm, "b": bm}, opset=14)
     cm = check(m, {"a": a})
     assert [(n.op_type, n.attrs.get("activation")) for n in cm.graph.nodes] == [
-        ("MatMulBias", "HardSigmoid")]
+        ("MatMulBias", _FUSED_ACT[act])]
 
 
 @pytest.mark.parametrize("op,attrs", [
