@@ -434,11 +434,16 @@ def _gelu_nodes(form: str, x: str, y: str) -> list:
         return [mk("Sigmoid", [x], ["g_s"]), mk("Mul", ["g_s", x], [y])]
     if form == "gelu_op_tanh":
         return [mk("Gelu", [x], [y], approximate="tanh")]
-    if form == "tanh_formula":  # gpt2: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-        return [mk("Pow", [x, "three"], ["g_p"]), mk("Mul", ["g_p", "c044"], ["g_c"]),
-                mk("Add", [x, "g_c"], ["g_s"]), mk("Mul", ["g_s", "s2pi"], ["g_t"]),
-                mk("Tanh", ["g_t"], ["g_th"]), mk("Add", ["g_th", "one"], ["g_a"]),
-                mk("Mul", [x, "half"], ["g_h"]), mk("Mul", ["g_h", "g_a"], [y])]
+    if form.startswith("tanh_formula"):  # gpt2: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        c044 = "c05" if form.endswith("wrong_constant") else "c044"
+        head = [mk("Pow", [x, "three"], ["g_p"]), mk("Mul", [c044, "g_p"], ["g_c"]),
+                mk("Add", ["g_c", x], ["g_s"]), mk("Mul", ["g_s", "s2pi"], ["g_t"]),
+                mk("Tanh", ["g_t"], ["g_th"]), mk("Add", ["one", "g_th"], ["g_a"])]
+        if form.endswith("half_last"):  # (x * t) * 0.5
+            return head + [mk("Mul", ["g_a", x], ["g_h"]), mk("Mul", ["g_h", "half"], [y])]
+        if form.endswith("half_of_sum"):  # x * (t * 0.5)
+            return head + [mk("Mul", ["g_a", "half"], ["g_h"]), mk("Mul", [x, "g_h"], [y])]
+        return head + [mk("Mul", [x, "half"], ["g_h"]), mk("Mul", ["g_h", "g_a"], [y])]
     return [mk(form, [x], [y])]  # a plain activation op
 
 
@@ -447,7 +452,7 @@ def _mlp_model(form: str, opset: int = 17):
     f = np.float32
     init = {"w1": _arr(16, 32) / 4, "b1": _arr(32), "w2": _arr(32, 8) / 4,
             "sqrt2": f(np.sqrt(2)), "rsqrt2": f(1 / np.sqrt(2)), "one": f(1), "half": f(0.5),
-            "three": f(3), "c044": f(0.044715), "s2pi": f(np.sqrt(2 / np.pi))}
+            "three": f(3), "c044": f(0.044715), "c05": f(0.05), "s2pi": f(np.sqrt(2 / np.pi))}
     nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"])]
     nodes += _gelu_nodes(form, "hb", "act")
     nodes.append(helper.make_node("MatMul", ["act", "w2"], ["y"]))
@@ -459,14 +464,16 @@ def _mlp_model(form: str, opset: int = 17):
 @pytest.mark.parametrize("form,opset,fused", [
     ("Relu", 17, "Relu"), ("Sigmoid", 17, "Sigmoid"), ("Tanh", 17, "Tanh"),
     ("erf_div", 17, "Gelu"), ("erf_mul_half_first", 17, "Gelu"), ("erf_half_of_sum", 17, "Gelu"),
-    ("gelu_op", 20, "Gelu"), ("gelu_op_tanh", 20, None), ("tanh_formula", 17, None),
+    ("gelu_op", 20, "Gelu"), ("gelu_op_tanh", 20, "GeluTanh"), ("tanh_formula", 17, "GeluTanh"),
+    ("tanh_formula_half_last", 17, "GeluTanh"), ("tanh_formula_half_of_sum", 17, "GeluTanh"),
+    ("tanh_formula_wrong_constant", 17, None),
     ("silu", 17, "Swish"), ("HardSigmoid", 17, "HardSigmoid"), ("HardSwish", 17, "HardSwish")])
 def test_matmulbias_activation_fusion_matches_onnxruntime(form, opset, fused):
     m = _mlp_model(form, opset)
     g = _optimized(m)
     mmb = [n for n in g.nodes if n.op_type == "MatMulBias"]
     assert len(mmb) == 1
-    if fused is None:  # the tanh approximation is not ACT_GELU: left to the elementwise fuser
+    if fused is None:  # not GELU's constant: another function, left to the elementwise fuser
         assert mmb[0].attrs["activation"] == ""
         assert len(g.nodes) > 2
     else:

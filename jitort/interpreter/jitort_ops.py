@@ -17,12 +17,14 @@ from .numpy_ops import _erf, _sigmoid
 from .registry import Defer, fast, kind
 
 _SQRT1_2 = 1.0 / math.sqrt(2.0)
+_SQRT2_PI = math.sqrt(2.0 / math.pi)
 
 
 def activation(y: np.ndarray, name: str, params) -> np.ndarray:
     """ONNX ``name`` (Relu, LeakyRelu, Clip, Sigmoid, Tanh, Gelu with approximate="none",
-    Swish, HardSigmoid, HardSwish) applied to ``y``; ``params`` are ``[alpha, beta]``
-    (LeakyRelu's slope, Clip's bounds, Swish's alpha, HardSigmoid's alpha and beta)."""
+    Swish, HardSigmoid, HardSwish; GeluTanh: Gelu with approximate="tanh") applied to ``y``;
+    ``params`` are ``[alpha, beta]`` (LeakyRelu's slope, Clip's bounds, Swish's alpha,
+    HardSigmoid's alpha and beta)."""
     p = [float(v) for v in params] + [0.0, 0.0]
     if name == "":
         return y
@@ -39,6 +41,8 @@ def activation(y: np.ndarray, name: str, params) -> np.ndarray:
             r = np.tanh(y)
         elif name == "Gelu":
             r = 0.5 * y * (1.0 + _erf(y * _SQRT1_2))
+        elif name == "GeluTanh":
+            r = 0.5 * y * (1.0 + np.tanh(_SQRT2_PI * (y + 0.044715 * y * y * y)))
         elif name == "Swish":
             r = y * _sigmoid(y * y.dtype.type(p[0]))
         elif name in ("HardSigmoid", "HardSwish"):

@@ -292,6 +292,8 @@ _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 #: in float32 and round once, at the store)
 _HALF_FLOATS = (np.dtype(np.float16),) + _FLOATS
 _SQRT2 = 1.4142135623730951
+_SQRT2_PI = 0.7978845608028654  # GELU's tanh approximation: sqrt(2 / pi), and its cubic term
+_GELU_CUBIC = 0.044715
 #: Clip-6's defaults (attributes min/max): the float32 range, not infinity.
 _CLIP6_MAX = float(np.finfo(np.float32).max)
 
@@ -396,6 +398,60 @@ def _match_gelu_erf(g: Graph, y: Value, consumers) -> tuple[Node, list[Node]] | 
     return None
 
 
+def _match_gelu_tanh(g: Graph, y: Value, consumers) -> list[Node] | None:
+    """``0.5 * y * (1 + Tanh(sqrt(2/pi) * (y + 0.044715 * Pow(y, 3))))`` as GPT-2's exports
+    write it (operands in any order; the 0.5 on y, on the sum, or on the product last). The
+    nodes of the pattern, the last one producing the activated value; each intermediate read
+    once and not a graph output."""
+    users = consumers.get(id(y), [])
+    outs = g.output_ids()
+    if len(users) != 3 or id(y) in outs:
+        return None
+    tol = _tolerance(y)
+
+    def scaled(v: Value, op: str, c: float) -> Node | None:  # the one ``op(v, c)`` reading v
+        u = _user(g, v, consumers, op)
+        if u is None:
+            return None
+        return u if _close(_scalar_const(_binary_other(u, v), y), c, tol) else None
+
+    pow3 = next((u for u in users if u.op_type == "Pow" and not u.domain and len(u.inputs) == 2
+                 and u.inputs[0] is y and _close(_scalar_const(u.inputs[1], y), 3.0, tol)),
+                None)
+    cube = pow3 and scaled(pow3.outputs[0], "Mul", _GELU_CUBIC)
+    inner = cube and _user(g, cube.outputs[0], consumers, "Add")
+    if not inner or inner not in users or _binary_other(inner, y) is not cube.outputs[0]:
+        return None
+    arg = scaled(inner.outputs[0], "Mul", _SQRT2_PI)
+    th = arg and _user(g, arg.outputs[0], consumers, "Tanh")
+    plus = th and scaled(th.outputs[0], "Add", 1.0)
+    if not plus:
+        return None
+    pre = [pow3, cube, inner, arg, th, plus]
+    t = plus.outputs[0]                          # 1 + tanh(...)
+
+    def only(v: Value, node: Node) -> bool:     # v is read by ``node`` alone, not an output
+        return consumers.get(id(v), []) == [node] and id(v) not in outs
+
+    (last_y,) = [u for u in users if u is not pow3 and u is not inner] or [None]
+    if (last_y is None or last_y.op_type != "Mul" or last_y.domain
+            or len(last_y.outputs) != 1 or last_y.outputs[0].dtype != y.dtype):
+        return None
+    o = _binary_other(last_y, y)
+    if o is t:                                   # (y * t) * 0.5
+        last = only(t, last_y) and scaled(last_y.outputs[0], "Mul", 0.5)
+        return pre + [last_y, last] if last else None
+    if _close(_scalar_const(o, y), 0.5, tol):    # (y * 0.5) * t
+        last = _user(g, last_y.outputs[0], consumers, "Mul")
+        if last and _binary_other(last, last_y.outputs[0]) is t and only(t, last):
+            return pre + [last_y, last]
+        return None
+    half = scaled(t, "Mul", 0.5)                 # y * (t * 0.5)
+    if half is not None and o is half.outputs[0] and only(o, last_y):
+        return pre + [half, last_y]
+    return None
+
+
 def _match_silu(g: Graph, y: Value, consumers) -> list[Node] | None:
     """``Mul(y, Sigmoid(y))`` (either operand order), as torch exports ``nn.SiLU``: the
     Sigmoid and the Mul, the Sigmoid's output read by the Mul alone."""
@@ -423,6 +479,9 @@ def _match_activation(g: Graph, y: Value, consumers, floats: tuple = _FLOATS
     silu = _match_silu(g, y, consumers)
     if silu is not None:
         return "Swish", [1.0, 0.0], silu
+    gelu_tanh = _match_gelu_tanh(g, y, consumers)
+    if gelu_tanh is not None:
+        return "GeluTanh", [0.0, 0.0], gelu_tanh
     a = _single_use(g, y, consumers)
     if (a is None or a.domain or a.op_type not in EPILOGUE_ACTIVATIONS or len(a.outputs) != 1
             or a.inputs[0] is not y or a.outputs[0].dtype != y.dtype):
@@ -439,9 +498,10 @@ def _match_activation(g: Graph, y: Value, consumers, floats: tuple = _FLOATS
     if op == "LeakyRelu":
         return op, [float(a.attrs.get("alpha", 0.01)), 0.0], [a]
     if op == "Gelu":
-        if a.attrs.get("approximate", "none") != "none":
-            return None  # the tanh approximation is another function
-        return op, [0.0, 0.0], [a]
+        approx = a.attrs.get("approximate", "none")
+        if approx not in ("none", "tanh"):
+            return None
+        return ("Gelu" if approx == "none" else "GeluTanh"), [0.0, 0.0], [a]
     # Clip: bounds are attributes before opset 11, optional constant inputs from 11 on
     if a.since_version < 11:
         lo = float(a.attrs.get("min", -_CLIP6_MAX))
@@ -493,8 +553,9 @@ def fuse_epilogues(g: Graph, floats: tuple = _FLOATS) -> int:
       ``activation`` set.
 
     Activations: Relu, LeakyRelu, Clip (constant bounds), Sigmoid, Tanh, Gelu (the opset-20 op
-    with ``approximate="none"``, or the erf formula torch exports; never the tanh form), Swish
-    (the opset-24 op, or SiLU's ``Mul(y, Sigmoid(y))``), HardSigmoid, HardSwish. Every
+    with ``approximate="none"``, or the erf formula torch exports), GeluTanh (GELU's tanh
+    approximation: the op with ``approximate="tanh"``, or GPT-2's formula), Swish (the
+    opset-24 op, or SiLU's ``Mul(y, Sigmoid(y))``), HardSigmoid, HardSwish. Every
     intermediate must have one reader and not be a graph output; the fused node takes the last
     node's place in the order and produces its output value, so output names stay.
     ``floats``: the dtypes fused (float32 and float64; :func:`fuse_epilogues_half` adds

@@ -5,7 +5,8 @@ Activation codes (shared by gemm and conv kernels):
     ACT_LEAKY_RELU = 5 (slope ``alpha``), ACT_CLIP = 6 (``alpha`` = min, ``beta`` = max),
     ACT_SWISH = 7 (``x * sigmoid(alpha * x)``; SiLU at ``alpha`` = 1),
     ACT_HARD_SIGMOID = 8 (``clip(alpha * x + beta, 0, 1)``), ACT_HARD_SWISH = 9
-    (``x * clip(x / 6 + 1 / 2, 0, 1)``).
+    (``x * clip(x / 6 + 1 / 2, 0, 1)``), ACT_GELU_TANH = 10 (GELU's tanh approximation,
+    ``x / 2 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 x^3)))``).
 NaN inputs stay NaN for every activation (as in ONNX Relu/Clip/...).
 Arrays are C-contiguous float32 or float64; scalars ``alpha``/``beta`` are converted to the
 array dtype.
@@ -24,7 +25,8 @@ ACT_CLIP = 6
 ACT_SWISH = 7
 ACT_HARD_SIGMOID = 8
 ACT_HARD_SWISH = 9
-NUM_ACTS = 10
+ACT_GELU_TANH = 10
+NUM_ACTS = 11
 
 
 @njit(cache=True, error_model='numpy', fastmath={'reassoc', 'contract', 'arcp'})
@@ -79,3 +81,11 @@ def act_row(row, act, alpha, beta):
             h = zero if h < zero else h   # NaN passes both tests: stays NaN
             h = one if h > one else h
             row[j] = v * h if swish else h
+    elif act == ACT_GELU_TANH:
+        half = t(0.5)
+        one = t(1.0)
+        s2pi = t(0.7978845608028654)
+        c = t(0.044715)
+        for j in range(n):
+            v = row[j]
+            row[j] = half * v * (one + ftanh(s2pi * (v + c * v * v * v)))

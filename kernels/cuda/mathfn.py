@@ -14,9 +14,10 @@ def activations(ft):
     ``jitort.codegen.lowerings.ACT_CODES``: 1 relu, 2 gelu (erf), 3 sigmoid, 4 tanh, 5 leaky
     relu (slope ``alpha``), 6 clip to [``alpha``, ``beta``], 7 swish ``x * sigmoid(alpha * x)``
     (SiLU at ``alpha`` = 1), 8 hard sigmoid ``clip(alpha * x + beta, 0, 1)``, 9 hard swish
-    ``x * clip(x / 6 + 1 / 2, 0, 1)``. NaN stays NaN."""
+    ``x * clip(x / 6 + 1 / 2, 0, 1)``, 10 GELU's tanh approximation. NaN stays NaN."""
     zero, half, one = ft(0.0), ft(0.5), ft(1.0)
     rsqrt2, sixth = ft(0.7071067811865476), ft(1.0 / 6.0)
+    s2pi, cubic = ft(0.7978845608028654), ft(0.044715)
 
     @cuda.jit(device=True)
     def sigmoid(x):
@@ -48,6 +49,8 @@ def activations(ft):
             h = zero if h < zero else h  # NaN passes both tests: stays NaN
             h = one if h > one else h
             return x * h if code == 9 else h
+        if code == 10:
+            return half * x * (one + math.tanh(s2pi * (x + cubic * x * x * x)))
         return x
 
     return sigmoid, gelu, act

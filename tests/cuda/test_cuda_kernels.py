@@ -280,7 +280,8 @@ def test_reshape_is_a_view_and_output_copy(cuda):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_epilogue_activations_keep_their_type_and_onnx_edges(cuda, dtype):
     """mathfn.activations: each code in the value's own float type; Relu of -inf is 0 and NaN
-    stays NaN; GELU, Sigmoid, Swish and the hard ones against their float64 formulas."""
+    stays NaN; GELU (both forms), Sigmoid, Swish and the hard ones against their float64
+    formulas."""
     import math
 
     from jitort.kernels.cuda import mathfn
@@ -296,7 +297,8 @@ def test_epilogue_activations_keep_their_type_and_onnx_edges(cuda, dtype):
                 3: 1 / (1 + np.exp(-x.astype(float))), 5: np.where(x >= 0, x, 0.1 * x),
                 6: np.clip(x, 0.1, 0.5),
                 7: x.astype(float) / (1 + np.exp(-0.1 * x.astype(float))),  # -inf: NaN, as ONNX
-                8: np.clip(0.1 * x + 0.5, 0, 1), 9: x * np.clip(x / 6 + 0.5, 0, 1)}
+                8: np.clip(0.1 * x + 0.5, 0, 1), 9: x * np.clip(x / 6 + 0.5, 0, 1),
+                10: 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))}
     for code, w in want.items():
         dx, dy = cuda.to_device(x), cuda.device_array(x.shape, dtype)
         apply[1, 32](dx, dy, code)

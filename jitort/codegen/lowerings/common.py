@@ -119,7 +119,7 @@ def loop_copy_kernel(em, name: str, r: int, idx_in: list[str], tail: str = ""):
 #: Fused activations (``activation`` attribute of MatMulBias / FusedConv) -> the kernels' codes
 #: (``kernels/cpu/epilogue.py``; Gelu is the erf form).
 ACT_CODES = {"": 0, "Relu": 1, "Gelu": 2, "Sigmoid": 3, "Tanh": 4, "LeakyRelu": 5, "Clip": 6,
-             "Swish": 7, "HardSigmoid": 8, "HardSwish": 9}
+             "Swish": 7, "HardSigmoid": 8, "HardSwish": 9, "GeluTanh": 10}
 
 
 def _conv_pads(n: Node, in_sp, k_sp, strides, dil, out_sp) -> list[int]:
