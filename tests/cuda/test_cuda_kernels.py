@@ -277,6 +277,8 @@ def test_reshape_is_a_view_and_output_copy(cuda):
     check(m, {"x": x})
 
 
+# -inf * 0 (GELU, Swish, HardSwish of -inf) is NaN, as ONNX's ops give; the simulator warns
+@pytest.mark.filterwarnings("ignore:invalid value encountered in scalar multiply")
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_epilogue_activations_keep_their_type_and_onnx_edges(cuda, dtype):
     """mathfn.activations: each code in the value's own float type; Relu of -inf is 0 and NaN
