@@ -30,6 +30,7 @@ the host's cost of a call.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -43,7 +44,7 @@ MAX_REPS = 500
 _MODULES = ("blas", "conv", "gemm", "launch", "mathfn", "tunables")
 
 
-def _replayer(record) -> callable:
+def _replayer(record: Callable[[], None]) -> Callable[[], None]:
     """A no-argument callable that runs the work ``record()`` starts (recorded once, replayed:
     compiled by a first replay, then captured as a CUDA graph where the GPU allows) ``reps``
     times on a stream of its own and waits for it; ``reps`` (an attribute of the callable:

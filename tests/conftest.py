@@ -7,6 +7,8 @@ Calibration (jitort/tuning.py) is off likewise; tests/test_tuning.py covers it.
 """
 import os
 
+import pytest
+
 os.environ.setdefault("JITORT_TIERED", "0")
 # Generated code follows the default shape rules, not whatever this machine's calibration
 # decided (jitort/tuning.py), and no background calibration starts; tests/test_tuning.py
@@ -39,3 +41,17 @@ def pytest_configure(config):
     from .skip_budget import SkipBudget
 
     config.pluginmanager.register(SkipBudget(config, MAX_SKIPS), "jitort-skip-budget")
+
+
+@pytest.fixture
+def tune_dir(tmp_path, monkeypatch):
+    """Calibration on, decisions in a folder of the test's own (tests/test_tuning.py and
+    tests/cuda/test_cuda_tuning.py); the decision files' folder."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv("JITORT_TUNE", "1")
+    monkeypatch.setenv("JITORT_TUNE_BACKGROUND", "0")
+    monkeypatch.setenv("JITORT_KERNEL_CACHE_DIR", str(root))
+    monkeypatch.delenv("JITORT_TUNE_SLOW", raising=False)
+    # the kernels' own compiled code stays in the suite's cache (the root above is only read
+    # for tuning/): kernels._cache reads its root once per kernel module at import
+    yield root / "tuning"

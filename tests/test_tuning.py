@@ -27,18 +27,6 @@ SMALL_GRID = [(64, 256, 256, 0), (64, 1024, 256, 0), (16, 1024, 1024, 1), (256, 
 
 
 @pytest.fixture
-def tune_dir(tmp_path, monkeypatch):
-    root = tmp_path / "cache"
-    monkeypatch.setenv("JITORT_TUNE", "1")
-    monkeypatch.setenv("JITORT_TUNE_BACKGROUND", "0")
-    monkeypatch.setenv("JITORT_KERNEL_CACHE_DIR", str(root))
-    monkeypatch.delenv("JITORT_TUNE_SLOW", raising=False)
-    # the kernels' own compiled code stays in the suite's cache (the root above is only read
-    # for tuning/): kernels._cache reads its root once per kernel module at import
-    yield root / "tuning"
-
-
-@pytest.fixture
 def small_grid(monkeypatch):
     import dataclasses
     small = dataclasses.replace(GEMM_WEIGHTS, grid=lambda: list(SMALL_GRID))

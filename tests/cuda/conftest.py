@@ -29,3 +29,23 @@ def cuda():
     if SIMULATOR and "simulator" not in type(mod.device_array(1, "f4")).__module__:
         pytest.skip("numba.cuda was imported without the simulator before these tests")
     return mod
+
+
+@pytest.fixture
+def cublas(cuda, monkeypatch):
+    """The cuBLAS binding jitort calls, its calls listed: the stand-in on the simulator (device
+    addresses are the simulator arrays' host memory), CuPy's on a GPU."""
+    from jitort.kernels.cuda import blas
+    from tests.cuda.standin_cublas import Listed, StandInCublas
+    if SIMULATOR:
+        lib = StandInCublas()
+        monkeypatch.setattr(blas, "address",
+                            lambda arr, off: arr._ary.ctypes.data + off * arr._ary.itemsize)
+    else:
+        lib = blas._load()
+        if lib is None:
+            pytest.skip("cuBLAS cannot run here (CuPy missing, or JITORT_CUDA_BLAS=own)")
+    listed = Listed(lib)
+    monkeypatch.setattr(blas, "_lib", listed)
+    monkeypatch.setattr(blas, "_local", type(blas._local)())  # a new handle: its mode is listed
+    return listed

@@ -1,16 +1,15 @@
 """The cuBLAS path of the CUDA GEMM and convolution (kernels/cuda/blas.py, gemm._run,
 conv._cublas): the column-major call a row-major product becomes, and the epilogue after it.
 
-cuBLAS cannot run on the simulator, so a stand-in binding does what cuBLAS's documentation
-says each routine does, over the memory the addresses name (the simulator's device arrays are
-host memory): column-major matrices of the given leading dimensions (a leading dimension
-cuBLAS would refuse fails the call), ``op`` transposes, batches at the given element strides,
-``beta = 0`` never reading C. What is checked is jitort's side -- addresses, transposes,
-leading dimensions, batch strides (0 for a matrix every batch shares), which products go to
-cuBLAS -- and the results against onnxruntime. On a GPU (JITORT_TEST_CUDA=gpu) the same tests
-call CuPy's binding: real cuBLAS, the same calls listed."""
-import ctypes
-
+cuBLAS cannot run on the simulator, so a stand-in binding (standin_cublas.py) does what
+cuBLAS's documentation says each routine does, over the memory the addresses name (the
+simulator's device arrays are host memory): column-major matrices of the given leading
+dimensions (a leading dimension cuBLAS would refuse fails the call), ``op`` transposes, batches
+at the given element strides, ``beta = 0`` never reading C. What is checked is jitort's side --
+addresses, transposes, leading dimensions, batch strides (0 for a matrix every batch shares),
+which products go to cuBLAS -- and the results against onnxruntime. On a GPU
+(JITORT_TEST_CUDA=gpu) the same tests call CuPy's binding: real cuBLAS, the same calls
+listed."""
 import numpy as np
 import pytest
 from onnx import helper
@@ -21,135 +20,6 @@ from jitort.kernels.cuda.launch import LibraryCall
 from tests.cuda.conftest import SIMULATOR
 from tests.cuda.test_cuda_models import _ort, _w
 from tests.helpers import F32, make_model
-
-
-class _StandInCublas:
-    """cuBLAS's GEMM routines as documented, on host memory."""
-
-    def create(self):
-        return 7
-
-    def setMathMode(self, handle, mode):
-        pass
-
-    def setStream(self, handle, stream):
-        assert handle == 7
-
-    @staticmethod
-    def _matrix(dt, addr, rows, cols, ld):
-        """The column-major (rows, cols) matrix of leading dimension ``ld`` at ``addr``."""
-        if ld < max(1, rows):
-            raise ValueError(f"CUBLAS_STATUS_INVALID_VALUE: ld {ld} < rows {rows}")
-        item = np.dtype(dt).itemsize
-        span = (cols - 1) * ld + rows
-        flat = np.ctypeslib.as_array((ctypes.c_char * (span * item)).from_address(addr))
-        return np.lib.stride_tricks.as_strided(flat.view(dt), (rows, cols), (item, ld * item))
-
-    def _gemm(self, dt, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, count):
-        item = np.dtype(dt).itemsize
-        ct = np.float32 if dt == np.float16 else dt  # the Ex routines' float32 compute
-        for z in range(count):
-            am = self._matrix(dt, a + z * sa * item, *((m, k) if ta == blas.OP_N else (k, m)), lda)
-            bm = self._matrix(dt, b + z * sb * item, *((k, n) if tb == blas.OP_N else (n, k)), ldb)
-            cm = self._matrix(dt, c + z * sc * item, m, n, ldc)
-            am, bm = am.astype(ct), bm.astype(ct)
-            prod = alpha * ((am if ta == blas.OP_N else am.T) @ (bm if tb == blas.OP_N else bm.T))
-            cm[...] = prod if beta == 0 else prod + beta * cm
-
-    def sgemm(self, h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
-        self._gemm(np.float32, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1)
-
-    def dgemm(self, h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
-        self._gemm(np.float64, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1)
-
-    def sgemmStridedBatched(self, h, *args):
-        self._gemm(np.float32, *args)
-
-    def dgemmStridedBatched(self, h, *args):
-        self._gemm(np.float64, *args)
-
-    @staticmethod
-    def _scalar(addr):
-        return float(np.ctypeslib.as_array((ctypes.c_float * 1).from_address(addr))[0])
-
-    def gemmEx(self, h, ta, tb, m, n, k, pa, a, at, lda, b, bt, ldb, pb, c, ct, ldc, comp, algo):
-        self.gemmStridedBatchedEx(h, ta, tb, m, n, k, pa, a, at, lda, 0, b, bt, ldb, 0, pb, c, ct,
-                                  ldc, 0, 1, comp, algo)
-
-    def gemmStridedBatchedEx(self, h, ta, tb, m, n, k, pa, a, at, lda, sa, b, bt, ldb, sb, pb,
-                             c, ct, ldc, sc, count, comp, algo):
-        assert (at, bt, ct, comp) == (blas.R_16F, blas.R_16F, blas.R_16F, blas.COMPUTE_32F)
-        self._gemm(np.float16, ta, tb, m, n, k, self._scalar(pa), a, lda, sa, b, ldb, sb,
-                   self._scalar(pb), c, ldc, sc, count)
-
-
-class _Listed:
-    """A cuBLAS binding whose GEMM calls (dtype, ops, m, n, k, leading dimensions, batch
-    strides, count) and math modes are listed: CuPy's on a GPU, the stand-in elsewhere."""
-
-    def __init__(self, lib):
-        self.lib, self.calls, self.modes = lib, [], []
-
-    def create(self):
-        return self.lib.create()
-
-    def setMathMode(self, handle, mode):
-        self.modes.append(mode)
-        self.lib.setMathMode(handle, mode)
-
-    def setStream(self, handle, stream):
-        self.lib.setStream(handle, stream)
-
-    def _single(self, name, h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
-        self.calls.append((name[0].replace("s", "f"), ta, tb, m, n, k, lda, 0, ldb, 0, ldc, 0, 1))
-        getattr(self.lib, name)(h, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-
-    def _batched(self, name, h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc,
-                 count):
-        self.calls.append((name[0].replace("s", "f"), ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc,
-                           count))
-        getattr(self.lib, name)(h, ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc,
-                                sc, count)
-
-    def gemmEx(self, h, ta, tb, m, n, k, pa, a, at, lda, b, bt, ldb, pb, c, ct, ldc, *rest):
-        self.calls.append(("e", ta, tb, m, n, k, lda, 0, ldb, 0, ldc, 0, 1))
-        self.lib.gemmEx(h, ta, tb, m, n, k, pa, a, at, lda, b, bt, ldb, pb, c, ct, ldc, *rest)
-
-    def gemmStridedBatchedEx(self, h, ta, tb, m, n, k, pa, a, at, lda, sa, b, bt, ldb, sb, pb,
-                             c, ct, ldc, sc, count, *rest):
-        self.calls.append(("e", ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, count))
-        self.lib.gemmStridedBatchedEx(h, ta, tb, m, n, k, pa, a, at, lda, sa, b, bt, ldb, sb, pb,
-                                      c, ct, ldc, sc, count, *rest)
-
-    def sgemm(self, *args):
-        self._single("sgemm", *args)
-
-    def dgemm(self, *args):
-        self._single("dgemm", *args)
-
-    def sgemmStridedBatched(self, *args):
-        self._batched("sgemmStridedBatched", *args)
-
-    def dgemmStridedBatched(self, *args):
-        self._batched("dgemmStridedBatched", *args)
-
-
-@pytest.fixture
-def cublas(cuda, monkeypatch):
-    """The cuBLAS binding jitort calls, its calls listed: the stand-in on the simulator (device
-    addresses are the simulator arrays' host memory), CuPy's on a GPU."""
-    if SIMULATOR:
-        lib = _StandInCublas()
-        monkeypatch.setattr(blas, "address",
-                            lambda arr, off: arr._ary.ctypes.data + off * arr._ary.itemsize)
-    else:
-        lib = blas._load()
-        if lib is None:
-            pytest.skip("cuBLAS cannot run here (CuPy missing, or JITORT_CUDA_BLAS=own)")
-    listed = _Listed(lib)
-    monkeypatch.setattr(blas, "_lib", listed)
-    monkeypatch.setattr(blas, "_local", type(blas._local)())  # a new handle: its mode is listed
-    return listed
 
 
 def _records(cm):

@@ -3,9 +3,10 @@ the default rules are the launchers' rules before calibration, a GPU's decisions
 launchers (the recorded work changes, results do not), they live in a file of that GPU's own,
 and calibration measures every candidate that can run a bucket.
 
-On the simulator cuBLAS is the stand-in binding of test_cuda_blas (the ``cublas`` fixture);
-timings there say nothing about a GPU, so the tests that calibrate slow candidates down with
-``JITORT_TUNE_SLOW`` to check what the decision follows, and that every candidate ran."""
+On the simulator cuBLAS is the stand-in binding (tests/cuda/standin_cublas.py, the ``cublas``
+fixture); timings there say nothing about a GPU, so the tests that calibrate slow candidates
+down with ``JITORT_TUNE_SLOW`` to check what the decision follows, and that every candidate
+ran."""
 import dataclasses
 import json
 import os
@@ -22,10 +23,10 @@ from jitort import tuning
 from jitort.kernels.cuda import blas, conv, gemm, tunables
 from jitort.tuning_cuda import CONV_GRID, CUDA_CONV, CUDA_GEMM
 from tests.cuda.conftest import SIMULATOR
-from tests.cuda.test_cuda_blas import _conv_model, _kinds, cublas  # noqa: F401 - fixture
+from tests.cuda.test_cuda_blas import _conv_model, _kinds
 from tests.cuda.test_cuda_models import _ort, _w
 from tests.helpers import F32, make_model
-from tests.test_tuning import ROOT, tune_dir  # noqa: F401 - fixture
+from tests.test_tuning import ROOT
 
 F32_DT = np.dtype(np.float32)
 
@@ -158,6 +159,14 @@ def test_a_calibrated_product_pick_reaches_the_launcher(cublas, tune_dir, pick):
     cm8 = jitort.compile(m, device="cuda")
     cm8(_w(8, 6))
     assert _kinds(cm8)[0] is blas.gemm_strided
+
+
+def test_explain_lines_name_the_gpu_choices(cuda, tune_dir):
+    lines = tuning.summary_lines("cuda")
+    assert [line.split(":")[0] for line in lines] == ["cuda.gemm", "cuda.conv"]
+    assert all("default rule" in line for line in lines)
+    _write_cuda({"cuda.gemm": {tunables.gemm_bucket(1, 3, 5, 6): "tiled"}})
+    assert "calibrated here (1 buckets)" in tuning.summary_lines("cuda")[0]
 
 
 def test_decisions_of_another_gpu_are_ignored(cublas, tune_dir):
