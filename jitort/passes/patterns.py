@@ -433,7 +433,8 @@ def _match_gelu_tanh(g: Graph, y: Value, consumers) -> list[Node] | None:
     def only(v: Value, node: Node) -> bool:     # v is read by ``node`` alone, not an output
         return consumers.get(id(v), []) == [node] and id(v) not in outs
 
-    (last_y,) = [u for u in users if u is not pow3 and u is not inner] or [None]
+    rest = [u for u in users if u is not pow3 and u is not inner]
+    last_y = rest[0] if len(rest) == 1 else None
     if (last_y is None or last_y.op_type != "Mul" or last_y.domain
             or len(last_y.outputs) != 1 or last_y.outputs[0].dtype != y.dtype):
         return None
