@@ -146,6 +146,12 @@ def _gpu() -> dict | None:
 _gpu_memo: dict = {}
 
 
+def measurable_gpu() -> bool:
+    """Whether a real GPU is here: the CUDA choices are measured on one, never on the
+    simulator (whose timings would decide nothing a GPU could use)."""
+    return "sms" in (_gpu() or {})
+
+
 def machine(device: str = "cpu") -> dict:
     """This machine's identity as calibration sees it (decisions measured under another one
     are not applied); computed once per process: every lowering decision asks for it. For
@@ -563,7 +569,7 @@ def ensure_background(device: str = "cpu") -> None:
         return
     _started[device] = True
     try:
-        if device == "cuda" and ((_gpu() or {}).get("sms") is None):
+        if device == "cuda" and not measurable_gpu():
             return        # no GPU, or the simulator: nothing worth measuring
         path = decisions_path(device)
         if path.exists() and _calibrated(load(path, device), device):

@@ -34,6 +34,7 @@ from typing import Callable
 
 import numpy as np
 
+from .kernels.cuda.tunables import CONV_ALGORITHMS, GEMM_ALGORITHMS
 from .tuning import Candidate, Choice, _bucket_key, register
 
 #: a timed call replays a candidate's work until it lasts about this long (kernels of a few
@@ -147,8 +148,8 @@ CUDA_GEMM = register(Choice(
     name="cuda.gemm",
     doc="float32 product on the GPU: cuBLAS then the epilogue / jitort's tiled kernel, "
         "epilogue fused",
-    candidates=(Candidate("cublas", lambda p: _cublas_serves(), _gemm_prepare("cublas")),
-                Candidate("tiled", lambda p: True, _gemm_prepare("tiled"))),
+    candidates=tuple(Candidate(name, (lambda p, name=name: name != "cublas" or _cublas_serves()),
+                               _gemm_prepare(name)) for name in GEMM_ALGORITHMS),
     bucket=_gemm_bucket, grid=_gemm_grid, problem=_gemm_problem, default=_gemm_default,
     modules=_MODULES, work=lambda p: 2.0 * p["nb"] * p["m"] * p["k"] * p["n"],
     apply=_apply("cuda.gemm"), device="cuda"))
@@ -241,7 +242,7 @@ CUDA_CONV = register(Choice(
     name="cuda.conv",
     doc="float32 convolution on the GPU: im2col + cuBLAS / tiled implicit GEMM / direct",
     candidates=tuple(Candidate(name, (lambda p, name=name: name in _conv_applicable(p)),
-                               _conv_prepare(name)) for name in ("cublas", "tiled", "direct")),
+                               _conv_prepare(name)) for name in CONV_ALGORITHMS),
     bucket=_conv_bucket, grid=lambda: list(CONV_GRID), problem=_conv_problem,
     default=_conv_default, modules=_MODULES, work=_conv_work, apply=_apply("cuda.conv"),
     device="cuda"))

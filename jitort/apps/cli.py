@@ -332,7 +332,7 @@ def cmd_tune(args) -> int:
     if unknown:
         print(f"unknown {device} choices {unknown}; known: {sorted(known)}")
         return 1
-    if device == "cuda" and "sms" not in tuning.machine("cuda"):
+    if device == "cuda" and not tuning.measurable_gpu():
         print("jitort tune --device cuda: no CUDA GPU here (" + (
             "the CUDA simulator's timings would decide nothing a GPU could use"
             if tuning.machine("cuda") else "numba's CUDA target cannot run") + ")")

@@ -244,14 +244,20 @@ def fold_conv_affine(g: Graph) -> int:
     return count
 
 
-def fuse_matmul_add(g: Graph, floats: tuple = None) -> int:
+#: the dtypes the fusions take: float32 and float64 ...
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+#: ... and on the CUDA pipeline float16 too (its kernels compute a float16 node's epilogue in
+#: float32 and round once, at the store)
+_HALF_FLOATS = (np.dtype(np.float16),) + _FLOATS
+
+
+def fuse_matmul_add(g: Graph, floats: tuple = _FLOATS) -> int:
     """MatMul(x, W) + bias (bias broadcast over the last axis only) -> jitort.MatMulBias.
 
     ``W`` is a 2-D weight and ``bias`` a constant of shape (N,) (or (1, .., N)); the result has
     the MatMul's shape, so the rewrite is shape-safe for any batch dims of ``x``. ``floats``:
     the dtypes fused (float32 and float64; :func:`fuse_matmul_add_half` adds float16).
     """
-    floats = _FLOATS if floats is None else floats
     consumers = g.consumers()
     drop: set[int] = set()
     count = 0
@@ -287,10 +293,6 @@ def fuse_matmul_add(g: Graph, floats: tuple = None) -> int:
 #: Swish ``x * sigmoid(alpha * x)`` also as the Sigmoid + Mul that SiLU exports to).
 EPILOGUE_ACTIVATIONS = ("Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "Gelu", "Swish",
                         "HardSigmoid", "HardSwish")
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-#: what the CUDA pipeline fuses: float16 too (its kernels compute a float16 node's epilogue
-#: in float32 and round once, at the store)
-_HALF_FLOATS = (np.dtype(np.float16),) + _FLOATS
 _SQRT2 = 1.4142135623730951
 _SQRT2_PI = 0.7978845608028654  # GELU's tanh approximation: sqrt(2 / pi), and its cubic term
 _GELU_CUBIC = 0.044715
@@ -349,13 +351,12 @@ def _match_gelu_erf(g: Graph, y: Value, consumers) -> tuple[Node, list[Node]] | 
     sqrt(2) or Mul by 1/sqrt(2), Erf, Add 1, then the product of y, that and 0.5 in any
     association and operand order). Returns (last node, every node of the pattern)."""
     users = consumers.get(id(y), [])
-    tol = _tolerance(y)
     if len(users) != 2 or id(y) in g.output_ids():
         return None
-    outs = g.output_ids()
+    tol = _tolerance(y)
 
     def only(v: Value, node: Node) -> bool:  # v is read by ``node`` alone, not a graph output
-        return consumers.get(id(v), []) == [node] and id(v) not in outs
+        return _single_use(g, v, consumers) is node
 
     for scale, other in (users, users[::-1]):
         if scale.domain or len(scale.outputs) != 1 or len(scale.inputs) != 2:
@@ -404,8 +405,7 @@ def _match_gelu_tanh(g: Graph, y: Value, consumers) -> list[Node] | None:
     nodes of the pattern, the last one producing the activated value; each intermediate read
     once and not a graph output."""
     users = consumers.get(id(y), [])
-    outs = g.output_ids()
-    if len(users) != 3 or id(y) in outs:
+    if len(users) != 3 or id(y) in g.output_ids():
         return None
     tol = _tolerance(y)
 
@@ -431,7 +431,7 @@ def _match_gelu_tanh(g: Graph, y: Value, consumers) -> list[Node] | None:
     t = plus.outputs[0]                          # 1 + tanh(...)
 
     def only(v: Value, node: Node) -> bool:     # v is read by ``node`` alone, not an output
-        return consumers.get(id(v), []) == [node] and id(v) not in outs
+        return _single_use(g, v, consumers) is node
 
     rest = [u for u in users if u is not pow3 and u is not inner]
     last_y = rest[0] if len(rest) == 1 else None
@@ -579,9 +579,8 @@ def fuse_epilogues(g: Graph, floats: tuple = _FLOATS) -> int:
             fused = Node("MatMulBias", list(n.inputs), [chain[-1].outputs[0]], attrs,
                          JITORT_DOMAIN, n.name, n.since_version)
             chain = [n] + chain
-        elif _conv_candidate(n, floats) or (n.op_type == "FusedConv"
-                                            and n.domain == JITORT_DOMAIN
-                                    and not n.attrs.get("activation", "")):
+        elif _conv_candidate(n, floats) or (n.op_type == "FusedConv" and n.domain == JITORT_DOMAIN
+                                            and not n.attrs.get("activation", "")):
             y = n.outputs[0]
             chain = [n]
             residual = None

@@ -298,7 +298,7 @@ def _cublas(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh, kw, oh, ow
              True, code, alpha, beta)
 
 
-ALGORITHMS = ("cublas", "tiled", "direct")
+ALGORITHMS = tunables.CONV_ALGORITHMS
 
 
 def algorithms(x, w, y, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, col) -> tuple:

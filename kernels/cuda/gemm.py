@@ -120,7 +120,7 @@ def epilogue(y, yo, c, co, csb, csi, csj, bias, bio, nb, m, n, alpha, beta, has_
                bias_rows, code, dt(act_alpha), dt(act_beta))
 
 
-ALGORITHMS = ("cublas", "tiled")
+ALGORITHMS = tunables.GEMM_ALGORITHMS
 
 
 def algorithm(dtype, nb, m, n, k, blas_args) -> str:

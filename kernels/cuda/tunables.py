@@ -16,6 +16,10 @@ with the choices' definitions in jitort (the kernel library never imports jitort
 """
 from bisect import bisect_left
 
+#: the candidates of each choice, in the launchers' order of preference
+GEMM_ALGORITHMS = ("cublas", "tiled")
+CONV_ALGORITHMS = ("cublas", "tiled", "direct")
+
 #: choice name -> {bucket: candidate name}, measured on this GPU
 PICKS: dict = {}
 #: choice name -> candidates calibration found far slower than the best in most buckets: the
