@@ -205,10 +205,14 @@ class Options:
         "cublas", "JITORT_CUDA_BLAS", "`device=\"cuda\"` products: `cublas` through CuPy where "
         "it can run, `own`: jitort's tiled kernel", _choice("cublas", "own"), scope=KERNELS,
         reader="kernels/cuda/blas.py")
+    cuda_dnn: bool = _option(
+        True, "JITORT_CUDA_DNN", "`device=\"cuda\"` convolutions may run through cuDNN where "
+        "it is installed (PyTorch's wheels bring it); off: jitort's kernels and cuBLAS",
+        _flag, scope=KERNELS, reader="kernels/cuda/dnn.py")
     cuda_tf32: bool = _option(
-        False, "JITORT_CUDA_TF32", "`device=\"cuda\"`: float32 products through cuBLAS may "
-        "round inputs to TF32 on tensor cores (onnxruntime's `use_tf32`); off: exact float32",
-        _flag, scope=KERNELS, reader="kernels/cuda/blas.py")
+        False, "JITORT_CUDA_TF32", "`device=\"cuda\"`: float32 products through cuBLAS and "
+        "convolutions through cuDNN may round inputs to TF32 on tensor cores (onnxruntime's "
+        "`use_tf32`); off: exact float32", _flag, scope=KERNELS, reader="kernels/cuda/blas.py")
     spin_us: float = _option(
         100.0, "JITORT_SPIN_US", "microseconds a worker spins after its last chunk before "
         "sleeping", _microseconds, scope=KERNELS, reader="kernels/cpu/workers.py",

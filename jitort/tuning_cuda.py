@@ -10,15 +10,16 @@ single product (96) and attention's batched shapes (12). Each bucket's problem i
 (bias row, no activation) for a single product, a plain batched MatMul for several. Default
 rule: cuBLAS wherever it serves (never measured on a GPU before this table existed).
 
-``cuda.conv``: a float32 2-D convolution runs as im2col columns times the weight through cuBLAS
-then the epilogue kernel (``cublas``), as jitort's tiled implicit GEMM (``tiled``) or as its
-direct kernel (``direct``, one thread per output). Buckets (``kernels.cuda.tunables``): kernel
+``cuda.conv``: a float32 2-D convolution runs through cuDNN (``cudnn``: its heuristics' algorithm,
+exact float32) or as im2col columns times the weight through cuBLAS (``cublas``), each followed
+by the epilogue kernel, as jitort's tiled implicit GEMM (``tiled``) or as its direct kernel
+(``direct``, one thread per output). Buckets (``kernels.cuda.tunables``): kernel
 side x stride x channels per group in and out x images times output plane x groups; the grid
 is :data:`CONV_GRID` (stems, 3x3 and 1x1 layers of ResNet-like networks at batch 1 and 8,
 strided downsampling, few channels, grouped, depthwise), the other buckets follow the default
 rule: the launcher's rule before calibration (``conv.default_algorithm``: tiles where each
-output sums at least 16 products and a group has at least 8 output channels, cuBLAS where it
-serves, else the tiled kernel; the direct kernel below that).
+output sums at least 16 products and a group has at least 8 output channels, cuDNN or cuBLAS
+where they serve, else the tiled kernel; the direct kernel below that).
 
 Both are decided by the launchers when a plan's work is recorded (``kernels.cuda.tunables``,
 written by :func:`_apply`), so a calibration reaches the next plans bound without recompiling.
@@ -205,7 +206,7 @@ def _conv_applicable(p: dict) -> tuple:
     col = None if (conv.pointwise(h, wd, kh, kw, oh, ow, sh, sw, ph, pw)
                    or kout // p["group"] < MIN_GROUP_KOUT) else f32
     return conv.algorithms(f32, f32, f32, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw,
-                           p["group"], col)
+                           p["group"], col, n=n)
 
 
 def _conv_default(p: dict) -> str:
@@ -240,7 +241,7 @@ def _conv_work(p: dict) -> float:
 
 CUDA_CONV = register(Choice(
     name="cuda.conv",
-    doc="float32 convolution on the GPU: im2col + cuBLAS / tiled implicit GEMM / direct",
+    doc="float32 convolution on the GPU: cuDNN / im2col + cuBLAS / tiled implicit GEMM / direct",
     candidates=tuple(Candidate(name, (lambda p, name=name: name in _conv_applicable(p)),
                                _conv_prepare(name)) for name in CONV_ALGORITHMS),
     bucket=_conv_bucket, grid=lambda: list(CONV_GRID), problem=_conv_problem,

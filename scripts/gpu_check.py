@@ -211,9 +211,11 @@ def _one(spec: str, batch: int, seq: int, runs: int, compile_too: bool,
     engines.update(_torch_engines(model, feeds, truth, compile_too, rec))
     rec["ms"] = _timed(engines, runs)
     rec["replay"] = dict(cm.replay_engines())
-    from jitort.kernels.cuda import blas
+    from jitort.kernels.cuda import blas, dnn
     rec["products"] = ("cublas" + (" tf32" if blas.tf32() else "")
                        if blas.library() is not None else "own kernels")
+    lib = dnn.library()
+    rec["convolutions"] = f"cudnn {lib.version()}" if lib is not None else "no cudnn"
     from jitort import tuning  # the launchers' choices: this GPU's calibration, or the rules
     cal = tuning.load(device="cuda") if tuning.enabled() else {}
     rec["gpu_choices"] = (f"calibrated ({sum(len(e['buckets']) for e in cal.values())} buckets)"
@@ -293,8 +295,8 @@ def _line(rec: dict) -> str:
     tail = f"ratio {rec['ratio']:.2f} vs {rec['reference']}" if "ratio" in rec else "no reference"
     if "vs_compile" in rec:
         tail += f", {rec['vs_compile']:.2f} vs torch.compile"
-    notes = [f"{k}: {rec[k]}" for k in ("products", "gpu_choices", "torch", "torch.compile",
-                                         "ort_cuda", "replay_why") if k in rec]
+    notes = [f"{k}: {rec[k]}" for k in ("products", "convolutions", "gpu_choices", "torch",
+                                         "torch.compile", "ort_cuda", "replay_why") if k in rec]
     dtype = " float16" if rec.get("dtype") else ""
     return (f"{rec['model']:22s} b{rec['batch']:<2d}{dtype} {'ok ' if rec['ok'] else 'BAD'} "
             f"diff {rec['diff']:.1e} first {rec['first_s']:5.1f} s  ms: {ms}  {tail}  "

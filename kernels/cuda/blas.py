@@ -130,7 +130,7 @@ def _handle(lib) -> int:
     return h
 
 
-def _stream_handle(stream) -> int:
+def stream_handle(stream) -> int:
     """The CUDA stream of a numba stream (0, or no handle: the default stream)."""
     handle = getattr(stream, "handle", None) if stream else None
     return int(getattr(handle, "value", handle) or 0)
@@ -143,7 +143,7 @@ def gemm_strided(dtype, op1, op2, m, n, k, alpha, p1, ld1, s1, p2, ld2, s2, py, 
     or 0): the arguments :func:`strided` makes."""
     lib = library()
     h = _handle(lib)
-    sh = _stream_handle(stream)
+    sh = stream_handle(stream)
     lib.setStream(h, sh)
     dt = np.dtype(dtype)
     single, batched = _ROUTINES[dt]

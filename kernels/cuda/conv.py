@@ -7,15 +7,17 @@ group, p a flat (n, oy, ox) position, r a flat (channel, u, v) tap): a block sta
 ``TILE_K x TILE_R`` weight tile and the gathered ``TILE_R x TILE_P`` input tile in shared
 memory and each thread accumulates a ``REG x REG`` block of outputs in registers, so every
 staged value is reused ``REG`` times per thread and ``TILE_K`` / ``TILE_P`` times per block.
-Where cuBLAS serves, a third way: the images' im2col columns times the weight, as
-strided-batched cuBLAS products, then an epilogue kernel.
+Where NVIDIA's libraries serve, two more: cuDNN's convolution (``dnn``: its heuristics pick
+the algorithm), and the images' im2col columns times the weight as strided-batched cuBLAS
+products; each is followed by an epilogue kernel.
 
 Which one runs is the choice ``cuda.conv`` (:func:`algorithm`): calibrated per shape bucket
 on the GPU (``kernels.cuda.tunables``; ``jitort tune --device cuda``), else the default rule
 :func:`default_algorithm`: where :func:`use_tiled` says a convolution is big enough for tiles
 (each output sums at least one chunk of products, ``C / group * KH * KW >= 16``, and a group
-has at least 8 output channels), cuBLAS where it serves, else the tiled kernel; below that the
-tiles would be mostly padding, so depthwise and tiny convolutions stay direct.
+has at least 8 output channels), cuDNN, else cuBLAS, else the tiled kernel, whichever serves
+first; below that the tiles would be mostly padding, so depthwise and tiny convolutions stay
+direct. A cuDNN without an algorithm for a convolution hands it to the rule's next pick.
 
 ``conv2d_bias_act`` fuses a bias and an activation (codes as ``mathfn.activations``'s ``act``),
 ``conv2d_bias_add_act`` a bias, a residual of the output's shape and an activation.
@@ -23,7 +25,7 @@ tiles would be mostly padding, so depthwise and tiny convolutions stay direct.
 import numpy as np
 from numba import cuda
 
-from . import blas, tunables
+from . import blas, dnn, tunables
 from .gemm import epilogue
 from .launch import call, launch
 from .mathfn import act_for, compute_type, conv_position, grid1
@@ -301,14 +303,19 @@ def _cublas(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh, kw, oh, ow
 ALGORITHMS = tunables.CONV_ALGORITHMS
 
 
-def algorithms(x, w, y, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, col) -> tuple:
-    """The ways this convolution can run here, in :data:`ALGORITHMS`' order: ``cublas`` where
+def algorithms(x, w, y, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, col, *, n=1,
+               dh=1, dw=1) -> tuple:
+    """The ways this convolution can run here, in :data:`ALGORITHMS`' order: ``cudnn`` where
+    cuDNN takes it (``dnn.takes``: the dtype, the sizes, symmetric pads); ``cublas`` where
     cuBLAS serves the dtype, a group has at least ``TILED_MIN_KOUT`` output channels (the
     lowering gives scratch for columns only then) and there is scratch for the columns or the
     convolution is pointwise; ``tiled`` where x, w and y share a float dtype it has a kernel
     for and the groups fit the grid; ``direct`` always."""
     same = x.dtype == w.dtype == y.dtype
     out = []
+    if same and dnn.takes(y.dtype, n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw,
+                          group):
+        out.append("cudnn")
     if (same and blas.library() is not None and y.dtype in blas.DTYPES
             and kout // group >= TILED_MIN_KOUT
             and (col is not None or pointwise(h, wd, kh, kw, oh, ow, sh, sw, ph, pw))):
@@ -320,19 +327,22 @@ def algorithms(x, w, y, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, c
 
 
 def default_algorithm(applicable: tuple, c, kout, kh, kw, group) -> str:
-    """The rule before calibration: tiles (cuBLAS where it serves, else the tiled kernel)
-    where :func:`use_tiled` says so, else the direct kernel."""
+    """The rule before calibration: where :func:`use_tiled` says so, cuDNN, cuBLAS or the
+    tiled kernel, the first that serves; else the direct kernel."""
     if use_tiled(c, kout, kh, kw, group):
-        for name in ("cublas", "tiled"):
+        for name in ("cudnn", "cublas", "tiled"):
             if name in applicable:
                 return name
     return "direct"
 
 
-def algorithm(x, w, y, n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, col) -> str:
+def algorithm(x, w, y, n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, col, dh=1,
+              dw=1, can=None) -> str:
     """The choice ``cuda.conv`` for this convolution: calibrated (float32, the dtype it is
-    measured in), else the default rule."""
-    can = algorithms(x, w, y, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, col)
+    measured in), else the default rule; ``can``: the applicable algorithms, if known."""
+    if can is None:
+        can = algorithms(x, w, y, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, col,
+                         n=n, dh=dh, dw=dw)
     default = default_algorithm(can, c, kout, kh, kw, group)
     if y.dtype != np.float32:
         return default
@@ -346,16 +356,34 @@ def conv2d_bias_add_act(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh
     """``y = act(conv(x, w) + b + r)``; ``r`` (used when ``has_res``) has ``y``'s shape.
 
     ``algo`` (one of :data:`ALGORITHMS`; calibration names it) or :func:`algorithm`'s pick:
-    products through cuBLAS (``col``: scratch for the im2col columns of ``col_imgs`` images,
-    C*KH*KW*OH*OW elements each, unused by a pointwise convolution), the tiled kernel, or the
-    direct one."""
+    cuDNN, products through cuBLAS (``col``: scratch for the im2col columns of ``col_imgs``
+    images, C*KH*KW*OH*OW elements each, unused by a pointwise convolution), the tiled kernel,
+    or the direct one."""
     total = n * kout * oh * ow
     if not total:
         return
+    geometry = (n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group)
     if algo is None:
-        algo = algorithm(x, w, y, n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, col)
+        can = algorithms(x, w, y, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, col,
+                         n=n, dh=dh, dw=dw)
+        algo = algorithm(x, w, y, n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, col,
+                         can=can)
+        if algo == "cudnn":
+            try:
+                op = _dnn_conv(y, geometry)
+            except dnn.CudnnError:  # no algorithm here: the rule's pick among the others
+                can = tuple(a for a in can if a != "cudnn")
+                algo = algorithm(x, w, y, n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw,
+                                 group, col, can=can)
+    elif algo == "cudnn":
+        op = _dnn_conv(y, geometry)
     dt = compute_type(y.dtype)
-    if algo == "direct":
+    if algo == "cudnn":
+        call(dnn.forward, op, blas.address(x, xo), blas.address(w, wo), blas.address(y, yo),
+             dnn.workspace(cuda, op.workspace))
+        epilogue(y, yo, r, ro, kout * oh * ow, oh * ow, 1, b, bo, n, kout, oh * ow, 1.0, 1.0,
+                 has_res, has_bias, True, code, alpha, beta)
+    elif algo == "direct":
         launch(_DIRECT[np.dtype(dt)], grid1(total, BLOCK), BLOCK, x, xo, w, wo, b, bo, r, ro, y,
                yo, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group, has_bias,
                has_res, code, dt(alpha), dt(beta), total)
@@ -371,6 +399,13 @@ def conv2d_bias_add_act(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh
                code, dt(alpha), dt(beta), npos)
     else:
         raise ValueError(f"unknown convolution algorithm {algo!r}; known: {ALGORITHMS}")
+
+
+def _dnn_conv(y, geometry) -> "dnn.Conv":
+    """cuDNN's descriptors and algorithm for a convolution of ``geometry`` (``conv2d``'s
+    order: n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group)."""
+    n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group = geometry
+    return dnn.conv(y.dtype, n, c, h, wd, kout, kh, kw, ph, pw, sh, sw, dh, dw, group, oh, ow)
 
 
 def conv2d_bias_act(x, xo, w, wo, b, bo, y, yo, n, c, h, wd, kout, kh, kw, oh, ow,

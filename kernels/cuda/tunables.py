@@ -1,7 +1,8 @@
 """The choices the CUDA launchers make while a plan's work is recorded, as calibration decided.
 
 A launcher that has several ways to do its work (cuBLAS or jitort's own kernel for a product;
-cuBLAS over im2col columns, the tiled implicit GEMM or the direct kernel for a convolution)
+cuDNN, cuBLAS over im2col columns, the tiled implicit GEMM or the direct kernel for a
+convolution)
 asks :func:`decide` with the problem's *bucket* (shape classes, below), the candidates that can
 run it and its default rule's pick. :data:`PICKS` holds what calibration measured on this GPU
 (``jitort tune --device cuda``; ``jitort.tuning_cuda`` writes it here, as ``jitort.tuning``
@@ -18,7 +19,7 @@ from bisect import bisect_left
 
 #: the candidates of each choice, in the launchers' order of preference
 GEMM_ALGORITHMS = ("cublas", "tiled")
-CONV_ALGORITHMS = ("cublas", "tiled", "direct")
+CONV_ALGORITHMS = ("cudnn", "cublas", "tiled", "direct")
 
 #: choice name -> {bucket: candidate name}, measured on this GPU
 PICKS: dict = {}
@@ -86,10 +87,10 @@ def set_decisions(choice: str, picks: dict, demoted=()) -> None:
 
 def gpu_identity() -> dict | None:
     """What calibration's decisions hold for: the GPU's name, compute capability,
-    multiprocessors and memory, the driver, whether cuBLAS serves (CuPy's version) and whether
-    float32 products may use TF32 -- each can change which candidate wins. None where numba's
-    CUDA target cannot run; the simulator is a device of its own (its decisions never reach a
-    GPU)."""
+    multiprocessors and memory, the driver, whether cuBLAS serves (CuPy's version), cuDNN's
+    version (None: not used) and whether float32 products may use TF32 -- each can change
+    which candidate wins. None where numba's CUDA target cannot run; the simulator is a device
+    of its own (its decisions never reach a GPU)."""
     try:
         from numba import cuda
         if not cuda.is_available():
@@ -97,7 +98,7 @@ def gpu_identity() -> dict | None:
         dev = cuda.current_context().device
     except Exception:  # noqa: BLE001 - no CUDA here: the launchers follow their rules
         return None
-    from . import blas
+    from . import blas, dnn
     name = getattr(dev, "name", None) or "numba CUDA simulator"
     ident = {"gpu": name.decode() if isinstance(name, bytes) else str(name),
              "cc": list(getattr(dev, "compute_capability", (0, 0))), "cublas": None,
@@ -112,4 +113,6 @@ def gpu_identity() -> dict | None:
             ident["driver"] = None
         if blas.library() is not None:
             ident["cublas"] = blas._cupy.__version__
+        lib = dnn.library()
+        ident["cudnn"] = None if lib is None else lib.version()
     return ident

@@ -31,21 +31,44 @@ def cuda():
     return mod
 
 
+def _listed(monkeypatch, module, standin, listed, why):
+    """``module``'s library binding (its ``_lib``) replaced by ``listed`` over the stand-in on
+    the simulator or the library on a GPU (skip with ``why`` where it cannot load), with thread
+    state (handles) of its own."""
+    if SIMULATOR:
+        lib = standin()
+    else:
+        lib = module._load()
+        if lib is None:
+            pytest.skip(why)
+    out = listed(lib)
+    monkeypatch.setattr(module, "_lib", out)
+    monkeypatch.setattr(module, "_local", type(module._local)())  # new handles: modes listed
+    return out
+
+
 @pytest.fixture
 def cublas(cuda, monkeypatch):
     """The cuBLAS binding jitort calls, its calls listed: the stand-in on the simulator (device
-    addresses are the simulator arrays' host memory), CuPy's on a GPU."""
-    from jitort.kernels.cuda import blas
+    addresses are the simulator arrays' host memory), CuPy's on a GPU. Convolutions take the
+    cuBLAS path: cuDNN (preferred where it serves) only with the ``cudnn`` fixture."""
+    from jitort.kernels.cuda import blas, dnn
     from tests.cuda.standin_cublas import Listed, StandInCublas
     if SIMULATOR:
-        lib = StandInCublas()
         monkeypatch.setattr(blas, "address",
                             lambda arr, off: arr._ary.ctypes.data + off * arr._ary.itemsize)
-    else:
-        lib = blas._load()
-        if lib is None:
-            pytest.skip("cuBLAS cannot run here (CuPy missing, or JITORT_CUDA_BLAS=own)")
-    listed = Listed(lib)
-    monkeypatch.setattr(blas, "_lib", listed)
-    monkeypatch.setattr(blas, "_local", type(blas._local)())  # a new handle: its mode is listed
+    listed = _listed(monkeypatch, blas, StandInCublas, Listed,
+                     "cuBLAS cannot run here (CuPy missing, or JITORT_CUDA_BLAS=own)")
+    monkeypatch.setattr(dnn, "_lib", None)
     return listed
+
+
+@pytest.fixture
+def cudnn(cublas, monkeypatch):
+    """The cuDNN binding jitort calls, its convolutions listed: the stand-in on the simulator
+    (heuristics answering one FMA algorithm; a test may set ``cudnn.lib.ranked``), the library
+    on a GPU. cuBLAS is the ``cublas`` fixture's, as a GPU has both."""
+    from jitort.kernels.cuda import dnn
+    from tests.cuda.standin_cudnn import Listed, StandInCudnn
+    return _listed(monkeypatch, dnn, StandInCudnn, Listed,
+                   "cuDNN cannot run here (not installed, or JITORT_CUDA_DNN=off)")

@@ -20,7 +20,7 @@ from onnx import helper
 
 import jitort
 from jitort import tuning
-from jitort.kernels.cuda import blas, conv, gemm, tunables
+from jitort.kernels.cuda import blas, conv, dnn, gemm, tunables
 from jitort.tuning_cuda import CONV_GRID, CUDA_CONV, CUDA_GEMM
 from tests.cuda.conftest import SIMULATOR
 from tests.cuda.test_cuda_blas import _conv_model, _kinds
@@ -115,19 +115,22 @@ def _conv_bucket_of(n, c, k, kh, side, **attrs):
     return tunables.conv_bucket(n, c, k, kh, kh, side, side, stride, 1)
 
 
-@pytest.mark.parametrize("pick", ["tiled", "direct", "cublas"])
-def test_a_calibrated_convolution_pick_reaches_the_launcher(cublas, tune_dir, pick):
+@pytest.mark.parametrize("pick", ["tiled", "direct", "cublas", "cudnn"])
+def test_a_calibrated_convolution_pick_reaches_the_launcher(cublas, request, tune_dir, pick):
     """A decision file of this GPU picking ``pick`` for the convolution's bucket: the plan
     records that path (and only it); the result matches onnxruntime either way."""
+    listed = request.getfixturevalue("cudnn") if pick == "cudnn" else None
     m = _conv_model(2, 8, 4, 3, True, pads=[1, 1, 1, 1])
     _write_cuda({"cuda.conv": {_conv_bucket_of(2, 4, 8, 3, 5): pick}})
     feeds = {"x": _w(2, 4, 5, 5), "z": _w(2, 8, 5, 5)}
     cm = jitort.compile(m, device="cuda")
     np.testing.assert_allclose(cm(*feeds.values())[0], _ort(m, feeds)[0], rtol=1e-5, atol=1e-5)
     want = {"tiled": [conv._KERNELS[F32_DT]], "direct": [conv._DIRECT[F32_DT]],
-            "cublas": [conv._im2col_k, blas.gemm_strided, gemm.epilogue_kernel(np.float32)]}
+            "cublas": [conv._im2col_k, blas.gemm_strided, gemm.epilogue_kernel(np.float32)],
+            "cudnn": [dnn.forward, gemm.epilogue_kernel(np.float32)]}
     assert _kinds(cm) == want[pick]
     assert bool(cublas.calls) == (pick == "cublas")
+    assert listed is None or len(listed.calls) == 1
 
 
 def test_a_pick_that_cannot_run_falls_back_to_the_rule(cublas, tune_dir):
@@ -200,6 +203,20 @@ def test_conv_calibration_measures_every_candidate(cublas, tune_dir, monkeypatch
     assert not tuning.decisions_path().exists()      # the CPU's file is another one
     tuning.apply_runtime("cuda")
     assert tunables.PICKS["cuda.conv"] == {key: want}
+
+
+def test_conv_calibration_times_cudnn_where_it_serves(cudnn, tune_dir, monkeypatch):
+    """With cuDNN installed it is a candidate of its own, and the default rule's pick for a
+    dense convolution; slowed down, another candidate wins the bucket."""
+    p = {"n": 1, "c": 2, "kout": 8, "k": 3, "s": 1, "h": 3, "oh": 3, "group": 1}
+    key = CUDA_CONV.bucket(p)
+    assert CUDA_CONV.default(p) == "cudnn"
+    monkeypatch.setitem(tuning.CHOICES, "cuda.conv", _tiny(CUDA_CONV, key, p))
+    monkeypatch.setenv("JITORT_TUNE_SLOW", "cudnn:1e9,direct:1e9,tiled:1e9")
+    got = tuning.tune(only=["cuda.conv"], progress=False, device="cuda")["cuda.conv"]
+    (bucket,) = got["buckets"].values()
+    assert set(bucket["times"]) == {"cudnn", "cublas", "tiled", "direct"}
+    assert bucket["pick"] == "cublas" and cudnn.calls
 
 
 def test_gemm_calibration_measures_both(cublas, tune_dir, monkeypatch):
