@@ -14,8 +14,9 @@ Values live where they were produced. A step that needs a value on the other sid
 made once per call (``copies`` counts them; ``transfer_plan()`` lists the boundary crossings
 the schedule implies). Inputs may be numpy arrays (copied to the device when a CUDA step reads
 them) or device arrays (anything with ``__cuda_array_interface__``, or a simulator array:
-no host copy; a CUDA segment copies it device to device into its staging array). ``__call__``/``run`` return numpy arrays; ``run_on_device`` returns
-device arrays of their own (copies of the staging arrays the next call overwrites).
+no host copy; a CUDA segment copies it device to device into its staging array).
+``__call__``/``run`` return numpy arrays; ``run_on_device`` returns device arrays of their own
+(copies of the staging arrays the next call overwrites), or writes into the caller's.
 """
 from __future__ import annotations
 
@@ -67,10 +68,23 @@ def cuda_module():
     return cuda
 
 
+_DEVICE_TYPES: set = set()  # types seen to be device arrays whatever the instance (numba's)
+
+
 def is_device_array(a) -> bool:
-    """A CUDA device array: ``__cuda_array_interface__`` or the simulator's fake array."""
-    return hasattr(a, "__cuda_array_interface__") or (
-        "simulator" in type(a).__module__ and hasattr(a, "copy_to_host"))
+    """A CUDA device array: ``__cuda_array_interface__`` or the simulator's fake array.
+
+    Reading the interface of a numba array builds a dict (microseconds, twice a call), so
+    numba's array types are recognised by type once seen; other types (a PyTorch tensor has
+    the property on CPU tensors too, raising there) are asked each time."""
+    t = type(a)
+    if t in _DEVICE_TYPES:
+        return True
+    if "numba" in t.__module__ and hasattr(a, "copy_to_host") and (
+            "simulator" in t.__module__ or hasattr(a, "__cuda_array_interface__")):
+        _DEVICE_TYPES.add(t)
+        return True
+    return hasattr(a, "__cuda_array_interface__")
 
 
 def mixed_schedule(graph, placement: dict[int, str]) -> list:
@@ -190,14 +204,20 @@ class CudaCompiledModel(CompiledModel):
         return plan
 
     # --- calling ---------------------------------------------------------------------------
-    def run_on_device(self, output_names: Sequence[str] | None, feeds: dict[str, Any]) -> list:
+    def run_on_device(self, output_names: Sequence[str] | None, feeds: dict[str, Any],
+                      outputs: Sequence[Any] | None = None) -> list:
         """Like :meth:`run`, but outputs stay device arrays (no host copy when made on the
-        device: a device-to-device copy of the plan's staging array)."""
+        device: a device-to-device copy of the plan's staging array).
+
+        ``outputs``: device arrays to write the outputs into (one per name asked, each of the
+        output's shape and dtype, C-contiguous; any ``__cuda_array_interface__`` array), as
+        onnxruntime's I/O binding: a call then allocates nothing on the device. They are
+        returned. Without them each call returns new arrays."""
         if not isinstance(feeds, dict):
             raise InvalidInput("feeds must be a dict mapping input names to arrays")
-        return self._execute(feeds, output_names, on_device=True)
+        return self._execute(feeds, output_names, on_device=True, into=outputs)
 
-    def _execute(self, feeds: dict, output_names, on_device: bool = False) -> list:
+    def _execute(self, feeds: dict, output_names, on_device: bool = False, into=None) -> list:
         dev_feeds = {k: a for k, a in feeds.items() if is_device_array(a)}
         host_view = dict(feeds)
         for k, a in dev_feeds.items():  # validated through a same-shape stand-in (not touched)
@@ -210,9 +230,9 @@ class CudaCompiledModel(CompiledModel):
             else:
                 env[id(v)] = a
         if not self._run_program(env):
-            return self._execute(feeds, output_names, on_device)
+            return self._execute(feeds, output_names, on_device, into)
         if on_device:
-            return self._collect_device(env, output_names)
+            return self._collect_device(env, output_names, into)
         for v in self.graph.outputs:
             if not v.is_const:
                 self._host(id(v), env)
@@ -226,33 +246,61 @@ class CudaCompiledModel(CompiledModel):
             raise InvalidInput(f"device input {name!r} must be C-contiguous")
         return a
 
-    def _collect_device(self, env: _Env, output_names) -> list:
+    def _collect_device(self, env: _Env, output_names, into=None) -> list:
         index = {n: i for i, n in enumerate(self.output_names)}
         names = self.output_names if output_names is None else list(output_names)
         missing = [n for n in names if n not in index]
         if missing:
             raise InvalidInput(f"unknown output name(s) {missing}; outputs are {self.output_names}")
+        if into is not None and len(into) != len(names):
+            raise InvalidInput(f"outputs: {len(into)} arrays given for {len(names)} outputs "
+                               f"{names}")
         out = []
-        for name in names:
+        for k, name in enumerate(names):
             v = self.graph.outputs[index[name]]
+            dst = None if into is None else self._output_array(name, into[k], env, v)
             if v.is_const:
-                out.append(self.cuda.to_device(v.const))
+                value = v.const
+                if dst is None:
+                    out.append(self.cuda.to_device(value))
+                else:
+                    dst.copy_to_device(np.ascontiguousarray(value), stream=self._stream())
+                    out.append(into[k])
                 self.copies["h2d"] += 1
             else:
-                out.append(self._device_copy(id(v), env))
+                got = self._device_copy(id(v), env, dst)
+                out.append(got if dst is None else into[k])
         self._stream().synchronize()
         return out
 
-    def _device_copy(self, key: int, env: _Env):
-        """A device array of its own holding the value (a staging array is the next call's)."""
+    def _output_array(self, name: str, a, env: _Env, v):
+        """``a`` (a caller's output array for ``name``) as a numba device array, checked
+        against the value's shape and dtype."""
+        if not is_device_array(a):
+            raise InvalidInput(f"outputs: the array for {name!r} is not a device array")
+        a = self._adopt(name, a)
+        src = v.const if v.is_const else env.dev.get(id(v), env.get(id(v)))
+        if tuple(a.shape) != tuple(src.shape) or np.dtype(a.dtype) != np.dtype(src.dtype):
+            raise InvalidInput(f"outputs: {name!r} is {np.dtype(src.dtype)} {tuple(src.shape)}, "
+                               f"the array given {np.dtype(a.dtype)} {tuple(a.shape)}")
+        return a
+
+    def _device_copy(self, key: int, env: _Env, dst=None):
+        """The value copied into ``dst``, or into a device array of its own (a staging array
+        is the next call's); returns the array written."""
         src = env.dev.get(key)
         stream = self._stream()
         if src is None:
             self.copies["h2d"] += 1
-            return self.cuda.to_device(np.ascontiguousarray(env[key]), stream=stream)
-        out = self.cuda.device_array(src.shape, src.dtype, stream=stream)
-        copy_device(out, src, src.size * np.dtype(src.dtype).itemsize, stream)
-        return out
+            host = np.ascontiguousarray(env[key])
+            if dst is None:
+                return self.cuda.to_device(host, stream=stream)
+            dst.copy_to_device(host, stream=stream)
+            return dst
+        if dst is None:
+            dst = self.cuda.device_array(src.shape, src.dtype, stream=stream)
+        copy_device(dst, src, src.size * np.dtype(src.dtype).itemsize, stream)
+        return dst
 
     # --- moving values ---------------------------------------------------------------------
     def _host(self, key: int, env: _Env):

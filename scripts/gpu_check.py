@@ -28,7 +28,8 @@ of 1 is made symbolic for other batches):
 
 The summary prints the geomean of the ratios per batch. ``--overhead`` measures the host time
 per call of a 1-node model (Relu on 16 floats, device input and output) with its plan captured
-as a CUDA graph and replayed launch by launch, and PyTorch's eager call of the same op.
+as a CUDA graph (the output a new array each call, then written into the caller's array:
+``outputs=``) and replayed launch by launch, and PyTorch's eager call of the same op.
 """
 from __future__ import annotations
 
@@ -247,9 +248,10 @@ def overhead(calls: int) -> None:
                              ir_version=8).SerializeToString()
     cuda = cuda_module()
     dx = cuda.to_device(np.linspace(-1, 1, 16, dtype=np.float32).reshape(1, 16))
-    for graphs in (True, False):
+    dy = cuda.device_array((1, 16), np.float32)
+    for graphs, into in ((True, None), (True, [dy]), (False, None)):
         cm = jitort.compile(data, device="cuda", tiered=False, cuda_graphs=graphs)
-        call = lambda: cm.run_on_device(None, {"x": dx})  # noqa: E731
+        call = lambda: cm.run_on_device(None, {"x": dx}, outputs=into)  # noqa: E731
         for _ in range(50):
             call()
         (plan,) = cm.plans()
@@ -265,7 +267,8 @@ def overhead(calls: int) -> None:
             bound.run()
             rs.append(time.perf_counter() - t0)
         bound.stream.synchronize()
-        print(f"jitort run_on_device, replay {bound.engine.kind:8s}: "
+        how = "into the caller's array" if into else "a new output array"
+        print(f"jitort run_on_device ({how}), replay {bound.engine.kind:8s}: "
               f"{statistics.median(ts) * 1e6:7.1f} us a call (median of {calls}); "
               f"the replay alone {statistics.median(rs) * 1e6:6.1f} us; why: {bound.why}",
               flush=True)

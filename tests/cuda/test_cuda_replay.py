@@ -115,6 +115,38 @@ def test_device_outputs_are_not_overwritten_by_the_next_call(cuda):
     assert y1 is not staging and y2 is not staging
 
 
+def test_outputs_written_into_the_callers_arrays(cuda):
+    """``run_on_device(..., outputs=...)`` writes into the caller's arrays (returned as given)
+    and allocates none of its own; a host-made output (Shape, a plan-time value) too."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Shape", ["x"], ["s"])]
+    m = make_model(nodes, [("x", F32, [2, 8])], [("y", F32, [2, 4]), ("s", 7, [2])],
+                   {"w": _w(8, 4)})
+    cm = jitort.compile(m, device="cuda")
+    ys = cuda.device_array((2, 4), np.float32)
+    ss = cuda.device_array(2, np.int64)
+    for _ in range(2):
+        x = _w(2, 8)
+        got = cm.run_on_device(None, {"x": cuda.to_device(x)}, outputs=[ys, ss])
+        assert got[0] is ys and got[1] is ss
+        want = _ort(m, {"x": x})
+        np.testing.assert_allclose(ys.copy_to_host(), want[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(ss.copy_to_host(), want[1])
+    (only,) = cm.run_on_device(["s"], {"x": cuda.to_device(x)}, outputs=[ss])
+    assert only is ss
+
+
+@pytest.mark.parametrize("outputs,match", [
+    (lambda cuda: [cuda.device_array((4, 5), np.float32)], r"'y' is float32 \(4, 4\)"),
+    (lambda cuda: [cuda.device_array((4, 4), np.float64)], "the array given float64"),
+    (lambda cuda: [np.zeros((4, 4), np.float32)], "not a device array"),
+    (lambda cuda: [], "0 arrays given for 1 outputs"),
+])
+def test_outputs_that_do_not_fit_are_refused(cuda, outputs, match):
+    cm = jitort.compile(tanh_t(), device="cuda")
+    with pytest.raises(InvalidInput, match=match):
+        cm.run_on_device(None, {"x": _w(4, 4)}, outputs=outputs(cuda))
+
+
 def test_threads_replay_their_own_bound_arrays(cuda):
     """Each thread binds the plan to staging arrays of its own, so calls of several threads
     interleave (one at a time on the simulator, which runs no two kernels at once)."""
