@@ -5,7 +5,7 @@ from onnx import TensorProto, helper
 
 import jitort
 from jitort.importer import import_model
-from jitort.passes import run_pipeline
+from jitort.passes import CUDA_PIPELINE, run_pipeline
 from jitort.passes.patterns import fold_conv_batchnorm, fuse_matmul_add
 from jitort.passes.simplify import (eliminate_common_subexpressions, eliminate_dead_code,
                                     eliminate_identities, fold_constants)
@@ -495,6 +495,87 @@ def test_gelu_pattern_with_a_shared_intermediate_is_not_fused():
     m2.graph.output.append(helper.make_tensor_value_info("z", F32, None))
     g2 = _optimized(m2)
     assert [n.attrs.get("activation") for n in g2.nodes if n.op_type == "MatMulBias"] == [""]
+
+
+def _gemm_model(form: str = "tanh_formula", reshape: bool = True, c_shape=(32,), **attrs):
+    """GPT-2's FFN: x (B*T, 16) -> Gemm [+ C] -> Reshape (B, T, 32) -> GELU ``form`` ->
+    Reshape (B*T, 32) -> MatMul -> y."""
+    f = np.float32
+    trans = attrs.get("transB", 0)
+    init = {"w1": _arr(32, 16) / 4 if trans else _arr(16, 32) / 4, "w2": _arr(32, 8) / 4,
+            "one": f(1), "half": f(0.5), "three": f(3), "c044": f(0.044715),
+            "sqrt2": f(np.sqrt(2)), "s2pi": f(np.sqrt(2 / np.pi)),
+            "s3": np.array([2, -1, 32], np.int64),
+            "s2": np.array([-1, 32], np.int64)}
+    ins = ["x", "w1"]
+    if c_shape is not None:
+        init["c1"] = _arr(*c_shape)
+        ins.append("c1")
+    nodes = [helper.make_node("Gemm", ins, ["h"], **attrs)]
+    pre = "h"
+    if reshape:
+        nodes.append(helper.make_node("Reshape", ["h", "s3"], ["h3"]))
+        pre = "h3"
+    nodes += _gelu_nodes(form, pre, "act")
+    nodes += [helper.make_node("Reshape", ["act", "s2"], ["a2"]),
+              helper.make_node("MatMul", ["a2", "w2"], ["y"])]
+    used = {i for n in nodes for i in n.input}
+    return make_model(nodes, [("x", F32, [6, 16])], [("y", F32, None)],
+                      {k: v for k, v in init.items() if k in used})
+
+
+@pytest.mark.parametrize("form,reshape,c_shape,attrs", [
+    ("tanh_formula", True, None, {}),                # the shared gpt2: no C
+    ("tanh_formula", True, (32,), {}),
+    ("erf_div", True, (1, 32), {"transB": 1}),
+    ("Relu", False, (), {"beta": 1.0}),              # a scalar C, no Reshape between
+    ("silu", True, (1,), {}),
+])
+def test_gemm_reshape_activation_is_one_matmulbias(form, reshape, c_shape, attrs):
+    """A Gemm that is a MatMulBias takes the activation after it, through a Reshape (which
+    moves after the fused node, reading the same shape); same numbers as onnxruntime. One
+    reading B transposed only on the CUDA pipeline (the CPU's keeps the Gemm: no weight
+    copy)."""
+    m = _gemm_model(form, reshape, c_shape, **attrs)
+    cuda = import_model(m)
+    run_pipeline(cuda, CUDA_PIPELINE)
+    cuda.verify()
+    cpu = _optimized(m)
+    act = {"tanh_formula": "GeluTanh", "erf_div": "Gelu", "Relu": "Relu", "silu": "Swish"}[form]
+    for g in [cuda] + ([] if attrs.get("transB") else [cpu]):
+        ops = [(n.op_type, n.attrs.get("activation")) for n in g.nodes]
+        assert ops[0] == ("MatMulBias", act)
+        assert [o for o, _ in ops].count("Gemm") == 0 and len(ops) == 3 + reshape
+        if reshape:  # the Reshape now reads the fused node's output
+            assert ops[1][0] == "Reshape" and g.nodes[1].inputs[0] is g.nodes[0].outputs[0]
+    if attrs.get("transB"):
+        assert [n.op_type for n in cpu.nodes][0] == "Gemm"
+    cm = _check_vs_ort(m, {"x": _arr(6, 16)})
+    assert cm.fallback_nodes() == []
+
+
+@pytest.mark.parametrize("case", ["alpha", "beta", "c_rows", "transA", "shared_reshape",
+                                  "reshape_output", "no_activation"])
+def test_gemms_that_are_not_a_matmulbias_with_activation_stay(case):
+    attrs = {"alpha": {"alpha": 0.5}, "beta": {"beta": 2.0}, "transA": {"transA": 1}}.get(case, {})
+    m = _gemm_model("Relu", True, (6, 32) if case == "c_rows" else (32,), **attrs)
+    if case == "transA":
+        m.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 16
+        m.graph.input[0].type.tensor_type.shape.dim[1].dim_value = 6
+    if case == "shared_reshape":  # the Reshape's input read by another node too
+        m.graph.node.append(helper.make_node("Neg", ["h"], ["z"]))
+        m.graph.output.append(helper.make_tensor_value_info("z", F32, None))
+    if case == "reshape_output":  # the Reshape's output is a graph output
+        m.graph.output.append(helper.make_tensor_value_info("h3", F32, None))
+    if case == "no_activation":
+        for n in m.graph.node:
+            if n.op_type == "Relu":
+                n.op_type = "Neg"
+    g = _optimized(m)
+    assert "Gemm" in [n.op_type for n in g.nodes] and "MatMulBias" not in [
+        n.op_type for n in g.nodes]
+    x = _arr(16, 6) if case == "transA" else _arr(6, 16)
+    _check_vs_ort(m, {"x": x})
 
 
 @pytest.mark.parametrize("scale_shape,shift_shape", [((4, 1, 1), (1, 4, 1, 1)), ((), (1,)),

@@ -543,7 +543,50 @@ def _conv_candidate(n: Node, floats: tuple = _FLOATS) -> bool:
     return all(v is None or v.dtype == x.dtype for v in (w, b, n.outputs[0]))
 
 
-def fuse_epilogues(g: Graph, floats: tuple = _FLOATS) -> int:
+def _gemm_as_matmul_bias(g: Graph, n: Node, floats: tuple = _FLOATS,
+                         trans_b: bool = False) -> list[Value] | None:
+    """The inputs ``[A, B, bias]`` of the ``jitort.MatMulBias`` a ``Gemm`` is, or None: A not
+    transposed, alpha 1, B a constant matrix (``transB`` only where ``trans_b``: B is then
+    copied transposed), C absent or a constant broadcast along the rows (a scalar, (N,) or
+    (1, N)) with beta 1."""
+    if n.op_type != "Gemm" or n.domain or len(n.outputs) != 1 or len(n.inputs) < 2:
+        return None
+    if n.attrs.get("transB", 0) and not trans_b:
+        return None
+    a, b, c, y = n.inputs[0], n.inputs[1], n.input(2), n.outputs[0]
+    if (not _is_float_value(y, floats) or a is None or a.dtype != y.dtype or b is None
+            or not b.is_const or b.const.ndim != 2 or b.const.dtype != y.dtype
+            or n.attrs.get("transA", 0) or float(n.attrs.get("alpha", 1.0)) != 1.0):
+        return None
+    w = b.const.T if n.attrs.get("transB", 0) else b.const
+    cols = w.shape[1]
+    if c is None:
+        bias = np.zeros(cols, w.dtype)
+    else:
+        if (not c.is_const or c.const.dtype != y.dtype or c.const.ndim > 2
+                or float(n.attrs.get("beta", 1.0)) != 1.0):
+            return None
+        if c.const.ndim == 2 and c.const.shape[0] != 1 or c.const.shape[-1:] not in ((), (1,),
+                                                                                      (cols,)):
+            return None
+        bias = np.broadcast_to(c.const.reshape(-1), (cols,))
+    w_v = b if w is b.const else const_value(g.fresh_name(b.name), np.ascontiguousarray(w))
+    return [a, w_v, const_value(g.fresh_name(f"{n.name or 'gemm'}_bias"),
+                                np.ascontiguousarray(bias))]
+
+
+def _through_reshape(g: Graph, y: Value, consumers, claimed: set, floats: tuple):
+    """``(reshape, activation)`` where ``y``'s one reader is a Reshape whose output is
+    activated (elementwise, so the activation may run before the Reshape), else None."""
+    r = _single_use(g, y, consumers)
+    if (r is None or r.op_type != "Reshape" or r.domain or r.inputs[0] is not y
+            or id(r) in claimed or len(r.outputs) != 1):
+        return None
+    act = _match_activation(g, r.outputs[0], consumers, floats)
+    return None if act is None else (r, act)
+
+
+def fuse_epilogues(g: Graph, floats: tuple = _FLOATS, gemm_trans_b: bool = False) -> int:
     """Fold what follows a GEMM or a convolution into its output pass (the kernels' epilogue).
 
     * ``Conv [-> Add(conv, residual)] [-> activation]`` -> ``jitort.FusedConv(x, W, B,
@@ -551,7 +594,13 @@ def fuse_epilogues(g: Graph, floats: tuple = _FLOATS) -> int:
       (``[alpha, beta]``: LeakyRelu's slope, Clip's bounds). The residual must have statically
       the conv output's shape (no broadcast) and dtype.
     * ``jitort.MatMulBias`` (no activation yet) ``-> activation`` -> the same node with
-      ``activation`` set.
+      ``activation`` set; a ``Gemm`` that is a MatMulBias (:func:`_gemm_as_matmul_bias`)
+      likewise, when an activation follows it. A ``Reshape`` between the product and the
+      activation stays, after the fused node (GPT-2's linears: Gemm, Reshape, GELU). A Gemm
+      reading B transposed (torch's Linear) only where ``gemm_trans_b`` (the CUDA pipeline,
+      where the fusion saves a kernel launch and a pass over the output; on the CPU the
+      elementwise fuser already runs the activation cache-hot, and the weight's transposed
+      copy would cost compile time and memory).
 
     Activations: Relu, LeakyRelu, Clip (constant bounds), Sigmoid, Tanh, Gelu (the opset-20 op
     with ``approximate="none"``, or the erf formula torch exports), GeluTanh (GELU's tanh
@@ -568,16 +617,32 @@ def fuse_epilogues(g: Graph, floats: tuple = _FLOATS) -> int:
     for n in g.nodes:
         if id(n) in claimed:
             continue
-        if n.op_type == "MatMulBias" and n.domain == JITORT_DOMAIN:
+        gemm = (None if n.op_type != "Gemm"
+                else _gemm_as_matmul_bias(g, n, floats, gemm_trans_b))
+        if (n.op_type == "MatMulBias" and n.domain == JITORT_DOMAIN) or gemm is not None:
             if n.attrs.get("activation", ""):
                 continue
-            act = _match_activation(g, n.outputs[0], consumers, floats)
+            y = n.outputs[0]
+            via = None
+            act = _match_activation(g, y, consumers, floats)
+            if act is None:
+                via, act = _through_reshape(g, y, consumers, claimed, floats) or (None, None)
             if act is None or any(id(m) in claimed for m in act[2]):
                 continue
             name, params, chain = act
-            attrs = dict(n.attrs, activation=name, activation_params=params)
-            fused = Node("MatMulBias", list(n.inputs), [chain[-1].outputs[0]], attrs,
-                         JITORT_DOMAIN, n.name, n.since_version)
+            if gemm is None:
+                ins, attrs = list(n.inputs), dict(n.attrs)
+            else:
+                ins, attrs = gemm, {}
+            attrs.update(activation=name, activation_params=params)
+            out = chain[-1].outputs[0]
+            mid = out if via is None else Value(g.fresh_name(y.name), y.dtype, y.shape)
+            fused = Node("MatMulBias", ins, [mid], attrs, JITORT_DOMAIN, n.name,
+                         1 if gemm is not None else n.since_version)
+            if via is not None:  # the Reshape moves after the activation, same shape input
+                fused = [fused, Node("Reshape", [mid] + via.inputs[1:], [out], dict(via.attrs),
+                                     via.domain, via.name, via.since_version)]
+                chain = [via] + chain
             chain = [n] + chain
         elif _conv_candidate(n, floats) or (n.op_type == "FusedConv" and n.domain == JITORT_DOMAIN
                                             and not n.attrs.get("activation", "")):
@@ -612,8 +677,14 @@ def fuse_epilogues(g: Graph, floats: tuple = _FLOATS) -> int:
         replace[id(chain[-1])] = fused
     if not replace:
         return 0
-    g.nodes = [replace.get(id(n), n) for n in g.nodes
-               if id(n) in replace or id(n) not in claimed]
+    nodes = []
+    for n in g.nodes:
+        if id(n) in replace:
+            got = replace[id(n)]
+            nodes.extend(got if isinstance(got, list) else [got])
+        elif id(n) not in claimed:
+            nodes.append(n)
+    g.nodes = nodes
     g.relink()
     log.info("fused epilogues: %d", len(replace))
     return len(replace)
@@ -628,8 +699,9 @@ def fuse_matmul_add_half(g: Graph) -> int:
 def fuse_epilogues_half(g: Graph) -> int:
     """:func:`fuse_epilogues` for the CUDA pipeline: float16 convolutions and products too
     (bias, residual and activation computed in float32 on the accumulator, one rounding to
-    float16 at the store, where the unfused graph rounds after each op)."""
-    return fuse_epilogues(g, _HALF_FLOATS)
+    float16 at the store, where the unfused graph rounds after each op), and Gemms reading B
+    transposed."""
+    return fuse_epilogues(g, _HALF_FLOATS, gemm_trans_b=True)
 
 
 def subsample_strided_pointwise(g: Graph) -> int:
