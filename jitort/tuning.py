@@ -35,6 +35,7 @@ import functools
 import hashlib
 import importlib
 import json
+import logging
 import math
 import os
 import subprocess
@@ -47,6 +48,8 @@ from pathlib import Path
 from typing import Callable
 
 from . import options
+
+log = logging.getLogger("jitort.tuning")
 
 #: a candidate this many times slower than the best in most measured buckets is demoted
 DEMOTE = 1.5
@@ -373,7 +376,18 @@ def measure_bucket(choice: Choice, key: tuple, slow: dict | None = None) -> dict
     (``time_calls``). ``slow`` multiplies a candidate's time (``JITORT_TUNE_SLOW=name:factor``:
     tests of the safety net and of calibration itself)."""
     prob = choice.problem(key)
-    fns = {c.name: c.prepare(prob) for c in choice.candidates if c.applies(prob)}
+    fns = {}
+    for c in choice.candidates:
+        if not c.applies(prob):
+            continue
+        try:  # prepared and run once: a candidate that fails here is not measured
+            fn = c.prepare(prob)
+            fn()
+        except Exception as e:  # noqa: BLE001 - e.g. a GPU library refusing the problem
+            log.warning("calibration: %s's candidate %s failed on %s: %s: %s", choice.name,
+                        c.name, key, type(e).__name__, e)
+            continue
+        fns[c.name] = fn
     best = time_calls(fns)
     # a prepared callable may run its candidate ``reps`` times a call (GPU work: queued
     # back to back, waited for once)

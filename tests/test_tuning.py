@@ -138,6 +138,23 @@ def test_unslowed_calibration_measures_real_times(tune_dir, small_grid):
         assert all(g > 0 for g in b["gflops"].values())
 
 
+def test_a_candidate_that_fails_is_left_unmeasured(caplog):
+    """A candidate whose preparation or first run raises (a GPU library refusing the problem)
+    is logged and left out of the bucket's times; the others are measured."""
+    def broken(p):
+        raise RuntimeError("refused")
+    choice = tuning.Choice(
+        name="test.fails", doc="", bucket=lambda p: (1,), grid=lambda: [(1,)],
+        problem=lambda k: {}, default=lambda p: "ok",
+        candidates=(tuning.Candidate("ok", lambda p: True, lambda p: (lambda: None)),
+                    tuning.Candidate("bad", lambda p: True, broken),
+                    tuning.Candidate("bad_run", lambda p: True, lambda p: broken)))
+    with caplog.at_level("WARNING", logger="jitort.tuning"):
+        times = tuning.measure_bucket(choice, (1,))
+    assert set(times) == {"ok"}
+    assert "candidate bad failed" in caplog.text and "candidate bad_run failed" in caplog.text
+
+
 def test_near_ties_keep_the_default_rule():
     assert tuning._pick({"a": 1.0, "b": 1.04}, "b") == "b"
     assert tuning._pick({"a": 1.0, "b": 1.06}, "b") == "a"
