@@ -366,6 +366,8 @@ def conv2d_bias_add_act(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh
     if algo is None:
         can = algorithms(x, w, y, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, col,
                          n=n, dh=dh, dw=dw)
+        if "cudnn" in can and not _dnn_aligned(x, xo, w, wo, y, yo):
+            can = tuple(a for a in can if a != "cudnn")
         algo = algorithm(x, w, y, n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, col,
                          can=can)
         if algo == "cudnn":
@@ -399,6 +401,12 @@ def conv2d_bias_add_act(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh
                code, dt(alpha), dt(beta), npos)
     else:
         raise ValueError(f"unknown convolution algorithm {algo!r}; known: {ALGORITHMS}")
+
+
+def _dnn_aligned(x, xo, w, wo, y, yo) -> bool:
+    """Whether the operands' addresses are 16-byte aligned, as cuDNN's vectorized kernels
+    read them (a view into a concatenation or a split may start anywhere)."""
+    return all(blas.address(a, o) % dnn.ALIGN == 0 for a, o in ((x, xo), (w, wo), (y, yo)))
 
 
 def _dnn_conv(y, geometry) -> "dnn.Conv":

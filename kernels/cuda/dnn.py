@@ -42,6 +42,9 @@ DTYPES = frozenset(DATA)
 
 #: Scratch bytes an algorithm may ask for (more: the next algorithm of the heuristics' list).
 WORKSPACE_LIMIT = 64 << 20
+#: Bytes the operands' addresses are aligned to for cuDNN (its kernels read vectors; a
+#: convolution whose operand starts elsewhere runs another way).
+ALIGN = 16
 #: cuDNN's 4-D descriptors count elements in 32-bit ints.
 _MAX_ELEMENTS = 2 ** 31 - 1
 

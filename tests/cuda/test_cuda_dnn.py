@@ -181,3 +181,18 @@ def test_the_ctypes_binding_against_the_library():
             lib.destroy(kind, desc)
     with pytest.raises(dnn.CudnnError, match="BAD_PARAM"):
         lib.tensor4d(dnn.DATA[np.dtype(np.float32)], 0, 3, 8, 8)
+
+
+def test_operands_off_16_bytes_run_another_way(cuda, cudnn):
+    """An input starting one float into its array (a view into a split, say): cuDNN is not
+    asked; the rule's next pick runs; aligned operands go to cuDNN."""
+    from jitort.kernels.cuda.launch import recording
+    x = cuda.to_device(_w(1 + 2 * 4 * 5 * 5))
+    w, b = cuda.to_device(_w(16, 4, 3, 3)), cuda.to_device(_w(16))
+    y = cuda.device_array(2 * 16 * 5 * 5, np.float32)
+    for xo, want in ((1, False), (0, True)):
+        with recording() as work:
+            conv.conv2d_bias_act(x, xo, w, 0, b, 0, y, 0, 2, 4, 5, 5, 16, 3, 3, 5, 5, 1, 1, 1, 1,
+                                 1, 1, 1, True, 1, 0.0)
+        fns = [getattr(r, "fn", None) for r in work]
+        assert (dnn.forward in fns) == want, xo
