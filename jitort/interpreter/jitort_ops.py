@@ -4,7 +4,7 @@ A compiled backend runs them; these are for when it cannot (a lowering declines 
 the node falls back to the interpreter) and for constant folding. ``MatMulBias`` is
 ``act(a @ b + bias)``; ``FusedConv`` is ``act(Conv(x, W, B) [+ residual])`` with the Conv of
 :mod:`.numpy_conv`, or ``onnx.reference`` for the forms it defers (see
-:func:`jitort.passes.patterns.fuse_epilogues` for the attributes).
+:func:`jitort.passes.epilogues.fuse_epilogues` for the attributes).
 """
 from __future__ import annotations
 

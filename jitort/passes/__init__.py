@@ -21,9 +21,9 @@ from .simplify import (eliminate_dead_code, eliminate_identities, eliminate_comm
 from .expand import expand_other_domains
 from .layout import convert_to_channels_last
 from .precision import compute_16bit_in_float32, keep_half_products
-from .patterns import (fold_conv_affine, fold_conv_batchnorm, fold_pad_into_conv, fuse_epilogues,
-                       fuse_epilogues_half, fuse_matmul_add, fuse_matmul_add_half,
-                       subsample_strided_pointwise)
+from .epilogues import fuse_epilogues, fuse_epilogues_half
+from .patterns import (fold_conv_affine, fold_conv_batchnorm, fold_pad_into_conv,
+                       fuse_matmul_add, fuse_matmul_add_half, subsample_strided_pointwise)
 
 log = logging.getLogger("jitort.passes")
 

@@ -25,7 +25,7 @@ Each op's shape function is in the module named like its lowering's family
 :mod:`.elementwise` and :mod:`.shape_ops`. Shared rules are in :mod:`.core`.
 
 The default ONNX domain (``""`` / ``"ai.onnx"``) is covered, and the ops jitort's own passes
-create (domain ``"jitort"``: ``MatMulBias``, ``FusedConv``; see :mod:`jitort.passes.patterns`).
+create (domain ``"jitort"``: ``MatMulBias``, ``FusedConv``; see :mod:`jitort.passes.patterns` and :mod:`jitort.passes.epilogues`).
 """
 from __future__ import annotations
 

@@ -309,7 +309,7 @@ def _fused_conv_ok(n: Node) -> bool:
 
 @lowering("FusedConv", domain="jitort", supports=_fused_conv_ok)
 def lower_fused_conv(em: Emitter, n: Node) -> None:
-    """``act(conv(x, W) + B [+ residual])`` (see ``passes.patterns.fuse_epilogues``); the shape
+    """``act(conv(x, W) + B [+ residual])`` (see ``passes.epilogues.fuse_epilogues``); the shape
     pass has checked that the residual has the output's shape."""
     _lower_conv2d(em, n, n.input(3), act_args(n))
 
