@@ -259,17 +259,9 @@ class CudaCompiledModel(CompiledModel):
         for k, name in enumerate(names):
             v = self.graph.outputs[index[name]]
             dst = None if into is None else self._output_array(name, into[k], env, v)
-            if v.is_const:
-                value = v.const
-                if dst is None:
-                    out.append(self.cuda.to_device(value))
-                else:
-                    dst.copy_to_device(np.ascontiguousarray(value), stream=self._stream())
-                    out.append(into[k])
-                self.copies["h2d"] += 1
-            else:
-                got = self._device_copy(id(v), env, dst)
-                out.append(got if dst is None else into[k])
+            got = (self._to_device(v.const, dst) if v.is_const
+                   else self._device_copy(id(v), env, dst))
+            out.append(got if dst is None else into[k])
         self._stream().synchronize()
         return out
 
@@ -289,17 +281,22 @@ class CudaCompiledModel(CompiledModel):
         """The value copied into ``dst``, or into a device array of its own (a staging array
         is the next call's); returns the array written."""
         src = env.dev.get(key)
-        stream = self._stream()
         if src is None:
-            self.copies["h2d"] += 1
-            host = np.ascontiguousarray(env[key])
-            if dst is None:
-                return self.cuda.to_device(host, stream=stream)
-            dst.copy_to_device(host, stream=stream)
-            return dst
+            return self._to_device(env[key], dst)
+        stream = self._stream()
         if dst is None:
             dst = self.cuda.device_array(src.shape, src.dtype, stream=stream)
         copy_device(dst, src, src.size * np.dtype(src.dtype).itemsize, stream)
+        return dst
+
+    def _to_device(self, host, dst=None):
+        """A host value uploaded into ``dst``, or into a device array of its own; returns the
+        array written."""
+        self.copies["h2d"] += 1
+        host, stream = np.ascontiguousarray(host), self._stream()
+        if dst is None:
+            return self.cuda.to_device(host, stream=stream)
+        dst.copy_to_device(host, stream=stream)
         return dst
 
     # --- moving values ---------------------------------------------------------------------

@@ -267,33 +267,36 @@ def _conv_candidate(n: Node, floats: tuple = _FLOATS) -> bool:
     return all(v is None or v.dtype == x.dtype for v in (w, b, n.outputs[0]))
 
 
-def _gemm_as_matmul_bias(g: Graph, n: Node, floats: tuple = _FLOATS,
-                         trans_b: bool = False) -> list[Value] | None:
-    """The inputs ``[A, B, bias]`` of the ``jitort.MatMulBias`` a ``Gemm`` is, or None: A not
-    transposed, alpha 1, B a constant matrix (``transB`` only where ``trans_b``: B is then
-    copied transposed), C absent or a constant broadcast along the rows (a scalar, (N,) or
-    (1, N)) with beta 1."""
+def _gemm_is_matmul_bias(n: Node, floats: tuple = _FLOATS, trans_b: bool = False) -> bool:
+    """Whether a ``Gemm`` is a ``jitort.MatMulBias``: A not transposed, alpha 1, B a constant
+    matrix (``transB`` only where ``trans_b``: B is then copied transposed), C absent or a
+    constant broadcast along the rows (a scalar, (N,) or (1, N)) with beta 1."""
     if n.op_type != "Gemm" or n.domain or len(n.outputs) != 1 or len(n.inputs) < 2:
-        return None
-    if n.attrs.get("transB", 0) and not trans_b:
-        return None
+        return False
+    trans = n.attrs.get("transB", 0)
     a, b, c, y = n.inputs[0], n.inputs[1], n.input(2), n.outputs[0]
-    if (not _is_float_value(y, floats) or a is None or a.dtype != y.dtype or b is None
-            or not b.is_const or b.const.ndim != 2 or b.const.dtype != y.dtype
-            or n.attrs.get("transA", 0) or float(n.attrs.get("alpha", 1.0)) != 1.0):
-        return None
+    if ((trans and not trans_b) or not _is_float_value(y, floats) or a is None
+            or a.dtype != y.dtype or b is None or not b.is_const or b.const.ndim != 2
+            or b.const.dtype != y.dtype or n.attrs.get("transA", 0)
+            or float(n.attrs.get("alpha", 1.0)) != 1.0):
+        return False
+    if c is None:
+        return True
+    cols = b.const.shape[0 if trans else 1]
+    return (c.is_const and c.const.dtype == y.dtype and c.const.ndim <= 2
+            and float(n.attrs.get("beta", 1.0)) == 1.0
+            and not (c.const.ndim == 2 and c.const.shape[0] != 1)
+            and c.const.shape[-1:] in ((), (1,), (cols,)))
+
+
+def _matmul_bias_inputs(g: Graph, n: Node) -> list[Value]:
+    """The inputs ``[A, B, bias]`` of the MatMulBias a Gemm is (:func:`_gemm_is_matmul_bias`):
+    B transposed and the bias broadcast to a row as constants of their own where needed."""
+    a, b, c = n.inputs[0], n.inputs[1], n.input(2)
     w = b.const.T if n.attrs.get("transB", 0) else b.const
     cols = w.shape[1]
-    if c is None:
-        bias = np.zeros(cols, w.dtype)
-    else:
-        if (not c.is_const or c.const.dtype != y.dtype or c.const.ndim > 2
-                or float(n.attrs.get("beta", 1.0)) != 1.0):
-            return None
-        if c.const.ndim == 2 and c.const.shape[0] != 1 or c.const.shape[-1:] not in ((), (1,),
-                                                                                      (cols,)):
-            return None
-        bias = np.broadcast_to(c.const.reshape(-1), (cols,))
+    bias = (np.zeros(cols, w.dtype) if c is None
+            else np.broadcast_to(c.const.reshape(-1), (cols,)))
     w_v = b if w is b.const else const_value(g.fresh_name(b.name), np.ascontiguousarray(w))
     return [a, w_v, const_value(g.fresh_name(f"{n.name or 'gemm'}_bias"),
                                 np.ascontiguousarray(bias))]
@@ -310,11 +313,11 @@ def _through_reshape(g: Graph, y: Value, consumers, claimed: set, floats: tuple)
     return None if act is None else (r, act)
 
 
-def _product_epilogue(g: Graph, n: Node, gemm: list | None, consumers, claimed: set,
+def _product_epilogue(g: Graph, n: Node, gemm: bool, consumers, claimed: set,
                       floats: tuple) -> tuple[list, list] | None:
     """``(matched nodes, nodes in their place)`` for a MatMulBias without activation, or a
-    Gemm that is one (``gemm``: its MatMulBias inputs), followed by an activation, maybe
-    across a Reshape; None where nothing follows."""
+    Gemm that is one (``gemm``), followed by an activation, maybe across a Reshape; None
+    where nothing follows."""
     if n.attrs.get("activation", ""):
         return None
     y = n.outputs[0]
@@ -325,12 +328,12 @@ def _product_epilogue(g: Graph, n: Node, gemm: list | None, consumers, claimed: 
     if act is None or any(id(m) in claimed for m in act[2]):
         return None
     name, params, chain = act
-    ins, attrs = (list(n.inputs), dict(n.attrs)) if gemm is None else (gemm, {})
+    ins, attrs = (_matmul_bias_inputs(g, n), {}) if gemm else (list(n.inputs), dict(n.attrs))
     attrs.update(activation=name, activation_params=params)
     out = chain[-1].outputs[0]
     mid = out if via is None else Value(g.fresh_name(y.name), y.dtype, y.shape)
     fused = [Node("MatMulBias", ins, [mid], attrs, JITORT_DOMAIN, n.name,
-                  1 if gemm is not None else n.since_version)]
+                  1 if gemm else n.since_version)]
     if via is not None:  # the Reshape moves after the activation, same shape input
         fused.append(Node("Reshape", [mid] + via.inputs[1:], [out], dict(via.attrs),
                           via.domain, via.name, via.since_version))
@@ -377,7 +380,7 @@ def fuse_epilogues(g: Graph, floats: tuple = _FLOATS, gemm_trans_b: bool = False
       (``[alpha, beta]``: LeakyRelu's slope, Clip's bounds). The residual must have statically
       the conv output's shape (no broadcast) and dtype.
     * ``jitort.MatMulBias`` (no activation yet) ``-> activation`` -> the same node with
-      ``activation`` set; a ``Gemm`` that is a MatMulBias (:func:`_gemm_as_matmul_bias`)
+      ``activation`` set; a ``Gemm`` that is a MatMulBias (:func:`_gemm_is_matmul_bias`)
       likewise, when an activation follows it. A ``Reshape`` between the product and the
       activation stays, after the fused node (GPT-2's linears: Gemm, Reshape, GELU). A Gemm
       reading B transposed (torch's Linear) only where ``gemm_trans_b`` (the CUDA pipeline,
@@ -400,9 +403,8 @@ def fuse_epilogues(g: Graph, floats: tuple = _FLOATS, gemm_trans_b: bool = False
     for n in g.nodes:
         if id(n) in claimed:
             continue
-        gemm = (None if n.op_type != "Gemm"
-                else _gemm_as_matmul_bias(g, n, floats, gemm_trans_b))
-        if (n.op_type == "MatMulBias" and n.domain == JITORT_DOMAIN) or gemm is not None:
+        gemm = _gemm_is_matmul_bias(n, floats, gemm_trans_b)
+        if (n.op_type == "MatMulBias" and n.domain == JITORT_DOMAIN) or gemm:
             found = _product_epilogue(g, n, gemm, consumers, claimed, floats)
         elif _conv_candidate(n, floats) or (n.op_type == "FusedConv" and n.domain == JITORT_DOMAIN
                                             and not n.attrs.get("activation", "")):

@@ -336,15 +336,11 @@ def default_algorithm(applicable: tuple, c, kout, kh, kw, group) -> str:
     return "direct"
 
 
-def algorithm(x, w, y, n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, col, dh=1,
-              dw=1, can=None) -> str:
-    """The choice ``cuda.conv`` for this convolution: calibrated (float32, the dtype it is
-    measured in), else the default rule; ``can``: the applicable algorithms, if known."""
-    if can is None:
-        can = algorithms(x, w, y, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, col,
-                         n=n, dh=dh, dw=dw)
+def algorithm(can: tuple, dtype, n, c, kout, kh, kw, oh, ow, sh, group) -> str:
+    """The choice ``cuda.conv`` among the applicable algorithms ``can`` (:func:`algorithms`):
+    calibrated (float32, the dtype it is measured in), else the default rule."""
     default = default_algorithm(can, c, kout, kh, kw, group)
-    if y.dtype != np.float32:
+    if dtype != np.float32:
         return default
     bucket = tunables.conv_bucket(n, c, kout, kh, kw, oh, ow, sh, group)
     return tunables.decide("cuda.conv", bucket, can, default)
@@ -362,23 +358,25 @@ def conv2d_bias_add_act(x, xo, w, wo, b, bo, r, ro, y, yo, n, c, h, wd, kout, kh
     total = n * kout * oh * ow
     if not total:
         return
-    geometry = (n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group)
+
+    def dnn_conv():  # cuDNN's descriptors and algorithm (CudnnError: none for this geometry)
+        return dnn.conv(y.dtype, n, c, h, wd, kout, kh, kw, ph, pw, sh, sw, dh, dw, group, oh,
+                        ow)
+
     if algo is None:
         can = algorithms(x, w, y, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, col,
                          n=n, dh=dh, dw=dw)
+        without_dnn = tuple(a for a in can if a != "cudnn")
         if "cudnn" in can and not _dnn_aligned(x, xo, w, wo, y, yo):
-            can = tuple(a for a in can if a != "cudnn")
-        algo = algorithm(x, w, y, n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, group, col,
-                         can=can)
+            can = without_dnn
+        algo = algorithm(can, y.dtype, n, c, kout, kh, kw, oh, ow, sh, group)
         if algo == "cudnn":
             try:
-                op = _dnn_conv(y, geometry)
+                op = dnn_conv()
             except dnn.CudnnError:  # no algorithm here: the rule's pick among the others
-                can = tuple(a for a in can if a != "cudnn")
-                algo = algorithm(x, w, y, n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw,
-                                 group, col, can=can)
+                algo = algorithm(without_dnn, y.dtype, n, c, kout, kh, kw, oh, ow, sh, group)
     elif algo == "cudnn":
-        op = _dnn_conv(y, geometry)
+        op = dnn_conv()
     dt = compute_type(y.dtype)
     if algo == "cudnn":
         call(dnn.forward, op, blas.address(x, xo), blas.address(w, wo), blas.address(y, yo),
@@ -407,13 +405,6 @@ def _dnn_aligned(x, xo, w, wo, y, yo) -> bool:
     """Whether the operands' addresses are 16-byte aligned, as cuDNN's vectorized kernels
     read them (a view into a concatenation or a split may start anywhere)."""
     return all(blas.address(a, o) % dnn.ALIGN == 0 for a, o in ((x, xo), (w, wo), (y, yo)))
-
-
-def _dnn_conv(y, geometry) -> "dnn.Conv":
-    """cuDNN's descriptors and algorithm for a convolution of ``geometry`` (``conv2d``'s
-    order: n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group)."""
-    n, c, h, wd, kout, kh, kw, oh, ow, sh, sw, ph, pw, dh, dw, group = geometry
-    return dnn.conv(y.dtype, n, c, h, wd, kout, kh, kw, ph, pw, sh, sw, dh, dw, group, oh, ow)
 
 
 def conv2d_bias_act(x, xo, w, wo, b, bo, y, yo, n, c, h, wd, kout, kh, kw, oh, ow,

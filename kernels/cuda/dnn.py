@@ -17,9 +17,8 @@ restricted to FMA math (no TF32 rounding) unless ``JITORT_CUDA_TF32=1``, as jito
 (``blas.tf32``); float16 ones run on tensor cores with float32 accumulation. Each thread has a
 cuDNN handle and a workspace of its own (a plan is replayed by the thread that recorded it).
 
-``JITORT_CUDA_DNN=off`` leaves cuDNN out; under Numba's CUDA simulator it is never used.
-:func:`set_library` installs another binding of the same methods (tests: a stand-in computing
-with numpy, or a binding that lists its calls).
+``JITORT_CUDA_DNN=off`` leaves cuDNN out; under Numba's CUDA simulator it is never used
+(tests/cuda's ``cudnn`` fixture puts a stand-in with :class:`Cudnn`'s methods in ``_lib``).
 """
 from __future__ import annotations
 
@@ -192,13 +191,6 @@ def library():
     if _lib is _UNSET:
         _lib = _load()
     return _lib
-
-
-def set_library(lib) -> None:
-    """Use ``lib`` (an object with :class:`Cudnn`'s methods, or None) from now on; handles,
-    workspaces and descriptors made for the previous binding are forgotten."""
-    global _lib, _local
-    _lib, _local = lib, threading.local()
 
 
 def _candidates() -> list[str]:

@@ -129,7 +129,8 @@ def test_own_kernel_when_asked(cuda, monkeypatch):
 
 
 def _conv_model(n, k, c, kh, residual, **attrs):
-    """Conv (+ residual Add) + Relu: one jitort.FusedConv on (n, c, 5, 5) inputs."""
+    """Conv (+ residual Add) + Relu: one jitort.FusedConv on (n, c, 5, 5) inputs (``group``
+    among ``attrs``: the weight has c / group input channels)."""
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["h"], **attrs)]
     ins = [("x", F32, [n, c, 5, 5])]
     out = "h"
@@ -139,7 +140,7 @@ def _conv_model(n, k, c, kh, residual, **attrs):
     nodes.append(helper.make_node("Relu", [out], ["y"]))
     return make_model(nodes, ins + ([("z", F32, [n, k, 5, 5])] if residual else []),
                       [("y", F32, None)],
-                      {"w": _w(k, c, kh, kh), "b": _w(k)})
+                      {"w": _w(k, c // attrs.get("group", 1), kh, kh), "b": _w(k)})
 
 
 @pytest.mark.parametrize("c,kh,attrs,residual", [

@@ -18,24 +18,11 @@ from onnx import helper
 import jitort
 from jitort.kernels.cuda import conv, dnn, gemm
 from tests.cuda.conftest import SIMULATOR
-from tests.cuda.test_cuda_blas import _kinds
+from tests.cuda.test_cuda_blas import _conv_model, _kinds
 from tests.cuda.test_cuda_models import _ort, _w
 from tests.helpers import F32, make_model
 
 EPI = gemm.epilogue_kernel(np.float32)
-
-
-def _conv_model(n, k, c, kh, residual, **attrs):
-    """Conv (+ residual Add) + Relu on (n, c, 5, 5): one jitort.FusedConv."""
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["h"], **attrs)]
-    out = "h"
-    if residual:
-        nodes.append(helper.make_node("Add", ["h", "z"], ["s"]))
-        out = "s"
-    nodes.append(helper.make_node("Relu", [out], ["y"]))
-    ins = [("x", F32, [n, c, 5, 5])] + ([("z", F32, [n, k, 5, 5])] if residual else [])
-    g = attrs.get("group", 1)
-    return make_model(nodes, ins, [("y", F32, None)], {"w": _w(k, c // g, kh, kh), "b": _w(k)})
 
 
 def _check(m, feeds, rtol=1e-5, atol=1e-5):
