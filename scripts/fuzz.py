@@ -1,6 +1,6 @@
 """Differential fuzzing campaign: random small graphs, jitort vs onnxruntime / onnx.reference.
 
-    python scripts/fuzz.py --examples 1000 [--seed N] [--debug] [--stop]
+    python scripts/fuzz.py --examples 1000 [--seed N] [--debug] [--stop] [--tier interpreter]
 
 Prints the number of graphs checked, what they were compared against, and every mismatch
 (with a description of the graph to reproduce it). Exit status 1 if any graph disagreed.
@@ -16,6 +16,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import jitort  # noqa: E402,F401  (environment defaults before numpy/numba load)
+from tests.helpers import TIERS  # noqa: E402
 from tests.test_fuzz import run_campaign  # noqa: E402
 
 
@@ -25,6 +26,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: random)")
     ap.add_argument("--debug", action="store_true", help="compile with bounds checking")
     ap.add_argument("--stop", action="store_true", help="stop at the first mismatch and shrink it")
+    ap.add_argument("--tier", choices=TIERS, default="compiled",
+                    help="the compiled program (default), or tier 0: the interpreter a tiered "
+                         "model's first calls run")
     args = ap.parse_args()
     failures: list[str] = []
     t0 = time.monotonic()
@@ -36,12 +40,13 @@ def main() -> int:
                   flush=True)
 
     stats = run_campaign(args.examples, seed=args.seed, debug=args.debug,
-                         failures=None if args.stop else failures, on_example=progress)
+                         failures=None if args.stop else failures, on_example=progress,
+                         tier=args.tier)
     for i, f in enumerate(failures):
         print(f"--- mismatch {i + 1} ---\n{f}\n")
     refs = ", ".join(f"{k}: {v}" for k, v in sorted(stats.items()) if k not in ("examples", "failed"))
-    print(f"fuzz: {stats['examples']} graphs checked in {time.monotonic() - t0:.0f} s ({refs}); "
-          f"{len(failures)} mismatches -> {'FAIL' if failures else 'OK'}")
+    print(f"fuzz ({args.tier}): {stats['examples']} graphs checked in "
+          f"{time.monotonic() - t0:.0f} s ({refs}); {len(failures)} mismatches -> {'FAIL' if failures else 'OK'}")
     return 1 if failures else 0
 
 

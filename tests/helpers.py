@@ -34,6 +34,24 @@ def run_onnxruntime(model, feeds):
                                 providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
+#: jitort's two tiers: the compiled program, and tier 0 (the interpreter a tiered model's
+#: first calls run)
+TIERS = ("compiled", "interpreter")
+
+
+def run_tier(model, feeds: dict, tier: str, debug: bool = False) -> list:
+    """``model``'s outputs for ``feeds`` from one of jitort's :data:`TIERS` (the interpreter
+    runs over the optimized graph, as in a tiered model)."""
+    import jitort
+    from jitort.tiering import Tiering
+    m = jitort.compile(model, debug=debug, tiered=False)
+    if tier == "compiled":
+        return m.run(None, feeds)
+    t = Tiering(m)
+    t.started = True  # no background compile: every call interprets
+    return t.call(feeds, None)
+
+
 F32 = TensorProto.FLOAT
 I64 = TensorProto.INT64
 

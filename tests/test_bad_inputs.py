@@ -23,6 +23,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.helpers import TIERS, run_tier
+
 ROOT = Path(__file__).resolve().parents[1]
 CASE_TIMEOUT_S = 60
 
@@ -674,6 +676,57 @@ def test_empty_matmul_and_conv():
     assert jitort.compile(m)(np.zeros((0, 5), np.float32))[0].shape == (0, 3)
     got = jitort.compile(_conv_model())(np.zeros((0, 3, 5, 5), np.float32))[0]
     assert got.shape == (0, 4, 3, 3)
+
+
+I32 = TensorProto.INT32
+#: graphs whose results the spec leaves open or onnx.reference gets wrong, where both tiers
+#: follow onnxruntime: the mean of an empty set (0, not NaN), pools of an empty batch, integer
+#: log-sums (which onnx.reference refuses)
+_EDGE_CASES = {
+    "mean-of-empty-axis": ("ReduceMean", {"keepdims": 0}, [0], (0, 4), np.float32),
+    "mean-of-empty-tensor": ("ReduceMean", {"keepdims": 1}, None, (4, 0), np.float32),
+    "int-mean-of-empty": ("ReduceMean", {"keepdims": 0}, [1], (3, 0), np.int32),
+    "int-mean-truncates": ("ReduceMean", {"keepdims": 0}, [1], (3, 4), np.int32),
+    "int-log-sum": ("ReduceLogSum", {"keepdims": 1}, [0], (3, 4), np.int32),
+    "int-log-sum-exp": ("ReduceLogSumExp", {"keepdims": 0}, [1], (3, 4), np.int64),
+    "int-log-sum-exp-of-empty": ("ReduceLogSumExp", {"keepdims": 0}, [0], (0, 4), np.int32),
+    "global-average-pool-empty-batch": ("GlobalAveragePool", {}, None, (0, 3, 2, 6), np.float32),
+    "max-pool-empty-batch": ("MaxPool", {"kernel_shape": [1, 3], "pads": [0, 1, 0, 1]}, None,
+                             (0, 4, 3, 3), np.float32),
+}
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("case", sorted(_EDGE_CASES))
+def test_edge_cases_follow_onnxruntime_on_both_tiers(case, tier):
+    op, attrs, axes, shape, dt = _EDGE_CASES[case]
+    elem = {np.float32: F32, np.int32: I32, np.int64: I64}[dt]
+    init = {} if axes is None else {"axes": np.array(axes, np.int64)}
+    m = _model([helper.make_node(op, ["x"] + list(init), ["y"], **attrs)],
+               [("x", elem, list(shape))], [("y", elem, None)], init,
+               opset=18)
+    x = np.random.default_rng(0).integers(-4, 9, shape).astype(dt)
+    if op == "ReduceLogSum":
+        x = np.abs(x)
+    got, want = run_tier(m, {"x": x}, tier)[0], _ort(m, {"x": x})[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_slice_clamps_as_onnx_says_on_both_tiers(tier):
+    """Stepping backwards from before an axis's first element starts at that element (ONNX
+    clamps the start to [0, dim-1]; Python's slices take nothing)."""
+    cases = [(-4, -2 ** 62, -1), (-5, -100, -2), (9, -9, -1), (-1, 0, -1), (-4, 2, 1),
+             (1, 2 ** 62, 2), (0, -1, 1)]
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    for start, end, step in cases:
+        init = {"s": np.array([start]), "e": np.array([end]), "a": np.array([0]),
+                "t": np.array([step])}
+        m = _model([helper.make_node("Slice", ["x", "s", "e", "a", "t"], ["y"])],
+                   [("x", F32, [3, 2])], [("y", F32, None)], init, opset=13)
+        got, want = run_tier(m, {"x": x}, tier)[0], _ort(m, {"x": x})[0]
+        assert got.shape == want.shape and np.array_equal(got, want), (start, end, step)
 
 
 def test_non_contiguous_readonly_and_unaligned_feeds_give_the_same_result():

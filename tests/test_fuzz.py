@@ -18,6 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.helpers import TIERS, run_tier
+
 F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 OPSET = 17
 #: examples per CI run (``JITORT_FUZZ_EXAMPLES`` overrides)
@@ -391,13 +393,13 @@ def reference(model, feeds):
         return None, None
 
 
-def check(case: Case, debug: bool = False) -> str:
-    """Compile and run ``case`` with jitort and compare; returns what it compared against."""
+def check(case: Case, debug: bool = False, tier: str = "compiled") -> str:
+    """Run ``case`` on jitort's ``tier`` and compare; returns what it compared against."""
     import jitort
     model = case.model()
     want, ref = reference(model, case.feeds)
     try:
-        got = jitort.compile(model, debug=debug).run(None, case.feeds)
+        got = run_tier(model, case.feeds, tier, debug)
     except jitort.JitortError as e:
         if want is None:
             return "both refused"  # an invalid graph: refusing it with a jitort error is right
@@ -422,7 +424,8 @@ def check(case: Case, debug: bool = False) -> str:
 
 
 def run_campaign(examples: int, *, seed: int | None = None, derandomize: bool = False,
-                 debug: bool = False, failures: list | None = None, on_example=None):
+                 debug: bool = False, failures: list | None = None, on_example=None,
+                 tier: str = "compiled"):
     """Run ``examples`` hypothesis examples; returns a Counter (examples, and per reference).
 
     With ``failures`` (a list) mismatches are collected there and the campaign goes on;
@@ -437,7 +440,7 @@ def run_campaign(examples: int, *, seed: int | None = None, derandomize: bool = 
     def prop(case):
         stats["examples"] += 1
         try:
-            stats[check(case, debug)] += 1
+            stats[check(case, debug, tier)] += 1
         except Mismatch as e:
             if failures is None:
                 raise
@@ -453,8 +456,9 @@ def run_campaign(examples: int, *, seed: int | None = None, derandomize: bool = 
     return stats
 
 
-def test_fuzz_against_onnxruntime():
-    stats = run_campaign(CI_EXAMPLES, derandomize=True)
+@pytest.mark.parametrize("tier", TIERS)
+def test_fuzz_against_onnxruntime(tier):
+    stats = run_campaign(CI_EXAMPLES, derandomize=True, tier=tier)
     print(dict(stats))
     assert stats["examples"] >= CI_EXAMPLES * 0.9
     assert stats["ort"] + stats["onnx.reference"] >= stats["examples"] * 0.8, stats

@@ -167,7 +167,8 @@ fast("ConvTranspose")(_x_w_b(conv_transpose))
 
 def _pool_geometry(node: ir.Node, x: np.ndarray):
     nsp = x.ndim - 2
-    if nsp < 1 or kind(x.dtype) != "f" or x.size == 0:
+    # an empty batch or channel axis pools here (the reference orders the pads wrongly then)
+    if nsp < 1 or kind(x.dtype) != "f" or 0 in x.shape[2:]:
         raise Defer
     kernel = _ints(node, "kernel_shape", nsp, 0)
     strides = _ints(node, "strides", nsp, 1)
@@ -226,6 +227,19 @@ def _average_pool(node: ir.Node):
         count = _windows(count, kernel, strides, dilations).sum(axis=axes, dtype=x.dtype)
         with np.errstate(divide="ignore", invalid="ignore"):
             return [(total / count).astype(x.dtype, copy=False)]
+    return run
+
+
+@fast("GlobalAveragePool")
+def _global_average_pool(node: ir.Node):
+    """Mean over the spatial axes (the reference's np.average divides by zero on an empty
+    batch); empty spatial axes go to the reference."""
+    def run(a):
+        x = a[0]
+        if x.ndim < 3 or kind(x.dtype) != "f" or 0 in x.shape[2:]:
+            raise Defer
+        acc = np.float32 if x.dtype == np.float16 else x.dtype  # as the reference's numpy
+        return [x.mean(axis=tuple(range(2, x.ndim)), keepdims=True, dtype=acc).astype(x.dtype)]
     return run
 
 

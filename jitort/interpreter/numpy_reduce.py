@@ -49,13 +49,53 @@ def _extremum(ufunc):
 for _since, _name in ((1, "ReduceSum"), (13, "ReduceSum")):
     fast(_name, since=_since)(_reduce(
         lambda x, ax, k: np.sum(x, axis=ax, keepdims=k, dtype=x.dtype), "iuf", 13))
+def _mean(x, axes, keepdims):
+    """Sum over the count, an empty set giving 0 (onnxruntime's choice: the spec leaves it
+    undefined, numpy gives NaN); integers divide truncating toward zero, as C does."""
+    s = np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+    count = max(1, x.size if axes is None else int(np.prod([x.shape[a] for a in axes])))
+    if x.dtype.kind == "f":
+        return s / x.dtype.type(count)
+    q = np.abs(s) // count
+    return np.where(s < 0, -q, q).astype(x.dtype)
+
+
 for _since in (1, 18):
-    fast("ReduceMean", since=_since)(_reduce(
-        lambda x, ax, k: np.mean(x, axis=ax, keepdims=k, dtype=x.dtype), "f", 18))
+    fast("ReduceMean", since=_since)(_reduce(_mean, "iuf", 18))
     fast("ReduceProd", since=_since)(_reduce(
         lambda x, ax, k: np.prod(x, axis=ax, keepdims=k, dtype=x.dtype), "iuf", 18))
     fast("ReduceMax", since=_since)(_reduce(_extremum(np.maximum), "iuf", 18))
     fast("ReduceMin", since=_since)(_reduce(_extremum(np.minimum), "iuf", 18))
+
+
+def _int_log(v, dt):
+    """log of integer sums truncated to ``dt``, -inf and NaN as the type's minimum (what
+    onnxruntime's conversion gives on x86)."""
+    with np.errstate(all="ignore"):
+        f = np.log(np.asarray(v, np.float64))
+    return np.where(np.isfinite(f), np.trunc(f), np.iinfo(dt).min).astype(dt)
+
+
+def _int_log_sum(x, axes, keepdims):
+    return _int_log(np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype), x.dtype)
+
+
+def _int_log_sum_exp(x, axes, keepdims):
+    """onnxruntime's integer LogSumExp: each exp(v - max) truncated to the type (1 at the
+    maximum, else 0) before the sum, so log(count of maxima) + max; an empty set: minimum."""
+    if x.size == 0:
+        shape = np.sum(x, axis=axes, keepdims=keepdims).shape
+        return np.full(shape, np.iinfo(x.dtype).min, x.dtype)
+    m = np.max(x, axis=axes, keepdims=True)
+    count = np.sum(x == m, axis=axes, keepdims=keepdims)
+    m = m if keepdims else np.squeeze(m, axis=axes)
+    return (_int_log(count, x.dtype) + m).astype(x.dtype)
+
+
+# opset 18's schema allows integers; onnx.reference refuses them (Log is float only)
+for _since in (1, 18):
+    fast("ReduceLogSum", since=_since)(_reduce(_int_log_sum, "iu", 18))
+    fast("ReduceLogSumExp", since=_since)(_reduce(_int_log_sum_exp, "iu", 18))
 
 
 def _softmax_along(x, axis):

@@ -185,8 +185,21 @@ def _slice(node, shapes, values):
         st = 1 if steps is None else steps[i]
         if st == 0:
             raise _fail(node, "slice step must not be 0", shapes)
-        out[a] = len(range(*slice(starts[i], ends[i], st).indices(x[a])))
+        out[a] = slice_length(starts[i], ends[i], st, x[a])
     return [tuple(out)]
+
+
+def slice_length(start: int, end: int, step: int, dim: int) -> int:
+    """Elements a Slice takes from an axis of ``dim``: negative starts and ends count from the
+    end, then clamp to [0, dim] for a positive step and to [0, dim-1] (start) / [-1, dim-1]
+    (end) for a negative one. (Python's slices differ there: a start before the axis's first
+    element, stepping backwards, takes nothing.)"""
+    start, end = start + dim if start < 0 else start, end + dim if end < 0 else end
+    if step > 0:
+        start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+    else:
+        start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+    return len(range(start, end, step))
 
 
 @register("Gather")

@@ -3,7 +3,8 @@
 x (O, N, I) C-contiguous float32 or float64 -> out (O, I) of the same dtype. The caller folds
 the reduced axes into N (and keepdims is a reshape). ``kind`` is one of the REDUCE_* codes.
 Empty reductions (N == 0) give the ONNX identities: sum 0, prod 1, max -inf, min +inf,
-l1/l2/sum_square 0, log_sum and log_sum_exp -inf, mean NaN.
+l1/l2/sum_square 0, log_sum and log_sum_exp -inf, mean 0 (onnxruntime's choice: the spec
+leaves it undefined).
 Max/min propagate NaN, as onnxruntime does (``v != v`` is the NaN test; no ``nnan`` fastmath).
 """
 import math
@@ -74,7 +75,7 @@ def _reduce_vec(r, kind):
         for j in range(n):
             s += r[j]
     if kind == REDUCE_MEAN:
-        return s / t(n)
+        return s / t(max(n, 1))
     if kind == REDUCE_L2:
         return math.sqrt(s)
     if kind == REDUCE_LOG_SUM:
@@ -133,7 +134,7 @@ def _reduce_block(xb, orow, tmp, kind):
         for i in range(ni):
             orow[i] = tmp[i] + math.log(orow[i])
     elif kind == REDUCE_MEAN:
-        cnt = t(n)
+        cnt = t(max(n, 1))
         for i in range(ni):
             orow[i] = orow[i] / cnt
     elif kind == REDUCE_L2:

@@ -243,6 +243,16 @@ def test_reduce(cuda, op):
     check(m, {"x": x})
 
 
+def test_reduce_mean_of_an_empty_axis_is_zero(cuda):
+    """The spec leaves it undefined; 0 as onnxruntime (the CUDA lowering leaves an empty
+    reduction to the CPU's kernels)."""
+    x = np.zeros((3, 0, 2), np.float32)
+    m = make_model([helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=0)],
+                   [("x", F32, [3, 0, 2])], [("y", F32, None)],
+                   {"axes": np.array([1], np.int64)}, opset=18)
+    np.testing.assert_array_equal(check(m, {"x": x})(x)[0], np.zeros((3, 2), np.float32))
+
+
 # --- data movement ----------------------------------------------------------------------------
 
 def test_transpose_concat_split_slice(cuda):

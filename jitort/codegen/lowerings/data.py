@@ -136,7 +136,7 @@ def slice_start_step(em, n: Node, shape) -> tuple[list, list]:
             raise Unlowerable(n, "Slice step 0")
         if s < 0:
             s += dim
-        s = min(max(s, 0), dim) if st > 0 else min(max(s, -1), dim - 1)
+        s = min(max(s, 0), dim) if st > 0 else min(max(s, 0), dim - 1)
         start[ax], step[ax] = s, st
     return start, step
 

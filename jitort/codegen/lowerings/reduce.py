@@ -191,8 +191,8 @@ def reduce_source(op: str, dt: np.dtype, flags: tuple[bool, ...], parallel: bool
     L += nest(step)
     fin = None
     if op == "ReduceMean":
-        # integers: C division (truncates toward zero), as onnxruntime
-        fin = (f"yf[i] / {tn}({cnt})" if is_f else
+        # integers: C division (truncates toward zero); an empty set gives 0: as onnxruntime
+        fin = (f"yf[i] / {tn}(max({cnt}, 1))" if is_f else
                f"{tn}(abs(yf[i]) // max({tn}({cnt}), {tn}(1))) * ({tn}(-1) if yf[i] < 0 else {tn}(1))")
     elif op == "ReduceL2":
         fin = "np.sqrt(yf[i])" if is_f else f"{tn}(np.sqrt(np.float64(yf[i])))"
