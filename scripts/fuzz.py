@@ -1,10 +1,13 @@
 """Differential fuzzing campaign: random small graphs, jitort vs onnxruntime / onnx.reference.
 
-    python scripts/fuzz.py --examples 1000 [--seed N] [--debug] [--stop] [--tier interpreter]
+    python scripts/fuzz.py --examples 1000 [--seed N] [--debug] [--stop]
+                           [--tier compiled|interpreter|cuda]
 
 Prints the number of graphs checked, what they were compared against, and every mismatch
 (with a description of the graph to reproduce it). Exit status 1 if any graph disagreed.
-The generator lives in tests/test_fuzz.py (CI runs a small derandomized budget of it).
+``--tier``: the compiled program (default), tier 0 (the interpreter a tiered model's first
+calls run) or the CUDA backend (Numba's CUDA simulator unless ``NUMBA_ENABLE_CUDASIM=0``, on a
+GPU). The generator lives in tests/test_fuzz.py (CI runs a small derandomized budget of it).
 """
 from __future__ import annotations
 
@@ -15,10 +18,6 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import jitort  # noqa: E402,F401  (environment defaults before numpy/numba load)
-from tests.helpers import TIERS  # noqa: E402
-from tests.test_fuzz import run_campaign  # noqa: E402
-
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -26,10 +25,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: random)")
     ap.add_argument("--debug", action="store_true", help="compile with bounds checking")
     ap.add_argument("--stop", action="store_true", help="stop at the first mismatch and shrink it")
-    ap.add_argument("--tier", choices=TIERS, default="compiled",
-                    help="the compiled program (default), or tier 0: the interpreter a tiered "
-                         "model's first calls run")
+    ap.add_argument("--tier", choices=("compiled", "interpreter", "cuda"), default="compiled")
     args = ap.parse_args()
+    if args.tier == "cuda":
+        os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before numba loads
+    import jitort  # noqa: F401  (environment defaults before numpy/numba load)
+    from tests.test_fuzz import run_campaign
     failures: list[str] = []
     t0 = time.monotonic()
 
@@ -46,7 +47,8 @@ def main() -> int:
         print(f"--- mismatch {i + 1} ---\n{f}\n")
     refs = ", ".join(f"{k}: {v}" for k, v in sorted(stats.items()) if k not in ("examples", "failed"))
     print(f"fuzz ({args.tier}): {stats['examples']} graphs checked in "
-          f"{time.monotonic() - t0:.0f} s ({refs}); {len(failures)} mismatches -> {'FAIL' if failures else 'OK'}")
+          f"{time.monotonic() - t0:.0f} s ({refs}); {len(failures)} mismatches "
+          f"-> {'FAIL' if failures else 'OK'}")
     return 1 if failures else 0
 
 

@@ -41,9 +41,12 @@ TIERS = ("compiled", "interpreter")
 
 def run_tier(model, feeds: dict, tier: str, debug: bool = False) -> list:
     """``model``'s outputs for ``feeds`` from one of jitort's :data:`TIERS` (the interpreter
-    runs over the optimized graph, as in a tiered model)."""
+    runs over the optimized graph, as in a tiered model), or ``"cuda"``: compiled for the
+    CUDA backend (the simulator where ``NUMBA_ENABLE_CUDASIM=1``)."""
     import jitort
     from jitort.tiering import Tiering
+    if tier == "cuda":
+        return jitort.compile(model, device="cuda", debug=debug).run(None, feeds)
     m = jitort.compile(model, debug=debug, tiered=False)
     if tier == "compiled":
         return m.run(None, feeds)
