@@ -49,6 +49,8 @@ def _extremum(ufunc):
 for _since, _name in ((1, "ReduceSum"), (13, "ReduceSum")):
     fast(_name, since=_since)(_reduce(
         lambda x, ax, k: np.sum(x, axis=ax, keepdims=k, dtype=x.dtype), "iuf", 13))
+
+
 def _mean(x, axes, keepdims):
     """Sum over the count, an empty set giving 0 (onnxruntime's choice: the spec leaves it
     undefined, numpy gives NaN); integers divide truncating toward zero, as C does."""
