@@ -1,7 +1,7 @@
 """Differential fuzzing campaign: random small graphs, jitort vs onnxruntime / onnx.reference.
 
     python scripts/fuzz.py --examples 1000 [--seed N] [--debug] [--stop]
-                           [--tier compiled|interpreter|cuda]
+                           [--tier compiled|interpreter|cuda] [--only STRUCTURE ...]
 
 Prints the number of graphs checked, what they were compared against, and every mismatch
 (with a description of the graph to reproduce it). Exit status 1 if any graph disagreed.
@@ -26,11 +26,18 @@ def main() -> int:
     ap.add_argument("--debug", action="store_true", help="compile with bounds checking")
     ap.add_argument("--stop", action="store_true", help="stop at the first mismatch and shrink it")
     ap.add_argument("--tier", choices=("compiled", "interpreter", "cuda"), default="compiled")
+    ap.add_argument("--only", nargs="+", metavar="STRUCTURE",
+                    help="draw from these structures of tests/test_fuzz.py only "
+                         "(elementwise, quantized, ...)")
     args = ap.parse_args()
     if args.tier == "cuda":
         os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")  # before numba loads
     import jitort  # noqa: F401  (environment defaults before numpy/numba load)
-    from tests.test_fuzz import run_campaign
+    from tests import test_fuzz
+    by_name = {f.__name__: f for f in test_fuzz.STRUCTURES}
+    unknown = sorted(set(args.only or ()) - set(by_name))
+    if unknown:
+        ap.error(f"no structure {', '.join(unknown)}; there are {', '.join(by_name)}")
     failures: list[str] = []
     t0 = time.monotonic()
 
@@ -40,9 +47,10 @@ def main() -> int:
             print(f"  {n} graphs, {stats['failed']} mismatches, {time.monotonic() - t0:.0f} s",
                   flush=True)
 
-    stats = run_campaign(args.examples, seed=args.seed, debug=args.debug,
+    stats = test_fuzz.run_campaign(args.examples, seed=args.seed, debug=args.debug,
                          failures=None if args.stop else failures, on_example=progress,
-                         tier=args.tier)
+                         tier=args.tier,
+                         structures=[by_name[n] for n in args.only] if args.only else None)
     for i, f in enumerate(failures):
         print(f"--- mismatch {i + 1} ---\n{f}\n")
     refs = ", ".join(f"{k}: {v}" for k, v in sorted(stats.items()) if k not in ("examples", "failed"))

@@ -714,6 +714,30 @@ def test_edge_cases_follow_onnxruntime_on_both_tiers(case, tier):
 
 
 @pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("op", ["QLinearMatMul", "QLinearConv"])
+def test_requantization_ties_round_as_onnxruntime_on_both_tiers(op, tier):
+    """acc * multiplier at exact halves with an odd output zero point: onnxruntime rounds
+    before adding the zero point (1, 3, 3, 5), onnx.reference after it (2, 2, 4, 4)."""
+    U8 = TensorProto.UINT8
+    a = np.array([1, 3, 5, 7], np.uint8)
+    one = np.array(1, np.uint8)
+    params = {"as": np.float32(0.5), "az": np.array(0, np.uint8), "bs": np.float32(1.0),
+              "ys": np.float32(1.0), "yz": one}
+    if op == "QLinearMatMul":
+        x, shape = a.reshape(4, 1), [4, 1]
+        init = dict(params, b=np.ones((1, 1), np.uint8), bz=np.array(0, np.uint8))
+        ins = ["x", "as", "az", "b", "bs", "bz", "ys", "yz"]
+    else:
+        x, shape = a.reshape(1, 1, 2, 2), [1, 1, 2, 2]
+        init = dict(params, b=np.ones((1, 1, 1, 1), np.int8), bz=np.array(0, np.int8))
+        ins = ["x", "as", "az", "b", "bs", "bz", "ys", "yz"]
+    m = _model([helper.make_node(op, ins, ["y"])], [("x", U8, shape)], [("y", U8, None)], init)
+    got, want = run_tier(m, {"x": x}, tier)[0], _ort(m, {"x": x})[0]
+    np.testing.assert_array_equal(want.reshape(-1), [1, 3, 3, 5])
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("tier", TIERS)
 def test_slice_clamps_as_onnx_says_on_both_tiers(tier):
     """Stepping backwards from before an axis's first element starts at that element (ONNX
     clamps the start to [0, dim-1]; Python's slices take nothing)."""

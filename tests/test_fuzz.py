@@ -381,14 +381,141 @@ def half(draw, rng, zero):
     return c
 
 
-STRUCTURES = [elementwise, reduction, matmul, conv, shape_op, normalization, half]
+U8, I8, I32 = TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32
+
+
+def _qtype(draw):
+    """(ONNX type, numpy type, lowest, highest) of an 8-bit quantized tensor."""
+    if draw(st.booleans()):
+        return U8, np.uint8, 0, 255
+    return I8, np.int8, -128, 127
+
+
+def _qscale(draw, rng, shape=()):
+    """Scales: a power of two (so that x / scale is exact and ties test the rounding) or
+    random."""
+    if draw(st.booleans()):
+        return np.full(shape, 2.0 ** -draw(st.integers(3, 6)), np.float32)
+    return (rng.random(shape) * 0.05 + 0.005).astype(np.float32)
+
+
+def _quantize_dequantize(draw, rng, zero, c):
+    et, dt, lo, hi = _qtype(draw)
+    rank = draw(st.integers(1, 4))
+    xs = _dims(draw, rank, zero)
+    attrs, qshape = {}, ()
+    if draw(st.booleans()):  # per axis
+        ax = draw(st.integers(-rank, rank - 1))
+        xs[ax] = xs[ax] or 2
+        attrs, qshape = {"axis": ax}, (xs[ax],)
+    scale = _qscale(draw, rng, qshape)
+    zp = rng.integers(lo, hi + 1, qshape).astype(dt)
+    x = _values(rng, xs) * np.float32(3)
+    if scale.size and draw(st.booleans()):  # exact ties: (k + 1/2) * scale
+        s = scale if not attrs else np.expand_dims(scale, tuple(
+            d for d in range(rank) if d != attrs["axis"] % rank))
+        x = ((np.floor(x / s) + np.float32(0.5)) * s).astype(np.float32)
+    c.inputs, c.feeds, c.init = [("x", F32, xs)], {"x": x}, {"s": scale, "z": zp}
+    c.nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], **attrs),
+               helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], **attrs)]
+    c.outputs = [("q", et), ("y", F32)]
+
+
+def _mkn(draw, zero):
+    """Sizes of an integer product: K never 0 (onnxruntime 1.32 leaves MatMulInteger's and
+    QLinearMatMul's output uninitialized then; jitort writes the zero point)."""
+    m, n = (draw(st.sampled_from([1, 2, 3, 5, 16] + ([0] if zero else []))) for _ in range(2))
+    return m, draw(st.sampled_from([1, 2, 3, 5, 16])), n
+
+
+def _qlinear_matmul(draw, rng, zero, c):
+    et, dt, lo, hi = _qtype(draw)
+    m, k, n = _mkn(draw, zero)
+    a_s = _dims(draw, draw(st.integers(0, 1)), zero, (1, 2, 3)) + [m, k]
+    c.inputs = [("a", et, a_s)]
+    c.feeds = {"a": rng.integers(lo, hi + 1, a_s).astype(dt)}
+    c.init = {"as": _qscale(draw, rng), "az": np.array(rng.integers(lo, hi + 1), dt),
+              "b": rng.integers(lo, hi + 1, (k, n)).astype(dt), "bs": _qscale(draw, rng),
+              "bz": np.array(rng.integers(lo, hi + 1), dt),
+              "ys": np.float32(draw(st.sampled_from([0.5, 2.0, 7.3]))),
+              "yz": np.array(rng.integers(lo, hi + 1), dt)}
+    c.nodes = [helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"],
+                                ["y"])]
+    c.outputs = [("y", et)]
+    c.atol = 1  # requantization: a float multiplier, ties may round either way
+
+
+def _matmul_integer(draw, rng, zero, c):
+    m, k, n = _mkn(draw, zero)
+    _, bdt, blo, bhi = _qtype(draw)
+    c.inputs = [("a", U8, [m, k])]
+    c.feeds = {"a": rng.integers(0, 256, (m, k)).astype(np.uint8)}
+    bz_shape = (n,) if draw(st.booleans()) else ()
+    c.init = {"b": rng.integers(blo, bhi + 1, (k, n)).astype(bdt),
+              "az": np.array(rng.integers(0, 256), np.uint8),
+              "bz": rng.integers(blo, bhi + 1, bz_shape).astype(bdt)}
+    c.nodes = [helper.make_node("MatMulInteger", ["a", "b", "az", "bz"], ["y"])]
+    c.outputs = [("y", I32)]
+
+
+def _qlinear_conv(draw, rng, zero, c):
+    et, dt, lo, hi = _qtype(draw)
+    nb, ch = draw(st.sampled_from([1, 2] + ([0] if zero else []))), draw(st.integers(1, 4))
+    h, w = draw(st.integers(3, 8)), draw(st.integers(3, 8))
+    group = draw(st.sampled_from([1, ch]))
+    mo = group * draw(st.integers(1, 3))
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    xs = [nb, ch, h, w]
+    per_channel = draw(st.booleans())
+    c.inputs = [("x", et, xs)]
+    c.feeds = {"x": rng.integers(lo, hi + 1, xs).astype(dt)}
+    c.init = {"xs": _qscale(draw, rng), "xz": np.array(rng.integers(lo, hi + 1), dt),
+              "w": rng.integers(-127, 128, (mo, ch // group, kh, kw)).astype(np.int8),
+              "ws": _qscale(draw, rng, (mo,) if per_channel else ()),
+              "wz": np.zeros((mo,) if per_channel else (), np.int8),
+              "ys": np.float32(draw(st.sampled_from([0.25, 1.0, 3.1]))),
+              "yz": np.array(rng.integers(lo, hi + 1), dt)}
+    ins = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"]
+    if draw(st.booleans()):
+        c.init["b"] = rng.integers(-500, 500, (mo,)).astype(np.int32)
+        ins.append("b")
+    pads = [draw(st.integers(0, 1))] * 4
+    c.nodes = [helper.make_node("QLinearConv", ins, ["y"], kernel_shape=[kh, kw], pads=pads,
+                                strides=[draw(st.integers(1, 2))] * 2, group=group)]
+    c.outputs = [("y", et)]
+    c.atol = 1
+
+
+def _dynamic_quantize(draw, rng, zero, c):
+    xs = _dims(draw, draw(st.integers(1, 3)), False)
+    c.inputs = [("x", F32, xs)]
+    c.feeds = {"x": _values(rng, xs) * np.float32(draw(st.sampled_from([1, 10])))
+               + np.float32(draw(st.sampled_from([0, 2])))}
+    c.nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "ys", "yz"])]
+    c.outputs = [("y", U8), ("ys", F32), ("yz", U8)]
+    c.atol = 1
 
 
 @st.composite
-def cases(draw):
+def quantized(draw, rng, zero):
+    """What quantized models hold: QDQ pairs (per tensor and per axis, exact ties),
+    QLinearMatMul, MatMulInteger, QLinearConv (per-channel weights), DynamicQuantizeLinear."""
+    c = Case("quantized")
+    build = draw(st.sampled_from([_quantize_dequantize, _qlinear_matmul, _matmul_integer,
+                                  _qlinear_conv, _dynamic_quantize]))
+    build(draw, rng, zero, c)
+    c.kind = f"quantized {build.__name__.strip('_')}"
+    return c
+
+
+STRUCTURES = [elementwise, reduction, matmul, conv, shape_op, normalization, half, quantized]
+
+
+@st.composite
+def cases(draw, structures=None):
     seed = draw(st.integers(0, 2 ** 32 - 1))
     zero = draw(st.integers(0, 3)) == 0  # size-0 dims allowed in about one graph in four
-    structure = draw(st.sampled_from(STRUCTURES))
+    structure = draw(st.sampled_from(structures or STRUCTURES))
     return draw(structure(np.random.default_rng(seed), zero))
 
 
@@ -448,7 +575,7 @@ def check(case: Case, debug: bool = False, tier: str = "compiled") -> str:
 
 def run_campaign(examples: int, *, seed: int | None = None, derandomize: bool = False,
                  debug: bool = False, failures: list | None = None, on_example=None,
-                 tier: str = "compiled"):
+                 tier: str = "compiled", structures: list | None = None):
     """Run ``examples`` hypothesis examples; returns a Counter (examples, and per reference).
 
     With ``failures`` (a list) mismatches are collected there and the campaign goes on;
@@ -459,7 +586,7 @@ def run_campaign(examples: int, *, seed: int | None = None, derandomize: bool = 
 
     @settings(max_examples=examples, deadline=None, database=None, derandomize=derandomize,
               suppress_health_check=list(HealthCheck), print_blob=True)
-    @given(cases())
+    @given(cases(structures))
     def prop(case):
         stats["examples"] += 1
         try:

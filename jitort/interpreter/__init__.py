@@ -30,6 +30,7 @@ from ..errors import ExecutionError, UnsupportedOp
 from . import numpy_ops  # noqa: F401  (registers the fast paths)
 from . import numpy_conv  # noqa: F401  (Conv, ConvTranspose, pools)
 from . import numpy_reduce  # noqa: F401  (reductions, softmax, matmul, cumsum)
+from . import numpy_quant  # noqa: F401  (QLinearMatMul, QLinearConv)
 from . import jitort_ops  # noqa: F401  (jitort's own ops: MatMulBias, FusedConv)
 from .reference import ReferenceRunner
 from .registry import lookup, registered_ops

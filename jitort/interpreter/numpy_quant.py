@@ -1,0 +1,75 @@
+"""numpy fast paths for the requantizing products QLinearMatMul and QLinearConv.
+
+onnx.reference rounds ``rint(acc * multiplier + y_zero_point)`` in float64; onnxruntime (and
+jitort's compiled kernels, ``kernels/cpu/quant.py``) round ``rint(float32(acc) * multiplier)``
+with the multiplier ``float32(a_scale * b_scale) / y_scale`` in float32, then add the zero
+point. At a tie (power-of-two scales make them common) the two differ by one wherever the zero
+point is odd, so a tiered model's first calls disagreed with its compiled ones. These paths
+follow onnxruntime. The integer products run as float64 BLAS products: exact, as every partial
+sum of 8-bit products stays far below 2**53.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import ir
+from .numpy_conv import conv
+from .registry import Defer, fast
+
+_Q8 = (np.dtype(np.uint8), np.dtype(np.int8))
+
+
+def _centered(q: np.ndarray, zero_point: np.ndarray, shape: tuple) -> np.ndarray:
+    """``q - zero_point`` in float64, the zero point per tensor or reshaped to ``shape``."""
+    z = np.asarray(zero_point, np.float64)
+    return q.astype(np.float64) - (z.reshape(shape) if z.ndim else z)
+
+
+def _requantize(acc: np.ndarray, sa, sb, sy, zy, shape: tuple) -> np.ndarray:
+    """onnxruntime's requantization of the exact integer ``acc``: ``sb`` per tensor or
+    reshaped to ``shape`` (per output column / channel)."""
+    sb = np.asarray(sb, np.float32)
+    mult = (np.float32(sa) * (sb.reshape(shape) if sb.ndim else sb)) / np.float32(sy)
+    zy = np.asarray(zy)
+    info = np.iinfo(zy.dtype)
+    v = np.rint(acc.astype(np.float32) * mult) + np.float32(zy)
+    return np.clip(v, info.min, info.max).astype(zy.dtype)
+
+
+def _operands(a: list) -> tuple:
+    """(x, x_scale, x_zero, w, w_scale, w_zero, y_scale, y_zero) of a QLinear* node: 8-bit
+    integers, the input and output scales per tensor (others defer to the reference)."""
+    x, sx, zx, w, sw, zw, sy, zy = a[:8]
+    if any(np.asarray(v).dtype not in _Q8 for v in (x, zx, w, zw, zy)) or \
+            np.size(sx) != 1 or np.size(sy) != 1 or np.size(zy) != 1:
+        raise Defer
+    return (x, np.asarray(sx).reshape(()), zx, w, sw, zw, np.asarray(sy).reshape(()),
+            np.asarray(zy).reshape(()))
+
+
+@fast("QLinearMatMul", since=10)
+def _qlinear_matmul(node: ir.Node):
+    def run(a):
+        x, sx, zx, w, sw, zw, sy, zy = _operands(a)
+        col = (-1,) if w.ndim >= 2 else ()
+        if x.ndim < 1 or w.ndim < 1 or np.ndim(sw) > 1 or np.ndim(zw) > 1 or (
+                col == () and np.size(sw) != 1):
+            raise Defer  # per-matrix parameters of a batched weight: the reference's
+        acc = np.matmul(_centered(x, zx, ()), _centered(w, zw, col))
+        return [_requantize(acc, sx, sw, sy, zy, col)]
+    return run
+
+
+@fast("QLinearConv", since=10)
+def _qlinear_conv(node: ir.Node):
+    def run(a):
+        x, sx, zx, w, sw, zw, sy, zy = _operands(a)
+        if x.ndim < 3 or w.ndim != x.ndim:
+            raise Defer
+        per_m = (-1,) + (1,) * (w.ndim - 1)          # over w's output channels
+        per_c = (1, -1) + (1,) * (x.ndim - 2)         # over the output's channels
+        acc = conv(_centered(x, zx, ()), _centered(w, zw, per_m), None, node)
+        if len(a) > 8 and a[8] is not None:
+            acc += np.asarray(a[8], np.float64).reshape(per_c)
+        return [_requantize(acc, sx, sw, sy, zy, per_c)]
+    return run
