@@ -737,6 +737,45 @@ def test_requantization_ties_round_as_onnxruntime_on_both_tiers(op, tier):
     np.testing.assert_array_equal(got, want)
 
 
+_ROI = np.zeros(0, np.float32)
+#: upsampling where onnx.reference departs from the spec and onnxruntime: (node, initializers,
+#: input shape)
+_UPSAMPLING = {
+    "resize-align-corners-by-scales": (
+        helper.make_node("Resize", ["x", "roi", "sc"], ["y"], mode="nearest",
+                         coordinate_transformation_mode="align_corners",
+                         nearest_mode="round_prefer_ceil"),
+        {"roi": _ROI, "sc": np.array([1, 1, 0.5, 1.5], np.float32)}, (1, 2, 5, 5)),
+    "resize-pytorch-half-pixel-to-one": (
+        helper.make_node("Resize", ["x", "roi", "sc"], ["y"], mode="linear",
+                         coordinate_transformation_mode="pytorch_half_pixel"),
+        {"roi": _ROI, "sc": np.array([1, 1, 0.5, 0.5], np.float32)}, (1, 2, 2, 3)),
+    "pad-constant-crops": (
+        helper.make_node("Pad", ["x", "p", "v"], ["y"], mode="constant"),
+        {"p": np.array([0, 0, -1, 1, 0, 0, 3, -2], np.int64), "v": np.float32(-1.5)},
+        (2, 2, 6, 4)),
+    "pad-reflect-crops": (
+        helper.make_node("Pad", ["x", "p"], ["y"], mode="reflect"),
+        {"p": np.array([0, 0, -1, 1, 0, 0, 3, -1], np.int64)}, (2, 2, 6, 4)),
+    "conv-transpose-empty-batch": (
+        helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], strides=[2, 2],
+                         output_padding=[1, 0], pads=[1, 0, 1, 0]),
+        {"w": np.ones((2, 3, 3, 3), np.float32), "b": np.arange(3, dtype=np.float32)},
+        (0, 2, 4, 5)),
+}
+
+
+@pytest.mark.parametrize("tier", TIERS)
+@pytest.mark.parametrize("case", sorted(_UPSAMPLING))
+def test_upsampling_follows_onnxruntime_on_both_tiers(case, tier):
+    node, init, shape = _UPSAMPLING[case]
+    m = _model([node], [("x", F32, list(shape))], [("y", F32, None)], init)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    got, want = run_tier(m, {"x": x}, tier)[0], _ort(m, {"x": x})[0]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("tier", TIERS)
 def test_slice_clamps_as_onnx_says_on_both_tiers(tier):
     """Stepping backwards from before an axis's first element starts at that element (ONNX

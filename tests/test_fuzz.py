@@ -508,7 +508,88 @@ def quantized(draw, rng, zero):
     return c
 
 
-STRUCTURES = [elementwise, reduction, matmul, conv, shape_op, normalization, half, quantized]
+def _conv_transpose(draw, rng, zero, c, xs):
+    ch = xs[1]
+    group = draw(st.sampled_from([1, ch]))
+    mo = draw(st.integers(1, 3))
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    strides = [draw(st.integers(1, 3)), draw(st.integers(1, 3))]
+    dil = [draw(st.integers(1, 2)), draw(st.integers(1, 2))]
+    # output padding below the stride (onnxruntime's bound), pads below the dilated kernel
+    outpad = [draw(st.integers(0, s - 1)) for s in strides]
+    pads = [draw(st.integers(0, (k - 1) * d)) for k, d in ((kh, dil[0]), (kw, dil[1]))] * 2
+    c.init["w"] = _values(rng, [ch, mo, kh, kw])
+    ins = ["x", "w"]
+    if draw(st.booleans()):
+        c.init["b"] = _values(rng, [mo * group])
+        ins.append("b")
+    c.nodes = [helper.make_node("ConvTranspose", ins, ["y"], kernel_shape=[kh, kw],
+                                strides=strides, pads=pads, dilations=dil, group=group,
+                                output_padding=outpad)]
+    c.atol = 1e-4
+
+
+_RESIZE_MODES = [("nearest", "asymmetric", "floor"), ("nearest", "half_pixel", "round_prefer_floor"),
+                 ("nearest", "align_corners", "round_prefer_ceil"), ("linear", "half_pixel", None),
+                 ("linear", "align_corners", None), ("linear", "asymmetric", None),
+                 ("linear", "pytorch_half_pixel", None), ("cubic", "half_pixel", None),
+                 ("cubic", "align_corners", None)]
+
+
+def _resize(draw, rng, zero, c, xs):
+    mode, ctm, nearest = draw(st.sampled_from(_RESIZE_MODES))
+    attrs = {"mode": mode, "coordinate_transformation_mode": ctm}
+    if nearest:
+        attrs["nearest_mode"] = nearest
+    if mode == "cubic":
+        attrs["cubic_coeff_a"] = draw(st.sampled_from([-0.75, -0.5]))
+    c.init["roi"] = np.zeros(0, np.float32)
+    if draw(st.booleans()):
+        c.init["sc"] = np.array([1, 1] + [draw(st.sampled_from([0.5, 1.0, 1.5, 2.0, 3.0]))
+                                          for _ in range(2)], np.float32)
+        c.nodes = [helper.make_node("Resize", ["x", "roi", "sc"], ["y"], **attrs)]
+    else:
+        c.init["sz"] = np.array(xs[:2] + [draw(st.integers(1, 12)) for _ in range(2)], np.int64)
+        c.nodes = [helper.make_node("Resize", ["x", "roi", "", "sz"], ["y"], **attrs)]
+    c.atol = 1e-4
+
+
+def _pad(draw, rng, zero, c, xs):
+    mode = draw(st.sampled_from(["constant", "reflect", "edge"]))
+    limit = [d - 1 if mode == "reflect" else 3 for d in xs[2:]]  # reflect: below the dim
+    pads = [0, 0] + [draw(st.integers(0, max(0, m))) for m in limit]
+    pads = pads + [0, 0] + [draw(st.integers(0, max(0, m))) for m in limit]
+    if mode == "constant" and draw(st.booleans()):
+        pads[2] = -min(xs[2] - 1, 1)  # a negative pad crops
+    c.init["p"] = np.array(pads, np.int64)
+    ins = ["x", "p"]
+    if mode == "constant":
+        c.init["v"] = np.array(draw(st.sampled_from([0.0, -1.5])), np.float32)
+        ins.append("v")
+    c.nodes = [helper.make_node("Pad", ins, ["y"], mode=mode)]
+
+
+@st.composite
+def upsample(draw, rng, zero):
+    """What decoders and segmentation heads hold: ConvTranspose (strides, dilations, output
+    padding, groups), Resize (nearest / linear / cubic under each coordinate transformation,
+    by scales or sizes) and Pad (constant with a crop, reflect, edge)."""
+    c = Case("upsample")
+    xs = [draw(st.sampled_from([1, 2] + ([0] if zero else []))), draw(st.integers(1, 3)),
+          draw(st.integers(2, 6)), draw(st.integers(2, 6))]
+    c.inputs = [("x", F32, xs)]
+    c.feeds = {"x": _values(rng, xs)}
+    build = draw(st.sampled_from([_conv_transpose, _resize, _pad]))
+    build(draw, rng, zero, c, xs)
+    c.kind = f"upsample {build.__name__.strip('_')}"
+    c.outputs = [("y", F32)]
+    if draw(st.booleans()):
+        c.nodes.append(helper.make_node("Relu", ["y"], ["z"]))
+        c.outputs = [("z", F32)]
+    return c
+
+
+STRUCTURES = [elementwise, reduction, matmul, conv, shape_op, normalization, half, quantized, upsample]
 
 
 @st.composite

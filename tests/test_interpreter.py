@@ -37,7 +37,13 @@ _ROUNDED = ("expected values stored to 4 significant digits; onnx.reference agre
             "passes at onnx's own rtol=1e-3")
 _RANDOM = "random output: onnx.reference and the generator draw different numbers"
 _PILLOW = "onnx.reference's ImageDecoder needs Pillow, which is not installed"
+_ORT_RESIZE = ("the stored output is onnx.reference's, which maps align_corners positions by "
+               "the unrounded length in * scale; the interpreter follows the spec and "
+               "onnxruntime (the output's length), as the compiled tier does "
+               "(tests/test_onnx_backend.py excludes the case there)")
 EXPECTED_FAILURES: dict[str, str] = {
+    "test_resize_downsample_scales_cubic_align_corners": _ORT_RESIZE,
+    "test_resize_downsample_scales_linear_align_corners": _ORT_RESIZE,
     "test_averagepool_2d_ceil_last_window_starts_on_pad": _ROUNDED,
     "test_gridsample_bicubic": _ROUNDED,
     "test_roialign_aligned_false": _ROUNDED,

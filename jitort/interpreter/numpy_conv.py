@@ -142,8 +142,11 @@ def conv_transpose(x: np.ndarray, w: np.ndarray, b, node: ir.Node) -> np.ndarray
     m = mg * group
     out = [s * (i - 1) + op + (k - 1) * d + 1 - pb - pe for i, s, op, k, d, pb, pe in
            zip(spatial, strides, outpad, kernel, dilations, pads[:nsp], pads[nsp:])]
-    if min(out) <= 0 or x.size == 0:
+    if min(out) < 0:
         raise Defer
+    if x.size == 0 or min(out) == 0:  # empty (or no input channels: the bias alone)
+        y = np.zeros((n, m, *out), x.dtype)
+        return y + b.reshape((1, m) + (1,) * nsp).astype(x.dtype) if b is not None else y
     taps, pos = math.prod(kernel), math.prod(spatial)
     wt = w.reshape(group, cg, mg * taps).transpose(0, 2, 1)  # [G, Mg*taps, Cg]
     cols = np.matmul(wt[None], x.reshape(n, group, cg, pos))  # [N, G, Mg*taps, pos]

@@ -285,6 +285,39 @@ def _slice(x, starts, ends, axes, steps):
     return np.ascontiguousarray(x[tuple(index)])
 
 
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+
+
+@fast("Pad", since=11)
+def _pad(node):
+    """Pad with the pads as an input: negative pads crop (the reference fails on them), then
+    numpy pads."""
+    mode = node.attr("mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in _PAD_MODES:
+        return None
+
+    def run(a):
+        x, pads = a[0], _ints(a[1])
+        axes = _axes(_ints(a[3]), x.ndim) if len(a) > 3 and a[3] is not None else \
+            list(range(x.ndim))
+        if len(pads) != 2 * len(axes):
+            raise ValueError(f"Pad: {len(pads)} pads for {len(axes)} axes")
+        begin, end = [0] * x.ndim, [0] * x.ndim
+        for i, ax in enumerate(axes):
+            begin[ax], end[ax] = pads[i], pads[i + len(axes)]
+        if min(begin + end) < 0:  # crop first, then pad what is left (onnxruntime's order)
+            x = x[tuple(slice(-min(b, 0), d + min(e, 0)) for b, e, d in zip(begin, end, x.shape))]
+        width = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end)]
+        if mode == "constant":
+            v = a[2] if len(a) > 2 and a[2] is not None and a[2].size else 0
+            return [np.pad(x, width, mode="constant", constant_values=np.asarray(v).item())]
+        if x.size == 0:
+            raise Defer
+        return [np.pad(x, width, mode=_PAD_MODES[mode])]
+    return run
+
+
 @fast("Range", since=11)
 def _range(node):
     def run(a):

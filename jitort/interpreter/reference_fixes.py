@@ -20,6 +20,10 @@ also reach If/Loop/Scan bodies). Each class names the reference behaviour it cor
 * ``Resize`` with ``coordinate_transformation_mode="tf_half_pixel_for_nn"`` (opset 11, nearest
   only): the reference rejects the mode; the source position is ``(i + 0.5) / scale`` rounded
   by ``nearest_mode`` and clamped, an axis of scale 1 keeping its positions (onnxruntime's).
+  With ``align_corners`` and scales, the reference maps ``x * (in - 1) / (in * scale - 1)``
+  instead of the spec's ``x * (in - 1) / (out - 1)``: it resizes to the sizes the scales give.
+  With ``pytorch_half_pixel``, an output axis of length 1 reads source position 0 (the
+  reference: -0.5).
 * ``Scaler`` (ai.onnx.ml): the output is float (``(x - offset) * scale`` in float32, as
   onnxruntime's); the reference casts it back to the input type, truncating an integer input's.
 """
@@ -134,9 +138,39 @@ _ROUND = {"round_prefer_floor": lambda c: np.ceil(c - 0.5), "floor": np.floor, "
           "round_prefer_ceil": lambda c: np.floor(c + 0.5)}
 
 
+def _single_positions_first(X: np.ndarray, scales, sizes):
+    """pytorch_half_pixel puts an output axis of length 1 at source position 0; the reference
+    at -0.5 (and tells length 1 by the unrounded ``in * scale``): such an axis becomes the
+    input's first entry, resized by 1."""
+    if sizes is not None and len(sizes):
+        out = [int(v) for v in sizes]
+    elif scales is not None and len(scales):
+        scales = np.array(scales, np.float32)
+        out = [int(np.floor(i * s)) for i, s in zip(X.shape, scales)]
+    else:
+        return X, scales
+    single = [a for a, (i, o) in enumerate(zip(X.shape, out)) if o == 1 and i > 1]
+    if single:
+        X = X[tuple(slice(0, 1) if a in single else slice(None) for a in range(X.ndim))]
+        if sizes is None or not len(sizes):
+            scales[single] = 1.0
+    return X, scales
+
+
 class Resize(_RefResize):
     def _run(self, X, roi, scales=None, sizes=None, **attrs):  # type: ignore[override]
-        if attrs.get("coordinate_transformation_mode") != "tf_half_pixel_for_nn":
+        ctm = attrs.get("coordinate_transformation_mode")
+        if (ctm == "align_corners" and scales is not None and len(scales)
+                and (sizes is None or not len(sizes)) and attrs.get("axes") is None):
+            # the reference divides by the unrounded length_original * scale - 1; the spec
+            # (and onnxruntime) by the output's length - 1: resize to the sizes the scales give
+            sizes = np.floor(np.asarray(X).shape * np.asarray(scales, np.float32)).astype(
+                np.int64)
+            return super()._run(X, roi, None, sizes, **attrs)
+        if ctm == "pytorch_half_pixel" and attrs.get("axes") is None:
+            X, scales = _single_positions_first(np.asarray(X), scales, sizes)
+            return super()._run(X, roi, scales, sizes, **attrs)
+        if ctm != "tf_half_pixel_for_nn":
             return super()._run(X, roi, scales, sizes, **attrs)
         if (attrs.get("mode") or "nearest") != "nearest":
             raise ValueError("tf_half_pixel_for_nn is a mode of nearest resizing")
