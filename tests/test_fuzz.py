@@ -38,6 +38,7 @@ class Case:
     feeds: dict = field(default_factory=dict)
     atol: float = 1e-5
     rtol: float = 1e-4
+    ort_rewrites: bool = True  # compare with onnxruntime's optimized graph (its default)
 
     def model(self):
         g = helper.make_graph(
@@ -529,7 +530,8 @@ def _conv_transpose(draw, rng, zero, c, xs):
     c.atol = 1e-4
 
 
-_RESIZE_MODES = [("nearest", "asymmetric", "floor"), ("nearest", "half_pixel", "round_prefer_floor"),
+_RESIZE_MODES = [("nearest", "asymmetric", "floor"),
+                 ("nearest", "half_pixel", "round_prefer_floor"),
                  ("nearest", "align_corners", "round_prefer_ceil"), ("linear", "half_pixel", None),
                  ("linear", "align_corners", None), ("linear", "asymmetric", None),
                  ("linear", "pytorch_half_pixel", None), ("cubic", "half_pixel", None),
@@ -589,7 +591,128 @@ def upsample(draw, rng, zero):
     return c
 
 
-STRUCTURES = [elementwise, reduction, matmul, conv, shape_op, normalization, half, quantized, upsample]
+def _const(c, name, value):
+    c.init[name] = np.asarray(value, np.float32)
+    return name
+
+
+def _layer_norm_decomposed(draw, rng, zero, c):
+    """ReduceMean / Sub / Pow / ReduceMean / Add / Sqrt / Div / Mul / Add, as exporters write
+    LayerNorm, and near misses that are not one (another exponent, a non-last axis)."""
+    xs = [draw(st.integers(1, 3)), draw(st.integers(1, 5)),
+          draw(st.sampled_from([1, 4, 8, 16]))]
+    axis = draw(st.sampled_from([-1, -1, -1, 1]))
+    c.inputs, c.feeds = [("x", F32, xs)], {"x": _values(rng, xs) * np.float32(3)}
+    expo = draw(st.sampled_from([2.0, 2.0, 4.0]))  # a fourth moment: positive, not a variance
+    gshape = draw(st.sampled_from([[xs[-1]], [1, 1, xs[-1]], []])) if axis == -1 else []
+    mk = helper.make_node
+    c.nodes = [mk("ReduceMean", ["x"], ["m"], axes=[axis], keepdims=1),
+               mk("Sub", ["x", "m"], ["d"]),
+               mk("Pow", ["d", _const(c, "e", expo)], ["d2"]),
+               mk("ReduceMean", ["d2"], ["v"], axes=[axis], keepdims=1),
+               mk("Add", ["v", _const(c, "eps", draw(st.sampled_from([1e-5, 1e-12, 0.1])))],
+                  ["ve"]),
+               mk("Sqrt", ["ve"], ["sd"]), mk("Div", ["d", "sd"], ["n"]),
+               mk("Mul", ["n", _const(c, "g", _values(rng, gshape))], ["ng"]),
+               mk("Add", ["ng", _const(c, "b", _values(rng, gshape))], ["y"])]
+    c.atol = 1e-3
+
+
+def _gelu_decomposed(draw, rng, zero, c):
+    """The erf and tanh GELUs as exporters write them, and one with a wrong constant."""
+    xs = _dims(draw, draw(st.integers(1, 3)), zero)
+    c.inputs, c.feeds = [("x", F32, xs)], {"x": _values(rng, xs) * np.float32(2)}
+    mk = helper.make_node
+    half = draw(st.sampled_from([0.5, 0.5, 0.6]))
+    if draw(st.booleans()):  # erf form, by a division or a multiplication
+        if draw(st.booleans()):
+            first = mk("Div", ["x", _const(c, "r2", 1.4142135)], ["t"])
+        else:
+            first = mk("Mul", ["x", _const(c, "r2", 0.70710677)], ["t"])
+        c.nodes = [first, mk("Erf", ["t"], ["e"]),
+                   mk("Add", ["e", _const(c, "one", 1.0)], ["p"]),
+                   mk("Mul", ["x", "p"], ["q"]), mk("Mul", ["q", _const(c, "h", half)], ["y"])]
+    else:  # tanh form
+        c.nodes = [mk("Pow", ["x", _const(c, "three", 3.0)], ["x3"]),
+                   mk("Mul", ["x3", _const(c, "k", 0.044715)], ["kx3"]),
+                   mk("Add", ["x", "kx3"], ["in"]),
+                   mk("Mul", ["in", _const(c, "s", 0.7978846)], ["sin"]),
+                   mk("Tanh", ["sin"], ["th"]), mk("Add", ["th", _const(c, "one", 1.0)], ["p"]),
+                   mk("Mul", [_const(c, "h", half), "x"], ["hx"]), mk("Mul", ["hx", "p"], ["y"])]
+
+
+def _attention(draw, rng, zero, c):
+    """Multi-head self-attention as exporters write it: projections, heads split by Reshape
+    and Transpose, scaled scores (Mul or Div), an optional additive mask, Softmax, the
+    weighted sum and the heads merged back."""
+    b, seq = draw(st.integers(1, 2)), draw(st.sampled_from([1, 3, 8]))
+    heads, d = draw(st.integers(1, 3)), draw(st.sampled_from([2, 4, 8]))
+    e = heads * d
+    mk = helper.make_node
+    c.inputs, c.feeds = [("x", F32, [b, seq, e])], {"x": _values(rng, [b, seq, e])}
+    c.init["split"] = np.array([0, 0, heads, d], np.int64)
+    c.init["merge"] = np.array([0, 0, e], np.int64)
+    for n in "qkv":
+        c.init[f"w{n}"] = _values(rng, [e, e]) * np.float32(0.5)
+        c.nodes += [mk("MatMul", ["x", f"w{n}"], [f"{n}p"]),
+                    mk("Reshape", [f"{n}p", "split"], [f"{n}h"]),
+                    mk("Transpose", [f"{n}h"], [f"{n}t"],
+                       perm=[0, 2, 3, 1] if n == "k" else [0, 2, 1, 3])]
+    scale = draw(st.sampled_from([d ** -0.5, 0.3]))
+    by_mul = draw(st.booleans())
+    c.nodes += [mk("MatMul", ["qt", "kt"], ["s0"]),
+                mk("Mul" if by_mul else "Div",
+                   ["s0", _const(c, "sc", scale if by_mul else 1 / scale)], ["s"])]
+    last = "s"
+    if draw(st.booleans()):
+        c.init["mask"] = np.where(rng.random((b, 1, 1, seq)) < 0.3, -1e4, 0).astype(np.float32)
+        c.nodes.append(mk("Add", ["s", "mask"], ["sm"]))
+        last = "sm"
+    c.nodes += [mk("Softmax", [last], ["p"], axis=draw(st.sampled_from([-1, -1, -1, 2]))),
+                mk("MatMul", ["p", "vt"], ["o"]),
+                mk("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]),
+                mk("Reshape", ["ot", "merge"], ["y"])]
+    c.atol = 1e-4
+
+
+def _conv_batch_norm(draw, rng, zero, c):
+    """Conv -> BatchNormalization (-> Relu): the Conv+BN fold, with a bias or without."""
+    nb, ch, mo = draw(st.sampled_from([1, 2])), draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    xs = [nb, ch, draw(st.integers(3, 7)), draw(st.integers(3, 7))]
+    k = draw(st.sampled_from([1, 3]))
+    c.inputs, c.feeds = [("x", F32, xs)], {"x": _values(rng, xs)}
+    c.init = {"w": _values(rng, [mo, ch, k, k]), "s": _values(rng, [mo]),
+              "bb": _values(rng, [mo]), "mu": _values(rng, [mo]),
+              "var": _values(rng, [mo], positive=True)}
+    ins = ["x", "w"]
+    if draw(st.booleans()):
+        c.init["cb"] = _values(rng, [mo])
+        ins.append("cb")
+    mk = helper.make_node
+    c.nodes = [mk("Conv", ins, ["cv"], kernel_shape=[k, k], pads=[k // 2] * 4),
+               mk("BatchNormalization", ["cv", "s", "bb", "mu", "var"], ["y"],
+                  epsilon=draw(st.sampled_from([1e-5, 1e-3])))]
+    c.atol = 1e-4
+
+
+@st.composite
+def patterns(draw, rng, zero):
+    """Subgraphs the optimizer rewrites (LayerNorm, GELU, attention, Conv+BN), as exporters
+    write them, with near misses it must leave alone."""
+    c = Case("patterns", ort_rewrites=False)  # the rewrites under test are jitort's
+    build = draw(st.sampled_from([_layer_norm_decomposed, _gelu_decomposed, _attention,
+                                  _conv_batch_norm]))
+    build(draw, rng, zero, c)
+    c.kind = f"patterns {build.__name__.strip('_')}"
+    c.outputs = [("y", F32)]
+    if draw(st.booleans()):
+        c.nodes.append(helper.make_node("Relu", ["y"], ["z"]))
+        c.outputs = [("z", F32)]
+    return c
+
+
+STRUCTURES = [elementwise, reduction, matmul, conv, shape_op, normalization, half, quantized,
+              upsample, patterns]
 
 
 @st.composite
@@ -605,13 +728,18 @@ class Mismatch(AssertionError):
     pass
 
 
-def reference(model, feeds):
-    """onnxruntime's outputs, or onnx.reference's where onnxruntime refuses; None if both do."""
+def reference(model, feeds, ort_rewrites: bool = True):
+    """onnxruntime's outputs, or onnx.reference's where onnxruntime refuses; None if both do.
+    ``ort_rewrites=False``: onnxruntime without its graph rewrites (for graphs that test
+    jitort's: onnxruntime 1.32's LayerNorm fusion takes ``Pow(d, 3)`` or ``Pow(d, 4)`` for a
+    variance)."""
     try:
         import onnxruntime as ort
         so = ort.SessionOptions()
         so.intra_op_num_threads = 1
         so.log_severity_level = 4
+        if not ort_rewrites:
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         return ort.InferenceSession(model.SerializeToString(), so,
                                     providers=["CPUExecutionProvider"]).run(None, feeds), "ort"
     except Exception:
@@ -628,7 +756,7 @@ def check(case: Case, debug: bool = False, tier: str = "compiled") -> str:
     """Run ``case`` on jitort's ``tier`` and compare; returns what it compared against."""
     import jitort
     model = case.model()
-    want, ref = reference(model, case.feeds)
+    want, ref = reference(model, case.feeds, case.ort_rewrites)
     try:
         got = run_tier(model, case.feeds, tier, debug)
     except jitort.JitortError as e:
