@@ -14,7 +14,7 @@ def _np_reduce(x, kind):
         if kind == R.REDUCE_SUM:
             return x.sum(1)
         if kind == R.REDUCE_MEAN:
-            return x.sum(1) / x.shape[1]
+            return x.sum(1) / max(x.shape[1], 1)  # an empty mean is 0, as onnxruntime
         if kind == R.REDUCE_MAX:
             return x.max(1, initial=-np.inf)
         if kind == R.REDUCE_MIN:
