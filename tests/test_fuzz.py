@@ -96,6 +96,14 @@ def _unary(op: str, x: str, y: str):
     return [helper.make_node(op, [x], [y])]
 
 
+def _maybe_relu(draw, c):
+    """Half the time a Relu after the output ``y`` (an epilogue for the fusions to take)."""
+    if draw(st.booleans()):
+        c.nodes.append(helper.make_node("Relu", ["y"], ["z"]))
+        c.outputs = [("z", F32)]
+    return c
+
+
 # --- structures -------------------------------------------------------------------------------
 @st.composite
 def elementwise(draw, rng, zero):
@@ -246,10 +254,7 @@ def conv(draw, rng, zero):
         c.nodes = [helper.make_node(kind, ["x"], ["y"], kernel_shape=[kh, kw], strides=stride,
                                     pads=pads, **extra)]
     c.outputs = [("y", F32)]
-    if draw(st.booleans()):
-        c.nodes.append(helper.make_node("Relu", ["y"], ["z"]))
-        c.outputs = [("z", F32)]
-    return c
+    return _maybe_relu(draw, c)
 
 
 SHAPE_OPS = ["Transpose", "Reshape", "Flatten", "Concat", "Slice", "Unsqueeze", "Squeeze",
@@ -585,10 +590,7 @@ def upsample(draw, rng, zero):
     build(draw, rng, zero, c, xs)
     c.kind = f"upsample {build.__name__.strip('_')}"
     c.outputs = [("y", F32)]
-    if draw(st.booleans()):
-        c.nodes.append(helper.make_node("Relu", ["y"], ["z"]))
-        c.outputs = [("z", F32)]
-    return c
+    return _maybe_relu(draw, c)
 
 
 def _const(c, name, value):
@@ -705,10 +707,7 @@ def patterns(draw, rng, zero):
     build(draw, rng, zero, c)
     c.kind = f"patterns {build.__name__.strip('_')}"
     c.outputs = [("y", F32)]
-    if draw(st.booleans()):
-        c.nodes.append(helper.make_node("Relu", ["y"], ["z"]))
-        c.outputs = [("z", F32)]
-    return c
+    return _maybe_relu(draw, c)
 
 
 STRUCTURES = [elementwise, reduction, matmul, conv, shape_op, normalization, half, quantized,
