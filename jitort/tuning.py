@@ -4,8 +4,10 @@ A place in the compiler that chooses between implementations is a :class:`Choice
 :class:`Candidate` s, each with an applicability rule (shape, dtype, ISA) and a way to time it
 on a representative problem, a map from a problem to its *shape bucket*, the grid of buckets
 ``jitort tune`` measures, and the *default rule* (the shape rule measured where the code was
-written) that decides before calibration and wherever a bucket was not measured. Nothing is
-keyed by a model or a layer: only by shape buckets.
+written) that decides before calibration and wherever a bucket was not measured (a choice whose
+grid covers part of its buckets may first let a bucket follow its nearest measured neighbours:
+``Choice.place``, :func:`nearest_pick`). Nothing is keyed by a model or a layer: only by shape
+buckets.
 
 Decisions (per bucket the fastest candidate, or the default rule's pick where it is within
 :data:`KEEP_DEFAULT` of it, with every candidate's time) are persisted as
@@ -53,6 +55,9 @@ log = logging.getLogger("jitort.tuning")
 
 #: a candidate this many times slower than the best in most measured buckets is demoted
 DEMOTE = 1.5
+#: a bucket not measured follows measured buckets of its kind at most this far (the sum of
+#: class steps over its coordinates; ``Choice.place``)
+NEAREST_MAX = 2
 #: a bucket keeps the default rule's pick unless another candidate is faster by this factor:
 #: a near-tie measured on one node (timer noise, a loaded machine) is no reason to leave the
 #: rule, and in a whole model the tie may go the other way
@@ -92,6 +97,11 @@ class Choice:
     #: where its candidates run: ``cpu`` (decisions per CPU) or ``cuda`` (per GPU: its own file,
     #: ``jitort tune --device cuda``)
     device: str = "cpu"
+    #: for a choice whose grid measures some of its buckets: ``place(key) -> (kind, position)``,
+    #: a bucket's kind (buckets of different kinds are never compared) and its position, a
+    #: tuple of class indices; a bucket not measured then follows its nearest measured
+    #: neighbours of its kind (``nearest_pick``) before the default rule
+    place: Callable[[tuple], tuple] | None = None
 
     def candidate(self, name: str) -> Candidate:
         return next(c for c in self.candidates if c.name == name)
@@ -309,9 +319,13 @@ def choose(name: str, decisions: dict | None = None, **problem) -> str:
         decisions = load(device=choice.device) if enabled() else {}
     entry = decisions.get(name)
     if entry:
-        hit = entry["buckets"].get(_bucket_text(choice.bucket(problem)))
+        key = choice.bucket(problem)
+        hit = entry["buckets"].get(_bucket_text(key))
         if hit and choice.candidate(hit["pick"]).applies(problem):
             return hit["pick"]
+        near = nearest_pick(choice, entry, key, problem) if hit is None else None
+        if near is not None:
+            return near
     pick = choice.default(problem)
     demoted = set(entry.get("demoted", ())) if entry else set()
     if pick in demoted:
@@ -320,6 +334,36 @@ def choose(name: str, decisions: dict | None = None, **problem) -> str:
         if others:
             return others[0]
     return pick
+
+
+def nearest_pick(choice: Choice, entry: dict, key: tuple, problem: dict) -> str | None:
+    """For a bucket this machine did not measure: the pick of the measured buckets of its kind
+    nearest to it (at most :data:`NEAREST_MAX` class steps away) that can run ``problem``, the
+    most frequent one; a tie goes to the default rule's pick when it is among the tied, else
+    there is no answer (None: the default rule decides). The grid measures the layer classes
+    networks are made of; a class between two measured ones that agree is more likely to
+    behave as they measured on this machine than as the rule measured on another."""
+    if choice.place is None:
+        return None
+    kind, pos = choice.place(key)
+    best, picks = NEAREST_MAX + 1, []
+    for text, hit in entry["buckets"].items():
+        other_kind, other = choice.place(_bucket_key(text))
+        if other_kind != kind or not choice.candidate(hit["pick"]).applies(problem):
+            continue
+        d = sum(abs(a - b) for a, b in zip(pos, other))
+        if d < best:
+            best, picks = d, [hit["pick"]]
+        elif d == best:
+            picks.append(hit["pick"])
+    if not picks:
+        return None
+    top = max(picks.count(p) for p in picks)
+    leaders = sorted({p for p in picks if picks.count(p) == top})
+    if len(leaders) == 1:
+        return leaders[0]
+    default = choice.default(problem)
+    return default if default in leaders else None
 
 
 _forced: dict = {}
@@ -532,6 +576,9 @@ def show(path: Path | None = None, device: str = "cpu") -> str:
         if not entry.get("complete", True):
             lines.append("  cut short by the budget: buckets not listed follow the default "
                          f"rule (`{run}` again goes on)")
+        if choice.place is not None:
+            lines.append(f"  buckets not listed: the pick of the nearest listed ones (at most "
+                         f"{NEAREST_MAX} class steps away, the majority), else the default rule")
         cands = [c.name for c in choice.candidates]
         lines.append(f"  {'bucket':<22}{'pick':>10}{'default':>10}" +
                      "".join(f"{c + ' GF/s':>14}" for c in cands))

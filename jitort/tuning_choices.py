@@ -38,8 +38,11 @@ forced to the bucket's side for group-1 3x3 stride-1 ones). Buckets: kernel (1, 
 more -> 7) x stride (1, 2+) x channels per group in and out (up to 8, 22, 45, 90, 181, more)
 x output side (up to 10, 20, 40, 80, more) x groups (1, 2-7, 8+) x whether Winograd is the
 alternative; ``jitort tune`` measures the 19 of ``ALGO_GRID`` (stems, 1x1 projections, strided
-1x1 and 3x3 downsampling, 3x3 on small planes, few-channel 3x3, grouped 3x3), the others
-follow the default rule: the lowering's cascade before calibration (Zen 5 sweeps):
+1x1 and 3x3 downsampling, 3x3 on small planes, few-channel 3x3, grouped 3x3); a bucket not
+measured follows the measured buckets of its kernel, stride, groups and Winograd class nearest
+to it in channels and side (``tuning.nearest_pick``: at most two class steps away, the
+majority), and where none is that near the default rule: the lowering's cascade before
+calibration (Zen 5 sweeps):
 ``conv_implicit.implicit_wins`` decides whether the implicit gemm is the alternative, then
 ``conv_cvec.cvec_wins``, ``conv_group.grouped_wins``, the implicit gemm, Winograd / im2col.
 
@@ -320,6 +323,16 @@ def _algo_bucket(p: dict) -> tuple:
             ALGO_GROUPS[(g > 1) + (g > 7)], int(bool(p.get("winograd"))))
 
 
+def _algo_place(key: tuple) -> tuple:
+    """Kind (kernel, stride, groups, Winograd) and position (the class indices of the channels
+    in and out and of the output side) of a bucket, for ``tuning.nearest_pick``."""
+    k, s, cg, mg, side, g, wino = key
+    if cg not in ALGO_CHANNELS or mg not in ALGO_CHANNELS or side not in ALGO_SIDES:
+        return ("unknown",) + tuple(key), ()      # another version's classes: no neighbours
+    return (k, s, g, wino), (ALGO_CHANNELS.index(cg), ALGO_CHANNELS.index(mg),
+                             ALGO_SIDES.index(side))
+
+
 def _algo_problem(key: tuple) -> dict:
     k, s, cg, mg, side, g, wino = key
     return {"c": cg * g, "m": mg * g, "kh": k, "kw": k, "oh": side, "ow": side, "sh": s,
@@ -393,5 +406,6 @@ CONV_ALGORITHM = register(Choice(
     candidates=tuple(Candidate(w, _algo_applies(w), _prepare_algo(w))
                      for w in ("im2col", "winograd", "implicit", "cvec", "grouped")),
     bucket=_algo_bucket, grid=_algo_grid, problem=_algo_problem, default=_algo_default,
+    place=_algo_place,
     modules=("conv", "winograd", "conv_cvec", "conv_implicit", "conv_group", "gemm", "sgemm"),
     work=lambda p: 2.0 * p["c"] * p["m"] / p["group"] * p["kh"] * p["kw"] * p["oh"] * p["ow"]))

@@ -540,6 +540,50 @@ def test_conv_algorithm_calibration_measures_every_candidate(tune_dir, monkeypat
     assert all(0 < t < 1.0 for t in b["times"].values()) and b["pick"] != "cvec"
 
 
+def _write_conv_picks(picks: dict) -> None:
+    from jitort.tuning_choices import CONV_ALGORITHM as A
+    doc = {"format": tuning.FORMAT, "machine": tuning.machine(), "written": 0, "choices": {
+        "conv.algorithm": {"library": tuning.library_hash(A), "demoted": [], "buckets": {
+            tuning._bucket_text(k): {"pick": v, "times": {v: 1e-3}} for k, v in picks.items()}}}}
+    path = tuning.decisions_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(doc))
+
+
+def test_unmeasured_conv_bucket_follows_its_nearest_measured_neighbours(tune_dir):
+    """A conv.algorithm bucket the grid does not measure takes the majority pick of the
+    measured buckets of its kind (kernel, stride, groups, Winograd) nearest to it in channel
+    and side classes, at most NEAREST_MAX class steps away; a tie keeps the default rule's pick
+    when it is tied, a pick that cannot run the problem does not vote, and a bucket with no
+    measured neighbour that near, or of another kind, follows the default rule. The compiled
+    layer runs the neighbours' kernel and matches onnxruntime."""
+    from jitort.tuning_choices import CONV_ALGORITHM as A
+    assert tuning.NEAREST_MAX == 2
+    _write_conv_picks({(1, 1, 256, 64, 56, 1, 0): "im2col", (1, 1, 256, 128, 28, 1, 0): "im2col",
+                       (1, 1, 256, 256, 14, 1, 0): "cvec", (3, 2, 64, 128, 28, 1, 0): "implicit"})
+
+    def pick(c, m, k, s, side):
+        p = _conv_problem(c, m, k, s, side, 1, False)
+        return tuning.choose("conv.algorithm", **p), A.default(p)
+
+    assert pick(256, 128, 1, 1, 56) == ("im2col", "cvec")  # two neighbours one step away agree
+    assert pick(512, 256, 1, 1, 28) == ("cvec", "cvec")    # one each way: the rule's is tied
+    assert pick(128, 128, 1, 1, 56) == ("im2col", "cvec")  # the nearest (two steps) agree
+    assert pick(64, 64, 1, 1, 7) == ("cvec", "cvec")       # nothing within two steps
+    got, rule = pick(256, 128, 1, 2, 56)                   # another kind: stride 2
+    assert got == rule
+    assert pick(64, 128, 3, 2, 56)[0] == "implicit"        # C * 9 <= 640: implicit runs it
+    got, rule = pick(128, 128, 3, 2, 28)                   # C * 9 > 640: implicit cannot
+    assert got == rule != "implicit"
+
+    model, x = _conv_case_model(256, 128, 1, 1, 56, 1)
+    cm = jitort.compile(model, threads=1)
+    np.testing.assert_allclose(cm(x)[0], run_onnxruntime(model, {"x": x})[0], rtol=1e-4,
+                               atol=1e-4)
+    assert _conv_kernels(cm) in ([kn] for kn in CONV_KERNELS["im2col"]), _calls(cm)
+    assert "nearest listed" in tuning.show()
+
+
 # trees.layout: the complete-tree layout or the node arrays, chosen at lowering
 def test_trees_layout_buckets_and_default_rule():
     """The default rule is the lowering's before calibration (complete up to
