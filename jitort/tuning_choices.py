@@ -38,7 +38,7 @@ forced to the bucket's side for group-1 3x3 stride-1 ones). Buckets: kernel (1, 
 more -> 7) x stride (1, 2+) x channels per group in and out (up to 8, 22, 45, 90, 181, more)
 x output side (up to 10, 20, 40, 80, more) x groups (1, 2-7, 8+) x whether Winograd is the
 alternative; ``jitort tune`` measures the 19 of ``ALGO_GRID`` (stems, 1x1 projections, strided
-1x1 and 3x3 downsampling, 3x3 on small planes, few-channel 3x3, grouped 3x3); a bucket not
+3x3 downsampling, 3x3 on small planes, few-channel 3x3, grouped 3x3); a bucket not
 measured follows the measured buckets of its kernel, stride, groups and Winograd class nearest
 to it in channels and side (``tuning.nearest_pick``: at most two class steps away, the
 majority), and where none is that near the default rule: the lowering's cascade before
@@ -341,13 +341,16 @@ def _algo_problem(key: tuple) -> dict:
 
 #: the buckets ``jitort tune`` measures (kernel, stride, channels in / out per group, output
 #: side, groups, Winograd): the layer classes of image CNNs -- stems, 1x1 projections, strided
-#: 3x3 and 1x1 downsampling, 3x3 layers where Winograd is not taken (small planes) and few-
-#: channel ones where it is, grouped 3x3. Buckets not listed follow the default rule.
+#: 3x3 downsampling, 3x3 layers where Winograd is not taken (small planes) and few-channel ones
+#: where it is, grouped 3x3. No strided 1x1 bucket: the CPU pipeline turns an unpadded strided
+#: 1x1 layer into a subsampling Slice and a stride-1 layer on the output's plane
+#: (``passes.patterns.subsample_strided_pointwise``), whose bucket is a stride-1 one. Buckets
+#: not listed follow their nearest listed ones, else the default rule (``tuning.nearest_pick``).
 ALGO_GRID = (
     (7, 2, 3, 64, 112, 1, 0), (3, 2, 3, 32, 112, 1, 0),
     (1, 1, 64, 256, 56, 1, 0), (1, 1, 256, 64, 56, 1, 0), (1, 1, 256, 128, 28, 1, 0),
     (1, 1, 128, 256, 28, 1, 0), (1, 1, 256, 256, 14, 1, 0), (1, 1, 256, 256, 7, 1, 0),
-    (1, 2, 64, 128, 28, 1, 0), (1, 2, 128, 256, 14, 1, 0), (1, 2, 256, 256, 7, 1, 0),
+    (1, 1, 64, 128, 28, 1, 0), (1, 1, 128, 256, 14, 1, 0), (1, 1, 64, 64, 56, 1, 0),
     (3, 2, 64, 128, 28, 1, 0), (3, 2, 128, 256, 14, 1, 0), (3, 2, 256, 256, 7, 1, 0),
     (3, 1, 256, 256, 7, 1, 0), (3, 1, 16, 64, 56, 1, 1),
     (3, 1, 32, 32, 28, 4, 1), (3, 2, 32, 32, 14, 16, 0), (3, 1, 32, 32, 7, 16, 0),
