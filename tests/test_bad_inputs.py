@@ -792,6 +792,41 @@ def test_slice_clamps_as_onnx_says_on_both_tiers(tier):
         assert got.shape == want.shape and np.array_equal(got, want), (start, end, step)
 
 
+@pytest.mark.parametrize("tier", TIERS)
+def test_gather_nd_without_indices_on_both_tiers(tier):
+    """GatherND with no index rows (an empty batch with batch_dims=1 among them, which
+    onnx.reference fails to reshape): the empty result of onnxruntime's shape."""
+    cases = [([0, 2, 1, 0], [0, 2, 1], 1), ([0, 2, 1, 0], [0, 1], 1), ([3, 2], [0, 1], 0),
+             ([2, 3, 4], [2, 0, 2], 1), ([2, 3], [0, 2, 1], 0)]
+    for xs, ish, b in cases:
+        m = _model([helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=b)],
+                   [("x", F32, xs), ("i", TensorProto.INT64, ish)], [("y", F32, None)], {})
+        feeds = {"x": np.ones(xs, np.float32), "i": np.zeros(ish, np.int64)}
+        got, want = run_tier(m, feeds, tier)[0], _ort(m, feeds)[0]
+        assert got.shape == want.shape and got.dtype == want.dtype, (xs, ish, b)
+
+
+@pytest.mark.parametrize("tier", TIERS)
+def test_einsum_over_empty_axes_on_both_tiers(tier):
+    """Einsum with a size-0 contracted, batch or free axis: zeros or an empty result, as
+    numpy's einsum. onnxruntime 1.32 kills the process (SIGFPE) on the first two cases
+    (a 4-D batched product with an empty contraction or batch), so numpy is the reference."""
+    cases = [("bhqd,bhkd->bhqk", [2, 3, 5, 0], [2, 3, 4, 0]),
+             ("bhqd,bhkd->bhqk", [0, 3, 5, 2], [0, 3, 4, 2]),
+             ("bhqd,bhkd->bhqk", [2, 3, 0, 2], [2, 3, 4, 2]), ("ij,jk->ik", [3, 0], [0, 4]),
+             ("i,i->", [0], [0]), ("ij,ij->i", [3, 0], [3, 0]), ("bij->bj", [2, 0, 3], None),
+             ("bii->bi", [2, 0, 0], None), ("bi,bj->bij", [2, 0], [2, 3])]
+    rng = np.random.default_rng(0)
+    for eq, xs, ys in cases:
+        shapes = [xs] + ([ys] if ys else [])
+        feeds = {f"x{k}": rng.standard_normal(sh).astype(np.float32)
+                 for k, sh in enumerate(shapes)}
+        m = _model([helper.make_node("Einsum", list(feeds), ["y"], equation=eq)],
+                   [(n, F32, sh) for n, sh in zip(feeds, shapes)], [("y", F32, None)], {})
+        got, want = run_tier(m, feeds, tier)[0], np.einsum(eq, *feeds.values())
+        assert got.shape == want.shape and np.array_equal(got, want), (eq, xs, ys)
+
+
 def test_non_contiguous_readonly_and_unaligned_feeds_give_the_same_result():
     import jitort
     cm = _add()

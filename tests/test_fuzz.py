@@ -2,7 +2,8 @@
 
 The generator draws from a small vocabulary of *structures* (an elementwise chain with
 broadcasting, a reduction, MatMul/Gemm, Conv/pooling, one shape op followed by elementwise
-work, Softmax/LayerNormalization) and varies their shapes (size-1 and size-0 dims included),
+work, Softmax/LayerNormalization, float16 graphs, quantized ones, upsampling, the optimizer's
+patterns, gathers / scatters / TopK / CumSum / Einsum) and varies their shapes (size-1 and size-0 dims included),
 attributes and values. Each new structure costs Numba a compile (~0.3-1 s), cached on disk in
 ``~/.cache/jitort``; a fixed CI budget with ``derandomize=True`` replays the same examples,
 so reruns only load kernels. ``scripts/fuzz.py --examples 1000`` runs the full campaign.
@@ -39,6 +40,7 @@ class Case:
     atol: float = 1e-5
     rtol: float = 1e-4
     ort_rewrites: bool = True  # compare with onnxruntime's optimized graph (its default)
+    ort: bool = True  # False: onnx.reference only (onnxruntime would kill the process)
 
     def model(self):
         g = helper.make_graph(
@@ -709,8 +711,174 @@ def patterns(draw, rng, zero):
     return _maybe_relu(draw, c)
 
 
+def _index_input(draw, rng, c, name, value):
+    """An index tensor as an initializer (constant-folded paths) or as a feed (run-time checks)."""
+    if draw(st.booleans()):
+        c.init[name] = value
+    else:
+        c.inputs.append((name, I64, list(value.shape)))
+        c.feeds[name] = value
+
+
+def _gather_elements(draw, rng, zero, c, xs):
+    ax = draw(st.integers(-len(xs), len(xs) - 1))
+    d = xs[ax]
+    ishape = [draw(st.integers(0 if zero else 1, k)) for k in xs]
+    ishape[ax] = draw(st.integers(0 if zero else 1, 4)) if d else 0
+    idx = rng.integers(-d, d, ishape).astype(np.int64) if d else np.zeros(ishape, np.int64)
+    _index_input(draw, rng, c, "i", idx)
+    c.nodes = [helper.make_node("GatherElements", ["x", "i"], ["y"], axis=ax)]
+
+
+def _scatter_elements(draw, rng, zero, c, xs):
+    ax = draw(st.integers(-len(xs), len(xs) - 1))
+    d = xs[ax]
+    reduction = draw(st.sampled_from(["none", "add", "mul"]))
+    ishape = [draw(st.integers(0 if zero else 1, k)) for k in xs]
+    if reduction == "none":  # distinct indices along the axis: duplicates are unspecified
+        k = draw(st.integers(0 if zero else 1, d)) if d else 0
+        ishape[ax] = k
+        perm = np.argsort(rng.random(ishape[:ax % len(xs)] + [d] + ishape[ax % len(xs) + 1:]),
+                          axis=ax)
+        idx = np.take(perm, np.arange(k), axis=ax).astype(np.int64)
+        idx = np.where(rng.random(idx.shape) < 0.3, idx - d, idx)  # some negative
+    else:
+        ishape[ax] = draw(st.integers(0, 4)) if d else 0
+        idx = rng.integers(-d, d, ishape).astype(np.int64) if d else np.zeros(ishape, np.int64)
+    _index_input(draw, rng, c, "i", idx)
+    c.inputs.append(("u", F32, list(idx.shape)))
+    c.feeds["u"] = _values(rng, idx.shape)
+    c.nodes = [helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=ax,
+                                reduction=reduction)]
+
+
+def _nd_indices(draw, rng, xs, k, lead, distinct):
+    """``lead`` + [k] indices into the first k dims of xs, some negative; distinct rows when
+    asked (ScatterND without a reduction)."""
+    count = int(np.prod(lead)) if lead else 1
+    space = int(np.prod(xs[:k])) if k else 1
+    if distinct:
+        count = min(count, space)
+        lead = [count]
+        flat = rng.permutation(space)[:count]
+    else:
+        flat = rng.integers(0, max(space, 1), count)
+    idx = np.stack(np.unravel_index(flat, xs[:k]), -1) if k else np.zeros((count, 0), np.int64)
+    idx = np.where(rng.random(idx.shape) < 0.3, idx - np.array(xs[:k], np.int64), idx)
+    return idx.reshape(list(lead) + [k]).astype(np.int64)
+
+
+def _gather_nd(draw, rng, zero, c, xs):
+    batch = draw(st.integers(0, min(1, len(xs) - 1)))
+    k = draw(st.integers(1 if batch == 0 else 1, len(xs) - batch))
+    lead = [draw(st.integers(1, 3)) for _ in range(draw(st.integers(0, 2)))]
+    if 0 in xs[batch:batch + k]:
+        return _gather_elements(draw, rng, zero, c, xs)  # no index into an empty axis
+    if batch:
+        rows = [_nd_indices(draw, rng, xs[1:], k, lead, False) for _ in range(xs[0])]
+        idx = np.stack(rows) if rows else np.zeros([0] + lead + [k], np.int64)
+    else:
+        idx = _nd_indices(draw, rng, xs, k, lead, False)
+    _index_input(draw, rng, c, "i", idx)
+    c.nodes = [helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=batch)]
+
+
+def _scatter_nd(draw, rng, zero, c, xs):
+    reduction = draw(st.sampled_from(["none", "add", "mul"]))
+    k = draw(st.integers(1, len(xs)))
+    if 0 in xs[:k]:
+        return _gather_elements(draw, rng, zero, c, xs)
+    lead = [draw(st.integers(1, 4))]
+    idx = _nd_indices(draw, rng, xs, k, lead, reduction == "none")
+    _index_input(draw, rng, c, "i", idx)
+    ushape = list(idx.shape[:-1]) + xs[k:]
+    c.inputs.append(("u", F32, ushape))
+    c.feeds["u"] = _values(rng, ushape)
+    c.nodes = [helper.make_node("ScatterND", ["x", "i", "u"], ["y"], reduction=reduction)]
+
+
+def _topk(draw, rng, zero, c, xs):
+    ax = draw(st.integers(-len(xs), len(xs) - 1))
+    k = draw(st.integers(0, xs[ax]))
+    c.init["k"] = np.array([k], np.int64)
+    c.nodes = [helper.make_node("TopK", ["x", "k"], ["y", "yi"], axis=ax,
+                                largest=int(draw(st.booleans())), sorted=1)]
+    c.outputs = [("y", F32), ("yi", I64)]
+
+
+def _cumsum(draw, rng, zero, c, xs):
+    c.init["a"] = np.array(draw(st.integers(-len(xs), len(xs) - 1)), np.int64)
+    c.nodes = [helper.make_node("CumSum", ["x", "a"], ["y"], exclusive=int(draw(st.booleans())),
+                                reverse=int(draw(st.booleans())))]
+
+
+def _arg(draw, rng, zero, c, xs):
+    ax = draw(st.integers(-len(xs), len(xs) - 1))
+    if xs[ax] == 0:
+        return _cumsum(draw, rng, zero, c, xs)
+    op = draw(st.sampled_from(["ArgMax", "ArgMin"]))
+    if draw(st.booleans()):  # ties: values from a few levels
+        c.feeds["x"] = np.round(c.feeds["x"]).astype(np.float32)
+    c.nodes = [helper.make_node(op, ["x"], ["y"], axis=ax, keepdims=int(draw(st.booleans())),
+                                select_last_index=int(draw(st.booleans())))]
+    c.outputs = [("y", I64)]
+
+
+def _trilu(draw, rng, zero, c, xs):
+    if len(xs) < 2:
+        return _cumsum(draw, rng, zero, c, xs)
+    c.init["k"] = np.array(draw(st.integers(-3, 3)), np.int64)
+    c.nodes = [helper.make_node("Trilu", ["x", "k"], ["y"], upper=int(draw(st.booleans())))]
+
+
+#: Einsum equations of the kinds exporters write (attention, bilinear forms, reductions,
+#: transposes, batch diagonals), each with a function giving its second operand's shape
+_EINSUM = [("ij,jk->ik", 2, lambda s, d: [s[1], d]), ("bij,bjk->bik", 3, lambda s, d: [s[0], s[2], d]),
+           ("bhqd,bhkd->bhqk", 4, lambda s, d: [s[0], s[1], d, s[3]]),
+           ("ij,ij->i", 2, lambda s, d: list(s)), ("ij->ji", 2, None), ("bij->bj", 3, None),
+           ("i,i->", 1, lambda s, d: list(s)), ("bi,bj->bij", 2, lambda s, d: [s[0], d]),
+           ("...ij,...jk->...ik", 3, lambda s, d: [s[0], s[2], d]), ("bii->bi", 3, None)]
+
+
+def _einsum(draw, rng, zero, c, xs):
+    eq, rank, other = draw(st.sampled_from(_EINSUM))
+    xs = _dims(draw, rank, zero, (1, 2, 3, 5))
+    if eq == "bii->bi":
+        xs[2] = xs[1]
+    c.inputs = [("x", F32, xs)]
+    c.feeds = {"x": _values(rng, xs)}
+    ins = ["x"]
+    if other is not None:
+        ys = other(xs, draw(st.sampled_from([1, 2, 4] + ([0] if zero else []))))
+        c.inputs.append(("x2", F32, ys))
+        c.feeds["x2"] = _values(rng, ys)
+        ins.append("x2")
+    c.nodes = [helper.make_node("Einsum", ins, ["y"], equation=eq)]
+    c.atol = 1e-4
+    # onnxruntime 1.32 dies of SIGFPE on a 4-D batched product over an empty axis
+    c.ort = not (rank == 4 and 0 in xs)
+
+
+@st.composite
+def indexing(draw, rng, zero):
+    """Gathers and scatters (element-wise and N-d, with negative indices, reductions, indices
+    constant or fed), TopK, CumSum, ArgMax / ArgMin (ties), Trilu and Einsum."""
+    c = Case("indexing")
+    xs = _dims(draw, draw(st.integers(1, 4)), zero, (1, 2, 3, 5))
+    c.inputs = [("x", F32, xs)]
+    c.feeds = {"x": _values(rng, xs)}
+    c.outputs = [("y", F32)]
+    build = draw(st.sampled_from([_gather_elements, _scatter_elements, _gather_nd, _scatter_nd,
+                                  _topk, _cumsum, _arg, _trilu, _einsum]))
+    build(draw, rng, zero, c, xs)
+    c.kind = f"indexing {c.nodes[0].op_type}"
+    if c.outputs[0][1] == F32:
+        c = _maybe_relu(draw, c) if c.outputs[0][0] == "y" and len(c.outputs) == 1 else c
+    return c
+
+
 STRUCTURES = [elementwise, reduction, matmul, conv, shape_op, normalization, half, quantized,
-              upsample, patterns]
+              upsample, patterns, indexing]
 
 
 @st.composite
@@ -726,12 +894,14 @@ class Mismatch(AssertionError):
     pass
 
 
-def reference(model, feeds, ort_rewrites: bool = True):
+def reference(model, feeds, ort_rewrites: bool = True, use_ort: bool = True):
     """onnxruntime's outputs, or onnx.reference's where onnxruntime refuses; None if both do.
     ``ort_rewrites=False``: onnxruntime without its graph rewrites (for graphs that test
     jitort's: onnxruntime 1.32's LayerNorm fusion takes ``Pow(d, 3)`` or ``Pow(d, 4)`` for a
-    variance)."""
+    variance). ``use_ort=False``: onnx.reference only."""
     try:
+        if not use_ort:
+            raise RuntimeError("onnxruntime not asked")
         import onnxruntime as ort
         so = ort.SessionOptions()
         so.intra_op_num_threads = 1
@@ -754,7 +924,7 @@ def check(case: Case, debug: bool = False, tier: str = "compiled") -> str:
     """Run ``case`` on jitort's ``tier`` and compare; returns what it compared against."""
     import jitort
     model = case.model()
-    want, ref = reference(model, case.feeds, case.ort_rewrites)
+    want, ref = reference(model, case.feeds, case.ort_rewrites, case.ort)
     try:
         got = run_tier(model, case.feeds, tier, debug)
     except jitort.JitortError as e:
