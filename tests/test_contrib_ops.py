@@ -251,6 +251,17 @@ def test_contrib_ops_match_onnxruntime(group):
     assert_outputs_close(got, want, rtol=1e-4, atol=1e-4, names=names)
 
 
+def test_activations_run_on_tier_zero():
+    """The GELU family expands into opset 20's Gelu whatever the model's opset (17 here): the
+    interpreter tier runs it at its own version (a tiered model's first calls; before, such
+    a model could not be tiered at all)."""
+    from tests.helpers import run_tier
+    m, feeds = _graph(GROUPS["activations"])
+    got, want = run_tier(m, feeds, "interpreter"), _ort(m, feeds)
+    assert_outputs_close(got, want, rtol=1e-4, atol=1e-4,
+                         names=[o.name for o in m.graph.output])
+
+
 def test_gqa_padded_prompt_rows_match_onnxruntime():
     """The padded queries of a right-padded prompt are left out: onnxruntime's CPU kernel
     computes scores only for keys below the row's length, then normalizes over the causal

@@ -183,6 +183,38 @@ def test_qlinear_lut(op, attrs, dt):
     check(node, [("x", x)], inits, codes_exact=False)
 
 
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu"])
+@pytest.mark.parametrize("dt", [np.uint8, np.int8])
+def test_qlinear_elementwise_on_tier_zero(op, dt):
+    """A tiered model's first calls (the interpreter tier's numpy paths) give the compiled
+    tier's codes exactly, on every pair of codes; QLinearMul and the tables are onnxruntime's
+    exactly too, QLinearAdd one step apart on at most 0.5% (onnxruntime's x86 kernel forms
+    its float32 sum in another order)."""
+    from tests.helpers import run_tier
+    info = np.iinfo(dt)
+    codes = np.arange(info.min, info.max + 1)
+    a = np.repeat(codes, codes.size).astype(dt)
+    inits = [("sa", np.float32(0.125)), ("za", np.array(info.min + 168, dt)),
+             ("sb", np.float32(0.05)), ("zb", np.array(info.min + 81, dt)),
+             ("sc", np.float32(0.004 if op == "QLinearAdd" else 0.07)),
+             ("zc", np.array(info.min + 113, dt))]
+    feeds = {"a": a}
+    if op in ("QLinearAdd", "QLinearMul"):
+        feeds["b"] = np.tile(codes, codes.size).astype(dt)
+        names = ["a", "sa", "za", "b", "sb", "zb", "sc", "zc"]
+    else:
+        names = ["a", "sa", "za", "sc", "zc"]
+    node = helper.make_node(op, names, ["y"], domain=MS)
+    m = _model(node, list(feeds.items()), [i for i in inits if i[0] in names])
+    tier0, compiled = run_tier(m, feeds, "interpreter")[0], run_tier(m, feeds, "compiled")[0]
+    assert tier0.dtype == compiled.dtype == dt and np.array_equal(tier0, compiled)
+    want = _ort(m, feeds)[0]
+    if op == "QLinearAdd":
+        _close_codes(compiled, want, max_frac=0.005)
+    else:
+        assert np.array_equal(compiled, want)
+
+
 @pytest.mark.parametrize("channels_last", [0, 1])
 @pytest.mark.parametrize("dt,shape", [(np.uint8, (2, 5, 7, 3)), (np.int8, (1, 16, 4, 4)),
                                       (np.uint8, (3, 8, 11))])

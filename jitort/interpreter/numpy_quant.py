@@ -1,4 +1,5 @@
-"""numpy fast paths for the requantizing products QLinearMatMul and QLinearConv.
+"""numpy fast paths for the requantizing products QLinearMatMul and QLinearConv, and for
+onnxruntime's quantized elementwise contrib ops QLinearAdd / Mul / Sigmoid / LeakyRelu.
 
 onnx.reference rounds ``rint(acc * multiplier + y_zero_point)`` in float64; onnxruntime (and
 jitort's compiled kernels, ``kernels/cpu/quant.py``) round ``rint(float32(acc) * multiplier)``
@@ -72,4 +73,67 @@ def _qlinear_conv(node: ir.Node):
         if len(a) > 8 and a[8] is not None:
             acc += np.asarray(a[8], np.float64).reshape(per_c)
         return [_requantize(acc, sx, sw, sy, zy, per_c)]
+    return run
+
+
+# --- onnxruntime's quantized elementwise contrib ops, as jitort's compiled kernels compute them
+# (kernels/cpu/contrib_quant.py: float32 throughout, saturated, rounded half to even). QLinearMul
+# and the tables match onnxruntime exactly; its x86 QLinearAdd rounds a float32 sum formed in
+# another order (and a fixed-point one on Arm), one step apart at about 0.1% of code pairs.
+MS = "com.microsoft"
+
+
+def _params(a: list, i: int, like: np.ndarray) -> tuple:
+    """(scale, zero point) at inputs i, i + 1 as float32 / the zero point's integer type (an
+    omitted zero point is 0 of ``like``'s type); per tensor only."""
+    s, z = a[i], a[i + 1] if len(a) > i + 1 else None
+    z = np.zeros((), like.dtype) if z is None else np.asarray(z)
+    if s is None or np.size(s) != 1 or np.size(z) != 1 or z.dtype not in _Q8:
+        raise Defer
+    return np.float32(np.asarray(s).reshape(())), z.reshape(())
+
+
+def _round_clamp(v: np.ndarray, dtype) -> np.ndarray:
+    """rint(v) saturated to ``dtype`` (NaN to its minimum)."""
+    info = np.iinfo(dtype)
+    v = np.where(v >= np.float32(info.min), v, np.float32(info.min))
+    return np.rint(np.minimum(v, np.float32(info.max))).astype(dtype)
+
+
+@fast(("QLinearAdd", "QLinearMul"), domain=MS)
+def _qlinear_binary(node: ir.Node):
+    mul = node.op_type == "QLinearMul"
+
+    def run(a):
+        x, w = a[0], a[3]
+        if x.dtype not in _Q8 or w.dtype not in _Q8:
+            raise Defer
+        (sa, za), (sb, zb), (sc, zc) = _params(a, 1, x), _params(a, 4, w), _params(a, 6, x)
+        xa = (x.astype(np.int32) - np.int32(za)).astype(np.float32)
+        wb = (w.astype(np.int32) - np.int32(zb)).astype(np.float32)
+        if mul:
+            v = xa * wb * (np.float32(sa * sb) / sc) + np.float32(zc)
+        else:
+            v = (sa / sc) * xa + (sb / sc) * wb + np.float32(zc)
+        return [_round_clamp(v, zc.dtype)]
+    return run
+
+
+@fast(("QLinearSigmoid", "QLinearLeakyRelu"), domain=MS)
+def _qlinear_unary(node: ir.Node):
+    alpha = np.float32(node.attr("alpha", 0.01))
+
+    def fn(v):
+        if node.op_type == "QLinearSigmoid":
+            return np.float32(1) / (np.float32(1) + np.exp(-v))
+        return np.where(v >= 0, v, v * alpha)
+
+    def run(a):
+        from jitort.kernels.cpu.contrib_quant import build_lut
+        x = a[0]
+        if x.dtype not in _Q8:
+            raise Defer
+        (sx, zx), (sy, zy) = _params(a, 1, x), _params(a, 3, x)
+        table = build_lut(fn, sx, zx, sy, zy, x.dtype, zy.dtype)
+        return [table[x.astype(np.int32) - np.iinfo(x.dtype).min]]
     return run
