@@ -53,6 +53,9 @@ def _close_codes(got, want, max_frac=0.01):
 
 
 def check(node, inputs, inits=(), rtol=1e-4, atol=1e-5, codes_exact=True, threads=1):
+    """The compiled node against onnxruntime, and the interpreter tier (a tiered model's
+    first calls) against the compiled tier: the same codes, floats within the tolerance."""
+    from tests.helpers import run_tier
     m = _model(node, inputs, inits)
     cm = jitort.compile(m, threads=threads, strict=True)
     got = cm.run(None, dict(inputs))
@@ -64,6 +67,11 @@ def check(node, inputs, inits=(), rtol=1e-4, atol=1e-5, codes_exact=True, thread
         else:
             _close_codes(g, r)
     assert len(got) == len(ref)
+    for g0, g in zip(run_tier(m, dict(inputs), "interpreter"), got):
+        if g.dtype.kind == "f":
+            assert_outputs_close([g0], [g], rtol=rtol, atol=atol)
+        else:
+            assert g0.dtype == g.dtype and np.array_equal(g0, g)
     return got
 
 
@@ -330,10 +338,17 @@ def resnet_feeds(seed=5):
 
 
 def _check_model(m, feeds, rtol, atol):
+    """Compiled, strict, against onnxruntime; and the model can be tiered: its interpreter
+    tier (the first calls' results) within the same tolerance."""
+    from jitort.tiering import Tiering
     cm = jitort.compile(m, threads=1, strict=True)
     got = cm.run(None, feeds)
     assert cm.fallback_nodes() == []
-    assert_outputs_close(got, _ort(m, feeds), rtol=rtol, atol=atol)
+    want = _ort(m, feeds)
+    assert_outputs_close(got, want, rtol=rtol, atol=atol)
+    tier0 = Tiering(cm)       # raises UnsupportedOp where the interpreter lacks an op
+    tier0.started = True      # no background compile: the call interprets
+    assert_outputs_close(tier0.call(feeds, None), want, rtol=rtol, atol=atol)
     return cm
 
 

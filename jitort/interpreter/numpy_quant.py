@@ -137,3 +137,112 @@ def _qlinear_unary(node: ir.Node):
         table = build_lut(fn, sx, zx, sy, zy, x.dtype, zy.dtype)
         return [table[x.astype(np.int32) - np.iinfo(x.dtype).min]]
     return run
+
+
+@fast("QLinearGlobalAveragePool", domain=MS)
+def _qlinear_gap(node: ir.Node):
+    last = bool(node.attr("channels_last", 0))
+
+    def run(a):
+        x = a[0]
+        if x.dtype not in _Q8 or x.ndim < 3:
+            raise Defer
+        (sx, zx), (sy, zy) = _params(a, 1, x), _params(a, 3, x)
+        axes = tuple(range(1, x.ndim - 1)) if last else tuple(range(2, x.ndim))
+        img = int(np.prod([x.shape[i] for i in axes]))
+        acc = x.astype(np.int64).sum(axis=axes) - int(zx) * img
+        scale = sx / (sy * np.float32(img))
+        out = _round_clamp(acc.astype(np.float32) * scale + np.float32(zy), zy.dtype)
+        return [out.reshape(out.shape + (1,) * len(axes)) if not last else
+                out.reshape(out.shape[:1] + (1,) * len(axes) + out.shape[1:])]
+    return run
+
+
+@fast("QLinearConcat", domain=MS)
+def _qlinear_concat(node: ir.Node):
+    axis = node.attr("axis", 0)
+
+    def run(a):
+        from jitort.kernels.cpu.contrib_quant import build_lut
+        if len(a) < 5 or (len(a) - 2) % 3:
+            raise Defer
+        sy, zy = _params(a, 0, a[2])
+        parts = []
+        for i in range(2, len(a), 3):
+            x = a[i]
+            if x.dtype not in _Q8:
+                raise Defer
+            sx, zx = _params(a, i + 1, x)
+            table = build_lut(lambda v: v, sx, zx, sy, zy, x.dtype, zy.dtype)
+            parts.append(table[x.astype(np.int32) - np.iinfo(x.dtype).min])
+        return [np.concatenate(parts, axis=axis)]
+    return run
+
+
+def _int_to_float(acc: np.ndarray, sa, sb, bias) -> np.ndarray:
+    """The exact integer product times a_scale * b_scale (per column or tensor), plus bias, in
+    float32 as the compiled kernel (``contrib_quant.int_to_float``)."""
+    sb = np.asarray(sb, np.float32).reshape(-1)
+    y = acc.astype(np.float32) * (np.float32(sa) * sb)
+    return y + np.asarray(bias, np.float32) if bias is not None else y
+
+
+def _zero(z, like) -> np.ndarray:
+    return np.zeros((), like.dtype) if z is None else np.asarray(z)
+
+
+@fast("MatMulIntegerToFloat", domain=MS)
+def _matmul_integer_to_float(node: ir.Node):
+    def run(a):
+        x, w, sa, sb = a[:4]
+        za, zb, bias = (a[i] if len(a) > i else None for i in (4, 5, 6))
+        if x.dtype not in _Q8 or w.dtype not in _Q8 or np.size(sa) != 1 \
+                or np.size(_zero(za, x)) != 1 or w.ndim < 1:
+            raise Defer
+        zb = _zero(zb, w).reshape(-1)
+        acc = np.matmul(_centered(x, _zero(za, x), ()), w.astype(np.float64) - zb)
+        return [_int_to_float(acc, np.asarray(sa).reshape(()), sb, bias)]
+    return run
+
+
+def _dynamic_quantize(x: np.ndarray) -> tuple:
+    """(codes, scale, zero point) of DynamicQuantizeLinear, as kernels/cpu/quant.py computes
+    them (onnxruntime's: the range of min(0, x) .. max(0, x) over 255 codes)."""
+    lo = np.float32(min(0.0, float(x.min(initial=0.0))))
+    hi = np.float32(max(0.0, float(x.max(initial=0.0))))
+    scale = np.float32(1.0) if hi == lo else np.float32(hi - lo) / np.float32(255.0)
+    zp = np.float32(np.rint(min(max(np.float32(0.0) - lo / scale, 0.0), 255.0)))
+    v = np.minimum(np.maximum(x / scale, -zp), np.float32(255.0) - zp)
+    return (np.rint(v) + zp).astype(np.uint8), scale, np.uint8(zp)
+
+
+@fast("DynamicQuantizeMatMul", domain=MS)
+def _dynamic_quantize_matmul(node: ir.Node):
+    def run(a):
+        x, w, sb = a[:3]
+        zb, bias = (a[i] if len(a) > i else None for i in (3, 4))
+        if x.dtype != np.float32 or w.dtype not in _Q8 or w.ndim < 1 or np.isnan(x).any():
+            raise Defer
+        q, sa, za = _dynamic_quantize(x)
+        zb = _zero(zb, w).reshape(-1)
+        acc = np.matmul(q.astype(np.float64) - float(za), w.astype(np.float64) - zb)
+        return [_int_to_float(acc, sa, sb, bias)]
+    return run
+
+
+@fast("MatMulNBits", domain=MS)
+def _matmul_nbits(node: ir.Node):
+    k, n = int(node.attr("K")), int(node.attr("N"))
+    bits, block = int(node.attr("bits", 4)), int(node.attr("block_size"))
+
+    def run(a):
+        from jitort.kernels.cpu.contrib_quant import dequantize_nbits
+        x, b, scales = a[:3]
+        zp, g_idx, bias = (a[i] if len(a) > i else None for i in (3, 4, 5))
+        if x.dtype != np.float32 or g_idx is not None or bits not in (2, 4, 8) \
+                or x.shape[-1:] != (k,):
+            raise Defer
+        w = dequantize_nbits(b, scales, zp, k, n, bits, block)
+        y = np.matmul(x.reshape(-1, k), w).reshape(x.shape[:-1] + (n,))
+        return [y + bias if bias is not None else y]
+    return run
