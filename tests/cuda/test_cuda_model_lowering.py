@@ -174,6 +174,9 @@ def test_every_kernel_the_models_launch_compiles_for_a_gpu(recorded):
         pytest.skip("no model recorded")
     out = _run(f"LAUNCHES = {json.dumps(launches)}\n" + _COMPILE)
     assert not out["failed"], "\n".join(out["failed"])
-    assert out["kernels"] == len(launches) >= 30, out
+    # the 22 models record over 30 distinct launches; onnx's light models alone (the shared
+    # corpus is optional) about a dozen
+    corpus = all(not isinstance(v, str) for v in recorded[0].values())
+    assert out["kernels"] == len(launches) >= (30 if corpus else 8), out
     # float32 work stays float32 on the device (tests/cuda/test_cuda_ptx.py says why)
     assert not out["promoted"], "\n".join(out["promoted"])
