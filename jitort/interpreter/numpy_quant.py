@@ -1,5 +1,7 @@
 """numpy fast paths for the requantizing products QLinearMatMul and QLinearConv, and for
-onnxruntime's quantized elementwise contrib ops QLinearAdd / Mul / Sigmoid / LeakyRelu.
+onnxruntime's quantized contrib ops (QLinearAdd / Mul / Sigmoid / LeakyRelu /
+GlobalAveragePool / Concat, MatMulIntegerToFloat, DynamicQuantizeMatMul, MatMulNBits), which
+onnx.reference lacks: without them a model holding one could not be tiered.
 
 onnx.reference rounds ``rint(acc * multiplier + y_zero_point)`` in float64; onnxruntime (and
 jitort's compiled kernels, ``kernels/cpu/quant.py``) round ``rint(float32(acc) * multiplier)``
@@ -83,14 +85,26 @@ def _qlinear_conv(node: ir.Node):
 MS = "com.microsoft"
 
 
+def _zero(z, like) -> np.ndarray:
+    """A zero point, or 0 of ``like``'s type where it is omitted."""
+    return np.zeros((), like.dtype) if z is None else np.asarray(z)
+
+
 def _params(a: list, i: int, like: np.ndarray) -> tuple:
     """(scale, zero point) at inputs i, i + 1 as float32 / the zero point's integer type (an
     omitted zero point is 0 of ``like``'s type); per tensor only."""
-    s, z = a[i], a[i + 1] if len(a) > i + 1 else None
-    z = np.zeros((), like.dtype) if z is None else np.asarray(z)
+    s, z = a[i], _zero(a[i + 1] if len(a) > i + 1 else None, like)
     if s is None or np.size(s) != 1 or np.size(z) != 1 or z.dtype not in _Q8:
         raise Defer
     return np.float32(np.asarray(s).reshape(())), z.reshape(())
+
+
+def _through_table(fn, x: np.ndarray, sx, zx, sy, zy) -> np.ndarray:
+    """x's codes mapped through the compiled kernels' requantization table of ``fn``
+    (``contrib_quant.build_lut``: dequantize, fn, quantize into zy's type)."""
+    from jitort.kernels.cpu.contrib_quant import build_lut
+    table = build_lut(fn, sx, zx, sy, zy, x.dtype, zy.dtype)
+    return table[x.astype(np.int32) - np.iinfo(x.dtype).min]
 
 
 def _round_clamp(v: np.ndarray, dtype) -> np.ndarray:
@@ -129,13 +143,10 @@ def _qlinear_unary(node: ir.Node):
         return np.where(v >= 0, v, v * alpha)
 
     def run(a):
-        from jitort.kernels.cpu.contrib_quant import build_lut
         x = a[0]
         if x.dtype not in _Q8:
             raise Defer
-        (sx, zx), (sy, zy) = _params(a, 1, x), _params(a, 3, x)
-        table = build_lut(fn, sx, zx, sy, zy, x.dtype, zy.dtype)
-        return [table[x.astype(np.int32) - np.iinfo(x.dtype).min]]
+        return [_through_table(fn, x, *_params(a, 1, x), *_params(a, 3, x))]
     return run
 
 
@@ -150,11 +161,9 @@ def _qlinear_gap(node: ir.Node):
         (sx, zx), (sy, zy) = _params(a, 1, x), _params(a, 3, x)
         axes = tuple(range(1, x.ndim - 1)) if last else tuple(range(2, x.ndim))
         img = int(np.prod([x.shape[i] for i in axes]))
-        acc = x.astype(np.int64).sum(axis=axes) - int(zx) * img
+        acc = x.astype(np.int64).sum(axis=axes, keepdims=True) - int(zx) * img
         scale = sx / (sy * np.float32(img))
-        out = _round_clamp(acc.astype(np.float32) * scale + np.float32(zy), zy.dtype)
-        return [out.reshape(out.shape + (1,) * len(axes)) if not last else
-                out.reshape(out.shape[:1] + (1,) * len(axes) + out.shape[1:])]
+        return [_round_clamp(acc.astype(np.float32) * scale + np.float32(zy), zy.dtype)]
     return run
 
 
@@ -163,19 +172,13 @@ def _qlinear_concat(node: ir.Node):
     axis = node.attr("axis", 0)
 
     def run(a):
-        from jitort.kernels.cpu.contrib_quant import build_lut
-        if len(a) < 5 or (len(a) - 2) % 3:
+        if len(a) < 5 or (len(a) - 2) % 3 or any(a[i].dtype not in _Q8
+                                                   for i in range(2, len(a), 3)):
             raise Defer
         sy, zy = _params(a, 0, a[2])
-        parts = []
-        for i in range(2, len(a), 3):
-            x = a[i]
-            if x.dtype not in _Q8:
-                raise Defer
-            sx, zx = _params(a, i + 1, x)
-            table = build_lut(lambda v: v, sx, zx, sy, zy, x.dtype, zy.dtype)
-            parts.append(table[x.astype(np.int32) - np.iinfo(x.dtype).min])
-        return [np.concatenate(parts, axis=axis)]
+        return [np.concatenate([_through_table(lambda v: v, a[i], *_params(a, i + 1, a[i]),
+                                               sy, zy) for i in range(2, len(a), 3)],
+                               axis=axis)]
     return run
 
 
@@ -185,10 +188,6 @@ def _int_to_float(acc: np.ndarray, sa, sb, bias) -> np.ndarray:
     sb = np.asarray(sb, np.float32).reshape(-1)
     y = acc.astype(np.float32) * (np.float32(sa) * sb)
     return y + np.asarray(bias, np.float32) if bias is not None else y
-
-
-def _zero(z, like) -> np.ndarray:
-    return np.zeros((), like.dtype) if z is None else np.asarray(z)
 
 
 @fast("MatMulIntegerToFloat", domain=MS)
@@ -234,6 +233,9 @@ def _dynamic_quantize_matmul(node: ir.Node):
 def _matmul_nbits(node: ir.Node):
     k, n = int(node.attr("K")), int(node.attr("N"))
     bits, block = int(node.attr("bits", 4)), int(node.attr("block_size"))
+    # constant codes, scales and zero points (as exporters write them): dequantized once
+    const = all(v is None or v.is_const for v in (node.input(1), node.input(2), node.input(3)))
+    weights = []
 
     def run(a):
         from jitort.kernels.cpu.contrib_quant import dequantize_nbits
@@ -242,7 +244,9 @@ def _matmul_nbits(node: ir.Node):
         if x.dtype != np.float32 or g_idx is not None or bits not in (2, 4, 8) \
                 or x.shape[-1:] != (k,):
             raise Defer
-        w = dequantize_nbits(b, scales, zp, k, n, bits, block)
+        w = weights[0] if weights else dequantize_nbits(b, scales, zp, k, n, bits, block)
+        if const and not weights:
+            weights.append(w)
         y = np.matmul(x.reshape(-1, k), w).reshape(x.shape[:-1] + (n,))
         return [y + bias if bias is not None else y]
     return run
