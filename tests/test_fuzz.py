@@ -715,13 +715,27 @@ def patterns(draw, rng, zero):
     return _maybe_relu(draw, c)
 
 
-def _index_input(draw, rng, c, name, value):
-    """An index tensor as an initializer (constant-folded paths) or as a feed (run-time checks)."""
+def _feed(c, rng, name, shape, **kw):
+    """A float32 graph input ``name`` of ``shape``, fed random values; returns the name."""
+    c.inputs.append((name, F32, list(shape)))
+    c.feeds[name] = _values(rng, shape, **kw)
+    return name
+
+
+def _const_or_fed(draw, c, name, value):
+    """``value`` (float32 or int64) as an initializer (constant-folded paths) or as a feed
+    (run-time checks); returns the name."""
     if draw(st.booleans()):
         c.init[name] = value
     else:
-        c.inputs.append((name, I64, list(value.shape)))
+        c.inputs.append((name, I64 if value.dtype == np.int64 else F32, list(value.shape)))
         c.feeds[name] = value
+    return name
+
+
+def _indices(rng, d, shape):
+    """int64 indices into an axis of length d (negative ones too), of ``shape``."""
+    return rng.integers(-d, d, shape).astype(np.int64) if d else np.zeros(shape, np.int64)
 
 
 def _gather_elements(draw, rng, zero, c, xs):
@@ -729,8 +743,7 @@ def _gather_elements(draw, rng, zero, c, xs):
     d = xs[ax]
     ishape = [draw(st.integers(0 if zero else 1, k)) for k in xs]
     ishape[ax] = draw(st.integers(0 if zero else 1, 4)) if d else 0
-    idx = rng.integers(-d, d, ishape).astype(np.int64) if d else np.zeros(ishape, np.int64)
-    _index_input(draw, rng, c, "i", idx)
+    _const_or_fed(draw, c, "i", _indices(rng, d, ishape))
     c.nodes = [helper.make_node("GatherElements", ["x", "i"], ["y"], axis=ax)]
 
 
@@ -748,15 +761,14 @@ def _scatter_elements(draw, rng, zero, c, xs):
         idx = np.where(rng.random(idx.shape) < 0.3, idx - d, idx)  # some negative
     else:
         ishape[ax] = draw(st.integers(0, 4)) if d else 0
-        idx = rng.integers(-d, d, ishape).astype(np.int64) if d else np.zeros(ishape, np.int64)
-    _index_input(draw, rng, c, "i", idx)
-    c.inputs.append(("u", F32, list(idx.shape)))
-    c.feeds["u"] = _values(rng, idx.shape)
+        idx = _indices(rng, d, ishape)
+    _const_or_fed(draw, c, "i", idx)
+    _feed(c, rng, "u", idx.shape)
     c.nodes = [helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=ax,
                                 reduction=reduction)]
 
 
-def _nd_indices(draw, rng, xs, k, lead, distinct):
+def _nd_indices(rng, xs, k, lead, distinct):
     """``lead`` + [k] indices into the first k dims of xs, some negative; distinct rows when
     asked (ScatterND without a reduction)."""
     count = int(np.prod(lead)) if lead else 1
@@ -774,16 +786,16 @@ def _nd_indices(draw, rng, xs, k, lead, distinct):
 
 def _gather_nd(draw, rng, zero, c, xs):
     batch = draw(st.integers(0, min(1, len(xs) - 1)))
-    k = draw(st.integers(1 if batch == 0 else 1, len(xs) - batch))
+    k = draw(st.integers(1, len(xs) - batch))
     lead = [draw(st.integers(1, 3)) for _ in range(draw(st.integers(0, 2)))]
     if 0 in xs[batch:batch + k]:
         return _gather_elements(draw, rng, zero, c, xs)  # no index into an empty axis
     if batch:
-        rows = [_nd_indices(draw, rng, xs[1:], k, lead, False) for _ in range(xs[0])]
+        rows = [_nd_indices(rng, xs[1:], k, lead, False) for _ in range(xs[0])]
         idx = np.stack(rows) if rows else np.zeros([0] + lead + [k], np.int64)
     else:
-        idx = _nd_indices(draw, rng, xs, k, lead, False)
-    _index_input(draw, rng, c, "i", idx)
+        idx = _nd_indices(rng, xs, k, lead, False)
+    _const_or_fed(draw, c, "i", idx)
     c.nodes = [helper.make_node("GatherND", ["x", "i"], ["y"], batch_dims=batch)]
 
 
@@ -793,11 +805,9 @@ def _scatter_nd(draw, rng, zero, c, xs):
     if 0 in xs[:k]:
         return _gather_elements(draw, rng, zero, c, xs)
     lead = [draw(st.integers(1, 4))]
-    idx = _nd_indices(draw, rng, xs, k, lead, reduction == "none")
-    _index_input(draw, rng, c, "i", idx)
-    ushape = list(idx.shape[:-1]) + xs[k:]
-    c.inputs.append(("u", F32, ushape))
-    c.feeds["u"] = _values(rng, ushape)
+    idx = _nd_indices(rng, xs, k, lead, reduction == "none")
+    _const_or_fed(draw, c, "i", idx)
+    _feed(c, rng, "u", list(idx.shape[:-1]) + xs[k:])
     c.nodes = [helper.make_node("ScatterND", ["x", "i", "u"], ["y"], reduction=reduction)]
 
 
@@ -853,10 +863,8 @@ def _einsum(draw, rng, zero, c, xs):
     c.feeds = {"x": _values(rng, xs)}
     ins = ["x"]
     if other is not None:
-        ys = other(xs, draw(st.sampled_from([1, 2, 4] + ([0] if zero else []))))
-        c.inputs.append(("x2", F32, ys))
-        c.feeds["x2"] = _values(rng, ys)
-        ins.append("x2")
+        ins.append(_feed(c, rng, "x2", other(xs, draw(st.sampled_from([1, 2, 4] + (
+            [0] if zero else []))))))
     c.nodes = [helper.make_node("Einsum", ins, ["y"], equation=eq)]
     c.atol = 1e-4
     # onnxruntime 1.32 dies of SIGFPE on a 4-D batched product over an empty axis
@@ -886,22 +894,11 @@ def indexing(draw, rng, zero):
     return _maybe_relu(draw, c) if c.outputs == [("y", F32)] else c
 
 
-def _feed(c, rng, name, shape, **kw):
-    c.inputs.append((name, F32, list(shape)))
-    c.feeds[name] = _values(rng, shape, **kw)
-    return name
-
-
 def _gelus(draw, rng, zero, c, xs):
     op = draw(st.sampled_from(["Gelu", "FastGelu", "BiasGelu", "QuickGelu"]))
     ins = ["x"]
     if op == "BiasGelu" or op == "FastGelu" and draw(st.booleans()):
-        b = _values(rng, xs[-1:])
-        if draw(st.booleans()):
-            c.init["b"] = b
-            ins.append("b")
-        else:
-            ins.append(_feed(c, rng, "b", xs[-1:]))
+        ins.append(_const_or_fed(draw, c, "b", _values(rng, xs[-1:])))
     attrs = {"alpha": draw(st.sampled_from([1.0, 1.702, -0.5]))} if op == "QuickGelu" else {}
     c.nodes = [helper.make_node(op, ins, ["y"], domain=MS, **attrs)]
 
@@ -914,10 +911,7 @@ def _fused_matmul(draw, rng, zero, c, xs):
     b = (batch if draw(st.booleans()) else []) + ([n, k] if tb else [k, n])
     c.inputs, c.feeds = [], {}
     _feed(c, rng, "x", a)
-    if draw(st.booleans()):
-        c.init["w"] = _values(rng, b)
-    else:
-        _feed(c, rng, "w", b)
+    _const_or_fed(draw, c, "w", _values(rng, b))
     c.nodes = [helper.make_node("FusedMatMul", ["x", "w"], ["y"], domain=MS, transA=ta,
                                 transB=tb, alpha=draw(st.sampled_from([1.0, 0.5, -2.0])))]
     c.atol = 1e-4
@@ -937,16 +931,17 @@ def _skip_norms(draw, rng, zero, c, xs):
         return
     skip = xs if draw(st.booleans()) else xs[-2:]
     ins = ["x", _feed(c, rng, "s", skip), "g"]
-    if op == "SkipLayerNormalization":
-        ins.append("be" if draw(st.booleans()) else "")
-        c.init["be"] = _values(rng, [h])
-    if draw(st.booleans()):
-        c.init["bi"] = _values(rng, [h])
-        ins.append("bi")
-    ins = [i for i in ins if i] if ins[-1] else ins[:-1]
+    # the optional beta (SkipLayerNormalization's) and bias: an omitted one before a given one
+    # keeps its slot ("")
+    opt = (["be" if draw(st.booleans()) else ""] if op == "SkipLayerNormalization" else [])
+    opt.append("bi" if draw(st.booleans()) else "")
+    for name in filter(None, opt):
+        c.init[name] = _values(rng, [h])
+    while opt and not opt[-1]:
+        opt.pop()
+    ins += opt
     outs = ["y", "", "", "sum"] if draw(st.booleans()) else ["y"]
     c.nodes = [helper.make_node(op, ins, outs, domain=MS, epsilon=eps)]
-    c.init = {k: v for k, v in c.init.items() if k in ins}
     if len(outs) > 1:
         c.outputs = [("y", F32), ("sum", F32)]
     c.atol = 1e-4

@@ -52,15 +52,21 @@ def _matmul_model(k=512, n=300, seed=5):
                       [("x", F32, ["N", k])], [("z", F32, None)], {"w": w})
 
 
-def _write_pick(choice, key: tuple, which: str) -> None:
-    """A decision file on which ``choice`` picks ``which`` in bucket ``key``."""
+def _write_picks(choice, picks: dict) -> None:
+    """A decision file on which ``choice`` picks ``picks[key]`` in each bucket ``key``."""
+    times = {c.name: 1 for c in choice.candidates}
     doc = {"format": tuning.FORMAT, "machine": tuning.machine(), "written": 0, "choices": {
         choice.name: {"library": tuning.library_hash(choice), "demoted": [],
-                      "buckets": {tuning._bucket_text(key): {
-                          "pick": which, "times": {c.name: 1 for c in choice.candidates}}}}}}
+                      "buckets": {tuning._bucket_text(k): {"pick": v, "times": times}
+                                  for k, v in picks.items()}}}}
     p = tuning.decisions_path()
     p.parent.mkdir(parents=True)
     p.write_text(json.dumps(doc))
+
+
+def _write_pick(choice, key: tuple, which: str) -> None:
+    """A decision file on which ``choice`` picks ``which`` in bucket ``key``."""
+    _write_picks(choice, {key: which})
 
 
 def _calls(cm) -> list[str]:
@@ -513,12 +519,7 @@ def test_forced_convolution_algorithm(tune_dir, case):
         assert _conv_kernels(cm) in ([kn] for kn in CONV_KERNELS[which]), (which, _calls(cm))
     assert not tuning._forced
     other = next(n for n in cands if n != A.default(p))
-    doc = {"format": tuning.FORMAT, "machine": tuning.machine(), "written": 0, "choices": {
-        "conv.algorithm": {"library": tuning.library_hash(A), "demoted": [], "buckets": {
-            tuning._bucket_text(A.bucket(p)): {"pick": other, "times": {other: 1}}}}}}
-    path = tuning.decisions_path()
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(doc))
+    _write_pick(A, A.bucket(p), other)
     assert tuning.choose("conv.algorithm", **p) == other
     cm = jitort.compile(model, threads=1)    # conv.winograd's default rule: as forced above
     np.testing.assert_allclose(cm(x)[0], want, rtol=1e-4, atol=1e-4)
@@ -540,16 +541,6 @@ def test_conv_algorithm_calibration_measures_every_candidate(tune_dir, monkeypat
     assert all(0 < t < 1.0 for t in b["times"].values()) and b["pick"] != "cvec"
 
 
-def _write_conv_picks(picks: dict) -> None:
-    from jitort.tuning_choices import CONV_ALGORITHM as A
-    doc = {"format": tuning.FORMAT, "machine": tuning.machine(), "written": 0, "choices": {
-        "conv.algorithm": {"library": tuning.library_hash(A), "demoted": [], "buckets": {
-            tuning._bucket_text(k): {"pick": v, "times": {v: 1e-3}} for k, v in picks.items()}}}}
-    path = tuning.decisions_path()
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(doc))
-
-
 def test_unmeasured_conv_bucket_follows_its_nearest_measured_neighbours(tune_dir):
     """A conv.algorithm bucket the grid does not measure takes the majority pick of the
     measured buckets of its kind (kernel, stride, groups, Winograd) nearest to it in channel
@@ -559,8 +550,8 @@ def test_unmeasured_conv_bucket_follows_its_nearest_measured_neighbours(tune_dir
     layer runs the neighbours' kernel and matches onnxruntime."""
     from jitort.tuning_choices import CONV_ALGORITHM as A
     assert tuning.NEAREST_MAX == 2
-    _write_conv_picks({(1, 1, 256, 64, 56, 1, 0): "im2col", (1, 1, 256, 128, 28, 1, 0): "im2col",
-                       (1, 1, 256, 256, 14, 1, 0): "cvec", (3, 2, 64, 128, 28, 1, 0): "implicit"})
+    _write_picks(A, {(1, 1, 256, 64, 56, 1, 0): "im2col", (1, 1, 256, 128, 28, 1, 0): "im2col",
+                     (1, 1, 256, 256, 14, 1, 0): "cvec", (3, 2, 64, 128, 28, 1, 0): "implicit"})
 
     def pick(c, m, k, s, side):
         p = _conv_problem(c, m, k, s, side, 1, False)
