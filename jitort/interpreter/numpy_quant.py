@@ -81,7 +81,7 @@ def _qlinear_conv(node: ir.Node):
 # --- onnxruntime's quantized elementwise contrib ops, as jitort's compiled kernels compute them
 # (kernels/cpu/contrib_quant.py: float32 throughout, saturated, rounded half to even). QLinearMul
 # and the tables match onnxruntime exactly; its x86 QLinearAdd rounds a float32 sum formed in
-# another order (and a fixed-point one on Arm), one step apart at about 0.1% of code pairs.
+# another order (and a fixed-point one on Arm), one step apart at some ties.
 MS = "com.microsoft"
 
 
